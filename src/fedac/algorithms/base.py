@@ -1,0 +1,133 @@
+"""The algorithm contract: a client side and a server side, written once, unaware of where they run.
+
+- client: (global payload, persistent client state, client data, round, rng) -> ClientResult
+- server: (global state, [(upload, n_k)], round) -> (new global state, metrics)
+
+The simulator (engine/) and the Flower apps (flower/) only move payloads and states around. Payloads,
+uploads and states are plain dicts of tensors (or None), so they serialise to any transport.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedac.config import Config
+from fedac.models import build_model
+from fedac.seeding import numpy_rng
+
+Params = dict[str, torch.Tensor]
+
+
+@dataclass
+class Task:
+    """What an algorithm needs to know about the federated data, not the data itself."""
+
+    num_features: int
+    num_classes: int
+    clients: list[str]
+
+
+@dataclass
+class ClientData:
+    """One client's resident tensors: training windows and its local held-out windows."""
+
+    name: str
+    x: torch.Tensor
+    y: torch.Tensor
+    holdout_x: torch.Tensor
+    holdout_y: torch.Tensor
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.y.shape[0])
+
+
+@dataclass
+class ClientResult:
+    upload: Any
+    """What travels to the server (never the personalized model)."""
+    state: Any = None
+    """The client's new persistent state, kept on the client."""
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def clone_params(params: Params) -> Params:
+    return {name: value.detach().clone() for name, value in params.items()}
+
+
+def model_params(model: nn.Module) -> Params:
+    return clone_params(model.state_dict())
+
+
+class Algorithm(ABC):
+    """Base class: subclasses implement `client_update` and `server_update`; defaults cover the rest."""
+
+    name: str = ""
+    #: True when clients own models of their own (so heterogeneous architectures are allowed).
+    personalized: bool = False
+
+    def __init__(self, cfg: Config, task: Task):
+        self.cfg = cfg
+        self.task = task
+        self._scratch: dict[str, nn.Module] = {}
+
+    # --- models -------------------------------------------------------------------------------
+    def make_model(self, name: str) -> nn.Module:
+        return build_model(name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout)
+
+    def scratch_model(self, name: str, params: Params | None = None) -> nn.Module:
+        """A reusable model instance per architecture, loaded in place (no deepcopy per client)."""
+        if name not in self._scratch:
+            self._scratch[name] = self.make_model(name)
+        model = self._scratch[name]
+        if params is not None:
+            model.load_state_dict(params)
+        return model
+
+    def client_architecture(self, client: str) -> str:
+        """The client's own model: drawn once per client from the zoo (seeded) when heterogeneous."""
+        if not self.cfg.model.heterogeneous:
+            return self.cfg.model.client_model
+        zoo = self.cfg.model.zoo
+        return zoo[int(numpy_rng(self.cfg.seed, "architecture", client).integers(len(zoo)))]
+
+    def initial_params(self, name: str, purpose: str, *ids: object) -> Params:
+        """Fresh weights that depend only on (seed, purpose, ids)."""
+        torch.manual_seed(numpy_rng(self.cfg.seed, purpose, *ids).integers(2**62))
+        return model_params(self.make_model(name))
+
+    # --- contract ------------------------------------------------------------------------------
+    @abstractmethod
+    def init_server(self) -> dict[str, Any]:
+        """Initial global state (must hold 'params' of the global model)."""
+
+    def broadcast(self, server: dict[str, Any]) -> Any:
+        """What every sampled client receives this round."""
+        return server["params"]
+
+    def init_client_state(self, client: str) -> Any:
+        """Initial persistent client state; None for stateless clients."""
+        return None
+
+    @abstractmethod
+    def client_update(self, payload: Any, state: Any, data: ClientData, round_idx: int,
+                      generator: torch.Generator) -> ClientResult:
+        """Train locally; `generator` orders batches (dropout uses the engine-seeded global RNG)."""
+
+    @abstractmethod
+    def server_update(self, server: dict[str, Any], uploads: list[tuple[Any, int]],
+                      round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
+        """Combine the cohort's uploads (each with its n_k) into the next global state."""
+
+    # --- evaluation ----------------------------------------------------------------------------
+    def global_model(self, server: dict[str, Any]) -> nn.Module:
+        return self.scratch_model(self.cfg.model.name, server["params"])
+
+    def personalized_model(self, client: str, state: Any) -> nn.Module | None:
+        """The client's own model for personalized evaluation; None when clients keep no model."""
+        return None

@@ -1,0 +1,79 @@
+"""FedOPT family (Reddi et al. 2021, "Adaptive Federated Optimization", Alg. 2): a server optimizer on
+the pseudo-gradient Delta_t = aggregate(client models) - x_t.
+
+    m_t = beta1 * m_{t-1} + (1 - beta1) * Delta_t          (FedAvgM: m_t = momentum * m_{t-1} + Delta_t)
+    FedAdagrad: v_t = v_{t-1} + Delta_t^2
+    FedYogi:    v_t = v_{t-1} - (1 - beta2) * Delta_t^2 * sign(v_{t-1} - Delta_t^2)
+    FedAdam:    v_t = beta2 * v_{t-1} + (1 - beta2) * Delta_t^2
+    x_{t+1} = x_t + server_lr * m_t / (sqrt(v_t) + tau)     (FedAvgM: x_t + avgm_server_lr * m_t)
+
+m and v start at zero (as Flower's strategies do; Reddi et al. allow v_{-1} >= tau^2), without bias
+correction, exactly as Alg. 2 is written.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fedac.algorithms.base import Params
+from fedac.algorithms.fedavg import FedAvg
+
+
+def _second_moment(rule: str, v: torch.Tensor, delta_sq: torch.Tensor, beta2: float) -> torch.Tensor:
+    if rule == "adagrad":
+        return v + delta_sq
+    if rule == "yogi":
+        return v - (1 - beta2) * delta_sq * torch.sign(v - delta_sq)
+    return beta2 * v + (1 - beta2) * delta_sq
+
+
+def server_step(rule: str, params: Params, average: Params, state: dict[str, Params], opt) -> tuple[Params, dict[str, Params]]:
+    """One server-optimizer step for rule in {adam, yogi, adagrad, avgm}; returns new params and moments."""
+    new_params, new_m, new_v = {}, {}, {}
+    for name, x in params.items():
+        if not x.is_floating_point():
+            new_params[name] = average[name]
+            continue
+        delta = average[name] - x
+        m_prev = state["m"].get(name, torch.zeros_like(x))
+        if rule == "avgm":
+            new_m[name] = opt.momentum * m_prev + delta
+            new_params[name] = x + opt.avgm_server_lr * new_m[name]
+            continue
+        new_m[name] = opt.beta1 * m_prev + (1 - opt.beta1) * delta
+        new_v[name] = _second_moment(rule, state["v"].get(name, torch.zeros_like(x)), delta.square(), opt.beta2)
+        new_params[name] = x + opt.server_lr * new_m[name] / (new_v[name].sqrt() + opt.tau)
+    return new_params, {"m": new_m, "v": new_v}
+
+
+class FedOpt(FedAvg):
+    """Base for the server-optimizer variants; `rule` picks the update."""
+
+    rule = "adam"
+
+    def init_server(self) -> dict[str, Any]:
+        return {**super().init_server(), "moments": {"m": {}, "v": {}}}
+
+    def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
+                      round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
+        average, metrics = self.average(uploads)
+        params, moments = server_step(self.rule, server["params"], average, server["moments"], self.cfg.fedopt)
+        return {**server, "params": params, "moments": moments}, metrics
+
+
+class FedAdam(FedOpt):
+    name, rule = "fedadam", "adam"
+
+
+class FedYogi(FedOpt):
+    name, rule = "fedyogi", "yogi"
+
+
+class FedAdagrad(FedOpt):
+    name, rule = "fedadagrad", "adagrad"
+
+
+class FedAvgM(FedOpt):
+    name, rule = "fedavgm", "avgm"

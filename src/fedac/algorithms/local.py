@@ -1,0 +1,45 @@
+"""Local SGD shared by the algorithms: batch order from a seeded generator, one optimizer per call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import nn
+
+from fedac.config import TrainConfig
+
+
+def batch_indices(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Shuffled mini-batches for `epochs` passes; the last partial batch of an epoch is kept."""
+    for _ in range(epochs):
+        order = torch.randperm(num_samples, generator=generator)
+        yield from order.split(batch_size)
+
+
+def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def train_supervised(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    cfg: TrainConfig,
+    generator: torch.Generator,
+    regularizer: Callable[[nn.Module], torch.Tensor] | None = None,
+) -> dict[str, float]:
+    """Cross-entropy SGD on (x, y) for cfg.local_epochs; returns the mean training loss."""
+    model.train()
+    optimizer = make_optimizer(model.parameters(), cfg)
+    total, steps = 0.0, 0
+    for idx in batch_indices(len(y), cfg.batch_size, cfg.local_epochs, generator):
+        loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+        if regularizer is not None:
+            loss = loss + regularizer(model)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        total += float(loss.detach())
+        steps += 1
+    return {"loss": total / max(steps, 1), "steps": float(steps)}

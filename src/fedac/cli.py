@@ -1,0 +1,181 @@
+"""The `fedac` command line: run, data, models (and compare, see compare.py)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from fedac.config import Config, load_config
+from fedac.data.registry import DATASETS, dataset_spec, load_manifest, synthesizer
+from fedac.errors import FedacError
+
+
+def _add_experiment_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--config", help="YAML config file (e.g. a run directory's config.yaml)")
+    parser.add_argument("--algorithm", help="algorithm name, e.g. fedavg, fedprox, fedadam, fedmlac")
+    parser.add_argument("--dataset", help=f"dataset name: {', '.join(DATASETS)}")
+    parser.add_argument("--rounds", type=int, help="communication rounds")
+    parser.add_argument("--seed", type=int, help="run seed")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="any setting, e.g. --set train.fraction=0.1 --set data.root=/data/gsc (repeatable)")
+
+
+def _experiment_config(args: argparse.Namespace) -> Config:
+    return load_config(
+        args.config, args.overrides, algorithm=args.algorithm, dataset=args.dataset,
+        seed=args.seed, **{"train.rounds": args.rounds},
+    )
+
+
+def default_run_dir(cfg: Config) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{cfg.algorithm}-{cfg.dataset}-s{cfg.seed}"
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from fedac.engine.simulator import Simulator
+    from fedac.report import final_table
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise FedacError(f"{run_dir} is not a fedac run directory (no config.yaml)")
+        cfg = load_config(run_dir / "config.yaml")
+    else:
+        cfg = _experiment_config(args)
+        if args.out:
+            cfg.out = args.out
+        run_dir = Path(cfg.out) if cfg.out else default_run_dir(cfg)
+        cfg.out = str(run_dir)
+    results = Simulator(cfg, run_dir, progress=not args.quiet).run(resume=bool(args.resume), stop_after=args.stop_after)
+    if results is None:
+        print(f"stopped after round {args.stop_after}; continue with: fedac run --resume {run_dir}")
+        return 0
+    print(final_table(results))
+    print(f"run directory: {run_dir}")
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from fedac.models import MODEL_NAMES, build_model, count_parameters
+    from fedac.report import format_table
+
+    rows = [(name, f"{count_parameters(build_model(name, args.num_features, args.num_classes)):,} parameters")
+            for name in MODEL_NAMES]
+    print(f"models for {args.num_features} input features and {args.num_classes} classes:")
+    print(format_table(rows))
+    return 0
+
+
+def cmd_synth(args: argparse.Namespace) -> int:
+    spec = dataset_spec(args.dataset_name)
+    kwargs = {spec.synth_size_arg: args.size} if spec.synth_size_arg and args.size is not None else {}
+    stats = synthesizer(spec)(Path(args.out), seed=args.seed, progress=not args.quiet, **kwargs)
+    print(f"wrote synthetic {args.dataset_name} in its official layout to {args.out}")
+    if isinstance(stats, dict):
+        for key, value in stats.items():
+            print(f"  {key}: {value}")
+    return 0
+
+
+def _data_config(args: argparse.Namespace) -> Config:
+    cfg = load_config(args.config, args.overrides, dataset=args.dataset)
+    if args.root:
+        cfg.data.root = args.root
+    return cfg
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    from fedac.data.partition import class_entropy, partition
+
+    cfg = _data_config(args)
+    manifest = load_manifest(cfg, progress=not args.quiet)
+    clients = partition(manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition)
+    sizes = np.array([c.num_samples + len(c.holdout) for c in clients])
+    entropy = np.array([class_entropy([manifest.clips[i].label for i in c.train + c.holdout], manifest.num_classes)
+                        for c in clients])
+    counts = manifest.counts()
+    labels = np.bincount([c.label for c in manifest.clips], minlength=manifest.num_classes)
+    print(f"dataset {manifest.name} at {manifest.root}")
+    print(f"  classes: {manifest.num_classes}; clips: train {counts['train']}, val {counts['val']}, test {counts['test']}")
+    print(f"  clients ({cfg.data.partition or dataset_spec(cfg.dataset).default_partition}): {len(clients)}")
+    q = np.percentile(sizes, [0, 25, 50, 75, 100])
+    print(f"  samples per client: min {q[0]:.0f}, q1 {q[1]:.0f}, median {q[2]:.0f}, q3 {q[3]:.0f}, max {q[4]:.0f}, mean {sizes.mean():.1f}")
+    e = np.percentile(entropy, [0, 50, 100])
+    print(f"  class entropy per client (bits, max {np.log2(manifest.num_classes):.2f}): min {e[0]:.2f}, median {e[1]:.2f}, max {e[2]:.2f}")
+    print("  label distribution: " + ", ".join(f"{name} {n}" for name, n in zip(manifest.classes, labels)))
+    return 0
+
+
+def cmd_prepare(args: argparse.Namespace) -> int:
+    from fedac.data.features import load_features
+
+    cfg = _data_config(args)
+    manifest = load_manifest(cfg, progress=True)
+    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress=True)
+    print(f"features of {len(manifest.clips)} clips ({len(feats)} windows, shape {tuple(feats.features.shape[1:])}) cached")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="fedac", description="Federated audio classification.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="train one federated experiment and write a run directory")
+    _add_experiment_args(run)
+    run.add_argument("--out", help="run directory (default runs/<time>-<algorithm>-<dataset>-s<seed>)")
+    run.add_argument("--resume", metavar="DIR", help="continue the killed run in DIR to its end")
+    run.add_argument("--stop-after", type=int, metavar="N", help="stop after round N as if killed (testing resume)")
+    run.add_argument("--quiet", action="store_true", help="no progress bars")
+    run.set_defaults(func=cmd_run)
+
+    from fedac.compare import add_compare_parser
+
+    add_compare_parser(sub)
+
+    models = sub.add_parser("models", help="list the model zoo with parameter counts")
+    models.add_argument("--num-features", type=int, default=40)
+    models.add_argument("--num-classes", type=int, default=35)
+    models.set_defaults(func=cmd_models)
+
+    data = sub.add_parser("data", help="synthesize, inspect and prepare datasets")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    for name, spec in DATASETS.items():
+        if spec.synth_command is None:
+            continue
+        synth = data_sub.add_parser(spec.synth_command, help=f"write a synthetic {name} in its official layout")
+        synth.add_argument("--out", required=True)
+        synth.add_argument("--seed", type=int, default=0)
+        if spec.synth_size_arg:
+            synth.add_argument(f"--{spec.synth_size_arg}", dest="size", type=int)
+        synth.add_argument("--quiet", action="store_true")
+        synth.set_defaults(func=cmd_synth, dataset_name=name)
+    for verb, func, text in (("stats", cmd_stats, "clients, samples per client, class entropy, labels"),
+                             ("prepare", cmd_prepare, "build the feature cache")):
+        p = data_sub.add_parser(verb, help=text)
+        p.add_argument("dataset", nargs="?", default=None, help=f"dataset name ({', '.join(DATASETS)})")
+        p.add_argument("--root", help="dataset root in its official layout (default: the embedded stand-in)")
+        p.add_argument("--config")
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+        p.add_argument("--quiet", action="store_true")
+        p.set_defaults(func=func)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except FedacError as exc:
+        print(f"fedac: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,281 @@
+"""Typed experiment configuration: defaults < config file < CLI flags < ``--set key=value``.
+
+Every run saves the resolved config as ``config.yaml`` in its run directory; that file is a valid
+``--config`` input, so any run can be repeated exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedac.errors import ConfigError
+
+
+@dataclass
+class DataConfig:
+    root: str | None = None
+    """Dataset root in its official layout. None: the embedded synthetic stand-in (generated once)."""
+    task: str = "35"
+    """Speech Commands: "35" (all words) or "12" (10 words + _silence_ + _unknown_)."""
+    synth_speakers: int = 300
+    """Speakers of the embedded synthetic Speech Commands (used only when root is None)."""
+    partition: str | None = None
+    """natural (speaker/actor id), dirichlet (over labels) or iid; None: the dataset's protocol default."""
+    num_clients: int = 50
+    """Clients for dirichlet / iid partitions (natural: one per speaker)."""
+    alpha: float = 0.5
+    """Dirichlet concentration over labels (smaller = more skewed)."""
+    min_client_size: int = 10
+    """Dirichlet: redraw until every client holds at least this many training clips."""
+    group_by_source: bool = True
+    """Dirichlet: keep clips of one source recording (e.g. UrbanSound8K fsID) on one client."""
+    local_holdout: float = 0.2
+    """Fraction of each client's training clips held out for personalized (local) evaluation."""
+    max_clients: int | None = None
+    """Keep at most this many clients (seeded choice); None keeps all."""
+    test_fold: str | None = None
+    """Held-out fold/session/actor group for datasets whose test split is a fold (None: dataset default)."""
+    snr_db: float = 100.0
+    """White Gaussian noise added to train and test audio at this SNR; 100 dB = clean."""
+    label_error: float = 0.0
+    """Per-client label error rate on training labels (diagonal 1 - e transition matrix)."""
+    cache_dir: str | None = None
+    """Feature / synthetic data cache; None: $FEDAC_HOME or ~/.cache/fedac."""
+
+
+@dataclass
+class FeatureConfig:
+    kind: str = "mfcc"
+    """mfcc or logmel."""
+    sample_rate: int = 16000
+    n_mels: int = 40
+    n_mfcc: int = 40
+    win_ms: float = 30.0
+    hop_ms: float = 10.0
+    clip_seconds: float = 1.0
+    """Model input length; shorter audio is zero-padded, longer audio windowed."""
+
+
+@dataclass
+class ModelConfig:
+    name: str = "crnn_lite"
+    """Global model for FedAvg-family algorithms (see `fedac models`)."""
+    dropout: float = 0.1
+    heterogeneous: bool = False
+    """Each client draws one of `zoo` (seeded), for algorithms that allow per-client models."""
+    client_model: str = "crnn_base"
+    """Personalized model of every client in the homogeneous setting (FedMLAC, FedKAD)."""
+    zoo: list[str] = field(
+        default_factory=lambda: ["crnn_tiny", "crnn_lite", "crnn_mid", "crnn_base", "crnn_deep"]
+    )
+
+
+@dataclass
+class TrainConfig:
+    rounds: int = 40
+    fraction: float = 0.2
+    """Active ratio: fraction of clients sampled each round (at least one)."""
+    local_epochs: int = 1
+    batch_size: int = 16
+    lr: float = 0.05
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    eval_every: int = 5
+    """Evaluate on the validation split every k rounds (and after the last round)."""
+    checkpoint_every: int = 5
+    select: str = "best_val"
+    """Final model: best_val (highest validation accuracy) or last. Never chosen on test."""
+    eval_batch_size: int = 512
+    threads: int = 0
+    """torch intra-op threads; 0 keeps torch's default."""
+
+
+@dataclass
+class FedProxConfig:
+    mu: float = 0.01
+    """Proximal weight: local loss + mu/2 * ||w - w_global||^2."""
+
+
+@dataclass
+class FedOptConfig:
+    server_lr: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.99
+    tau: float = 1e-3
+    """Adaptivity (epsilon) of FedAdam/FedYogi/FedAdagrad, Reddi et al. 2021."""
+    momentum: float = 0.9
+    """FedAvgM server momentum."""
+    avgm_server_lr: float = 1.0
+
+
+@dataclass
+class AggregationConfig:
+    method: str = "mean"
+    """How uploaded models are combined: mean (n_k-weighted, Eq. 3) or lpa (Layer-wise Pruning, Eq. 10-14)."""
+    v_l: float = 0.1
+    """LPA: fraction of lowest-deviation clients pruned per layer (Eq. 12)."""
+    v_h: float = 0.2
+    """LPA: fraction of highest-deviation clients pruned per layer (Eq. 12)."""
+    layer_unit: str = "tensor"
+    """LPA layer granularity: tensor (each parameter tensor) or module (weights+bias of one module)."""
+
+
+@dataclass
+class FedMLACConfig:
+    alpha: float = 0.5
+    """Eq. 8 weight of CE vs KL for the personalized model."""
+    temperature: float = 1.0
+    """Distillation temperature (1 = Eq. 7/9 as written)."""
+    plugin_ce_weight: float = 0.0
+    """Extra CE weight on the Plug-in loss (0 = Eq. 9 as written)."""
+    plugin_model: str = "crnn_lite"
+    ml: bool = True
+    """Mutual learning on; false = `w/o ML` ablation (both models trained on CE alone)."""
+    lpa: bool = True
+    """Layer-wise Pruning Aggregation on; false = `w/o LPA` ablation (n_k-weighted mean)."""
+
+
+@dataclass
+class FedKADConfig:
+    proto_dim: int = 64
+    """Shared prototype size that every client's penultimate features are projected to."""
+    align_weight: float = 1.0
+    """Weight of the feature-alignment loss toward global class prototypes."""
+
+
+@dataclass
+class Config:
+    algorithm: str = "fedavg"
+    dataset: str = "speech_commands"
+    seed: int = 0
+    out: str | None = None
+    """Run directory; None: runs/<timestamp>-<algorithm>-<dataset>-s<seed>."""
+    data: DataConfig = field(default_factory=DataConfig)
+    features: FeatureConfig = field(default_factory=FeatureConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    aggregation: AggregationConfig = field(default_factory=AggregationConfig)
+    fedprox: FedProxConfig = field(default_factory=FedProxConfig)
+    fedopt: FedOptConfig = field(default_factory=FedOptConfig)
+    fedmlac: FedMLACConfig = field(default_factory=FedMLACConfig)
+    fedkad: FedKADConfig = field(default_factory=FedKADConfig)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Convert a YAML/CLI value to the annotated type, or raise ConfigError naming the key."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null", "")):
+            return None
+        return _coerce(value, options[0], key)
+    if origin is list:
+        (item_type,) = typing.get_args(annotation)
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"setting '{key}' expects a list, got {value!r}")
+        return [_coerce(v, item_type, key) for v in value]
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
+            return False
+        raise ConfigError(f"setting '{key}' expects true/false, got {value!r}")
+    try:
+        if annotation is int:
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        if annotation is float:
+            return float(value)
+        if annotation is str:
+            return str(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"setting '{key}' expects {annotation.__name__}, got {value!r}") from None
+    return value
+
+
+def _apply(obj: Any, values: dict[str, Any], prefix: str = "") -> None:
+    hints = _field_types(type(obj))
+    for name, value in values.items():
+        key = f"{prefix}{name}"
+        if name not in hints:
+            known = ", ".join(sorted(prefix + h for h in hints))
+            raise ConfigError(f"unknown setting '{key}'. Known settings here: {known}")
+        current = getattr(obj, name)
+        if dataclasses.is_dataclass(current):
+            if not isinstance(value, dict):
+                raise ConfigError(f"setting '{key}' is a section; set its fields as {key}.<field>=...")
+            _apply(current, value, key + ".")
+        else:
+            setattr(obj, name, _coerce(value, hints[name], key))
+
+
+def parse_override(text: str) -> tuple[str, Any]:
+    """`a.b=c` -> ("a.b", yaml-parsed c). Raises ConfigError if there is no '='."""
+    if "=" not in text:
+        raise ConfigError(f"--set expects key=value, got {text!r}")
+    key, raw = text.split("=", 1)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    return key.strip(), value
+
+
+def _nest(key: str, value: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    node = out
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+    node[parts[-1]] = value
+    return out
+
+
+def load_config(
+    path: str | Path | None = None,
+    overrides: list[str] | None = None,
+    **flags: Any,
+) -> Config:
+    """Resolve defaults, then a YAML file, then keyword flags (e.g. rounds=...), then `key=value` overrides."""
+    cfg = Config()
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise ConfigError(f"config file {path} does not exist")
+        try:
+            loaded = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {path} must hold a mapping of settings")
+        _apply(cfg, loaded)
+    for key, value in flags.items():
+        if value is not None:
+            _apply(cfg, _nest(key, value))
+    for text in overrides or []:
+        key, value = parse_override(text)
+        _apply(cfg, _nest(key, value))
+    return cfg
+
+
+def save_config(cfg: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))

@@ -1,0 +1,1 @@
+"""Datasets in their official on-disk layouts, features, partitions and corruption."""

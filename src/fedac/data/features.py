@@ -1,0 +1,172 @@
+"""Log-Mel and MFCC features computed in batches with torch and cached on disk.
+
+Defaults follow fedkws-ui.md: 40 coefficients, 30 ms window, 10 ms hop, 16 kHz (a 1 s clip gives
+40 x 101). The cache key covers the dataset identity, every file's size and mtime, the feature
+settings and the noise setting, so a second run reads the cache and a changed file is recomputed.
+
+torchaudio has no CPU build on our target machines and librosa would add numba/llvmlite for one
+filterbank, so the HTK mel filterbank is written here (tested against its defining properties);
+the DCT-II basis comes from scipy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from scipy.fft import dct
+from tqdm import tqdm
+
+from fedac.config import FeatureConfig
+from fedac.data.audio import fit_length, load_audio
+from fedac.data.corrupt import add_white_noise
+from fedac.data.manifest import Manifest
+
+CACHE_VERSION = 1
+
+
+def hz_to_mel(hz: np.ndarray | float) -> np.ndarray:
+    return 2595.0 * np.log10(1.0 + np.asarray(hz, dtype=np.float64) / 700.0)
+
+
+def mel_to_hz(mel: np.ndarray | float) -> np.ndarray:
+    return 700.0 * (10.0 ** (np.asarray(mel, dtype=np.float64) / 2595.0) - 1.0)
+
+
+def mel_filterbank(n_mels: int, n_fft: int, sample_rate: int, f_min: float = 20.0, f_max: float | None = None) -> np.ndarray:
+    """HTK-style triangular filters, shape (n_mels, n_fft // 2 + 1), each peaking at 1 on its centre."""
+    f_max = f_max or sample_rate / 2
+    fft_freqs = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)
+    edges = mel_to_hz(np.linspace(hz_to_mel(f_min), hz_to_mel(f_max), n_mels + 2))
+    lower, centre, upper = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    rising = (fft_freqs[None, :] - lower) / (centre - lower)
+    falling = (upper - fft_freqs[None, :]) / (upper - centre)
+    return np.clip(np.minimum(rising, falling), 0.0, None).astype(np.float32)
+
+
+class FeatureExtractor:
+    """Batched STFT -> mel -> log (-> DCT) on torch tensors of equal-length waveforms."""
+
+    def __init__(self, cfg: FeatureConfig):
+        if cfg.kind not in ("mfcc", "logmel"):
+            raise ValueError(f"features.kind must be 'mfcc' or 'logmel', got {cfg.kind!r}")
+        self.cfg = cfg
+        self.win_length = int(round(cfg.sample_rate * cfg.win_ms / 1000))
+        self.hop_length = int(round(cfg.sample_rate * cfg.hop_ms / 1000))
+        self.n_fft = 2 ** math.ceil(math.log2(self.win_length))
+        self.window = torch.hann_window(self.win_length)
+        self.mel = torch.from_numpy(mel_filterbank(cfg.n_mels, self.n_fft, cfg.sample_rate))
+        self.dct = None
+        if cfg.kind == "mfcc":
+            if cfg.n_mfcc > cfg.n_mels:
+                raise ValueError("features.n_mfcc cannot exceed features.n_mels")
+            basis = dct(np.eye(cfg.n_mels), type=2, norm="ortho", axis=0)[: cfg.n_mfcc]
+            self.dct = torch.from_numpy(basis.astype(np.float32))
+
+    @property
+    def num_features(self) -> int:
+        return self.cfg.n_mfcc if self.cfg.kind == "mfcc" else self.cfg.n_mels
+
+    def __call__(self, waves: torch.Tensor) -> torch.Tensor:
+        """(batch, samples) float32 -> (batch, features, frames)."""
+        spec = torch.stft(
+            waves, self.n_fft, self.hop_length, self.win_length, self.window,
+            center=True, return_complex=True,
+        )
+        power = spec.real.square() + spec.imag.square()
+        logmel = torch.log(torch.matmul(self.mel, power) + 1e-6)
+        return logmel if self.dct is None else torch.matmul(self.dct, logmel)
+
+
+@dataclass
+class FeatureSet:
+    """Features of every model-input window of a manifest; `clip_index` maps a window to its clip."""
+
+    features: torch.Tensor
+    clip_index: torch.Tensor
+
+    def __len__(self) -> int:
+        return int(self.features.shape[0])
+
+
+def cache_root(cache_dir: str | None) -> Path:
+    base = cache_dir or os.environ.get("FEDAC_HOME") or Path.home() / ".cache" / "fedac"
+    return Path(base)
+
+
+def _fingerprint(manifest: Manifest, cfg: FeatureConfig, snr_db: float, noise_seed: int) -> str:
+    digest = hashlib.sha256()
+    head = {"v": CACHE_VERSION, "name": manifest.name, "root": str(Path(manifest.root).resolve()),
+            "features": asdict(cfg), "snr_db": snr_db, "noise_seed": noise_seed if snr_db < 100 else None}
+    digest.update(json.dumps(head, sort_keys=True).encode())
+    for clip in manifest.clips:
+        stat = os.stat(clip.path)
+        digest.update(f"{clip.path}|{clip.offset}|{clip.duration}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:24]
+
+
+def _clip_windows(manifest: Manifest, index: int, cfg: FeatureConfig, snr_db: float, noise_seed: int) -> list[np.ndarray]:
+    clip = manifest.clips[index]
+    audio = load_audio(clip.path, cfg.sample_rate, clip.offset, clip.duration)
+    if snr_db < 100:
+        audio = add_white_noise(audio, snr_db, noise_seed, f"{clip.path}@{clip.offset}")
+    return fit_length(audio, int(round(cfg.clip_seconds * cfg.sample_rate)))
+
+
+def compute_features(
+    manifest: Manifest,
+    cfg: FeatureConfig,
+    snr_db: float = 100.0,
+    noise_seed: int = 0,
+    batch_size: int = 256,
+    progress: bool = True,
+) -> FeatureSet:
+    """Features for every clip of `manifest` (no cache). Audio decoding runs on a small thread pool."""
+    extractor = FeatureExtractor(cfg)
+    chunks, owners = [], []
+    indices = range(len(manifest.clips))
+    bar = tqdm(total=len(manifest.clips), desc=f"features {manifest.name}", unit="clip", disable=not progress)
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        for start in range(0, len(manifest.clips), batch_size):
+            batch = indices[start : start + batch_size]
+            windows = pool.map(lambda i: _clip_windows(manifest, i, cfg, snr_db, noise_seed), batch)
+            waves, owner = [], []
+            for clip_id, clip_windows in zip(batch, windows):
+                waves.extend(clip_windows)
+                owner.extend([clip_id] * len(clip_windows))
+            with torch.no_grad():
+                chunks.append(extractor(torch.from_numpy(np.stack(waves))).to(torch.float16))
+            owners.append(torch.tensor(owner, dtype=torch.long))
+            bar.update(len(batch))
+    bar.close()
+    if not chunks:
+        return FeatureSet(torch.empty(0, extractor.num_features, 0), torch.empty(0, dtype=torch.long))
+    return FeatureSet(torch.cat(chunks), torch.cat(owners))
+
+
+def load_features(
+    manifest: Manifest,
+    cfg: FeatureConfig,
+    cache_dir: str | None = None,
+    snr_db: float = 100.0,
+    noise_seed: int = 0,
+    progress: bool = True,
+) -> FeatureSet:
+    """Cached `compute_features`: the cache file is written atomically and keyed by `_fingerprint`."""
+    path = cache_root(cache_dir) / "features" / f"{manifest.name}-{cfg.kind}-{_fingerprint(manifest, cfg, snr_db, noise_seed)}.pt"
+    if path.is_file():
+        stored = torch.load(path, weights_only=True)
+        return FeatureSet(stored["features"], stored["clip_index"])
+    feats = compute_features(manifest, cfg, snr_db, noise_seed, progress=progress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(f".tmp{os.getpid()}")
+    torch.save({"features": feats.features, "clip_index": feats.clip_index}, tmp)
+    os.replace(tmp, path)
+    return feats

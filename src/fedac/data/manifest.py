@@ -1,0 +1,53 @@
+"""A dataset reduced to what federated training needs: which clip, which label, which client, which split.
+
+Every loader (gsc.py, urbansound8k.py, cremad.py, iemocap.py) turns an official on-disk layout into a
+Manifest; everything downstream (features, partitions, the engine) only sees Manifests.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass(frozen=True)
+class Clip:
+    path: str
+    """Absolute path of the audio file."""
+    label: int
+    client: str
+    """Natural client id: speaker, actor or recording source."""
+    split: str
+    """train, val or test."""
+    group: str = ""
+    """Source-recording key; clips sharing it stay together in grouped partitions. Empty: the path."""
+    offset: float = 0.0
+    """Start of the clip inside the file, seconds (e.g. 1 s slices of a long background-noise file)."""
+    duration: float | None = None
+    """Seconds to read from offset; None reads to the end of the file."""
+
+    @property
+    def source(self) -> str:
+        return self.group or self.path
+
+
+@dataclass
+class Manifest:
+    name: str
+    """Dataset identity used in cache keys, e.g. 'speech_commands-35'."""
+    root: str
+    classes: list[str]
+    clips: list[Clip] = field(default_factory=list)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def split_indices(self, split: str) -> list[int]:
+        return [i for i, clip in enumerate(self.clips) if clip.split == split]
+
+    def counts(self) -> dict[str, int]:
+        counts = Counter(clip.split for clip in self.clips)
+        return {split: counts.get(split, 0) for split in SPLITS}

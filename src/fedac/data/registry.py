@@ -1,0 +1,85 @@
+"""Dataset names -> loaders, and the embedded synthetic stand-ins used when no root is given."""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from fedac.config import Config, DataConfig
+from fedac.data.features import cache_root
+from fedac.data.manifest import Manifest
+from fedac.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class DatasetSpec:
+    loader: str
+    """'module:function' with signature (root, DataConfig) -> Manifest."""
+    synthesizer: str | None
+    """'module:function' with signature (out_dir, seed=..., progress=..., **kw) writing the official layout."""
+    default_partition: str
+    description: str
+    synth_command: str | None = None
+    """CLI verb that writes the stand-in: `fedac data <synth_command> --out DIR [--<synth_size_arg> N]`."""
+    synth_size_arg: str | None = None
+    """Name of the synthesizer's size keyword (speakers, actors, ...), exposed as a CLI option."""
+    synth_kwargs: Callable[[DataConfig], dict] = lambda data: {}
+    """Size arguments for the embedded stand-in taken from the data config (e.g. number of speakers)."""
+
+    def load_fn(self) -> Callable[[Path, DataConfig], Manifest]:
+        return _resolve(self.loader)
+
+
+def _resolve(target: str) -> Callable:
+    module, name = target.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
+DATASETS: dict[str, DatasetSpec] = {
+    "speech_commands": DatasetSpec(
+        "fedac.data.gsc:load_manifest",
+        "fedac.data.synth.speech_commands:generate",
+        "natural",
+        "Google Speech Commands v0.02 keyword spotting (35 or 12 classes), client = speaker",
+        synth_command="synth-speech-commands",
+        synth_size_arg="speakers",
+        synth_kwargs=lambda data: {"speakers": data.synth_speakers},
+    ),
+}
+
+
+def dataset_spec(name: str) -> DatasetSpec:
+    if name not in DATASETS:
+        raise ConfigError(f"unknown dataset '{name}'. Known datasets: {', '.join(sorted(DATASETS))}")
+    return DATASETS[name]
+
+
+def synthetic_root(cfg: Config) -> Path:
+    """Where the embedded stand-in for `cfg.dataset` lives (generated once, then reused)."""
+    size = "-".join(f"{k}{v}" for k, v in sorted(dataset_spec(cfg.dataset).synth_kwargs(cfg.data).items()))
+    return cache_root(cfg.data.cache_dir) / "synthetic" / f"{cfg.dataset}-{size}-seed0"
+
+
+def resolve_root(cfg: Config, progress: bool = True) -> Path:
+    """data.root, or the embedded synthetic dataset (generating it on first use)."""
+    spec = dataset_spec(cfg.dataset)
+    if cfg.data.root is not None:
+        return Path(cfg.data.root).expanduser()
+    if spec.synthesizer is None:
+        raise ConfigError(f"dataset '{cfg.dataset}' has no embedded stand-in: set data.root=DIR")
+    root = synthetic_root(cfg)
+    # The embedded data set uses a fixed seed: run seeds vary training, not the corpus.
+    synthesizer(spec)(root, seed=0, progress=progress, **spec.synth_kwargs(cfg.data))
+    return root
+
+
+def synthesizer(spec: DatasetSpec) -> Callable:
+    if spec.synthesizer is None:
+        raise ConfigError("this dataset has no synthetic stand-in")
+    return _resolve(spec.synthesizer)
+
+
+def load_manifest(cfg: Config, progress: bool = True) -> Manifest:
+    return dataset_spec(cfg.dataset).load_fn()(resolve_root(cfg, progress), cfg.data)

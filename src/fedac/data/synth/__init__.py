@@ -1,0 +1,1 @@
+"""Synthetic stand-ins for public audio datasets (generated offline, no downloads)."""

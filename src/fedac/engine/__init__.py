@@ -1,0 +1,1 @@
+"""Round loop, client sampling, evaluation, checkpoint/resume."""

@@ -1,0 +1,36 @@
+"""Atomic checkpoints: write to a temporary file in the run directory, fsync, then rename over the old one.
+
+A run killed at any moment leaves either the previous checkpoint or the new one, never a torn file.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fedac.errors import CheckpointError
+
+CHECKPOINT = "checkpoint.pt"
+
+
+def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
+    path = Path(run_dir) / CHECKPOINT
+    tmp = path.with_name(f".{CHECKPOINT}.tmp{os.getpid()}")
+    with open(tmp, "wb") as handle:
+        torch.save(payload, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+def load_checkpoint(run_dir: Path) -> dict[str, Any]:
+    path = Path(run_dir) / CHECKPOINT
+    if not path.is_file():
+        raise CheckpointError(f"no checkpoint at {path}: the run stopped before its first checkpoint; start it again")
+    try:
+        return torch.load(path, weights_only=False)
+    except Exception as exc:  # a foreign or damaged file: say so instead of a pickle traceback
+        raise CheckpointError(f"checkpoint {path} cannot be read ({exc}); start the run again") from None

@@ -1,0 +1,107 @@
+"""Config -> resident federated tensors: every client's training and held-out windows, val and test.
+
+Features are computed once (and cached on disk), normalised, and gathered into contiguous tensors per
+client, so rounds never touch the disk, build DataLoaders or copy models.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from fedac.algorithms.base import ClientData, Task
+from fedac.config import Config
+from fedac.data.corrupt import corrupt_labels
+from fedac.data.features import FeatureSet, load_features
+from fedac.data.manifest import Manifest
+from fedac.data.partition import partition
+from fedac.data.registry import dataset_spec, load_manifest
+from fedac.errors import DatasetError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class EvalSplit:
+    """Windows of one evaluation split; `clip` maps each window to its clip (0..num_clips-1)."""
+
+    x: torch.Tensor
+    clip: torch.Tensor
+    labels: torch.Tensor
+    """One label per clip."""
+
+    @property
+    def num_clips(self) -> int:
+        return int(self.labels.shape[0])
+
+
+@dataclass
+class FederatedData:
+    task: Task
+    manifest: Manifest
+    clients: list[ClientData]
+    val: EvalSplit
+    test: EvalSplit
+
+    def client(self, name: str) -> ClientData:
+        return self._by_name[name]
+
+    def __post_init__(self) -> None:
+        self._by_name = {c.name: c for c in self.clients}
+
+
+def normalize(features: torch.Tensor) -> torch.Tensor:
+    """Per-utterance, per-coefficient mean/variance normalisation (needs no statistics from other clients)."""
+    x = features.float()
+    mean = x.mean(dim=2, keepdim=True)
+    std = x.std(dim=2, keepdim=True, unbiased=False)
+    return ((x - mean) / (std + 1e-5)).contiguous()
+
+
+def _rows_by_clip(feats: FeatureSet, num_clips: int) -> list[torch.Tensor]:
+    order = torch.argsort(feats.clip_index, stable=True)
+    counts = torch.bincount(feats.clip_index, minlength=num_clips).tolist()
+    return list(order.split(counts))
+
+
+def _gather(x: torch.Tensor, rows_of: list[torch.Tensor], clips: list[int], labels: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Windows of `clips` with their label and their position in `clips`."""
+    if not clips:
+        return x.new_zeros((0, *x.shape[1:])), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+    rows = [rows_of[c] for c in clips]
+    position = torch.cat([torch.full((len(r),), i, dtype=torch.long) for i, r in enumerate(rows)])
+    window_labels = torch.tensor(labels, dtype=torch.long)[position]
+    return x[torch.cat(rows)], window_labels, position
+
+
+def _eval_split(x, rows_of, manifest: Manifest, split: str) -> EvalSplit:
+    clips = manifest.split_indices(split)
+    if not clips:
+        raise DatasetError(f"dataset {manifest.name} at {manifest.root} has no '{split}' clips")
+    labels = [manifest.clips[c].label for c in clips]
+    wx, _, position = _gather(x, rows_of, clips, labels)
+    return EvalSplit(wx, position, torch.tensor(labels, dtype=torch.long))
+
+
+def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
+    manifest = load_manifest(cfg, progress)
+    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
+    x = normalize(feats.features)
+    rows_of = _rows_by_clip(feats, len(manifest.clips))
+    splits = partition(manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition)
+    clients = []
+    for split in splits:
+        labels = np.array([manifest.clips[c].label for c in split.train], dtype=np.int64)
+        labels = corrupt_labels(labels, manifest.num_classes, cfg.data.label_error, cfg.seed, split.name)
+        tx, ty, _ = _gather(x, rows_of, split.train, labels.tolist())
+        hx, hy, _ = _gather(x, rows_of, split.holdout, [manifest.clips[c].label for c in split.holdout])
+        clients.append(ClientData(split.name, tx, ty, hx, hy))
+    empty = [c.name for c in clients if c.num_samples == 0]
+    if empty:
+        log.warning("%d clients hold no training windows and are skipped when sampled: %s", len(empty), empty[:5])
+    task = Task(int(x.shape[1]), manifest.num_classes, [c.name for c in clients])
+    return FederatedData(task, manifest, clients, _eval_split(x, rows_of, manifest, "val"),
+                         _eval_split(x, rows_of, manifest, "test"))

@@ -1,0 +1,36 @@
+"""Model evaluation: batched logits, a clip's windows averaged, then accuracy / macro-F1 / UAR."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from fedac.engine.data import EvalSplit
+from fedac.metrics import classification_metrics
+
+
+@torch.no_grad()
+def logits(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+    model.eval()
+    if len(x) == 0:
+        return torch.zeros(0)
+    return torch.cat([model(chunk) for chunk in x.split(batch_size)])
+
+
+def clip_predictions(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> torch.Tensor:
+    """Predicted class per clip: the argmax of the mean logits over the clip's windows."""
+    out = logits(model, split.x, batch_size)
+    summed = torch.zeros(split.num_clips, out.shape[1]).index_add_(0, split.clip, out)
+    counts = torch.bincount(split.clip, minlength=split.num_clips).clamp(min=1).unsqueeze(1)
+    return (summed / counts).argmax(dim=1)
+
+
+def evaluate(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> dict[str, float]:
+    return classification_metrics(split.labels.numpy(), clip_predictions(model, split, batch_size).numpy())
+
+
+def window_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
+    """Accuracy over individual windows (a client's local held-out data)."""
+    if len(y) == 0:
+        return float("nan")
+    return float((logits(model, x, batch_size).argmax(dim=1) == y).float().mean())

@@ -1,0 +1,192 @@
+"""The single-machine simulator: sample a cohort, run the algorithm's client side for each member, run
+its server side, evaluate on validation, checkpoint. No algorithm logic lives here.
+
+Reproducibility and resume: the cohort of round t, each client's batch order and its dropout masks
+derive from (seed, t, client) only, and the checkpoint holds the global state, every persistent client
+state and the history. A run resumed from round r's checkpoint therefore produces exactly the
+parameters of an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import copy
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from fedac.algorithms import build_algorithm
+from fedac.algorithms.base import Algorithm
+from fedac.config import Config, save_config
+from fedac.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedac.engine.data import FederatedData, build_federated_data
+from fedac.engine.evaluate import evaluate, window_accuracy
+from fedac.errors import CheckpointError, ConfigError
+from fedac.metrics import mean_std
+from fedac.report import write_history, write_results
+from fedac.seeding import derive_seed, numpy_rng, torch_generator
+
+log = logging.getLogger(__name__)
+
+
+def all_finite(obj: Any) -> bool:
+    """True when every tensor inside an upload (dicts / lists of tensors) is free of NaN and Inf."""
+    if isinstance(obj, torch.Tensor):
+        return not obj.is_floating_point() or bool(torch.isfinite(obj).all())
+    if isinstance(obj, dict):
+        return all(all_finite(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return all(all_finite(v) for v in obj)
+    if isinstance(obj, float):
+        return math.isfinite(obj)
+    return True
+
+
+def sample_cohort(clients: list[str], fraction: float, seed: int, round_idx: int) -> list[str]:
+    """ceil-free active ratio: max(1, round(fraction * N)) clients, drawn without replacement from (seed, round)."""
+    if not 0 < fraction <= 1:
+        raise ConfigError(f"train.fraction must lie in (0, 1], got {fraction}")
+    size = max(1, int(round(fraction * len(clients))))
+    picked = numpy_rng(seed, "cohort", round_idx).choice(len(clients), size, replace=False)
+    return [clients[i] for i in sorted(picked)]
+
+
+class Simulator:
+    def __init__(self, cfg: Config, run_dir: str | Path, data: FederatedData | None = None, progress: bool = True):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.progress = progress
+        if cfg.train.threads > 0:
+            torch.set_num_threads(cfg.train.threads)
+        self.data = data or build_federated_data(cfg, progress)
+        self.algorithm: Algorithm = build_algorithm(cfg, self.data.task)
+        self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
+        if not self.trainable:
+            raise ConfigError(f"no client holds training data for dataset {cfg.dataset}")
+
+    # --- state ---------------------------------------------------------------------------------
+    def _fresh_state(self) -> dict[str, Any]:
+        return {"round": 0, "server": self.algorithm.init_server(), "clients": {}, "history": [],
+                "best": None, "wall_seconds": 0.0}
+
+    def _client_state(self, state: dict[str, Any], name: str) -> Any:
+        if name not in state["clients"]:
+            state["clients"][name] = self.algorithm.init_client_state(name)
+        return state["clients"][name]
+
+    # --- one round -----------------------------------------------------------------------------
+    def run_round(self, state: dict[str, Any], round_idx: int) -> dict[str, float]:
+        cfg = self.cfg
+        payload = self.algorithm.broadcast(state["server"])
+        uploads, losses, rejected = [], [], []
+        for name in sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx):
+            data = self.data.client(name)
+            torch.manual_seed(derive_seed(cfg.seed, "dropout", round_idx, name))
+            result = self.algorithm.client_update(
+                payload, self._client_state(state, name), data, round_idx,
+                torch_generator(cfg.seed, "batches", round_idx, name),
+            )
+            if not all_finite(result.upload) or not all_finite(result.state):
+                log.warning("round %d: client %s returned NaN/Inf parameters; its update is discarded", round_idx, name)
+                rejected.append(name)
+                continue
+            if result.state is not None:
+                state["clients"][name] = result.state
+            uploads.append((result.upload, data.num_samples))
+            losses.append(result.metrics.get("loss", float("nan")))
+        metrics: dict[str, float] = {"clients": float(len(uploads)), "rejected": float(len(rejected))}
+        if uploads:
+            state["server"], server_metrics = self.algorithm.server_update(state["server"], uploads, round_idx)
+            metrics.update(server_metrics)
+        else:
+            log.warning("round %d: no usable client update; the global state is unchanged", round_idx)
+        metrics["train_loss"] = float(np.nanmean(losses)) if losses else float("nan")
+        return metrics
+
+    def _evaluate_round(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
+        model = self.algorithm.global_model(state["server"])
+        val = evaluate(model, self.data.val, self.cfg.train.eval_batch_size)
+        row.update({f"val_{k}": v for k, v in val.items()})
+        best = state["best"]
+        if best is None or val["accuracy"] > best["val_accuracy"]:
+            state["best"] = {"round": round_idx, "val_accuracy": val["accuracy"], "server": copy.deepcopy(state["server"])}
+
+    # --- whole run -----------------------------------------------------------------------------
+    def run(self, resume: bool = False, stop_after: int | None = None) -> dict[str, Any] | None:
+        """Train all rounds (continuing from the checkpoint when resume) and write the run directory.
+
+        `stop_after` ends the process-like run after that round without final evaluation, as a kill
+        would (used to test resume); it returns None then.
+        """
+        cfg = self.cfg
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume:
+            state = load_checkpoint(self.run_dir)
+            if state.get("algorithm") != cfg.algorithm:
+                raise CheckpointError(f"checkpoint in {self.run_dir} is for '{state.get('algorithm')}', not '{cfg.algorithm}'")
+        else:
+            state = self._fresh_state()
+            save_config(cfg, self.run_dir / "config.yaml")
+        state["algorithm"] = cfg.algorithm
+        started = time.perf_counter() - state["wall_seconds"]
+        rounds = cfg.train.rounds
+        bar = tqdm(total=rounds, initial=state["round"], desc=f"{cfg.algorithm} rounds", unit="round",
+                   disable=not self.progress)
+        for round_idx in range(state["round"] + 1, rounds + 1):
+            row = {"round": float(round_idx), **self.run_round(state, round_idx)}
+            if round_idx % cfg.train.eval_every == 0 or round_idx == rounds:
+                self._evaluate_round(state, round_idx, row)
+                row["wall_seconds"] = time.perf_counter() - started
+                state["history"].append(row)
+                write_history(self.run_dir, state["history"])
+                bar.set_postfix(val_acc=f"{row['val_accuracy']:.3f}", loss=f"{row['train_loss']:.3f}")
+            state["round"] = round_idx
+            state["wall_seconds"] = time.perf_counter() - started
+            if round_idx % cfg.train.checkpoint_every == 0 or round_idx == rounds:
+                save_checkpoint(self.run_dir, state)
+            bar.update(1)
+            if stop_after is not None and round_idx >= stop_after:
+                bar.close()
+                return None
+        bar.close()
+        self.state = state
+        results = self.final_results(state)
+        results["wall_seconds"] = time.perf_counter() - started
+        write_results(self.run_dir, results, cfg)
+        return results
+
+    def selected_server(self, state: dict[str, Any]) -> dict[str, Any]:
+        if self.cfg.train.select == "last" or state["best"] is None:
+            return state["server"]
+        if self.cfg.train.select != "best_val":
+            raise ConfigError(f"train.select must be best_val or last, got {self.cfg.train.select!r}")
+        return state["best"]["server"]
+
+    def final_results(self, state: dict[str, Any]) -> dict[str, Any]:
+        """Test metrics of the model selected on validation, plus per-client and personalized metrics."""
+        batch = self.cfg.train.eval_batch_size
+        server = self.selected_server(state)
+        model = self.algorithm.global_model(server)
+        final = dict(evaluate(model, self.data.test, batch))
+        final["selected_round"] = state["best"]["round"] if self.cfg.train.select == "best_val" and state["best"] else state["round"]
+        local = [window_accuracy(model, c.holdout_x, c.holdout_y, batch) for c in self.data.clients]
+        final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)
+        personal_test, personal_local = [], []
+        for client in self.data.clients:
+            own = self.algorithm.personalized_model(client.name, self._client_state(state, client.name))
+            if own is None:
+                continue
+            personal_test.append(evaluate(own, self.data.test, batch)["accuracy"])
+            personal_local.append(window_accuracy(own, client.holdout_x, client.holdout_y, batch))
+        if personal_test:
+            final["personalized_accuracy_mean"], final["personalized_accuracy_std"] = mean_std(personal_test)
+            final["personalized_local_accuracy_mean"], final["personalized_local_accuracy_std"] = mean_std(personal_local)
+        return {"algorithm": self.cfg.algorithm, "dataset": self.cfg.dataset, "seed": self.cfg.seed,
+                "final": final, "history": state["history"], "rounds": state["round"],
+                "clients": len(self.data.clients), "num_classes": self.data.task.num_classes}
+

@@ -1,0 +1,31 @@
+"""Classification metrics (scikit-learn): accuracy, macro-F1, UAR (unweighted average recall)."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
+
+
+def classification_metrics(y_true, y_pred) -> dict[str, float]:
+    """Accuracy, macro-F1 and UAR. Macro-F1 averages over classes present in truth or prediction."""
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    if len(y_true) == 0:
+        return {"accuracy": float("nan"), "macro_f1": float("nan"), "uar": float("nan")}
+    with warnings.catch_warnings():
+        # balanced_accuracy warns when a predicted class never occurs in truth; that is expected here.
+        warnings.simplefilter("ignore")
+        return {
+            "accuracy": float(accuracy_score(y_true, y_pred)),
+            "macro_f1": float(f1_score(y_true, y_pred, average="macro", zero_division=0)),
+            "uar": float(balanced_accuracy_score(y_true, y_pred)),
+        }
+
+
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and population std over clients (what Fig. 2/3 of fedmlac.md plot as bars and error bars)."""
+    arr = np.asarray([v for v in values if np.isfinite(v)], dtype=float)
+    if arr.size == 0:
+        return float("nan"), float("nan")
+    return float(arr.mean()), float(arr.std())

@@ -1,0 +1,21 @@
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from gsc_fixture import make_gsc_tree  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def fedac_home(tmp_path_factory, monkeypatch):
+    """Caches of every test go to a temporary FEDAC_HOME, never the user's home."""
+    home = tmp_path_factory.getbasetemp() / "fedac_home"
+    monkeypatch.setenv("FEDAC_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def gsc_root(tmp_path_factory):
+    return make_gsc_tree(tmp_path_factory.mktemp("gsc"), speakers=8, clips=2)
