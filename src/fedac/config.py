@@ -120,9 +120,11 @@ class AggregationConfig:
     method: str = "mean"
     """How uploaded models are combined: mean (n_k-weighted, Eq. 3) or lpa (Layer-wise Pruning, Eq. 10-14)."""
     v_l: float = 0.1
-    """LPA: fraction of lowest-deviation clients pruned per layer (Eq. 12)."""
+    """LPA: fraction of lowest-deviation clients pruned per layer (Eq. 12). The paper gives no value;
+    0.1 trims the near-copies of the cohort mean lightly."""
     v_h: float = 0.2
-    """LPA: fraction of highest-deviation clients pruned per layer (Eq. 12)."""
+    """LPA: fraction of highest-deviation clients pruned per layer (Eq. 12). The paper gives no value;
+    0.2 trims outliers (noisy / mislabelled clients) harder than near-mean ones."""
     layer_unit: str = "tensor"
     """LPA layer granularity: tensor (each parameter tensor) or module (weights+bias of one module)."""
 
@@ -136,6 +138,8 @@ class FedMLACConfig:
     plugin_ce_weight: float = 0.0
     """Extra CE weight on the Plug-in loss (0 = Eq. 9 as written)."""
     plugin_model: str = "crnn_lite"
+    teacher: str = "pre_update"
+    """Plug-in teacher logits: pre_update (Alg. 1 line 13 as written) or post_update (after omega's step)."""
     ml: bool = True
     """Mutual learning on; false = `w/o ML` ablation (both models trained on CE alone)."""
     lpa: bool = True

@@ -75,16 +75,16 @@ def format_table(rows: list[tuple[str, str]]) -> str:
 
 def final_table(results: dict[str, Any]) -> str:
     final = results["final"]
-    rows = [
-        ("algorithm", results["algorithm"]),
-        ("dataset", results["dataset"]),
-        ("test accuracy", f"{final['accuracy']:.4f}"),
-        ("test macro-F1", f"{final['macro_f1']:.4f}"),
-        ("test UAR", f"{final['uar']:.4f}"),
-        ("rounds", str(results["rounds"])),
-        ("selected round (val)", str(final["selected_round"])),
-        ("client acc. mean ± std", f"{final['client_accuracy_mean']:.4f} ± {final['client_accuracy_std']:.4f}"),
-    ]
+    rows = [("algorithm", results["algorithm"]), ("dataset", results["dataset"])]
+    if final["has_global_model"]:
+        rows += [
+            ("test accuracy", f"{final['accuracy']:.4f}"),
+            ("test macro-F1", f"{final['macro_f1']:.4f}"),
+            ("test UAR", f"{final['uar']:.4f}"),
+            ("selected round (val)", str(final["selected_round"])),
+            ("client acc. mean ± std", f"{final['client_accuracy_mean']:.4f} ± {final['client_accuracy_std']:.4f}"),
+        ]
+    rows.append(("rounds", str(results["rounds"])))
     if "personalized_accuracy_mean" in final:
         rows.append(("personalized test acc.", f"{final['personalized_accuracy_mean']:.4f} ± {final['personalized_accuracy_std']:.4f}"))
         rows.append(("personalized local acc.", f"{final['personalized_local_accuracy_mean']:.4f}"))

@@ -15,6 +15,8 @@ ALGORITHMS: dict[str, str] = {
     "fedyogi": "fedac.algorithms.fedopt:FedYogi",
     "fedadagrad": "fedac.algorithms.fedopt:FedAdagrad",
     "fedavgm": "fedac.algorithms.fedopt:FedAvgM",
+    "fedmlac": "fedac.algorithms.fedmlac:FedMLAC",
+    "fedkad": "fedac.algorithms.fedkad:FedKAD",
 }
 
 

@@ -18,7 +18,7 @@ from torch import nn
 
 from fedac.config import Config
 from fedac.models import build_model
-from fedac.seeding import numpy_rng
+from fedac.seeding import derive_seed, numpy_rng
 
 Params = dict[str, torch.Tensor]
 
@@ -74,17 +74,23 @@ class Algorithm(ABC):
     def __init__(self, cfg: Config, task: Task):
         self.cfg = cfg
         self.task = task
-        self._scratch: dict[str, nn.Module] = {}
+        self._scratch: dict[tuple[str, str], nn.Module] = {}
 
     # --- models -------------------------------------------------------------------------------
     def make_model(self, name: str) -> nn.Module:
         return build_model(name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout)
 
-    def scratch_model(self, name: str, params: Params | None = None) -> nn.Module:
-        """A reusable model instance per architecture, loaded in place (no deepcopy per client)."""
-        if name not in self._scratch:
-            self._scratch[name] = self.make_model(name)
-        model = self._scratch[name]
+    def scratch_model(self, name: str, params: Params | None = None, role: str = "global") -> nn.Module:
+        """A reusable model instance per (role, architecture), loaded in place (no deepcopy per client).
+
+        Roles keep two models of one architecture apart (e.g. a CRNN-Lite client next to a CRNN-Lite Plug-in).
+        """
+        if (role, name) not in self._scratch:
+            # Building a model draws initial weights; keep that off the global RNG, whose state the
+            # engine sets per client for dropout, or a resumed run would see different dropout masks.
+            with torch.random.fork_rng():
+                self._scratch[(role, name)] = self.make_model(name)
+        model = self._scratch[(role, name)]
         if params is not None:
             model.load_state_dict(params)
         return model
@@ -97,9 +103,10 @@ class Algorithm(ABC):
         return zoo[int(numpy_rng(self.cfg.seed, "architecture", client).integers(len(zoo)))]
 
     def initial_params(self, name: str, purpose: str, *ids: object) -> Params:
-        """Fresh weights that depend only on (seed, purpose, ids)."""
-        torch.manual_seed(numpy_rng(self.cfg.seed, purpose, *ids).integers(2**62))
-        return model_params(self.make_model(name))
+        """Fresh weights that depend only on (seed, purpose, ids); the global torch RNG is left as it was."""
+        with torch.random.fork_rng():
+            torch.manual_seed(derive_seed(self.cfg.seed, purpose, *ids))
+            return model_params(self.make_model(name))
 
     # --- contract ------------------------------------------------------------------------------
     @abstractmethod
@@ -111,8 +118,10 @@ class Algorithm(ABC):
         return server["params"]
 
     def init_client_state(self, client: str) -> Any:
-        """Initial persistent client state; None for stateless clients."""
-        return None
+        """Initial persistent client state: the client's own model for personalized methods, else None."""
+        if not self.personalized:
+            return None
+        return self.initial_params(self.client_architecture(client), "client-init", client)
 
     @abstractmethod
     def client_update(self, payload: Any, state: Any, data: ClientData, round_idx: int,
@@ -125,9 +134,12 @@ class Algorithm(ABC):
         """Combine the cohort's uploads (each with its n_k) into the next global state."""
 
     # --- evaluation ----------------------------------------------------------------------------
-    def global_model(self, server: dict[str, Any]) -> nn.Module:
+    def global_model(self, server: dict[str, Any]) -> nn.Module | None:
+        """The shared model evaluated on val/test; None when the method has no global model (FedKAD)."""
         return self.scratch_model(self.cfg.model.name, server["params"])
 
     def personalized_model(self, client: str, state: Any) -> nn.Module | None:
         """The client's own model for personalized evaluation; None when clients keep no model."""
-        return None
+        if not self.personalized:
+            return None
+        return self.scratch_model(self.client_architecture(client), state, role="personal")

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import multiprocessing
 import shutil
-import time
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
@@ -131,13 +130,3 @@ def run_tasks(fn: Callable, tasks: list, workers: int, desc: str, progress: bool
 def _indexed(job: tuple) -> tuple:
     fn, index, task = job
     return index, fn(task)
-
-
-class Timer:
-    """Seconds since creation (generation stats report it)."""
-
-    def __init__(self) -> None:
-        self.start = time.perf_counter()
-
-    def __call__(self) -> float:
-        return round(time.perf_counter() - self.start, 3)

@@ -47,6 +47,31 @@ DATASETS: dict[str, DatasetSpec] = {
         synth_size_arg="speakers",
         synth_kwargs=lambda data: {"speakers": data.synth_speakers},
     ),
+    "urbansound8k": DatasetSpec(
+        "fedac.data.urbansound8k:load_manifest",
+        "fedac.data.synth.urban:generate",
+        "dirichlet",
+        "UrbanSound8K sound events (10 classes), test = one official fold, Dirichlet over 50 clients grouped by fsID",
+        synth_command="synth-urbansound8k",
+        synth_size_arg="recordings",
+        # The stand-in's default size (synth.urban.DEFAULT_RECORDINGS), named in its cache folder.
+        synth_kwargs=lambda data: {"recordings": 600},
+    ),
+    "cremad": DatasetSpec(
+        "fedac.data.cremad:load_manifest",
+        "fedac.data.synth.emotions:generate",
+        "natural",
+        "CREMA-D emotions (ANG HAP SAD NEU), client = actor (all 91), test = a held-out actor fold",
+        synth_command="synth-cremad",
+        synth_size_arg="actors",
+        synth_kwargs=lambda data: {"actors": 91},
+    ),
+    "iemocap": DatasetSpec(
+        "fedac.data.iemocap:load_manifest",
+        None,
+        "natural",
+        "IEMOCAP improvised emotions (neu hap+exc sad ang), client = speaker, leave-one-session-out test",
+    ),
 }
 
 

@@ -108,8 +108,24 @@ class Simulator:
         metrics["train_loss"] = float(np.nanmean(losses)) if losses else float("nan")
         return metrics
 
+    def _personalized_local_accuracy(self, state: dict[str, Any]) -> list[float]:
+        """Each client's own model on its local held-out windows (empty for non-personalized methods)."""
+        scores = []
+        for client in self.data.clients:
+            own = self.algorithm.personalized_model(client.name, self._client_state(state, client.name))
+            if own is not None:
+                scores.append(window_accuracy(own, client.holdout_x, client.holdout_y, self.cfg.train.eval_batch_size))
+        return scores
+
     def _evaluate_round(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
+        """Validation metrics of the global model (kept as `best` when they improve); personalized
+        methods also log their clients' mean local held-out accuracy."""
+        local = self._personalized_local_accuracy(state)
+        if local:
+            row["local_accuracy"] = mean_std(local)[0]
         model = self.algorithm.global_model(state["server"])
+        if model is None:
+            return
         val = evaluate(model, self.data.val, self.cfg.train.eval_batch_size)
         row.update({f"val_{k}": v for k, v in val.items()})
         best = state["best"]
@@ -144,7 +160,8 @@ class Simulator:
                 row["wall_seconds"] = time.perf_counter() - started
                 state["history"].append(row)
                 write_history(self.run_dir, state["history"])
-                bar.set_postfix(val_acc=f"{row['val_accuracy']:.3f}", loss=f"{row['train_loss']:.3f}")
+                shown = {k: f"{row[k]:.3f}" for k in ("val_accuracy", "local_accuracy", "train_loss") if k in row}
+                bar.set_postfix(shown)
             state["round"] = round_idx
             state["wall_seconds"] = time.perf_counter() - started
             if round_idx % cfg.train.checkpoint_every == 0 or round_idx == rounds:
@@ -172,20 +189,27 @@ class Simulator:
         batch = self.cfg.train.eval_batch_size
         server = self.selected_server(state)
         model = self.algorithm.global_model(server)
-        final = dict(evaluate(model, self.data.test, batch))
-        final["selected_round"] = state["best"]["round"] if self.cfg.train.select == "best_val" and state["best"] else state["round"]
-        local = [window_accuracy(model, c.holdout_x, c.holdout_y, batch) for c in self.data.clients]
-        final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)
-        personal_test, personal_local = [], []
+        final: dict[str, Any] = {"has_global_model": model is not None}
+        if model is not None:
+            final.update(evaluate(model, self.data.test, batch))
+            final["selected_round"] = state["best"]["round"] if self.cfg.train.select == "best_val" and state["best"] else state["round"]
+            local = [window_accuracy(model, c.holdout_x, c.holdout_y, batch) for c in self.data.clients]
+            final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)
+        personal = []
         for client in self.data.clients:
             own = self.algorithm.personalized_model(client.name, self._client_state(state, client.name))
-            if own is None:
-                continue
-            personal_test.append(evaluate(own, self.data.test, batch)["accuracy"])
-            personal_local.append(window_accuracy(own, client.holdout_x, client.holdout_y, batch))
-        if personal_test:
-            final["personalized_accuracy_mean"], final["personalized_accuracy_std"] = mean_std(personal_test)
-            final["personalized_local_accuracy_mean"], final["personalized_local_accuracy_std"] = mean_std(personal_local)
+            if own is not None:
+                personal.append(evaluate(own, self.data.test, batch))
+        if personal:
+            for key in ("accuracy", "macro_f1"):
+                final[f"personalized_{key}_mean"], final[f"personalized_{key}_std"] = mean_std([p[key] for p in personal])
+            local = self._personalized_local_accuracy(state)
+            final["personalized_local_accuracy_mean"], final["personalized_local_accuracy_std"] = mean_std(local)
+        if model is None:
+            # No shared model (FedKAD): the headline numbers are the clients' own models, averaged.
+            final["accuracy"] = final["personalized_accuracy_mean"]
+            final["macro_f1"] = final["personalized_macro_f1_mean"]
+            final["selected_round"] = state["round"]
         return {"algorithm": self.cfg.algorithm, "dataset": self.cfg.dataset, "seed": self.cfg.seed,
                 "final": final, "history": state["history"], "rounds": state["round"],
                 "clients": len(self.data.clients), "num_classes": self.data.task.num_classes}

@@ -10,7 +10,9 @@ generator's phase/flutter/noise state), so there is exactly one engine per proce
 multiprocessing pool gets its own engine. Because the generator state carries over from one
 utterance to the next, :meth:`Espeak.synth` reloads the library before every utterance
 (a few milliseconds): the samples then depend only on the call's arguments, never on what the
-process rendered before, which is what makes datasets built from it reproducible.
+process rendered before, which is what makes datasets built from it reproducible. The engine
+loads a private copy of the library so that this reloading neither disturbs nor is defeated by
+other code in the process using espeak-ng (phonemizers load the same wheel).
 """
 
 from __future__ import annotations
@@ -18,7 +20,10 @@ from __future__ import annotations
 import _ctypes
 import ctypes
 import ctypes.util
+import multiprocessing.util
 import os
+import shutil
+import tempfile
 import threading
 from pathlib import Path
 
@@ -137,8 +142,19 @@ class Espeak:
     """One espeak-ng engine. Use :func:`engine` (one per process) rather than constructing it."""
 
     def __init__(self) -> None:
-        self._lib_path = _loader().get_library_path()
+        self._source = Path(_loader().get_library_path())
+        if not self._source.is_file():
+            raise EspeakError(f"espeak-ng library missing at {self._source}")
         self._data = data_path()
+        # A private copy: only our handle references it, so dlclose really unloads it.
+        # multiprocessing's Finalize (unlike weakref.finalize) also runs when a pool worker
+        # exits and never in a forked child of the process that created it.
+        private_dir = tempfile.mkdtemp(prefix="fedac-espeak-")
+        multiprocessing.util.Finalize(
+            self, shutil.rmtree, args=(private_dir,), kwargs={"ignore_errors": True}, exitpriority=0
+        )
+        self._lib_path = str(Path(private_dir) / self._source.name)
+        shutil.copyfile(self._source, self._lib_path)
         libc_name = ctypes.util.find_library("c")
         # espeak-ng also draws from libc rand() for noise sources; we seed it per utterance.
         self._libc = ctypes.CDLL(libc_name) if libc_name else None
@@ -154,12 +170,12 @@ class Espeak:
         try:
             lib = ctypes.CDLL(self._lib_path)
         except OSError as exc:
-            raise EspeakError(f"cannot load espeak-ng library {self._lib_path!r}: {exc}") from exc
+            raise EspeakError(f"cannot load espeak-ng library {self._source}: {exc}") from exc
         for name, restype, argtypes in _FUNCTIONS:
             try:
                 fn = getattr(lib, name)
             except AttributeError as exc:
-                raise EspeakError(f"{self._lib_path} lacks {name}; espeak-ng too old?") from exc
+                raise EspeakError(f"{self._source} lacks {name}; espeak-ng too old?") from exc
             fn.restype, fn.argtypes = restype, argtypes
         # The path argument is the *parent* of espeak-ng-data.
         rate = lib.espeak_Initialize(

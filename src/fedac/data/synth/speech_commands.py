@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import shutil
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -386,6 +387,14 @@ def _run_task(task: tuple) -> tuple[str, int]:
 # --------------------------------------------------------------------------- driver
 
 
+def _pool(workers: int):
+    # fork on Linux: workers start instantly and never re-import __main__ (so generate() also
+    # works from notebooks and piped scripts). They use only numpy/scipy and their own private
+    # espeak-ng copy, none of the parent's threads. Other platforms get spawn.
+    method = "fork" if sys.platform.startswith("linux") else "spawn"
+    return multiprocessing.get_context(method).Pool(processes=workers)
+
+
 def _owned_paths(out: Path) -> list[Path]:
     names = [*WORDS, _BACKGROUND_DIR, *_LISTS.values(), _README, _MARKER]
     return [out / name for name in names]
@@ -434,7 +443,7 @@ def generate(
     it is returned as is (``stats["cached"]`` is True). A partial generation (interrupted run)
     or one with other parameters is removed and regenerated; a directory that holds word
     folders but was not written by this function raises ``FileExistsError`` rather than being
-    deleted. ``workers`` > 1 renders speakers in a spawn-based process pool.
+    deleted. ``workers`` > 1 renders speakers in a process pool (fork on Linux, else spawn).
 
     Returns stats: ``speakers_per_split``, ``clips_per_split``, ``total_clips``, ``seconds``,
     ``cached``, plus ``seed``, ``speakers`` and ``out_dir``.
@@ -475,23 +484,21 @@ def generate(
     splits = ("train", "validation", "testing")
     clips = dict.fromkeys(splits, 0)
 
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(tasks), desc="synth speech commands", unit="task", disable=not progress)
+    pool = _pool(int(workers)) if workers > 1 else None  # before tqdm starts its monitor thread
+    results = pool.imap_unordered(_run_task, tasks) if pool else map(_run_task, tasks)
     try:
-        if workers > 1:
-            ctx = multiprocessing.get_context("spawn")  # fork is unsafe once torch threads run
-            with ctx.Pool(processes=int(workers)) as pool:
-                for split, n in pool.imap_unordered(_run_task, tasks):
-                    clips[split] = clips.get(split, 0) + n
-                    bar.update()
-        else:
-            for task in tasks:
-                split, n = _run_task(task)
-                clips[split] = clips.get(split, 0) + n
-                bar.update()
+        from tqdm import tqdm
+
+        for split, n in tqdm(
+            results, total=len(tasks), desc="synth speech commands", unit="task", disable=not progress
+        ):
+            clips[split] = clips.get(split, 0) + n
+        if pool:
+            pool.close()  # let workers exit normally so their temporary files are cleaned up
+            pool.join()
     finally:
-        bar.close()
+        if pool:
+            pool.terminate()
     clips.pop("background", None)
 
     for split, list_name in _LISTS.items():

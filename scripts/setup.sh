@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Create .venv and install fedac with its test tools. Idempotent: a second call only checks.
+# torch is installed first as exactly 2.13.0 (the CPU wheel on our machines); any looser spec with
+# no torch present would pull several GB of CUDA packages.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON="${PYTHON:-python3}"
+if [ ! -x .venv/bin/python ]; then
+    "$PYTHON" -m venv .venv
+fi
+PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
+"${PIP[@]}" torch==2.13.0
+"${PIP[@]}" -e ".[test]"
+.venv/bin/python -c "import torch, fedac; assert torch.__version__.startswith('2.13.0'), torch.__version__"

@@ -1,0 +1,121 @@
+"""FedMLAC (fedmlac.md Section 3.2): personalized client models and a shared Plug-in trained by mutual
+learning (Algorithm 1), Plug-ins combined by Layer-wise Pruning Aggregation (Algorithm 2).
+
+Client k keeps its own model omega_k (architecture fixed once per client: `model.client_model`, or a
+seeded draw from `model.zoo` when heterogeneous) and receives the global Plug-in theta each round.
+Per batch B, in Algorithm 1's order:
+
+  omega <- omega - lr * grad[ alpha * CE(F_k(x), y) + (1 - alpha) * KL(p_theta || p_omega) ]   (Eq. 6-8)
+  theta <- theta - lr * grad[ KL(p_omega || p_theta) + plugin_ce_weight * CE(F_g(x), y) ]       (Eq. 9)
+
+with KL(p || q) = sum_c p(c) log(p(c) / q(c)) (Eq. 5), the first argument being the teacher, whose
+output is detached. Only theta (with n_k) is uploaded; omega never leaves the client.
+
+Choices where the paper is silent (all config options under `fedmlac.`):
+- alpha = 0.5: equal weight of CE and distillation, the balance of deep mutual learning (Eq. 4, lambda = 1).
+- temperature = 1: Eq. 7 and 9 on plain softmax outputs; T > 1 softens both and scales KL by T^2
+  (Hinton et al.) so gradient magnitudes stay comparable.
+- plugin_ce_weight = 0: Eq. 9 as written, the Plug-in learns the labels only through omega.
+- teacher = "pre_update": Alg. 1 line 13 evaluates grad L^g at (omega_{t+(i)}, theta_{t+(i)}), i.e. the
+  teacher logits of omega computed before omega's step on the same batch are reused; "post_update"
+  recomputes them with the freshly updated omega (one more forward pass).
+- ml = false (`w/o ML`): omega on CE alone, theta on CE alone; lpa = false (`w/o LPA`): n_k-weighted mean.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedac.aggregation import aggregate
+from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params
+from fedac.algorithms.local import batch_indices, make_optimizer
+from fedac.errors import ConfigError
+
+
+def distillation_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """KL(p_teacher || p_student) averaged over the batch (Eq. 5), teacher detached, scaled by T^2."""
+    t = temperature
+    teacher = F.log_softmax(teacher_logits.detach() / t, dim=1)
+    student = F.log_softmax(student_logits / t, dim=1)
+    return F.kl_div(student, teacher, log_target=True, reduction="batchmean") * (t * t)
+
+
+def personalized_loss(omega_logits, theta_logits, y, alpha: float, temperature: float = 1.0, ml: bool = True) -> torch.Tensor:
+    """Eq. 8: alpha * CE(omega) + (1 - alpha) * KL(p_theta || p_omega); CE alone without mutual learning."""
+    ce = F.cross_entropy(omega_logits, y)
+    if not ml:
+        return ce
+    return alpha * ce + (1 - alpha) * distillation_kl(omega_logits, theta_logits, temperature)
+
+
+def plugin_loss(theta_logits, omega_logits, y, temperature: float = 1.0, ce_weight: float = 0.0, ml: bool = True) -> torch.Tensor:
+    """Eq. 9: KL(p_omega || p_theta) (+ optional CE weight); CE alone without mutual learning."""
+    if not ml:
+        return F.cross_entropy(theta_logits, y)
+    loss = distillation_kl(theta_logits, omega_logits, temperature)
+    if ce_weight:
+        loss = loss + ce_weight * F.cross_entropy(theta_logits, y)
+    return loss
+
+
+class FedMLAC(Algorithm):
+    name = "fedmlac"
+    personalized = True
+
+    def __init__(self, cfg, task):
+        super().__init__(cfg, task)
+        if not 0 <= cfg.fedmlac.alpha <= 1:
+            raise ConfigError(f"fedmlac.alpha must lie in [0, 1], got {cfg.fedmlac.alpha}")
+        if cfg.fedmlac.temperature <= 0:
+            raise ConfigError(f"fedmlac.temperature must be > 0, got {cfg.fedmlac.temperature}")
+
+    def init_server(self) -> dict[str, Any]:
+        return {"params": self.initial_params(self.cfg.fedmlac.plugin_model, "plugin-init")}
+
+    def client_update(self, payload: Params, state: Params, data: ClientData, round_idx: int,
+                      generator: torch.Generator) -> ClientResult:
+        opts = self.cfg.fedmlac
+        omega = self.scratch_model(self.client_architecture(data.name), state, role="personal")
+        theta = self.scratch_model(opts.plugin_model, payload, role="plugin")
+        omega.train(), theta.train()
+        opt_omega = make_optimizer(omega.parameters(), self.cfg.train)
+        opt_theta = make_optimizer(theta.parameters(), self.cfg.train)
+        sums = {"loss": 0.0, "plugin_loss": 0.0}
+        steps = 0
+        for idx in batch_indices(data.num_samples, self.cfg.train.batch_size, self.cfg.train.local_epochs, generator):
+            x, y = data.x[idx], data.y[idx]
+            # Personalized model step (Eq. 8), the Plug-in as a fixed teacher.
+            omega_logits = omega(x)
+            with torch.no_grad():
+                theta_teacher = theta(x) if opts.ml else None
+            loss_omega = personalized_loss(omega_logits, theta_teacher, y, opts.alpha, opts.temperature, opts.ml)
+            opt_omega.zero_grad(set_to_none=True)
+            loss_omega.backward()
+            opt_omega.step()
+            # Plug-in step (Eq. 9), the personalized model as the teacher.
+            if opts.teacher == "post_update":
+                with torch.no_grad():
+                    omega_logits = omega(x)
+            elif opts.teacher != "pre_update":
+                raise ConfigError(f"fedmlac.teacher must be pre_update or post_update, got {opts.teacher!r}")
+            loss_theta = plugin_loss(theta(x), omega_logits.detach(), y, opts.temperature, opts.plugin_ce_weight, opts.ml)
+            opt_theta.zero_grad(set_to_none=True)
+            loss_theta.backward()
+            opt_theta.step()
+            sums["loss"] += float(loss_omega.detach())
+            sums["plugin_loss"] += float(loss_theta.detach())
+            steps += 1
+        metrics = {k: v / max(steps, 1) for k, v in sums.items()}
+        return ClientResult(model_params(theta), model_params(omega), metrics)
+
+    def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
+                      round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
+        params, metrics = aggregate(uploads, self.cfg.aggregation, use_lpa=self.cfg.fedmlac.lpa)
+        return {**server, "params": params}, metrics
+
+    def global_model(self, server: dict[str, Any]) -> nn.Module:
+        return self.scratch_model(self.cfg.fedmlac.plugin_model, server["params"], role="plugin")

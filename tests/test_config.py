@@ -1,0 +1,103 @@
+"""Typed config: defaults < file < flags < --set; every bad key or value names the setting."""
+
+from __future__ import annotations
+
+import pytest
+
+from fedac.config import Config, load_config, parse_override, save_config
+from fedac.errors import ConfigError
+
+
+def test_defaults_match_the_papers_protocol():
+    cfg = Config()
+    assert cfg.features.n_mfcc == 40 and cfg.features.n_mels == 40
+    assert cfg.features.win_ms == 30.0 and cfg.features.hop_ms == 10.0 and cfg.features.sample_rate == 16000
+    assert cfg.train.fraction == 0.2 and cfg.train.batch_size == 16 and cfg.train.local_epochs == 1
+    assert cfg.train.select == "best_val"
+    assert cfg.data.snr_db == 100.0
+
+
+def test_precedence_file_then_flags_then_overrides(tmp_path):
+    path = tmp_path / "exp.yaml"
+    path.write_text("algorithm: fedprox\nseed: 3\ntrain:\n  rounds: 7\n  lr: 0.5\nfedprox:\n  mu: 0.2\n")
+    cfg = load_config(path)
+    assert (cfg.algorithm, cfg.seed, cfg.train.rounds, cfg.train.lr, cfg.fedprox.mu) == ("fedprox", 3, 7, 0.5, 0.2)
+    # untouched settings keep their defaults
+    assert cfg.train.batch_size == 16
+    cfg = load_config(path, ["train.rounds=9", "seed=11"], **{"train.rounds": 8, "seed": 5, "algorithm": "fedavg"})
+    assert cfg.train.rounds == 9  # --set wins over the flag
+    assert cfg.seed == 11
+    assert cfg.algorithm == "fedavg"  # flag wins over the file
+    # a None flag (option not given) does not override the file
+    cfg = load_config(path, None, algorithm=None, seed=None)
+    assert cfg.algorithm == "fedprox" and cfg.seed == 3
+
+
+def test_override_types_are_coerced():
+    cfg = load_config(None, [
+        "train.rounds=12", "train.lr=1e-2", "data.group_by_source=false", "model.heterogeneous=yes",
+        "model.zoo=crnn_tiny,crnn_lite", "data.root=none", "data.max_clients=4", "train.fraction=1",
+    ])
+    assert cfg.train.rounds == 12 and isinstance(cfg.train.rounds, int)
+    assert cfg.train.lr == pytest.approx(0.01) and isinstance(cfg.train.lr, float)
+    assert cfg.data.group_by_source is False
+    assert cfg.model.heterogeneous is True
+    assert cfg.model.zoo == ["crnn_tiny", "crnn_lite"]
+    assert cfg.data.root is None
+    assert cfg.data.max_clients == 4
+    assert cfg.train.fraction == 1.0 and isinstance(cfg.train.fraction, float)
+    # a string setting keeps a YAML-looking value as text
+    assert load_config(None, ["data.task=12"]).data.task == "12"
+
+
+@pytest.mark.parametrize("override, words", [
+    ("train.roundz=3", ["train.roundz", "train.rounds"]),
+    ("nope=1", ["'nope'"]),
+    ("train.rounds=abc", ["train.rounds", "int", "abc"]),
+    ("train.rounds=2.5", ["train.rounds", "int"]),
+    ("train.lr=fast", ["train.lr", "float"]),
+    ("data.group_by_source=maybe", ["data.group_by_source", "true/false"]),
+    ("train=3", ["'train'", "section"]),
+    ("model.zoo={a: 1}", ["model.zoo", "list"]),
+])
+def test_bad_overrides_name_the_setting(override, words):
+    with pytest.raises(ConfigError) as info:
+        load_config(None, [override])
+    for word in words:
+        assert word in str(info.value)
+
+
+def test_override_without_equals_sign():
+    with pytest.raises(ConfigError, match="key=value"):
+        parse_override("train.rounds")
+    assert parse_override("a.b= 3") == ("a.b", 3)
+    assert parse_override("data.root=") == ("data.root", None)
+
+
+def test_bad_config_files(tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("train: [1, 2\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(bad)
+    scalar = tmp_path / "scalar.yaml"
+    scalar.write_text("- 1\n- 2\n")
+    with pytest.raises(ConfigError, match="mapping"):
+        load_config(scalar)
+    unknown = tmp_path / "unknown.yaml"
+    unknown.write_text("train:\n  epochs: 3\n")
+    with pytest.raises(ConfigError, match="train.epochs"):
+        load_config(unknown)
+
+
+def test_saved_config_reloads_identically(tmp_path):
+    cfg = load_config(None, ["algorithm=fedadam", "train.rounds=3", "data.max_clients=5", "data.root=/x/y",
+                             "model.zoo=crnn_tiny", "fedopt.tau=0.001", "out=runs/a"])
+    save_config(cfg, tmp_path / "config.yaml")
+    again = load_config(tmp_path / "config.yaml")
+    assert again == cfg
+    assert again.to_dict() == cfg.to_dict()
+    # the default config survives a round trip too (None values, lists, nested sections)
+    save_config(Config(), tmp_path / "default.yaml")
+    assert load_config(tmp_path / "default.yaml") == Config()
