@@ -19,3 +19,14 @@ def fedac_home(tmp_path_factory, monkeypatch):
 @pytest.fixture(scope="session")
 def gsc_root(tmp_path_factory):
     return make_gsc_tree(tmp_path_factory.mktemp("gsc"), speakers=8, clips=2)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def single_torch_thread():
+    """Tiny models train faster on one thread, and tests stay fast when the machine is busy."""
+    import torch
+
+    previous = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(previous)

@@ -42,6 +42,8 @@ def test_override_types_are_coerced():
     assert cfg.train.lr == pytest.approx(0.01) and isinstance(cfg.train.lr, float)
     assert cfg.data.group_by_source is False
     assert cfg.model.heterogeneous is True
+    assert load_config(None, ["data.group_by_source=0"]).data.group_by_source is False
+    assert load_config(None, ["model.heterogeneous=1"]).model.heterogeneous is True
     assert cfg.model.zoo == ["crnn_tiny", "crnn_lite"]
     assert cfg.data.root is None
     assert cfg.data.max_clients == 4
@@ -57,8 +59,12 @@ def test_override_types_are_coerced():
     ("train.rounds=2.5", ["train.rounds", "int"]),
     ("train.lr=fast", ["train.lr", "float"]),
     ("data.group_by_source=maybe", ["data.group_by_source", "true/false"]),
+    ("data.group_by_source=2", ["data.group_by_source", "true/false"]),
     ("train=3", ["'train'", "section"]),
     ("model.zoo={a: 1}", ["model.zoo", "list"]),
+    ("train.rounds=true", ["train.rounds", "int", "True"]),
+    ("train.lr=[0.1, 0.2]", ["train.lr", "float"]),
+    ("algorithm=[fedavg, fedprox]", ["'algorithm'", "str"]),
 ])
 def test_bad_overrides_name_the_setting(override, words):
     with pytest.raises(ConfigError) as info:

@@ -6,7 +6,9 @@ import pytest
 import torch
 from torch import nn
 
-from fedac.algorithms.fedprox import proximal_term
+from fedac.algorithms.base import Task
+from fedac.algorithms.fedprox import FedProx, proximal_term
+from fedac.config import load_config
 
 
 def small_model() -> nn.Linear:
@@ -41,3 +43,11 @@ def test_proximal_gradient_is_mu_times_difference_and_anchor_gets_none():
     assert model.bias.grad.tolist() == pytest.approx([0.3 * -2.0])
     assert anchor["weight"].grad is None
     assert anchor["bias"].grad is None
+
+
+def test_fedprox_regularizer_uses_configured_mu_and_round_anchor():
+    algorithm = FedProx(load_config(None, ["algorithm=fedprox", "fedprox.mu=0.3"]), Task(2, 1, ["a"]))
+    model = small_model()
+    anchor = {"weight": torch.tensor([[0.0, 1.0]]), "bias": torch.tensor([2.5])}
+    # same numbers as above: 0.3 / 2 * 14
+    assert algorithm.regularizer(anchor)(model).item() == pytest.approx(2.1)

@@ -160,13 +160,21 @@ def test_bad_filename(own_tree):
     assert "_nohash_" in str(info.value)
 
 
-def test_corrupt_wav_names_the_file_when_features_are_computed(own_tree):
+@pytest.mark.parametrize("damage, words", [
+    ("garbage", "cannot decode"),
+    ("empty", "no samples"),
+])
+def test_bad_wav_names_the_file_when_features_are_computed(own_tree, damage, words):
     bad = own_tree / "happy" / "00000000_nohash_0.wav"
-    bad.write_bytes(b"RIFF\x00\x00garbage, not audio at all" * 10)
+    if damage == "garbage":
+        bad.write_bytes(b"RIFF\x00\x00garbage, not audio at all" * 10)
+    else:
+        sf.write(bad, np.zeros(0, np.float32), RATE)
     m = load_manifest(own_tree, DataConfig())  # the loader only lists files
     assert any(c.path == str(bad) for c in m.clips)
-    with pytest.raises(AudioError, match="happy/00000000_nohash_0.wav"):
+    with pytest.raises(AudioError, match="happy/00000000_nohash_0.wav") as info:
         compute_features(m, FeatureConfig(), progress=False)
+    assert words in str(info.value)
 
 
 def test_corrupt_and_empty_audio_files(tmp_path):

@@ -18,7 +18,8 @@ N_SPEAKERS = 12
 CLIP_NAME = re.compile(r"^[0-9a-f]{8}_nohash_\d+\.wav$")
 GSC_WORDS = set(
     "backward bed bird cat dog down eight five follow forward four go happy house learn left "
-    "marvin nine no off on one right seven sheila six stop three tree two up visual wow yes zero".split()
+    "marvin nine no off on one right seven sheila six stop three tree two up visual wow yes "
+    "zero".split()
 )
 
 
@@ -123,7 +124,7 @@ def test_non_iid_word_counts(gsc):
     assert len(vocabularies) == N_SPEAKERS  # everybody records a different subset of words
     assert any(len(c) < len(WORDS) for c in per_speaker.values())
     uneven = [max(c.values()) > min(c.values()) for c in per_speaker.values()]
-    assert sum(uneven) >= N_SPEAKERS // 2
+    assert sum(uneven) >= N_SPEAKERS // 3
     # Repeats of a word by one speaker are numbered 0..n-1.
     for rel in clips(root):
         word, name = rel.split("/")
@@ -247,6 +248,13 @@ def test_espeak_wrapper():
     assert 0.05 < np.abs(a).max() <= 1.0
     c = eng.synth("marvin", "en-gb-x-rp+f2", rate=160, pitch=40, seed=3)
     assert a.size != c.size or not np.allclose(a, c)
+    # Batch mode: one reset, then a sequence that is reproducible as a whole.
+    def batch():
+        eng.reset()
+        return [eng.synth(w, "en+m3", seed=1, fresh=False) for w in ("yes", "no", "yes")]
+
+    first, second = batch(), batch()
+    assert all(np.array_equal(x, y) for x, y in zip(first, second))
     slow = eng.synth("marvin", "en-us+Alex", rate=100, seed=3)
     assert slow.size > a.size
     with pytest.raises(espeak.EspeakError):

@@ -49,8 +49,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         cfg = _experiment_config(args)
         if args.out:
-            cfg.out = args.out
-        run_dir = Path(cfg.out) if cfg.out else default_run_dir(cfg)
+            run_dir = Path(args.out)
+        elif cfg.out and not (Path(cfg.out) / "config.yaml").exists():
+            run_dir = Path(cfg.out)
+        else:
+            # Re-running a saved config.yaml must not overwrite the run it came from.
+            run_dir = default_run_dir(cfg)
         cfg.out = str(run_dir)
     results = Simulator(cfg, run_dir, progress=not args.quiet).run(resume=bool(args.resume), stop_after=args.stop_after)
     if results is None:

@@ -197,11 +197,18 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
     if annotation is bool:
         if isinstance(value, bool):
             return value
+        if isinstance(value, int) and value in (0, 1):  # `--set x=1` arrives YAML-parsed as int
+            return bool(value)
         if isinstance(value, str) and value.lower() in ("true", "1", "yes", "on"):
             return True
         if isinstance(value, str) and value.lower() in ("false", "0", "no", "off"):
             return False
         raise ConfigError(f"setting '{key}' expects true/false, got {value!r}")
+    if annotation in (int, float, str) and (
+        isinstance(value, (list, tuple, dict)) or (isinstance(value, bool) and annotation is not str)
+    ):
+        # int(True) == 1 and str([...]) would silently turn a typo into a valid-looking setting.
+        raise ConfigError(f"setting '{key}' expects {annotation.__name__}, got {value!r}")
     try:
         if annotation is int:
             if isinstance(value, float) and not value.is_integer():

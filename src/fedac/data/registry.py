@@ -55,7 +55,7 @@ DATASETS: dict[str, DatasetSpec] = {
         synth_command="synth-urbansound8k",
         synth_size_arg="recordings",
         # The stand-in's default size (synth.urban.DEFAULT_RECORDINGS), named in its cache folder.
-        synth_kwargs=lambda data: {"recordings": 600},
+        synth_kwargs=lambda data: {"recordings": 800},
     ),
     "cremad": DatasetSpec(
         "fedac.data.cremad:load_manifest",

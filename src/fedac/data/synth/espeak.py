@@ -7,12 +7,16 @@ the whole text was rendered and every sample was handed to the callback.
 espeak-ng keeps global state (current voice, parameters, callback and the waveform
 generator's phase/flutter/noise state), so there is exactly one engine per process
 (:func:`engine`); a lock serialises calls from threads and each worker process of a
-multiprocessing pool gets its own engine. Because the generator state carries over from one
-utterance to the next, :meth:`Espeak.synth` reloads the library before every utterance
-(a few milliseconds): the samples then depend only on the call's arguments, never on what the
-process rendered before, which is what makes datasets built from it reproducible. The engine
-loads a private copy of the library so that this reloading neither disturbs nor is defeated by
-other code in the process using espeak-ng (phonemizers load the same wheel).
+multiprocessing pool gets its own engine.
+
+The generator state carries over from one utterance to the next, so by default
+:meth:`Espeak.synth` first reloads the library (:meth:`Espeak.reset`, ~5 ms): the samples then
+depend only on the call's arguments, never on what the process rendered before, which is what
+makes datasets built from it reproducible. Bulk generators can instead reset once per batch
+(e.g. per speaker) and pass ``fresh=False``: the batch is then reproducible as a whole and
+each utterance costs well under a millisecond. The engine loads a private copy of the library
+so that reloading neither disturbs nor is defeated by other code in the process using
+espeak-ng (phonemizers load the same wheel).
 """
 
 from __future__ import annotations
@@ -20,9 +24,7 @@ from __future__ import annotations
 import _ctypes
 import ctypes
 import ctypes.util
-import multiprocessing.util
 import os
-import shutil
 import tempfile
 import threading
 from pathlib import Path
@@ -60,7 +62,11 @@ _SYNTH_CALLBACK = ctypes.CFUNCTYPE(
 
 # (name, restype, argtypes) of every C function used; all are looked up when the library loads.
 _FUNCTIONS = (
-    ("espeak_Initialize", ctypes.c_int, [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int]),
+    (
+        "espeak_Initialize",
+        ctypes.c_int,
+        [ctypes.c_int, ctypes.c_int, ctypes.c_char_p, ctypes.c_int],  # output, buflen, path, opts
+    ),
     ("espeak_Terminate", ctypes.c_int, []),
     ("espeak_SetSynthCallback", None, [_SYNTH_CALLBACK]),
     ("espeak_SetVoiceByName", ctypes.c_int, [ctypes.c_char_p]),
@@ -146,15 +152,7 @@ class Espeak:
         if not self._source.is_file():
             raise EspeakError(f"espeak-ng library missing at {self._source}")
         self._data = data_path()
-        # A private copy: only our handle references it, so dlclose really unloads it.
-        # multiprocessing's Finalize (unlike weakref.finalize) also runs when a pool worker
-        # exits and never in a forked child of the process that created it.
-        private_dir = tempfile.mkdtemp(prefix="fedac-espeak-")
-        multiprocessing.util.Finalize(
-            self, shutil.rmtree, args=(private_dir,), kwargs={"ignore_errors": True}, exitpriority=0
-        )
-        self._lib_path = str(Path(private_dir) / self._source.name)
-        shutil.copyfile(self._source, self._lib_path)
+        self._image = self._source.read_bytes()  # for the private copies made by _load
         libc_name = ctypes.util.find_library("c")
         # espeak-ng also draws from libc rand() for noise sources; we seed it per utterance.
         self._libc = ctypes.CDLL(libc_name) if libc_name else None
@@ -166,11 +164,27 @@ class Espeak:
         self.sample_rate: int = self._load()
 
     def _load(self) -> int:
-        """Load the library fresh (all C statics at their initial values) and initialise it."""
+        """Load the library fresh (all C statics at their initial values) and initialise it.
+
+        Each load maps a new private copy of the file: only our handle references it, so the
+        dlclose in :meth:`_reload` really unloads it. The copy is unlinked as soon as it is
+        mapped, so nothing is left on disk even if the process is killed.
+        """
+        fd, path = tempfile.mkstemp(prefix="fedac-espeak-", suffix=self._source.suffix)
         try:
-            lib = ctypes.CDLL(self._lib_path)
+            with os.fdopen(fd, "wb") as f:
+                f.write(self._image)
+            lib = ctypes.CDLL(path)
         except OSError as exc:
-            raise EspeakError(f"cannot load espeak-ng library {self._source}: {exc}") from exc
+            raise EspeakError(
+                f"cannot load espeak-ng library {self._source} (private copy in "
+                f"{tempfile.gettempdir()}; point TMPDIR at an exec-mountable directory): {exc}"
+            ) from exc
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:  # pragma: no cover - Windows cannot delete a loaded DLL
+                pass
         for name, restype, argtypes in _FUNCTIONS:
             try:
                 fn = getattr(lib, name)
@@ -186,6 +200,11 @@ class Espeak:
         lib.espeak_SetSynthCallback(self._callback)
         self._lib = lib
         return rate
+
+    def reset(self) -> None:
+        """Reload the library: every C-level state (voice, parameters, generator) to its start."""
+        with self._lock:
+            self._reload()
 
     def _reload(self) -> None:
         self._lib.espeak_Terminate()
@@ -208,17 +227,20 @@ class Espeak:
         pitch_range: int = 50,
         volume: int = 100,
         seed: int = 0,
+        fresh: bool = True,
     ) -> np.ndarray:
-        """Render ``text`` with ``voice`` (an accent, optionally ``+variant``: ``"en-gb-x-rp+Andy"``).
+        """Render ``text`` with ``voice``: an accent, optionally ``+variant`` (``"en-gb-x-rp+Andy"``).
 
         ``rate`` is in words per minute (80..450); ``pitch`` and ``pitch_range`` are 0..100 with 50
         the voice's default; ``volume`` is 0..200. ``seed`` drives espeak's noise generators.
-        Returns float32 samples in [-1, 1] at :attr:`sample_rate`; the same arguments always give
-        the same samples.
+        Returns float32 samples in [-1, 1] at :attr:`sample_rate`. With ``fresh`` (the default)
+        the same arguments always give the same samples; ``fresh=False`` skips the reset and
+        continues from the state the previous utterance left (see the module docstring).
         """
         encoded = text.encode("utf-8") + b"\0"
         with self._lock:
-            self._reload()
+            if fresh:
+                self._reload()
             lib = self._lib
             if lib.espeak_SetVoiceByName(voice.encode("utf-8")) != _EE_OK:
                 raise EspeakError(f"espeak-ng has no voice {voice!r}")

@@ -22,16 +22,17 @@ number of workers; different seeds give different speakers and recordings.
 
 from __future__ import annotations
 
+import functools
 import json
 import multiprocessing
 import shutil
 import sys
 import time
+import wave
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import soundfile as sf
 from scipy import signal
 
 from fedac.data.synth import espeak
@@ -54,7 +55,7 @@ _WORD_WEIGHT = np.array(
 SAMPLE_RATE = 16000
 _CLIP = SAMPLE_RATE  # samples per clip: exactly one second
 _MAX_WORD = int(0.96 * _CLIP)  # longest rendered word that still fits with a little margin
-_FORMAT_VERSION = 1
+_FORMAT_VERSION = 2  # bump whenever the same seed would render different audio
 
 _MARKER = ".fedac_complete"
 _IN_PROGRESS = ".fedac_incomplete"
@@ -174,16 +175,29 @@ def _trim(x: np.ndarray, floor_db: float = -40.0, pad_ms: float = 15.0) -> np.nd
     return x[max(loud[0] - pad, 0) : loud[-1] + pad + 1]
 
 
+@functools.lru_cache(maxsize=4)
+def _resampling_filter(up: int, down: int) -> np.ndarray:
+    """resample_poly's default anti-aliasing FIR, designed once instead of on every call."""
+    max_rate = max(up, down)
+    return signal.firwin(20 * max_rate + 1, 1.0 / max_rate, window=("kaiser", 5.0))
+
+
 def _to_16k(x: np.ndarray, rate: int) -> np.ndarray:
     if rate == SAMPLE_RATE:
         return x.astype(np.float64)
     g = np.gcd(SAMPLE_RATE, rate)
-    return signal.resample_poly(x.astype(np.float64), SAMPLE_RATE // g, rate // g)
+    up, down = SAMPLE_RATE // g, rate // g
+    return signal.resample_poly(x.astype(np.float64), up, down, window=_resampling_filter(up, down))
 
 
 def _write_wav(path: Path, x: np.ndarray) -> None:
-    pcm = np.round(np.clip(x, -1.0, 32767 / 32768) * 32768).astype(np.int16)
-    sf.write(path, pcm, SAMPLE_RATE, subtype="PCM_16", format="WAV")
+    """16-bit mono PCM WAV. The stdlib writer: soundfile fsyncs every file, 10x slower here."""
+    pcm = np.round(np.clip(x, -1.0, 32767 / 32768) * 32768).astype("<i2")
+    with wave.open(str(path), "wb") as f:
+        f.setnchannels(1)
+        f.setsampwidth(2)
+        f.setframerate(SAMPLE_RATE)
+        f.writeframes(pcm.tobytes())
 
 
 # --------------------------------------------------------------------------- planning
@@ -276,6 +290,7 @@ def _say(word: str, spk: _Speaker, rng: np.random.Generator) -> np.ndarray:
             pitch=round(pitch),
             pitch_range=round(pitch_range),
             seed=seed,
+            fresh=False,  # the speaker task resets the engine once (see _run_task)
         )
         x = _trim(_to_16k(x, engine.sample_rate))
         if x.size <= _MAX_WORD:
@@ -326,7 +341,14 @@ def _babble(n: int, rng: np.random.Generator) -> np.ndarray:
         while length < n:
             phrase = " ".join(rng.choice(vocabulary, size=int(rng.integers(4, 10))))
             x = _to_16k(
-                engine.synth(phrase, voice, rate=rate, pitch=pitch, seed=int(rng.integers(2**31))),
+                engine.synth(
+                    phrase,
+                    voice,
+                    rate=rate,
+                    pitch=pitch,
+                    seed=int(rng.integers(2**31)),
+                    fresh=False,  # reset once per task (see _run_task)
+                ),
                 engine.sample_rate,
             )
             parts += [x, np.zeros(int(rng.integers(800, 8000)))]
@@ -340,7 +362,8 @@ def _background(name: str, rng: np.random.Generator) -> np.ndarray:
     n = _BACKGROUND_SECONDS * SAMPLE_RATE
     t = np.arange(n) / SAMPLE_RATE
     if name in ("white_noise", "pink_noise", "brown_noise"):
-        x = _colored_noise(n, rng, {"white_noise": 0.0, "pink_noise": 1.0, "brown_noise": 2.0}[name])
+        exponent = {"white_noise": 0.0, "pink_noise": 1.0, "brown_noise": 2.0}[name]
+        x = _colored_noise(n, rng, exponent)
     elif name == "electric_hum":
         mains = rng.choice([50.0, 60.0])
         wobble = 1.0 + 0.05 * np.sin(2 * np.pi * rng.uniform(0.1, 0.5) * t)
@@ -376,6 +399,9 @@ def _background(name: str, rng: np.random.Generator) -> np.ndarray:
 def _run_task(task: tuple) -> tuple[str, int]:
     """Pool entry point: ("speaker", _Speaker, out, seed) or ("background", name, out, seed)."""
     kind, item, out, seed = task
+    # One espeak reset per task instead of per utterance (5x faster): a task's audio then
+    # depends only on the task, not on which worker ran it or what that worker did before.
+    espeak.engine().reset()
     if kind == "speaker":
         return _render_speaker(item, out, seed)
     index = _BACKGROUNDS.index(item)
@@ -489,9 +515,9 @@ def generate(
     try:
         from tqdm import tqdm
 
-        for split, n in tqdm(
-            results, total=len(tasks), desc="synth speech commands", unit="task", disable=not progress
-        ):
+        bar = tqdm(results, total=len(tasks), desc="synth speech commands", unit="task",
+                   disable=not progress)
+        for split, n in bar:
             clips[split] = clips.get(split, 0) + n
         if pool:
             pool.close()  # let workers exit normally so their temporary files are cleaned up

@@ -46,7 +46,7 @@ __all__ = ["DEFAULT_RECORDINGS", "SAMPLE_RATE", "generate"]
 
 SAMPLE_RATE = layout.SAMPLE_RATE
 SR = SAMPLE_RATE
-DEFAULT_RECORDINGS = 600
+DEFAULT_RECORDINGS = 800
 SLICE_SECONDS = 4.0
 _MIN_TAIL = 0.3  # seconds; shorter remainders of an occurrence are not written as slices
 _FORMAT_VERSION = 1
@@ -104,7 +104,7 @@ def _plan(recordings: int, seed: int) -> list[_Recording]:
             at = 0.0
             for _ in range(1 if rng.random() < 0.7 else int(rng.integers(2, 4))):
                 at += float(rng.uniform(0, 20))
-                duration = float(rng.uniform(0.5, 4.0) if event else rng.uniform(2.0, 9.0))
+                duration = float(rng.uniform(0.5, 4.0) if event else rng.uniform(1.5, 6.0))
                 rec.occurrences.append((round(at, 4), round(duration, 4)))
                 at += duration
             plan.append(rec)

@@ -1,0 +1,183 @@
+"""The `fedac` command line, called in-process through fedac.cli.main (plus one console-script check)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from fedac.cli import main
+from fedac.config import load_config
+
+RUN_FLAGS = ["--rounds", "2", "--seed", "1", "--quiet"]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def settings(gsc_root, tmp_path_factory):
+    cache = tmp_path_factory.mktemp("cli_cache")
+    return [f"--set=data.root={gsc_root}", f"--set=data.cache_dir={cache}", "--set", "model.name=crnn_tiny",
+            "--set", "train.fraction=0.5", "--set", "train.eval_every=1", "--set", "train.checkpoint_every=1"]
+
+
+@pytest.fixture(scope="module")
+def first_run(settings, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli_runs") / "run1"
+    assert main(["run", "--algorithm", "fedavg", "--dataset", "speech_commands", *RUN_FLAGS, *settings, "--out", str(out)]) == 0
+    return out
+
+
+def error_of(capsys) -> str:
+    err = capsys.readouterr().err
+    assert err.startswith("fedac: error: ") or "\nfedac: error: " in err, err
+    return err
+
+
+def test_run_writes_the_run_directory(first_run):
+    for name in ("config.yaml", "metrics.csv", "results.json", "curves.png", "checkpoint.pt"):
+        assert (first_run / name).is_file(), name
+    results = json.loads((first_run / "results.json").read_text())
+    assert {"final", "history", "wall_seconds", "rounds"} <= set(results)
+    assert {"accuracy", "macro_f1", "uar", "selected_round", "client_accuracy_mean", "client_accuracy_std"} <= set(results["final"])
+    assert results["rounds"] == 2
+    assert results["algorithm"] == "fedavg" and results["seed"] == 1
+    assert results["wall_seconds"] > 0
+    rows = list(csv.DictReader(open(first_run / "metrics.csv")))
+    assert [int(r["round"]) for r in rows] == [1, 2] == [int(h["round"]) for h in results["history"]]
+    assert [float(r["val_accuracy"]) for r in rows] == pytest.approx([h["val_accuracy"] for h in results["history"]])
+    assert (first_run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_saved_config_is_resolved_and_reloadable(first_run, gsc_root):
+    cfg = load_config(first_run / "config.yaml")
+    assert cfg.algorithm == "fedavg" and cfg.seed == 1 and cfg.train.rounds == 2
+    assert cfg.data.root == str(gsc_root) and cfg.model.name == "crnn_tiny" and cfg.train.fraction == 0.5
+    assert cfg.out == str(first_run)
+    raw = yaml.safe_load((first_run / "config.yaml").read_text())
+    assert raw["train"]["rounds"] == 2 and raw["fedprox"]["mu"] == cfg.fedprox.mu  # every setting is written
+
+
+def test_rerun_from_saved_config_repeats_the_run(first_run, tmp_path, capsys):
+    out = tmp_path / "again"
+    assert main(["run", "--config", str(first_run / "config.yaml"), "--out", str(out), "--quiet"]) == 0
+    assert "test accuracy" in capsys.readouterr().out
+    original, again = load_config(first_run / "config.yaml"), load_config(out / "config.yaml")
+    original.out = again.out = None
+    assert again == original
+    a = json.loads((first_run / "results.json").read_text())
+    b = json.loads((out / "results.json").read_text())
+    assert a["final"] == b["final"]
+    assert [h["val_accuracy"] for h in a["history"]] == [h["val_accuracy"] for h in b["history"]]
+
+
+def test_resume_a_stopped_run(first_run, settings, tmp_path, capsys):
+    out = tmp_path / "stopped"
+    argv = ["run", "--algorithm", "fedavg", *RUN_FLAGS, *settings, "--out", str(out)]
+    assert main([*argv, "--stop-after", "1"]) == 0
+    assert f"fedac run --resume {out}" in capsys.readouterr().out
+    assert not (out / "results.json").exists()
+    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    a = json.loads((first_run / "results.json").read_text())
+    b = json.loads((out / "results.json").read_text())
+    assert b["rounds"] == 2
+    assert a["final"] == b["final"]
+    strip = lambda h: [{k: v for k, v in row.items() if k != "wall_seconds"} for row in h]  # noqa: E731
+    assert strip(a["history"]) == strip(b["history"])
+
+
+def test_resume_of_a_non_run_directory(tmp_path, capsys):
+    assert main(["run", "--resume", str(tmp_path)]) == 2
+    err = error_of(capsys)
+    assert str(tmp_path) in err and "config.yaml" in err
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--algorithm", "fedmagic"], ["unknown algorithm 'fedmagic'", "fedavg"]),
+    (["--dataset", "librispeech"], ["unknown dataset 'librispeech'", "speech_commands"]),
+    (["--set", "train.nope=1"], ["unknown setting 'train.nope'"]),
+    (["--set", "train.rounds=many"], ["train.rounds", "int", "many"]),
+    (["--set", "train.fraction"], ["key=value"]),
+    (["--set", "data.partition=by_age"], ["data.partition", "by_age"]),
+])
+def test_bad_settings_exit_2_naming_them(argv, words, settings, tmp_path, capsys):
+    code = main(["run", *RUN_FLAGS, *settings, *argv, "--out", str(tmp_path / "bad")])
+    assert code == 2
+    err = error_of(capsys)
+    for word in words:
+        assert word in err
+
+
+def test_bad_config_file(tmp_path, capsys):
+    assert main(["run", "--config", str(tmp_path / "nope.yaml")]) == 2
+    assert "nope.yaml" in error_of(capsys)
+
+
+def test_missing_dataset_root(tmp_path, capsys):
+    assert main(["run", "--set", f"data.root={tmp_path / 'gone'}", "--quiet"]) == 2
+    assert str(tmp_path / "gone") in error_of(capsys)
+
+
+def test_data_stats(gsc_root, capsys):
+    assert main(["data", "stats", "speech_commands", "--root", str(gsc_root), "--quiet"]) == 0
+    out = capsys.readouterr().out
+    # 8 speakers: 6 train clients, 35 words x 2 clips each
+    assert "classes: 35; clips: train 420, val 70, test 70" in out
+    assert "clients (natural): 6" in out
+    assert "samples per client: min 70, q1 70, median 70, q3 70, max 70, mean 70.0" in out
+    assert "class entropy" in out and "label distribution" in out
+
+
+def test_data_stats_iid_partition(gsc_root, capsys):
+    argv = ["data", "stats", "speech_commands", "--root", str(gsc_root), "--quiet",
+            "--set", "data.partition=iid", "--set", "data.num_clients=4"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    # 420 training clips over 4 clients: 105 each
+    assert "clients (iid): 4" in out
+    assert "min 105" in out and "max 105" in out
+
+
+def test_data_stats_errors(tmp_path, capsys):
+    assert main(["data", "stats", "speech_commands", "--root", str(tmp_path / "none"), "--quiet"]) == 2
+    assert str(tmp_path / "none") in error_of(capsys)
+    assert main(["data", "stats", "nosuchset", "--root", str(tmp_path), "--quiet"]) == 2
+    assert "unknown dataset 'nosuchset'" in error_of(capsys)
+
+
+HAND_COUNTS = {  # 40 features, 35 classes; see test_models.expected_count
+    "crnn_tiny": 9_171,
+    "crnn_lite": (40 * 32 * 5 + 32) + (32 * 32 * 5 + 32) + 3 * (32 * 64 + 64 * 64 + 128) + 64 * 35 + 35,
+    "crnn_mid": (40 * 32 * 5 + 32) + 2 * (32 * 32 * 5 + 32) + 3 * (32 * 64 + 64 * 64 + 128) + 64 * 35 + 35,
+    "crnn_base": (40 * 64 * 5 + 64) + (64 * 64 * 5 + 64) + 6 * (64 * 128 + 128 * 128 + 256) + 256 * 35 + 35,
+    "crnn_deep": (40 * 64 * 5 + 64) + (64 * 128 * 5 + 128) + (128 * 128 * 5 + 128)
+    + 6 * (128 * 128 + 128 * 128 + 256) + 256 * 35 + 35,
+}
+
+
+def test_models_lists_the_zoo(capsys):
+    assert main(["models"]) == 0
+    out = capsys.readouterr().out
+    for name, count in HAND_COUNTS.items():
+        assert f"{count:,} parameters" in next(line for line in out.splitlines() if line.startswith(name))
+
+
+def test_console_script_models():
+    script = Path(sys.executable).with_name("fedac")
+    assert script.is_file(), "the fedac console script is not installed in this environment"
+    done = subprocess.run([str(script), "models", "--num-classes", "12"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert all(name in done.stdout for name in HAND_COUNTS)
+    assert "12 classes" in done.stdout
