@@ -21,7 +21,7 @@ import torch
 from tqdm import tqdm
 
 from fedac.algorithms import build_algorithm
-from fedac.algorithms.base import Algorithm
+from fedac.algorithms.base import Algorithm, ClientData, ClientResult
 from fedac.config import Config, save_config
 from fedac.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedac.engine.data import FederatedData, build_federated_data
@@ -56,6 +56,14 @@ def sample_cohort(clients: list[str], fraction: float, seed: int, round_idx: int
     return [clients[i] for i in sorted(picked)]
 
 
+def train_client(algorithm: Algorithm, payload: Any, state: Any, data: ClientData, round_idx: int, seed: int) -> ClientResult:
+    """One client's update with its randomness fixed by (seed, round, client): the batch order comes
+    from a derived generator and dropout from the global RNG seeded the same way. Every runtime
+    (simulator, Flower ClientApp) calls this, so they produce the same numbers."""
+    torch.manual_seed(derive_seed(seed, "dropout", round_idx, data.name))
+    return algorithm.client_update(payload, state, data, round_idx, torch_generator(seed, "batches", round_idx, data.name))
+
+
 class Simulator:
     def __init__(self, cfg: Config, run_dir: str | Path, data: FederatedData | None = None, progress: bool = True):
         self.cfg = cfg
@@ -86,11 +94,7 @@ class Simulator:
         uploads, losses, rejected = [], [], []
         for name in sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx):
             data = self.data.client(name)
-            torch.manual_seed(derive_seed(cfg.seed, "dropout", round_idx, name))
-            result = self.algorithm.client_update(
-                payload, self._client_state(state, name), data, round_idx,
-                torch_generator(cfg.seed, "batches", round_idx, name),
-            )
+            result = train_client(self.algorithm, payload, self._client_state(state, name), data, round_idx, cfg.seed)
             if not all_finite(result.upload) or not all_finite(result.state):
                 log.warning("round %d: client %s returned NaN/Inf parameters; its update is discarded", round_idx, name)
                 rejected.append(name)
