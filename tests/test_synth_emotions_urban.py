@@ -83,9 +83,8 @@ def test_crema_deterministic_across_workers_and_seeds(crema, tmp_path):
     assert again["files"] == 3 * 56
     assert digests(tmp_path / "w1") == digests(root)
     emotions.generate(tmp_path / "s1", actors=1, seed=1, progress=False, workers=1)
-    other = digests(tmp_path / "s1")
-    assert set(other).isdisjoint(v for k, v in digests(root).items())  # no identical file content
-    assert other != {k: v for k, v in digests(root).items() if k in other}
+    # Another seed: other actors, so no file content repeats.
+    assert set(digests(tmp_path / "s1").values()).isdisjoint(digests(root).values())
 
 
 def test_crema_marker_reuse_and_foreign_folder(crema, tmp_path):
@@ -166,6 +165,7 @@ def test_urban_layout(us8k):
     assert set((root / "audio").rglob("*.wav")) == listed
     assert {r["class"] for r in rows} == set(urbansound8k.CLASSES)
     assert len(fold_of) == RECORDINGS
+    assert sorted(int(f) for f in set(fold_of.values())) == list(range(1, 11))  # every fold used
     assert min(durations) < 4.0 and max(durations) == pytest.approx(4.0)
 
 

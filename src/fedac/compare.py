@@ -19,14 +19,15 @@ from fedac.errors import ConfigError
 from fedac.metrics import mean_std
 
 PRESETS: dict[str, list[str]] = {
-    # fedmlac.md Fig. 2/3 + Table 4 methods under heterogeneous clients (issue: FedMLAC comparison).
+    # fedmlac.md Fig. 2/3 methods with heterogeneous clients (each draws a CRNN from the zoo). FedAvg
+    # cannot mix architectures, so its rows train one shared CRNN-Lite (the Plug-in's architecture).
     "fedmlac": [
         "FedAvg=fedavg",
         "FedAvg+LPA=fedavg:aggregation.method=lpa",
-        "FedKAD=fedkad",
-        "FedMLAC w/o ML=fedmlac:fedmlac.ml=false",
-        "FedMLAC w/o LPA=fedmlac:fedmlac.lpa=false",
-        "FedMLAC=fedmlac",
+        "FedKAD=fedkad:model.heterogeneous=true",
+        "FedMLAC w/o ML=fedmlac:fedmlac.ml=false,model.heterogeneous=true",
+        "FedMLAC w/o LPA=fedmlac:fedmlac.lpa=false,model.heterogeneous=true",
+        "FedMLAC=fedmlac:model.heterogeneous=true",
     ],
     "baselines": ["FedAvg=fedavg", "FedProx=fedprox", "FedAdam=fedadam", "FedYogi=fedyogi",
                   "FedAdagrad=fedadagrad", "FedAvgM=fedavgm"],

@@ -8,9 +8,12 @@ replays exactly what an uninterrupted one would have done.
 from __future__ import annotations
 
 import hashlib
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
+
+if TYPE_CHECKING:
+    import torch
 
 
 def derive_seed(seed: int, purpose: str, *ids: object) -> int:
@@ -23,7 +26,9 @@ def numpy_rng(seed: int, purpose: str, *ids: object) -> np.random.Generator:
     return np.random.default_rng(derive_seed(seed, purpose, *ids))
 
 
-def torch_generator(seed: int, purpose: str, *ids: object) -> torch.Generator:
+def torch_generator(seed: int, purpose: str, *ids: object) -> "torch.Generator":
+    import torch  # imported here so data-generation workers that only need numpy_rng start fast
+
     gen = torch.Generator()
     gen.manual_seed(derive_seed(seed, purpose, *ids))
     return gen

@@ -36,7 +36,7 @@ FILENAME = re.compile(
 )
 SOURCE = (
     "CREMA-D comes from https://github.com/CheyneyComputerScience/CREMA-D (AudioWAV folder, Git LFS); "
-    "`fedac data synth-cremad --out DIR` writes a synthetic stand-in in the same layout."
+    "`fedac data synth-emotions --out DIR` writes a synthetic stand-in in the same layout."
 )
 
 

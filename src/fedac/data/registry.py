@@ -52,7 +52,7 @@ DATASETS: dict[str, DatasetSpec] = {
         "fedac.data.synth.urban:generate",
         "dirichlet",
         "UrbanSound8K sound events (10 classes), test = one official fold, Dirichlet over 50 clients grouped by fsID",
-        synth_command="synth-urbansound8k",
+        synth_command="synth-urban",
         synth_size_arg="recordings",
         # The stand-in's default size (synth.urban.DEFAULT_RECORDINGS), named in its cache folder.
         synth_kwargs=lambda data: {"recordings": 800},
@@ -62,7 +62,7 @@ DATASETS: dict[str, DatasetSpec] = {
         "fedac.data.synth.emotions:generate",
         "natural",
         "CREMA-D emotions (ANG HAP SAD NEU), client = actor (all 91), test = a held-out actor fold",
-        synth_command="synth-cremad",
+        synth_command="synth-emotions",
         synth_size_arg="actors",
         synth_kwargs=lambda data: {"actors": 91},
     ),

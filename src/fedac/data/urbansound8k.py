@@ -30,7 +30,7 @@ COLUMNS = ("slice_file_name", "fsID", "start", "end", "salience", "fold", "class
 METADATA = Path("metadata") / "UrbanSound8K.csv"
 SOURCE = (
     "UrbanSound8K comes from https://urbansounddataset.weebly.com/urbansound8k.html "
-    "(archive also on Zenodo, record 1203745); `fedac data synth-urbansound8k --out DIR` writes a "
+    "(archive also on Zenodo, record 1203745); `fedac data synth-urban --out DIR` writes a "
     "synthetic stand-in in the same layout."
 )
 

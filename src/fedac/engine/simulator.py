@@ -121,6 +121,16 @@ class Simulator:
                 scores.append(window_accuracy(own, client.holdout_x, client.holdout_y, self.cfg.train.eval_batch_size))
         return scores
 
+    def _personalized_test_results(self, state: dict[str, Any]) -> list[dict[str, float]]:
+        """Each client's own model on the test split (empty for non-personalized methods). The Flower
+        ServerApp overrides this and `_personalized_local_accuracy` with what its nodes report."""
+        results = []
+        for client in self.data.clients:
+            own = self.algorithm.personalized_model(client.name, self._client_state(state, client.name))
+            if own is not None:
+                results.append(evaluate(own, self.data.test, self.cfg.train.eval_batch_size))
+        return results
+
     def _evaluate_round(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
         """Validation metrics of the global model (kept as `best` when they improve); personalized
         methods also log their clients' mean local held-out accuracy."""
@@ -199,11 +209,7 @@ class Simulator:
             final["selected_round"] = state["best"]["round"] if self.cfg.train.select == "best_val" and state["best"] else state["round"]
             local = [window_accuracy(model, c.holdout_x, c.holdout_y, batch) for c in self.data.clients]
             final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)
-        personal = []
-        for client in self.data.clients:
-            own = self.algorithm.personalized_model(client.name, self._client_state(state, client.name))
-            if own is not None:
-                personal.append(evaluate(own, self.data.test, batch))
+        personal = self._personalized_test_results(state)
         if personal:
             for key in ("accuracy", "macro_f1"):
                 final[f"personalized_{key}_mean"], final[f"personalized_{key}_std"] = mean_std([p[key] for p in personal])

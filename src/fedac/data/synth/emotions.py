@@ -85,9 +85,9 @@ _PROSODY = {
     "NEU": _Prosody(exclaim=0.05),
     "ANG": _Prosody(pitch=8, pitch_range=12, rate=1.10, gain_db=6, tilt_db=6, roughness=0.012, drive=1.5, exclaim=0.6),
     "HAP": _Prosody(pitch=16, pitch_range=28, rate=1.08, gain_db=2.5, tilt_db=2.5, exclaim=0.45),
-    "SAD": _Prosody(pitch=-12, pitch_range=-25, rate=0.80, gain_db=-5, tilt_db=-6, tremor=0.012, breath=0.25),
+    "SAD": _Prosody(pitch=-12, pitch_range=-25, rate=0.80, gain_db=-5, tilt_db=-6, tremor=0.012, breath=0.5),
     "DIS": _Prosody(pitch=-6, pitch_range=-5, rate=0.88, gain_db=1, tilt_db=-2, roughness=0.006),
-    "FEA": _Prosody(pitch=14, pitch_range=-5, rate=1.15, gain_db=-2, tremor=0.02, breath=0.15),
+    "FEA": _Prosody(pitch=14, pitch_range=-5, rate=1.15, gain_db=-2, tremor=0.02, breath=0.3),
 }
 
 
@@ -106,8 +106,8 @@ class _Actor:
     extra_sentence: str  # read in DIS and FEA
 
 
-def plan_files(actor_id: int, extra_sentence: str) -> list[tuple[str, str, str]]:
-    """(sentence, emotion, level) of every file an actor records."""
+def plan_files(extra_sentence: str) -> list[tuple[str, str, str]]:
+    """(sentence, emotion, level) of every file an actor records; DIS and FEA only for `extra_sentence`."""
     files = [(s, e, "XX") for s in SENTENCES if s != "IEO" for e in EMOTIONS]
     files += [("IEO", "NEU", "XX")] + [("IEO", e, lv) for e in EMOTIONS if e != "NEU" for lv in ("LO", "MD", "HI")]
     files += [(extra_sentence, "DIS", "XX"), (extra_sentence, "FEA", "XX")]
@@ -187,7 +187,7 @@ def _voice_quality(x: np.ndarray, p: _Prosody, s: float, rng: np.random.Generato
     if p.breath:
         hiss = signal.sosfilt(signal.butter(2, [1500, 6000], "bandpass", fs=SAMPLE_RATE, output="sos"), rng.standard_normal(len(x)))
         hiss *= _envelope(x) / (np.sqrt(np.mean(hiss**2)) + 1e-12)
-        x = x + min(s, 2.0) * p.breath * hiss * 2.0
+        x = x + min(s, 2.0) * p.breath * hiss
     if p.drive:
         g = 1 + s * p.drive * 3
         peak = np.abs(x).max() + 1e-12
@@ -227,7 +227,7 @@ def _render(actor: _Actor, sentence: str, emotion: str, level: str, seed: int) -
 
 def _render_actor(task: tuple) -> int:
     actor, out, seed = task
-    files = plan_files(actor.actor_id, actor.extra_sentence)
+    files = plan_files(actor.extra_sentence)
     for sentence, emotion, level in files:
         x = _render(actor, sentence, emotion, level, seed)
         layout.write_wav(out / _AUDIO_DIR / f"{actor.actor_id}_{sentence}_{emotion}_{level}.wav", x)
@@ -252,7 +252,7 @@ def generate(out_dir: str | Path, actors: int = DEFAULT_ACTORS, seed: int = 0, p
     plan = _plan(int(actors), int(seed))
     (out / _AUDIO_DIR).mkdir()
     counts = layout.run_tasks(_render_actor, [(a, out, int(seed)) for a in plan], workers, "synth cremad", progress)
-    kept = sum(len([f for f in plan_files(a.actor_id, a.extra_sentence) if f[1] in EMOTIONS]) for a in plan)
+    kept = sum(len([f for f in plan_files(a.extra_sentence) if f[1] in EMOTIONS]) for a in plan)
     stats = {"actors": len(plan), "files": int(sum(counts)), "kept_files": kept}
     (out / _README).write_text(
         "SYNTHETIC stand-in for CREMA-D -- not real speech.\n"

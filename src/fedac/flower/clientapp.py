@@ -1,0 +1,182 @@
+"""The Flower ClientApp: one fedac client per SuperNode, trained by the fedac client update unchanged.
+
+- `train`: decode the global payload, load this client's persistent state from `context.state` (or
+  create it as the simulator does), call `fedac.engine.simulator.train_client` -- the function every
+  fedac runtime calls, so batch order and dropout masks are those of the simulator -- keep the new
+  state in `context.state` and reply with the upload, n_k and the client's metrics. The state (e.g.
+  FedMLAC's personalized model) never leaves the node; only its digest is reported, so the server
+  can log which state each round started from.
+- `evaluate`: the personalized model on the client's local held-out windows (and, on the final
+  round, on the test split), as the simulator's personalized metrics.
+- `query`: which client this node holds (name, partition-id, n_k), asked once by the ServerApp.
+
+The node's client is `partition-id` of the clients fedac's partitioner makes from the run's config
+(node-config `partition-id`, `num-partitions`, optionally `data-root` / `cache-dir`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from fedac.algorithms import build_algorithm
+from fedac.algorithms.base import Algorithm, ClientData
+from fedac.config import Config
+from fedac.engine.data import FederatedData, build_federated_data
+from fedac.engine.evaluate import evaluate as evaluate_split
+from fedac.engine.evaluate import window_accuracy
+from fedac.engine.simulator import all_finite, train_client
+from fedac.errors import ConfigError
+from fedac.flower import transport
+from fedac.flower.settings import apply_node_settings, fedac_config, node_settings
+from fedac.flower.strategy import ARRAYS, CLIENT_INFO, CONFIG, METRICS, REJECTED_UPDATE
+
+log = logging.getLogger("fedac.flower")
+
+#: context.state record names of the persistent client state.
+STATE = "fedac.state"
+STATE_INFO = "fedac.state-info"
+
+app = ClientApp()
+
+
+@dataclass
+class NodeClient:
+    cfg: Config
+    data: FederatedData
+    algorithm: Algorithm
+    client: ClientData
+    partition_id: int
+
+
+# A SuperNode starts a new ClientApp process per message; in Flower's simulation engine one process
+# serves many nodes. Either way, build each (run, node) client once per process.
+_CLIENTS: dict[str, NodeClient] = {}
+
+
+def _setup_logging() -> None:
+    root = logging.getLogger("fedac")
+    if not root.handlers:
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s fedac-client %(levelname)s %(message)s"))
+        root.addHandler(handler)
+        root.setLevel(logging.INFO)
+
+
+def node_client(context: Context) -> NodeClient:
+    key = json.dumps([context.run_id, sorted(context.run_config.items()), sorted(context.node_config.items())], default=str)
+    if key in _CLIENTS:
+        return _CLIENTS[key]
+    _setup_logging()
+    node = node_settings(context.node_config)
+    cfg = apply_node_settings(fedac_config(context.run_config), node)
+    if cfg.train.threads > 0:
+        torch.set_num_threads(cfg.train.threads)
+    data = build_federated_data(cfg, progress=False)
+    count = len(data.clients)
+    if node.num_partitions is not None and node.num_partitions != count:
+        raise ConfigError(
+            f"node-config num-partitions={node.num_partitions}, but the run's config makes {count} clients "
+            f"(dataset {cfg.dataset}, data.partition={cfg.data.partition}, data.num_clients={cfg.data.num_clients}): "
+            f"start the SuperNodes with num-partitions={count}, or change the partition settings in fedac-set")
+    if not 0 <= node.partition_id < count:
+        raise ConfigError(f"node-config partition-id={node.partition_id} is outside 0..{count - 1} "
+                          f"(the run's config makes {count} clients)")
+    algorithm = build_algorithm(cfg, data.task)
+    _CLIENTS[key] = NodeClient(cfg, data, algorithm, data.clients[node.partition_id], node.partition_id)
+    return _CLIENTS[key]
+
+
+def load_state(context: Context, node: NodeClient) -> tuple[Any, int]:
+    """The client's persistent state and the round it was last trained in (0: freshly initialised)."""
+    if STATE_INFO in context.state.config_records:
+        info = context.state.config_records[STATE_INFO]
+        if str(info["client"]) != node.client.name:
+            raise ConfigError(f"this node's stored state belongs to client {info['client']}, not {node.client.name}: "
+                              "was the node's partition-id changed during the run?")
+        return transport.get(context.state, STATE), int(info["round"])
+    return node.algorithm.init_client_state(node.client.name), 0
+
+
+def save_state(context: Context, node: NodeClient, state: Any, round_idx: int) -> None:
+    if state is None:
+        return
+    transport.put(context.state, STATE, state)
+    context.state[STATE_INFO] = ConfigRecord({"client": node.client.name, "round": round_idx})
+
+
+def _client_info(node: NodeClient, **extra: Any) -> ConfigRecord:
+    return ConfigRecord({"client": node.client.name, "partition-id": node.partition_id,
+                         "num-examples": node.client.num_samples, **extra})
+
+
+def _metric_record(values: dict[str, Any]) -> MetricRecord:
+    """MetricRecord takes int or float (not bool, not NumPy scalars)."""
+    out: dict[str, int | float] = {}
+    for key, value in values.items():
+        out[key] = int(value) if isinstance(value, (bool, int)) else float(value)
+    return MetricRecord(out)
+
+
+@app.train()
+def train(msg: Message, context: Context) -> Message:
+    node = node_client(context)
+    round_idx = int(msg.content[CONFIG]["server-round"])
+    if node.client.num_samples == 0:  # as in the simulator, a client without training data never trains
+        return Message(RecordDict({METRICS: _metric_record({"num-examples": 0}), CLIENT_INFO: _client_info(node)}),
+                       reply_to=msg)
+    payload = transport.get(msg.content, ARRAYS)
+    state, state_round = load_state(context, node)
+    state_digest = transport.digest(state) if state is not None else ""
+    result = train_client(node.algorithm, payload, state, node.client, round_idx, node.cfg.seed)
+    if not all_finite(result.upload) or not all_finite(result.state):
+        log.warning("round %d: client %s produced NaN/Inf parameters; update discarded, state kept", round_idx, node.client.name)
+        return Message(Error(REJECTED_UPDATE, f"client {node.client.name} produced NaN/Inf parameters in round "
+                                              f"{round_idx}; its update is discarded"), reply_to=msg)
+    save_state(context, node, result.state, round_idx)
+    reply = RecordDict()
+    transport.put(reply, ARRAYS, result.upload)
+    reply[METRICS] = _metric_record({"num-examples": node.client.num_samples, **result.metrics})
+    info = {"trained-round": round_idx}
+    if result.state is not None:
+        info.update({"state-round": state_round, "state-digest": state_digest,
+                     "new-state-digest": transport.digest(result.state)})
+    reply[CLIENT_INFO] = _client_info(node, **info)
+    log.info("round %d: client %s trained (state of round %d, %s -> %s)", round_idx, node.client.name,
+             state_round, state_digest or "-", info.get("new-state-digest", "-"))
+    return Message(reply, reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    node = node_client(context)
+    config = msg.content[CONFIG] if CONFIG in msg.content else ConfigRecord()
+    batch = node.cfg.train.eval_batch_size
+    metrics: dict[str, Any] = {"num-examples": int(node.client.holdout_y.shape[0])}
+    state, state_round = load_state(context, node)
+    own = node.algorithm.personalized_model(node.client.name, state)
+    if own is not None:
+        metrics["local_accuracy"] = window_accuracy(own, node.client.holdout_x, node.client.holdout_y, batch)
+        if bool(config.get("final", False)):
+            test = evaluate_split(own, node.data.test, batch)
+            metrics.update({f"test_{k}": v for k, v in test.items()})
+    if ARRAYS in msg.content:
+        # A global model sent along (Flower's built-in strategies do): its accuracy on the local held-out data.
+        model = node.algorithm.global_model({"params": transport.get(msg.content, ARRAYS)})
+        if model is not None:
+            metrics["accuracy"] = window_accuracy(model, node.client.holdout_x, node.client.holdout_y, batch)
+    reply = RecordDict({METRICS: _metric_record(metrics), CLIENT_INFO: _client_info(node, **{"state-round": state_round})})
+    return Message(reply, reply_to=msg)
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    node = node_client(context)
+    return Message(RecordDict({CLIENT_INFO: _client_info(node, **{"num-clients": len(node.data.clients)})}), reply_to=msg)

@@ -1,0 +1,161 @@
+"""The Flower ServerApp: fedac's server side, evaluation and run directory on a Flower SuperLink.
+
+The ServerApp builds the same `Simulator` object as `fedac run` for everything that is not client
+training -- the dataset's validation / test splits, the algorithm, validation-based model selection,
+`final_results`, metrics.csv / results.json / config.yaml / curves.png -- and replaces the round loop
+by Flower's `Strategy.start` with `FedacStrategy`, which sends the algorithm's broadcast to the sampled
+SuperNodes and runs `Algorithm.server_update` on their replies. Personalized metrics (FedMLAC's,
+FedKAD's own models) are computed on the nodes, where those models live, and reported back.
+
+Besides the `fedac run` outputs the run directory holds:
+  server.log           the ServerApp's log (rounds, cohorts, dropped nodes, state digests)
+  server_state.pt      the algorithm's global state after the last round (`torch.load`)
+  flower_clients.json  per round, which node trained which client from which state
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import flwr
+import torch
+from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.serverapp import Grid, ServerApp
+
+from fedac.config import Config, save_config
+from fedac.engine.simulator import Simulator
+from fedac.flower.settings import DeploymentSettings, deployment_settings, fedac_config
+from fedac.flower.strategy import FedacStrategy, NodeDirectory, PollingGrid
+from fedac.report import final_table, write_history, write_results
+
+log = logging.getLogger("fedac.flower")
+
+app = ServerApp()
+
+
+class FlowerServerSide(Simulator):
+    """The simulator's data, evaluation and reporting; personalized metrics come from the nodes."""
+
+    strategy: FedacStrategy | None = None
+
+    def _personalized_local_accuracy(self, state: dict[str, Any]) -> list[float]:
+        if self.strategy is None:
+            return []
+        return [r.metrics["local_accuracy"] for r in self.strategy.ordered_eval_reports() if "local_accuracy" in r.metrics]
+
+    def _personalized_test_results(self, state: dict[str, Any]) -> list[dict[str, float]]:
+        if self.strategy is None:
+            return []
+        return [{"accuracy": r.metrics["test_accuracy"], "macro_f1": r.metrics["test_macro_f1"]}
+                for r in self.strategy.ordered_eval_reports() if "test_accuracy" in r.metrics]
+
+
+def default_run_dir(cfg: Config) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{stamp}-{cfg.algorithm}-{cfg.dataset}-s{cfg.seed}-flower"
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+def _attach_log(run_dir: Path) -> list[tuple[logging.Logger, logging.Handler]]:
+    """server.log gets fedac's and Flower's records; fedac's also go to stderr (streamed by `flwr run --stream`)."""
+    formatter = logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
+    file_handler = logging.FileHandler(run_dir / "server.log")
+    file_handler.setFormatter(formatter)
+    attached = [(logging.getLogger("fedac"), file_handler), (logging.getLogger("flwr"), file_handler)]
+    fedac_logger = logging.getLogger("fedac")
+    if not fedac_logger.handlers:
+        stream = logging.StreamHandler(sys.stderr)
+        stream.setFormatter(formatter)
+        attached.append((fedac_logger, stream))
+    fedac_logger.setLevel(logging.INFO)
+    for logger, handler in attached:
+        logger.addHandler(handler)
+    return attached
+
+
+def _client_log(strategy: FedacStrategy) -> dict[str, Any]:
+    return {
+        "nodes": {str(n.node_id): {"client": n.client, "partition-id": n.partition_id, "num-examples": n.num_examples}
+                  for n in strategy.directory.nodes.values()},
+        "rounds": {str(r): [{"node": rep.node_id, "client": rep.client, **rep.info,
+                             **{f"metric.{k}": v for k, v in rep.metrics.items()}} for rep in reports]
+                   for r, reports in strategy.train_reports.items()},
+        "dropped": {str(r): nodes for r, nodes in strategy.dropped.items() if nodes},
+    }
+
+
+def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_dir: Path) -> dict[str, Any]:
+    """Train `cfg` on the SuperNodes connected to `grid`; write and return results.json's content."""
+    started = time.perf_counter()
+    side = FlowerServerSide(cfg, run_dir, progress=False)
+    save_config(cfg, run_dir / "config.yaml")
+    state = side._fresh_state()
+    state["algorithm"] = cfg.algorithm
+    directory = NodeDirectory(side.data.task.clients, settings.min_nodes, settings.node_wait,
+                              settings.round_timeout, settings.poll_interval)
+    strategy = FedacStrategy(side.algorithm, state["server"], directory, cfg)
+    side.strategy = strategy
+    polling = PollingGrid(grid, settings.poll_interval, directory.describe)
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
+        if server_round == 0:
+            return None
+        state["server"] = strategy.server
+        row = {"round": float(server_round), **strategy.round_metrics}
+        if strategy.is_eval_round(server_round):
+            side._evaluate_round(state, server_round, row)
+            row["wall_seconds"] = time.perf_counter() - started
+            state["history"].append(row)
+            write_history(run_dir, state["history"])
+            shown = ", ".join(f"{k} {row[k]:.4f}" for k in ("val_accuracy", "local_accuracy", "train_loss") if k in row)
+            log.info("round %d evaluated: %s", server_round, shown)
+        state["round"] = server_round
+        _atomic_torch_save(state["server"], run_dir / "server_state.pt")
+        (run_dir / "flower_clients.json").write_text(json.dumps(_client_log(strategy), indent=2, default=str))
+        return MetricRecord({k: float(v) for k, v in row.items()})
+
+    strategy.start(grid=polling, initial_arrays=strategy.global_arrays(), num_rounds=cfg.train.rounds,
+                   timeout=settings.round_timeout, evaluate_fn=evaluate_fn)
+    state["server"] = strategy.server
+    results = side.final_results(state)
+    results["wall_seconds"] = time.perf_counter() - started
+    results["runtime"] = {
+        "engine": "flower", "flwr": flwr.__version__,
+        "nodes": {n.client: n.node_id for n in directory.nodes.values()},
+        "dropped": {str(r): nodes for r, nodes in strategy.dropped.items() if nodes},
+    }
+    write_results(run_dir, results, cfg)
+    log.info("fedac run finished\n%s\nrun directory: %s", final_table(results), run_dir)
+    return results
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    cfg = fedac_config(context.run_config)
+    settings = deployment_settings(context.run_config)
+    run_dir = (settings.run_dir or default_run_dir(cfg)).resolve()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    cfg.out = str(run_dir)
+    attached = _attach_log(run_dir)
+    try:
+        log.info("fedac %s on Flower %s: run directory %s", cfg.algorithm, flwr.__version__, run_dir)
+        run_deployment(grid, cfg, settings, run_dir)
+    except Exception:
+        log.exception("the fedac ServerApp failed")
+        raise
+    finally:
+        for logger, handler in attached:
+            logger.removeHandler(handler)
+            if isinstance(handler, logging.FileHandler):
+                handler.close()

@@ -1,0 +1,121 @@
+"""Flower run-config / node-config -> fedac settings.
+
+The run-config keys (`[tool.flwr.app.config]` in pyproject.toml, overridable with `flwr run . <link>
+--run-config 'rounds=5 fedac-set="data.root=/data/gsc;train.threads=1"'`) map onto the fedac config:
+
+    fedac-config   path of a fedac YAML config (e.g. a run directory's config.yaml); "" = defaults
+    algorithm, dataset, seed, rounds (train.rounds), fraction (train.fraction), lr (train.lr)
+    fedac-set      any other fedac settings, "key=value" pairs separated by ';' (as `fedac run --set`)
+
+with fedac's precedence: defaults < fedac-config < the named keys < fedac-set. The remaining keys are the
+deployment's own: run-dir, min-nodes, round-timeout, node-wait, poll-interval.
+
+Each SuperNode's node-config selects its client: `partition-id` (index into the clients that fedac's
+partitioner makes from the config), `num-partitions` (checked against that count) and optionally
+`data-root` (this device's copy of the dataset) and `cache-dir` (feature cache).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+from fedac.config import Config, load_config
+from fedac.errors import ConfigError
+
+#: run-config key -> fedac setting.
+RUN_CONFIG_KEYS = {
+    "algorithm": "algorithm",
+    "dataset": "dataset",
+    "seed": "seed",
+    "rounds": "train.rounds",
+    "fraction": "train.fraction",
+    "lr": "train.lr",
+}
+
+
+def split_overrides(text: str) -> list[str]:
+    """'a.b=1; c.d=x' -> ['a.b=1', 'c.d=x'] (empty parts dropped)."""
+    return [part.strip() for part in str(text).split(";") if part.strip()]
+
+
+def fedac_config(run_config: Mapping[str, Any]) -> Config:
+    """The fedac Config a Flower run describes (identical on the ServerApp and every ClientApp)."""
+    path = str(run_config.get("fedac-config", "") or "").strip() or None
+    flags = {}
+    for key, setting in RUN_CONFIG_KEYS.items():
+        value = run_config.get(key)
+        if value is not None and value != "":
+            flags[setting] = value
+    return load_config(path, split_overrides(run_config.get("fedac-set", "")), **flags)
+
+
+@dataclass
+class DeploymentSettings:
+    run_dir: Path | None
+    """Where the ServerApp writes config.yaml / metrics.csv / results.json; None: runs/<time>-...-flower."""
+    min_nodes: int = 2
+    """SuperNodes that must be connected before a round is sampled (Flower's min_available_nodes)."""
+    round_timeout: float = 600.0
+    """Seconds the ServerApp waits for replies of one exchange; nodes that miss it are dropped from the round."""
+    node_wait: float = 120.0
+    """Seconds to wait for `min_nodes` SuperNodes before giving up with an error."""
+    poll_interval: float = 0.5
+    """Seconds between reply polls (Flower's Grid.send_and_receive sleeps 3 s)."""
+
+
+def _number(run_config: Mapping[str, Any], key: str, default: float, kind: type) -> Any:
+    value = run_config.get(key, default)
+    try:
+        out = kind(value)
+    except (TypeError, ValueError):
+        raise ConfigError(f"run-config '{key}' expects {kind.__name__}, got {value!r}") from None
+    if out < 0 or (kind is int and out < 1) or (key != "node-wait" and out == 0):
+        raise ConfigError(f"run-config '{key}' must be positive, got {value!r}")
+    return out
+
+
+def deployment_settings(run_config: Mapping[str, Any]) -> DeploymentSettings:
+    run_dir = str(run_config.get("run-dir", "") or "").strip()
+    return DeploymentSettings(
+        run_dir=Path(run_dir).expanduser() if run_dir else None,
+        min_nodes=_number(run_config, "min-nodes", 2, int),
+        round_timeout=_number(run_config, "round-timeout", 600.0, float),
+        node_wait=_number(run_config, "node-wait", 120.0, float),
+        poll_interval=_number(run_config, "poll-interval", 0.5, float),
+    )
+
+
+@dataclass
+class NodeSettings:
+    partition_id: int
+    num_partitions: int | None
+    data_root: str | None
+    cache_dir: str | None
+
+
+def node_settings(node_config: Mapping[str, Any]) -> NodeSettings:
+    if "partition-id" not in node_config:
+        raise ConfigError(
+            "this SuperNode has no 'partition-id' in its node-config; start it with "
+            "--node-config \"partition-id=<k> num-partitions=<N>\" (k in 0..N-1 selects fedac's k-th client)"
+        )
+    try:
+        partition_id = int(node_config["partition-id"])
+        num = node_config.get("num-partitions")
+        num_partitions = None if num in (None, "") else int(num)
+    except (TypeError, ValueError):
+        raise ConfigError(f"node-config partition-id / num-partitions must be integers, got {dict(node_config)}") from None
+    root = str(node_config.get("data-root", "") or "").strip() or None
+    cache = str(node_config.get("cache-dir", "") or "").strip() or None
+    return NodeSettings(partition_id, num_partitions, root, cache)
+
+
+def apply_node_settings(cfg: Config, node: NodeSettings) -> Config:
+    """A node's own data location replaces the run's (the partitioning settings stay the run's)."""
+    if node.data_root is not None:
+        cfg.data.root = node.data_root
+    if node.cache_dir is not None:
+        cfg.data.cache_dir = node.cache_dir
+    return cfg

@@ -1,0 +1,210 @@
+"""A Flower federation on loopback for tests: one SuperLink and N SuperNodes started and stopped by PID.
+
+Every process runs in its own session (so its SuperExec / ClientApp children can be found and ended with
+it), writes its output to a log file in the federation's folder, and `FLWR_HOME` points into that folder
+so nothing is written to the user's home. Ports are picked free by binding port 0.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def time_limit(seconds: float):
+    """Fail a test that runs longer than `seconds` (SIGALRM; pytest-timeout is not a dependency)."""
+
+    def decorate(test):
+        @functools.wraps(test)
+        def wrapper(*args, **kwargs):
+            def expire(signum, frame):
+                raise TimeoutError(f"{test.__name__} exceeded its time limit of {seconds:.0f} s")
+
+            previous = signal.signal(signal.SIGALRM, expire)
+            signal.setitimer(signal.ITIMER_REAL, seconds)
+            try:
+                return test(*args, **kwargs)
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                signal.signal(signal.SIGALRM, previous)
+
+        return wrapper
+
+    return decorate
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _children(pid: int) -> list[int]:
+    """All descendants of `pid` (read from /proc), deepest last."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+class Federation:
+    def __init__(self, folder: Path, num_nodes: int, node_config: dict[int, str] | None = None):
+        self.folder = Path(folder)
+        self.folder.mkdir(parents=True, exist_ok=True)
+        self.home = self.folder / "flwr_home"
+        self.home.mkdir(exist_ok=True)
+        self.port = free_port()
+        self.num_nodes = num_nodes
+        self.node_config = node_config or {k: f"partition-id={k} num-partitions={num_nodes}" for k in range(num_nodes)}
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.logs: dict[str, Path] = {}
+        self.env = {
+            **os.environ,
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # flower-superexec, flwr-serverapp ...
+            "FLWR_HOME": str(self.home),
+            "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+            "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
+            "PYTHONUNBUFFERED": "1",
+        }
+        (self.home / "config.toml").write_text(
+            f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
+
+    # --- processes ------------------------------------------------------------------------------
+    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
+        log = self.folder / f"{name}.log"
+        handle = open(log, "wb")
+        proc = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, env=self.env, cwd=self.folder,
+                                start_new_session=True)
+        handle.close()
+        self.procs[name], self.logs[name] = proc, log
+        return proc
+
+    def start(self, timeout: float = 60.0) -> None:
+        self._start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
+                                  str(self.port), "--disable-runtime-dependency-installation"])
+        self.wait_for(self._healthy, timeout, "the SuperLink's /health to answer")
+        for k in range(self.num_nodes):
+            self._start(f"node{k}", [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}",
+                                     "--port", str(free_port()), "--node-config", self.node_config[k]])
+        self.wait_for(lambda: all(self.node_id(k) is not None for k in range(self.num_nodes)), timeout,
+                      "every SuperNode to register")
+
+    def _healthy(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
+                return response.status == 200
+        except OSError:
+            return False
+
+    def wait_for(self, condition, timeout: float, what: str) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            for name, proc in self.procs.items():
+                if proc.poll() is not None and not name.startswith("killed"):
+                    raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for {what}\n{self.output()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.output()}")
+            time.sleep(0.2)
+
+    def node_id(self, k: int) -> int | None:
+        """The SuperNode ID node k logged when it registered."""
+        match = re.search(r"SuperNode ID: (\d+)", self.logs[f"node{k}"].read_text(errors="replace"))
+        return int(match.group(1)) if match else None
+
+    def kill_node(self, k: int) -> None:
+        """SIGKILL node k and everything it started (a crash: no goodbye to the SuperLink)."""
+        proc = self.procs.pop(f"node{k}")
+        for pid in [proc.pid, *_children(proc.pid)]:
+            _signal(pid, signal.SIGKILL)
+        proc.wait(timeout=10)
+        self.procs[f"killed-node{k}"] = proc
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM each started process and its descendants, SIGKILL what is left after `grace` seconds."""
+        procs = list(self.procs.values())
+        family = {p.pid: _children(p.pid) for p in procs}
+        for proc in reversed(procs):
+            for pid in [proc.pid, *family[proc.pid]]:
+                _signal(pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+        for proc in procs:
+            for pid in [proc.pid, *family[proc.pid], *_children(proc.pid)]:
+                _signal(pid, signal.SIGKILL)
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                pass
+
+    # --- runs -----------------------------------------------------------------------------------
+    def submit(self, run_config: dict, name: str = "run", timeout: float = 240.0) -> tuple[subprocess.Popen, Path]:
+        """Start `flwr run <repo> loopback --stream` with the given run-config (as a TOML file)."""
+        toml = self.folder / f"{name}.toml"
+        toml.write_text("".join(f"{key} = {_toml(value)}\n" for key, value in run_config.items()))
+        proc = self._start(name, [str(BIN / "flwr"), "run", str(REPO), "loopback", "--run-config", str(toml), "--stream"])
+        self.procs.pop(name)  # a client process, not a server: waited for, not stopped
+        self.submitted = proc
+        return proc, self.logs[name]
+
+    def run(self, run_config: dict, name: str = "run", timeout: float = 240.0) -> str:
+        proc, log = self.submit(run_config, name)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            _signal(proc.pid, signal.SIGKILL)
+            proc.wait()
+            raise TimeoutError(f"flwr run did not finish within {timeout:.0f} s\n{self.output()}") from None
+        text = log.read_text(errors="replace")
+        if proc.returncode != 0:
+            raise RuntimeError(f"flwr run exited with {proc.returncode}\n{self.output()}")
+        return text
+
+    def output(self, tail: int = 6000) -> str:
+        """The last `tail` characters of every log (printed when a test fails)."""
+        parts = []
+        for name, path in self.logs.items():
+            text = path.read_text(errors="replace") if path.exists() else ""
+            parts.append(f"----- {name} ({path}) -----\n{text[-tail:]}")
+        return "\n".join(parts)
+
+
+def _toml(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    return '"' + str(value).replace("\\", "\\\\").replace('"', '\\"') + '"'
