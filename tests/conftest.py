@@ -21,6 +21,19 @@ def gsc_root(tmp_path_factory):
     return make_gsc_tree(tmp_path_factory.mktemp("gsc"), speakers=8, clips=2)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """One intra-op thread for a module, and the count before it restored after the module (runs set
+    it to cfg.train.threads). Tiny models gain nothing from intra-op threads, and on a busy 2-core
+    machine they are ~10x slower. Use: pytestmark = pytest.mark.usefixtures("one_thread")."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 @pytest.fixture(autouse=True, scope="session")
 def single_torch_thread():
     """Tiny models train faster on one thread, and tests stay fast when the machine is busy."""

@@ -9,28 +9,20 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 import yaml
 
 from fedac.cli import main
 from fedac.config import load_config
+from helpers import tiny_run
 
 RUN_FLAGS = ["--rounds", "2", "--seed", "1", "--quiet"]
-
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
 def settings(gsc_root, tmp_path_factory):
     cache = tmp_path_factory.mktemp("cli_cache")
-    return [f"--set=data.root={gsc_root}", f"--set=data.cache_dir={cache}", "--set", "model.name=crnn_tiny",
-            "--set", "train.fraction=0.5", "--set", "train.eval_every=1", "--set", "train.checkpoint_every=1"]
+    return [f"--set={key}={value}" for key, value in tiny_run(gsc_root, cache).items()]
 
 
 @pytest.fixture(scope="module")

@@ -16,15 +16,9 @@ from fedac.engine.checkpoint import load_checkpoint
 from fedac.engine.data import build_federated_data
 from fedac.engine.simulator import Simulator, sample_cohort
 from fedac.errors import CheckpointError, ConfigError
+from helpers import tiny_run
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models gain nothing from intra-op threads, and on a busy 2-core machine they are ~10x slower."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
@@ -33,11 +27,7 @@ def cache_dir(tmp_path_factory):
 
 
 def make_cfg(root, cache, **settings):
-    base = {
-        "data.root": root, "data.cache_dir": cache, "model.name": "crnn_tiny", "train.rounds": 6,
-        "train.fraction": 0.5, "train.eval_every": 1, "train.checkpoint_every": 1, "train.lr": 0.1,
-        "train.batch_size": 16,
-    }
+    base = {**tiny_run(root, cache), "train.rounds": 6, "train.lr": 0.1, "train.batch_size": 16}
     base.update(settings)
     return load_config(None, [f"{k}={v}" for k, v in base.items()])
 

@@ -24,17 +24,14 @@ from __future__ import annotations
 
 import functools
 import json
-import multiprocessing
-import shutil
-import sys
 import time
-import wave
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 from scipy import signal
 
+from fedac.data import layout
 from fedac.data.synth import espeak
 
 __all__ = ["WORDS", "SAMPLE_RATE", "generate"]
@@ -52,16 +49,15 @@ _WORD_WEIGHT = np.array(
     [next(wt for group, wt in _WORD_GROUPS if w in group) for w in WORDS], dtype=np.float64
 )
 
-SAMPLE_RATE = 16000
+SAMPLE_RATE = layout.SAMPLE_RATE
 _CLIP = SAMPLE_RATE  # samples per clip: exactly one second
 _MAX_WORD = int(0.96 * _CLIP)  # longest rendered word that still fits with a little margin
 _FORMAT_VERSION = 2  # bump whenever the same seed would render different audio
 
-_MARKER = ".fedac_complete"
-_IN_PROGRESS = ".fedac_incomplete"
 _BACKGROUND_DIR = "_background_noise_"
 _LISTS = {"validation": "validation_list.txt", "testing": "testing_list.txt"}
 _README = "SYNTHETIC.txt"
+_OWNED = (*WORDS, _BACKGROUND_DIR, *_LISTS.values(), _README)  # top-level entries generate() writes
 _SPLIT_FRACTION = 0.1  # of the speakers, for each of validation and testing
 _BACKGROUND_SECONDS = 30
 
@@ -190,16 +186,6 @@ def _to_16k(x: np.ndarray, rate: int) -> np.ndarray:
     return signal.resample_poly(x.astype(np.float64), up, down, window=_resampling_filter(up, down))
 
 
-def _write_wav(path: Path, x: np.ndarray) -> None:
-    """16-bit mono PCM WAV. The stdlib writer: soundfile fsyncs every file, 10x slower here."""
-    pcm = np.round(np.clip(x, -1.0, 32767 / 32768) * 32768).astype("<i2")
-    with wave.open(str(path), "wb") as f:
-        f.setnchannels(1)
-        f.setsampwidth(2)
-        f.setframerate(SAMPLE_RATE)
-        f.writeframes(pcm.tobytes())
-
-
 # --------------------------------------------------------------------------- planning
 
 
@@ -324,7 +310,7 @@ def _render_speaker(spk: _Speaker, out: Path, seed: int) -> tuple[str, int]:
     rng = np.random.default_rng([seed, _SPEAKER_STREAM, spk.index])
     for word, count in spk.counts.items():
         for n in range(count):
-            _write_wav(out / word / f"{spk.speaker_id}_nohash_{n}.wav", _clip(word, spk, rng))
+            layout.write_wav(out / word / f"{spk.speaker_id}_nohash_{n}.wav", _clip(word, spk, rng))
     return spk.split, sum(spk.counts.values())
 
 
@@ -406,32 +392,11 @@ def _run_task(task: tuple) -> tuple[str, int]:
         return _render_speaker(item, out, seed)
     index = _BACKGROUNDS.index(item)
     rng = np.random.default_rng([seed, _BACKGROUND_STREAM, index])
-    _write_wav(out / _BACKGROUND_DIR / f"{item}.wav", _background(item, rng))
+    layout.write_wav(out / _BACKGROUND_DIR / f"{item}.wav", _background(item, rng))
     return "background", 0
 
 
 # --------------------------------------------------------------------------- driver
-
-
-def _pool(workers: int):
-    # fork on Linux: workers start instantly and never re-import __main__ (so generate() also
-    # works from notebooks and piped scripts). They use only numpy/scipy and their own private
-    # espeak-ng copy, none of the parent's threads. Other platforms get spawn.
-    method = "fork" if sys.platform.startswith("linux") else "spawn"
-    return multiprocessing.get_context(method).Pool(processes=workers)
-
-
-def _owned_paths(out: Path) -> list[Path]:
-    names = [*WORDS, _BACKGROUND_DIR, *_LISTS.values(), _README, _MARKER]
-    return [out / name for name in names]
-
-
-def _clean(out: Path) -> None:
-    for path in _owned_paths(out):
-        if path.is_dir():
-            shutil.rmtree(path)
-        elif path.exists():
-            path.unlink()
 
 
 def _readme(seed: int, n_speakers: int, stats: dict) -> str:
@@ -478,25 +443,15 @@ def generate(
     out = Path(out_dir)
     params = {"format_version": _FORMAT_VERSION, "seed": int(seed), "speakers": int(speakers)}
 
-    marker = out / _MARKER
-    if marker.is_file():
-        try:
-            done = json.loads(marker.read_text())
-        except ValueError:
-            done = {}
-        if all(done.get(k) == v for k, v in params.items()):
-            stats = dict(done["stats"], cached=True, seconds=time.perf_counter() - t0)
-            return dict(stats, out_dir=str(out), seed=int(seed), speakers=int(speakers))
-    elif not (out / _IN_PROGRESS).exists() and any((out / w).exists() for w in WORDS):
-        raise FileExistsError(
-            f"{out} contains word folders that were not written by fedac's generator; "
-            "refusing to delete them (pick an empty or new directory)"
-        )
+    done = layout.finished_stats(
+        out, params, WORDS, what="contains word folders that were not written by fedac's generator"
+    )
+    if done is not None:
+        stats = dict(done, seconds=time.perf_counter() - t0)
+        return dict(stats, out_dir=str(out), seed=int(seed), speakers=int(speakers))
 
     plan = _plan(int(speakers), int(seed))  # validates arguments before touching the disk
-    out.mkdir(parents=True, exist_ok=True)
-    (out / _IN_PROGRESS).write_text(json.dumps(params))
-    _clean(out)
+    layout.start(out, params, _OWNED)
     for word in WORDS:
         (out / word).mkdir()
     (out / _BACKGROUND_DIR).mkdir()
@@ -509,22 +464,8 @@ def generate(
     ]
     splits = ("train", "validation", "testing")
     clips = dict.fromkeys(splits, 0)
-
-    pool = _pool(int(workers)) if workers > 1 else None  # before tqdm starts its monitor thread
-    results = pool.imap_unordered(_run_task, tasks) if pool else map(_run_task, tasks)
-    try:
-        from tqdm import tqdm
-
-        bar = tqdm(results, total=len(tasks), desc="synth speech commands", unit="task",
-                   disable=not progress)
-        for split, n in bar:
-            clips[split] = clips.get(split, 0) + n
-        if pool:
-            pool.close()  # let workers exit normally so their temporary files are cleaned up
-            pool.join()
-    finally:
-        if pool:
-            pool.terminate()
+    for split, n in layout.run_tasks(_run_task, tasks, int(workers), "synth speech commands", progress):
+        clips[split] = clips.get(split, 0) + n
     clips.pop("background", None)
 
     for split, list_name in _LISTS.items():
@@ -543,9 +484,7 @@ def generate(
         "total_clips": sum(clips.values()),
     }
     (out / _README).write_text(_readme(int(seed), int(speakers), stats))
-    # The marker goes last: its presence means every file above is complete.
-    marker.write_text(json.dumps({**params, "stats": stats}, indent=2, sort_keys=True) + "\n")
-    (out / _IN_PROGRESS).unlink()
+    layout.finish(out, params, stats)  # the marker goes last
     stats.update(
         cached=False,
         seconds=time.perf_counter() - t0,
