@@ -7,7 +7,9 @@
   FedMLAC's personalized model) never leaves the node; only its digest is reported, so the server
   can log which state each round started from.
 - `evaluate`: the personalized model on the client's local held-out windows (and, on the final
-  round, on the test split), as the simulator's personalized metrics.
+  round, on the test split), as the simulator's personalized metrics. On evaluation rounds a client
+  that trains evaluates its new model within `train` already, so only clients left out of the round's
+  cohort get an `evaluate` message.
 - `query`: which client this node holds (name, partition-id, n_k), asked once by the ServerApp.
 
 The node's client is `partition-id` of the clients fedac's partitioner makes from the run's config
@@ -36,7 +38,7 @@ from fedac.engine.simulator import all_finite, train_client
 from fedac.errors import ConfigError
 from fedac.flower import transport
 from fedac.flower.settings import apply_node_settings, fedac_config, node_settings
-from fedac.flower.strategy import ARRAYS, CLIENT_INFO, CONFIG, METRICS, REJECTED_UPDATE
+from fedac.flower.strategy import ARRAYS, CLIENT_INFO, CONFIG, EVAL, METRICS, REJECTED_UPDATE
 
 log = logging.getLogger("fedac.flower")
 
@@ -149,9 +151,26 @@ def train(msg: Message, context: Context) -> Message:
         info.update({"state-round": state_round, "state-digest": state_digest,
                      "new-state-digest": transport.digest(result.state)})
     reply[CLIENT_INFO] = _client_info(node, **info)
+    config = msg.content[CONFIG]
+    if bool(config.get("evaluate", False)):
+        # An evaluation round: the state just trained is the one the round's evaluation would load, so
+        # evaluate it now and save the server an `evaluate` exchange with this node.
+        reply[EVAL] = _metric_record(personal_metrics(node, result.state, bool(config.get("final", False))))
     log.info("round %d: client %s trained (state of round %d, %s -> %s)", round_idx, node.client.name,
              state_round, state_digest or "-", info.get("new-state-digest", "-"))
     return Message(reply, reply_to=msg)
+
+
+def personal_metrics(node: NodeClient, state: Any, final: bool) -> dict[str, Any]:
+    """The client's own model on its local held-out windows, and on the final round on the test split."""
+    batch = node.cfg.train.eval_batch_size
+    metrics: dict[str, Any] = {"num-examples": int(node.client.holdout_y.shape[0])}
+    own = node.algorithm.personalized_model(node.client.name, state)
+    if own is not None:
+        metrics["local_accuracy"] = window_accuracy(own, node.client.holdout_x, node.client.holdout_y, batch)
+        if final:
+            metrics.update({f"test_{k}": v for k, v in evaluate_split(own, node.data.test, batch).items()})
+    return metrics
 
 
 @app.evaluate()
@@ -159,14 +178,8 @@ def evaluate(msg: Message, context: Context) -> Message:
     node = node_client(context)
     config = msg.content[CONFIG] if CONFIG in msg.content else ConfigRecord()
     batch = node.cfg.train.eval_batch_size
-    metrics: dict[str, Any] = {"num-examples": int(node.client.holdout_y.shape[0])}
     state, state_round = load_state(context, node)
-    own = node.algorithm.personalized_model(node.client.name, state)
-    if own is not None:
-        metrics["local_accuracy"] = window_accuracy(own, node.client.holdout_x, node.client.holdout_y, batch)
-        if bool(config.get("final", False)):
-            test = evaluate_split(own, node.data.test, batch)
-            metrics.update({f"test_{k}": v for k, v in test.items()})
+    metrics = personal_metrics(node, state, bool(config.get("final", False)))
     if ARRAYS in msg.content:
         # A global model sent along (Flower's built-in strategies do): its accuracy on the local held-out data.
         model = node.algorithm.global_model({"params": transport.get(msg.content, ARRAYS)})

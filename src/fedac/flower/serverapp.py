@@ -27,11 +27,13 @@ import flwr
 import torch
 from flwr.app import ArrayRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
+from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from fedac.config import Config, save_config
 from fedac.engine.simulator import Simulator
+from fedac.flower import transport
 from fedac.flower.settings import DeploymentSettings, deployment_settings, fedac_config
-from fedac.flower.strategy import FedacStrategy, NodeDirectory, PollingGrid
+from fedac.flower.strategy import FedacStrategy, NodeDirectory, PollingGrid, flower_strategy
 from fedac.report import final_table, write_history, write_results
 
 log = logging.getLogger("fedac.flower")
@@ -104,16 +106,20 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
     state["algorithm"] = cfg.algorithm
     directory = NodeDirectory(side.data.task.clients, settings.min_nodes, settings.node_wait,
                               settings.round_timeout, settings.poll_interval)
-    strategy = FedacStrategy(side.algorithm, state["server"], directory, cfg)
-    side.strategy = strategy
     polling = PollingGrid(grid, settings.poll_interval, directory.describe)
+    if settings.strategy == "flower":
+        strategy, round_metrics = _flower_builtin(cfg, settings, state)
+    else:
+        strategy = FedacStrategy(side.algorithm, state["server"], directory, cfg)
+        side.strategy = strategy
+        round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         if server_round == 0:
             return None
-        state["server"] = strategy.server
-        row = {"round": float(server_round), **strategy.round_metrics}
-        if strategy.is_eval_round(server_round):
+        state["server"], metrics = round_metrics(arrays)
+        row = {"round": float(server_round), **metrics}
+        if server_round % cfg.train.eval_every == 0 or server_round == cfg.train.rounds:
             side._evaluate_round(state, server_round, row)
             row["wall_seconds"] = time.perf_counter() - started
             state["history"].append(row)
@@ -122,22 +128,53 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
             log.info("round %d evaluated: %s", server_round, shown)
         state["round"] = server_round
         _atomic_torch_save(state["server"], run_dir / "server_state.pt")
-        (run_dir / "flower_clients.json").write_text(json.dumps(_client_log(strategy), indent=2, default=str))
+        if isinstance(strategy, FedacStrategy):
+            (run_dir / "flower_clients.json").write_text(json.dumps(_client_log(strategy), indent=2, default=str))
         return MetricRecord({k: float(v) for k, v in row.items()})
 
-    strategy.start(grid=polling, initial_arrays=strategy.global_arrays(), num_rounds=cfg.train.rounds,
+    initial = transport.to_records(side.algorithm.broadcast(state["server"]))[0]
+    strategy.start(grid=polling, initial_arrays=initial, num_rounds=cfg.train.rounds,
                    timeout=settings.round_timeout, evaluate_fn=evaluate_fn)
-    state["server"] = strategy.server
     results = side.final_results(state)
     results["wall_seconds"] = time.perf_counter() - started
-    results["runtime"] = {
-        "engine": "flower", "flwr": flwr.__version__,
-        "nodes": {n.client: n.node_id for n in directory.nodes.values()},
-        "dropped": {str(r): nodes for r, nodes in strategy.dropped.items() if nodes},
-    }
+    results["runtime"] = {"engine": "flower", "flwr": flwr.__version__, "strategy": type(strategy).__name__}
+    if isinstance(strategy, FedacStrategy):
+        results["runtime"]["nodes"] = {n.client: n.node_id for n in directory.nodes.values()}
+        results["runtime"]["dropped"] = {str(r): nodes for r, nodes in strategy.dropped.items() if nodes}
     write_results(run_dir, results, cfg)
     log.info("fedac run finished\n%s\nrun directory: %s", final_table(results), run_dir)
     return results
+
+
+def _flower_builtin(cfg: Config, settings: DeploymentSettings, state: dict[str, Any]):
+    """Flower's own strategy for a FedAvg-family algorithm, and how to read each round's outcome from it."""
+    if cfg.algorithm == "fedadam":
+        log.warning("Flower's FedAdam applies Adam's bias correction to the server step; fedac's FedAdam (Reddi et "
+                    "al., Alg. 2) does not, so this run will not reproduce `fedac run` (use strategy=fedac for that)")
+    recorded: dict[str, Any] = {}
+
+    def train_metrics(records, weight_key):
+        recorded["clients"] = float(len(records))
+        recorded["metrics"] = aggregate_metricrecords(records, weight_key)
+        return recorded["metrics"]
+
+    strategy = flower_strategy(cfg, fraction_train=cfg.train.fraction, fraction_evaluate=0.0,
+                               min_available_nodes=settings.min_nodes, min_train_nodes=1,
+                               train_metrics_aggr_fn=train_metrics)
+    log.info("server side: Flower's %s (node sampling is Flower's, not seeded by fedac)", type(strategy).__name__)
+
+    def round_metrics(arrays: ArrayRecord) -> tuple[dict[str, Any], dict[str, float]]:
+        metrics = {"clients": recorded.pop("clients", 0.0)}
+        aggregated = dict(recorded.pop("metrics", {}) or {})
+        if "loss" in aggregated:  # Flower weights client losses by n_k; the simulator averages them
+            metrics["train_loss"] = float(aggregated["loss"])
+        params = transport.from_records(arrays)
+        reference = state["server"]["params"]
+        # Flower's FedAdam returns float64 under NumPy 2: keep the model's own dtypes.
+        params = {k: v.to(reference[k].dtype) if k in reference else v for k, v in params.items()}
+        return {**state["server"], "params": params}, metrics
+
+    return strategy, round_metrics
 
 
 @app.main()

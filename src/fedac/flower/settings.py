@@ -8,7 +8,7 @@ The run-config keys (`[tool.flwr.app.config]` in pyproject.toml, overridable wit
     fedac-set      any other fedac settings, "key=value" pairs separated by ';' (as `fedac run --set`)
 
 with fedac's precedence: defaults < fedac-config < the named keys < fedac-set. The remaining keys are the
-deployment's own: run-dir, min-nodes, round-timeout, node-wait, poll-interval.
+deployment's own: run-dir, strategy, min-nodes, round-timeout, node-wait, poll-interval.
 
 Each SuperNode's node-config selects its client: `partition-id` (index into the clients that fedac's
 partitioner makes from the config), `num-partitions` (checked against that count) and optionally
@@ -63,6 +63,9 @@ class DeploymentSettings:
     """Seconds to wait for `min_nodes` SuperNodes before giving up with an error."""
     poll_interval: float = 0.5
     """Seconds between reply polls (Flower's Grid.send_and_receive sleeps 3 s)."""
+    strategy: str = "fedac"
+    """fedac: `FedacStrategy` (any algorithm, the simulator's cohorts); flower: Flower's built-in strategy of
+    the same name (FedAvg-family algorithms only, Flower's random node sampling)."""
 
 
 def _number(run_config: Mapping[str, Any], key: str, default: float, kind: type) -> Any:
@@ -84,7 +87,15 @@ def deployment_settings(run_config: Mapping[str, Any]) -> DeploymentSettings:
         round_timeout=_number(run_config, "round-timeout", 600.0, float),
         node_wait=_number(run_config, "node-wait", 120.0, float),
         poll_interval=_number(run_config, "poll-interval", 0.5, float),
+        strategy=_choice(run_config, "strategy", ("fedac", "flower")),
     )
+
+
+def _choice(run_config: Mapping[str, Any], key: str, options: tuple[str, ...]) -> str:
+    value = str(run_config.get(key, options[0]) or options[0]).strip().lower()
+    if value not in options:
+        raise ConfigError(f"run-config '{key}' must be one of {', '.join(options)}, got {run_config.get(key)!r}")
+    return value
 
 
 @dataclass

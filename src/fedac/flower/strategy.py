@@ -44,6 +44,8 @@ ARRAYS = "arrays"
 CONFIG = "config"
 METRICS = "metrics"
 CLIENT_INFO = "fedac.client"
+#: MetricRecord of the personalized evaluation a client runs right after training on evaluation rounds.
+EVAL = "fedac.eval"
 #: Error code of a reply whose update was NaN/Inf and was discarded on the node (codes < 100 are Flower's).
 REJECTED_UPDATE = 1001
 
@@ -61,6 +63,15 @@ class NodeInfo:
 
     def __str__(self) -> str:
         return f"node {self.node_id} (client {self.client}, partition-id {self.partition_id})"
+
+
+def reply_origin(reply: Message, sent: list[Message]) -> int:
+    """The node a reply is about. An error the SuperLink creates for an unreachable node comes from the
+    SuperLink itself (src_node_id 1); the message it answers tells which node was meant."""
+    for message in sent:
+        if message.metadata.message_id and message.metadata.message_id == reply.metadata.reply_to_message_id:
+            return message.metadata.dst_node_id
+    return reply.metadata.src_node_id
 
 
 class PollingGrid(Grid):
@@ -119,7 +130,7 @@ class PollingGrid(Grid):
                 break
             time.sleep(self.poll_interval)
         for dst in pending.values():
-            log.warning("%s did not reply to the %s message within %.0f s: dropped from this exchange",
+            log.warning("%s did not reply to the %s message within %g s: dropped from this exchange",
                         self.describe(dst), kind, timeout if timeout is not None else float("inf"))
             self.missing.append(dst)
         return replies
@@ -164,16 +175,18 @@ class NodeDirectory:
         if identify and any(n not in self.nodes for n in node_ids):
             self._identify(grid, [n for n in node_ids if n not in self.nodes])
         live = sorted((self.nodes[n] for n in node_ids if n in self.nodes), key=lambda info: self.order[info.client])
-        return live, [n for n in node_ids if n not in self.nodes]
+        # A node whose query failed is asked again next round; it does not train unidentified.
+        return live, ([] if identify else [n for n in node_ids if n not in self.nodes])
 
     def _identify(self, grid: Grid, node_ids: list[int]) -> None:
         content = RecordDict({CONFIG: ConfigRecord({"fedac-query": "client"})})
         messages = [Message(content, node_id, MessageType.QUERY) for node_id in node_ids]
         for reply in grid.send_and_receive(messages, timeout=self.timeout):
+            node_id = reply_origin(reply, messages)
             if reply.has_error():
-                log.error("node %d could not load its fedac client: %s", reply.metadata.src_node_id, reply.error.reason)
+                log.error("node %d could not load its fedac client: %s", node_id, reply.error.reason)
                 continue
-            self.learn(reply.metadata.src_node_id, reply.content[CLIENT_INFO])
+            self.learn(node_id, reply.content[CLIENT_INFO])
 
     def learn(self, node_id: int, info: ConfigRecord | dict) -> NodeInfo:
         """Record which client a node holds (from any of its replies); rejects clients the server does not
@@ -221,6 +234,7 @@ class FedacStrategy(Strategy):
         self.dropped: dict[int, list[str]] = {}
         """Round -> nodes (described) that were sampled but sent no usable reply."""
         self._sent: dict[int, str] = {}
+        self._messages: list[Message] = []
         self._skip_eval: set[int] = set()
 
     # --- helpers -------------------------------------------------------------------------------
@@ -248,24 +262,32 @@ class FedacStrategy(Strategy):
         known, unknown = self.directory.refresh(grid, identify=not full)
         live = [n for n in known if n.num_examples > 0]
         if not live and not unknown:
-            raise FlowerRunError("no connected SuperNode holds training data")
+            raise FlowerRunError(f"none of the {len(self.directory.connected)} connected SuperNodes holds a usable fedac "
+                                 "client with training data (see the node errors logged above)")
         names = sample_cohort([n.client for n in live], self.cfg.train.fraction, self.cfg.seed, server_round) if live else []
         by_client = {n.client: n for n in live}
         content = self.payload_record()
         config["server-round"] = server_round
+        evaluating = self.algorithm.personalized and self.is_eval_round(server_round)
+        config["evaluate"] = evaluating
+        config["final"] = server_round == self.cfg.train.rounds
+        if evaluating:
+            self.eval_reports = {}  # this round's reports only: a dropped node's old numbers must not count
         content[CONFIG] = config
         self._sent = {by_client[name].node_id: name for name in names}
         self._sent.update({node_id: f"<node {node_id}>" for node_id in unknown})
         log.info("round %d: training %d of %d connected clients: %s", server_round, len(self._sent), len(live) + len(unknown),
                  ", ".join(names + [f"node {n} (not identified yet)" for n in unknown]))
-        return [Message(content, node_id, MessageType.TRAIN) for node_id in self._sent]
+        self._messages = [Message(content, node_id, MessageType.TRAIN) for node_id in self._sent]
+        return self._messages
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         received: list[tuple[int, Any, int, ClientReport]] = []
         rejected, failed = [], []
         answered = set()
+        first_error = ""
         for reply in replies:
-            node_id = reply.metadata.src_node_id
+            node_id = reply_origin(reply, self._messages)
             answered.add(node_id)
             client = self._sent.get(node_id, f"<unknown node {node_id}>")
             if reply.has_error():
@@ -273,8 +295,10 @@ class FedacStrategy(Strategy):
                     log.warning("round %d: client %s returned NaN/Inf parameters; its update is discarded", server_round, client)
                     rejected.append(client)
                 else:
-                    log.warning("round %d: %s failed: %s", server_round, self.directory.describe(node_id), reply.error.reason)
+                    log.warning("round %d: %s dropped out (%s); the round goes on with the others", server_round,
+                                self.directory.describe(node_id), reply.error.reason)
                     failed.append(node_id)
+                    first_error = first_error or reply.error.reason
                 continue
             if CLIENT_INFO in reply.content:
                 client = self.directory.learn(node_id, reply.content[CLIENT_INFO]).client
@@ -289,6 +313,8 @@ class FedacStrategy(Strategy):
                 continue
             info = dict(reply.content[CLIENT_INFO]) if CLIENT_INFO in reply.content else {}
             report = ClientReport(node_id, client, metrics, info)
+            if EVAL in reply.content:
+                self.eval_reports[client] = ClientReport(node_id, client, dict(reply.content[EVAL]), info)
             received.append((self.directory.order.get(client, len(self.directory.order)), upload,
                              int(metrics["num-examples"]), report))
         missing = [n for n in self._sent if n not in answered]
@@ -304,6 +330,8 @@ class FedacStrategy(Strategy):
             if "state-round" in r.info:
                 log.info("round %d: client %s trained from its state of round %s (digest %s) -> %s", server_round,
                          r.client, r.info["state-round"], r.info.get("state-digest"), r.info.get("new-state-digest"))
+        if failed and not received and not rejected and len(failed) == len(self._sent):
+            raise FlowerRunError(f"round {server_round}: every sampled SuperNode failed; the first said: {first_error}")
         metrics: dict[str, float] = {"clients": float(len(received)), "rejected": float(len(rejected))}
         if received:
             self.server, server_metrics = self.algorithm.server_update(
@@ -322,17 +350,24 @@ class FedacStrategy(Strategy):
         if not self.algorithm.personalized or not self.is_eval_round(server_round):
             return []
         node_ids = set(grid.get_node_ids())
-        targets = [n for n in self.directory.nodes.values() if n.node_id in node_ids and n.node_id not in self._skip_eval]
+        # Clients that trained this round evaluated in their train reply; the others (not sampled, or whose
+        # update was rejected) are asked now. Nodes that dropped out of the round are not waited for again.
+        targets = [n for n in self.directory.nodes.values() if n.node_id in node_ids and n.node_id not in self._skip_eval
+                   and n.client not in self.eval_reports]
+        if not targets:
+            return []
         config["server-round"] = server_round
         config["final"] = server_round == self.cfg.train.rounds
         content = RecordDict({CONFIG: config})
         self._sent = {n.node_id: n.client for n in targets}
-        self.eval_reports = {}  # this round's reports only: a dropped node's old numbers must not count
-        return [Message(content, n.node_id, MessageType.EVALUATE) for n in targets]
+        self._messages = [Message(content, n.node_id, MessageType.EVALUATE) for n in targets]
+        return self._messages
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        if not self.algorithm.personalized or not self.is_eval_round(server_round):
+            return None
         for reply in replies:
-            node_id = reply.metadata.src_node_id
+            node_id = reply_origin(reply, self._messages)
             if reply.has_error():
                 log.warning("round %d: evaluation on %s failed: %s", server_round, self.directory.describe(node_id), reply.error.reason)
                 continue

@@ -17,7 +17,6 @@ import hashlib
 import json
 from typing import Any
 
-import numpy as np
 import torch
 from flwr.app import Array, ArrayRecord, ConfigRecord, RecordDict
 
