@@ -99,6 +99,17 @@ class TrainConfig:
     threads: int = 1
     """torch intra-op threads; 0 keeps torch's default. Per-client batches of 16 short clips run
     fastest on one thread (see benchmarks/)."""
+    execution: str = "auto"
+    """How a round's clients train: cohort (clients of one architecture stacked into one computation,
+    engine/cohort.py), sequential (one client after another), or auto (cohort wherever the algorithm
+    has a cohort path, the faster one; see benchmarks/README.md). Both give the same numbers."""
+    cohort_chunk: int = 16
+    """Cohort path: at most this many clients stacked at once. Bounds activation memory; 16 keeps each
+    step's tensors in cache and was fastest on CRNN-Base + CRNN-Lite (benchmarks/README.md)."""
+    cohort_workers: int = 0
+    """Cohort path: chunks trained at once on this many threads, each running torch ops on `threads`
+    intra-op threads; 0: one per usable core left by `threads`. Numbers do not depend on it. On 2 free
+    cores 2 workers ran 1.8x faster than 1, where threads=2 gave 1.36x (benchmarks/README.md)."""
 
 
 @dataclass

@@ -64,6 +64,16 @@ def model_params(model: nn.Module) -> Params:
     return clone_params(model.state_dict())
 
 
+def reproduces(client_update):
+    """Marks a `cohort_update` as the stacked form of `client_update` (see `Algorithm.cohort_ready`)."""
+
+    def mark(cohort_update):
+        cohort_update.reproduces = client_update
+        return cohort_update
+
+    return mark
+
+
 class Algorithm(ABC):
     """Base class: subclasses implement `client_update` and `server_update`; defaults cover the rest."""
 
@@ -127,6 +137,22 @@ class Algorithm(ABC):
     def client_update(self, payload: Any, state: Any, data: ClientData, round_idx: int,
                       generator: torch.Generator) -> ClientResult:
         """Train locally; `generator` orders batches (dropout uses the engine-seeded global RNG)."""
+
+    def cohort_update(self, payload: Any, states: list[Any], datas: list[ClientData], round_idx: int,
+                      seed: int) -> list[ClientResult]:
+        """Optional hook: the updates of a whole cohort, in `datas` order, with each client's randomness
+        fixed by (seed, round, client) exactly as `engine.simulator.train_client` fixes it, so the results
+        equal the sequential ones. Overrides stack clients into one computation (engine/cohort.py) and
+        are marked `@reproduces(client_update)`; this default trains one client after another."""
+        from fedac.engine.simulator import train_client  # engine imports algorithms, not the reverse
+
+        return [train_client(self, payload, state, data, round_idx, seed) for state, data in zip(states, datas)]
+
+    def cohort_ready(self) -> bool:
+        """True when `cohort_update` is a stacked version of the `client_update` in effect. A subclass or
+        a patch that replaces client_update alone sends the engine back to the sequential path."""
+        target = getattr(type(self).cohort_update, "reproduces", None)
+        return target is not None and getattr(self.client_update, "__func__", None) is target
 
     @abstractmethod
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Any, int]],

@@ -10,7 +10,8 @@ from typing import Any
 
 import torch
 from fedac.aggregation import aggregate
-from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params
+from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params, reproduces
+from fedac.algorithms.cohort import supervised_cohort
 from fedac.algorithms.local import train_supervised
 
 
@@ -29,6 +30,11 @@ class FedAvg(Algorithm):
         model = self.scratch_model(self.cfg.model.name, payload)
         metrics = train_supervised(model, data.x, data.y, self.cfg.train, generator, self.regularizer(payload))
         return ClientResult(model_params(model), None, metrics)
+
+    @reproduces(client_update)
+    def cohort_update(self, payload: Params, states: list[Any], datas: list[ClientData], round_idx: int,
+                      seed: int) -> list[ClientResult]:
+        return supervised_cohort(self, payload, datas, round_idx, seed, self.regularizer(payload))
 
     def average(self, uploads: list[tuple[Params, int]]) -> tuple[Params, dict[str, float]]:
         return aggregate(uploads, self.cfg.aggregation)

@@ -31,34 +31,44 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedac.aggregation import aggregate
-from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params
-from fedac.algorithms.local import batch_indices, make_optimizer
+from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params, reproduces
+from fedac.algorithms.cohort import mutual_cohort
+from fedac.algorithms.local import batch_indices, cross_entropy, make_optimizer
 from fedac.errors import ConfigError
 
 
-def distillation_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
-    """KL(p_teacher || p_student) averaged over the batch (Eq. 5), teacher detached, scaled by T^2."""
+def distillation_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0,
+                    weight: torch.Tensor | None = None) -> torch.Tensor:
+    """KL(p_teacher || p_student) averaged over the batch (Eq. 5), teacher detached, scaled by T^2.
+
+    With per-sample `weight` (clients, batch), as the cohort path passes it, the average is the weighted
+    sum over each client's batch (see `local.cross_entropy`) and the result has one value per client."""
     t = temperature
-    teacher = F.log_softmax(teacher_logits.detach() / t, dim=1)
-    student = F.log_softmax(student_logits / t, dim=1)
-    return F.kl_div(student, teacher, log_target=True, reduction="batchmean") * (t * t)
+    teacher = F.log_softmax(teacher_logits.detach() / t, dim=-1)
+    student = F.log_softmax(student_logits / t, dim=-1)
+    if weight is None:
+        return F.kl_div(student, teacher, log_target=True, reduction="batchmean") * (t * t)
+    per_sample = F.kl_div(student, teacher, log_target=True, reduction="none").sum(-1)
+    return (per_sample * weight).sum(-1) * (t * t)
 
 
-def personalized_loss(omega_logits, theta_logits, y, alpha: float, temperature: float = 1.0, ml: bool = True) -> torch.Tensor:
+def personalized_loss(omega_logits, theta_logits, y, alpha: float, temperature: float = 1.0, ml: bool = True,
+                      weight: torch.Tensor | None = None) -> torch.Tensor:
     """Eq. 8: alpha * CE(omega) + (1 - alpha) * KL(p_theta || p_omega); CE alone without mutual learning."""
-    ce = F.cross_entropy(omega_logits, y)
+    ce = cross_entropy(omega_logits, y, weight)
     if not ml:
         return ce
-    return alpha * ce + (1 - alpha) * distillation_kl(omega_logits, theta_logits, temperature)
+    return alpha * ce + (1 - alpha) * distillation_kl(omega_logits, theta_logits, temperature, weight)
 
 
-def plugin_loss(theta_logits, omega_logits, y, temperature: float = 1.0, ce_weight: float = 0.0, ml: bool = True) -> torch.Tensor:
+def plugin_loss(theta_logits, omega_logits, y, temperature: float = 1.0, ce_weight: float = 0.0, ml: bool = True,
+                weight: torch.Tensor | None = None) -> torch.Tensor:
     """Eq. 9: KL(p_omega || p_theta) (+ optional CE weight); CE alone without mutual learning."""
     if not ml:
-        return F.cross_entropy(theta_logits, y)
-    loss = distillation_kl(theta_logits, omega_logits, temperature)
+        return cross_entropy(theta_logits, y, weight)
+    loss = distillation_kl(theta_logits, omega_logits, temperature, weight)
     if ce_weight:
-        loss = loss + ce_weight * F.cross_entropy(theta_logits, y)
+        loss = loss + ce_weight * cross_entropy(theta_logits, y, weight)
     return loss
 
 
@@ -111,6 +121,11 @@ class FedMLAC(Algorithm):
             steps += 1
         metrics = {k: v / max(steps, 1) for k, v in sums.items()}
         return ClientResult(model_params(theta), model_params(omega), metrics)
+
+    @reproduces(client_update)
+    def cohort_update(self, payload: Params, states: list[Params], datas: list[ClientData], round_idx: int,
+                      seed: int) -> list[ClientResult]:
+        return mutual_cohort(self, payload, states, datas, round_idx, seed)
 
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
                       round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:

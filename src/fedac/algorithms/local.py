@@ -17,6 +17,15 @@ def batch_indices(num_samples: int, batch_size: int, epochs: int, generator: tor
         yield from order.split(batch_size)
 
 
+def cross_entropy(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Batch-mean cross-entropy; with per-sample `weight` (clients, batch) from the cohort path, the
+    weighted sum over each client's batch (weight 1/b on its b real samples, 0 on padding) -> (clients,)."""
+    if weight is None:
+        return nn.functional.cross_entropy(logits, y)
+    per_sample = nn.functional.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="none")
+    return (per_sample.view_as(weight) * weight).sum(-1)
+
+
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 

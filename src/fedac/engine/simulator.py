@@ -24,6 +24,7 @@ from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult
 from fedac.config import Config, save_config
 from fedac.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedac.engine.cohort import check_execution, run_clients
 from fedac.engine.data import FederatedData, build_federated_data
 from fedac.engine.evaluate import evaluate, window_accuracy
 from fedac.errors import CheckpointError, ConfigError
@@ -71,6 +72,7 @@ class Simulator:
         self.progress = progress
         if cfg.train.threads > 0:
             torch.set_num_threads(cfg.train.threads)
+        check_execution(cfg.train.execution)
         self.data = data or build_federated_data(cfg, progress)
         self.algorithm: Algorithm = build_algorithm(cfg, self.data.task)
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
@@ -92,9 +94,11 @@ class Simulator:
         cfg = self.cfg
         payload = self.algorithm.broadcast(state["server"])
         uploads, losses, rejected = [], [], []
-        for name in sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx):
-            data = self.data.client(name)
-            result = train_client(self.algorithm, payload, self._client_state(state, name), data, round_idx, cfg.seed)
+        names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
+        datas = [self.data.client(name) for name in names]
+        states = [self._client_state(state, name) for name in names]
+        results = run_clients(self.algorithm, payload, states, datas, round_idx, cfg.seed)
+        for name, data, result in zip(names, datas, results):
             if not all_finite(result.upload) or not all_finite(result.state):
                 log.warning("round %d: client %s returned NaN/Inf parameters; its update is discarded", round_idx, name)
                 rejected.append(name)

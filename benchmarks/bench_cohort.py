@@ -1,0 +1,456 @@
+"""Cohort vs sequential vs the compute floor (issue 6). One command, writes JSON to benchmarks/results/:
+
+    .venv/bin/python benchmarks/bench_cohort.py            # everything (about 15-25 min on 2 busy cores)
+    .venv/bin/python benchmarks/bench_cohort.py --quick    # fewer clients and repeats, a smoke run
+
+Measured in one process per part, paths interleaved round by round, so ratios compare like with like
+on a machine shared with other jobs. Every timing is reported as wall seconds and as process CPU
+seconds (user + sys): on one torch thread the CPU time is the work itself, unaffected by other jobs
+stealing the core, and it is the number to read when the load average is high (it is in the JSON).
+
+Parts
+- threads: the sequential floor of workload W with 1 and with 2 torch threads (and 2 threads with
+  OpenMP's passive waiting), one fresh process each.
+- w: workload W (issue 6): CRNN-Lite on 40 x 101 features, 100 clients x 40 samples, 10 per round,
+  1 local epoch, batch 16, SGD lr 0.01 (no momentum), dropout 0.1. Per round: the floor (the same SGD
+  steps back to back in a plain torch loop: one model, weights loaded per client, no fedac code),
+  fedac's sequential path and fedac's cohort path (`Simulator.run_round`, so sampling, the server
+  update and all bookkeeping are inside); then a 100-round fedac run end to end (default path).
+- vmap: one SGD step of 10 clients through torch.func (stack_module_state + functional_call +
+  vmap(grad)) against the stacked formulation of models/stacked.py and a loop, dropout off.
+- fedmlac: FedMLAC with CRNN-Base personalized models and a CRNN-Lite Plug-in, 500 clients x 40
+  samples, 100 per round (LPA aggregation); the floor is the same mutual-learning steps in a plain loop;
+  the cohort path also with 2 worker threads (`train.cohort_workers=2`; every other path uses one core).
+- gsc: GSC scale in a fresh process (so its peak RSS is its own): 2,618 clients of 20-60 windows
+  (mean 40; 20% held out locally, as the GSC protocol does), random 40 x 101 features, every client's
+  CRNN-Base personalized model resident, 20% active, FedMLAC on the default (cohort) path, with
+  1 thread, with 2 cohort worker threads, and with 2 torch intra-op threads (one fresh process each).
+Flower simulation is not measured here (see the JSON's "flower" entry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from fedac.algorithms.base import ClientData, Task
+from fedac.config import load_config
+from fedac.engine.data import EvalSplit, FederatedData
+from fedac.engine.simulator import Simulator
+from fedac.models import build_model
+
+RESULTS = Path(__file__).resolve().parent / "results"
+FEATURES, FRAMES, CLASSES = 40, 101, 35
+
+
+# --- data and configs ---------------------------------------------------------------------------------
+
+def make_clients(count: int, sizes: list[int], holdout: float = 0.0, seed: int = 0) -> list[ClientData]:
+    g = torch.Generator().manual_seed(seed)
+    clients = []
+    for i, n in zip(range(count), sizes):
+        n_hold = int(holdout * n)
+        x = torch.randn(n, FEATURES, FRAMES, generator=g)
+        y = torch.randint(0, CLASSES, (n,), generator=g)
+        clients.append(ClientData(f"client{i:04d}", x[n_hold:].contiguous(), y[n_hold:].contiguous(),
+                                  x[:n_hold].contiguous(), y[:n_hold].contiguous()))
+    return clients
+
+
+def federated(clients: list[ClientData], eval_clips: int = 0) -> FederatedData:
+    def split() -> EvalSplit:
+        return EvalSplit(torch.randn(eval_clips, FEATURES, FRAMES), torch.arange(eval_clips),
+                         torch.randint(0, CLASSES, (eval_clips,)))
+
+    return FederatedData(Task(FEATURES, CLASSES, [c.name for c in clients]), None, clients,  # type: ignore[arg-type]
+                         split() if eval_clips else None, split() if eval_clips else None)  # type: ignore[arg-type]
+
+
+def config(*overrides: str):
+    base = ["train.lr=0.01", "train.momentum=0.0", "train.local_epochs=1", "train.batch_size=16",
+            "train.threads=1", "train.cohort_workers=1", "model.dropout=0.1", "train.checkpoint_every=1000000", "train.eval_every=1000000"]
+    return load_config(overrides=[*base, *overrides])
+
+
+# --- timing helpers ---------------------------------------------------------------------------------
+
+def timed(fn) -> tuple[float, float]:
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def summarize(samples: dict[str, list[tuple[float, float]]], floor: str | None = "floor") -> dict:
+    """Median wall / CPU seconds per path, and each path's ratio to the floor (ratio of medians, and
+    the median of per-repeat ratios, which cancels slow phases of a shared machine)."""
+    out: dict = {}
+    for name, values in samples.items():
+        walls, cpus = [w for w, _ in values], [c for _, c in values]
+        out[name] = {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus),
+                     "wall_s_all": [round(w, 4) for w in walls], "cpu_s_all": [round(c, 4) for c in cpus]}
+    if floor in samples:
+        for name in samples:
+            if name == floor:
+                continue
+            pairs = list(zip(samples[name], samples[floor]))
+            out[name]["vs_floor_wall"] = out[name]["wall_s"] / out[floor]["wall_s"]
+            out[name]["vs_floor_cpu"] = out[name]["cpu_s"] / out[floor]["cpu_s"]
+            out[name]["vs_floor_wall_paired"] = statistics.median(a[0] / b[0] for a, b in pairs)
+            out[name]["vs_floor_cpu_paired"] = statistics.median(a[1] / b[1] for a, b in pairs)
+    return out
+
+
+def interleave(paths: dict, rounds: list[int], warmup: int = 1) -> dict[str, list[tuple[float, float]]]:
+    """Run every path on every round (in turn, rotating the order), after `warmup` untimed rounds."""
+    for r in range(warmup):
+        for fn in paths.values():
+            fn(10_000 + r)
+    samples: dict[str, list[tuple[float, float]]] = {name: [] for name in paths}
+    names = list(paths)
+    for i, r in enumerate(rounds):
+        for name in names[i % len(names):] + names[:i % len(names)]:
+            samples[name].append(timed(lambda: paths[name](r)))
+    return samples
+
+
+def sample(clients: list[ClientData], per_round: int, round_idx: int) -> list[ClientData]:
+    picked = np.random.default_rng(round_idx).choice(len(clients), per_round, replace=False)
+    return [clients[i] for i in sorted(picked)]
+
+
+# --- the floors: plain torch loops, no fedac code ------------------------------------------------------
+
+class SupervisedFloor:
+    """Workload W's SGD steps back to back: one model, the global weights loaded per client."""
+
+    def __init__(self, clients, per_round, model="crnn_lite", lr=0.01):
+        self.clients, self.per_round, self.lr = clients, per_round, lr
+        self.model = build_model(model, FEATURES, CLASSES, 0.1)
+        self.global_state = {k: v.clone() for k, v in self.model.state_dict().items()}
+
+    def __call__(self, round_idx: int) -> None:
+        model = self.model
+        for client in sample(self.clients, self.per_round, round_idx):
+            model.load_state_dict(self.global_state)
+            model.train()
+            opt = torch.optim.SGD(model.parameters(), lr=self.lr)
+            for idx in torch.randperm(client.num_samples).split(16):
+                loss = F.cross_entropy(model(client.x[idx]), client.y[idx])
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+
+
+class MutualFloor:
+    """FedMLAC's steps (personalized CE + KL step, then Plug-in KL step, per batch) in a plain loop."""
+
+    def __init__(self, clients, per_round, lr=0.01):
+        self.clients, self.per_round, self.lr = clients, per_round, lr
+        self.omega = build_model("crnn_base", FEATURES, CLASSES, 0.1)
+        self.theta = build_model("crnn_lite", FEATURES, CLASSES, 0.1)
+        self.states = {c.name: {k: v.clone() for k, v in self.omega.state_dict().items()} for c in clients}
+        self.plugin = {k: v.clone() for k, v in self.theta.state_dict().items()}
+
+    def __call__(self, round_idx: int) -> None:
+        omega, theta = self.omega, self.theta
+        for client in sample(self.clients, self.per_round, round_idx):
+            omega.load_state_dict(self.states[client.name])
+            theta.load_state_dict(self.plugin)
+            omega.train(), theta.train()
+            opt_o = torch.optim.SGD(omega.parameters(), lr=self.lr)
+            opt_t = torch.optim.SGD(theta.parameters(), lr=self.lr)
+            for idx in torch.randperm(client.num_samples).split(16):
+                x, y = client.x[idx], client.y[idx]
+                lo = omega(x)
+                with torch.no_grad():
+                    lt = theta(x)
+                kl_o = F.kl_div(F.log_softmax(lo, 1), F.log_softmax(lt, 1), log_target=True, reduction="batchmean")
+                loss = 0.5 * F.cross_entropy(lo, y) + 0.5 * kl_o
+                opt_o.zero_grad()
+                loss.backward()
+                opt_o.step()
+                kl_t = F.kl_div(F.log_softmax(theta(x), 1), F.log_softmax(lo.detach(), 1), log_target=True,
+                                reduction="batchmean")
+                opt_t.zero_grad()
+                kl_t.backward()
+                opt_t.step()
+            self.states[client.name] = {k: v.clone() for k, v in omega.state_dict().items()}
+
+
+def fedac_round(sim: Simulator, state: dict):
+    return lambda round_idx: sim.run_round(state, round_idx)
+
+
+def simulator(cfg, data, tmp: Path) -> tuple[Simulator, dict]:
+    sim = Simulator(cfg, tmp, data, progress=False)
+    return sim, sim._fresh_state()
+
+
+# --- parts ----------------------------------------------------------------------------------------------
+
+def floor_child(args) -> dict:
+    """The W floor on `args.threads_child` torch threads, in this (child) process."""
+    torch.set_num_threads(args.threads_child)
+    floor = SupervisedFloor(make_clients(100, [40] * 100), 10)
+    floor(0)  # warm-up
+    return {"samples": [timed(lambda: floor(r)) for r in range(1, args.threads_repeats + 1)]}
+
+
+def part_threads(args) -> dict:
+    """Each setting in a fresh process: OpenMP's wait policy is read once, when a process starts."""
+    settings = [("threads_1", 1, None), ("threads_2", 2, None), ("threads_2_omp_passive", 2, "PASSIVE")]
+    samples = {}
+    for name, threads, policy in settings:
+        env = dict(os.environ)
+        if policy:
+            env["OMP_WAIT_POLICY"] = policy
+        cmd = [sys.executable, __file__, "--threads-child", str(threads), "--threads-repeats", str(args.threads_repeats)]
+        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if done.returncode != 0:
+            raise RuntimeError(f"threads child ({name}) failed: {done.stderr[-2000:]}")
+        samples[name] = [tuple(v) for v in json.loads(done.stdout.strip().splitlines()[-1])["samples"]]
+    out = summarize(samples, floor="threads_1")
+    out["note"] = ("sequential floor of workload W, s/round, one fresh process per setting; vs_floor_* is the "
+                   "ratio to threads_1; omp_passive sets OMP_WAIT_POLICY=PASSIVE")
+    return out
+
+
+def part_w(args, tmp: Path) -> dict:
+    clients = make_clients(100, [40] * 100)
+    data = federated(clients, eval_clips=200)
+    overrides = ["algorithm=fedavg", "model.name=crnn_lite", "train.fraction=0.1"]
+    seq = simulator(config(*overrides, "train.execution=sequential"), data, tmp / "w-seq")
+    coh = simulator(config(*overrides, "train.execution=cohort"), data, tmp / "w-cohort")
+    paths = {"floor": SupervisedFloor(clients, 10), "fedac_sequential": fedac_round(*seq),
+             "fedac_cohort": fedac_round(*coh)}
+    out = summarize(interleave(paths, list(range(1, args.repeats + 1)), warmup=2))
+    # 100 rounds end to end on the default path: evaluation every 10 rounds, checkpoints, results, figures
+    cfg = config(*overrides, "train.rounds=100", "train.eval_every=10", "train.checkpoint_every=10")
+    rounds = 100 if not args.quick else 10
+    cfg.train.rounds = rounds
+    started = time.perf_counter()
+    cpu = time.process_time()
+    Simulator(cfg, tmp / "w-e2e", data, progress=False).run()
+    out["fedac_end_to_end"] = {"rounds": rounds, "wall_s": time.perf_counter() - started,
+                               "cpu_s": time.process_time() - cpu, "execution": cfg.train.execution,
+                               "includes": "validation every 10 rounds, checkpoints, final test, results.json, figures"}
+    return out
+
+
+def part_fedmlac(args, tmp: Path) -> dict:
+    count = 500 if not args.quick else 100
+    per_round = count // 5
+    clients = make_clients(count, [40] * count)
+    data = federated(clients)
+    overrides = ["algorithm=fedmlac", "model.client_model=crnn_base", "fedmlac.plugin_model=crnn_lite",
+                 "train.fraction=0.2"]
+    seq = simulator(config(*overrides, "train.execution=sequential"), data, tmp / "m-seq")
+    coh = simulator(config(*overrides, "train.execution=cohort"), data, tmp / "m-cohort")
+    coh2 = simulator(config(*overrides, "train.execution=cohort", "train.cohort_workers=2"), data, tmp / "m-cohort2")
+    paths = {"floor": MutualFloor(clients, per_round), "fedac_sequential": fedac_round(*seq),
+             "fedac_cohort": fedac_round(*coh), "fedac_cohort_2_workers": fedac_round(*coh2)}
+    out = summarize(interleave(paths, list(range(1, max(2, args.repeats // 2) + 1)), warmup=1))
+    out["clients"], out["per_round"] = count, per_round
+    return out
+
+
+def part_vmap(args) -> dict:
+    """One SGD step of K=10 clients x 16 samples, dropout off (vmap cannot replay a client's own masks):
+    torch.func (stack_module_state + functional_call + vmap(grad)) against this package's stacked
+    formulation (models/stacked.py) and a loop over the clients' nn.Modules."""
+    from torch.func import functional_call, grad, stack_module_state, vmap
+
+    from fedac.algorithms.local import cross_entropy
+    from fedac.engine.cohort import grads_of, leaves
+    from fedac.models.stacked import stacked_model
+
+    out = {}
+    k, b = 10, 16
+    for name in ("crnn_lite", "crnn_base"):
+        models = [build_model(name, FEATURES, CLASSES, 0.0) for _ in range(k)]
+        params, buffers = stack_module_state(models)
+        params = {n: v.detach().clone() for n, v in params.items()}
+        skeleton = build_model(name, FEATURES, CLASSES, 0.0).to("meta")
+        x, y = torch.randn(k, b, FEATURES, FRAMES), torch.randint(0, CLASSES, (k, b))
+        weight = torch.full((k, b), 1.0 / b)
+
+        def loss_one(p, buf, xx, yy):
+            return F.cross_entropy(functional_call(skeleton, (p, buf), (xx,)), yy)
+
+        def with_vmap(_):
+            grads = vmap(grad(loss_one))(params, buffers, x, y)
+            for n, g in grads.items():
+                params[n].sub_(0.01 * g)
+
+        stacked = stacked_model(name, 0.0)
+        sparams = {n: v.clone() for n, v in params.items()}
+
+        def with_stacked(_):
+            leaf = leaves(sparams, k)
+            grads = grads_of(cross_entropy(stacked(leaf, x), y, weight).sum(), leaf)
+            for n, g in grads.items():
+                sparams[n].sub_(0.01 * g)
+
+        opts = [torch.optim.SGD(m.parameters(), lr=0.01) for m in models]
+
+        def with_loop(_):
+            for i, (m, opt) in enumerate(zip(models, opts)):
+                opt.zero_grad()
+                F.cross_entropy(m(x[i]), y[i]).backward()
+                opt.step()
+
+        samples = interleave({"floor": with_loop, "torch_func_vmap": with_vmap, "stacked": with_stacked},
+                             list(range(max(3, args.repeats // 2))), warmup=1)
+        out[name] = summarize(samples)
+    out["note"] = "s per step of 10 clients; 'floor' here is the per-client nn.Module loop"
+    return out
+
+
+def rss_mb() -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def part_gsc(args, tmp: Path) -> dict:
+    """Runs in its own process (see main)."""
+    count = 2618 if not args.quick else 300
+    threads, workers = args.gsc_threads, args.gsc_workers
+    torch.set_num_threads(threads)
+    load_start = os.getloadavg()
+    sizes = np.random.default_rng(0).integers(20, 61, size=count).tolist()
+    started = time.perf_counter()
+    clients = make_clients(count, sizes, holdout=0.2)
+    data = federated(clients)
+    setup = {"data_s": time.perf_counter() - started, "rss_after_data_mb": rss_mb()}
+    cfg = config("algorithm=fedmlac", "model.client_model=crnn_base", "fedmlac.plugin_model=crnn_lite",
+                 "train.fraction=0.2", f"train.threads={threads}", f"train.cohort_workers={workers}")
+    sim, state = simulator(cfg, data, tmp / "gsc")
+    started = time.perf_counter()
+    for c in clients:  # every personalized model resident from the start
+        sim._client_state(state, c.name)
+    setup.update({"init_models_s": time.perf_counter() - started, "rss_after_models_mb": rss_mb()})
+    rounds = []
+    for r in range(1, args.gsc_rounds + 1):
+        rounds.append(timed(lambda: sim.run_round(state, r)))
+    walls, cpus = [w for w, _ in rounds], [c for _, c in rounds]
+    return {"clients": count, "active_per_round": max(1, round(0.2 * count)),
+            "train_windows": sum(c.num_samples for c in clients),
+            "holdout_windows": sum(len(c.holdout_y) for c in clients),
+            "torch_threads": threads, "cohort_workers": workers, "execution": cfg.train.execution,
+            "cohort_chunk": cfg.train.cohort_chunk, "load_average_start": load_start, "load_average_end": os.getloadavg(),
+            "s_per_round_wall": statistics.median(walls), "s_per_round_cpu": statistics.median(cpus),
+            "wall_s_all": [round(w, 3) for w in walls], "cpu_s_all": [round(c, 3) for c in cpus],
+            **setup, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+            "note": "s/round excludes evaluation and checkpoints (writing 2,618 models is a separate, "
+                    "checkpoint_every-controlled cost)"}
+
+
+def machine() -> dict:
+    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
+    return {"cpu_model": model, "logical_cpus": os.cpu_count(), "usable_cpus": len(os.sched_getaffinity(0)),
+            "torch": torch.__version__, "torch_threads_default": torch.get_num_threads(),
+            "torch_threads_used": 1, "python": platform.python_version(), "platform": platform.platform(),
+            "load_average_start": os.getloadavg()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer clients and repeats (smoke run)")
+    parser.add_argument("--parts", default="threads,w,vmap,fedmlac,gsc", help="comma list of threads,w,vmap,fedmlac,gsc")
+    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per path (default 9, quick 3)")
+    parser.add_argument("--gsc-settings", default="1x1,1x2,2x1",
+                        help="GSC runs as THREADSxWORKERS (torch intra-op threads x cohort worker threads)")
+    parser.add_argument("--gsc-rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/cohort-<utc>.json)")
+    parser.add_argument("--threads-repeats", type=int, default=5, help="timed rounds per thread setting")
+    parser.add_argument("--gsc-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--threads-child", type=int, default=0, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.repeats = args.repeats or (3 if args.quick else 9)
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"fedac-bench-{os.getpid()}"
+    torch.set_num_threads(1)
+
+    if args.threads_child:
+        print(json.dumps(floor_child(args)))
+        return
+    if args.gsc_child:
+        args.gsc_threads, args.gsc_workers = (int(v) for v in args.gsc_settings.split("x"))
+        print(json.dumps(part_gsc(args, tmp)))
+        return
+
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    report: dict = {"benchmark": "cohort", "issue": 6, "started_utc": datetime.now(timezone.utc).isoformat(),
+                    "quick": args.quick, "machine": machine(), "repeats": args.repeats}
+    if "threads" in parts:
+        print("threads: sequential floor with 1 and 2 torch threads ...", flush=True)
+        report["threads"] = part_threads(args)
+    if "w" in parts:
+        print("w: workload W, floor / sequential / cohort ...", flush=True)
+        report["w"] = part_w(args, tmp)
+    if "vmap" in parts:
+        print("vmap: torch.func vmap(grad) vs the stacked formulation vs a loop ...", flush=True)
+        report["vmap"] = part_vmap(args)
+    if "fedmlac" in parts:
+        print("fedmlac: CRNN-Base + CRNN-Lite Plug-in, floor / sequential / cohort ...", flush=True)
+        report["fedmlac"] = part_fedmlac(args, tmp)
+    if "gsc" in parts:
+        report["gsc"] = []
+        for setting in args.gsc_settings.split(","):
+            print(f"gsc: 2,618 clients, {setting} (torch threads x cohort workers), fresh process ...", flush=True)
+            cmd = [sys.executable, __file__, "--gsc-child", "--gsc-settings", setting,
+                   "--gsc-rounds", str(args.gsc_rounds)] + (["--quick"] if args.quick else [])
+            done = subprocess.run(cmd, capture_output=True, text=True)
+            if done.returncode != 0:
+                report["gsc"].append({"setting": setting, "error": done.stderr[-2000:]})
+            else:
+                report["gsc"].append(json.loads(done.stdout.strip().splitlines()[-1]))
+    report["flower"] = {"status": "not measured",
+                        "todo": "Flower simulation (flwr run, local-simulation federation) of W and of FedMLAC 500/100 "
+                                "against the fedac Flower app; see src/fedac/flower/ and issue 6."}
+    report["machine"]["load_average_end"] = os.getloadavg()
+    report["finished_utc"] = datetime.now(timezone.utc).isoformat()
+    out = args.out or RESULTS / f"cohort-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(json.dumps(summary(report), indent=2))
+    print(f"wrote {out}")
+
+
+def summary(report: dict) -> dict:
+    """The headline numbers (the full samples are in the JSON)."""
+    out = {}
+    for part in ("w", "fedmlac"):
+        if part in report:
+            out[part] = {k: {m: round(v[m], 4) for m in ("wall_s", "cpu_s", "vs_floor_wall", "vs_floor_cpu",
+                                                           "vs_floor_cpu_paired") if m in v}
+                         for k, v in report[part].items() if isinstance(v, dict) and "cpu_s" in v}
+    for name, v in report.get("vmap", {}).items():
+        if isinstance(v, dict):
+            out[f"vmap_{name}"] = {k: round(x.get("vs_floor_cpu", 1.0), 3) for k, x in v.items()}
+    if "threads" in report:
+        out["threads"] = {k: {"wall_s": round(v["wall_s"], 4), "cpu_s": round(v["cpu_s"], 4)}
+                          for k, v in report["threads"].items() if isinstance(v, dict)}
+    for g in report.get("gsc", []):
+        name = f"gsc_threads_{g.get('torch_threads')}_workers_{g.get('cohort_workers')}"
+        out[g.get("setting", name)] = {k: g.get(k) for k in ("s_per_round_wall", "s_per_round_cpu", "peak_rss_mb",
+                                                             "load_average_start", "error") if k in g}
+    return out
+
+
+if __name__ == "__main__":
+    main()

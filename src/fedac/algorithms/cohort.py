@@ -1,0 +1,159 @@
+"""Stacked client steps: the cohort hooks of the FedAvg family (fedavg.py, so FedProx and FedOPT too) and
+of FedMLAC (fedmlac.py), on the machinery of engine/cohort.py.
+
+Each function is its sequential counterpart (`local.train_supervised`, `FedMLAC.client_update`)
+written for a chunk of stacked clients: the same batches, dropout masks, loss functions (called with
+per-sample weights, so padding counts for nothing and each client keeps its own batch mean), SGD
+update and order of forward passes. The numbers therefore match the sequential path to float rounding
+(tests/test_cohort.py). An architecture without a stacked forward (`models.stacked.stacked_model`)
+trains one client at a time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+import torch
+
+from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params
+from fedac.algorithms.local import cross_entropy
+from fedac.engine.cohort import (
+    CohortChunk,
+    StackedSGD,
+    broadcast_params,
+    grads_of,
+    group_positions,
+    leaves,
+    plan_chunks,
+    run_chunks,
+)
+from fedac.errors import ConfigError
+from fedac.models.stacked import StackedCRNN, stack_params, stacked_model
+
+
+class ParameterView:
+    """What a regularizer (e.g. FedProx's proximal term) sees of one client on the cohort path: its
+    parameters, as `named_parameters()` / `parameters()`; it has no forward pass."""
+
+    def __init__(self, params: Params):
+        self._params = params
+
+    def named_parameters(self):
+        return iter(self._params.items())
+
+    def parameters(self):
+        return iter(self._params.values())
+
+
+def _client_views(params: Params, active: int) -> list[ParameterView]:
+    unbound = {name: value.unbind(0) for name, value in params.items()}  # one backward node, not one per client
+    return [ParameterView({name: parts[k] for name, parts in unbound.items()}) for k in range(active)]
+
+
+def _first(params: Params, active: int) -> Params:
+    return {name: value[:active] for name, value in params.items()}
+
+
+def _sequential(algo: Algorithm, payload: Any, states: list[Any], datas: list[ClientData], positions: list[int],
+                round_idx: int, seed: int, results: list[ClientResult | None]) -> None:
+    from fedac.engine.simulator import train_client  # the engine imports algorithms, not the reverse
+
+    for i in positions:
+        results[i] = train_client(algo, payload, states[i], datas[i], round_idx, seed)
+
+
+def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData], round_idx: int, seed: int,
+                      regularizer: Callable[[Any], torch.Tensor] | None = None) -> list[ClientResult]:
+    """FedAvg's client update (`local.train_supervised` from the global model) for a whole cohort."""
+    cfg = algo.cfg.train
+    model = stacked_model(algo.cfg.model.name, algo.cfg.model.dropout)
+    results: list[ClientResult | None] = [None] * len(datas)
+    if model is None:
+        _sequential(algo, payload, [None] * len(datas), datas, list(range(len(datas))), round_idx, seed, results)
+        return results  # type: ignore[return-value]
+
+    def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
+        params = broadcast_params(payload, len(chunk))
+        optimizer = StackedSGD(params, cfg)
+        loss_sum = torch.zeros(len(chunk), dtype=torch.float64)
+        for step in chunk.steps:
+            x, y = chunk.batch(step)
+            leaf = leaves(params, step.active)
+            loss = cross_entropy(model(leaf, x, chunk.dropout(step)), y, step.weight)
+            if regularizer is not None:
+                loss = loss + torch.stack([regularizer(view) for view in _client_views(leaf, step.active)])
+            optimizer.step(grads_of(loss.sum(), leaf), step.active)
+            loss_sum[:step.active] += loss.detach()
+        out = []
+        for k, position in enumerate(chunk.positions):
+            steps = chunk.client_steps[k]
+            upload = {name: value[k].clone() for name, value in params.items()}
+            out.append((position, ClientResult(upload, None, {"loss": float(loss_sum[k]) / steps,
+                                                              "steps": float(steps)})))
+        return out
+
+    for position, result in run_chunks(train, plan_chunks(datas, range(len(datas)), cfg, round_idx, seed), cfg):
+        results[position] = result
+    return results  # type: ignore[return-value]
+
+
+def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas: list[ClientData], round_idx: int,
+                  seed: int) -> list[ClientResult]:
+    """FedMLAC's client update (Algorithm 1: personalized step, then Plug-in step, per batch) for a whole
+    cohort, one stacked group per personalized architecture."""
+    from fedac.algorithms.fedmlac import personalized_loss, plugin_loss
+
+    cfg, opts = algo.cfg.train, algo.cfg.fedmlac
+    if opts.teacher not in ("pre_update", "post_update"):
+        raise ConfigError(f"fedmlac.teacher must be pre_update or post_update, got {opts.teacher!r}")
+    theta_model = stacked_model(opts.plugin_model, algo.cfg.model.dropout)
+    results: list[ClientResult | None] = [None] * len(datas)
+
+    def train(omega_model: StackedCRNN, chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
+        omega = stack_params([states[i] for i in chunk.positions])
+        theta = broadcast_params(payload, len(chunk))
+        opt_omega, opt_theta = StackedSGD(omega, cfg), StackedSGD(theta, cfg)
+        sums = torch.zeros(2, len(chunk), dtype=torch.float64)
+        for step in chunk.steps:
+            x, y = chunk.batch(step)
+            active, weight, masks = step.active, step.weight, chunk.dropout(step)
+            # Personalized model step (Eq. 8), the Plug-in as a fixed teacher.
+            leaf = leaves(omega, active)
+            omega_logits = omega_model(leaf, x, masks)
+            theta_teacher = None
+            if opts.ml:
+                with torch.no_grad():
+                    theta_teacher = theta_model(_first(theta, active), x, masks)
+            loss_omega = personalized_loss(omega_logits, theta_teacher, y, opts.alpha, opts.temperature, opts.ml,
+                                           weight)
+            opt_omega.step(grads_of(loss_omega.sum(), leaf), active)
+            # Plug-in step (Eq. 9), the personalized model as the teacher.
+            if opts.teacher == "post_update":
+                with torch.no_grad():
+                    omega_logits = omega_model(_first(omega, active), x, masks)
+            leaf = leaves(theta, active)
+            loss_theta = plugin_loss(theta_model(leaf, x, masks), omega_logits.detach(), y, opts.temperature,
+                                     opts.plugin_ce_weight, opts.ml, weight)
+            opt_theta.step(grads_of(loss_theta.sum(), leaf), active)
+            sums[0, :active] += loss_omega.detach()
+            sums[1, :active] += loss_theta.detach()
+        out = []
+        for k, position in enumerate(chunk.positions):
+            steps = chunk.client_steps[k]
+            upload = {name: value[k].clone() for name, value in theta.items()}
+            state = {name: value[k].clone() for name, value in omega.items()}
+            out.append((position, ClientResult(upload, state, {"loss": float(sums[0, k]) / steps,
+                                                               "plugin_loss": float(sums[1, k]) / steps})))
+        return out
+
+    for arch, positions in group_positions([algo.client_architecture(d.name) for d in datas]).items():
+        omega_model = stacked_model(arch, algo.cfg.model.dropout)
+        if omega_model is None or theta_model is None:
+            _sequential(algo, payload, states, datas, positions, round_idx, seed, results)
+            continue
+        chunks = plan_chunks([datas[i] for i in positions], positions, cfg, round_idx, seed)
+        for position, result in run_chunks(partial(train, omega_model), chunks, cfg):
+            results[position] = result
+    return results  # type: ignore[return-value]

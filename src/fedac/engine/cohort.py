@@ -1,0 +1,224 @@
+"""Cohort execution: the clients of one round that share an architecture train as one stacked computation.
+
+The machinery here knows nothing about losses; `algorithms/cohort.py` writes the FedAvg-family and
+FedMLAC client steps on top of it. What it provides:
+
+- `plan_chunks`: each client's batch order, drawn exactly as the sequential path draws it
+  (`torch_generator(seed, "batches", round, client)` through `algorithms.local.batch_indices`), laid out
+  step by step. Clients are sorted by sample count (stable), so the clients still training at step s
+  are a prefix of the chunk and every stacked tensor is sliced, never gathered. A client whose batch
+  is smaller than the step's widest one is padded with copies of its own first sample at weight 0.
+- chunking: at most `train.cohort_chunk` clients are stacked at once, which bounds the memory of
+  activations kept for the backward pass; `run_chunks` trains chunks on `train.cohort_workers` threads.
+- dropout: every client owns a generator seeded with `derive_seed(seed, "dropout", round, client)`,
+  the seed the sequential path gives the global RNG, and draws its masks with the op `nn.Dropout`
+  uses on CPU (`bernoulli_` into a fresh buffer, then `div_(1 - p)`), layer by layer in forward order.
+  So each client sees the masks, and hence the numbers, it would see training alone.
+- `StackedSGD`: torch.optim.SGD's update (momentum, weight decay) on stacked parameters, touching
+  only the clients still training.
+- `run_clients`: the engine's dispatch between the sequential path and an algorithm's cohort hook.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from fedac.algorithms.local import batch_indices
+from fedac.config import TrainConfig
+from fedac.errors import ConfigError
+from fedac.seeding import torch_generator
+
+if TYPE_CHECKING:
+    from fedac.algorithms.base import Algorithm, ClientData, ClientResult
+
+EXECUTION_MODES = ("auto", "cohort", "sequential")
+
+
+@dataclass
+class Step:
+    """One SGD step of a chunk: the first `active` clients train on batches padded to `width`."""
+
+    active: int
+    width: int
+    sizes: list[int]
+    """Each active client's real batch size."""
+    index: torch.Tensor
+    """(active, width) rows of the chunk's concatenated data."""
+    weight: torch.Tensor
+    """(active, width): 1 / size for a client's real samples, 0 for padding (so sums are batch means)."""
+
+
+class CohortChunk:
+    """Up to `train.cohort_chunk` clients of one architecture, their data and their step schedule."""
+
+    def __init__(self, positions: list[int], datas: list[ClientData], cfg: TrainConfig, round_idx: int, seed: int):
+        self.positions = positions
+        """Where each client of the chunk sits in the caller's list."""
+        self.datas = datas
+        self.x = torch.cat([d.x for d in datas]) if len(datas) > 1 else datas[0].x
+        self.y = torch.cat([d.y for d in datas]) if len(datas) > 1 else datas[0].y
+        offsets = [0]
+        for d in datas[:-1]:
+            offsets.append(offsets[-1] + d.num_samples)
+        batches = [list(batch_indices(d.num_samples, cfg.batch_size, cfg.local_epochs,
+                                      torch_generator(seed, "batches", round_idx, d.name))) for d in datas]
+        self.client_steps = [len(b) for b in batches]
+        self.steps: list[Step] = []
+        for s in range(max(self.client_steps)):
+            active = sum(1 for n in self.client_steps if n > s)  # a prefix: clients are sorted by size
+            rows = [batches[k][s] + offsets[k] for k in range(active)]
+            sizes = [len(r) for r in rows]
+            width = max(sizes)
+            index = torch.empty(active, width, dtype=torch.long)
+            weight = torch.zeros(active, width)
+            for k, r in enumerate(rows):
+                index[k, :len(r)] = r
+                index[k, len(r):] = offsets[k]
+                weight[k, :len(r)] = 1.0 / len(r)
+            self.steps.append(Step(active, width, sizes, index, weight))
+        self.dropout_generators = [torch_generator(seed, "dropout", round_idx, d.name) for d in datas]
+
+    def __len__(self) -> int:
+        return len(self.datas)
+
+    def batch(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """(active, width, features, frames) inputs and (active, width) labels of one step."""
+        flat = step.index.reshape(-1)
+        x = self.x.index_select(0, flat)
+        return x.view(step.active, step.width, *x.shape[1:]), self.y.index_select(0, flat).view(step.active, step.width)
+
+    def dropout(self, step: Step) -> Callable[[tuple[int, ...], float], torch.Tensor | None]:
+        """Mask source for one forward pass at `step`; each call draws one dropout layer for every active client."""
+
+        def masks(shape: tuple[int, ...], p: float) -> torch.Tensor | None:
+            if p == 0:
+                return None  # F.dropout returns its input untouched and draws nothing
+            if p == 1:
+                return torch.zeros(step.active, step.width, *shape)  # nor here
+            buf = torch.ones(step.active, step.width, *shape)
+            for k, size in enumerate(step.sizes):
+                # buf[k, :size] is contiguous, so this fills it exactly as nn.Dropout fills a fresh tensor
+                buf[k, :size].bernoulli_(1 - p, generator=self.dropout_generators[k])
+            return buf.div_(1 - p)
+
+        return masks
+
+
+def plan_chunks(datas: Sequence[ClientData], positions: Sequence[int], cfg: TrainConfig, round_idx: int,
+                seed: int) -> Iterator[CohortChunk]:
+    """Sort one architecture's clients by training size (largest first, so similar sizes share a chunk
+    and pad little) and cut them into chunks, built one at a time (a chunk holds a copy of its data)."""
+    chunk = cfg.cohort_chunk
+    if chunk < 1:
+        raise ConfigError(f"train.cohort_chunk must be >= 1 (clients stacked at once), got {chunk}")
+    order = sorted(range(len(datas)), key=lambda i: -datas[i].num_samples)
+    for start in range(0, len(order), chunk):
+        part = order[start:start + chunk]
+        yield CohortChunk([positions[i] for i in part], [datas[i] for i in part], cfg, round_idx, seed)
+
+
+def cohort_workers(cfg: TrainConfig) -> int:
+    """`train.cohort_workers`, with 0 (auto) read as one worker per usable core not already taken by
+    torch's intra-op threads."""
+    workers = cfg.cohort_workers
+    if workers < 0:
+        raise ConfigError(f"train.cohort_workers must be >= 0 (0: one per free core), got {workers}")
+    if workers == 0:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        workers = max(1, cores // max(1, torch.get_num_threads()))
+    return workers
+
+
+def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
+               cfg: TrainConfig) -> Iterator[tuple[int, Any]]:
+    """`train` over the chunks, on `cohort_workers(cfg)` threads: chunks hold different clients and
+    every client's randomness is its own, so the results do not depend on the schedule. torch releases
+    the GIL inside its ops, so with one intra-op thread each, two workers keep two cores busy; at most
+    `workers` chunks (and their activations) are in memory at once."""
+    workers = cohort_workers(cfg)
+    if workers == 1:
+        for chunk in chunks:
+            yield from train(chunk)
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="fedac-cohort") as pool:
+        pending: deque[Future] = deque()
+        for chunk in chunks:
+            pending.append(pool.submit(train, chunk))
+            if len(pending) >= workers:
+                yield from pending.popleft().result()
+        while pending:
+            yield from pending.popleft().result()
+
+
+def broadcast_params(params: dict[str, torch.Tensor], count: int) -> dict[str, torch.Tensor]:
+    """One parameter dict copied for `count` clients, as (count, ...) tensors."""
+    return {name: value.detach().unsqueeze(0).expand(count, *value.shape).clone() for name, value in params.items()}
+
+
+def leaves(params: dict[str, torch.Tensor], active: int) -> dict[str, torch.Tensor]:
+    """Gradient leaves over the first `active` clients' parameters (views: the optimizer updates in place)."""
+    return {name: value[:active].detach().requires_grad_() for name, value in params.items()}
+
+
+class StackedSGD:
+    """torch.optim.SGD (dampening 0, no Nesterov) on stacked parameters, one new instance per round as
+    the sequential path builds one optimizer per client update: buffers start at zero, so the first
+    momentum step is buf = d exactly as torch's clone of d."""
+
+    def __init__(self, params: dict[str, torch.Tensor], cfg: TrainConfig):
+        self.params = params
+        self.lr, self.momentum, self.weight_decay = cfg.lr, cfg.momentum, cfg.weight_decay
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def step(self, grads: dict[str, torch.Tensor | None], active: int) -> None:
+        with torch.no_grad():
+            for name, grad in grads.items():
+                if grad is None:  # as torch.optim.SGD skips parameters without a gradient
+                    continue
+                param = self.params[name][:active]
+                d = grad.add(param, alpha=self.weight_decay) if self.weight_decay != 0 else grad
+                if self.momentum != 0:
+                    if name not in self.buffers:
+                        self.buffers[name] = torch.zeros_like(self.params[name])
+                    buf = self.buffers[name][:active]
+                    buf.mul_(self.momentum).add_(d)
+                    d = buf
+                param.add_(d, alpha=-self.lr)
+
+
+def grads_of(loss: torch.Tensor, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
+    values = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+    return dict(zip(params, values))
+
+
+def group_positions(keys: Sequence[str]) -> dict[str, list[int]]:
+    """Positions of each distinct key (architecture), in first-seen order."""
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    return groups
+
+
+def check_execution(mode: str) -> None:
+    if mode not in EXECUTION_MODES:
+        raise ConfigError(f"train.execution must be one of {', '.join(EXECUTION_MODES)}, got {mode!r}")
+
+
+def run_clients(algorithm: Algorithm, payload: Any, states: list[Any], datas: list[ClientData], round_idx: int,
+                seed: int) -> list[ClientResult]:
+    """The round's client updates, in `datas` order: through the algorithm's cohort hook when it has one
+    that reproduces its `client_update` (`train.execution` auto or cohort), else one client at a time."""
+    from fedac.engine.simulator import train_client
+
+    mode = algorithm.cfg.train.execution
+    check_execution(mode)
+    if mode != "sequential" and algorithm.cohort_ready():
+        return algorithm.cohort_update(payload, states, datas, round_idx, seed)
+    return [train_client(algorithm, payload, state, data, round_idx, seed) for state, data in zip(states, datas)]

@@ -1,0 +1,168 @@
+"""K same-architecture models as one stacked computation: the forward pass of the CRNN zoo written as a
+function of parameters stacked along a leading client axis (`stack_params`), for cohort training.
+
+Why not `torch.func` (stack_module_state + functional_call + vmap(grad)): its dropout cannot replay the
+masks a client draws when it trains alone (so the cohort path would not give the sequential numbers),
+and it is slower: one SGD step of 10 clients took 0.90x (CRNN-Lite) and 0.81x (CRNN-Base) the time of
+a per-client loop, against 0.59x and 0.64x for this module (benchmarks/results/cohort-vmap-*.json).
+This module therefore writes the CRNN out once more, op for op as `models/crnn.py` and torch's CPU GRU
+compute it, with the GRU as batched matmuls over clients (forward and a hand-written backward) and
+dropout masks supplied by the caller. `tests/test_cohort.py` checks it against `nn.Module` outputs and
+gradients.
+
+Layouts: inputs (K, B, features, frames); logits (K, B, classes). Convolutions run per client (one
+`conv1d` per client and layer): on CPU they are compute-bound at a client batch, and measured faster
+than one grouped convolution over the cohort (benchmarks/README.md). Everything else (ReLU, pooling,
+dropout, the GRU recurrence, the head) runs once for the whole stack.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from fedac.models.crnn import CRNN_SPECS, CRNNSpec
+
+Params = dict[str, torch.Tensor]
+MaskFn = Callable[[tuple[int, ...], float], "torch.Tensor | None"]
+"""Called once per dropout layer, in forward order, with the per-client activation shape (C, T) and the
+dropout probability; returns a (K, B, C, T) multiplier (already scaled by 1 / (1 - p)) or None."""
+
+
+def stack_params(states: Sequence[Params]) -> Params:
+    """[client state dicts] -> one dict of (K, ...) tensors (the analogue of torch.func.stack_module_state)."""
+    return {name: torch.stack([s[name] for s in states]) for name in states[0]}
+
+
+def unstack_params(stacked: Params, count: int) -> list[Params]:
+    """(K, ...) tensors -> K independent state dicts (clones, so no client pins the cohort's storage)."""
+    return [{name: value[k].clone() for name, value in stacked.items()} for k in range(count)]
+
+
+# fused grad * (1 - y^2) and grad * y * (1 - y), written into a given buffer (the ops autograd itself uses)
+_tanh_backward = torch.ops.aten.tanh_backward.grad_input
+_sigmoid_backward = torch.ops.aten.sigmoid_backward.grad_input
+
+
+class _GRULayer(torch.autograd.Function):
+    """One GRU direction for K clients at once, input projection included, with hand-written BPTT.
+
+    Forward, per step, exactly torch's CPU GRU (input gates for all steps first, then `gru_cell`, the
+    same operations in the same order, so outputs are bit-identical to nn.GRU's):
+        i = W_ih x + b_ih;  g = W_hh h + b_hh;  r = sigmoid(g_r + i_r);  z = sigmoid(g_z + i_z)
+        n = tanh(i_n + r * g_n);  h' = (h - n) * z + n
+    Backward: the chain rule through those equations step by step; the weight gradients (W_hh, W_ih)
+    are each one batched matmul over all steps (contraction over T * B rows) instead of one small
+    matmul per step as autograd would do. Hidden states and gradients are laid out (K, T, B, .), so the
+    all-steps matrices of the weight gradients are views; the gates are (T, K, B, 3H) because a batched
+    matmul writing into a non-contiguous `out` falls back to one small matmul per client.
+    """
+
+    @staticmethod
+    def forward(ctx, frames, w_ih, b_ih, w_hh, b_hh, t_len: int, reverse: bool):
+        # frames: (K, T * B, C), rows time-major; returns (K, T, B, H) hidden states in time order
+        k, rows, _ = frames.shape
+        b, hidden = rows // t_len, w_hh.shape[2]
+        gi = torch.baddbmm(b_ih.unsqueeze(1), frames, w_ih.transpose(1, 2)).view(k, t_len, b, 3 * hidden)
+        out = frames.new_empty(k, t_len, b, hidden)
+        gates = frames.new_empty(t_len, k, b, 3 * hidden)  # per step: r, z (activated) and g_n
+        news = frames.new_empty(k, t_len, b, hidden)
+        w_t = w_hh.transpose(1, 2).contiguous()
+        bias = b_hh.unsqueeze(1)
+        h = frames.new_zeros(k, b, hidden)
+        for step in (range(t_len - 1, -1, -1) if reverse else range(t_len)):
+            g, i = gates[step], gi[:, step]
+            torch.baddbmm(bias, h, w_t, out=g)
+            rz = g[..., :2 * hidden]
+            rz.add_(i[..., :2 * hidden]).sigmoid_()
+            n = news[:, step]
+            torch.mul(g[..., 2 * hidden:], rz[..., :hidden], out=n)
+            n.add_(i[..., 2 * hidden:]).tanh_()
+            h_new = out[:, step]
+            torch.sub(h, n, out=h_new)
+            h_new.mul_(rz[..., hidden:]).add_(n)
+            h = h_new
+        ctx.save_for_backward(frames, w_ih, w_hh, out, gates, news)
+        ctx.reverse = reverse
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        frames, w_ih, w_hh, out, gates, news = ctx.saved_tensors
+        k, t_len, b, hidden = out.shape
+        h2 = 2 * hidden
+        grad_gates = out.new_empty(k, t_len, b, 3 * hidden)  # d/d(W_hh h + b_hh) = (d r_pre, d z_pre, d g_n)
+        grad_n = torch.empty_like(news)  # d/d(i_n), the input gate of n (d r_pre, d z_pre are shared)
+        zeros = out.new_zeros(k, b, hidden)
+        dh = zeros
+        for step in (range(t_len) if ctx.reverse else range(t_len - 1, -1, -1)):
+            prev = step + 1 if ctx.reverse else step - 1
+            h_prev = out[:, prev] if 0 <= prev < t_len else zeros
+            dh = dh + grad_out[:, step]
+            g, n = gates[step], news[:, step]
+            r, z, g_n = g[..., :hidden], g[..., hidden:h2], g[..., h2:]
+            dg, da_n = grad_gates[:, step], grad_n[:, step]
+            # h' = (h - n) z + n:  dz = dh (h - n),  dn = dh (1 - z);  n = tanh(a_n): da_n = dn (1 - n^2)
+            _tanh_backward(dh * (1 - z), n, grad_input=da_n)
+            torch.mul(da_n, r, out=dg[..., h2:])  # a_n = i_n + r g_n
+            _sigmoid_backward(da_n * g_n, r, grad_input=dg[..., :hidden])  # r = sigmoid(r_pre): dr (r (1 - r))
+            _sigmoid_backward(dh * (h_prev - n), z, grad_input=dg[..., hidden:h2])
+            dh = torch.bmm(dg, w_hh).addcmul_(dh, z)
+        rows = t_len * b
+        flat_g, flat_n = grad_gates.view(k, rows, 3 * hidden), grad_n.view(k, rows, hidden)
+        # W_hh: every step that had a previous hidden state (the first step's was zero)
+        later, earlier = slice(1, t_len), slice(0, t_len - 1)
+        if ctx.reverse:
+            later, earlier = earlier, later
+        g_part = grad_gates[:, later].reshape(k, rows - b, 3 * hidden)
+        h_part = out[:, earlier].reshape(k, rows - b, hidden)
+        grad_w_hh = torch.bmm(g_part.transpose(1, 2), h_part)
+        grad_b_hh = flat_g.sum(1)
+        # input projection: gradient of (r_pre, z_pre) is shared with the hidden side, n's is grad_n
+        grad_rz = flat_g[..., :h2]
+        grad_w_ih = torch.cat([torch.bmm(grad_rz.transpose(1, 2), frames),
+                               torch.bmm(flat_n.transpose(1, 2), frames)], 1)
+        grad_b_ih = torch.cat([grad_rz.sum(1), flat_n.sum(1)], 1)
+        grad_frames = torch.baddbmm(torch.bmm(grad_rz, w_ih[:, :h2]), flat_n, w_ih[:, h2:])
+        return grad_frames, grad_w_ih, grad_b_ih, grad_w_hh, grad_b_hh, None, None
+
+
+class StackedCRNN:
+    """The forward pass of `models.crnn.CRNN(spec)` for K clients at once."""
+
+    def __init__(self, spec: CRNNSpec, dropout: float, kernel: int = 5):
+        self.spec = spec
+        self.dropout = dropout
+        self.kernel = kernel
+
+    def __call__(self, params: Params, x: torch.Tensor, masks: MaskFn | None = None) -> torch.Tensor:
+        k = x.shape[0]
+        h = x
+        for layer, _ in enumerate(self.spec.conv_channels):
+            weight, bias = params[f"conv.{4 * layer}.weight"], params[f"conv.{4 * layer}.bias"]
+            h = torch.stack([F.conv1d(xi, wi, bi, padding=self.kernel // 2)
+                             for xi, wi, bi in zip(h.unbind(0), weight.unbind(0), bias.unbind(0))])
+            c, t = h.shape[2:]
+            h = F.max_pool1d(torch.relu(h).view(-1, c, t), 2, ceil_mode=True)
+            h = h.view(k, -1, *h.shape[1:])
+            mask = masks(tuple(h.shape[2:]), self.dropout) if masks is not None else None
+            if mask is not None:
+                h = h * mask
+        # (K, B, C, T) -> (K, T * B, C): time-major rows, so each step's input gates are one contiguous block
+        b, c, t = h.shape[1:]
+        frames = h.permute(0, 3, 1, 2).reshape(k, t * b, c)
+        directions = ["", "_reverse"] if self.spec.bidirectional else [""]
+        outs = [_GRULayer.apply(frames, *(params[f"rnn.{kind}_l0{suffix}"] for kind in
+                                          ("weight_ih", "bias_ih", "weight_hh", "bias_hh")), t, bool(suffix))
+                for suffix in directions]
+        out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=3)  # (K, T, B, H * directions)
+        embedding = out.mean(dim=1)
+        return torch.baddbmm(params["head.bias"].unsqueeze(1), embedding, params["head.weight"].transpose(1, 2))
+
+
+def stacked_model(name: str, dropout: float) -> StackedCRNN | None:
+    """The stacked forward of a zoo model, or None when the architecture has none (trained one by one)."""
+    spec = CRNN_SPECS.get(name)
+    return StackedCRNN(spec, dropout) if spec is not None else None

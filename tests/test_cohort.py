@@ -1,0 +1,299 @@
+"""Cohort execution (engine/cohort.py, algorithms/cohort.py, models/stacked.py): the stacked path gives
+the sequential path's numbers, with padding, chunking and one stacked group per architecture."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import fedac.algorithms.cohort as cohort_steps
+from fedac.algorithms import build_algorithm
+from fedac.algorithms.base import ClientData, Task
+from fedac.algorithms.fedavg import FedAvg
+from fedac.config import load_config
+from fedac.engine.cohort import CohortChunk, StackedSGD, plan_chunks, run_clients
+from fedac.engine.simulator import Simulator, train_client
+from fedac.errors import ConfigError
+from fedac.models import MODEL_NAMES, build_model
+from fedac.models.stacked import stack_params, stacked_model, unstack_params
+
+FEATURES, FRAMES, CLASSES = 8, 21, 5
+# unequal clients: two hold fewer samples than one batch (16), one exactly one batch
+SIZES = [37, 16, 5, 23, 40, 9]
+TOL = 1e-5
+
+
+def make_clients(sizes=SIZES, seed=1) -> list[ClientData]:
+    g = torch.Generator().manual_seed(seed)
+    return [ClientData(f"c{i}", torch.randn(n, FEATURES, FRAMES, generator=g), torch.randint(0, CLASSES, (n,), generator=g),
+                       torch.zeros(0, FEATURES, FRAMES), torch.zeros(0, dtype=torch.long)) for i, n in enumerate(sizes)]
+
+
+def make_algorithm(*overrides: str):
+    clients = make_clients()
+    cfg = load_config(overrides=["train.lr=0.05", "train.local_epochs=2", "model.name=crnn_lite",
+                                 "model.client_model=crnn_tiny", "fedmlac.plugin_model=crnn_lite", *overrides])
+    return build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients])), clients
+
+
+def federate(algo, clients, rounds=3, seed=0):
+    """A few rounds of client updates + server updates, every client sampled; returns server, client states, last results."""
+    server = algo.init_server()
+    states = {c.name: algo.init_client_state(c.name) for c in clients}
+    results = []
+    for round_idx in range(1, rounds + 1):
+        payload = algo.broadcast(server)
+        results = run_clients(algo, payload, [states[c.name] for c in clients], clients, round_idx, seed)
+        for client, result in zip(clients, results):
+            if result.state is not None:
+                states[client.name] = result.state
+        server, _ = algo.server_update(server, [(r.upload, c.num_samples) for c, r in zip(clients, results)], round_idx)
+    return server, states, results
+
+
+def max_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def assert_same_run(a, b, tol=TOL):
+    (server_a, states_a, results_a), (server_b, states_b, results_b) = a, b
+    assert max_diff(server_a["params"], server_b["params"]) <= tol
+    for name, state in states_a.items():
+        if state is not None:
+            assert max_diff(state, states_b[name]) <= tol, name
+    for ra, rb in zip(results_a, results_b):
+        assert ra.metrics.keys() == rb.metrics.keys()
+        for key in ra.metrics:
+            assert ra.metrics[key] == pytest.approx(rb.metrics[key], rel=1e-5, abs=1e-6), key
+
+
+# --- the stacked model ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", MODEL_NAMES)
+def test_stacked_forward_and_gradients_match_the_modules(name):
+    torch.manual_seed(0)
+    models = [build_model(name, FEATURES, CLASSES) for _ in range(3)]
+    for m in models:
+        m.eval()
+    params = {k: v.detach().requires_grad_() for k, v in stack_params([dict(m.named_parameters()) for m in models]).items()}
+    x = torch.randn(3, 4, FEATURES, FRAMES)
+    out = stacked_model(name, 0.1)(params, x)
+    expected = torch.stack([m(x[i]) for i, m in enumerate(models)])
+    assert out.shape == (3, 4, CLASSES)
+    assert torch.allclose(out, expected, atol=1e-6)
+    grads = torch.autograd.grad(out.square().sum(), list(params.values()))
+    for i, m in enumerate(models):
+        ref = torch.autograd.grad(m(x[i]).square().sum(), list(m.parameters()))
+        for g, r in zip(grads, ref):
+            assert torch.allclose(g[i], r, atol=1e-5, rtol=1e-4)
+
+
+def test_cohort_dropout_masks_are_the_ones_a_lone_client_draws():
+    """Masks drawn per client from its own generator equal nn.Dropout's under the same seed."""
+    model = build_model("crnn_lite", FEATURES, CLASSES, dropout=0.3)
+    model.train()
+    data = make_clients([7])[0]
+    cfg = load_config(overrides=["train.batch_size=7"]).train
+    chunk = CohortChunk([0], [data], cfg, round_idx=4, seed=9)
+    x, _ = chunk.batch(chunk.steps[0])
+    out = stacked_model("crnn_lite", 0.3)(stack_params([model.state_dict()]), x, chunk.dropout(chunk.steps[0]))
+    from fedac.seeding import derive_seed
+
+    torch.manual_seed(derive_seed(9, "dropout", 4, data.name))
+    assert torch.allclose(out[0], model(x[0]), atol=1e-6)
+    assert not torch.allclose(out[0], model(x[0]), atol=1e-3)  # the next draw differs, so masks were live
+
+
+def test_stack_unstack_roundtrip_and_independent_storage():
+    states = [build_model("crnn_tiny", FEATURES, CLASSES).state_dict() for _ in range(3)]
+    stacked = stack_params(states)
+    back = unstack_params(stacked, 3)
+    assert all(torch.equal(back[i][k], states[i][k]) for i in range(3) for k in states[i])
+    back[0]["head.bias"].add_(1.0)
+    assert not torch.equal(back[0]["head.bias"], stacked["head.bias"][0])
+    assert stacked_model("not_a_model", 0.1) is None
+
+
+# --- path equality ----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("overrides", [
+    ["algorithm=fedavg"],
+    ["algorithm=fedprox", "fedprox.mu=0.5", "train.weight_decay=0.01"],
+    ["algorithm=fedadam", "train.momentum=0.0"],
+    ["algorithm=fedmlac"],
+    ["algorithm=fedmlac", "model.heterogeneous=true", "model.zoo=[crnn_tiny,crnn_lite,crnn_base]",
+     "fedmlac.teacher=post_update", "fedmlac.plugin_ce_weight=0.5", "fedmlac.temperature=2.0"],
+    ["algorithm=fedmlac", "fedmlac.ml=false"],
+], ids=["fedavg", "fedprox", "fedadam", "fedmlac", "fedmlac-heterogeneous", "fedmlac-no-ml"])
+def test_cohort_and_sequential_paths_give_the_same_parameters(overrides, monkeypatch):
+    seq_algo, clients = make_algorithm("train.execution=sequential", *overrides)
+    coh_algo, _ = make_algorithm("train.execution=cohort", *overrides)
+    calls = []
+    original = type(coh_algo).cohort_update
+
+    def spy(self, *args, **kwargs):
+        calls.append(len(args[2]))
+        return original(self, *args, **kwargs)
+
+    spy.reproduces = original.reproduces
+    monkeypatch.setattr(type(coh_algo), "cohort_update", spy)
+    cohort_run = federate(coh_algo, clients)
+    assert calls == [len(clients)] * 3  # the cohort path ran, once per round for the whole cohort
+    assert_same_run(federate(seq_algo, clients), cohort_run)
+
+
+@pytest.mark.parametrize("algorithm", ["fedmlac", "fedprox"])
+def test_chunking_and_worker_threads_give_the_numbers_of_one_chunk(algorithm):
+    one = make_algorithm(f"algorithm={algorithm}", "train.cohort_chunk=64", "train.cohort_workers=1",
+                         "train.execution=cohort")
+    expected = federate(*one, rounds=2)
+    for workers in (1, 3):
+        algo, clients = make_algorithm(f"algorithm={algorithm}", "train.cohort_chunk=2",
+                                       f"train.cohort_workers={workers}", "train.execution=cohort")
+        assert_same_run(expected, federate(algo, clients, rounds=2), tol=1e-6)
+
+
+def test_cohort_workers_setting():
+    from fedac.engine.cohort import cohort_workers
+
+    cfg = load_config(overrides=["train.cohort_workers=3"]).train
+    assert cohort_workers(cfg) == 3
+    cfg.cohort_workers = 0  # auto: at least one, at most one per core
+    assert 1 <= cohort_workers(cfg) <= (os.cpu_count() or 1)
+    cfg.cohort_workers = -1
+    with pytest.raises(ConfigError, match="train.cohort_workers"):
+        cohort_workers(cfg)
+
+
+def test_heterogeneous_cohort_runs_one_stacked_group_per_architecture(monkeypatch):
+    algo, clients = make_algorithm("algorithm=fedmlac", "model.heterogeneous=true",
+                                   "model.zoo=[crnn_tiny,crnn_lite]", "train.execution=cohort")
+    groups = []
+    real = cohort_steps.plan_chunks
+
+    def spy(datas, positions, *args):
+        groups.append(sorted(algo.client_architecture(d.name) for d in datas))
+        return real(datas, positions, *args)
+
+    monkeypatch.setattr(cohort_steps, "plan_chunks", spy)
+    federate(algo, clients, rounds=1)
+    archs = sorted(algo.client_architecture(c.name) for c in clients)
+    assert len(set(archs)) == 2  # the seeded draw gives both architectures
+    assert len(groups) == 2 and all(len(set(g)) == 1 for g in groups)
+    assert sorted(a for g in groups for a in g) == archs
+
+
+def test_architecture_without_stacked_forward_trains_one_by_one(monkeypatch):
+    algo, clients = make_algorithm("algorithm=fedmlac", "train.execution=cohort")
+    expected = federate(make_algorithm("algorithm=fedmlac", "train.execution=sequential")[0], clients, rounds=1)
+    monkeypatch.setattr(cohort_steps, "stacked_model", lambda name, dropout: None)
+    assert_same_run(expected, federate(algo, clients, rounds=1), tol=0.0)
+
+
+# --- padding, masks and the step schedule -------------------------------------------------------------
+
+def test_schedule_pads_short_clients_and_keeps_active_clients_a_prefix():
+    clients = make_clients()
+    cfg = load_config(overrides=["train.batch_size=16", "train.local_epochs=1"]).train
+    (chunk,) = plan_chunks(clients, list(range(len(clients))), cfg, round_idx=1, seed=0)
+    # largest first; ceil(n / 16) steps each
+    assert [d.num_samples for d in chunk.datas] == [40, 37, 23, 16, 9, 5]
+    assert chunk.positions == [4, 0, 3, 1, 5, 2]
+    assert chunk.client_steps == [3, 3, 2, 1, 1, 1]
+    assert [s.active for s in chunk.steps] == [6, 3, 2]
+    first = chunk.steps[0]
+    assert first.width == 16 and first.sizes == [16, 16, 16, 16, 9, 5]
+    # weights: 1 / b on real samples, 0 on padding; each client's weights sum to one
+    assert torch.allclose(first.weight.sum(1), torch.ones(6))
+    assert float(first.weight[5, 0]) == pytest.approx(1 / 5) and float(first.weight[5, 5:].abs().sum()) == 0.0
+    assert [s.sizes for s in chunk.steps[1:]] == [[16, 16, 7], [8, 5]]
+    # each client's rows are a permutation of its own samples, drawn from its batch generator
+    offsets = {4: 0, 0: 40, 3: 77, 1: 100, 5: 116, 2: 125}
+    for k, position in enumerate(chunk.positions):
+        rows = torch.cat([s.index[k, :s.sizes[k]] for s in chunk.steps if s.active > k]) - offsets[position]
+        assert sorted(rows.tolist()) == list(range(clients[position].num_samples))
+    x, y = chunk.batch(first)
+    assert x.shape == (6, 16, FEATURES, FRAMES) and y.shape == (6, 16)
+    assert torch.equal(x[5, 7], clients[2].x[0])  # padding repeats the client's own first sample
+
+
+def test_padding_and_finished_clients_do_not_move_parameters():
+    """A client past its last step keeps its parameters and momentum, exactly."""
+    cfg = load_config(overrides=["train.momentum=0.9", "train.weight_decay=0.1", "train.lr=0.1"]).train
+    params = {"w": torch.ones(3, 2)}
+    opt = StackedSGD(params, cfg)
+    opt.step({"w": torch.ones(3, 2)}, active=3)
+    after_first = params["w"].clone()
+    opt.step({"w": torch.full((2, 2), 2.0)}, active=2)
+    assert torch.equal(params["w"][2], after_first[2])
+    # torch.optim.SGD on client 0 alone gives the same two steps
+    w = nn.Parameter(torch.ones(2))
+    sgd = torch.optim.SGD([w], lr=0.1, momentum=0.9, weight_decay=0.1)
+    for g in (1.0, 2.0):
+        w.grad = torch.full((2,), g)
+        sgd.step()
+    assert torch.allclose(params["w"][0], w.detach(), atol=1e-7)
+
+
+# --- dispatch -------------------------------------------------------------------------------------------
+
+def test_auto_uses_the_cohort_path_unless_client_update_was_replaced(monkeypatch):
+    algo, clients = make_algorithm("algorithm=fedavg")
+    assert algo.cfg.train.execution == "auto" and algo.cohort_ready()
+    calls = []
+    real = FedAvg.client_update
+
+    def patched(self, *args):
+        calls.append(args[2].name)
+        return real(self, *args)
+
+    monkeypatch.setattr(FedAvg, "client_update", patched)
+    assert not algo.cohort_ready()
+    federate(algo, clients, rounds=1)
+    assert calls == [c.name for c in clients]  # sequential, so the patch is honoured
+
+
+def test_fedkad_has_no_cohort_path_and_cohort_mode_falls_back():
+    algo, clients = make_algorithm("algorithm=fedkad", "train.execution=cohort")
+    assert not algo.cohort_ready()
+    results = federate(algo, clients, rounds=1)[2]
+    payload = algo.broadcast(algo.init_server())
+    alone = train_client(algo, payload, algo.init_client_state(clients[0].name), clients[0], 1, 0)
+    assert len(results) == len(clients) and alone.upload.keys() == results[0].upload.keys()
+
+
+def test_bad_execution_settings_are_named():
+    algo, clients = make_algorithm("train.execution=vectorised")
+    with pytest.raises(ConfigError, match="train.execution"):
+        run_clients(algo, algo.broadcast(algo.init_server()), [None] * len(clients), clients, 1, 0)
+    algo, clients = make_algorithm("train.cohort_chunk=0", "train.execution=cohort")
+    with pytest.raises(ConfigError, match="train.cohort_chunk"):
+        run_clients(algo, algo.broadcast(algo.init_server()), [None] * len(clients), clients, 1, 0)
+    cfg = load_config(overrides=["train.execution=fast"])
+    with pytest.raises(ConfigError, match="train.execution"):
+        Simulator(cfg, "unused", data=object(), progress=False)
+
+
+def test_simulator_default_run_takes_the_cohort_path_and_matches_sequential(gsc_root, tmp_path, monkeypatch):
+    base = [f"data.root={gsc_root}", f"data.cache_dir={tmp_path / 'cache'}", "algorithm=fedmlac",
+            "model.client_model=crnn_tiny", "fedmlac.plugin_model=crnn_tiny", "train.rounds=2",
+            "train.fraction=0.5", "train.eval_every=1", "train.lr=0.05"]
+    seq = Simulator(load_config(overrides=[*base, "train.execution=sequential"]), tmp_path / "seq", progress=False)
+    seq.run()
+    calls = []
+    real = cohort_steps.mutual_cohort
+    monkeypatch.setattr("fedac.algorithms.fedmlac.mutual_cohort", lambda *a: calls.append(1) or real(*a))
+    auto = Simulator(load_config(overrides=base), tmp_path / "auto", seq.data, progress=False)
+    auto.run()
+    assert calls == [1, 1]
+    assert max_diff(seq.state["server"]["params"], auto.state["server"]["params"]) <= TOL
+    for name, state in seq.state["clients"].items():
+        assert max_diff(state, auto.state["clients"][name]) <= TOL
+    one_clip = 1.0 / seq.data.val.num_clips  # parameters agree to ~1e-7; at most a tie could flip one clip
+    for a, b in zip(seq.state["history"], auto.state["history"]):
+        assert abs(a["val_accuracy"] - b["val_accuracy"]) <= one_clip + 1e-12
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)
