@@ -3,8 +3,8 @@ function of parameters stacked along a leading client axis (`stack_params`), for
 
 Why not `torch.func` (stack_module_state + functional_call + vmap(grad)): its dropout cannot replay the
 masks a client draws when it trains alone (so the cohort path would not give the sequential numbers),
-and it is slower: one SGD step of 10 clients took 0.90x (CRNN-Lite) and 0.81x (CRNN-Base) the time of
-a per-client loop, against 0.59x and 0.64x for this module (benchmarks/results/cohort-vmap-*.json).
+and it is slower: one SGD step of 10 clients took about 0.8x the time of a per-client loop, against
+about 0.6x for this module (benchmarks/README.md, part `vmap`).
 This module therefore writes the CRNN out once more, op for op as `models/crnn.py` and torch's CPU GRU
 compute it, with the GRU as batched matmuls over clients (forward and a hand-written backward) and
 dropout masks supplied by the caller. `tests/test_cohort.py` checks it against `nn.Module` outputs and
@@ -12,8 +12,8 @@ gradients.
 
 Layouts: inputs (K, B, features, frames); logits (K, B, classes). Convolutions run per client (one
 `conv1d` per client and layer): on CPU they are compute-bound at a client batch, and measured faster
-than one grouped convolution over the cohort (benchmarks/README.md). Everything else (ReLU, pooling,
-dropout, the GRU recurrence, the head) runs once for the whole stack.
+than one grouped convolution over the cohort on all but the smallest layer (benchmarks/README.md).
+Everything else (ReLU, pooling, dropout, the GRU recurrence, the head) runs once for the whole stack.
 """
 
 from __future__ import annotations
