@@ -116,24 +116,23 @@ class Simulator:
         metrics["train_loss"] = float(np.nanmean(losses)) if losses else float("nan")
         return metrics
 
-    def _personalized_local_accuracy(self, state: dict[str, Any]) -> list[float]:
-        """Each client's own model on its local held-out windows (empty for non-personalized methods)."""
-        scores = []
+    def _personalized_models(self, state: dict[str, Any]):
+        """(client, its own model) for every client; nothing for non-personalized methods."""
         for client in self.data.clients:
             own = self.algorithm.personalized_model(client.name, self._client_state(state, client.name))
             if own is not None:
-                scores.append(window_accuracy(own, client.holdout_x, client.holdout_y, self.cfg.train.eval_batch_size))
-        return scores
+                yield client, own
+
+    def _personalized_local_accuracy(self, state: dict[str, Any]) -> list[float]:
+        """Each client's own model on its local held-out windows (empty for non-personalized methods)."""
+        batch = self.cfg.train.eval_batch_size
+        return [window_accuracy(own, c.holdout_x, c.holdout_y, batch) for c, own in self._personalized_models(state)]
 
     def _personalized_test_results(self, state: dict[str, Any]) -> list[dict[str, float]]:
         """Each client's own model on the test split (empty for non-personalized methods). The Flower
         ServerApp overrides this and `_personalized_local_accuracy` with what its nodes report."""
-        results = []
-        for client in self.data.clients:
-            own = self.algorithm.personalized_model(client.name, self._client_state(state, client.name))
-            if own is not None:
-                results.append(evaluate(own, self.data.test, self.cfg.train.eval_batch_size))
-        return results
+        batch = self.cfg.train.eval_batch_size
+        return [evaluate(own, self.data.test, batch) for _, own in self._personalized_models(state)]
 
     def _evaluate_round(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
         """Validation metrics of the global model (kept as `best` when they improve); personalized
