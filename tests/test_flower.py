@@ -283,6 +283,17 @@ def test_in_process_misconfigured_nodes_fail_with_the_reason(dataset, tmp_path):
         run_local(dataset, tmp_path / "count", nodes_for(3, num_partitions=5), algorithm="fedavg")
 
 
+def test_nodes_in_one_process_share_one_dataset(dataset, tmp_path):
+    """Flower's simulation engine serves many nodes from one process: they must share the federation's data
+    (500 nodes each holding the whole dataset would not fit), while each trains its own client."""
+    from fedac.flower import clientapp
+
+    _, grid, _ = run_local(dataset, tmp_path, nodes_for(3), algorithm="fedavg", rounds=1)
+    nodes = [clientapp.node_client(context) for context in grid.contexts.values()]
+    assert len({id(node.data) for node in nodes}) == 1 and len({id(node.algorithm) for node in nodes}) == 1
+    assert [node.client.name for node in nodes] == [client.name for client in nodes[0].data.clients]
+
+
 def test_in_process_nan_updates_are_rejected_as_in_the_simulator(dataset, tmp_path):
     extra = {"algorithm": "fedavg", "rounds": 1, "lr": float("inf")}
     results, _, config = run_local(dataset, tmp_path, nodes_for(3), **extra)

@@ -37,7 +37,7 @@ from fedac.engine.evaluate import window_accuracy
 from fedac.engine.simulator import all_finite, train_client
 from fedac.errors import ConfigError
 from fedac.flower import transport
-from fedac.flower.settings import apply_node_settings, fedac_config, node_settings
+from fedac.flower.settings import NodeSettings, apply_node_settings, fedac_config, node_settings
 from fedac.flower.strategy import ARRAYS, CLIENT_INFO, CONFIG, EVAL, METRICS, REJECTED_UPDATE
 
 log = logging.getLogger("fedac.flower")
@@ -50,6 +50,15 @@ app = ClientApp()
 
 
 @dataclass
+class RunData:
+    """What every node of one run on one machine shares: the config, the federation's data, the algorithm."""
+
+    cfg: Config
+    data: FederatedData
+    algorithm: Algorithm
+
+
+@dataclass
 class NodeClient:
     cfg: Config
     data: FederatedData
@@ -59,8 +68,11 @@ class NodeClient:
 
 
 # A SuperNode starts a new ClientApp process per message; in Flower's simulation engine one process
-# serves many nodes. Either way, build each (run, node) client once per process.
+# serves many nodes. Either way, build each (run, node) client once per process, and the dataset once
+# per (run, data location): simulated nodes share it instead of each holding the whole federation
+# (500 nodes x a 2 GB dataset would not fit). Algorithms keep no per-client state, so one serves all.
 _CLIENTS: dict[str, NodeClient] = {}
+_RUNS: dict[str, RunData] = {}
 
 
 def _setup_logging() -> None:
@@ -72,27 +84,38 @@ def _setup_logging() -> None:
         root.setLevel(logging.INFO)
 
 
+def _key(*parts: Any) -> str:
+    return json.dumps(parts, default=str)
+
+
+def run_data(context: Context, node: NodeSettings) -> RunData:
+    key = _key(context.run_id, sorted(context.run_config.items()), node.data_root, node.cache_dir)
+    if key not in _RUNS:
+        cfg = apply_node_settings(fedac_config(context.run_config), node)
+        if cfg.train.threads > 0:
+            torch.set_num_threads(cfg.train.threads)
+        data = build_federated_data(cfg, progress=False)
+        _RUNS[key] = RunData(cfg, data, build_algorithm(cfg, data.task))
+    return _RUNS[key]
+
+
 def node_client(context: Context) -> NodeClient:
-    key = json.dumps([context.run_id, sorted(context.run_config.items()), sorted(context.node_config.items())], default=str)
+    key = _key(context.run_id, sorted(context.run_config.items()), sorted(context.node_config.items()))
     if key in _CLIENTS:
         return _CLIENTS[key]
     _setup_logging()
     node = node_settings(context.node_config)
-    cfg = apply_node_settings(fedac_config(context.run_config), node)
-    if cfg.train.threads > 0:
-        torch.set_num_threads(cfg.train.threads)
-    data = build_federated_data(cfg, progress=False)
-    count = len(data.clients)
+    run = run_data(context, node)
+    count = len(run.data.clients)
     if node.num_partitions is not None and node.num_partitions != count:
         raise ConfigError(
             f"node-config num-partitions={node.num_partitions}, but the run's config makes {count} clients "
-            f"(dataset {cfg.dataset}, data.partition={cfg.data.partition}, data.num_clients={cfg.data.num_clients}): "
+            f"(dataset {run.cfg.dataset}, data.partition={run.cfg.data.partition}, data.num_clients={run.cfg.data.num_clients}): "
             f"start the SuperNodes with num-partitions={count}, or change the partition settings in fedac-set")
     if not 0 <= node.partition_id < count:
         raise ConfigError(f"node-config partition-id={node.partition_id} is outside 0..{count - 1} "
                           f"(the run's config makes {count} clients)")
-    algorithm = build_algorithm(cfg, data.task)
-    _CLIENTS[key] = NodeClient(cfg, data, algorithm, data.clients[node.partition_id], node.partition_id)
+    _CLIENTS[key] = NodeClient(run.cfg, run.data, run.algorithm, run.data.clients[node.partition_id], node.partition_id)
     return _CLIENTS[key]
 
 
