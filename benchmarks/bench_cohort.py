@@ -46,43 +46,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedac.algorithms.base import ClientData, Task
-from fedac.config import load_config
-from fedac.engine.data import EvalSplit, FederatedData
+from fedac.algorithms.base import ClientData
 from fedac.engine.simulator import Simulator
 from fedac.models import build_model
+from workloads import (BASE_SETTINGS, CLASSES, FEATURES, FEDMLAC_SETTINGS, FRAMES, W_CLIENTS, W_PER_ROUND, W_SETTINGS,
+                       config, federated, make_clients, uniform_federation)
 
 RESULTS = Path(__file__).resolve().parent / "results"
-FEATURES, FRAMES, CLASSES = 40, 101, 35
-
-
-# --- data and configs ---------------------------------------------------------------------------------
-
-def make_clients(count: int, sizes: list[int], holdout: float = 0.0, seed: int = 0) -> list[ClientData]:
-    g = torch.Generator().manual_seed(seed)
-    clients = []
-    for i, n in zip(range(count), sizes):
-        n_hold = int(holdout * n)
-        x = torch.randn(n, FEATURES, FRAMES, generator=g)
-        y = torch.randint(0, CLASSES, (n,), generator=g)
-        clients.append(ClientData(f"client{i:04d}", x[n_hold:].contiguous(), y[n_hold:].contiguous(),
-                                  x[:n_hold].contiguous(), y[:n_hold].contiguous()))
-    return clients
-
-
-def federated(clients: list[ClientData], eval_clips: int = 0) -> FederatedData:
-    def split() -> EvalSplit:
-        return EvalSplit(torch.randn(eval_clips, FEATURES, FRAMES), torch.arange(eval_clips),
-                         torch.randint(0, CLASSES, (eval_clips,)))
-
-    return FederatedData(Task(FEATURES, CLASSES, [c.name for c in clients]), None, clients,  # type: ignore[arg-type]
-                         split() if eval_clips else None, split() if eval_clips else None)  # type: ignore[arg-type]
-
-
-def config(*overrides: str):
-    base = ["train.lr=0.01", "train.momentum=0.0", "train.local_epochs=1", "train.batch_size=16",
-            "train.threads=1", "train.cohort_workers=1", "model.dropout=0.1", "train.checkpoint_every=1000000", "train.eval_every=1000000"]
-    return load_config(overrides=[*base, *overrides])
 
 
 # --- timing helpers ---------------------------------------------------------------------------------
@@ -204,7 +174,7 @@ def simulator(cfg, data, tmp: Path) -> tuple[Simulator, dict]:
 def floor_child(args) -> dict:
     """The W floor on `args.threads_child` torch threads, in this (child) process."""
     torch.set_num_threads(args.threads_child)
-    floor = SupervisedFloor(make_clients(100, [40] * 100), 10)
+    floor = SupervisedFloor(uniform_federation(W_CLIENTS, 0).clients, W_PER_ROUND)
     floor(0)  # warm-up
     return {"samples": [timed(lambda: floor(r)) for r in range(1, args.threads_repeats + 1)]}
 
@@ -229,38 +199,23 @@ def part_threads(args) -> dict:
 
 
 def part_w(args, tmp: Path) -> dict:
-    clients = make_clients(100, [40] * 100)
-    data = federated(clients, eval_clips=200)
-    overrides = ["algorithm=fedavg", "model.name=crnn_lite", "train.fraction=0.1"]
-    seq = simulator(config(*overrides, "train.execution=sequential"), data, tmp / "w-seq")
-    coh = simulator(config(*overrides, "train.execution=cohort"), data, tmp / "w-cohort")
-    paths = {"floor": SupervisedFloor(clients, 10), "fedac_sequential": fedac_round(*seq),
+    data = uniform_federation(W_CLIENTS)
+    seq = simulator(config(*W_SETTINGS, "train.execution=sequential"), data, tmp / "w-seq")
+    coh = simulator(config(*W_SETTINGS, "train.execution=cohort"), data, tmp / "w-cohort")
+    paths = {"floor": SupervisedFloor(data.clients, W_PER_ROUND), "fedac_sequential": fedac_round(*seq),
              "fedac_cohort": fedac_round(*coh)}
     out = summarize(interleave(paths, list(range(1, args.repeats + 1)), warmup=2))
-    # 100 rounds end to end on the default path: evaluation every 10 rounds, checkpoints, results, figures
-    cfg = config(*overrides, "train.rounds=100", "train.eval_every=10", "train.checkpoint_every=10")
-    rounds = 100 if not args.quick else 10
-    cfg.train.rounds = rounds
-    started = time.perf_counter()
-    cpu = time.process_time()
-    Simulator(cfg, tmp / "w-e2e", data, progress=False).run()
-    out["fedac_end_to_end"] = {"rounds": rounds, "wall_s": time.perf_counter() - started,
-                               "cpu_s": time.process_time() - cpu, "execution": cfg.train.execution,
-                               "includes": "validation every 10 rounds, checkpoints, final test, results.json, figures"}
     return out
 
 
 def part_fedmlac(args, tmp: Path) -> dict:
     count = 500 if not args.quick else 100
     per_round = count // 5
-    clients = make_clients(count, [40] * count)
-    data = federated(clients)
-    overrides = ["algorithm=fedmlac", "model.client_model=crnn_base", "fedmlac.plugin_model=crnn_lite",
-                 "train.fraction=0.2"]
-    seq = simulator(config(*overrides, "train.execution=sequential"), data, tmp / "m-seq")
-    coh = simulator(config(*overrides, "train.execution=cohort"), data, tmp / "m-cohort")
-    coh2 = simulator(config(*overrides, "train.execution=cohort", "train.cohort_workers=2"), data, tmp / "m-cohort2")
-    paths = {"floor": MutualFloor(clients, per_round), "fedac_sequential": fedac_round(*seq),
+    data = uniform_federation(count, 0)
+    seq = simulator(config(*FEDMLAC_SETTINGS, "train.execution=sequential"), data, tmp / "m-seq")
+    coh = simulator(config(*FEDMLAC_SETTINGS, "train.execution=cohort"), data, tmp / "m-cohort")
+    coh2 = simulator(config(*FEDMLAC_SETTINGS, "train.execution=cohort", "train.cohort_workers=2"), data, tmp / "m-cohort2")
+    paths = {"floor": MutualFloor(data.clients, per_round), "fedac_sequential": fedac_round(*seq),
              "fedac_cohort": fedac_round(*coh), "fedac_cohort_2_workers": fedac_round(*coh2)}
     out = summarize(interleave(paths, list(range(1, max(2, args.repeats // 2) + 1)), warmup=1))
     out["clients"], out["per_round"] = count, per_round
@@ -337,8 +292,7 @@ def part_gsc(args, tmp: Path) -> dict:
     clients = make_clients(count, sizes, holdout=0.2)
     data = federated(clients)
     setup = {"data_s": time.perf_counter() - started, "rss_after_data_mb": rss_mb()}
-    cfg = config("algorithm=fedmlac", "model.client_model=crnn_base", "fedmlac.plugin_model=crnn_lite",
-                 "train.fraction=0.2", f"train.threads={threads}", f"train.cohort_workers={workers}")
+    cfg = config(*FEDMLAC_SETTINGS, f"train.threads={threads}", f"train.cohort_workers={workers}")
     sim, state = simulator(cfg, data, tmp / "gsc")
     started = time.perf_counter()
     for c in clients:  # every personalized model resident from the start
@@ -360,6 +314,184 @@ def part_gsc(args, tmp: Path) -> dict:
                     "checkpoint_every-controlled cost)"}
 
 
+# --- end to end: fedac against Flower's simulation -----------------------------------------------------------
+
+BENCH_DIR = Path(__file__).resolve().parent
+
+
+def w_rounds(args) -> int:
+    return 100 if not args.quick else 10
+
+
+def fedmlac_clients(args) -> int:
+    return 500 if not args.quick else 100
+
+
+def e2e_child(args, tmp: Path) -> dict:
+    """One fedac run in this fresh process: what `fedac run` does, on the benchmark's data."""
+    started = time.time()
+    if args.e2e_child == "w":
+        data, settings = uniform_federation(W_CLIENTS), [*W_SETTINGS, "train.eval_every=10", "train.checkpoint_every=10"]
+    else:
+        data, settings = uniform_federation(fedmlac_clients(args)), FEDMLAC_SETTINGS
+    cfg = config(*settings, f"train.rounds={args.e2e_rounds}", f"train.cohort_workers={args.e2e_workers}")
+    data_ready = time.time()
+    Simulator(cfg, tmp / f"e2e-{args.e2e_child}", data, progress=False).run()
+    return {"main_start": started, "data_ready": data_ready, "end": time.time(), "execution": cfg.train.execution}
+
+
+def fedac_end_to_end(workload: str, rounds: int, workers: int, quick: bool = False) -> dict:
+    """Wall seconds from launching a fresh Python process to its exit, like `flwr run` below."""
+    cmd = [sys.executable, __file__, "--e2e-child", workload, "--e2e-rounds", str(rounds), "--e2e-workers", str(workers)]
+    launched = time.time()
+    done = subprocess.run(cmd + (["--quick"] if quick else []), capture_output=True, text=True)
+    exited = time.time()
+    if done.returncode != 0:
+        raise RuntimeError(f"fedac end-to-end child failed: {done.stderr[-3000:]}")
+    marks = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"rounds": rounds, "cohort_workers": workers, "execution": marks["execution"], "wall_s": exited - launched,
+            "startup_s": marks["data_ready"] - launched, "run_s": marks["end"] - marks["data_ready"],
+            "includes": "Python + torch + fedac import, data, every round, final validation / test, results.json, "
+                        "figures" + (", validation and checkpoints every 10 rounds" if workload == "w" else "")}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def descendants(pid: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            parents.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        for child in parents.get(todo.pop(), []):
+            out.append(child)
+            todo.append(child)
+    return out
+
+
+def stop_local_superlink(port: int) -> int:
+    """`flwr run` leaves the local SuperLink it started running (detached): stop it and everything it started."""
+    import signal
+
+    stopped = 0
+    for entry in Path("/proc").iterdir():
+        try:
+            args = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
+        except OSError:
+            continue
+        if any(b"flower-superlink" in a for a in args) and str(port).encode() in args:
+            pid = int(entry.name)
+            for victim in [pid, *descendants(pid)]:
+                try:
+                    os.kill(victim, signal.SIGKILL)
+                    stopped += 1
+                except ProcessLookupError:
+                    pass
+    return stopped
+
+
+def toml_value(value) -> str:
+    return json.dumps(value) if isinstance(value, str) else repr(value).lower() if isinstance(value, bool) else repr(value)
+
+
+def flower_run(tmp: Path, name: str, nodes: int, actors: int, run_config: dict, timeout: float) -> dict:
+    """`flwr run benchmarks <local simulation>` with `nodes` simulated SuperNodes and `actors` Ray actors (each
+    given cores / actors CPUs); times from the launch of `flwr run` and the ServerApp's marks."""
+    home = tmp / f"flwr-{name}"
+    home.mkdir(parents=True, exist_ok=True)
+    http_port, control_port = free_port(), free_port()
+    cpus = len(os.sched_getaffinity(0))
+    (home / "config.toml").write_text(
+        '[superlink]\ndefault = "bench"\n\n[superlink.bench]\naddress = ":local:"\n'
+        f"options.num-supernodes = {nodes}\n"
+        f"options.backend.client-resources.num-cpus = {max(1, cpus // actors)}\n"
+        "options.backend.client-resources.num-gpus = 0.0\n")
+    marks_file = home / "marks.json"
+    overrides = home / "run_config.toml"
+    overrides.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in {**run_config, "marks-file": str(marks_file)}.items()))
+    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+           "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port),
+           "FLWR_LOCAL_CONTROL_API_PORT": str(control_port),
+           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    cmd = [str(Path(sys.executable).parent / "flwr"), "run", str(BENCH_DIR), "bench", "--stream", "--run-config", str(overrides)]
+    launched = time.time()
+    try:
+        done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        exited, failure = time.time(), None if done.returncode == 0 else f"flwr run exited {done.returncode}"
+        output = done.stdout + done.stderr
+    except subprocess.TimeoutExpired as exc:
+        exited, failure = time.time(), f"timed out after {timeout:.0f} s"
+        output = str(exc.stdout or "") + str(exc.stderr or "")
+    finally:
+        stopped = stop_local_superlink(http_port)
+    (home / "flwr_run.log").write_text(output)
+    marks = json.loads(marks_file.read_text()) if marks_file.exists() else []
+    out: dict = {"nodes": nodes, "ray_actors": actors, "cpus_per_actor": max(1, cpus // actors),
+                 "flwr_run_exit_s": exited - launched, "processes_stopped_after": stopped, "log": str(home / "flwr_run.log")}
+    if failure or not any(event == "serverapp_end" for event, _ in marks):
+        out["error"] = f"{failure or 'no serverapp_end mark'}; last output: {output[-3000:]}"
+        return out
+    times = {event: t for event, t in marks if event != "round_start"}
+    starts = [t for event, t in marks if event == "round_start"]
+    # W marks every round boundary (start of round 1 ... end of the last); the fedac app marks round starts.
+    bounds = starts if run_config["workload"] == "w" else [*starts, times["serverapp_end"]]
+    rounds = [b - a for a, b in zip(bounds, bounds[1:])]
+    out.update({"rounds": len(rounds), "launch_to_serverapp_s": times["serverapp_start"] - launched,
+                "startup_s": starts[0] - launched, "first_round_s": rounds[0],
+                "steady_round_s": statistics.median(rounds[1:] if len(rounds) > 2 else rounds),
+                "round_s_all": [round(r, 3) for r in rounds], "wall_s": times["serverapp_end"] - launched})
+    return out
+
+
+def part_flower(args, tmp: Path) -> dict:
+    """End to end, launch to finish: fedac in a fresh process against `flwr run` local simulation."""
+    out: dict = {"how": "flwr run <benchmarks> <connection with address ':local:'> --stream; local SuperLink started "
+                        "by flwr run and stopped after each run; startup_s = launch to the first round's start, "
+                        "steady_round_s = median round after the first"}
+    try:
+        import flwr
+        import ray
+        out.update({"flwr": flwr.__version__, "ray": ray.__version__})
+        flower = True
+    except ImportError as exc:
+        out["flower_missing"] = f"{exc}: install with `.venv/bin/pip install -e .[bench]`"
+        flower = False
+    rounds = w_rounds(args)
+    w: dict = {"rounds": rounds, "fedac": fedac_end_to_end("w", rounds, 1, args.quick)}
+    for actors in (1, 2) if flower else ():
+        w[f"flower_{actors}_actor"] = flower_run(tmp, f"w-{actors}", W_CLIENTS, actors, {
+            "workload": "w", "nodes": W_CLIENTS, "rounds": rounds, "lr": 0.01, "torch-threads": 1}, timeout=1800)
+    out["w"] = w
+    count, rounds = fedmlac_clients(args), args.fedmlac_rounds
+    m: dict = {"clients": count, "per_round": count // 5, "rounds": rounds,
+               "fedac_1_worker": fedac_end_to_end("fedmlac", rounds, 1, args.quick),
+               "fedac_2_workers": fedac_end_to_end("fedmlac", rounds, 2, args.quick)}
+    fedac_set = ";".join([*BASE_SETTINGS, *FEDMLAC_SETTINGS, f"data.num_clients={count}", f"train.rounds={rounds}"])
+    for actors in (1, 2) if flower else ():
+        m[f"flower_{actors}_actor"] = flower_run(tmp, f"fedmlac-{actors}", count, actors, {
+            "workload": "fedmlac", "rounds": rounds, "fedac-set": fedac_set, "min-nodes": count,
+            "poll-interval": 0.05, "run-dir": str(tmp / f"flower-fedmlac-{actors}")}, timeout=3600)
+    out["fedmlac"] = m
+    for part in (w, m):
+        for name, run in list(part.items()):
+            if name.startswith("flower") and "wall_s" in run:
+                for fedac_name, fedac in part.items():
+                    if fedac_name.startswith("fedac"):
+                        run[f"{fedac_name}_speedup_end_to_end"] = run["wall_s"] / fedac["wall_s"]
+    return out
+
+
 def machine() -> dict:
     model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
     return {"cpu_model": model, "logical_cpus": os.cpu_count(), "usable_cpus": len(os.sched_getaffinity(0)),
@@ -371,22 +503,32 @@ def machine() -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer clients and repeats (smoke run)")
-    parser.add_argument("--parts", default="threads,w,vmap,fedmlac,gsc", help="comma list of threads,w,vmap,fedmlac,gsc")
+    parser.add_argument("--parts", default="threads,w,vmap,fedmlac,gsc,flower",
+                        help="comma list of threads,w,vmap,fedmlac,gsc,flower")
     parser.add_argument("--repeats", type=int, default=None, help="timed rounds per path (default 9, quick 3)")
     parser.add_argument("--gsc-settings", default="1x1,1x2,2x1",
                         help="GSC runs as THREADSxWORKERS (torch intra-op threads x cohort worker threads)")
     parser.add_argument("--gsc-rounds", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/cohort-<utc>.json)")
     parser.add_argument("--threads-repeats", type=int, default=5, help="timed rounds per thread setting")
+    parser.add_argument("--fedmlac-rounds", type=int, default=None,
+                        help="rounds of the end-to-end FedMLAC runs, fedac and Flower (default 10, quick 2)")
     parser.add_argument("--gsc-child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--e2e-child", choices=("w", "fedmlac"), default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--e2e-rounds", type=int, default=0, help=argparse.SUPPRESS)
+    parser.add_argument("--e2e-workers", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--threads-child", type=int, default=0, help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.repeats = args.repeats or (3 if args.quick else 9)
+    args.fedmlac_rounds = args.fedmlac_rounds or (2 if args.quick else 10)
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"fedac-bench-{os.getpid()}"
     torch.set_num_threads(1)
 
     if args.threads_child:
         print(json.dumps(floor_child(args)))
+        return
+    if args.e2e_child:
+        print(json.dumps(e2e_child(args, tmp)))
         return
     if args.gsc_child:
         args.gsc_threads, args.gsc_workers = (int(v) for v in args.gsc_settings.split("x"))
@@ -419,9 +561,9 @@ def main() -> None:
                 report["gsc"].append({"setting": setting, "error": done.stderr[-2000:]})
             else:
                 report["gsc"].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    report["flower"] = {"status": "not measured",
-                        "todo": "Flower simulation (flwr run, local-simulation federation) of W and of FedMLAC 500/100 "
-                                "against the fedac Flower app; see src/fedac/flower/ and issue 6."}
+    if "flower" in parts:
+        print("flower: end to end, fedac vs Flower's simulation (W, then FedMLAC) ...", flush=True)
+        report["flower"] = part_flower(args, tmp)
     report["machine"]["load_average_end"] = os.getloadavg()
     report["finished_utc"] = datetime.now(timezone.utc).isoformat()
     out = args.out or RESULTS / f"cohort-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"
@@ -445,6 +587,12 @@ def summary(report: dict) -> dict:
     if "threads" in report:
         out["threads"] = {k: {"wall_s": round(v["wall_s"], 4), "cpu_s": round(v["cpu_s"], 4)}
                           for k, v in report["threads"].items() if isinstance(v, dict)}
+    for part in ("w", "fedmlac"):
+        for name, run in report.get("flower", {}).get(part, {}).items():
+            if isinstance(run, dict):
+                out[f"e2e_{part}_{name}"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in run.items()
+                                             if k in ("wall_s", "startup_s", "first_round_s", "steady_round_s", "run_s",
+                                                      "error") or k.endswith("speedup_end_to_end")}
     for g in report.get("gsc", []):
         name = f"gsc_threads_{g.get('torch_threads')}_workers_{g.get('cohort_workers')}"
         out[g.get("setting", name)] = {k: g.get(k) for k in ("s_per_round_wall", "s_per_round_cpu", "peak_rss_mb",
