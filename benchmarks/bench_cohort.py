@@ -1,6 +1,7 @@
 """Cohort vs sequential vs the compute floor (issue 6). One command, writes JSON to benchmarks/results/:
 
-    .venv/bin/python benchmarks/bench_cohort.py            # everything (about 15-25 min on 2 busy cores)
+    .venv/bin/pip install -e .[bench]                      # once: Flower's simulation engine (Ray)
+    .venv/bin/python benchmarks/bench_cohort.py            # everything (about 20 min on 2 cores)
     .venv/bin/python benchmarks/bench_cohort.py --quick    # fewer clients and repeats, a smoke run
 
 Measured in one process per part, paths interleaved round by round, so ratios compare like with like
@@ -15,7 +16,7 @@ Parts
   1 local epoch, batch 16, SGD lr 0.01 (no momentum), dropout 0.1. Per round: the floor (the same SGD
   steps back to back in a plain torch loop: one model, weights loaded per client, no fedac code),
   fedac's sequential path and fedac's cohort path (`Simulator.run_round`, so sampling, the server
-  update and all bookkeeping are inside); then a 100-round fedac run end to end (default path).
+  update and all bookkeeping are inside). The end-to-end run is in the flower part.
 - vmap: one SGD step of 10 clients through torch.func (stack_module_state + functional_call +
   vmap(grad)) against the stacked formulation of models/stacked.py and a loop, dropout off.
 - fedmlac: FedMLAC with CRNN-Base personalized models and a CRNN-Lite Plug-in, 500 clients x 40
@@ -25,7 +26,14 @@ Parts
   (mean 40; 20% held out locally, as the GSC protocol does), random 40 x 101 features, every client's
   CRNN-Base personalized model resident, 20% active, FedMLAC on the default (cohort) path, with
   1 thread, with 2 cohort worker threads, and with 2 torch intra-op threads (one fresh process each).
-Flower simulation is not measured here (see the JSON's "flower" entry).
+- flower: end to end, launch to finish. fedac: a fresh Python process running `Simulator.run()` (what
+  `fedac run` does) on the benchmark's data. Flower: `flwr run benchmarks <connection>` with
+  `address = ":local:"` (the local simulation `flwr run` starts itself; stopped after each run), with
+  Flower's default client resources (2 CPUs per ClientApp: one Ray actor on 2 cores) and with one CPU per
+  ClientApp (two actors); the apps are in flower_apps.py. W: 100 rounds, Flower's FedAvg against fedac's
+  default path. FedMLAC 500/100: `--fedmlac-rounds` rounds, the fedac Flower app (personalized models in
+  `context.state`) against fedac with 1 and with 2 cohort worker threads. Start-up, first round and the
+  median later round are reported apart. Without `flwr[simulation]` only fedac's side runs.
 """
 
 from __future__ import annotations
