@@ -92,6 +92,26 @@ def test_stacked_forward_and_gradients_match_the_modules(name):
             assert torch.allclose(g[i], r, atol=1e-5, rtol=1e-4)
 
 
+@pytest.mark.parametrize("frames", [101, 26, 1])
+def test_fused_relu_max_pool_equals_relu_then_max_pool_exactly(frames):
+    """Values and gradients bit for bit, ties included (ReLU zeros, equal pairs), and NaNs propagate."""
+    from fedac.models.stacked import _ReluMaxPool2
+
+    x = torch.randn(2, 3, 4, frames)
+    x[0, 0, 0, : frames - frames % 2] = torch.tensor([0.5, 0.5]).repeat(frames // 2)  # positive ties
+    x[1, 0, 0] = 0.0  # ties at zero
+    a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
+    expected = nn.functional.max_pool1d(torch.relu(a).view(-1, 4, frames), 2, ceil_mode=True).view(2, 3, 4, -1)
+    out = _ReluMaxPool2.apply(b)
+    assert torch.equal(out, expected)
+    grad = torch.randn_like(out)
+    expected.backward(grad)
+    out.backward(grad)
+    assert torch.equal(b.grad, a.grad)
+    x[0, 1, 2, 0] = float("nan")
+    assert torch.isnan(_ReluMaxPool2.apply(x)[0, 1, 2, 0])
+
+
 def test_cohort_dropout_masks_are_the_ones_a_lone_client_draws():
     """Masks drawn per client from its own generator equal nn.Dropout's under the same seed."""
     model = build_model("crnn_lite", FEATURES, CLASSES, dropout=0.3)

@@ -129,6 +129,35 @@ class _GRULayer(torch.autograd.Function):
         return grad_frames, grad_w_ih, grad_b_ih, grad_w_hh, grad_b_hh, None, None
 
 
+class _ReluMaxPool2(torch.autograd.Function):
+    """ReLU then max-pooling by 2 over the last axis (ceil mode), as one op on (..., T).
+
+    relu(max(a, b)) == max(relu(a), relu(b)), so the max is taken first, on the raw pairs; the gradient
+    goes to the first maximum of each pair (max_pool's rule) where the output is positive (relu's rule,
+    whose derivative at 0 is 0), so values and gradients equal nn.ReLU + nn.MaxPool1d(2, ceil_mode=True)
+    exactly. It replaces max_pool's index-tracking kernel, which took 7 % of a FedMLAC cohort round, and
+    the full-size ReLU and its backward.
+    """
+
+    @staticmethod
+    def forward(ctx, x):
+        t_len = x.shape[-1]
+        if t_len % 2:  # ceil mode: the last window holds one frame
+            x = F.pad(x, (0, 1), value=float("-inf"))
+        first, second = x[..., 0::2], x[..., 1::2]
+        winner = torch.lt(first, second).long().unsqueeze(-1)  # 0: the first of the pair (also on ties)
+        out = torch.maximum(first, second).clamp_min_(0)  # maximum and clamp keep NaNs, as max_pool and relu do
+        ctx.save_for_backward(winner, out)
+        ctx.t_len = t_len
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        winner, out = ctx.saved_tensors
+        pairs = grad.new_zeros(*grad.shape, 2).scatter_(-1, winner, (grad * (out > 0)).unsqueeze(-1))
+        return pairs.flatten(-2)[..., :ctx.t_len]
+
+
 class StackedCRNN:
     """The forward pass of `models.crnn.CRNN(spec)` for K clients at once."""
 
@@ -144,9 +173,7 @@ class StackedCRNN:
             weight, bias = params[f"conv.{4 * layer}.weight"], params[f"conv.{4 * layer}.bias"]
             h = torch.stack([F.conv1d(xi, wi, bi, padding=self.kernel // 2)
                              for xi, wi, bi in zip(h.unbind(0), weight.unbind(0), bias.unbind(0))])
-            c, t = h.shape[2:]
-            h = F.max_pool1d(torch.relu(h).view(-1, c, t), 2, ceil_mode=True)
-            h = h.view(k, -1, *h.shape[1:])
+            h = _ReluMaxPool2.apply(h)
             mask = masks(tuple(h.shape[2:]), self.dropout) if masks is not None else None
             if mask is not None:
                 h = h * mask
