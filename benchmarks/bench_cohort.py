@@ -450,16 +450,22 @@ def flower_run(tmp: Path, name: str, nodes: int, actors: int, run_config: dict, 
     if failure or not any(event == "serverapp_end" for event, _ in marks):
         out["error"] = f"{failure or 'no serverapp_end mark'}; last output: {output[-3000:]}"
         return out
+    out.update(flower_timings(marks, launched, every_boundary=run_config["workload"] == "w"))
+    return out
+
+
+def flower_timings(marks: list, launched: float, every_boundary: bool) -> dict:
+    """Start-up, round and total times from the ServerApp's marks. `every_boundary`: the marks are every
+    round boundary (start of round 1 ... end of the last, as W's evaluate_fn gives them); otherwise they
+    are round starts and the last round ends with the ServerApp."""
     times = {event: t for event, t in marks if event != "round_start"}
     starts = [t for event, t in marks if event == "round_start"]
-    # W marks every round boundary (start of round 1 ... end of the last); the fedac app marks round starts.
-    bounds = starts if run_config["workload"] == "w" else [*starts, times["serverapp_end"]]
+    bounds = starts if every_boundary else [*starts, times["serverapp_end"]]
     rounds = [b - a for a, b in zip(bounds, bounds[1:])]
-    out.update({"rounds": len(rounds), "launch_to_serverapp_s": times["serverapp_start"] - launched,
-                "startup_s": starts[0] - launched, "first_round_s": rounds[0],
-                "steady_round_s": statistics.median(rounds[1:] if len(rounds) > 2 else rounds),
-                "round_s_all": [round(r, 3) for r in rounds], "wall_s": times["serverapp_end"] - launched})
-    return out
+    return {"rounds": len(rounds), "launch_to_serverapp_s": times["serverapp_start"] - launched,
+            "startup_s": starts[0] - launched, "first_round_s": rounds[0],
+            "steady_round_s": statistics.median(rounds[1:] if len(rounds) > 2 else rounds),
+            "round_s_all": [round(r, 3) for r in rounds], "wall_s": times["serverapp_end"] - launched}
 
 
 def part_flower(args, tmp: Path) -> dict:

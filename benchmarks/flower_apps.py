@@ -42,10 +42,12 @@ def benchmark_data(cfg, progress: bool = True):
     return uniform_federation(cfg.data.num_clients)
 
 
-# The fedac apps read the benchmark's data (ServerApp: the Simulator's validation / test splits; ClientApp:
-# each node's client); nothing else in them changes.
-fedac_clientapp.build_federated_data = benchmark_data
-fedac_simulator.build_federated_data = benchmark_data
+def use_benchmark_data() -> None:
+    """Point the fedac apps at the benchmark's data (ServerApp: the Simulator's validation / test splits;
+    ClientApp: each node's client); nothing else in them changes. Done on first use, not on import, so
+    importing this module changes nothing."""
+    fedac_clientapp.build_federated_data = benchmark_data
+    fedac_simulator.build_federated_data = benchmark_data
 
 
 class Marks:
@@ -122,16 +124,21 @@ clientapp = ClientApp()
 
 @clientapp.train()
 def train(msg: Message, context: Context) -> Message:
-    return fedac_clientapp.app(msg, context) if is_fedmlac(context) else w_train(msg, context)
+    return fedac_app(msg, context) if is_fedmlac(context) else w_train(msg, context)
 
 
 @clientapp.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    return fedac_clientapp.app(msg, context)
+    return fedac_app(msg, context)
 
 
 @clientapp.query()
 def query(msg: Message, context: Context) -> Message:
+    return fedac_app(msg, context)
+
+
+def fedac_app(msg: Message, context: Context) -> Message:
+    use_benchmark_data()
     return fedac_clientapp.app(msg, context)
 
 
@@ -143,6 +150,7 @@ def main(grid: Grid, context: Context) -> None:
     marks = Marks(str(context.run_config["marks-file"]))
     marks.add("serverapp_start")
     if is_fedmlac(context):
+        use_benchmark_data()
         handler = RoundStarts(marks)
         logging.getLogger("fedac.flower").addHandler(handler)
         try:

@@ -260,3 +260,11 @@ class LocalGrid:
     def send_and_receive(self, messages, *, timeout=None):
         ids = self.push_messages(list(messages))
         return self.pull_messages(ids)
+
+
+def use_task_identity(monkeypatch) -> None:
+    """Messages built outside a Flower process need the identity a ServerApp process gets from its SuperLink."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    for name, value in (("_task_id", 1), ("_run_id", 1), ("_node_id", 0)):
+        monkeypatch.setattr(TaskIdentity, name, value)

@@ -32,7 +32,7 @@ from fedac.flower import transport  # noqa: E402
 from fedac.flower.settings import deployment_settings, fedac_config, node_settings, split_overrides  # noqa: E402
 from fedac.flower.strategy import FlowerRunError, flower_adam_lr, flower_strategy  # noqa: E402
 from fedac.engine.simulator import sample_cohort  # noqa: E402
-from flower_helpers import Federation, LocalGrid, time_limit  # noqa: E402
+from flower_helpers import Federation, LocalGrid, time_limit, use_task_identity  # noqa: E402
 from gsc_fixture import make_gsc_tree  # noqa: E402
 
 NUM_NODES = 3
@@ -307,11 +307,7 @@ def test_in_process_nan_updates_are_rejected_as_in_the_simulator(dataset, tmp_pa
 
 @pytest.fixture(autouse=True)
 def task_identity(monkeypatch):
-    """Messages built outside a Flower process need the identity a ServerApp process gets from its SuperLink."""
-    from flwr.supercore.task_identity import TaskIdentity
-
-    for name, value in (("_task_id", 1), ("_run_id", 1), ("_node_id", 0)):
-        monkeypatch.setattr(TaskIdentity, name, value)
+    use_task_identity(monkeypatch)
 
 
 class FakeGrid:
