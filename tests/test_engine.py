@@ -247,3 +247,19 @@ def test_cohort_is_deterministic_per_seed_and_round():
     assert [sample_cohort(clients, 0.25, 8, r) for r in range(1, 11)] != cohorts  # seeds differ
     # independent of how many rounds were drawn before (needed for resume)
     assert sample_cohort(clients, 0.25, 7, 9) == cohorts[8]
+
+
+def test_configure_process_sets_threads_and_keeps_freed_memory_on_glibc(monkeypatch):
+    import platform
+
+    from fedac.engine import runtime
+
+    calls = []
+    monkeypatch.setattr(runtime, "keep_freed_memory", lambda: calls.append(True) or True)
+    monkeypatch.setattr(runtime.torch, "set_num_threads", lambda n: calls.append(n))
+    runtime.configure_process(load_config(overrides=["train.threads=1"]).train)
+    runtime.configure_process(load_config(overrides=["train.threads=0", "train.keep_freed_memory=false"]).train)
+    assert calls == [1, True]  # threads=0 keeps torch's count; the allocator is left alone when asked
+    monkeypatch.undo()
+    if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+        assert runtime.keep_freed_memory()  # mallopt accepted both settings

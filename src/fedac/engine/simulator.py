@@ -27,6 +27,7 @@ from fedac.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedac.engine.cohort import check_execution, run_clients
 from fedac.engine.data import FederatedData, build_federated_data
 from fedac.engine.evaluate import evaluate, window_accuracy
+from fedac.engine.runtime import configure_process
 from fedac.errors import CheckpointError, ConfigError
 from fedac.metrics import mean_std
 from fedac.report import write_history, write_results
@@ -70,8 +71,7 @@ class Simulator:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.progress = progress
-        if cfg.train.threads > 0:
-            torch.set_num_threads(cfg.train.threads)
+        configure_process(cfg.train)
         check_execution(cfg.train.execution)
         self.data = data or build_federated_data(cfg, progress)
         self.algorithm: Algorithm = build_algorithm(cfg, self.data.task)

@@ -24,7 +24,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-import torch
 from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
@@ -33,6 +32,7 @@ from fedac.algorithms.base import Algorithm, ClientData
 from fedac.config import Config
 from fedac.engine.data import FederatedData, build_federated_data
 from fedac.engine.evaluate import evaluate as evaluate_split
+from fedac.engine.runtime import configure_process
 from fedac.engine.evaluate import window_accuracy
 from fedac.engine.simulator import all_finite, train_client
 from fedac.errors import ConfigError
@@ -92,8 +92,7 @@ def run_data(context: Context, node: NodeSettings) -> RunData:
     key = _key(context.run_id, sorted(context.run_config.items()), node.data_root, node.cache_dir)
     if key not in _RUNS:
         cfg = apply_node_settings(fedac_config(context.run_config), node)
-        if cfg.train.threads > 0:
-            torch.set_num_threads(cfg.train.threads)
+        configure_process(cfg.train)
         data = build_federated_data(cfg, progress=False)
         _RUNS[key] = RunData(cfg, data, build_algorithm(cfg, data.task))
     return _RUNS[key]
