@@ -32,8 +32,8 @@ from fedac.algorithms.base import Algorithm, ClientData
 from fedac.config import Config
 from fedac.engine.data import FederatedData, build_federated_data
 from fedac.engine.evaluate import evaluate as evaluate_split
-from fedac.engine.runtime import configure_process
 from fedac.engine.evaluate import window_accuracy
+from fedac.engine.runtime import configure_process
 from fedac.engine.simulator import all_finite, train_client
 from fedac.errors import ConfigError
 from fedac.flower import transport
