@@ -56,6 +56,7 @@ import torch.nn.functional as F
 
 from fedac.algorithms.base import ClientData
 from fedac.engine.simulator import Simulator
+from fedac.flower.local import free_port, stop_local_superlink
 from fedac.models import build_model
 from workloads import (BASE_SETTINGS, CLASSES, FEATURES, FEDMLAC_SETTINGS, FRAMES, W_CLIENTS, W_PER_ROUND, W_SETTINGS,
                        config, federated, make_clients, uniform_federation)
@@ -187,6 +188,14 @@ def floor_child(args) -> dict:
     return {"samples": [timed(lambda: floor(r)) for r in range(1, args.threads_repeats + 1)]}
 
 
+def run_child(*flags: str, env: dict | None = None) -> dict:
+    """This script in a fresh process with `flags`; its result is the JSON on the last line it prints."""
+    done = subprocess.run([sys.executable, __file__, *flags], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"child {' '.join(flags)} failed: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def part_threads(args) -> dict:
     """Each setting in a fresh process: OpenMP's wait policy is read once, when a process starts."""
     settings = [("threads_1", 1, None), ("threads_2", 2, None), ("threads_2_omp_passive", 2, "PASSIVE")]
@@ -195,11 +204,8 @@ def part_threads(args) -> dict:
         env = dict(os.environ)
         if policy:
             env["OMP_WAIT_POLICY"] = policy
-        cmd = [sys.executable, __file__, "--threads-child", str(threads), "--threads-repeats", str(args.threads_repeats)]
-        done = subprocess.run(cmd, capture_output=True, text=True, env=env)
-        if done.returncode != 0:
-            raise RuntimeError(f"threads child ({name}) failed: {done.stderr[-2000:]}")
-        samples[name] = [tuple(v) for v in json.loads(done.stdout.strip().splitlines()[-1])["samples"]]
+        child = run_child("--threads-child", str(threads), "--threads-repeats", str(args.threads_repeats), env=env)
+        samples[name] = [tuple(v) for v in child["samples"]]
     out = summarize(samples, floor="threads_1")
     out["note"] = ("sequential floor of workload W, s/round, one fresh process per setting; vs_floor_* is the "
                    "ratio to threads_1; omp_passive sets OMP_WAIT_POLICY=PASSIVE")
@@ -350,63 +356,14 @@ def e2e_child(args, tmp: Path) -> dict:
 
 def fedac_end_to_end(workload: str, rounds: int, workers: int, quick: bool = False) -> dict:
     """Wall seconds from launching a fresh Python process to its exit, like `flwr run` below."""
-    cmd = [sys.executable, __file__, "--e2e-child", workload, "--e2e-rounds", str(rounds), "--e2e-workers", str(workers)]
     launched = time.time()
-    done = subprocess.run(cmd + (["--quick"] if quick else []), capture_output=True, text=True)
+    marks = run_child("--e2e-child", workload, "--e2e-rounds", str(rounds), "--e2e-workers", str(workers),
+                      *(["--quick"] if quick else []))
     exited = time.time()
-    if done.returncode != 0:
-        raise RuntimeError(f"fedac end-to-end child failed: {done.stderr[-3000:]}")
-    marks = json.loads(done.stdout.strip().splitlines()[-1])
     return {"rounds": rounds, "cohort_workers": workers, "execution": marks["execution"], "wall_s": exited - launched,
             "startup_s": marks["data_ready"] - launched, "run_s": marks["end"] - marks["data_ready"],
             "includes": "Python + torch + fedac import, data, every round, final validation / test, results.json, "
                         "figures" + (", validation and checkpoints every 10 rounds" if workload == "w" else "")}
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def descendants(pid: int) -> list[int]:
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            parents.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def stop_local_superlink(port: int) -> int:
-    """`flwr run` leaves the local SuperLink it started running (detached): stop it and everything it started."""
-    import signal
-
-    stopped = 0
-    for entry in Path("/proc").iterdir():
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\0") if entry.name.isdigit() else []
-        except OSError:
-            continue
-        if any(b"flower-superlink" in a for a in args) and str(port).encode() in args:
-            pid = int(entry.name)
-            for victim in [pid, *descendants(pid)]:
-                try:
-                    os.kill(victim, signal.SIGKILL)
-                    stopped += 1
-                except ProcessLookupError:
-                    pass
-    return stopped
 
 
 def toml_value(value) -> str:
@@ -466,6 +423,19 @@ def flower_timings(marks: list, launched: float, every_boundary: bool) -> dict:
             "startup_s": starts[0] - launched, "first_round_s": rounds[0],
             "steady_round_s": statistics.median(rounds[1:] if len(rounds) > 2 else rounds),
             "round_s_all": [round(r, 3) for r in rounds], "wall_s": times["serverapp_end"] - launched}
+
+
+def part_gsc_settings(args) -> list[dict]:
+    """`part_gsc` once per THREADSxWORKERS setting, each in a fresh process (so its peak RSS is its own)."""
+    out = []
+    for setting in args.gsc_settings.split(","):
+        print(f"  gsc {setting} (torch threads x cohort workers) ...", flush=True)
+        try:
+            out.append(run_child("--gsc-child", "--gsc-settings", setting, "--gsc-rounds", str(args.gsc_rounds),
+                                 *(["--quick"] if args.quick else [])))
+        except RuntimeError as exc:
+            out.append({"setting": setting, "error": str(exc)})
+    return out
 
 
 def part_flower(args, tmp: Path) -> dict:
@@ -552,32 +522,18 @@ def main() -> None:
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
     report: dict = {"benchmark": "cohort", "issue": 6, "started_utc": datetime.now(timezone.utc).isoformat(),
                     "quick": args.quick, "machine": machine(), "repeats": args.repeats}
-    if "threads" in parts:
-        print("threads: sequential floor with 1 and 2 torch threads ...", flush=True)
-        report["threads"] = part_threads(args)
-    if "w" in parts:
-        print("w: workload W, floor / sequential / cohort ...", flush=True)
-        report["w"] = part_w(args, tmp)
-    if "vmap" in parts:
-        print("vmap: torch.func vmap(grad) vs the stacked formulation vs a loop ...", flush=True)
-        report["vmap"] = part_vmap(args)
-    if "fedmlac" in parts:
-        print("fedmlac: CRNN-Base + CRNN-Lite Plug-in, floor / sequential / cohort ...", flush=True)
-        report["fedmlac"] = part_fedmlac(args, tmp)
-    if "gsc" in parts:
-        report["gsc"] = []
-        for setting in args.gsc_settings.split(","):
-            print(f"gsc: 2,618 clients, {setting} (torch threads x cohort workers), fresh process ...", flush=True)
-            cmd = [sys.executable, __file__, "--gsc-child", "--gsc-settings", setting,
-                   "--gsc-rounds", str(args.gsc_rounds)] + (["--quick"] if args.quick else [])
-            done = subprocess.run(cmd, capture_output=True, text=True)
-            if done.returncode != 0:
-                report["gsc"].append({"setting": setting, "error": done.stderr[-2000:]})
-            else:
-                report["gsc"].append(json.loads(done.stdout.strip().splitlines()[-1]))
-    if "flower" in parts:
-        print("flower: end to end, fedac vs Flower's simulation (W, then FedMLAC) ...", flush=True)
-        report["flower"] = part_flower(args, tmp)
+    runs = {  # part: (what it measures, how), in this order
+        "threads": ("sequential floor with 1 and 2 torch threads", lambda: part_threads(args)),
+        "w": ("workload W, floor / sequential / cohort", lambda: part_w(args, tmp)),
+        "vmap": ("torch.func vmap(grad) vs the stacked formulation vs a loop", lambda: part_vmap(args)),
+        "fedmlac": ("CRNN-Base + CRNN-Lite Plug-in, floor / sequential / cohort", lambda: part_fedmlac(args, tmp)),
+        "gsc": ("2,618 clients, one fresh process per setting", lambda: part_gsc_settings(args)),
+        "flower": ("end to end, fedac vs Flower's simulation (W, then FedMLAC)", lambda: part_flower(args, tmp)),
+    }
+    for name, (what, run) in runs.items():
+        if name in parts:
+            print(f"{name}: {what} ...", flush=True)
+            report[name] = run()
     report["machine"]["load_average_end"] = os.getloadavg()
     report["finished_utc"] = datetime.now(timezone.utc).isoformat()
     out = args.out or RESULTS / f"cohort-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"

@@ -11,12 +11,13 @@ import functools
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
 from pathlib import Path
+
+from fedac.flower.local import descendants, free_port, send_signal
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -42,39 +43,6 @@ def time_limit(seconds: float):
         return wrapper
 
     return decorate
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _children(pid: int) -> list[int]:
-    """All descendants of `pid` (read from /proc), deepest last."""
-    parents: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        parents.setdefault(ppid, []).append(int(entry.name))
-    out, todo = [], [pid]
-    while todo:
-        for child in parents.get(todo.pop(), []):
-            out.append(child)
-            todo.append(child)
-    return out
-
-
-def _signal(pid: int, sig: int) -> None:
-    try:
-        os.kill(pid, sig)
-    except ProcessLookupError:
-        pass
 
 
 class Federation:
@@ -145,18 +113,18 @@ class Federation:
     def kill_node(self, k: int) -> None:
         """SIGKILL node k and everything it started (a crash: no goodbye to the SuperLink)."""
         proc = self.procs.pop(f"node{k}")
-        for pid in [proc.pid, *_children(proc.pid)]:
-            _signal(pid, signal.SIGKILL)
+        for pid in [proc.pid, *descendants(proc.pid)]:
+            send_signal(pid, signal.SIGKILL)
         proc.wait(timeout=10)
         self.procs[f"killed-node{k}"] = proc
 
     def stop(self, grace: float = 10.0) -> None:
         """SIGTERM each started process and its descendants, SIGKILL what is left after `grace` seconds."""
         procs = list(self.procs.values())
-        family = {p.pid: _children(p.pid) for p in procs}
+        family = {p.pid: descendants(p.pid) for p in procs}
         for proc in reversed(procs):
             for pid in [proc.pid, *family[proc.pid]]:
-                _signal(pid, signal.SIGTERM)
+                send_signal(pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         for proc in procs:
             try:
@@ -164,8 +132,8 @@ class Federation:
             except subprocess.TimeoutExpired:
                 pass
         for proc in procs:
-            for pid in [proc.pid, *family[proc.pid], *_children(proc.pid)]:
-                _signal(pid, signal.SIGKILL)
+            for pid in [proc.pid, *family[proc.pid], *descendants(proc.pid)]:
+                send_signal(pid, signal.SIGKILL)
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
@@ -186,7 +154,7 @@ class Federation:
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
-            _signal(proc.pid, signal.SIGKILL)
+            send_signal(proc.pid, signal.SIGKILL)
             proc.wait()
             raise TimeoutError(f"flwr run did not finish within {timeout:.0f} s\n{self.output()}") from None
         text = log.read_text(errors="replace")

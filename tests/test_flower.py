@@ -440,3 +440,39 @@ def test_run_config_maps_onto_fedac_settings():
     with pytest.raises(ConfigError, match="no 'partition-id' in its node-config"):
         node_settings({"num-partitions": 3})
     assert node_settings({"partition-id": 2, "num-partitions": 3, "data-root": "/d"}).data_root == "/d"
+
+
+def test_stop_local_superlink_kills_only_that_superlink_and_its_descendants():
+    """What `flwr run` with ':local:' leaves running: a process whose command line names flower-superlink and
+    its port, with children (the simulation runtime, Ray)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fedac.flower.local import descendants, free_port, stop_local_superlink
+
+    def running(pid: int) -> bool:  # exists and is not a zombie waiting to be reaped
+        try:
+            return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    port, other = free_port(), free_port()
+    spawn = "import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"
+    ours = subprocess.Popen([sys.executable, "-c", spawn, "flower-superlink", "--port", str(port)])
+    theirs = subprocess.Popen([sys.executable, "-c", spawn, "flower-superlink", "--port", str(other)])
+    try:
+        deadline = time.monotonic() + 20
+        while not (descendants(ours.pid) and descendants(theirs.pid)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        child = descendants(ours.pid)[0]
+        assert stop_local_superlink(port) == 2
+        assert ours.wait(timeout=10) == -9 and theirs.poll() is None
+        deadline = time.monotonic() + 10
+        while running(child):
+            assert time.monotonic() < deadline, "the SuperLink's child survived"
+            time.sleep(0.05)
+        assert stop_local_superlink(port) == 0
+    finally:
+        stop_local_superlink(other)
+        theirs.wait(timeout=10)
