@@ -1,4 +1,4 @@
-"""The `fedac` command line: run, data, models (and compare, see compare.py)."""
+"""The `fedac` command line: run, data, models (and compare, see compare.py; report, see figures.py)."""
 
 from __future__ import annotations
 
@@ -139,8 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     from fedac.compare import add_compare_parser
+    from fedac.figures import add_report_parser
 
     add_compare_parser(sub)
+    add_report_parser(sub)
 
     models = sub.add_parser("models", help="list the model zoo with parameter counts")
     models.add_argument("--num-features", type=int, default=40)

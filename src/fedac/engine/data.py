@@ -9,12 +9,11 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 from fedac.algorithms.base import ClientData, Task
 from fedac.config import Config
-from fedac.data.corrupt import corrupt_labels
+from fedac.data.corrupt import corrupt_training_labels
 from fedac.data.features import FeatureSet, load_features
 from fedac.data.manifest import Manifest
 from fedac.data.partition import partition
@@ -92,12 +91,13 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     x = normalize(feats.features)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     splits = partition(manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition)
+    # One label per clip: training clips drawn through their client's transition matrix, every other
+    # clip (local hold-outs included) keeps its true label.
+    labels = corrupt_training_labels(manifest, splits, cfg.data.label_error, cfg.seed).tolist()
     clients = []
     for split in splits:
-        labels = np.array([manifest.clips[c].label for c in split.train], dtype=np.int64)
-        labels = corrupt_labels(labels, manifest.num_classes, cfg.data.label_error, cfg.seed, split.name)
-        tx, ty, _ = _gather(x, rows_of, split.train, labels.tolist())
-        hx, hy, _ = _gather(x, rows_of, split.holdout, [manifest.clips[c].label for c in split.holdout])
+        tx, ty, _ = _gather(x, rows_of, split.train, [labels[c] for c in split.train])
+        hx, hy, _ = _gather(x, rows_of, split.holdout, [labels[c] for c in split.holdout])
         clients.append(ClientData(split.name, tx, ty, hx, hy))
     empty = [c.name for c in clients if c.num_samples == 0]
     if empty:

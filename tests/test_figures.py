@@ -1,0 +1,75 @@
+"""The figures the README and docs quote match the committed results they come from (`fedac report`)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+
+from fedac.cli import main
+from fedac.errors import ConfigError
+from fedac.figures import FIGURES, collect, lookup, render_value
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_quoted_figure_matches_its_committed_result():
+    quotes = collect(REPO)
+    missing = [f"{q.doc}: {q.text!r} (from {q.source})" for q in quotes if not q.found]
+    assert not missing, "quoted figures that differ from their results (regenerate with `fedac report`):\n" + "\n".join(missing)
+    sources = " ".join(q.source for q in quotes)
+    assert "docs/results/default-run/results.json [final.accuracy]" in sources
+
+
+def test_every_results_table_row_of_the_readme_is_tied_to_a_file():
+    """A mean ± std row typed into the README by hand, with no figure behind it, fails."""
+    quoted = {q.text for q in collect(REPO) if q.doc == "README.md"}
+    rows = [line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("|") and "±" in line]
+    assert rows and set(rows) <= quoted, set(rows) - quoted
+
+
+def copy_repo_figures(dest: Path) -> Path:
+    """The figures file, its documents and its result files under `dest`."""
+    entries = yaml.safe_load((REPO / FIGURES).read_text())
+    paths = {str(FIGURES)} | {e["doc"] for e in entries} | {f for e in entries for f in e.get("files") or [e["file"]]}
+    for rel in paths:
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(REPO / rel, dest / rel)
+    return dest
+
+
+def test_report_check_fails_when_the_readme_or_the_result_changes(tmp_path, capsys):
+    root = copy_repo_figures(tmp_path)
+    assert main(["report", "--root", str(root), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "ok      README.md: reached 61.47% test accuracy" in out
+    assert "MISSING" not in out
+
+    readme = root / "README.md"
+    readme.write_text(readme.read_text().replace("reached 61.47% test accuracy", "reached 63.90% test accuracy"))
+    assert main(["report", "--root", str(root), "--check"]) == 1
+    assert "MISSING README.md: reached 61.47% test accuracy" in capsys.readouterr().out
+
+    shutil.copy(REPO / "README.md", readme)
+    result = root / "docs/results/default-run/results.json"
+    data = json.loads(result.read_text())
+    data["final"]["macro_f1"] = 0.6
+    result.write_text(json.dumps(data))
+    assert main(["report", "--root", str(root), "--check"]) == 1
+    assert "MISSING README.md: (macro-F1 60.00%)" in capsys.readouterr().out
+    assert main(["report", "--root", str(root)]) == 0  # without --check it only prints
+
+
+def test_values_ranges_and_keys(tmp_path):
+    for name, value in (("a", 0.153), ("b", 0.267), ("c", 0.153)):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"w": {"floor": [value, 9.0]}}))
+    entry = {"key": "w.floor.0", "format": "{:.2f}"}
+    assert render_value({**entry, "file": "b.json"}, tmp_path) == "0.27"
+    assert render_value({**entry, "files": ["b.json", "a.json"]}, tmp_path) == "0.15-0.27"
+    assert render_value({**entry, "files": ["a.json", "c.json"]}, tmp_path) == "0.15"
+    assert lookup({"runs": {"FedMLAC w/o ML": [{"accuracy": 0.3}]}}, "runs.FedMLAC w/o ML.0.accuracy") == 0.3
+    with pytest.raises(ConfigError, match="no 'f1' .of key 'final.f1'"):
+        lookup({"final": {"accuracy": 0.3}}, "final.f1")
