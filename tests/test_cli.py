@@ -84,7 +84,7 @@ def test_resume_a_stopped_run(first_run, settings, tmp_path, capsys):
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     a = json.loads((first_run / "results.json").read_text())
     b = json.loads((out / "results.json").read_text())
-    assert b["rounds"] == 2
+    assert (b["rounds"], b["resumed_from"], b["rounds_trained"]) == (2, 1, 1)  # not a restart from round 0
     assert a["final"] == b["final"]
     strip = lambda h: [{k: v for k, v in row.items() if k != "wall_seconds"} for row in h]  # noqa: E731
     assert strip(a["history"]) == strip(b["history"])

@@ -79,6 +79,7 @@ def test_resume_gives_the_uninterrupted_result(data, cfg_for, tmp_path, algorith
 
     resumed = Simulator(cfg, tmp_path / "resumed", data, progress=False)
     got = resumed.run(resume=True)
+    assert (got["resumed_from"], got["rounds_trained"]) == (resumed_from, 6 - resumed_from)  # not a restart
 
     a, b = straight.state["server"], resumed.state["server"]
     assert a["params"].keys() == b["params"].keys()

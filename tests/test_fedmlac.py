@@ -151,6 +151,7 @@ def test_resume_of_a_killed_run_gives_identical_models(gsc_root, tmp_path, algor
     assert killed.run(stop_after=3) is None
     resumed = Simulator(_fedmlac_cfg(gsc_root, tmp_path, *extra), tmp_path / "killed", progress=False)
     again = resumed.run(resume=True)
+    assert (again["resumed_from"], again["rounds_trained"]) == (3, 1)  # not a restart from round 0
     for key, value in straight.state["server"].items():
         if isinstance(value, torch.Tensor):
             assert torch.equal(value, resumed.state["server"][key])

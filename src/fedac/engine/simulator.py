@@ -166,12 +166,15 @@ class Simulator:
             state = self._fresh_state()
             save_config(cfg, self.run_dir / "config.yaml")
         state["algorithm"] = cfg.algorithm
+        # Rounds this process trains, reported so a resumed run shows where it started (tests/test_resume.py).
+        self.resumed_from, self.rounds_trained = state["round"], 0
         started = time.perf_counter() - state["wall_seconds"]
         rounds = cfg.train.rounds
         bar = tqdm(total=rounds, initial=state["round"], desc=f"{cfg.algorithm} rounds", unit="round",
                    disable=not self.progress)
         for round_idx in range(state["round"] + 1, rounds + 1):
             row = {"round": float(round_idx), **self.run_round(state, round_idx)}
+            self.rounds_trained += 1
             if round_idx % cfg.train.eval_every == 0 or round_idx == rounds:
                 self._evaluate_round(state, round_idx, row)
                 row["wall_seconds"] = time.perf_counter() - started
@@ -191,6 +194,7 @@ class Simulator:
         self.state = state
         results = self.final_results(state)
         results["wall_seconds"] = time.perf_counter() - started
+        results["resumed_from"], results["rounds_trained"] = self.resumed_from, self.rounds_trained
         write_results(self.run_dir, results, cfg)
         return results
 
