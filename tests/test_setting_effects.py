@@ -133,8 +133,9 @@ def outlier_uploads(nudge: int | None = None, name: str | None = None) -> list[t
 
 
 def shapers(*overrides: str) -> dict[str, set[int]]:
-    """Per tensor, the clients whose upload moves the aggregate (a tiny nudge keeps every ranking)."""
-    algo = algorithm(*overrides)
+    """Per tensor, the clients whose upload moves the aggregate (a tiny nudge keeps every ranking).
+    LPA prunes per tensor unless a row sets `aggregation.layer_unit`."""
+    algo = algorithm("aggregation.layer_unit=tensor", *overrides)
     server = {**algo.init_server(), "params": outlier_uploads()[0][0]}
     base = algo.server_update(server, outlier_uploads(), 1)[0]["params"]
     out: dict[str, set[int]] = {"lin.weight": set(), "lin.bias": set()}
