@@ -111,14 +111,14 @@ def reference_update(alpha: float, temperature: float, ce_weight: float, teacher
     for idx in order.split(3):
         x, y = X[idx], Y[idx]
         # Eq. 8: the personalized step, the Plug-in a fixed teacher
-        omega = {k: v.requires_grad_() for k, v in omega.items()}
+        omega = {k: v.detach().requires_grad_() for k, v in omega.items()}
         omega_logits = crnn_tiny(omega, x)
         theta_logits = crnn_tiny(theta, x).detach()
         loss = alpha * ce(omega_logits, y) + (1 - alpha) * kl(theta_logits, omega_logits, temperature)
         omega = opt_omega.step(omega, grads(loss, omega))
         # Eq. 9: the Plug-in step, the personalized model the teacher (before or after its step)
         teacher_logits = omega_logits.detach() if teacher == "pre_update" else crnn_tiny(omega, x).detach()
-        theta = {k: v.requires_grad_() for k, v in theta.items()}
+        theta = {k: v.detach().requires_grad_() for k, v in theta.items()}
         student = crnn_tiny(theta, x)
         plugin = kl(teacher_logits, student, temperature) + ce_weight * ce(student, y)
         theta = opt_theta.step(theta, grads(plugin, theta))
