@@ -149,7 +149,15 @@ def test_stack_unstack_roundtrip_and_independent_storage():
      "fedmlac.teacher=post_update", "fedmlac.plugin_ce_weight=0.5", "fedmlac.temperature=2.0"],
     ["algorithm=fedmlac", "fedmlac.ml=false"],
 ], ids=["fedavg", "fedprox", "fedadam", "fedmlac", "fedmlac-heterogeneous", "fedmlac-no-ml"])
-def test_cohort_and_sequential_paths_give_the_same_parameters(overrides, monkeypatch):
+@pytest.mark.parametrize("kernel", ["fused", "torch"])
+def test_cohort_and_sequential_paths_give_the_same_parameters(overrides, kernel, monkeypatch):
+    """Both GRU recurrences of the stacked model (fedac/kernels' fused one and the pure-torch one)."""
+    from fedac import kernels
+
+    if kernel == "fused" and torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
+        pytest.skip("the fused GRU is built for AVX2 CPUs")
+    monkeypatch.setitem(kernels._state, "mode", kernel)
+    assert (kernels.fused_gru() is not None) == (kernel == "fused")
     seq_algo, clients = make_algorithm("train.execution=sequential", *overrides)
     coh_algo, _ = make_algorithm("train.execution=cohort", *overrides)
     calls = []

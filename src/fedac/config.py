@@ -113,6 +113,10 @@ class TrainConfig:
     keep_freed_memory: bool = True
     """Let glibc's malloc keep freed memory for reuse instead of unmapping every large tensor (engine/
     runtime.py): 7-9 % faster FedMLAC rounds, same peak RSS. Process-wide; no effect off glibc."""
+    gru_kernel: str = "auto"
+    """Cohort path's GRU recurrence: fused (the compiled kernel of fedac/kernels, built by scripts/setup.sh
+    or on first use; fail if it does not build), torch (the pure-torch loop, the reference), or auto
+    (fused when it builds, else torch and a warning). Same numbers to float rounding. Process-wide."""
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""Process-wide settings a training process applies once: torch threads and the allocator."""
+"""Process-wide settings a training process applies once: torch threads, the allocator, the GRU kernel."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import logging
 import torch
 
 from fedac.config import TrainConfig
+from fedac.kernels import set_gru_kernel
 
 log = logging.getLogger(__name__)
 
@@ -17,11 +18,13 @@ _KEEP_LIMIT = 1 << 30
 
 
 def configure_process(cfg: TrainConfig) -> None:
-    """`train.threads` torch intra-op threads and, with `train.keep_freed_memory`, `keep_freed_memory()`."""
+    """`train.threads` torch intra-op threads, `train.gru_kernel` and, with `train.keep_freed_memory`,
+    `keep_freed_memory()`."""
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     if cfg.keep_freed_memory:
         keep_freed_memory()
+    set_gru_kernel(cfg.gru_kernel)
 
 
 def keep_freed_memory() -> bool:

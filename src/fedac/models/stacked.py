@@ -23,6 +23,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
+from fedac.kernels import fused_gru
 from fedac.models.crnn import CRNN_SPECS, CRNNSpec
 
 Params = dict[str, torch.Tensor]
@@ -46,11 +47,74 @@ _tanh_backward = torch.ops.aten.tanh_backward.grad_input
 _sigmoid_backward = torch.ops.aten.sigmoid_backward.grad_input
 
 
+def _recurrence_forward(gi, w_t, b_hh, reverse: bool):
+    """The pure-torch recurrence (the reference for, and fallback of, kernels/gru.cpp's `forward`).
+
+    gi (K, T, B, 3H): input gates; w_t (K, H, 3H) = W_hh^T; returns out (K, T, B, H) hidden states,
+    gates (T, K, B, 3H) holding the activated r, z and W_hh h + b_hh's n part, and news (K, T, B, H).
+    """
+    k, t_len, b, h3 = gi.shape
+    hidden = h3 // 3
+    out = gi.new_empty(k, t_len, b, hidden)
+    gates = gi.new_empty(t_len, k, b, h3)  # per step: r, z (activated) and g_n
+    news = gi.new_empty(k, t_len, b, hidden)
+    bias = b_hh.unsqueeze(1)
+    h = gi.new_zeros(k, b, hidden)
+    for step in (range(t_len - 1, -1, -1) if reverse else range(t_len)):
+        g, i = gates[step], gi[:, step]
+        torch.baddbmm(bias, h, w_t, out=g)
+        rz = g[..., :2 * hidden]
+        rz.add_(i[..., :2 * hidden]).sigmoid_()
+        n = news[:, step]
+        torch.mul(g[..., 2 * hidden:], rz[..., :hidden], out=n)
+        n.add_(i[..., 2 * hidden:]).tanh_()
+        h_new = out[:, step]
+        torch.sub(h, n, out=h_new)
+        h_new.mul_(rz[..., hidden:]).add_(n)
+        h = h_new
+    return out, gates, news
+
+
+def _recurrence_backward(grad_out, out, gates, news, w_hh, reverse: bool):
+    """Backpropagation through `_recurrence_forward` (the reference for kernels/gru.cpp's `backward`):
+    returns grad_gates (K, T, B, 3H), the gradient of W_hh h + b_hh, and grad_n (K, T, B, H), that of
+    the input gate of n (the input gates of r and z share grad_gates')."""
+    k, t_len, b, hidden = out.shape
+    h2 = 2 * hidden
+    grad_gates = out.new_empty(k, t_len, b, 3 * hidden)
+    grad_n = torch.empty_like(news)
+    zeros = out.new_zeros(k, b, hidden)
+    dh = zeros
+    for step in (range(t_len) if reverse else range(t_len - 1, -1, -1)):
+        prev = step + 1 if reverse else step - 1
+        h_prev = out[:, prev] if 0 <= prev < t_len else zeros
+        dh = dh + grad_out[:, step]
+        g, n = gates[step], news[:, step]
+        r, z, g_n = g[..., :hidden], g[..., hidden:h2], g[..., h2:]
+        dg, da_n = grad_gates[:, step], grad_n[:, step]
+        # h' = (h - n) z + n:  dz = dh (h - n),  dn = dh (1 - z);  n = tanh(a_n): da_n = dn (1 - n^2)
+        _tanh_backward(dh * (1 - z), n, grad_input=da_n)
+        torch.mul(da_n, r, out=dg[..., h2:])  # a_n = i_n + r g_n
+        _sigmoid_backward(da_n * g_n, r, grad_input=dg[..., :hidden])  # r = sigmoid(r_pre): dr (r (1 - r))
+        _sigmoid_backward(dh * (h_prev - n), z, grad_input=dg[..., hidden:h2])
+        dh = torch.bmm(dg, w_hh).addcmul_(dh, z)
+    return grad_gates, grad_n
+
+
+def _recurrence():
+    """(forward, backward) of the recurrence: the compiled kernel when in use (fedac/kernels), else torch's."""
+    fused = fused_gru()
+    if fused is None:
+        return _recurrence_forward, _recurrence_backward
+    return fused.forward, fused.backward
+
+
 class _GRULayer(torch.autograd.Function):
     """One GRU direction for K clients at once, input projection included, with hand-written BPTT.
 
     Forward, per step, exactly torch's CPU GRU (input gates for all steps first, then `gru_cell`, the
-    same operations in the same order, so outputs are bit-identical to nn.GRU's):
+    same operations in the same order, so the pure-torch recurrence's outputs are bit-identical to
+    nn.GRU's; the fused kernel does the same math per element, to float rounding):
         i = W_ih x + b_ih;  g = W_hh h + b_hh;  r = sigmoid(g_r + i_r);  z = sigmoid(g_z + i_z)
         n = tanh(i_n + r * g_n);  h' = (h - n) * z + n
     Backward: the chain rule through those equations step by step; the weight gradients (W_hh, W_ih)
@@ -66,24 +130,8 @@ class _GRULayer(torch.autograd.Function):
         k, rows, _ = frames.shape
         b, hidden = rows // t_len, w_hh.shape[2]
         gi = torch.baddbmm(b_ih.unsqueeze(1), frames, w_ih.transpose(1, 2)).view(k, t_len, b, 3 * hidden)
-        out = frames.new_empty(k, t_len, b, hidden)
-        gates = frames.new_empty(t_len, k, b, 3 * hidden)  # per step: r, z (activated) and g_n
-        news = frames.new_empty(k, t_len, b, hidden)
-        w_t = w_hh.transpose(1, 2).contiguous()
-        bias = b_hh.unsqueeze(1)
-        h = frames.new_zeros(k, b, hidden)
-        for step in (range(t_len - 1, -1, -1) if reverse else range(t_len)):
-            g, i = gates[step], gi[:, step]
-            torch.baddbmm(bias, h, w_t, out=g)
-            rz = g[..., :2 * hidden]
-            rz.add_(i[..., :2 * hidden]).sigmoid_()
-            n = news[:, step]
-            torch.mul(g[..., 2 * hidden:], rz[..., :hidden], out=n)
-            n.add_(i[..., 2 * hidden:]).tanh_()
-            h_new = out[:, step]
-            torch.sub(h, n, out=h_new)
-            h_new.mul_(rz[..., hidden:]).add_(n)
-            h = h_new
+        forward, ctx.recur_backward = _recurrence()
+        out, gates, news = forward(gi, w_hh.transpose(1, 2).contiguous(), b_hh.contiguous(), reverse)
         ctx.save_for_backward(frames, w_ih, w_hh, out, gates, news)
         ctx.reverse = reverse
         return out
@@ -93,23 +141,8 @@ class _GRULayer(torch.autograd.Function):
         frames, w_ih, w_hh, out, gates, news = ctx.saved_tensors
         k, t_len, b, hidden = out.shape
         h2 = 2 * hidden
-        grad_gates = out.new_empty(k, t_len, b, 3 * hidden)  # d/d(W_hh h + b_hh) = (d r_pre, d z_pre, d g_n)
-        grad_n = torch.empty_like(news)  # d/d(i_n), the input gate of n (d r_pre, d z_pre are shared)
-        zeros = out.new_zeros(k, b, hidden)
-        dh = zeros
-        for step in (range(t_len) if ctx.reverse else range(t_len - 1, -1, -1)):
-            prev = step + 1 if ctx.reverse else step - 1
-            h_prev = out[:, prev] if 0 <= prev < t_len else zeros
-            dh = dh + grad_out[:, step]
-            g, n = gates[step], news[:, step]
-            r, z, g_n = g[..., :hidden], g[..., hidden:h2], g[..., h2:]
-            dg, da_n = grad_gates[:, step], grad_n[:, step]
-            # h' = (h - n) z + n:  dz = dh (h - n),  dn = dh (1 - z);  n = tanh(a_n): da_n = dn (1 - n^2)
-            _tanh_backward(dh * (1 - z), n, grad_input=da_n)
-            torch.mul(da_n, r, out=dg[..., h2:])  # a_n = i_n + r g_n
-            _sigmoid_backward(da_n * g_n, r, grad_input=dg[..., :hidden])  # r = sigmoid(r_pre): dr (r (1 - r))
-            _sigmoid_backward(dh * (h_prev - n), z, grad_input=dg[..., hidden:h2])
-            dh = torch.bmm(dg, w_hh).addcmul_(dh, z)
+        grad_gates, grad_n = ctx.recur_backward(grad_out.contiguous(), out, gates, news, w_hh.contiguous(),
+                                                ctx.reverse)
         rows = t_len * b
         flat_g, flat_n = grad_gates.view(k, rows, 3 * hidden), grad_n.view(k, rows, hidden)
         # W_hh: every step that had a previous hidden state (the first step's was zero)

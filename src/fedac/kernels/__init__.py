@@ -1,0 +1,91 @@
+"""Compiled kernels: the fused stacked GRU recurrence (gru.cpp) used by models/stacked.py.
+
+Built with torch.utils.cpp_extension (g++ and ninja) into `_build/` here, once per torch version:
+scripts/setup.sh builds it, and a process that finds no build compiles it on first use
+(about a minute). Where it cannot be built (no compiler, a CPU without AVX2), the pure-torch GRU of
+models/stacked.py runs instead, with the same results, and a warning says so. `train.gru_kernel`
+chooses: auto (fused when it builds), fused (fail if it does not), torch (never build or use it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from fedac.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+GRU_KERNEL_MODES = ("auto", "fused", "torch")
+_SOURCE = Path(__file__).with_name("gru.cpp")
+_CAPABILITIES = ("AVX2", "AVX512")  # gru.cpp is compiled for AVX2; AVX-512 CPUs run AVX2 code too
+_lock = threading.Lock()
+_state: dict = {"mode": "auto", "module": None, "error": None, "tried": False}
+
+
+def build_dir() -> Path:
+    """Next to the sources (an editable install: built once by scripts/setup.sh, whatever FEDAC_HOME a
+    process sets), else under $FEDAC_HOME where the package directory is read-only."""
+    tag = f"torch-{torch.__version__.replace('+', '_')}"
+    local = Path(__file__).parent / "_build"
+    if os.access(local if local.exists() else local.parent, os.W_OK):
+        return local / tag
+    return Path(os.environ.get("FEDAC_HOME") or Path.home() / ".cache" / "fedac") / "kernels" / tag
+
+
+def _build(verbose: bool = False) -> ModuleType:
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in _CAPABILITIES:
+        raise RuntimeError(f"the fused GRU needs AVX2; torch reports CPU capability {capability}")
+    from torch.utils.cpp_extension import load
+
+    if shutil.which("ninja") is None:  # the pip package's binary (a dependency) when no system ninja is on PATH
+        import ninja
+
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+    directory = build_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    if not (directory / "fedac_gru.so").exists():
+        log.info("building the fused GRU kernel in %s (once, about a minute)", directory)
+    # CPU_CAPABILITY_AVX2 selects ATen's AVX2 Vectorized<float> (and its Sleef exp / tanh, as torch's kernels)
+    return load("fedac_gru", [str(_SOURCE)], build_directory=str(directory), verbose=verbose,
+                extra_cflags=["-O3", "-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"])
+
+
+def set_gru_kernel(mode: str) -> None:
+    """Process-wide choice of the stacked GRU's recurrence (`train.gru_kernel`)."""
+    if mode not in GRU_KERNEL_MODES:
+        raise ConfigError(f"train.gru_kernel must be one of {', '.join(GRU_KERNEL_MODES)}, got {mode!r}")
+    _state["mode"] = mode
+    if mode == "fused" and fused_gru() is None:
+        raise ConfigError(f"train.gru_kernel=fused, but the fused GRU kernel did not build: {_state['error']}")
+
+
+def fused_gru() -> ModuleType | None:
+    """The compiled kernel module, or None when the mode is torch or it cannot be built (warned once)."""
+    if _state["mode"] == "torch":
+        return None
+    if not _state["tried"]:
+        with _lock:
+            if not _state["tried"]:
+                try:
+                    _state["module"] = _build()
+                except Exception as exc:  # any build failure means the pure-torch path, never a failed run
+                    _state["error"] = f"{type(exc).__name__}: {str(exc).strip()[-500:]}"
+                    log.warning("fused GRU kernel unavailable, using the pure-torch GRU (slower): %s",
+                                _state["error"])
+                _state["tried"] = True
+    return _state["module"]
+
+
+def status() -> dict:
+    """What this process runs: the mode, whether the fused kernel is in use, and why not."""
+    module = fused_gru()
+    return {"gru_kernel": _state["mode"], "fused_gru": module is not None, "build_dir": str(build_dir()),
+            "error": _state["error"]}

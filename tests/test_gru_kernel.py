@@ -1,0 +1,105 @@
+"""The fused stacked GRU (fedac/kernels/gru.cpp) against independent references: torch's nn.GRU (values
+and gradients, autograd through torch's own GRU) and the pure-torch recurrence of models/stacked.py;
+and the choice between them (`train.gru_kernel`), including the fallback when the build fails."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+import torch
+from torch import nn
+
+from fedac import kernels
+from fedac.errors import ConfigError
+from fedac.models.stacked import _GRULayer, _recurrence_backward, _recurrence_forward
+
+SUPPORTED = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+
+
+@pytest.fixture
+def fused(monkeypatch):
+    if not SUPPORTED:
+        pytest.skip("the fused GRU is built for AVX2 CPUs; this one runs the pure-torch path")
+    monkeypatch.setitem(kernels._state, "mode", "fused")
+    module = kernels.fused_gru()
+    assert module is not None, kernels._state["error"]  # it must build where it is supported
+    return module
+
+
+def stacked_gru(grus: list[nn.GRU], x: torch.Tensor):
+    """models/stacked.py's GRU over K clients (each with its own nn.GRU's weights); x (K, B, T, C)."""
+    k, b, t, c = x.shape
+    frames = x.transpose(1, 2).reshape(k, t * b, c).requires_grad_()
+    suffixes = ["", "_reverse"] if grus[0].bidirectional else [""]
+    params = {f"{kind}{s}": torch.stack([getattr(g, f"{kind}_l0{s}") for g in grus]).detach().requires_grad_()
+              for s in suffixes for kind in ("weight_ih", "bias_ih", "weight_hh", "bias_hh")}
+    outs = [_GRULayer.apply(frames, *(params[f"{kind}{s}"] for kind in ("weight_ih", "bias_ih", "weight_hh",
+                                                                        "bias_hh")), t, bool(s)) for s in suffixes]
+    out = torch.cat(outs, dim=3).transpose(1, 2)  # (K, T, B, H) -> (K, B, T, H * directions)
+    return out, frames, params
+
+
+@pytest.mark.parametrize("k,b,t,c,hidden,bidirectional", [
+    (3, 4, 13, 8, 128, True),   # CRNN-Base's hidden size
+    (2, 16, 26, 32, 64, False),  # CRNN-Lite's
+    (2, 3, 7, 5, 20, True),     # hidden not a multiple of the 8 vector lanes
+    (1, 2, 1, 4, 12, True),     # one step
+])
+def test_fused_gru_matches_nn_gru_values_and_gradients(fused, k, b, t, c, hidden, bidirectional):
+    torch.manual_seed(k * 100 + t)
+    grus = [nn.GRU(c, hidden, batch_first=True, bidirectional=bidirectional) for _ in range(k)]
+    x = torch.randn(k, b, t, c)
+    out, frames, params = stacked_gru(grus, x)
+    grad = torch.randn_like(out)
+    got = torch.autograd.grad((out * grad).sum(), [frames, *params.values()])
+    for i, gru in enumerate(grus):
+        xi = x[i].clone().requires_grad_()
+        expected, _ = gru(xi)
+        assert torch.allclose(out[i], expected, atol=1e-6, rtol=1e-5)
+        ref = torch.autograd.grad((expected * grad[i]).sum(), [xi, *gru.parameters()])
+        grad_x = got[0][i].view(t, b, c).transpose(0, 1)
+        assert torch.allclose(grad_x, ref[0], atol=1e-5, rtol=1e-4)
+        names = [n for n, _ in gru.named_parameters()]
+        for name, r in zip(names, ref[1:]):
+            key = name.replace("_l0", "")
+            assert torch.allclose(got[1 + list(params).index(key)][i], r, atol=1e-5, rtol=1e-4), name
+
+
+@pytest.mark.parametrize("reverse", [False, True])
+def test_fused_recurrence_equals_the_pure_torch_one(fused, reverse):
+    torch.manual_seed(3)
+    k, t, b, h = 3, 9, 5, 24
+    gi, w_hh, b_hh = torch.randn(k, t, b, 3 * h), torch.randn(k, 3 * h, h) * 0.3, torch.randn(k, 3 * h)
+    w_t = w_hh.transpose(1, 2).contiguous()
+    ref = _recurrence_forward(gi, w_t, b_hh, reverse)
+    got = fused.forward(gi, w_t, b_hh, reverse)
+    for a, e in zip(got, ref):
+        assert a.shape == e.shape and torch.allclose(a, e, atol=1e-6)
+    grad_out = torch.randn(k, t, b, h)
+    for a, e in zip(fused.backward(grad_out, *ref, w_hh, reverse), _recurrence_backward(grad_out, *ref, w_hh, reverse)):
+        assert torch.allclose(a, e, atol=1e-5, rtol=1e-5)
+    gi[0, 0, 0, 0] = float("nan")  # NaN propagates (the engine rejects non-finite uploads)
+    assert torch.isnan(fused.forward(gi, w_t, b_hh, reverse)[0][0]).any()
+
+
+def test_kernel_modes_and_the_fallback_when_the_build_fails(monkeypatch, caplog):
+    monkeypatch.setitem(kernels._state, "mode", "auto")
+    kernels.set_gru_kernel("torch")
+    assert kernels.fused_gru() is None and kernels.status()["fused_gru"] is False
+    with pytest.raises(ConfigError, match="train.gru_kernel"):
+        kernels.set_gru_kernel("cuda")
+
+    def broken(verbose=False):
+        raise RuntimeError("no compiler")
+
+    for key, value in {"module": None, "error": None, "tried": False}.items():
+        monkeypatch.setitem(kernels._state, key, value)
+    monkeypatch.setattr(kernels, "_build", broken)
+    with caplog.at_level(logging.WARNING, logger="fedac.kernels"):
+        kernels.set_gru_kernel("auto")
+        assert kernels.fused_gru() is None
+    assert "pure-torch GRU" in caplog.text and "no compiler" in caplog.text  # the run says so
+    assert kernels.status()["error"] == "RuntimeError: no compiler"
+    with pytest.raises(ConfigError, match="did not build: RuntimeError: no compiler"):
+        kernels.set_gru_kernel("fused")
