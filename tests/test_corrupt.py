@@ -126,6 +126,6 @@ def test_only_training_labels_change():
     assert any(i in c.holdout for c in clients for i in untouched)  # local hold-outs stay clean
     assert np.array_equal(noisy[untouched], truth[untouched])
     assert 0.4 < np.mean(noisy[train] != truth[train]) < 0.6
-    # The same flips as the per-client call the engine makes.
+    # Each client's flips are its own per-client draw.
     first = clients[0]
     assert np.array_equal(noisy[first.train], corrupt_labels(truth[first.train], 4, 0.5, seed=0, client=first.name))

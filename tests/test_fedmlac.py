@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from fedac.algorithms.base import ClientData, Task
+from fedac.algorithms.fedavg import FedAvg
 from fedac.algorithms.fedkad import FedKAD, aggregate_prototypes, alignment_loss, class_prototypes
 from fedac.algorithms.fedmlac import FedMLAC, distillation_kl, personalized_loss, plugin_loss
 from fedac.config import load_config
@@ -94,15 +95,21 @@ def test_client_update_uploads_only_the_plugin_and_keeps_the_personalized_model(
     assert all(torch.equal(before[k], state[k]) for k in before)
 
 
-def test_ablation_switches_change_the_update():
-    base = ["model.client_model=crnn_tiny", "fedmlac.plugin_model=crnn_tiny", "train.lr=0.1"]
-    outs = {}
-    for ml in (True, False):
-        algo = FedMLAC(load_config(overrides=base + [f"fedmlac.ml={ml}"]), _task())
-        torch.manual_seed(0)
-        outs[ml] = algo.client_update(algo.broadcast(algo.init_server()), algo.init_client_state("a"), _client(), 1,
-                                      torch.Generator().manual_seed(0))
-    assert any(not torch.equal(outs[True].upload[k], outs[False].upload[k]) for k in outs[True].upload)
+def test_without_mutual_learning_both_models_train_on_ce_alone():
+    """`fedmlac.ml=false` (w/o ML): the personalized model and the Plug-in each take exactly FedAvg's CE
+    update of their own architecture (dropout off, so shared masks cannot couple them); with mutual
+    learning the Plug-in's update is a different one."""
+    base = ["model.client_model=crnn_mid", "fedmlac.plugin_model=crnn_tiny", "train.lr=0.1", "model.dropout=0"]
+    algo = FedMLAC(load_config(overrides=base + ["fedmlac.ml=false"]), _task())
+    payload, state = algo.broadcast(algo.init_server()), algo.init_client_state("a")
+    result = algo.client_update(payload, state, _client(), 1, torch.Generator().manual_seed(0))
+    for arch, start, got in (("crnn_mid", state, result.state), ("crnn_tiny", payload, result.upload)):
+        fedavg = FedAvg(load_config(overrides=base + [f"model.name={arch}"]), _task())
+        expected = fedavg.client_update(start, None, _client(), 1, torch.Generator().manual_seed(0)).upload
+        assert all(torch.allclose(got[k], expected[k], atol=1e-6) for k in expected), arch
+    with_ml = FedMLAC(load_config(overrides=base), _task()).client_update(payload, state, _client(), 1,
+                                                                           torch.Generator().manual_seed(0))
+    assert not torch.allclose(with_ml.upload["head.weight"], result.upload["head.weight"], atol=1e-4)
     with pytest.raises(ConfigError, match="fedmlac.alpha"):
         FedMLAC(load_config(overrides=["fedmlac.alpha=1.5"]), _task())
 
@@ -164,12 +171,17 @@ def test_resume_of_a_killed_run_gives_identical_models(gsc_root, tmp_path, algor
 
 
 def test_fedmlac_reports_global_and_personalized_metrics(gsc_root, tmp_path):
-    results = Simulator(_fedmlac_cfg(gsc_root, tmp_path, "fedmlac.lpa=false"), tmp_path / "r", progress=False).run()
-    final = results["final"]
+    sim = Simulator(_fedmlac_cfg(gsc_root, tmp_path), tmp_path / "r", progress=False)
+    final = sim.run()["final"]
     for key in ("accuracy", "macro_f1", "personalized_accuracy_mean", "personalized_accuracy_std",
                 "personalized_local_accuracy_mean"):
         assert 0.0 <= final[key] <= 1.0, key
     assert final["has_global_model"] is True
+    # the headline accuracy is the selected Plug-in's on the test clips (one window each here)
+    plugin = sim.algorithm.global_model(sim.selected_server(sim.state)).eval()
+    with torch.no_grad():
+        hits = plugin(sim.data.test.x).argmax(1) == sim.data.test.labels
+    assert final["accuracy"] == pytest.approx(float(hits.double().mean()))
 
 
 def test_heterogeneous_architectures_are_drawn_once_per_client():
