@@ -102,14 +102,30 @@ def test_fused_relu_max_pool_equals_relu_then_max_pool_exactly(frames):
     x[1, 0, 0] = 0.0  # ties at zero
     a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
     expected = nn.functional.max_pool1d(torch.relu(a).view(-1, 4, frames), 2, ceil_mode=True).view(2, 3, 4, -1)
-    out = _ReluMaxPool2.apply(b)
+    out = _ReluMaxPool2.apply(b.transpose(2, 3)).transpose(2, 3)  # it pools channels-last (..., T, C)
     assert torch.equal(out, expected)
     grad = torch.randn_like(out)
     expected.backward(grad)
     out.backward(grad)
     assert torch.equal(b.grad, a.grad)
     x[0, 1, 2, 0] = float("nan")
-    assert torch.isnan(_ReluMaxPool2.apply(x)[0, 1, 2, 0])
+    assert torch.isnan(_ReluMaxPool2.apply(x.transpose(2, 3))[0, 1, 0, 2])
+
+
+@pytest.mark.parametrize("time_last", [True, False])
+def test_stacked_conv_equals_each_clients_conv1d(time_last):
+    """The im2col convolution against F.conv1d per client: values and all gradients, input's included."""
+    from fedac.models.stacked import _Conv1d
+
+    x, w, bias = torch.randn(3, 4, 6, 11), torch.randn(3, 5, 6, 5), torch.randn(3, 5)
+    a = [t.clone().requires_grad_() for t in (x, w, bias)]
+    expected = torch.stack([nn.functional.conv1d(a[0][k], a[1][k], a[2][k], padding=2) for k in range(3)])
+    b = [t.clone().requires_grad_() for t in (x, w, bias)]
+    out = _Conv1d.apply(b[0] if time_last else b[0].transpose(2, 3), b[1], b[2], time_last).transpose(2, 3)
+    assert torch.allclose(out, expected, atol=1e-5)
+    grad = torch.randn_like(out)
+    for got, ref in zip(torch.autograd.grad((out * grad).sum(), b), torch.autograd.grad((expected * grad).sum(), a)):
+        assert torch.allclose(got, ref, atol=1e-4, rtol=1e-5)
 
 
 def test_cohort_dropout_masks_are_the_ones_a_lone_client_draws():
@@ -227,7 +243,8 @@ def test_architecture_without_stacked_forward_trains_one_by_one(monkeypatch):
 def test_schedule_pads_short_clients_and_keeps_active_clients_a_prefix():
     clients = make_clients()
     cfg = load_config(overrides=["train.batch_size=16", "train.local_epochs=1"]).train
-    (chunk,) = plan_chunks(clients, list(range(len(clients))), cfg, round_idx=1, seed=0)
+    order = sorted(range(len(clients)), key=lambda i: -clients[i].num_samples)  # as plan_chunks sorts
+    chunk = CohortChunk(order, [clients[i] for i in order], cfg, round_idx=1, seed=0)
     # largest first; ceil(n / 16) steps each
     assert [d.num_samples for d in chunk.datas] == [40, 37, 23, 16, 9, 5]
     assert chunk.positions == [4, 0, 3, 1, 5, 2]

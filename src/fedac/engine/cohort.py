@@ -9,7 +9,9 @@ FedMLAC client steps on top of it. What it provides:
   are a prefix of the chunk and every stacked tensor is sliced, never gathered. A client whose batch
   is smaller than the step's widest one is padded with copies of its own first sample at weight 0.
 - chunking: at most `train.cohort_chunk` clients are stacked at once, which bounds the memory of
-  activations kept for the backward pass; `run_chunks` trains chunks on `train.cohort_workers` threads.
+  activations kept for the backward pass; engine/schedule.py cuts chunks by modelled cost (padding,
+  per-step overheads, an even share per worker); `run_chunks` trains them on `train.cohort_workers`
+  threads, costliest first.
 - dropout: every client owns a generator seeded with `derive_seed(seed, "dropout", round, client)`,
   the seed the sequential path gives the global RNG, and draws its masks with the op `nn.Dropout`
   uses on CPU (`bernoulli_` into a fresh buffer, then `div_(1 - p)`), layer by layer in forward order.
@@ -22,9 +24,8 @@ FedMLAC client steps on top of it. What it provides:
 from __future__ import annotations
 
 import os
-from collections import deque
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ import torch
 
 from fedac.algorithms.local import batch_indices
 from fedac.config import TrainConfig
+from fedac.engine.schedule import partition
 from fedac.errors import ConfigError
 from fedac.seeding import torch_generator
 
@@ -114,14 +116,18 @@ class CohortChunk:
 def plan_chunks(datas: Sequence[ClientData], positions: Sequence[int], cfg: TrainConfig, round_idx: int,
                 seed: int) -> Iterator[CohortChunk]:
     """Sort one architecture's clients by training size (largest first, so similar sizes share a chunk
-    and pad little) and cut them into chunks, built one at a time (a chunk holds a copy of its data)."""
+    and pad little), cut them into chunks by modelled cost (engine/schedule.py: little padding, and an
+    even share of the work per chunk when several workers train at once) and build the chunks one at a
+    time (a chunk holds a copy of its data), the costliest first so the workers finish together."""
     chunk = cfg.cohort_chunk
     if chunk < 1:
         raise ConfigError(f"train.cohort_chunk must be >= 1 (clients stacked at once), got {chunk}")
     order = sorted(range(len(datas)), key=lambda i: -datas[i].num_samples)
-    for start in range(0, len(order), chunk):
-        part = order[start:start + chunk]
-        yield CohortChunk([positions[i] for i in part], [datas[i] for i in part], cfg, round_idx, seed)
+    ranges = partition([datas[i].num_samples for i in order], cfg.batch_size, cfg.local_epochs, chunk,
+                       cohort_workers(cfg))
+    for part, _ in sorted(ranges, key=lambda rc: -rc[1]):
+        picked = [order[i] for i in part]
+        yield CohortChunk([positions[i] for i in picked], [datas[i] for i in picked], cfg, round_idx, seed)
 
 
 def cohort_workers(cfg: TrainConfig) -> int:
@@ -140,21 +146,25 @@ def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: It
                cfg: TrainConfig) -> Iterator[tuple[int, Any]]:
     """`train` over the chunks, on `cohort_workers(cfg)` threads: chunks hold different clients and
     every client's randomness is its own, so the results do not depend on the schedule. torch releases
-    the GIL inside its ops, so with one intra-op thread each, two workers keep two cores busy; at most
-    `workers` chunks (and their activations) are in memory at once."""
+    the GIL inside its ops (and the fused GRU inside its whole recurrence), so with one intra-op thread
+    each, two workers keep two cores busy. A worker takes the next chunk as soon as it is free (results
+    come back in completion order, with their positions); at most `workers` chunks (and their
+    activations) are in memory at once."""
     workers = cohort_workers(cfg)
     if workers == 1:
         for chunk in chunks:
             yield from train(chunk)
         return
     with ThreadPoolExecutor(workers, thread_name_prefix="fedac-cohort") as pool:
-        pending: deque[Future] = deque()
+        pending: set[Future] = set()
         for chunk in chunks:
-            pending.append(pool.submit(train, chunk))
             if len(pending) >= workers:
-                yield from pending.popleft().result()
-        while pending:
-            yield from pending.popleft().result()
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield from future.result()
+            pending.add(pool.submit(train, chunk))
+        for future in as_completed(pending):
+            yield from future.result()
 
 
 def broadcast_params(params: dict[str, torch.Tensor], count: int) -> dict[str, torch.Tensor]:

@@ -10,10 +10,9 @@ compute it, with the GRU as batched matmuls over clients (forward and a hand-wri
 dropout masks supplied by the caller. `tests/test_cohort.py` checks it against `nn.Module` outputs and
 gradients.
 
-Layouts: inputs (K, B, features, frames); logits (K, B, classes). Convolutions run per client (one
-`conv1d` per client and layer): on CPU they are compute-bound at a client batch, and measured faster
-than one grouped convolution over the cohort on all but the smallest layer (benchmarks/README.md).
-Everything else (ReLU, pooling, dropout, the GRU recurrence, the head) runs once for the whole stack.
+Layouts: inputs (K, B, features, frames); logits (K, B, classes); activations channels-last (K, B, T,
+C). Every op runs once for the whole stack: convolutions as one batched im2col matmul (`_Conv1d`),
+ReLU + pooling, dropout, the GRU (its recurrence fused in fedac/kernels when built), the head.
 """
 
 from __future__ import annotations
@@ -162,8 +161,54 @@ class _GRULayer(torch.autograd.Function):
         return grad_frames, grad_w_ih, grad_b_ih, grad_w_hh, grad_b_hh, None, None
 
 
+class _Conv1d(torch.autograd.Function):
+    """Every client's own Conv1d (odd kernel, "same" zero padding) as one batched matmul over im2col rows.
+
+    Input (K, B, T, C) channels-last, or (K, B, C, T) as the data comes (`time_last`); output (K, B, T,
+    C_out). The rows are the B * T windows of `kernel` frames, so the matmul is (B * T, C * kernel) x
+    (C * kernel, C_out) per client: one call for the whole chunk, where one `conv1d` per client (oneDNN
+    at a batch of 16 clips) ran 1.1-1.5x slower, and a grouped convolution slower still. The backward
+    is three batched matmuls and `kernel` shifted adds (col2im); the input gradient is skipped where
+    nothing needs it (the first layer's input is data).
+    """
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, time_last: bool):
+        k, b = x.shape[:2]
+        c_out, c_in, kernel = weight.shape[1:]
+        pad = kernel // 2
+        if time_last:
+            windows = F.pad(x, (pad, pad)).unfold(3, kernel, 1).transpose(2, 3)  # (K, B, T, C, kernel)
+        else:
+            windows = F.pad(x, (0, 0, pad, pad)).unfold(2, kernel, 1)
+        t_len = windows.shape[2]
+        cols = windows.reshape(k, b * t_len, c_in * kernel)
+        w = weight.reshape(k, c_out, c_in * kernel)
+        out = torch.baddbmm(bias.unsqueeze(1), cols, w.transpose(1, 2))
+        ctx.save_for_backward(cols, w)
+        ctx.time_last, ctx.shape = time_last, (c_in, kernel)
+        return out.view(k, b, t_len, c_out)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cols, w = ctx.saved_tensors
+        k, b, t_len, c_out = grad.shape
+        c_in, kernel = ctx.shape
+        g = grad.reshape(k, b * t_len, c_out)
+        grad_w = torch.bmm(g.transpose(1, 2), cols).view(k, c_out, c_in, kernel)
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_cols = torch.bmm(g, w).view(k, b, t_len, c_in, kernel)
+            pad = kernel // 2
+            padded = grad.new_zeros(k, b, t_len + 2 * pad, c_in)
+            for j in range(kernel):  # col2im: window offset j read frame t + j of the padded input
+                padded[:, :, j:j + t_len] += grad_cols[..., j]
+            grad_x = padded[:, :, pad:pad + t_len]
+            if ctx.time_last:
+                grad_x = grad_x.transpose(2, 3)
+        return grad_x, grad_w, g.sum(1), None
 class _ReluMaxPool2(torch.autograd.Function):
-    """ReLU then max-pooling by 2 over the last axis (ceil mode), as one op on (..., T).
+    """ReLU then max-pooling by 2 over time (ceil mode), as one op on channels-last (..., T, C).
 
     relu(max(a, b)) == max(relu(a), relu(b)), so the max is taken first, on the raw pairs; the gradient
     goes to the first maximum of each pair (max_pool's rule) where the output is positive (relu's rule,
@@ -174,11 +219,11 @@ class _ReluMaxPool2(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x):
-        t_len = x.shape[-1]
+        t_len = x.shape[-2]
         if t_len % 2:  # ceil mode: the last window holds one frame
-            x = F.pad(x, (0, 1), value=float("-inf"))
-        first, second = x[..., 0::2], x[..., 1::2]
-        winner = torch.lt(first, second).long().unsqueeze(-1)  # 0: the first of the pair (also on ties)
+            x = F.pad(x, (0, 0, 0, 1), value=float("-inf"))
+        first, second = x[..., 0::2, :], x[..., 1::2, :]
+        winner = torch.lt(first, second).long().unsqueeze(-2)  # 0: the first of the pair (also on ties)
         out = torch.maximum(first, second).clamp_min_(0)  # maximum and clamp keep NaNs, as max_pool and relu do
         ctx.save_for_backward(winner, out)
         ctx.t_len = t_len
@@ -187,8 +232,9 @@ class _ReluMaxPool2(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         winner, out = ctx.saved_tensors
-        pairs = grad.new_zeros(*grad.shape, 2).scatter_(-1, winner, (grad * (out > 0)).unsqueeze(-1))
-        return pairs.flatten(-2)[..., :ctx.t_len]
+        pairs = grad.new_zeros(*grad.shape[:-1], 2, grad.shape[-1])
+        pairs.scatter_(-2, winner, (grad * (out > 0)).unsqueeze(-2))
+        return pairs.flatten(-3, -2)[..., :ctx.t_len, :]
 
 
 class StackedCRNN:
@@ -201,18 +247,17 @@ class StackedCRNN:
 
     def __call__(self, params: Params, x: torch.Tensor, masks: MaskFn | None = None) -> torch.Tensor:
         k = x.shape[0]
-        h = x
+        h = x  # (K, B, features, frames); activations are channels-last (K, B, T, C) from the first conv on
         for layer, _ in enumerate(self.spec.conv_channels):
-            weight, bias = params[f"conv.{4 * layer}.weight"], params[f"conv.{4 * layer}.bias"]
-            h = torch.stack([F.conv1d(xi, wi, bi, padding=self.kernel // 2)
-                             for xi, wi, bi in zip(h.unbind(0), weight.unbind(0), bias.unbind(0))])
+            h = _Conv1d.apply(h, params[f"conv.{4 * layer}.weight"], params[f"conv.{4 * layer}.bias"], layer == 0)
             h = _ReluMaxPool2.apply(h)
-            mask = masks(tuple(h.shape[2:]), self.dropout) if masks is not None else None
+            # masks come as nn.Dropout draws them on a client's (B, C, T) activations
+            mask = masks((h.shape[3], h.shape[2]), self.dropout) if masks is not None else None
             if mask is not None:
-                h = h * mask
-        # (K, B, C, T) -> (K, T * B, C): time-major rows, so each step's input gates are one contiguous block
-        b, c, t = h.shape[1:]
-        frames = h.permute(0, 3, 1, 2).reshape(k, t * b, c)
+                h = h * mask.transpose(2, 3)
+        # (K, B, T, C) -> (K, T * B, C): time-major rows, so each step's input gates are one contiguous block
+        b, t, c = h.shape[1:]
+        frames = h.transpose(1, 2).reshape(k, t * b, c)
         directions = ["", "_reverse"] if self.spec.bidirectional else [""]
         outs = [_GRULayer.apply(frames, *(params[f"rnn.{kind}_l0{suffix}"] for kind in
                                           ("weight_ih", "bias_ih", "weight_hh", "bias_hh")), t, bool(suffix))
