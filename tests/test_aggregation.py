@@ -103,7 +103,7 @@ def test_lpa_empty_trusted_set_keeps_median_client_and_warns(caplog):
     # v_l=0.6 -> 3 lowest, v_h=0.4 -> 2 highest: all 5 pruned. The median-deviation client stays:
     # l1 ascending deviation c3, c2, c1, c0, c4 -> median c1 (value 1.0).
     with caplog.at_level(logging.WARNING, logger="fedac.aggregation"):
-        out, trusted = lpa(five_clients(), v_l=0.6, v_h=0.4)
+        out, trusted = lpa(five_clients(), v_l=0.6, v_h=0.4, unit="tensor")
     assert trusted["l1.weight"] == [1]
     assert out["l1.weight"].item() == pytest.approx(1.0)
     # l3 ascending c3, c2, c4, c0, c1 -> median c4 (value 2.0)
@@ -169,20 +169,21 @@ def test_lpa_rejects_bad_fractions_and_empty_cohort():
 
 def test_aggregate_mean_and_lpa_by_config():
     uploads = five_clients()
-    mean, metrics = aggregate(uploads, AggregationConfig(method="mean"))
-    assert metrics == {}
+    mean, metrics, pruning = aggregate(uploads, AggregationConfig(method="mean"))
+    assert metrics == {} and pruning is None
     assert mean["l1.weight"].item() == pytest.approx((0 + 2 + 6 + 12 + 50) / 15)
 
     cfg = AggregationConfig(method="lpa", v_l=0.2, v_h=0.2, layer_unit="tensor")
-    pruned, metrics = aggregate(uploads, cfg)
+    pruned, metrics, pruning = aggregate(uploads, cfg)
+    assert sorted(pruning["l1.weight"].trusted) == [0, 1, 2]
     assert pruned["l1.weight"].item() == pytest.approx(8 / 6)
     # 3 trusted of 5 clients in each of 3 layers
     assert metrics["lpa_trusted_fraction"] == pytest.approx(9 / 15)
 
     # use_lpa overrides the configured method either way
-    forced, _ = aggregate(uploads, AggregationConfig(method="mean", v_l=0.2, v_h=0.2), use_lpa=True)
+    forced, _, _ = aggregate(uploads, AggregationConfig(method="mean", v_l=0.2, v_h=0.2), use_lpa=True)
     assert forced["l3.bias"].item() == pytest.approx(17 / 9)
-    plain, _ = aggregate(uploads, cfg, use_lpa=False)
+    plain, _, _ = aggregate(uploads, cfg, use_lpa=False)
     assert plain["l3.bias"].item() == pytest.approx((7 - 12 + 0 + 4 + 10) / 15)
 
 

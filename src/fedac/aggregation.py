@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from collections import defaultdict
+from dataclasses import dataclass
 
 import torch
 
@@ -37,13 +39,24 @@ def weighted_mean(uploads: list[tuple[Params, int]]) -> Params:
 
 
 def layer_groups(names: list[str], unit: str) -> dict[str, list[str]]:
-    """LPA "layers": each parameter tensor, or all tensors of one module (e.g. conv weight + bias)."""
+    """LPA "layers" (Eq. 10-14 prune per layer l). `module` (the default): a layer's tensors together,
+    e.g. a conv's weight and bias, or one recurrent layer (`rnn.*_l0`, both directions); `tensor`:
+    every parameter tensor on its own, so a layer's weight and bias may be pruned from different clients."""
     if unit not in ("tensor", "module"):
         raise ConfigError(f"aggregation.layer_unit must be 'tensor' or 'module', got {unit!r}")
     groups: dict[str, list[str]] = defaultdict(list)
     for name in names:
-        groups[name if unit == "tensor" else name.rsplit(".", 1)[0]].append(name)
+        if unit == "tensor":
+            groups[name].append(name)
+            continue
+        module, _, leaf = name.rpartition(".")
+        layer = _RNN_LAYER.search(leaf)
+        groups[f"{module}.l{layer.group(1)}" if layer else module].append(name)
     return dict(groups)
+
+
+_RNN_LAYER = re.compile(r"_l(\d+)(?:_reverse)?$")
+DEVIATIONS = ("raw", "per_step", "cosine")
 
 
 def trusted_clients(deviations: torch.Tensor, v_l: float, v_h: float) -> list[int]:
@@ -63,8 +76,49 @@ def trusted_clients(deviations: torch.Tensor, v_l: float, v_h: float) -> list[in
     return kept
 
 
-def lpa(uploads: list[tuple[Params, int]], v_l: float, v_h: float, unit: str = "tensor") -> tuple[Params, dict[str, list[int]]]:
-    """Layer-wise Pruning Aggregation. Returns the aggregate and, per layer, the trusted client indices."""
+@dataclass
+class LayerPruning:
+    """One layer's LPA decision: each client's deviation score and the trusted clients (indices)."""
+
+    deviations: torch.Tensor
+    trusted: list[int]
+
+
+def layer_deviation(stacked: dict[str, torch.Tensor], kind: str = "raw", reference: Params | None = None,
+                    steps: torch.Tensor | None = None) -> torch.Tensor:
+    """One score per client for a layer whose tensors are stacked along dim 0 (clients).
+
+    - raw: Eq. 10-11 as written, ||theta_k^l - mean_j theta_j^l||_2 (unweighted cohort mean).
+    - per_step (beyond the paper): the same distance between updates divided by the client's local
+      step count, (theta_k - theta_global) / s_k. A client's distance from the mean grows with its
+      number of SGD steps, which grows with n_k, so raw deviations rank data-rich clients as outliers.
+    - cosine (beyond the paper): 1 - cos(theta_k^l - theta_global^l, mean_j of those updates), free of
+      the update's length altogether.
+    """
+    if kind == "raw":
+        rows = {name: s for name, s in stacked.items()}
+    else:
+        if reference is None:
+            raise ConfigError(f"aggregation.deviation={kind} needs the round's global model (reference)")
+        rows = {name: s - reference[name].to(torch.float64) for name, s in stacked.items()}
+        if kind == "per_step":
+            if steps is None:
+                raise ConfigError("aggregation.deviation=per_step needs each client's local step count")
+            rows = {name: d / steps.view(-1, *([1] * (d.dim() - 1))) for name, d in rows.items()}
+        elif kind != "cosine":
+            raise ConfigError(f"aggregation.deviation must be one of {', '.join(DEVIATIONS)}, got {kind!r}")
+    flat = torch.cat([r.flatten(1) for r in rows.values()], dim=1)
+    centred = flat - flat.mean(dim=0)
+    if kind == "cosine":
+        mean = flat.mean(dim=0, keepdim=True)
+        return 1 - torch.nn.functional.cosine_similarity(flat, mean.expand_as(flat), dim=1, eps=1e-30)
+    return centred.square().sum(dim=1).sqrt()
+
+
+def lpa_layers(uploads: list[tuple[Params, int]], v_l: float, v_h: float, unit: str = "module",
+               deviation: str = "raw", reference: Params | None = None,
+               steps: list[int] | None = None) -> tuple[Params, dict[str, LayerPruning]]:
+    """Layer-wise Pruning Aggregation with each layer's deviations kept (see `lpa`)."""
     if not uploads:
         raise ValueError("cannot aggregate an empty cohort")
     if not (0 <= v_l < 1 and 0 <= v_h < 1):
@@ -72,30 +126,72 @@ def lpa(uploads: list[tuple[Params, int]], v_l: float, v_h: float, unit: str = "
     first = uploads[0][0]
     float_names = [name for name, value in first.items() if value.is_floating_point()]
     out: Params = {name: value.clone() for name, value in first.items() if not value.is_floating_point()}
-    trusted: dict[str, list[int]] = {}
+    step_counts = None if steps is None else torch.tensor([max(float(s), 1.0) for s in steps], dtype=torch.float64)
+    layers: dict[str, LayerPruning] = {}
     for layer, names in layer_groups(float_names, unit).items():
         stacked = {name: torch.stack([p[name].to(torch.float64) for p, _ in uploads]) for name in names}
-        # Eq. 10 (unweighted cohort mean) and Eq. 11 (L2 deviation over the whole layer).
-        squared = sum((s - s.mean(dim=0)).flatten(1).square().sum(dim=1) for s in stacked.values())
-        kept = trusted_clients(squared.sqrt(), v_l, v_h)
-        trusted[layer] = kept
+        scores = layer_deviation(stacked, deviation, reference, step_counts)
+        kept = trusted_clients(scores, v_l, v_h)
+        layers[layer] = LayerPruning(scores, kept)
         # Eq. 14: n_k-weighted mean over the trusted set of this layer.
         weights = torch.tensor([float(uploads[k][1]) for k in kept], dtype=torch.float64)
         weights = weights / weights.sum()
         for name, s in stacked.items():
             out[name] = torch.tensordot(weights, s[kept], dims=1).to(first[name].dtype)
-    return {name: out[name] for name in first}, trusted
+    return {name: out[name] for name in first}, layers
 
 
-def aggregate(uploads: list[tuple[Params, int]], cfg: AggregationConfig, use_lpa: bool | None = None) -> tuple[Params, dict[str, float]]:
-    """The configured combination (`cfg.method`, or LPA forced on/off by `use_lpa`) with summary metrics."""
+def lpa(uploads: list[tuple[Params, int]], v_l: float, v_h: float, unit: str = "module", deviation: str = "raw",
+        reference: Params | None = None, steps: list[int] | None = None) -> tuple[Params, dict[str, list[int]]]:
+    """Layer-wise Pruning Aggregation. Returns the aggregate and, per layer, the trusted client indices."""
+    params, layers = lpa_layers(uploads, v_l, v_h, unit, deviation, reference, steps)
+    return params, {layer: p.trusted for layer, p in layers.items()}
+
+
+def pruning_bias(layers: dict[str, LayerPruning], sizes: list[int]) -> dict[str, float]:
+    """Whether LPA prunes the data-rich clients: how much of the round's data the trusted sets keep,
+    how often the top quarter of clients by n_k is pruned against the rest, and the Spearman rank
+    correlation of n_k with the deviation score (averaged over layers)."""
+    n = torch.tensor([float(s) for s in sizes], dtype=torch.float64)
+    count = len(sizes)
+    rich = torch.zeros(count, dtype=torch.bool)
+    rich[torch.argsort(n, descending=True, stable=True)[: max(1, count // 4)]] = True
+    kept_share, rich_pruned, rest_pruned, corr = [], [], [], []
+    for p in layers.values():
+        pruned = torch.ones(count, dtype=torch.bool)
+        pruned[p.trusted] = False
+        kept_share.append(float(n[~pruned].sum() / n.sum()))
+        rich_pruned.append(float(pruned[rich].double().mean()))
+        if (~rich).any():
+            rest_pruned.append(float(pruned[~rich].double().mean()))
+        corr.append(spearman(n, p.deviations))
+    mean = lambda v: float(sum(v) / len(v)) if v else float("nan")  # noqa: E731
+    return {"lpa_trusted_fraction": mean([len(p.trusted) / count for p in layers.values()]),
+            "lpa_kept_data_share": mean(kept_share), "lpa_rich_pruned": mean(rich_pruned),
+            "lpa_rest_pruned": mean(rest_pruned), "lpa_size_deviation_rank_corr": mean(corr)}
+
+
+def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Spearman's rho with average ranks for ties; nan when either side is constant."""
+    from scipy.stats import spearmanr
+
+    if len(a) < 2 or bool((a == a[0]).all()) or bool((b == b[0]).all()):
+        return float("nan")
+    return float(spearmanr(a.numpy(), b.numpy()).statistic)
+
+
+def aggregate(uploads: list[tuple[Params, int]], cfg: AggregationConfig, use_lpa: bool | None = None,
+              reference: Params | None = None, steps: list[int] | None = None,
+              ) -> tuple[Params, dict[str, float], dict[str, LayerPruning] | None]:
+    """The configured combination (`cfg.method`, or LPA forced on/off by `use_lpa`) with summary metrics
+    and, for LPA, each layer's pruning (None for the mean). `reference` (the round's global model) and
+    `steps` (each client's local SGD steps) feed the deviations that need them (`cfg.deviation`)."""
     method = ("lpa" if use_lpa else "mean") if use_lpa is not None else cfg.method
     if method == "mean":
-        return weighted_mean(uploads), {}
+        return weighted_mean(uploads), {}, None
     if method == "lpa":
-        params, trusted = lpa(uploads, cfg.v_l, cfg.v_h, cfg.layer_unit)
-        kept = sum(len(k) for k in trusted.values()) / (len(trusted) * len(uploads))
-        return params, {"lpa_trusted_fraction": kept}
+        params, layers = lpa_layers(uploads, cfg.v_l, cfg.v_h, cfg.layer_unit, cfg.deviation, reference, steps)
+        return params, pruning_bias(layers, [n for _, n in uploads]), layers
     raise ConfigError(f"unknown aggregation.method '{method}'; use mean or lpa")
 
 

@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     from fedac.figures import add_report_parser
 
     add_compare_parser(sub)
+    from fedac.reproduce import add_reproduce_parser
+
+    add_reproduce_parser(sub)
     add_report_parser(sub)
 
     models = sub.add_parser("models", help="list the model zoo with parameter counts")

@@ -14,6 +14,8 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import yaml
+
 from fedac.config import Config, load_config, parse_override
 from fedac.errors import ConfigError
 from fedac.metrics import mean_std
@@ -32,7 +34,15 @@ PRESETS: dict[str, list[str]] = {
     "baselines": ["FedAvg=fedavg", "FedProx=fedprox", "FedAdam=fedadam", "FedYogi=fedyogi",
                   "FedAdagrad=fedadagrad", "FedAvgM=fedavgm"],
 }
-METRICS = ("accuracy", "macro_f1", "personalized_accuracy_mean", "personalized_local_accuracy_mean")
+#: The table's columns: one per kind of model and split, never mixed (report.FINAL_KEYS says what each is).
+COLUMNS = {
+    "accuracy": "Shared model: test acc.",
+    "macro_f1": "Shared model: test macro-F1",
+    "client_accuracy_mean": "Shared model: clients' held-out acc.",
+    "personalized_local_accuracy_mean": "Own models: clients' held-out acc.",
+    "personalized_accuracy_mean": "Own models: test acc.",
+}
+METRICS = tuple(COLUMNS)
 
 
 @dataclass
@@ -58,8 +68,26 @@ def _format(values: list[float]) -> str:
     return "n/a" if mean != mean else f"{100 * mean:.2f} ± {100 * std:.2f}"
 
 
+def finished_results(run_dir: Path) -> dict | None:
+    """The results.json of a run that ended, or None (never started, or killed before its end)."""
+    path = run_dir / "results.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def check_same_config(cfg: Config, run_dir: Path) -> None:
+    """A run directory is reused only for the configuration it was made for."""
+    saved = run_dir / "config.yaml"
+    if saved.is_file() and yaml.safe_load(saved.read_text()) != yaml.safe_load(yaml.safe_dump(cfg.to_dict())):
+        raise ConfigError(f"{run_dir} holds a run of other settings (see its config.yaml); "
+                          "choose another --out or remove that directory")
+
+
 def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: Path, overrides: list[str],
-                   config_path: str | None, progress: bool = True) -> dict:
+                   config_path: str | None, progress: bool = True, last: list[str] = ()) -> dict:
+    """Every method x seed, each in its own run directory under `out`. Runs that already ended are read
+    back, and a run killed midway resumes from its checkpoint, so a killed comparison is completed by
+    running the same command again."""
+    from fedac.engine.checkpoint import CHECKPOINT
     from fedac.engine.data import build_federated_data
     from fedac.engine.simulator import Simulator
 
@@ -69,18 +97,21 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
     for seed in seeds:
         built: dict[str, object] = {}
         for method in methods:
-            cfg = load_config(config_path, overrides + method.overrides, algorithm=method.algorithm,
+            cfg = load_config(config_path, overrides + method.overrides + list(last), algorithm=method.algorithm,
                               dataset=base.dataset, seed=seed, **{"train.rounds": base.train.rounds})
-            # Methods that share data settings share the resident tensors (built once per seed).
-            key = json.dumps([cfg.dataset, asdict(cfg.data), asdict(cfg.features)], sort_keys=True)
-            if key not in built:
-                built[key] = build_federated_data(cfg, progress)
-            data = built[key]
             run_dir = out / f"{method.label.replace(' ', '_').replace('/', '')}-s{seed}"
             cfg.out = str(run_dir)
-            if progress:
-                print(f"== {method.label} (seed {seed})")
-            results = Simulator(cfg, run_dir, data=data, progress=progress).run()
+            check_same_config(cfg, run_dir)
+            results = finished_results(run_dir)
+            if results is None:
+                # Methods that share data settings share the resident tensors (built once per seed).
+                key = json.dumps([cfg.dataset, asdict(cfg.data), asdict(cfg.features)], sort_keys=True)
+                if key not in built:
+                    built[key] = build_federated_data(cfg, progress)
+                resume = (run_dir / CHECKPOINT).is_file()
+                if progress:
+                    print(f"== {method.label} (seed {seed}){' resumed' if resume else ''}")
+                results = Simulator(cfg, run_dir, data=built[key], progress=progress).run(resume=resume)
             runs[method.label].append({"seed": seed, "run_dir": str(run_dir), **results["final"],
                                        "wall_seconds": results["wall_seconds"]})
     summary = {"methods": [m.__dict__ for m in methods], "seeds": seeds, "runs": runs,
@@ -93,8 +124,7 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
 
 
 def markdown_table(runs: dict[str, list[dict]]) -> str:
-    lines = ["| Method | Test acc. (global) | Test macro-F1 (global) | Personalized test acc. | Personalized local acc. |",
-             "|---|---|---|---|---|"]
+    lines = ["| Method | " + " | ".join(COLUMNS.values()) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for label, rs in runs.items():
         cells = [_format([r[k] for r in rs if k in r]) for k in METRICS]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")

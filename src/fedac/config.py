@@ -147,8 +147,13 @@ class AggregationConfig:
     v_h: float = 0.2
     """LPA: fraction of highest-deviation clients pruned per layer (Eq. 12). The paper gives no value;
     0.2 trims outliers (noisy / mislabelled clients) harder than near-mean ones."""
-    layer_unit: str = "tensor"
-    """LPA layer granularity: tensor (each parameter tensor) or module (weights+bias of one module)."""
+    layer_unit: str = "module"
+    """LPA layer granularity: module (a layer's tensors pruned together: a conv's weight and bias, one
+    recurrent layer; the paper prunes layers) or tensor (each parameter tensor on its own)."""
+    deviation: str = "raw"
+    """LPA deviation score (aggregation.py `layer_deviation`): raw (Eq. 11 as written), per_step (beyond
+    the paper: the update divided by the client's local step count, so clients with more data are not
+    ranked as outliers for taking more steps) or cosine (beyond the paper: the update's direction only)."""
 
 
 @dataclass
@@ -166,6 +171,11 @@ class FedMLACConfig:
     """Mutual learning on; false = `w/o ML` ablation (both models trained on CE alone)."""
     lpa: bool = True
     """Layer-wise Pruning Aggregation on; false = `w/o LPA` ablation (n_k-weighted mean)."""
+    warmup_rounds: int = 0
+    """Beyond the paper: rounds 1..warmup_rounds train both models on CE alone (as `w/o ML`) before
+    mutual learning starts, so the teachers are not pulled toward a near-uniform Plug-in early on."""
+    min_visits: float = 10.0
+    """Warn when a client is expected to train in fewer rounds than this (rounds x fraction)."""
 
 
 @dataclass

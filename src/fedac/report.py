@@ -63,9 +63,53 @@ def plot_curves(run_dir: Path, history: list[dict[str, float]], title: str) -> N
     plt.close(fig)
 
 
+#: What each key of results.json's "final" means; written into every results.json as "legend".
+FINAL_KEYS = {
+    "has_global_model": "whether the method has a shared model (FedKAD has none)",
+    "accuracy": "shared model (the one selected on validation) on the test split: clip accuracy",
+    "macro_f1": "shared model on the test split: macro-F1 over classes",
+    "uar": "shared model on the test split: unweighted average recall",
+    "selected_round": "round of the evaluated shared model (train.select)",
+    "client_accuracy_mean": "shared model on each client's own held-out windows: mean over clients",
+    "client_accuracy_std": "shared model on each client's own held-out windows: std over clients",
+    "personalized_accuracy_mean": "each trained client's own model on the test split: mean over those clients",
+    "personalized_accuracy_std": "each trained client's own model on the test split: std over those clients",
+    "personalized_macro_f1_mean": "each trained client's own model on the test split: mean macro-F1",
+    "personalized_macro_f1_std": "each trained client's own model on the test split: std of macro-F1",
+    "personalized_local_accuracy_mean": "each trained client's own model on its own held-out windows: mean",
+    "personalized_local_accuracy_std": "each trained client's own model on its own held-out windows: std",
+    "personalized_clients": "clients whose own models the personalized_* means cover (trained at least once)",
+    "clients_trained": "clients sampled and trained at least once in the run",
+    "visits_per_trained_client": "mean number of rounds in which a trained client trained",
+}
+
+
 def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
-    _atomic_write(Path(run_dir) / "results.json", json.dumps(_clean(results), indent=2))
+    legend = {k: v for k, v in FINAL_KEYS.items() if k in results.get("final", {})}
+    _atomic_write(Path(run_dir) / "results.json", json.dumps(_clean({**results, "legend": legend}), indent=2))
     plot_curves(run_dir, results["history"], f"{cfg.algorithm} on {cfg.dataset} (seed {cfg.seed})")
+
+
+PRUNING_LOG = "lpa.jsonl"
+
+
+def log_pruning(run_dir: Path, round_idx: int, layers: dict, clients: list[str], sizes: list[int]) -> None:
+    """Append one round of LPA decisions to lpa.jsonl: the cohort with its n_k and, per layer, the
+    clients pruned (not in the trusted set)."""
+    pruned = {layer: [clients[k] for k in range(len(clients)) if k not in set(p.trusted)]
+              for layer, p in layers.items()}
+    row = {"round": round_idx, "n_k": dict(zip(clients, sizes)), "pruned": pruned}
+    with open(Path(run_dir) / PRUNING_LOG, "a") as handle:
+        handle.write(json.dumps(row) + "\n")
+
+
+def truncate_pruning_log(run_dir: Path, last_round: int) -> None:
+    """On resume, drop the rounds after the checkpoint (they are trained again)."""
+    path = Path(run_dir) / PRUNING_LOG
+    if path.is_file():
+        rows = [line for line in path.read_text().splitlines() if line.strip()]
+        kept = [line for line in rows if json.loads(line)["round"] <= last_round]
+        _atomic_write(path, "".join(line + "\n" for line in kept))
 
 
 def format_table(rows: list[tuple[str, str]]) -> str:
@@ -78,15 +122,17 @@ def final_table(results: dict[str, Any]) -> str:
     rows = [("algorithm", results["algorithm"]), ("dataset", results["dataset"])]
     if final["has_global_model"]:
         rows += [
-            ("test accuracy", f"{final['accuracy']:.4f}"),
-            ("test macro-F1", f"{final['macro_f1']:.4f}"),
-            ("test UAR", f"{final['uar']:.4f}"),
+            ("shared model: test accuracy", f"{final['accuracy']:.4f}"),
+            ("shared model: test macro-F1", f"{final['macro_f1']:.4f}"),
+            ("shared model: test UAR", f"{final['uar']:.4f}"),
             ("selected round (val)", str(final["selected_round"])),
-            ("client acc. mean ± std", f"{final['client_accuracy_mean']:.4f} ± {final['client_accuracy_std']:.4f}"),
+            ("shared model: client held-out acc.", f"{final['client_accuracy_mean']:.4f} ± {final['client_accuracy_std']:.4f}"),
         ]
     rows.append(("rounds", str(results["rounds"])))
+    rows.append(("clients trained (mean visits)", f"{final['clients_trained']} ({final['visits_per_trained_client']:.1f})"))
     if "personalized_accuracy_mean" in final:
-        rows.append(("personalized test acc.", f"{final['personalized_accuracy_mean']:.4f} ± {final['personalized_accuracy_std']:.4f}"))
-        rows.append(("personalized local acc.", f"{final['personalized_local_accuracy_mean']:.4f}"))
+        n = final["personalized_clients"]
+        rows.append((f"own models ({n}): test acc.", f"{final['personalized_accuracy_mean']:.4f} ± {final['personalized_accuracy_std']:.4f}"))
+        rows.append((f"own models ({n}): held-out acc.", f"{final['personalized_local_accuracy_mean']:.4f} ± {final['personalized_local_accuracy_std']:.4f}"))
     rows.append(("wall time", f"{results['wall_seconds']:.1f} s"))
     return format_table(rows)

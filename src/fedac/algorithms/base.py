@@ -16,6 +16,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from fedac.aggregation import LayerPruning, aggregate
+from fedac.algorithms.local import local_steps
 from fedac.config import Config
 from fedac.models import build_model
 from fedac.seeding import derive_seed, numpy_rng
@@ -85,6 +87,8 @@ class Algorithm(ABC):
         self.cfg = cfg
         self.task = task
         self._scratch: dict[tuple[str, str], nn.Module] = {}
+        #: LPA's per-layer pruning in the last server update (diagnostics for the engine's log, not state).
+        self.last_pruning: dict[str, LayerPruning] | None = None
 
     # --- models -------------------------------------------------------------------------------
     def make_model(self, name: str) -> nn.Module:
@@ -158,6 +162,15 @@ class Algorithm(ABC):
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Any, int]],
                       round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
         """Combine the cohort's uploads (each with its n_k) into the next global state."""
+
+    def combine(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
+                use_lpa: bool | None = None) -> tuple[Params, dict[str, float]]:
+        """`aggregation.aggregate` of the uploads, with the round's global model and each client's local
+        step count for the deviations that need them; LPA's pruning is kept in `last_pruning`."""
+        steps = [local_steps(n, self.cfg.train) for _, n in uploads]
+        params, metrics, self.last_pruning = aggregate(uploads, self.cfg.aggregation, use_lpa,
+                                                       server.get("params"), steps)
+        return params, metrics
 
     # --- evaluation ----------------------------------------------------------------------------
     def global_model(self, server: dict[str, Any]) -> nn.Module | None:

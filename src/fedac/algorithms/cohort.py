@@ -109,6 +109,7 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
     if opts.teacher not in ("pre_update", "post_update"):
         raise ConfigError(f"fedmlac.teacher must be pre_update or post_update, got {opts.teacher!r}")
     theta_model = stacked_model(opts.plugin_model, algo.cfg.model.dropout)
+    mutual = algo.mutual(round_idx)
     results: list[ClientResult | None] = [None] * len(datas)
 
     def train(omega_model: StackedCRNN, chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
@@ -123,10 +124,10 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
             leaf = leaves(omega, active)
             omega_logits = omega_model(leaf, x, masks)
             theta_teacher = None
-            if opts.ml:
+            if mutual:
                 with torch.no_grad():
                     theta_teacher = theta_model(_first(theta, active), x, masks)
-            loss_omega = personalized_loss(omega_logits, theta_teacher, y, opts.alpha, opts.temperature, opts.ml,
+            loss_omega = personalized_loss(omega_logits, theta_teacher, y, opts.alpha, opts.temperature, mutual,
                                            weight)
             opt_omega.step(grads_of(loss_omega.sum(), leaf), active)
             # Plug-in step (Eq. 9), the personalized model as the teacher.
@@ -135,7 +136,7 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
                     omega_logits = omega_model(_first(omega, active), x, masks)
             leaf = leaves(theta, active)
             loss_theta = plugin_loss(theta_model(leaf, x, masks), omega_logits.detach(), y, opts.temperature,
-                                     opts.plugin_ce_weight, opts.ml, weight)
+                                     opts.plugin_ce_weight, mutual, weight)
             opt_theta.step(grads_of(loss_theta.sum(), leaf), active)
             sums[0, :active] += loss_omega.detach()
             sums[1, :active] += loss_theta.detach()

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from fedac.aggregation import aggregate
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params, reproduces
 from fedac.algorithms.cohort import supervised_cohort
 from fedac.algorithms.local import train_supervised
@@ -36,10 +35,7 @@ class FedAvg(Algorithm):
                       seed: int) -> list[ClientResult]:
         return supervised_cohort(self, payload, datas, round_idx, seed, self.regularizer(payload))
 
-    def average(self, uploads: list[tuple[Params, int]]) -> tuple[Params, dict[str, float]]:
-        return aggregate(uploads, self.cfg.aggregation)
-
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
                       round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
-        params, metrics = self.average(uploads)
+        params, metrics = self.combine(server, uploads)
         return {**server, "params": params}, metrics

@@ -24,17 +24,19 @@ Choices where the paper is silent (all config options under `fedmlac.`):
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedac.aggregation import aggregate
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params, reproduces
 from fedac.algorithms.cohort import mutual_cohort
 from fedac.algorithms.local import batch_indices, cross_entropy, make_optimizer
 from fedac.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def distillation_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0,
@@ -72,6 +74,24 @@ def plugin_loss(theta_logits, omega_logits, y, temperature: float = 1.0, ce_weig
     return loss
 
 
+def expected_visits(cfg, num_clients: int) -> float:
+    """Rounds in which an average client trains: rounds x cohort size / clients (engine.sample_cohort)."""
+    cohort = max(1, int(round(cfg.train.fraction * num_clients)))
+    return cfg.train.rounds * min(cohort, num_clients) / max(num_clients, 1)
+
+
+def warn_if_few_visits(cfg, num_clients: int) -> None:
+    """Mutual learning bootstraps slowly: a client's model must become a confident teacher before the
+    Plug-in learns from it (Eq. 9 has no label term). Warn when a client trains too rarely for that."""
+    visits = expected_visits(cfg, num_clients)
+    if cfg.fedmlac.ml and visits < cfg.fedmlac.min_visits:
+        log.warning("FedMLAC: each client trains in about %.1f of %d rounds (%d clients, train.fraction=%s); "
+                    "mutual learning needs about %d visits per client to bootstrap, so expect a Plug-in near "
+                    "chance. Raise train.rounds or train.fraction, or lower data.max_clients (or set "
+                    "fedmlac.min_visits to silence this).", visits, cfg.train.rounds, num_clients,
+                    cfg.train.fraction, cfg.fedmlac.min_visits)
+
+
 class FedMLAC(Algorithm):
     name = "fedmlac"
     personalized = True
@@ -83,12 +103,22 @@ class FedMLAC(Algorithm):
         if cfg.fedmlac.temperature <= 0:
             raise ConfigError(f"fedmlac.temperature must be > 0, got {cfg.fedmlac.temperature}")
 
+        if cfg.fedmlac.warmup_rounds < 0:
+            raise ConfigError(f"fedmlac.warmup_rounds must be >= 0, got {cfg.fedmlac.warmup_rounds}")
+        warn_if_few_visits(cfg, len(task.clients))
+
+    def mutual(self, round_idx: int) -> bool:
+        """Whether round `round_idx` trains by mutual learning (Eq. 8-9) or by CE alone (`w/o ML`, and
+        the rounds of `fedmlac.warmup_rounds`)."""
+        return self.cfg.fedmlac.ml and round_idx > self.cfg.fedmlac.warmup_rounds
+
     def init_server(self) -> dict[str, Any]:
         return {"params": self.initial_params(self.cfg.fedmlac.plugin_model, "plugin-init")}
 
     def client_update(self, payload: Params, state: Params, data: ClientData, round_idx: int,
                       generator: torch.Generator) -> ClientResult:
         opts = self.cfg.fedmlac
+        mutual = self.mutual(round_idx)
         omega = self.scratch_model(self.client_architecture(data.name), state, role="personal")
         theta = self.scratch_model(opts.plugin_model, payload, role="plugin")
         omega.train(), theta.train()
@@ -101,8 +131,8 @@ class FedMLAC(Algorithm):
             # Personalized model step (Eq. 8), the Plug-in as a fixed teacher.
             omega_logits = omega(x)
             with torch.no_grad():
-                theta_teacher = theta(x) if opts.ml else None
-            loss_omega = personalized_loss(omega_logits, theta_teacher, y, opts.alpha, opts.temperature, opts.ml)
+                theta_teacher = theta(x) if mutual else None
+            loss_omega = personalized_loss(omega_logits, theta_teacher, y, opts.alpha, opts.temperature, mutual)
             opt_omega.zero_grad(set_to_none=True)
             loss_omega.backward()
             opt_omega.step()
@@ -112,7 +142,7 @@ class FedMLAC(Algorithm):
                     omega_logits = omega(x)
             elif opts.teacher != "pre_update":
                 raise ConfigError(f"fedmlac.teacher must be pre_update or post_update, got {opts.teacher!r}")
-            loss_theta = plugin_loss(theta(x), omega_logits.detach(), y, opts.temperature, opts.plugin_ce_weight, opts.ml)
+            loss_theta = plugin_loss(theta(x), omega_logits.detach(), y, opts.temperature, opts.plugin_ce_weight, mutual)
             opt_theta.zero_grad(set_to_none=True)
             loss_theta.backward()
             opt_theta.step()
@@ -129,7 +159,7 @@ class FedMLAC(Algorithm):
 
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
                       round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
-        params, metrics = aggregate(uploads, self.cfg.aggregation, use_lpa=self.cfg.fedmlac.lpa)
+        params, metrics = self.combine(server, uploads, use_lpa=self.cfg.fedmlac.lpa)
         return {**server, "params": params}, metrics
 
     def global_model(self, server: dict[str, Any]) -> nn.Module:

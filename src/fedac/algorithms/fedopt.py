@@ -58,7 +58,7 @@ class FedOpt(FedAvg):
 
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
                       round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
-        average, metrics = self.average(uploads)
+        average, metrics = self.combine(server, uploads)
         params, moments = server_step(self.rule, server["params"], average, server["moments"], self.cfg.fedopt)
         return {**server, "params": params, "moments": moments}, metrics
 

@@ -17,6 +17,11 @@ def batch_indices(num_samples: int, batch_size: int, epochs: int, generator: tor
         yield from order.split(batch_size)
 
 
+def local_steps(num_samples: int, cfg: TrainConfig) -> int:
+    """SGD steps of one local update: `batch_indices` keeps each epoch's last partial batch."""
+    return cfg.local_epochs * -(-num_samples // cfg.batch_size)
+
+
 def cross_entropy(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
     """Batch-mean cross-entropy; with per-sample `weight` (clients, batch) from the cohort path, the
     weighted sum over each client's batch (weight 1/b on its b real samples, 0 on padding) -> (clients,)."""

@@ -30,7 +30,7 @@ from fedac.engine.evaluate import evaluate, window_accuracy
 from fedac.engine.runtime import configure_process
 from fedac.errors import CheckpointError, ConfigError
 from fedac.metrics import mean_std
-from fedac.report import write_history, write_results
+from fedac.report import log_pruning, truncate_pruning_log, write_history, write_results
 from fedac.seeding import derive_seed, numpy_rng, torch_generator
 
 log = logging.getLogger(__name__)
@@ -81,7 +81,7 @@ class Simulator:
 
     # --- state ---------------------------------------------------------------------------------
     def _fresh_state(self) -> dict[str, Any]:
-        return {"round": 0, "server": self.algorithm.init_server(), "clients": {}, "history": [],
+        return {"round": 0, "server": self.algorithm.init_server(), "clients": {}, "visits": {}, "history": [],
                 "best": None, "wall_seconds": 0.0}
 
     def _client_state(self, state: dict[str, Any], name: str) -> Any:
@@ -93,7 +93,7 @@ class Simulator:
     def run_round(self, state: dict[str, Any], round_idx: int) -> dict[str, float]:
         cfg = self.cfg
         payload = self.algorithm.broadcast(state["server"])
-        uploads, losses, rejected = [], [], []
+        uploads, losses, rejected, uploaded = [], [], [], []
         names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
         datas = [self.data.client(name) for name in names]
         states = [self._client_state(state, name) for name in names]
@@ -106,19 +106,29 @@ class Simulator:
             if result.state is not None:
                 state["clients"][name] = result.state
             uploads.append((result.upload, data.num_samples))
+            uploaded.append(name)
+            visits = state.setdefault("visits", {})
+            visits[name] = visits.get(name, 0) + 1
             losses.append(result.metrics.get("loss", float("nan")))
         metrics: dict[str, float] = {"clients": float(len(uploads)), "rejected": float(len(rejected))}
         if uploads:
+            self.algorithm.last_pruning = None
             state["server"], server_metrics = self.algorithm.server_update(state["server"], uploads, round_idx)
             metrics.update(server_metrics)
+            if self.algorithm.last_pruning is not None:
+                log_pruning(self.run_dir, round_idx, self.algorithm.last_pruning, uploaded, [n for _, n in uploads])
         else:
             log.warning("round %d: no usable client update; the global state is unchanged", round_idx)
         metrics["train_loss"] = float(np.nanmean(losses)) if losses else float("nan")
         return metrics
 
     def _personalized_models(self, state: dict[str, Any]):
-        """(client, its own model) for every client; nothing for non-personalized methods."""
+        """(client, its own model) for every client that has trained at least once (the others still
+        hold their random initial weights); nothing for non-personalized methods."""
+        visits = state.get("visits", {})
         for client in self.data.clients:
+            if not visits.get(client.name):
+                continue
             own = self.algorithm.personalized_model(client.name, self._client_state(state, client.name))
             if own is not None:
                 yield client, own
@@ -162,6 +172,7 @@ class Simulator:
             state = load_checkpoint(self.run_dir)
             if state.get("algorithm") != cfg.algorithm:
                 raise CheckpointError(f"checkpoint in {self.run_dir} is for '{state.get('algorithm')}', not '{cfg.algorithm}'")
+            truncate_pruning_log(self.run_dir, state["round"])
         else:
             state = self._fresh_state()
             save_config(cfg, self.run_dir / "config.yaml")
@@ -218,15 +229,17 @@ class Simulator:
             final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)
         personal = self._personalized_test_results(state)
         if personal:
+            # The clients' own models, over the clients that trained (the count is reported).
             for key in ("accuracy", "macro_f1"):
                 final[f"personalized_{key}_mean"], final[f"personalized_{key}_std"] = mean_std([p[key] for p in personal])
             local = self._personalized_local_accuracy(state)
             final["personalized_local_accuracy_mean"], final["personalized_local_accuracy_std"] = mean_std(local)
+            final["personalized_clients"] = len(personal)
         if model is None:
-            # No shared model (FedKAD): the headline numbers are the clients' own models, averaged.
-            final["accuracy"] = final["personalized_accuracy_mean"]
-            final["macro_f1"] = final["personalized_macro_f1_mean"]
             final["selected_round"] = state["round"]
+        visits = list(state.get("visits", {}).values())
+        final["clients_trained"] = len(visits)
+        final["visits_per_trained_client"] = float(np.mean(visits)) if visits else 0.0
         return {"algorithm": self.cfg.algorithm, "dataset": self.cfg.dataset, "seed": self.cfg.seed,
                 "final": final, "history": state["history"], "rounds": state["round"],
                 "clients": len(self.data.clients), "num_classes": self.data.task.num_classes}

@@ -1,0 +1,157 @@
+"""Issue-10 plumbing of FedMLAC: honest personalized means, the few-visits warning, the CE warm-up, the
+LPA log, and `fedac reproduce` (every experiment at toy size, resuming)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import logging
+
+import pytest
+import torch
+
+from fedac.aggregation import layer_groups
+from fedac.algorithms.fedmlac import FedMLAC, expected_visits
+from fedac.cli import main
+from fedac.config import load_config
+from fedac.engine.evaluate import window_accuracy
+from fedac.engine.simulator import Simulator, sample_cohort
+from fedac.reproduce import EXPERIMENTS
+from test_fedmlac import _client, _fedmlac_cfg, _task
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TINY = ["model.name=crnn_tiny", "model.client_model=crnn_tiny", "fedmlac.plugin_model=crnn_tiny",
+        "model.zoo=[crnn_tiny]", "train.local_epochs=1"]
+
+
+def test_personalized_means_cover_only_clients_that_trained(gsc_root, tmp_path):
+    cfg = _fedmlac_cfg(gsc_root, tmp_path, "train.rounds=1", "train.eval_every=1")
+    sim = Simulator(cfg, tmp_path / "run", progress=False)
+    final = sim.run()["final"]
+    trained = sample_cohort(sim.trainable, cfg.train.fraction, cfg.seed, 1)
+    assert 0 < len(trained) < len(sim.data.clients)
+    assert (final["personalized_clients"], final["clients_trained"]) == (len(trained), len(trained))
+    assert final["visits_per_trained_client"] == 1.0
+    by_hand = []
+    for client in sim.data.clients:
+        if client.name in trained:
+            own = sim.algorithm.personalized_model(client.name, sim.state["clients"][client.name])
+            by_hand.append(window_accuracy(own, client.holdout_x, client.holdout_y))
+    assert final["personalized_local_accuracy_mean"] == pytest.approx(sum(by_hand) / len(by_hand))
+    legend = json.loads((tmp_path / "run" / "results.json").read_text())["legend"]
+    assert "trained at least once" in legend["personalized_clients"]
+
+
+def test_fedkad_has_no_shared_model_column(gsc_root, tmp_path):
+    cfg = _fedmlac_cfg(gsc_root, tmp_path, "algorithm=fedkad", "train.rounds=1")
+    final = Simulator(cfg, tmp_path / "kad", progress=False).run()["final"]
+    assert final["has_global_model"] is False
+    assert "accuracy" not in final and "personalized_accuracy_mean" in final
+
+
+def test_few_visits_warn_and_name_the_settings(caplog):
+    task = _task()
+    few = load_config(overrides=["train.rounds=3", "train.fraction=0.1"])
+    many = load_config(overrides=["train.rounds=40", "train.fraction=0.5"])
+    assert expected_visits(few, 240) == pytest.approx(3 * 24 / 240)
+    assert expected_visits(many, 240) == pytest.approx(20.0)
+    with caplog.at_level(logging.WARNING, logger="fedac.algorithms.fedmlac"):
+        FedMLAC(many, task)
+        assert not caplog.records
+        FedMLAC(few, task)
+    message = caplog.records[-1].getMessage()
+    assert "train.rounds" in message and "train.fraction" in message and "data.max_clients" in message
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="fedac.algorithms.fedmlac"):
+        FedMLAC(load_config(overrides=["train.rounds=3", "fedmlac.ml=false"]), task)  # no mutual learning
+    assert not caplog.records
+
+
+def _update(extra: list[str], round_idx: int):
+    base = ["model.client_model=crnn_tiny", "fedmlac.plugin_model=crnn_tiny", "train.lr=0.1"]
+    algo = FedMLAC(load_config(overrides=base + extra), _task())
+    torch.manual_seed(0)
+    return algo.client_update(algo.broadcast(algo.init_server()), algo.init_client_state("a"), _client(), round_idx,
+                              torch.Generator().manual_seed(0)).upload
+
+
+def test_warmup_rounds_train_on_ce_then_mutual_learning():
+    same = lambda a, b: all(torch.equal(a[k], b[k]) for k in a)  # noqa: E731
+    assert same(_update(["fedmlac.warmup_rounds=2"], 2), _update(["fedmlac.ml=false"], 2))
+    assert same(_update(["fedmlac.warmup_rounds=2"], 3), _update([], 3))
+    assert not same(_update([], 3), _update(["fedmlac.ml=false"], 3))
+
+
+def test_lpa_log_names_pruned_clients_with_their_sizes(gsc_root, tmp_path):
+    cfg = _fedmlac_cfg(gsc_root, tmp_path, "train.rounds=2", "aggregation.v_l=0.25", "aggregation.v_h=0.25")
+    sim = Simulator(cfg, tmp_path / "lpa", progress=False)
+    sim.run()
+    rows = [json.loads(line) for line in (tmp_path / "lpa" / "lpa.jsonl").read_text().splitlines()]
+    assert [r["round"] for r in rows] == [1, 2]
+    for row in rows:
+        cohort = sample_cohort(sim.trainable, cfg.train.fraction, cfg.seed, row["round"])
+        assert sorted(row["n_k"]) == sorted(cohort)
+        assert all(row["n_k"][c] == sim.data.client(c).num_samples for c in cohort)
+        assert set(row["pruned"]) == set(layer_groups(list(sim.state["server"]["params"]), "module"))
+        assert "rnn.l0" in row["pruned"]  # a recurrent layer's tensors are one LPA layer
+        assert all(len(p) == 2 * int(0.25 * len(cohort)) for p in row["pruned"].values())
+    # the round's summary of LPA's bias is in metrics.csv
+    assert "lpa_kept_data_share" in (tmp_path / "lpa" / "metrics.csv").read_text().splitlines()[0]
+
+
+@pytest.fixture(scope="module")
+def us8k_tree(tmp_path_factory):
+    from test_urbansound8k import write_tree
+
+    return write_tree(tmp_path_factory.mktemp("us8k"))
+
+
+@pytest.mark.parametrize("name", sorted(set(EXPERIMENTS) - {"hetero"}))
+def test_every_reproduce_command_runs_at_toy_size(name, gsc_root, us8k_tree, tmp_path):
+    dataset, root = ("urbansound8k", us8k_tree) if name == "alpha" else ("speech_commands", gsc_root)
+    out = tmp_path / name
+    args = ["reproduce", name, "--quiet", "--seeds", "0", "--rounds", "1", "--datasets", dataset, "--out", str(out),
+            "--set", f"data.root={root}", "--set", "data.num_clients=4", "--set", "data.min_client_size=1"]
+    for setting in TINY:
+        args += ["--set", setting]
+    assert main(args) == 0
+    experiment = EXPERIMENTS[name]
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert len(rows) == len(experiment.methods) * max(1, len(experiment.variants))
+    table = (out / "table.md").read_text()
+    assert "Shared model on the test split" in table and "own models on their own held-out data" in table
+    assert all(f"| {m.split('=')[0]} |" in table for m in experiment.methods)
+    assert (out / "figure.png").stat().st_size > 0
+    for variant, settings in experiment.variants:
+        run = next(r for r in rows if r["cell"].endswith(variant))
+        saved = (out.joinpath(run["run_dir"].split(str(out) + "/")[1]) / "config.yaml").read_text()
+        key, value = settings[0].split("=")
+        assert f"{key.split('.')[1]}: {float(value) if '.' in value else value}" in saved \
+            or f"{key.split('.')[1]}: {value}" in saved
+
+
+def test_reproduce_resumes_instead_of_rerunning(gsc_root, tmp_path, monkeypatch):
+    out = tmp_path / "fig3"
+    args = ["reproduce", "fig3", "--quiet", "--seeds", "0", "--rounds", "2", "--datasets", "speech_commands",
+            "--out", str(out), "--set", f"data.root={gsc_root}"] + [a for s in TINY for a in ("--set", s)]
+    assert main(args) == 0
+    first = (out / "results.csv").read_text()
+    run_dir = out / "speech_commands" / "FedMLAC-s0"
+    (run_dir / "results.json").unlink()  # as if killed after its last checkpoint
+    trained = []
+    original = Simulator.run_round
+
+    def counting(self, state, round_idx):
+        trained.append(round_idx)
+        return original(self, state, round_idx)
+
+    monkeypatch.setattr(Simulator, "run_round", counting)
+    assert main(args) == 0
+    assert trained == []  # the checkpoint was at the last round: nothing is trained again
+    assert json.loads((run_dir / "results.json").read_text())["resumed_from"] == 2
+    assert (out / "results.csv").read_text().replace("\r", "") == first.replace("\r", "") or \
+        [r["accuracy"] for r in csv.DictReader(open(out / "results.csv"))] == \
+        [r["accuracy"] for r in csv.DictReader(first.splitlines())]
+    # another experiment's settings in the same folder are refused, not mixed in
+    assert main(args[:-2] + ["--set", "train.lr=0.5"] + args[-2:]) == 2
