@@ -38,15 +38,22 @@ log = logging.getLogger(__name__)
 
 def all_finite(obj: Any) -> bool:
     """True when every tensor inside an upload (dicts / lists of tensors) is free of NaN and Inf."""
-    if isinstance(obj, torch.Tensor):
-        return not obj.is_floating_point() or bool(torch.isfinite(obj).all())
-    if isinstance(obj, dict):
-        return all(all_finite(v) for v in obj.values())
-    if isinstance(obj, (list, tuple)):
-        return all(all_finite(v) for v in obj)
-    if isinstance(obj, float):
-        return math.isfinite(obj)
-    return True
+    tensors: list[torch.Tensor] = []
+
+    def scan(o: Any) -> bool:  # collects the floating tensors, checks Python floats
+        if isinstance(o, torch.Tensor):
+            if o.is_floating_point() and o.numel():
+                tensors.append(o)
+            return True
+        if isinstance(o, dict):
+            return all(scan(v) for v in o.values())
+        if isinstance(o, (list, tuple)):
+            return all(scan(v) for v in o)
+        return math.isfinite(o) if isinstance(o, float) else True
+
+    # one max |x| per tensor in one foreach call (NaN and Inf propagate into it; finite values cannot
+    # overflow), instead of an isfinite + all per tensor: 2.7 % of a FedMLAC round (issue 18)
+    return scan(obj) and (not tensors or bool(torch.stack(torch._foreach_norm(tensors, float("inf"))).isfinite().all()))
 
 
 def sample_cohort(clients: list[str], fraction: float, seed: int, round_idx: int) -> list[str]:

@@ -177,13 +177,12 @@ class _Conv1d(torch.autograd.Function):
         k, b = x.shape[:2]
         c_out, c_in, kernel = weight.shape[1:]
         pad = kernel // 2
-        if time_last:
-            windows = F.pad(x, (pad, pad)).unfold(3, kernel, 1).transpose(2, 3)  # (K, B, T, C, kernel)
-        else:
-            windows = F.pad(x, (0, 0, pad, pad)).unfold(2, kernel, 1)
-        t_len = windows.shape[2]
-        cols = windows.reshape(k, b * t_len, c_in * kernel)
-        w = weight.reshape(k, c_out, c_in * kernel)
+        # rows of (kernel, C): each window offset is a contiguous run of C values, so building the
+        # columns is a copy of runs (C-minor columns read with stride C were 3x slower)
+        padded = F.pad(x.transpose(2, 3) if time_last else x, (0, 0, pad, pad))
+        t_len = padded.shape[2] - 2 * pad
+        cols = padded.unfold(2, kernel, 1).transpose(3, 4).reshape(k, b * t_len, kernel * c_in)
+        w = weight.transpose(2, 3).reshape(k, c_out, kernel * c_in)
         out = torch.baddbmm(bias.unsqueeze(1), cols, w.transpose(1, 2))
         ctx.save_for_backward(cols, w)
         ctx.time_last, ctx.shape = time_last, (c_in, kernel)
@@ -195,18 +194,20 @@ class _Conv1d(torch.autograd.Function):
         k, b, t_len, c_out = grad.shape
         c_in, kernel = ctx.shape
         g = grad.reshape(k, b * t_len, c_out)
-        grad_w = torch.bmm(g.transpose(1, 2), cols).view(k, c_out, c_in, kernel)
+        grad_w = torch.bmm(g.transpose(1, 2), cols).view(k, c_out, kernel, c_in).transpose(2, 3)
         grad_x = None
         if ctx.needs_input_grad[0]:
-            grad_cols = torch.bmm(g, w).view(k, b, t_len, c_in, kernel)
+            grad_cols = torch.bmm(g, w).view(k, b, t_len, kernel, c_in)
             pad = kernel // 2
             padded = grad.new_zeros(k, b, t_len + 2 * pad, c_in)
             for j in range(kernel):  # col2im: window offset j read frame t + j of the padded input
-                padded[:, :, j:j + t_len] += grad_cols[..., j]
+                padded[:, :, j:j + t_len] += grad_cols[:, :, :, j]
             grad_x = padded[:, :, pad:pad + t_len]
             if ctx.time_last:
                 grad_x = grad_x.transpose(2, 3)
         return grad_x, grad_w, g.sum(1), None
+
+
 class _ReluMaxPool2(torch.autograd.Function):
     """ReLU then max-pooling by 2 over time (ceil mode), as one op on channels-last (..., T, C).
 
