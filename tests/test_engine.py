@@ -119,14 +119,17 @@ def test_eval_rows_at_eval_every_and_last_round(data, cfg_for, tmp_path):
     assert all(row["clients"] == 3.0 and row["rejected"] == 0.0 for row in results["history"])
 
 
-def spy_evaluate(monkeypatch, data):
+def spy_evaluate(monkeypatch, data, val_accuracies=()):
+    """Record every evaluated model; the validation accuracies can be scripted (one per evaluation)."""
     calls = []
     real = simulator_mod.evaluate
+    scripted = iter(val_accuracies)
 
     def spy(model, split, *args, **kwargs):
         tag = "val" if split is data.val else "test" if split is data.test else "other"
         calls.append((tag, {k: v.detach().clone() for k, v in model.state_dict().items()}))
-        return real(model, split, *args, **kwargs)
+        scores = real(model, split, *args, **kwargs)
+        return {**scores, "accuracy": next(scripted, scores["accuracy"])} if tag == "val" else scores
 
     monkeypatch.setattr(simulator_mod, "evaluate", spy)
     return calls
@@ -137,18 +140,17 @@ def same_params(a, b) -> bool:
 
 
 def test_best_val_selection_never_reads_test(data, cfg_for, tmp_path, monkeypatch):
-    calls = spy_evaluate(monkeypatch, data)
+    # scripted validation scores peak at round 2, so the selected model is not the last one
+    calls = spy_evaluate(monkeypatch, data, val_accuracies=[0.5, 0.9, 0.3, 0.2, 0.1])
     cfg = cfg_for(**{"train.rounds": 5, "train.fraction": 1.0, "train.lr": 0.3, "train.select": "best_val"})
     results = Simulator(cfg, tmp_path, data, progress=False).run()
     # the test split is read once, after training, and never during the rounds
     assert [tag for tag, _ in calls] == ["val"] * 5 + ["test"]
-    accuracies = [row["val_accuracy"] for row in results["history"]]
-    best = accuracies.index(max(accuracies))
-    assert results["final"]["selected_round"] == results["history"][best]["round"]
-    # the model tested is the one validated at the selected round
-    assert same_params(calls[-1][1], calls[best][1])
-    if best != 4:
-        assert not same_params(calls[-1][1], calls[4][1])
+    assert [row["val_accuracy"] for row in results["history"]] == [0.5, 0.9, 0.3, 0.2, 0.1]
+    assert results["final"]["selected_round"] == 2
+    # the model tested is the one validated at round 2, not the last one
+    assert same_params(calls[-1][1], calls[1][1])
+    assert not same_params(calls[-1][1], calls[4][1])
 
 
 def test_select_last(data, cfg_for, tmp_path, monkeypatch):

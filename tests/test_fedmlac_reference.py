@@ -1,5 +1,5 @@
 """One full FedMLAC client update (Algorithm 1: two batches, personalized step then Plug-in step) written
-out step by step, against both the sequential (`client_update`) and the cohort (`cohort_update`) paths.
+out step by step (two batches, 3 and 2 clips), against both the sequential (`client_update`) and the cohort (`cohort_update`) paths.
 
 The reference calls none of fedac's model, loss or optimizer code: the CRNN-Tiny forward (conv, ReLU,
 ceil-mode max-pool, GRU cell, mean over time, head), the softmaxes, cross-entropy, the KL terms of
@@ -39,9 +39,13 @@ def hand_set(phase: float, scale: float) -> dict[str, torch.Tensor]:
 
 OMEGA0 = hand_set(0.0, 0.4)  # the client's own model
 THETA0 = hand_set(1.3, 0.5)  # the global Plug-in it receives
-X = torch.cos(torch.arange(6 * FEATURES * FRAMES, dtype=torch.float32) * 0.53).reshape(6, FEATURES, FRAMES) * 2.0
-Y = torch.tensor([0, 1, 2, 2, 1, 0])
+X = torch.cos(torch.arange(5 * FEATURES * FRAMES, dtype=torch.float32) * 0.53).reshape(5, FEATURES, FRAMES) * 2.0
+Y = torch.tensor([0, 1, 2, 2, 1])
 CLIENT = ClientData("spk", X, Y, torch.zeros(0, FEATURES, FRAMES), torch.zeros(0, dtype=torch.long))
+# On the cohort path a larger client trains alongside, so the client's short second batch (2 of 3) is
+# padded inside the stacked step.
+COMPANION = ClientData("big", torch.sin(torch.arange(6 * FEATURES * FRAMES, dtype=torch.float32)).reshape(6, FEATURES, FRAMES),
+                       torch.tensor([2, 0, 1, 1, 0, 2]), torch.zeros(0, FEATURES, FRAMES), torch.zeros(0, dtype=torch.long))
 
 
 # --- the reference ------------------------------------------------------------------------------------
@@ -106,7 +110,7 @@ def grads(loss: torch.Tensor, params: dict[str, torch.Tensor]) -> dict[str, torc
 def reference_update(alpha: float, temperature: float, ce_weight: float, teacher: str):
     omega, theta = dict(OMEGA0), dict(THETA0)
     opt_omega, opt_theta = SGD(), SGD()
-    order = torch.randperm(6, generator=torch_generator(SEED, "batches", ROUND, CLIENT.name))  # batch order only
+    order = torch.randperm(5, generator=torch_generator(SEED, "batches", ROUND, CLIENT.name))  # batch order only
     losses, plugin_losses = [], []
     for idx in order.split(3):
         x, y = X[idx], Y[idx]
@@ -142,15 +146,15 @@ def fedmlac(case: dict, execution: str) -> FedMLAC:
         "train.batch_size=3", "train.local_epochs=1", f"train.execution={execution}",
         f"fedmlac.alpha={case['alpha']}", f"fedmlac.temperature={case['temperature']}",
         f"fedmlac.plugin_ce_weight={case['ce_weight']}", f"fedmlac.teacher={case['teacher']}", "fedmlac.ml=true"])
-    return FedMLAC(cfg, Task(FEATURES, CLASSES, [CLIENT.name]))
+    return FedMLAC(cfg, Task(FEATURES, CLASSES, [CLIENT.name, COMPANION.name]))
 
 
 def run_path(case: dict, path: str):
     algo = fedmlac(case, path)
     if path == "sequential":
         return train_client(algo, dict(THETA0), dict(OMEGA0), CLIENT, ROUND, SEED)
-    (result,) = algo.cohort_update(dict(THETA0), [dict(OMEGA0)], [CLIENT], ROUND, SEED)
-    return result
+    results = algo.cohort_update(dict(THETA0), [dict(OMEGA0), hand_set(2.1, 0.3)], [CLIENT, COMPANION], ROUND, SEED)
+    return results[0]
 
 
 @pytest.mark.parametrize("path", ["sequential", "cohort"])
