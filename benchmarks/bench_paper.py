@@ -1,0 +1,240 @@
+"""FedMLAC, paper schedule, stand-in (issue 18). One command, writes JSON to benchmarks/results/:
+
+    .venv/bin/python benchmarks/bench_paper.py            # about 15 min on 2 cores
+    .venv/bin/python benchmarks/bench_paper.py --quick    # smoke run
+
+Workload: `configs/paper.yaml` (48 of the stand-in's 240 clients per round, CRNN-Base personalized
+models, CRNN-Lite Plug-in, 1 local epoch, batch 16, lr 0.01) on the embedded Speech Commands stand-in,
+through `Simulator.run_round` (sampling, training, LPA, bookkeeping; no evaluation or checkpoints).
+
+Paths, each in a fresh process (so each has its own torch threads and allocator settings), run in
+alternating blocks of rounds (A B C .. A B C ..), so that a slow phase of this shared machine hits
+every path; the JSON keeps every round and the load average:
+- baseline: the code before issue 18 (`--baseline`, a git worktree of that commit), its default
+  (2 cohort workers x 1 thread);
+- default: this code's default (fused GRU, cost-planned chunks, workers from the cores);
+- the manual settings the default must not lose to: 2 torch threads x 1 worker, 1 thread x 1 worker;
+- the pure-torch GRU (`train.gru_kernel=torch`, the fallback) and the sequential path.
+Throughput: real samples' FLOPs (CRNN-Base forward + backward, CRNN-Lite teacher forward + forward +
+backward; backward counted as twice the forward; no padding) per wall second.
+
+Parts `gsc` (GSC scale, 2,618 clients, 524 per round; bench_cohort.py's gsc child, baseline and
+default) and `w` (workload W cohort / floor; bench_cohort.py's w part) run the issue 6 harness.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+RESULTS = BENCH / "results"
+BASELINE = "218ccd0"
+"""The last commit before issue 18's work: the 'current path' the issue measured at 1.80 s/round."""
+SETTINGS = ["algorithm=fedmlac", "train.checkpoint_every=1000000", "train.eval_every=1000000"]
+PATHS = {  # name: (code, overrides)
+    "baseline": ("baseline", []),
+    "default": ("current", []),
+    "threads_2_workers_1": ("current", ["train.threads=2", "train.cohort_workers=1"]),
+    "threads_1_workers_1": ("current", ["train.cohort_workers=1"]),
+    "torch_gru": ("current", ["train.gru_kernel=torch"]),
+    "sequential": ("current", ["train.execution=sequential"]),
+}
+
+
+def gru_flops(t: int, c: int, h: int) -> int:
+    return 2 * t * (3 * h * c + 3 * h * h)
+
+
+def forward_flops(name: str, features: int, frames: int, classes: int) -> int:
+    """Multiply-adds x 2 of one clip's forward pass (convolutions, GRU matmuls, head)."""
+    from fedac.models.crnn import CRNN_SPECS
+
+    spec = CRNN_SPECS[name]
+    total, c, t = 0, features, frames
+    for width in spec.conv_channels:
+        total += 2 * t * c * 5 * width
+        c, t = width, -(-t // 2)
+    directions = 2 if spec.bidirectional else 1
+    return total + directions * gru_flops(t, c, spec.hidden) + 2 * directions * spec.hidden * classes
+
+
+def child(args) -> dict:
+    """Rounds `args.first`.. of one path in this process (its fedac is whatever PYTHONPATH gives)."""
+    import torch
+
+    from fedac.config import load_config
+    from fedac.engine.simulator import Simulator, sample_cohort
+
+    cfg = load_config(REPO / "configs" / "paper.yaml", overrides=[*SETTINGS, *args.overrides])
+    run_dir = Path(args.tmp) / f"{args.child}-{os.getpid()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sim = Simulator(cfg, run_dir, progress=False)
+    state = sim._fresh_state()
+    sim.run_round(state, args.first - 1)  # warm-up (first-touch allocations, kernel load)
+    sizes = {c.name: c.num_samples for c in sim.data.clients}
+    rounds = []
+    for r in range(args.first, args.first + args.rounds):
+        samples = sum(sizes[n] for n in sample_cohort(sim.trainable, cfg.train.fraction, cfg.seed, r))
+        wall, cpu = time.perf_counter(), time.process_time()
+        sim.run_round(state, r)
+        rounds.append({"round": r, "wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
+                       "samples": samples, "load": os.getloadavg()[0]})
+    try:
+        from fedac.kernels import status
+        kernel = status()
+    except ImportError:
+        kernel = {"fused_gru": False, "note": "code without fedac.kernels"}
+    return {"rounds": rounds, "kernel": kernel, "torch_threads": torch.get_num_threads(),
+            "features": list(sim.data.clients[0].x.shape[1:]), "classes": sim.data.task.num_classes}
+
+
+def run_child(code: str, flags: list[str], baseline_src: Path | None) -> dict:
+    env = dict(os.environ)
+    if code == "baseline":
+        env["PYTHONPATH"] = str(baseline_src) + os.pathsep + env.get("PYTHONPATH", "")
+    done = subprocess.run([sys.executable, __file__, *flags], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise RuntimeError(f"child {' '.join(flags)} failed: {done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def baseline_tree(commit: str) -> Path:
+    """A git worktree of `commit` (kept between runs), whose src/ the baseline children import."""
+    tree = Path(os.environ.get("TMPDIR", "/tmp")) / f"fedac-baseline-{commit}"
+    if not tree.exists():
+        subprocess.run(["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), commit], check=True,
+                       capture_output=True)
+    return tree / "src"
+
+
+def part_paper(args, tmp: Path) -> dict:
+    baseline_src = baseline_tree(args.baseline)
+    names = [n for n in args.paths.split(",") if n]
+    samples: dict[str, list[dict]] = {n: [] for n in names}
+    meta: dict[str, dict] = {}
+    first = 1
+    for block in range(args.blocks):
+        order = names[block % len(names):] + names[:block % len(names)]
+        for name in order:
+            code, overrides = PATHS[name]
+            print(f"  block {block + 1}/{args.blocks}: {name} ...", flush=True)
+            out = run_child(code, ["--child", name, "--first", str(first), "--rounds", str(args.rounds), "--tmp",
+                                   str(tmp), "--overrides", *overrides], baseline_src)
+            samples[name] += out.pop("rounds")
+            meta[name] = out
+        first += args.rounds  # every path trains the same rounds (same clients) in a block
+    features, classes = meta[names[0]]["features"], meta[names[0]]["classes"]
+    per_sample = 3 * forward_flops("crnn_base", *features, classes) + 4 * forward_flops("crnn_lite", *features, classes)
+    out: dict = {"paths": {}, "flop_per_sample": per_sample, "baseline_commit": args.baseline}
+    for name, rounds in samples.items():
+        wall = statistics.median(r["wall_s"] for r in rounds)
+        out["paths"][name] = {
+            "overrides": PATHS[name][1], "code": PATHS[name][0], "wall_s": wall,
+            "cpu_s": statistics.median(r["cpu_s"] for r in rounds),
+            "gflop_per_s": statistics.median(r["samples"] * per_sample / r["wall_s"] for r in rounds) / 1e9,
+            "load_average_median": statistics.median(r["load"] for r in rounds), "rounds": rounds, **meta[name]}
+    for ref in ("baseline", "sequential"):
+        if ref in samples:
+            for name in samples:
+                # paired: the same rounds (clients) in the same block, path against reference
+                pairs = [a["wall_s"] / b["wall_s"] for a, b in zip(samples[name], samples[ref])]
+                out["paths"][name][f"vs_{ref}"] = out["paths"][name]["wall_s"] / out["paths"][ref]["wall_s"]
+                out["paths"][name][f"vs_{ref}_paired"] = statistics.median(pairs)
+    return out
+
+
+def part_gsc(args) -> dict:
+    """bench_cohort.py's GSC child (2 cohort workers x 1 thread: both defaults), baseline and default."""
+    baseline_src = baseline_tree(args.baseline)
+    out = {}
+    for name, code in (("baseline", "baseline"), ("default", "current")):
+        print(f"  gsc {name} ...", flush=True)
+        env = dict(os.environ)
+        if code == "baseline":
+            env["PYTHONPATH"] = str(baseline_src) + os.pathsep + env.get("PYTHONPATH", "")
+        flags = ["--gsc-child", "--gsc-settings", "1x2", "--gsc-rounds", str(args.gsc_rounds),
+                 *(["--quick"] if args.quick else [])]
+        done = subprocess.run([sys.executable, str(BENCH / "bench_cohort.py"), *flags], capture_output=True, text=True,
+                              env=env)
+        out[name] = (json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
+                     else {"error": done.stderr[-3000:]})
+    if "s_per_round_wall" in out["baseline"] and "s_per_round_wall" in out["default"]:
+        out["default_vs_baseline"] = out["default"]["s_per_round_wall"] / out["baseline"]["s_per_round_wall"]
+    return out
+
+
+def part_w(args) -> dict:
+    """bench_cohort.py's part w (floor / sequential / cohort, interleaved) with this code."""
+    path = Path(args.tmp_json)
+    flags = ["--parts", "w", "--out", str(path), *(["--quick"] if args.quick else [])]
+    done = subprocess.run([sys.executable, str(BENCH / "bench_cohort.py"), *flags], capture_output=True, text=True)
+    if done.returncode != 0:
+        return {"error": done.stderr[-3000:]}
+    return json.loads(path.read_text())["w"]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="fewer rounds and blocks, small GSC (smoke run)")
+    parser.add_argument("--parts", default="paper,gsc,w", help="comma list of paper,gsc,w")
+    parser.add_argument("--paths", default=",".join(PATHS), help=f"comma list of {','.join(PATHS)}")
+    parser.add_argument("--blocks", type=int, default=None, help="alternating blocks per path (default 2)")
+    parser.add_argument("--rounds", type=int, default=None, help="timed rounds per block (default 4)")
+    parser.add_argument("--gsc-rounds", type=int, default=3)
+    parser.add_argument("--baseline", default=BASELINE, help="commit of the 'before' code")
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--first", type=int, default=1, help=argparse.SUPPRESS)
+    parser.add_argument("--tmp", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--overrides", nargs="*", default=[], help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    args.blocks = args.blocks or (1 if args.quick else 2)
+    args.rounds = args.rounds or (2 if args.quick else 4)
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+    tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"fedac-bench-paper-{os.getpid()}"
+    args.tmp_json = str(tmp / "w.json")
+    started = datetime.now(timezone.utc)
+    report: dict = {"benchmark": "paper", "issue": 18, "started_utc": started.isoformat(), "quick": args.quick,
+                    "cpu_count": os.cpu_count(), "load_average_start": os.getloadavg()}
+    parts = {"paper": lambda: part_paper(args, tmp), "gsc": lambda: part_gsc(args), "w": lambda: part_w(args)}
+    for name in args.parts.split(","):
+        print(f"{name} ...", flush=True)
+        report[name] = parts[name]()
+    report["load_average_end"] = os.getloadavg()
+    out = args.out or RESULTS / f"paper-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(json.dumps(summary(report), indent=2))
+    print(f"wrote {out}")
+
+
+def summary(report: dict) -> dict:
+    keys = ("wall_s", "cpu_s", "gflop_per_s", "vs_baseline", "vs_baseline_paired", "vs_sequential",
+            "vs_sequential_paired", "load_average_median")
+    out: dict = {}
+    for name, p in report.get("paper", {}).get("paths", {}).items():
+        out[name] = {k: round(p[k], 3) for k in keys if k in p}
+    for name, g in report.get("gsc", {}).items():
+        if isinstance(g, dict):
+            out[f"gsc_{name}"] = {k: g.get(k) for k in ("s_per_round_wall", "wall_s_all", "peak_rss_mb", "error") if k in g}
+    if "default_vs_baseline" in report.get("gsc", {}):
+        out["gsc_default_vs_baseline"] = round(report["gsc"]["default_vs_baseline"], 3)
+    w = report.get("w", {})
+    out["w"] = {k: {m: round(v[m], 3) for m in ("wall_s", "cpu_s", "vs_floor_cpu", "vs_floor_cpu_paired") if m in v}
+                for k, v in w.items() if isinstance(v, dict) and "cpu_s" in v}
+    return out
+
+
+if __name__ == "__main__":
+    main()
