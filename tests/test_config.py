@@ -116,3 +116,27 @@ def test_saved_config_reloads_identically(tmp_path):
     # the default config survives a round trip too (None values, lists, nested sections)
     save_config(Config(), tmp_path / "default.yaml")
     assert load_config(tmp_path / "default.yaml") == Config()
+
+
+def test_algorithm_defaults_are_a_layer_under_file_flags_and_overrides(tmp_path):
+    from fedac.config import ALGORITHM_DEFAULTS
+
+    shared = Config().train
+    fedmlac = ALGORITHM_DEFAULTS["fedmlac"]
+    cfg = load_config(algorithm="fedmlac")
+    assert (cfg.train.fraction, cfg.train.local_epochs, cfg.train.rounds) == (
+        fedmlac["train.fraction"], fedmlac["train.local_epochs"], fedmlac["train.rounds"])
+    assert cfg.train.fraction != shared.fraction  # the layer does change something
+    # the algorithm may be named in any layer; every later layer still wins over its defaults
+    assert load_config(overrides=["algorithm=fedmlac"]).train.fraction == fedmlac["train.fraction"]
+    assert load_config(overrides=["algorithm=fedmlac", "train.fraction=0.3"]).train.fraction == 0.3
+    path = tmp_path / "c.yaml"
+    path.write_text("algorithm: fedmlac\ntrain:\n  rounds: 7\n")
+    from_file = load_config(path)
+    assert (from_file.train.rounds, from_file.train.fraction) == (7, fedmlac["train.fraction"])
+    # other algorithms, and comparisons (one schedule for every method), keep the shared defaults
+    assert load_config(algorithm="fedavg").train == shared
+    assert load_config(algorithm="fedmlac", algorithm_defaults=False).train == shared
+    # a saved config repeats the run exactly
+    save_config(cfg, tmp_path / "saved.yaml")
+    assert load_config(tmp_path / "saved.yaml") == cfg

@@ -155,3 +155,32 @@ def test_reproduce_resumes_instead_of_rerunning(gsc_root, tmp_path, monkeypatch)
         [r["accuracy"] for r in csv.DictReader(first.splitlines())]
     # another experiment's settings in the same folder are refused, not mixed in
     assert main(args[:-2] + ["--set", "train.lr=0.5"] + args[-2:]) == 2
+
+
+def test_runs_started_together_generate_the_stand_in_once(tmp_path, monkeypatch):
+    """Two runs on a fresh cache: the second waits for the first's generation instead of clearing it."""
+    import threading
+    import time as _time
+
+    from fedac.data import registry
+
+    calls, inside = [], []
+
+    def generate(root, seed, progress, **kwargs):
+        inside.append(1)
+        assert len(inside) == 1, "two generations of one stand-in ran at the same time"
+        if not (root / "done").exists():
+            calls.append(root)
+            _time.sleep(0.3)
+            root.mkdir(parents=True, exist_ok=True)
+            (root / "done").write_text("")
+        inside.pop()
+
+    monkeypatch.setattr(registry, "synthesizer", lambda spec: generate)
+    cfg = load_config(overrides=[f"data.cache_dir={tmp_path}"])
+    threads = [threading.Thread(target=registry.resolve_root, args=(cfg, False)) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1

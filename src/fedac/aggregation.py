@@ -166,9 +166,11 @@ def pruning_bias(layers: dict[str, LayerPruning], sizes: list[int]) -> dict[str,
             rest_pruned.append(float(pruned[~rich].double().mean()))
         corr.append(spearman(n, p.deviations))
     mean = lambda v: float(sum(v) / len(v)) if v else float("nan")  # noqa: E731
-    return {"lpa_trusted_fraction": mean([len(p.trusted) / count for p in layers.values()]),
-            "lpa_kept_data_share": mean(kept_share), "lpa_rich_pruned": mean(rich_pruned),
-            "lpa_rest_pruned": mean(rest_pruned), "lpa_size_deviation_rank_corr": mean(corr)}
+    out = {"lpa_trusted_fraction": mean([len(p.trusted) / count for p in layers.values()]),
+           "lpa_kept_data_share": mean(kept_share), "lpa_rich_pruned": mean(rich_pruned),
+           "lpa_rest_pruned": mean(rest_pruned), "lpa_size_deviation_rank_corr": mean(corr)}
+    # Undefined values (equal sizes, a one-client cohort) are left out rather than logged as NaN.
+    return {k: v for k, v in out.items() if math.isfinite(v)}
 
 
 def spearman(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -97,7 +97,9 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
     for seed in seeds:
         built: dict[str, object] = {}
         for method in methods:
-            cfg = load_config(config_path, overrides + method.overrides + list(last), algorithm=method.algorithm,
+            # One schedule for every method (no per-algorithm defaults): like is compared with like.
+            cfg = load_config(config_path, overrides + method.overrides + list(last), algorithm_defaults=False,
+                              algorithm=method.algorithm,
                               dataset=base.dataset, seed=seed, **{"train.rounds": base.train.rounds})
             run_dir = out / f"{method.label.replace(' ', '_').replace('/', '')}-s{seed}"
             cfg.out = str(run_dir)
@@ -148,15 +150,20 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_grid_arguments(p: argparse.ArgumentParser, out_help: str) -> None:
+    """The options that `compare` and `reproduce` share."""
+    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--rounds", type=int)
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
+    p.add_argument("--out", help=out_help)
+    p.add_argument("--quiet", action="store_true")
+
+
 def add_compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="several methods x seeds, summarised as mean ± std")
     p.add_argument("--preset", help=f"named method list: {', '.join(PRESETS)}")
     p.add_argument("--method", dest="methods", action="append", metavar="LABEL=ALGO[:k=v,...]")
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument("--config")
     p.add_argument("--dataset")
-    p.add_argument("--rounds", type=int)
-    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
-    p.add_argument("--out")
-    p.add_argument("--quiet", action="store_true")
+    add_grid_arguments(p, "output folder (default runs/compare-<time>); rerun to complete a killed comparison")
     p.set_defaults(func=cmd_compare)

@@ -293,13 +293,36 @@ def _nest(key: str, value: Any) -> dict[str, Any]:
     return out
 
 
+#: Settings an algorithm changes in the built-in defaults: a layer between those defaults and the config
+#: file, flags and --set (which still win). FedMLAC's Plug-in learns the labels only from the clients'
+#: own models (Eq. 9), which must first become confident teachers: at the shared schedule's 10 visits
+#: per client it stays at chance, so FedMLAC's default visits every client in every round
+#: (README, FedMLAC section, for the measurements). `fedac compare` and `fedac reproduce` skip this layer
+#: so that every method of a comparison runs under one schedule.
+ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
+    "fedmlac": {"train.fraction": 1.0, "train.local_epochs": 1, "train.rounds": 30},
+}
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
+    algorithm_defaults: bool = True,
     **flags: Any,
 ) -> Config:
-    """Resolve defaults, then a YAML file, then keyword flags (e.g. rounds=...), then `key=value` overrides."""
-    cfg = Config()
+    """Resolve defaults, the algorithm's defaults (`ALGORITHM_DEFAULTS`, unless `algorithm_defaults` is
+    false), then a YAML file, then keyword flags (e.g. rounds=...), then `key=value` overrides."""
+    cfg = _layered(Config(), path, overrides, flags)
+    if not algorithm_defaults or cfg.algorithm not in ALGORITHM_DEFAULTS:
+        return cfg
+    # The algorithm is known only once every layer is read: start again with its defaults underneath.
+    base = Config()
+    for key, value in ALGORITHM_DEFAULTS[cfg.algorithm].items():
+        _apply(base, _nest(key, value))
+    return _layered(base, path, overrides, flags)
+
+
+def _layered(cfg: Config, path: str | Path | None, overrides: list[str] | None, flags: dict[str, Any]) -> Config:
     if path is not None:
         path = Path(path)
         if not path.is_file():

@@ -99,6 +99,7 @@ def log_pruning(run_dir: Path, round_idx: int, layers: dict, clients: list[str],
     pruned = {layer: [clients[k] for k in range(len(clients)) if k not in set(p.trusted)]
               for layer, p in layers.items()}
     row = {"round": round_idx, "n_k": dict(zip(clients, sizes)), "pruned": pruned}
+    Path(run_dir).mkdir(parents=True, exist_ok=True)
     with open(Path(run_dir) / PRUNING_LOG, "a") as handle:
         handle.write(json.dumps(row) + "\n")
 
@@ -129,7 +130,8 @@ def final_table(results: dict[str, Any]) -> str:
             ("shared model: client held-out acc.", f"{final['client_accuracy_mean']:.4f} ± {final['client_accuracy_std']:.4f}"),
         ]
     rows.append(("rounds", str(results["rounds"])))
-    rows.append(("clients trained (mean visits)", f"{final['clients_trained']} ({final['visits_per_trained_client']:.1f})"))
+    if "clients_trained" in final:
+        rows.append(("clients trained (mean visits)", f"{final['clients_trained']} ({final['visits_per_trained_client']:.1f})"))
     if "personalized_accuracy_mean" in final:
         n = final["personalized_clients"]
         rows.append((f"own models ({n}): test acc.", f"{final['personalized_accuracy_mean']:.4f} ± {final['personalized_accuracy_std']:.4f}"))

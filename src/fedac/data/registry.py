@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import importlib
 from dataclasses import dataclass
 from pathlib import Path
@@ -95,8 +96,13 @@ def resolve_root(cfg: Config, progress: bool = True) -> Path:
     if spec.synthesizer is None:
         raise ConfigError(f"dataset '{cfg.dataset}' has no embedded stand-in: set data.root=DIR")
     root = synthetic_root(cfg)
-    # The embedded data set uses a fixed seed: run seeds vary training, not the corpus.
-    synthesizer(spec)(root, seed=0, progress=progress, **spec.synth_kwargs(cfg.data))
+    root.parent.mkdir(parents=True, exist_ok=True)
+    # Two runs started together on a fresh cache would write (and clear) the same folder at once: the
+    # second waits for the first, then finds its completion marker. The embedded data set uses a fixed
+    # seed: run seeds vary training, not the corpus.
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        synthesizer(spec)(root, seed=0, progress=progress, **spec.synth_kwargs(cfg.data))
     return root
 
 

@@ -245,8 +245,9 @@ class Simulator:
         if model is None:
             final["selected_round"] = state["round"]
         visits = list(state.get("visits", {}).values())
-        final["clients_trained"] = len(visits)
-        final["visits_per_trained_client"] = float(np.mean(visits)) if visits else 0.0
+        if visits:  # the simulator's count (a Flower deployment's nodes keep their own)
+            final["clients_trained"] = len(visits)
+            final["visits_per_trained_client"] = float(np.mean(visits))
         return {"algorithm": self.cfg.algorithm, "dataset": self.cfg.dataset, "seed": self.cfg.seed,
                 "final": final, "history": state["history"], "rounds": state["round"],
                 "clients": len(self.data.clients), "num_classes": self.data.task.num_classes}

@@ -201,7 +201,11 @@ def evaluate(msg: Message, context: Context) -> Message:
     config = msg.content[CONFIG] if CONFIG in msg.content else ConfigRecord()
     batch = node.cfg.train.eval_batch_size
     state, state_round = load_state(context, node)
-    metrics = personal_metrics(node, state, bool(config.get("final", False)))
+    # A node that never trained holds a random initial model: it reports no personalized metrics (the
+    # simulator's personalized means likewise cover only the clients that trained).
+    trained = state_round > 0 or not node.algorithm.personalized
+    metrics = personal_metrics(node, state, bool(config.get("final", False))) if trained else \
+        {"num-examples": int(node.client.holdout_y.shape[0])}
     if ARRAYS in msg.content:
         # A global model sent along (Flower's built-in strategies do): its accuracy on the local held-out data.
         model = node.algorithm.global_model({"params": transport.get(msg.content, ARRAYS)})
