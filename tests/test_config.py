@@ -124,8 +124,8 @@ def test_algorithm_defaults_are_a_layer_under_file_flags_and_overrides(tmp_path)
     shared = Config().train
     fedmlac = ALGORITHM_DEFAULTS["fedmlac"]
     cfg = load_config(algorithm="fedmlac")
-    assert (cfg.train.fraction, cfg.train.local_epochs, cfg.train.rounds) == (
-        fedmlac["train.fraction"], fedmlac["train.local_epochs"], fedmlac["train.rounds"])
+    assert (cfg.data.max_clients, cfg.train.fraction, cfg.train.rounds) == (
+        fedmlac["data.max_clients"], fedmlac["train.fraction"], fedmlac["train.rounds"])
     assert cfg.train.fraction != shared.fraction  # the layer does change something
     # the algorithm may be named in any layer; every later layer still wins over its defaults
     assert load_config(overrides=["algorithm=fedmlac"]).train.fraction == fedmlac["train.fraction"]
