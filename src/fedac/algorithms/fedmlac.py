@@ -20,6 +20,10 @@ Choices where the paper is silent (all config options under `fedmlac.`):
   teacher logits of omega computed before omega's step on the same batch are reused; "post_update"
   recomputes them with the freshly updated omega (one more forward pass).
 - ml = false (`w/o ML`): omega on CE alone, theta on CE alone; lpa = false (`w/o LPA`): n_k-weighted mean.
+- warmup_rounds = 0 (beyond the paper): rounds 1..W train as `w/o ML` before mutual learning starts.
+- min_visits = 10: a run whose clients train fewer times than this (rounds x active ratio) warns: the
+  Plug-in learns only through the clients' models (Eq. 9), which need many visits to become confident
+  teachers (README, FedMLAC section, for the measurements).
 """
 
 from __future__ import annotations
@@ -102,7 +106,6 @@ class FedMLAC(Algorithm):
             raise ConfigError(f"fedmlac.alpha must lie in [0, 1], got {cfg.fedmlac.alpha}")
         if cfg.fedmlac.temperature <= 0:
             raise ConfigError(f"fedmlac.temperature must be > 0, got {cfg.fedmlac.temperature}")
-
         if cfg.fedmlac.warmup_rounds < 0:
             raise ConfigError(f"fedmlac.warmup_rounds must be >= 0, got {cfg.fedmlac.warmup_rounds}")
         warn_if_few_visits(cfg, len(task.clients))
