@@ -39,7 +39,10 @@ REPO = BENCH.parent
 RESULTS = BENCH / "results"
 BASELINE = "218ccd0"
 """The last commit before issue 18's work: the 'current path' the issue measured at 1.80 s/round."""
-SETTINGS = ["algorithm=fedmlac", "train.checkpoint_every=1000000", "train.eval_every=1000000"]
+SETTINGS = ["algorithm=fedmlac", "train.checkpoint_every=1000000", "train.eval_every=1000000",
+            "data.max_clients=null", "train.fraction=0.2"]
+"""configs/paper.yaml as it was measured in issue 18 (all 240 clients, 48 per round), pinned against later
+algorithm defaults (config.ALGORITHM_DEFAULTS gives FedMLAC 24 clients)."""
 PATHS = {  # name: (code, overrides)
     "baseline": ("baseline", []),
     "default": ("current", []),

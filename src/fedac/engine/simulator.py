@@ -51,9 +51,13 @@ def all_finite(obj: Any) -> bool:
             return all(scan(v) for v in o)
         return math.isfinite(o) if isinstance(o, float) else True
 
-    # one max |x| per tensor in one foreach call (NaN and Inf propagate into it; finite values cannot
-    # overflow), instead of an isfinite + all per tensor: 2.7 % of a FedMLAC round (issue 18)
-    return scan(obj) and (not tensors or bool(torch.stack(torch._foreach_norm(tensors, float("inf"))).isfinite().all()))
+    if not scan(obj):
+        return False
+    # One foreach L2 norm call (16x faster than an isfinite + all per tensor, 2.7 % of a FedMLAC round,
+    # issue 18): NaN and Inf propagate into a norm, so a finite one proves the tensor finite; only a
+    # non-finite norm (possibly an overflow of huge finite values) needs the exact check.
+    return not tensors or bool(torch.stack(torch._foreach_norm(tensors)).isfinite().all()) or \
+        all(bool(torch.isfinite(t).all()) for t in tensors)
 
 
 def sample_cohort(clients: list[str], fraction: float, seed: int, round_idx: int) -> list[str]:
