@@ -89,6 +89,7 @@ def test_resume_continues_from_what_the_checkpoint_holds(settings, data, tmp_pat
 
     # what continuing the changed state for the remaining rounds gives, round by round
     expected = copy.deepcopy(state)
+    (tmp_path / "stepper").mkdir()  # run() makes its directory; rounds stepped by hand may log there
     stepper = Simulator(cfg, tmp_path / "stepper", data, progress=False)
     for r in range(STOP + 1, ROUNDS + 1):
         stepper.run_round(expected, r)
