@@ -11,6 +11,7 @@ fails until it gets a row here.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -423,6 +424,46 @@ def layer_unit(build, run):
     assert per_module["lin.weight"] == per_module["lin.bias"] == set(range(1, 9))
 
 
+def deviation(build, run):
+    # Global model 1; client updates +1, -1, +8, the last after 5x the local steps (80 clips against 10).
+    # Raw Eq. 11 prunes that data-rich client; per step it moved like the first (and in its direction).
+    def aggregate_with(kind: str) -> float:
+        algo = algorithm("aggregation.method=lpa", "aggregation.v_l=0.0", "aggregation.v_h=0.34",
+                         f"aggregation.deviation={kind}")
+        server = {**algo.init_server(), "params": {"lin.weight": torch.tensor([1.0])}}
+        uploads = [({"lin.weight": torch.tensor([v])}, n) for v, n in ((2.0, 10), (0.0, 10), (9.0, 80))]
+        return algo.server_update(server, uploads, 1)[0]["params"]["lin.weight"].item()
+
+    assert aggregate_with("raw") == pytest.approx((10 * 2 + 10 * 0) / 20)
+    assert aggregate_with("per_step") == pytest.approx((10 * 2 + 80 * 9) / 90)
+    assert aggregate_with("cosine") == pytest.approx((10 * 2 + 80 * 9) / 90)
+
+
+def warmup_rounds(build, run):
+    # round 1 of a 1-round warm-up trains on CE alone, exactly as `w/o ML`
+    _, (warm, *_) = update("algorithm=fedmlac", "fedmlac.warmup_rounds=1")
+    _, (ce, *_) = update("algorithm=fedmlac", "fedmlac.ml=false")
+    _, (mutual, *_) = update("algorithm=fedmlac", "fedmlac.warmup_rounds=0")
+    assert same(warm.upload, ce.upload) and same(warm.state, ce.state)
+    assert not same(warm.upload, mutual.upload)
+
+
+def min_visits(build, run):
+    # 4 rounds, one of the 2 clients a round: 2 expected visits per client
+    records: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logger = logging.getLogger("fedac.algorithms.fedmlac")
+    logger.addHandler(handler)
+    try:
+        algorithm("algorithm=fedmlac", "train.rounds=4", "train.fraction=0.5", "fedmlac.min_visits=2")
+        quiet = len(records)
+        algorithm("algorithm=fedmlac", "train.rounds=4", "train.fraction=0.5", "fedmlac.min_visits=3")
+    finally:
+        logger.removeHandler(handler)
+    assert quiet == 0 and len(records) == 1 and "visits" in records[0].getMessage()
+
+
 def _fedopt(rule: str, overrides: tuple[str, ...]):
     """Two server rounds of the algorithm vs `server_step` with the same values (tested by hand in
     test_fedopt.py): the setting reaches the server optimizer."""
@@ -491,6 +532,9 @@ EFFECTS = {
     "aggregation.v_l": v_l,
     "aggregation.v_h": v_h,
     "aggregation.layer_unit": layer_unit,
+    "aggregation.deviation": deviation,
+    "fedmlac.warmup_rounds": warmup_rounds,
+    "fedmlac.min_visits": min_visits,
     "fedopt.server_lr": fedopt_setting("adam", "server_lr", 0.05),
     "fedopt.beta1": fedopt_setting("adam", "beta1", 0.5),
     "fedopt.beta2": fedopt_setting("yogi", "beta2", 0.5),
