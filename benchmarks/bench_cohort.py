@@ -188,12 +188,20 @@ def floor_child(args) -> dict:
     return {"samples": [timed(lambda: floor(r)) for r in range(1, args.threads_repeats + 1)]}
 
 
-def run_child(*flags: str, env: dict | None = None) -> dict:
-    """This script in a fresh process with `flags`; its result is the JSON on the last line it prints."""
-    done = subprocess.run([sys.executable, __file__, *flags], capture_output=True, text=True, env=env)
+def run_child(*flags: str, env: dict | None = None, script: str = __file__) -> dict:
+    """`script` (this one) in a fresh process with `flags`; its result is the JSON on the last line it prints."""
+    done = subprocess.run([sys.executable, script, *flags], capture_output=True, text=True, env=env)
     if done.returncode != 0:
         raise RuntimeError(f"child {' '.join(flags)} failed: {done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def write_report(report: dict, out: Path, headline: dict) -> None:
+    """The full report as JSON at `out`, the headline numbers on stdout."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=2))
+    print(json.dumps(headline, indent=2))
+    print(f"wrote {out}")
 
 
 def part_threads(args) -> dict:
@@ -536,11 +544,8 @@ def main() -> None:
             report[name] = run()
     report["machine"]["load_average_end"] = os.getloadavg()
     report["finished_utc"] = datetime.now(timezone.utc).isoformat()
-    out = args.out or RESULTS / f"cohort-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(json.dumps(summary(report), indent=2))
-    print(f"wrote {out}")
+    write_report(report, args.out or RESULTS / f"cohort-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json",
+                 summary(report))
 
 
 def summary(report: dict) -> dict:

@@ -34,9 +34,10 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from bench_cohort import RESULTS, run_child, write_report
+
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-RESULTS = BENCH / "results"
 BASELINE = "218ccd0"
 """The last commit before issue 18's work: the 'current path' the issue measured at 1.80 s/round."""
 SETTINGS = ["algorithm=fedmlac", "train.checkpoint_every=1000000", "train.eval_every=1000000",
@@ -100,14 +101,12 @@ def child(args) -> dict:
             "features": list(sim.data.clients[0].x.shape[1:]), "classes": sim.data.task.num_classes}
 
 
-def run_child(code: str, flags: list[str], baseline_src: Path | None) -> dict:
+def child_env(code: str, baseline_src: Path) -> dict:
+    """The environment of a child running `code`: the baseline's sources first on the path, or ours."""
     env = dict(os.environ)
     if code == "baseline":
         env["PYTHONPATH"] = str(baseline_src) + os.pathsep + env.get("PYTHONPATH", "")
-    done = subprocess.run([sys.executable, __file__, *flags], capture_output=True, text=True, env=env)
-    if done.returncode != 0:
-        raise RuntimeError(f"child {' '.join(flags)} failed: {done.stderr[-3000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return env
 
 
 def baseline_tree(commit: str) -> Path:
@@ -130,8 +129,8 @@ def part_paper(args, tmp: Path) -> dict:
         for name in order:
             code, overrides = PATHS[name]
             print(f"  block {block + 1}/{args.blocks}: {name} ...", flush=True)
-            out = run_child(code, ["--child", name, "--first", str(first), "--rounds", str(args.rounds), "--tmp",
-                                   str(tmp), "--overrides", *overrides], baseline_src)
+            out = run_child("--child", name, "--first", str(first), "--rounds", str(args.rounds), "--tmp", str(tmp),
+                            "--overrides", *overrides, env=child_env(code, baseline_src), script=__file__)
             samples[name] += out.pop("rounds")
             meta[name] = out
         first += args.rounds  # every path trains the same rounds (same clients) in a block
@@ -161,15 +160,11 @@ def part_gsc(args) -> dict:
     out = {}
     for name, code in (("baseline", "baseline"), ("default", "current")):
         print(f"  gsc {name} ...", flush=True)
-        env = dict(os.environ)
-        if code == "baseline":
-            env["PYTHONPATH"] = str(baseline_src) + os.pathsep + env.get("PYTHONPATH", "")
-        flags = ["--gsc-child", "--gsc-settings", "1x2", "--gsc-rounds", str(args.gsc_rounds),
-                 *(["--quick"] if args.quick else [])]
-        done = subprocess.run([sys.executable, str(BENCH / "bench_cohort.py"), *flags], capture_output=True, text=True,
-                              env=env)
-        out[name] = (json.loads(done.stdout.strip().splitlines()[-1]) if done.returncode == 0
-                     else {"error": done.stderr[-3000:]})
+        try:
+            out[name] = run_child("--gsc-child", "--gsc-settings", "1x2", "--gsc-rounds", str(args.gsc_rounds),
+                                  *(["--quick"] if args.quick else []), env=child_env(code, baseline_src))
+        except RuntimeError as exc:
+            out[name] = {"error": str(exc)}
     if "s_per_round_wall" in out["baseline"] and "s_per_round_wall" in out["default"]:
         out["default_vs_baseline"] = out["default"]["s_per_round_wall"] / out["baseline"]["s_per_round_wall"]
     return out
@@ -215,11 +210,7 @@ def main() -> None:
         print(f"{name} ...", flush=True)
         report[name] = parts[name]()
     report["load_average_end"] = os.getloadavg()
-    out = args.out or RESULTS / f"paper-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(json.dumps(summary(report), indent=2))
-    print(f"wrote {out}")
+    write_report(report, args.out or RESULTS / f"paper-{started.strftime('%Y%m%dT%H%M%SZ')}.json", summary(report))
 
 
 def summary(report: dict) -> dict:
