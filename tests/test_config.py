@@ -140,3 +140,9 @@ def test_algorithm_defaults_are_a_layer_under_file_flags_and_overrides(tmp_path)
     # a saved config repeats the run exactly
     save_config(cfg, tmp_path / "saved.yaml")
     assert load_config(tmp_path / "saved.yaml") == cfg
+
+
+def test_paper_config_keeps_every_client_under_fedmlac():
+    paper = Path(__file__).parents[1] / "configs" / "paper.yaml"
+    assert load_config(paper, algorithm="fedmlac").data.max_clients is None
+    assert load_config(algorithm="fedmlac").data.max_clients == 24

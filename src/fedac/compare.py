@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -83,10 +84,11 @@ def check_same_config(cfg: Config, run_dir: Path) -> None:
 
 
 def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: Path, overrides: list[str],
-                   config_path: str | None, progress: bool = True, last: list[str] = ()) -> dict:
+                   config_path: str | None, progress: bool = True, last: list[str] = (),
+                   on_run: Callable[[dict[str, list[dict]]], None] | None = None) -> dict:
     """Every method x seed, each in its own run directory under `out`. Runs that already ended are read
     back, and a run killed midway resumes from its checkpoint, so a killed comparison is completed by
-    running the same command again."""
+    running the same command again. `on_run` sees the runs so far after each one (partial tables)."""
     from fedac.engine.checkpoint import CHECKPOINT
     from fedac.engine.data import build_federated_data
     from fedac.engine.simulator import Simulator
@@ -116,6 +118,8 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
                 results = Simulator(cfg, run_dir, data=built[key], progress=progress).run(resume=resume)
             runs[method.label].append({"seed": seed, "run_dir": str(run_dir), **results["final"],
                                        "wall_seconds": results["wall_seconds"]})
+            if on_run is not None:
+                on_run(runs)
     summary = {"methods": [m.__dict__ for m in methods], "seeds": seeds, "runs": runs,
                "wall_seconds": time.perf_counter() - started,
                "mean_std": {label: {k: mean_std([r[k] for r in rs if k in r]) for k in METRICS}

@@ -115,27 +115,44 @@ def cells(experiment: Experiment, datasets: list[str] | None) -> list[Cell]:
 
 
 def run_experiment(name: str, seeds: list[int], out: Path, overrides: list[str], datasets: list[str] | None = None,
-                   rounds: int | None = None, command: str = "", progress: bool = True) -> dict:
+                   rounds: int | None = None, command: str = "", progress: bool = True,
+                   only: list[str] | None = None) -> dict:
     """Run (or complete) every cell of an experiment and write table.md, results.csv and figure.png."""
     if name not in EXPERIMENTS:
         raise ConfigError(f"unknown experiment '{name}'. Experiments: {', '.join(EXPERIMENTS)}")
     experiment = EXPERIMENTS[name]
     methods = [parse_method(m) for m in experiment.methods]
+    if only:
+        unknown = set(only) - {m.label for m in methods}
+        if unknown:
+            raise ConfigError(f"{name} has no method(s) {', '.join(sorted(unknown))}; "
+                              f"its methods: {', '.join(m.label for m in methods)}")
+        methods = [m for m in methods if m.label in only]
+    # The user's settings come last, after the protocol's and each method's own.
+    user = list(overrides) + ([f"train.rounds={rounds}"] if rounds is not None else [])
     started = time.perf_counter()
-    summaries = {}
+    summaries: dict[str, dict] = {}
+    out.mkdir(parents=True, exist_ok=True)
+
+    def write_outputs() -> None:
+        write_csv(out / "results.csv", summaries)
+        (out / "table.md").write_text(markdown(experiment, summaries, seeds, command))
+        plot(out / "figure.png", experiment, summaries, methods)
+
     for cell in cells(experiment, datasets):
         settings = PROTOCOL + cell.settings
-        base = load_config(None, settings + list(overrides), dataset=cell.dataset, **{"train.rounds": rounds})
+        base = load_config(None, settings + user, dataset=cell.dataset)
         folder = out / cell.label.replace(" ", "_").replace("%", "pct")
         if progress:
             print(f"=== {experiment.title}: {cell.label}")
-        # The user's --set comes last, so it can change a method's own settings too.
-        summaries[cell.label] = run_comparison(base, methods, seeds, folder, settings, None, progress,
-                                               last=list(overrides))
-    out.mkdir(parents=True, exist_ok=True)
-    write_csv(out / "results.csv", summaries)
-    (out / "table.md").write_text(markdown(experiment, summaries, seeds, command))
-    plot(out / "figure.png", experiment, summaries, methods)
+        summaries[cell.label] = {"methods": [m.__dict__ for m in methods], "runs": {m.label: [] for m in methods}}
+
+        def on_run(runs: dict[str, list[dict]], label: str = cell.label) -> None:
+            summaries[label]["runs"] = runs
+            write_outputs()  # a table of what has finished so far: a killed reproduction still shows it
+
+        run_comparison(base, methods, seeds, folder, settings, None, progress, last=user, on_run=on_run)
+    write_outputs()
     return {"experiment": name, "cells": list(summaries), "wall_seconds": time.perf_counter() - started}
 
 
@@ -151,12 +168,14 @@ def write_csv(path: Path, summaries: dict[str, dict]) -> None:
                     writer.writerow([cell, method, run["seed"], *[run.get(k, "") for k in keys], run["run_dir"]])
 
 
-def _cell_value(runs: list[dict], key: str) -> str:
+def _cell_value(runs: list[dict], key: str, seeds: int) -> str:
+    """mean ± std over seeds; `(n=k)` while only k of the seeds have finished; — without such a model."""
     values = [r[key] for r in runs if r.get(key) is not None]
     if not values:
-        return "—"
+        return "—" if runs else "pending"
     mean, std = mean_std(values)
-    return "—" if mean != mean else f"{100 * mean:.2f} ± {100 * std:.2f}"
+    partial = f" (n={len(values)})" if len(values) < seeds else ""
+    return "—" if mean != mean else f"{100 * mean:.2f} ± {100 * std:.2f}{partial}"
 
 
 def markdown(experiment: Experiment, summaries: dict[str, dict], seeds: list[int], command: str) -> str:
@@ -170,7 +189,8 @@ def markdown(experiment: Experiment, summaries: dict[str, dict], seeds: list[int
     for key, title in TABLES.items():
         lines += [f"## {title}", "", "| Method | " + " | ".join(summaries) + " |", "|---" * (len(summaries) + 1) + "|"]
         for method in methods:
-            lines.append(f"| {method} | " + " | ".join(_cell_value(s["runs"][method], key) for s in summaries.values()) + " |")
+            lines.append(f"| {method} | " + " | ".join(_cell_value(s["runs"][method], key, len(seeds))
+                                                       for s in summaries.values()) + " |")
         lines.append("")
     return "\n".join(lines)
 
@@ -204,7 +224,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     out = Path(args.out or f"runs/reproduce-{args.experiment}")
     command = "fedac " + " ".join(shlex.quote(a) for a in args.argv)
     summary = run_experiment(args.experiment, args.seeds, out, args.overrides, args.datasets, args.rounds,
-                             command, progress=not args.quiet)
+                             command, progress=not args.quiet, only=args.methods)
     print((out / "table.md").read_text())
     print(f"{len(summary['cells'])} cells in {summary['wall_seconds']:.0f} s; table.md, results.csv, figure.png in {out}")
     return 0
@@ -214,5 +234,6 @@ def add_reproduce_parser(sub) -> None:
     p = sub.add_parser("reproduce", help="one of fedmlac.md's experiments (Tables 4-7, Figs. 2-3, alpha sweep)")
     p.add_argument("experiment", help=f"one of: {', '.join(EXPERIMENTS)}")
     p.add_argument("--datasets", nargs="+", help=f"default {' '.join(STAND_INS)}; iemocap needs --set data.root=DIR")
+    p.add_argument("--methods", nargs="+", metavar="LABEL", help="only these of the experiment's methods (by label)")
     add_grid_arguments(p, "output folder (default runs/reproduce-<experiment>); rerun to resume")
     p.set_defaults(func=cmd_reproduce)
