@@ -95,24 +95,22 @@ def layer_deviation(stacked: dict[str, torch.Tensor], kind: str = "raw", referen
     - cosine (beyond the paper): 1 - cos(theta_k^l - theta_global^l, mean_j of those updates), free of
       the update's length altogether.
     """
-    if kind == "raw":
-        rows = {name: s for name, s in stacked.items()}
-    else:
+    if kind not in DEVIATIONS:
+        raise ConfigError(f"aggregation.deviation must be one of {', '.join(DEVIATIONS)}, got {kind!r}")
+    rows = dict(stacked)
+    if kind != "raw":
         if reference is None:
             raise ConfigError(f"aggregation.deviation={kind} needs the round's global model (reference)")
         rows = {name: s - reference[name].to(torch.float64) for name, s in stacked.items()}
-        if kind == "per_step":
-            if steps is None:
-                raise ConfigError("aggregation.deviation=per_step needs each client's local step count")
-            rows = {name: d / steps.view(-1, *([1] * (d.dim() - 1))) for name, d in rows.items()}
-        elif kind != "cosine":
-            raise ConfigError(f"aggregation.deviation must be one of {', '.join(DEVIATIONS)}, got {kind!r}")
+    if kind == "per_step":
+        if steps is None:
+            raise ConfigError("aggregation.deviation=per_step needs each client's local step count")
+        rows = {name: d / steps.view(-1, *([1] * (d.dim() - 1))) for name, d in rows.items()}
     flat = torch.cat([r.flatten(1) for r in rows.values()], dim=1)
-    centred = flat - flat.mean(dim=0)
+    mean = flat.mean(dim=0, keepdim=True)
     if kind == "cosine":
-        mean = flat.mean(dim=0, keepdim=True)
         return 1 - torch.nn.functional.cosine_similarity(flat, mean.expand_as(flat), dim=1, eps=1e-30)
-    return centred.square().sum(dim=1).sqrt()
+    return (flat - mean).square().sum(dim=1).sqrt()
 
 
 def lpa_layers(uploads: list[tuple[Params, int]], v_l: float, v_h: float, unit: str = "module",
