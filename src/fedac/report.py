@@ -96,8 +96,8 @@ PRUNING_LOG = "lpa.jsonl"
 def log_pruning(run_dir: Path, round_idx: int, layers: dict, clients: list[str], sizes: list[int]) -> None:
     """Append one round of LPA decisions to lpa.jsonl: the cohort with its n_k and, per layer, the
     clients pruned (not in the trusted set)."""
-    pruned = {layer: [clients[k] for k in range(len(clients)) if k not in set(p.trusted)]
-              for layer, p in layers.items()}
+    pruned = {layer: [c for k, c in enumerate(clients) if k not in trusted]
+              for layer, trusted in ((layer, set(p.trusted)) for layer, p in layers.items())}
     row = {"round": round_idx, "n_k": dict(zip(clients, sizes)), "pruned": pruned}
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     with open(Path(run_dir) / PRUNING_LOG, "a") as handle:
