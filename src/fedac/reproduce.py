@@ -34,9 +34,9 @@ from fedac.metrics import mean_std
 PROTOCOL = ["train.rounds=40", "train.fraction=1.0", "train.local_epochs=5", "data.max_clients=24",
             "train.eval_every=5", "train.checkpoint_every=5"]
 #: Per dataset settings of the protocol: Urban Sound at the paper's alpha = 0.5 unless a cell varies it.
-#: IEMOCAP has no stand-in (give data.root); the paper activates all its clients, as the protocol does.
+#: IEMOCAP: the paper activates all its clients, as the protocol does (its stand-in has 8 training speakers).
 DATASETS = {"speech_commands": [], "urbansound8k": ["data.alpha=0.5"], "cremad": [], "iemocap": []}
-STAND_INS = ("speech_commands", "urbansound8k", "cremad")
+STAND_INS = ("speech_commands", "urbansound8k", "cremad", "iemocap")
 
 # Homogeneous clients (Section 5.3): every model a CRNN-Base; FedMLAC's Plug-in a CRNN-Lite.
 HOMOGENEOUS = [
@@ -233,7 +233,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 def add_reproduce_parser(sub) -> None:
     p = sub.add_parser("reproduce", help="one of fedmlac.md's experiments (Tables 4-7, Figs. 2-3, alpha sweep)")
     p.add_argument("experiment", help=f"one of: {', '.join(EXPERIMENTS)}")
-    p.add_argument("--datasets", nargs="+", help=f"default {' '.join(STAND_INS)}; iemocap needs --set data.root=DIR")
+    p.add_argument("--datasets", nargs="+", help=f"default {' '.join(STAND_INS)}; a real copy: --set data.root=DIR")
     p.add_argument("--methods", nargs="+", metavar="LABEL", help="only these of the experiment's methods (by label)")
     add_grid_arguments(p, "output folder (default runs/reproduce-<experiment>); rerun to resume")
     p.set_defaults(func=cmd_reproduce)

@@ -39,7 +39,8 @@ SUMMARY = re.compile(
     r"^\[\s*(?P<start>\d+(?:\.\d+)?)\s*-\s*(?P<end>\d+(?:\.\d+)?)\s*\]\s+(?P<utt>\S+)\s+(?P<label>[a-z]{3})\s+\[[^\]]*\]\s*$"
 )
 UTTERANCE_ID = re.compile(r"Ses\d\d[FM]_")
-SOURCE = "IEMOCAP is released on request by USC SAIL: https://sail.usc.edu/iemocap/ (no synthetic stand-in)."
+SOURCE = ("IEMOCAP is released on request by USC SAIL: https://sail.usc.edu/iemocap/; "
+          "`fedac data synth-iemocap --out DIR` writes a synthetic stand-in in this layout.")
 
 
 def speaker_of(utterance: str) -> str:

@@ -69,9 +69,12 @@ DATASETS: dict[str, DatasetSpec] = {
     ),
     "iemocap": DatasetSpec(
         "fedac.data.iemocap:load_manifest",
-        None,
+        "fedac.data.synth.iemocap:generate",
         "natural",
         "IEMOCAP improvised emotions (neu hap+exc sad ang), client = speaker, leave-one-session-out test",
+        synth_command="synth-iemocap",
+        synth_size_arg="scenarios",
+        synth_kwargs=lambda data: {"scenarios": 8},
     ),
 }
 

@@ -114,8 +114,9 @@ def plan_files(extra_sentence: str) -> list[tuple[str, str, str]]:
     return files
 
 
-def _plan(actors: int, seed: int) -> list[_Actor]:
-    rng = numpy_rng(seed, "cremad-actors")
+def plan_actors(actors: int, seed: int, purpose: str = "cremad-actors") -> list[_Actor]:
+    """`actors` distinct espeak voices with their own pitch, rate, expressiveness, level and channel."""
+    rng = numpy_rng(seed, purpose)
     variants = [v for v in espeak.voice_variants() if v not in _UNVOICED]
     pairs = [f"{a}+{v}" for a in espeak.english_voices() for v in variants]
     voices: list[str] = []
@@ -202,6 +203,13 @@ def _render(actor: _Actor, sentence: str, emotion: str, level: str, seed: int) -
     if rng.random() < 0.12:  # a flat, barely acted delivery
         s *= 0.25
     text = SENTENCES[sentence] + ("!" if rng.random() < p.exclaim else ".")
+    return perform(actor, text, emotion, s, rng)
+
+
+def perform(actor: _Actor, text: str, emotion: str, s: float, rng: np.random.Generator) -> np.ndarray:
+    """`actor` reads `text` acting `emotion` (a key of the prosody table) at intensity `s`: 16 kHz audio
+    with the actor's band, level, pauses and noise floor. Shared by the CREMA-D and IEMOCAP stand-ins."""
+    p = _PROSODY[emotion]
     eng = espeak.engine()
     raw = eng.synth(
         text,
@@ -249,7 +257,7 @@ def generate(out_dir: str | Path, actors: int = DEFAULT_ACTORS, seed: int = 0, p
     cached = layout.cached_stats(out, params, [_AUDIO_DIR, _README])
     if cached is not None:
         return dict(cached, seconds=round(time.perf_counter() - start, 3), out_dir=str(out))
-    plan = _plan(int(actors), int(seed))
+    plan = plan_actors(int(actors), int(seed))
     (out / _AUDIO_DIR).mkdir()
     counts = layout.run_tasks(_render_actor, [(a, out, int(seed)) for a in plan], workers, "synth cremad", progress)
     kept = sum(len([f for f in plan_files(a.extra_sentence) if f[1] in EMOTIONS]) for a in plan)
