@@ -186,11 +186,12 @@ def run_local(dataset, tmp_path, algorithm, **node_extra):
     return results, grid, cfg
 
 
-@pytest.mark.parametrize("algorithm", ["fedmlac", "fedkad"])
-def test_in_process_device_nodes_equal_the_simulator(dataset, tmp_path, monkeypatch, algorithm):
-    """Each node reads only its split-devices folder (and, for the final personalized test score, a copy of the
-    dataset's test split); the server builds no partition. Global model, metrics and the personalized models
-    kept in each node's context.state equal the simulator's on the same partition."""
+def test_in_process_fedkad_device_nodes_equal_the_simulator(dataset, tmp_path, monkeypatch):
+    """FedKAD (its own models, no global model) on device nodes in one process: each node reads only its
+    split-devices folder (and, for the final personalized test score, a copy of the dataset's test split via
+    test-root); the server builds no partition. Metrics, personalized results and the own models kept in each
+    node's context.state equal the simulator's. (FedMLAC: the live test below.)"""
+    algorithm = "fedkad"
     from fedac.engine import data as engine_data
 
     use_task_identity(monkeypatch)
@@ -201,13 +202,7 @@ def test_in_process_device_nodes_equal_the_simulator(dataset, tmp_path, monkeypa
     sim = Simulator(cfg, tmp_path / "sim", progress=False)
     expected = sim.run()
     assert results["clients"] == NUM_CLIENTS
-    if algorithm == "fedmlac":
-        flower_params = torch.load(tmp_path / "run" / "server_state.pt")["params"]
-        for name, value in sim.state["server"]["params"].items():
-            torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-5, msg=name)
-    keys = ["personalized_accuracy_mean", "personalized_local_accuracy_mean"]
-    keys += ["accuracy", "macro_f1"] if algorithm == "fedmlac" else []
-    for key in keys:
+    for key in ("personalized_accuracy_mean", "personalized_local_accuracy_mean"):
         assert results["final"][key] == pytest.approx(expected["final"][key], abs=1e-6), key
     rows, sim_rows = read_rows(tmp_path / "run" / "metrics.csv"), read_rows(tmp_path / "sim" / "metrics.csv")
     assert len(rows) == len(sim_rows) == 2
