@@ -18,7 +18,7 @@ import torch
 
 pytest.importorskip("flwr", reason="flwr is not installed (pip install 'flwr>=1.41,<1.42'); Flower tests skipped")
 
-from flwr.app import ConfigRecord, Context, RecordDict  # noqa: E402
+from flwr.app import ConfigRecord, Context, MessageType, RecordDict  # noqa: E402
 
 from fedac.cli import main  # noqa: E402
 from fedac.config import load_config  # noqa: E402
@@ -26,11 +26,11 @@ from fedac.data.devices import DEVICE_INFO, LABELS_CSV, read_device  # noqa: E40
 from fedac.data.partition import partition  # noqa: E402
 from fedac.data.registry import load_manifest  # noqa: E402
 from fedac.engine.data import build_federated_data  # noqa: E402
-from fedac.engine.simulator import Simulator  # noqa: E402
+from fedac.engine.simulator import Simulator, sample_cohort  # noqa: E402
 from fedac.errors import ConfigError, DatasetError  # noqa: E402
 from fedac.flower import transport  # noqa: E402
 from fedac.flower.settings import deployment_settings, fedac_config, node_settings  # noqa: E402
-from flower_helpers import Federation, LocalGrid, time_limit, use_task_identity  # noqa: E402
+from flower_helpers import Federation, LocalGrid, assert_same_metrics, read_rows, time_limit, use_task_identity  # noqa: E402
 from gsc_fixture import RATE, make_gsc_tree, word_tone  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -66,11 +66,6 @@ def run_config(dataset, run_dir, **extra):
               "min-nodes": NUM_CLIENTS, "round-timeout": 120.0, "node-wait": 60.0, "poll-interval": 0.2}
     config.update(extra)
     return config
-
-
-def read_rows(path):
-    with open(path) as handle:
-        return list(csv.DictReader(handle))
 
 
 def spoil(folder, root):
@@ -167,13 +162,39 @@ def test_device_node_settings():
         deployment_settings({"data-mode": "phone"})
 
 
+def test_directory_of_device_nodes_logs_joins_and_leaves_and_orders_clients_by_name(caplog):
+    from fedac.flower.strategy import FlowerRunError, NodeDirectory
+
+    class Grid:
+        ids = [5, 6]
+
+        def get_node_ids(self):
+            return self.ids
+
+    caplog.set_level("INFO", logger="fedac")
+    grid, directory = Grid(), NodeDirectory([], min_nodes=1, open_roster=True)
+    directory.refresh(grid, identify=False)
+    directory.learn(6, {"client": "zeta", "partition-id": -1, "num-examples": 3})
+    directory.learn(5, {"client": "alpha", "partition-id": -1, "num-examples": 4, "skipped-corrupt": 2})
+    assert directory.order == {"alpha": 0, "zeta": 1}  # the simulator's client order: by name
+    assert "node 5 (client alpha) skipped files on its device: 0 with labels the run does not know (-), 2 unreadable" in caplog.text
+    grid.ids = [6, 7]
+    live, unidentified = directory.refresh(grid, identify=False)
+    assert "node 5 (client alpha) left the federation" in caplog.text and "node 7 connected" in caplog.text
+    assert [n.client for n in live] == ["zeta"] and unidentified == [7]
+    with pytest.raises(FlowerRunError, match="nodes 6 and 7 both hold client zeta"):
+        directory.learn(7, {"client": "zeta", "partition-id": -1, "num-examples": 1})
+    with pytest.raises(FlowerRunError, match="holds client 'zeta', which the ServerApp's config does not make"):
+        NodeDirectory(["alpha"]).learn(6, {"client": "zeta", "partition-id": 0, "num-examples": 3})
+
+
 # --- in process: the ServerApp and device ClientApps on a LocalGrid ------------------------------------
 
 def run_local(dataset, tmp_path, algorithm, **node_extra):
     from fedac.flower import clientapp, serverapp
 
     _, _, devices = dataset
-    config = run_config(dataset, tmp_path / "run", algorithm=algorithm, **{"poll-interval": 0.01})
+    config = run_config(dataset, tmp_path / "run", algorithm=algorithm, fraction=0.5, **{"poll-interval": 0.01})
     config["fedac-set"] += ";train.eval_every=1"
     # Nodes in reverse client order: the server orders the clients by name, as the simulator does.
     nodes = {200 + k: {"data-mode": "device", "data-root": str(devices / f"client{NUM_CLIENTS - 1 - k:03d}"), **node_extra}
@@ -204,12 +225,14 @@ def test_in_process_fedkad_device_nodes_equal_the_simulator(dataset, tmp_path, m
     assert results["clients"] == NUM_CLIENTS
     for key in ("personalized_accuracy_mean", "personalized_local_accuracy_mean"):
         assert results["final"][key] == pytest.approx(expected["final"][key], abs=1e-6), key
-    rows, sim_rows = read_rows(tmp_path / "run" / "metrics.csv"), read_rows(tmp_path / "sim" / "metrics.csv")
-    assert len(rows) == len(sim_rows) == 2
-    for row, sim_row in zip(rows, sim_rows):
-        for key in sim_row:
-            if key != "wall_seconds":
-                assert float(row[key]) == pytest.approx(float(sim_row[key]), abs=1e-6), key
+    assert_same_metrics(tmp_path / "run" / "metrics.csv", tmp_path / "sim" / "metrics.csv", rounds=2)
+    # Partial participation: new nodes were asked who they are (with the label set), cohorts are the simulator's.
+    queries = [m for m in grid.sent if m.metadata.message_type == MessageType.QUERY]
+    assert sorted(m.metadata.dst_node_id for m in queries) == sorted(grid.contexts)
+    log = json.loads((tmp_path / "run" / "flower_clients.json").read_text())
+    for round_idx in (1, 2):
+        assert [r["client"] for r in log["rounds"][str(round_idx)]] == sample_cohort(
+            [c.name for c in sim.data.clients], 0.5, cfg.seed, round_idx)
     # The personalized state lives in each node's context.state, under its split-devices client name.
     for context in grid.contexts.values():
         info = context.state.config_records["fedac.state-info"]

@@ -62,6 +62,8 @@ class NodeInfo:
     num_examples: int
 
     def __str__(self) -> str:
+        if self.partition_id < 0:  # a device node: no partition-id
+            return f"node {self.node_id} (client {self.client})"
         return f"node {self.node_id} (client {self.client}, partition-id {self.partition_id})"
 
 
