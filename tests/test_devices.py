@@ -22,6 +22,7 @@ from flwr.app import ConfigRecord, Context, MessageType, RecordDict  # noqa: E40
 
 from fedac.cli import main  # noqa: E402
 from fedac.config import load_config  # noqa: E402
+from fedac.data import cremad, urbansound8k  # noqa: E402
 from fedac.data.devices import DEVICE_INFO, LABELS_CSV, read_device  # noqa: E402
 from fedac.data.partition import partition  # noqa: E402
 from fedac.data.registry import load_manifest  # noqa: E402
@@ -141,6 +142,17 @@ def test_device_reader_reports_unknown_labels_and_unreadable_files(dataset, tmp_
                                    "me", layout="official")
     assert [(c.path.rsplit("/", 1)[1], c.label) for c in manifest.clips] == [("0000000a_nohash_0.wav", 11)]
     assert report.unknown["(unparsed file name)"] == 5  # s0, s1 and broken.wav do not follow GSC's naming
+    # official layouts of CREMA-D and UrbanSound8K: labels parsed from the file names (DIS is not a class).
+    tone = word_tone(2, 0, np.random.default_rng(2))
+    for name in ("AudioWAV/1001_DFA_ANG_XX.wav", "AudioWAV/1002_IEO_DIS_HI.wav", "AudioWAV/notes.wav",
+                 "audio/fold1/100-3-0-0.wav", "audio/fold2/7-9-1-2.wav"):
+        (tmp_path / "official" / name).parent.mkdir(parents=True, exist_ok=True)
+        sf.write(tmp_path / "official" / name, tone, RATE)
+    manifest, report = read_device(tmp_path / "official", load_config(None, ["dataset=cremad"]), cremad.CLASSES, "me")
+    assert [(c.path.rsplit("/", 1)[1], c.label) for c in manifest.clips] == [("1001_DFA_ANG_XX.wav", 0)]
+    assert dict(report.unknown) == {"DIS": 1, "(unparsed file name)": 1}
+    manifest, _ = read_device(tmp_path / "official", load_config(None, ["dataset=urbansound8k"]), urbansound8k.CLASSES, "me")
+    assert [(c.path.rsplit("/", 1)[1], c.label) for c in manifest.clips] == [("100-3-0-0.wav", 3), ("7-9-1-2.wav", 9)]
     # Bad input: typed errors naming the folder / setting and the fix.
     with pytest.raises(DatasetError, match=r"holds no usable clip .* labels of the run: a, b"):
         read_device(folder, cfg, ["a", "b"], "me", layout="folders")
@@ -216,6 +228,7 @@ def test_in_process_fedkad_device_nodes_equal_the_simulator(dataset, tmp_path, m
     from fedac.engine import data as engine_data
 
     use_task_identity(monkeypatch)
+    cached = set((dataset[1] / "features").glob("device-*.pt"))
     with monkeypatch.context() as patch:
         patch.setattr(engine_data, "partition", lambda *a, **k: pytest.fail("the device-mode server partitioned the data"))
         results, grid, cfg = run_local(dataset, tmp_path, algorithm, **{"test-root": str(dataset[0])})
@@ -223,6 +236,8 @@ def test_in_process_fedkad_device_nodes_equal_the_simulator(dataset, tmp_path, m
     sim = Simulator(cfg, tmp_path / "sim", progress=False)
     expected = sim.run()
     assert results["clients"] == NUM_CLIENTS
+    # Features were computed on and cached for each device, from its own clips.
+    assert len(set((dataset[1] / "features").glob("device-speech_commands-mfcc-*.pt")) - cached) == NUM_CLIENTS
     for key in ("personalized_accuracy_mean", "personalized_local_accuracy_mean"):
         assert results["final"][key] == pytest.approx(expected["final"][key], abs=1e-6), key
     assert_same_metrics(tmp_path / "run" / "metrics.csv", tmp_path / "sim" / "metrics.csv", rounds=2)
@@ -261,6 +276,12 @@ def test_device_mode_errors_reach_the_operator(dataset, tmp_path):
     node = clientapp.node_client(context, RecordDict({"config": ConfigRecord({"classes": classes})}))
     assert node.client.name == "node5" and node.info["data-mode"] == "device"
     assert sorted(c.path for c in node.data.manifest.clips) == sorted(str(p) for p in bare.rglob("*.wav"))
+    assert node.data.test is None  # no test-root: no test split on the node
+    # node-config client names the client; labels-csv picks the table (here: only the "no" clip).
+    (tmp_path / "mine.csv").write_text("file,label\n" + "".join(f"{p.relative_to(bare)},no\n" for p in bare.glob("no/*.wav")))
+    context.node_config.update({"client": "kitchen", "labels-csv": str(tmp_path / "mine.csv")})
+    node = clientapp.node_client(context, RecordDict({"config": ConfigRecord({"classes": classes})}))
+    assert node.client.name == "kitchen" and [c.path for c in node.data.manifest.clips] == [str(p) for p in bare.glob("no/*.wav")]
 
 
 # --- live: a SuperLink and 3 device SuperNodes -------------------------------------------------------------
@@ -315,6 +336,7 @@ def test_live_device_supernodes_equal_the_simulator(dataset, tmp_path_factory, c
             assert report["new-state-digest"] == transport.digest(sim.state["clients"][client]), client
         for key in ("accuracy", "macro_f1"):
             assert results["final"][key] == pytest.approx(expected["final"][key], abs=1e-6), key
+        assert "personalized_accuracy_mean" not in results["final"]  # the nodes hold no test split (no test-root)
         sim_row, row = read_rows(sim.run_dir / "metrics.csv")[-1], read_rows(run_dir / "metrics.csv")[-1]
         for key in ("clients", "train_loss", "val_accuracy", "local_accuracy", "lpa_trusted_fraction"):
             assert float(row[key]) == pytest.approx(float(sim_row[key]), abs=1e-6), key
