@@ -108,6 +108,17 @@ def test_split_devices_writes_each_clients_clips_of_the_runs_partition(dataset, 
     assert "refusing to delete" in capsys.readouterr().err
 
 
+def test_split_devices_cuts_slices_into_files_with_the_same_samples(dataset, tmp_path):
+    """Speech Commands' _silence_ clips are 1 s slices of background-noise files: a device gets each as a file."""
+    from fedac.data.audio import load_audio
+    from fedac.data.devices import _copy_clip
+    from fedac.data.manifest import Clip
+
+    noise = dataset[0] / "_background_noise_" / "white_noise.wav"
+    _copy_clip(Clip(str(noise), 0, "c", "train", offset=3.0, duration=1.0), tmp_path / "_silence_" / "w_3s.wav")
+    assert np.array_equal(load_audio(tmp_path / "_silence_" / "w_3s.wav"), load_audio(noise, offset=3.0, duration=1.0))
+
+
 # --- the device data source --------------------------------------------------------------------------
 
 def test_device_reader_reports_unknown_labels_and_unreadable_files(dataset, tmp_path, caplog):

@@ -29,6 +29,7 @@ import csv
 import hashlib
 import json
 import logging
+import os
 import shutil
 from collections import Counter
 from dataclasses import dataclass, field
@@ -151,7 +152,9 @@ def _unreadable(paths: list[Path], sample_rate: int, cache_dir: str | None) -> d
         except AudioError as exc:
             bad[str(path)] = str(exc)
     cached.parent.mkdir(parents=True, exist_ok=True)
-    cached.write_text(json.dumps(bad))
+    tmp = cached.with_name(f".{cached.name}.tmp{os.getpid()}")  # the node's ClientApp processes may race
+    tmp.write_text(json.dumps(bad))
+    os.replace(tmp, cached)
     return bad
 
 
@@ -232,7 +235,7 @@ def split_devices(cfg: Config, out: str | Path, progress: bool = True) -> dict:
     manifest = load_manifest(cfg, progress)
     splits = partition(manifest, cfg.data, cfg.seed, spec.default_partition)
     out = Path(out)
-    params = {"dataset": manifest.name, "root": str(Path(manifest.root).resolve()), "seed": cfg.seed,
+    params = {"dataset": manifest.name, "root": str(Path(manifest.root).resolve()), "seed": cfg.seed, "task": cfg.data.task,
               "partition": cfg.data.partition or spec.default_partition, "num_clients": cfg.data.num_clients,
               "alpha": cfg.data.alpha, "max_clients": cfg.data.max_clients, "test_fold": cfg.data.test_fold,
               "min_client_size": cfg.data.min_client_size, "group_by_source": cfg.data.group_by_source}
