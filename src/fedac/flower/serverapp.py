@@ -6,6 +6,8 @@ training -- the dataset's validation / test splits, the algorithm, validation-ba
 by Flower's `Strategy.start` with `FedacStrategy`, which sends the algorithm's broadcast to the sampled
 SuperNodes and runs `Algorithm.server_update` on their replies. Personalized metrics (FedMLAC's,
 FedKAD's own models) are computed on the nodes, where those models live, and reported back.
+With run-config `data-mode=device` the server holds only the validation and test splits and trains
+whichever device nodes connect (`DeviceServerSide`, fedac.flower.devices).
 
 Besides the `fedac run` outputs the run directory holds:
   server.log           the ServerApp's log (rounds, cohorts, dropped nodes, state digests)
