@@ -149,10 +149,11 @@ def test_device_reader_reports_unknown_labels_and_unreadable_files(dataset, tmp_
     cfg12 = load_config(None, [*data_settings(root, cache), "data.task=12"])
     (folder / "bed").mkdir()
     sf.write(folder / "bed" / "0000000a_nohash_0.wav", word_tone(1, 1, np.random.default_rng(1)), RATE)
-    manifest, report = read_device(folder, cfg12, [*"yes no up down left right on off stop go".split(), "_silence_", "_unknown_"],
-                                   "me", layout="official")
-    assert [(c.path.rsplit("/", 1)[1], c.label) for c in manifest.clips] == [("0000000a_nohash_0.wav", 11)]
-    assert report.unknown["(unparsed file name)"] == 5  # s0, s1 and broken.wav do not follow GSC's naming
+    classes12 = [*"yes no up down left right on off stop go".split(), "_silence_", "_unknown_"]
+    manifest, report = read_device(folder, cfg12, classes12, "me", layout="official")
+    assert [(c.path.rsplit("/", 1)[1], classes12[c.label]) for c in manifest.clips] == [
+        ("0000000a_nohash_0.wav", "_unknown_"), ("s0.wav", "no"), ("s1.wav", "no"), ("s0.wav", "yes"), ("s1.wav", "yes")]
+    assert dict(report.unknown) == {"dolphin": 1} and len(report.corrupt) == 1
     # official layouts of CREMA-D and UrbanSound8K: labels parsed from the file names (DIS is not a class).
     tone = word_tone(2, 0, np.random.default_rng(2))
     for name in ("AudioWAV/1001_DFA_ANG_XX.wav", "AudioWAV/1002_IEO_DIS_HI.wav", "AudioWAV/notes.wav",

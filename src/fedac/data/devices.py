@@ -8,8 +8,8 @@ folder's layout (node-config `data-layout`):
             the rows in the order of the dataset's manifest, so a device draws the simulator's hold-out).
   folders   `<root>/<label>/<file>.wav`, clips in sorted path order.
   official  the official layout of the run's dataset, restricted to the files present: Speech Commands
-            `<word>/<speaker>_nohash_<n>.wav` (the 12-class task maps the other words to `_unknown_`;
-            `_silence_` slices of background noise are not read on a device), CREMA-D
+            `<word>/<file>.wav` (the 12-class task maps the other words to `_unknown_`; background
+            noise is not cut into `_silence_` slices on a device: list such slices in a CSV), CREMA-D
             `AudioWAV/<actor>_<sentence>_<emotion>_<level>.wav`, UrbanSound8K
             `audio/fold<k>/<fsID>-<classID>-<occurrence>-<slice>.wav`. File names are parsed with the
             dataset loaders' own patterns. IEMOCAP has no per-file labels in its layout: use csv.
@@ -87,10 +87,11 @@ def _official_entries(root: Path, dataset: str, classes: list[str]) -> list[tupl
     """(file, label name) of the official-layout files present, named by the dataset loader's patterns."""
     entries: list[tuple[Path, str]] = []
     if dataset == "speech_commands":
-        for word in gsc.WORDS_35:
-            for path in sorted((root / word).glob("*.wav")) if (root / word).is_dir() else []:
-                label = word if word in classes or gsc.UNKNOWN not in classes else gsc.UNKNOWN
-                entries.append((path, label if gsc.FILENAME.match(path.name) else UNPARSED))
+        # The label is the word folder; words outside the task's classes are `_unknown_` (12-class task).
+        # Other folders keep their name as label, so they are reported as labels the run does not know.
+        for path, word in _folder_entries(root):
+            unknown = word in gsc.WORDS_35 and word not in classes and gsc.UNKNOWN in classes
+            entries.append((path, gsc.UNKNOWN if unknown else word))
     elif dataset == "cremad":
         for path in sorted((root / "AudioWAV").glob("*.wav")):
             match = cremad.FILENAME.match(path.name)
@@ -108,7 +109,7 @@ def _official_entries(root: Path, dataset: str, classes: list[str]) -> list[tupl
 
 def _has_official_layout(root: Path, dataset: str) -> bool:
     if dataset == "speech_commands":
-        return any(gsc.FILENAME.match(p.name) for word in gsc.WORDS_35 for p in (root / word).glob("*.wav"))
+        return any((root / word).is_dir() for word in gsc.WORDS_35)
     return (root / {"cremad": "AudioWAV", "urbansound8k": "audio"}.get(dataset, "\0")).is_dir()
 
 
