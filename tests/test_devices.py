@@ -219,7 +219,7 @@ def run_local(dataset, tmp_path, algorithm, **node_extra):
 
     _, _, devices = dataset
     config = run_config(dataset, tmp_path / "run", algorithm=algorithm, fraction=0.5, **{"poll-interval": 0.01})
-    config["fedac-set"] += ";train.eval_every=1"
+    config["fedac-set"] += ";train.eval_every=1;data.label_error=0.3"  # label errors drawn on the device too
     # Nodes in reverse client order: the server orders the clients by name, as the simulator does.
     nodes = {200 + k: {"data-mode": "device", "data-root": str(devices / f"client{NUM_CLIENTS - 1 - k:03d}"), **node_extra}
              for k in range(NUM_CLIENTS)}
@@ -235,7 +235,7 @@ def test_in_process_fedkad_device_nodes_equal_the_simulator(dataset, tmp_path, m
     """FedKAD (its own models, no global model) on device nodes in one process: each node reads only its
     split-devices folder (and, for the final personalized test score, a copy of the dataset's test split via
     test-root); the server builds no partition. Metrics, personalized results and the own models kept in each
-    node's context.state equal the simulator's. (FedMLAC: the live test below.)"""
+    node's context.state equal the simulator's, label errors included. (FedMLAC: the live test below.)"""
     algorithm = "fedkad"
     from fedac.engine import data as engine_data
 
