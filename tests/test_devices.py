@@ -214,36 +214,35 @@ def test_directory_of_device_nodes_logs_joins_and_leaves_and_orders_clients_by_n
 
 # --- in process: the ServerApp and device ClientApps on a LocalGrid ------------------------------------
 
-def run_local(dataset, tmp_path, algorithm, **node_extra):
+def test_in_process_fedkad_device_nodes_equal_the_simulator(dataset, tmp_path, monkeypatch, caplog):
+    """FedKAD (its own models, no global model) on device nodes in one process (a LocalGrid): each node reads
+    only its split-devices folder (and, for the final personalized test score, a copy of the dataset's test
+    split via test-root); the server builds no partition. Metrics, personalized results and the own models
+    kept in each node's context.state equal the simulator's, label errors included; a fourth node whose folder
+    holds no usable clip is named and left out. (FedMLAC: the live test below.)"""
+    from fedac.engine import data as engine_data
     from fedac.flower import clientapp, serverapp
 
-    _, _, devices = dataset
-    config = run_config(dataset, tmp_path / "run", algorithm=algorithm, fraction=0.5, **{"poll-interval": 0.01})
+    use_task_identity(monkeypatch)
+    caplog.set_level("INFO", logger="fedac")
+    devices = dataset[2]
+    config = run_config(dataset, tmp_path / "run", algorithm="fedkad", fraction=0.5, **{"poll-interval": 0.01})
     config["fedac-set"] += ";train.eval_every=1;data.label_error=0.3"  # label errors drawn on the device too
     # Nodes in reverse client order: the server orders the clients by name, as the simulator does.
-    nodes = {200 + k: {"data-mode": "device", "data-root": str(devices / f"client{NUM_CLIENTS - 1 - k:03d}"), **node_extra}
-             for k in range(NUM_CLIENTS)}
+    nodes = {200 + k: {"data-mode": "device", "data-root": str(devices / f"client{NUM_CLIENTS - 1 - k:03d}"),
+                       "test-root": str(dataset[0])} for k in range(NUM_CLIENTS)}
+    useless = tmp_path / "useless" / "dolphin"
+    useless.mkdir(parents=True)
+    shutil.copy(next(devices.glob("client000/*/*.wav")), useless / "click.wav")
+    nodes[299] = {"data-mode": "device", "data-root": str(useless.parent)}
     grid = LocalGrid(clientapp.app, nodes, config)
     cfg = fedac_config(config)
-    cfg.out = str(tmp_path / "run")
-    (tmp_path / "run").mkdir(parents=True)
-    results = serverapp.run_deployment(grid, cfg, deployment_settings(config), tmp_path / "run")
-    return results, grid, cfg
-
-
-def test_in_process_fedkad_device_nodes_equal_the_simulator(dataset, tmp_path, monkeypatch):
-    """FedKAD (its own models, no global model) on device nodes in one process: each node reads only its
-    split-devices folder (and, for the final personalized test score, a copy of the dataset's test split via
-    test-root); the server builds no partition. Metrics, personalized results and the own models kept in each
-    node's context.state equal the simulator's, label errors included. (FedMLAC: the live test below.)"""
-    algorithm = "fedkad"
-    from fedac.engine import data as engine_data
-
-    use_task_identity(monkeypatch)
+    (tmp_path / "run").mkdir()
     cached = set((dataset[1] / "features").glob("device-*.pt"))
     with monkeypatch.context() as patch:
         patch.setattr(engine_data, "partition", lambda *a, **k: pytest.fail("the device-mode server partitioned the data"))
-        results, grid, cfg = run_local(dataset, tmp_path, algorithm, **{"test-root": str(dataset[0])})
+        results = serverapp.run_deployment(grid, cfg, deployment_settings(config), tmp_path / "run")
+    assert "node 299 could not load its fedac client" in caplog.text and "holds no usable clip" in caplog.text
     cfg.train.execution = "sequential"  # the ClientApp's path (the stacked one reorders float sums)
     sim = Simulator(cfg, tmp_path / "sim", progress=False)
     expected = sim.run()
@@ -255,13 +254,15 @@ def test_in_process_fedkad_device_nodes_equal_the_simulator(dataset, tmp_path, m
     assert_same_metrics(tmp_path / "run" / "metrics.csv", tmp_path / "sim" / "metrics.csv", rounds=2)
     # Partial participation: new nodes were asked who they are (with the label set), cohorts are the simulator's.
     queries = [m for m in grid.sent if m.metadata.message_type == MessageType.QUERY]
-    assert sorted(m.metadata.dst_node_id for m in queries) == sorted(grid.contexts)
+    assert sorted(m.metadata.dst_node_id for m in queries) == [200, 201, 202, 299, 299]  # 299: asked again each round
     log = json.loads((tmp_path / "run" / "flower_clients.json").read_text())
     for round_idx in (1, 2):
         assert [r["client"] for r in log["rounds"][str(round_idx)]] == sample_cohort(
             [c.name for c in sim.data.clients], 0.5, cfg.seed, round_idx)
     # The personalized state lives in each node's context.state, under its split-devices client name.
-    for context in grid.contexts.values():
+    for node_id, context in grid.contexts.items():
+        if node_id == 299:
+            continue
         info = context.state.config_records["fedac.state-info"]
         state = transport.get(context.state, "fedac.state")
         assert transport.digest(state) == transport.digest(sim.state["clients"][str(info["client"])])
