@@ -7,6 +7,7 @@ so nothing is written to the user's home. Ports are picked free by binding port 
 
 from __future__ import annotations
 
+import csv
 import functools
 import os
 import re
@@ -236,3 +237,20 @@ def use_task_identity(monkeypatch) -> None:
 
     for name, value in (("_task_id", 1), ("_run_id", 1), ("_node_id", 0)):
         monkeypatch.setattr(TaskIdentity, name, value)
+
+
+def read_rows(path) -> list[dict]:
+    with open(path) as handle:
+        return list(csv.DictReader(handle))
+
+
+def assert_same_metrics(run_csv, sim_csv, rounds: int) -> None:
+    """metrics.csv of a Flower run equals the simulator's, row by row, every column but wall time (to 1e-6)."""
+    import pytest
+
+    rows, sim_rows = read_rows(run_csv), read_rows(sim_csv)
+    assert len(rows) == len(sim_rows) == rounds
+    for row, sim_row in zip(rows, sim_rows):
+        for key in sim_row:
+            if key != "wall_seconds":
+                assert float(row[key]) == pytest.approx(float(sim_row[key]), abs=1e-6), key

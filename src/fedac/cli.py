@@ -126,6 +126,17 @@ def cmd_prepare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_split_devices(args: argparse.Namespace) -> int:
+    from fedac.data.devices import split_devices
+
+    cfg = _data_config(args)
+    stats = split_devices(cfg, Path(args.out), progress=not args.quiet)
+    print(f"wrote one folder per client of {cfg.dataset} ({cfg.data.partition or dataset_spec(cfg.dataset).default_partition} "
+          f"partition, seed {cfg.seed}) to {args.out}: {stats['clients']} clients, {stats['clips']} clips "
+          f"({stats['min_clips']}-{stats['max_clips']} per client)")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedac", description="Federated audio classification.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -173,6 +184,16 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
         p.add_argument("--quiet", action="store_true")
         p.set_defaults(func=func)
+    split = data_sub.add_parser("split-devices", help="one folder per client as the run's partition cuts it "
+                                "(<client>/<label>/<file>.wav + labels.csv), for Flower device nodes")
+    split.add_argument("dataset", nargs="?", default=None, help=f"dataset name ({', '.join(DATASETS)})")
+    split.add_argument("--out", required=True, help="folder that receives one sub-folder per client")
+    split.add_argument("--root", help="dataset root in its official layout (default: the embedded stand-in)")
+    split.add_argument("--config")
+    split.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="the run's data settings, e.g. --set data.partition=iid --set data.num_clients=3 --set seed=0")
+    split.add_argument("--quiet", action="store_true")
+    split.set_defaults(func=cmd_split_devices)
     return parser
 
 

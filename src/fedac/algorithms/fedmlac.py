@@ -88,7 +88,8 @@ def warn_if_few_visits(cfg, num_clients: int) -> None:
     """Mutual learning bootstraps slowly: a client's model must become a confident teacher before the
     Plug-in learns from it (Eq. 9 has no label term). Warn when a client trains too rarely for that."""
     visits = expected_visits(cfg, num_clients)
-    if cfg.fedmlac.ml and visits < cfg.fedmlac.min_visits:
+    # (0 clients: not known here, e.g. a Flower server whose clients are whatever devices connect.)
+    if cfg.fedmlac.ml and num_clients and visits < cfg.fedmlac.min_visits:
         log.warning("FedMLAC: each client trains in about %.1f of %d rounds (%d clients, train.fraction=%s); "
                     "mutual learning needs about %d visits per client to bootstrap, so expect a Plug-in near "
                     "chance. Raise train.rounds or train.fraction, or lower data.max_clients (or set "

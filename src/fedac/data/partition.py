@@ -110,12 +110,15 @@ def partition(manifest: Manifest, cfg: DataConfig, seed: int, default_scheme: st
         groups = [groups[k] for k in keep]
     if not 0 <= cfg.local_holdout < 1:
         raise ConfigError(f"data.local_holdout must lie in [0, 1), got {cfg.local_holdout}")
-    clients = []
-    for name, indices in groups:
-        order = numpy_rng(seed, "holdout", name).permutation(indices).tolist()
-        cut = int(np.floor(cfg.local_holdout * len(order)))
-        clients.append(ClientSplit(name, sorted(order[cut:]), sorted(order[:cut])))
-    return clients
+    return [holdout_split(name, indices, cfg.local_holdout, seed) for name, indices in groups]
+
+
+def holdout_split(name: str, indices: list[int], local_holdout: float, seed: int) -> ClientSplit:
+    """A client's clips (in manifest order) cut into training and local held-out parts, drawn from
+    (seed, name) only, so a device holding the same clips in the same order draws the same hold-out."""
+    order = numpy_rng(seed, "holdout", name).permutation(indices).tolist()
+    cut = int(np.floor(local_holdout * len(order)))
+    return ClientSplit(name, sorted(order[cut:]), sorted(order[:cut]))
 
 
 def class_entropy(labels: list[int] | np.ndarray, num_classes: int) -> float:

@@ -16,7 +16,7 @@ from fedac.config import Config
 from fedac.data.corrupt import corrupt_training_labels
 from fedac.data.features import FeatureSet, load_features
 from fedac.data.manifest import Manifest
-from fedac.data.partition import partition
+from fedac.data.partition import ClientSplit, holdout_split, partition
 from fedac.data.registry import dataset_spec, load_manifest
 from fedac.errors import DatasetError
 
@@ -85,6 +85,12 @@ def _eval_split(x, rows_of, manifest: Manifest, split: str) -> EvalSplit:
     return EvalSplit(wx, position, torch.tensor(labels, dtype=torch.long))
 
 
+def _client_data(x: torch.Tensor, rows_of: list[torch.Tensor], split: ClientSplit, labels: list[int]) -> ClientData:
+    tx, ty, _ = _gather(x, rows_of, split.train, [labels[c] for c in split.train])
+    hx, hy, _ = _gather(x, rows_of, split.holdout, [labels[c] for c in split.holdout])
+    return ClientData(split.name, tx, ty, hx, hy)
+
+
 def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     manifest = load_manifest(cfg, progress)
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
@@ -94,14 +100,35 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     # One label per clip: training clips drawn through their client's transition matrix, every other
     # clip (local hold-outs included) keeps its true label.
     labels = corrupt_training_labels(manifest, splits, cfg.data.label_error, cfg.seed).tolist()
-    clients = []
-    for split in splits:
-        tx, ty, _ = _gather(x, rows_of, split.train, [labels[c] for c in split.train])
-        hx, hy, _ = _gather(x, rows_of, split.holdout, [labels[c] for c in split.holdout])
-        clients.append(ClientData(split.name, tx, ty, hx, hy))
+    clients = [_client_data(x, rows_of, split, labels) for split in splits]
     empty = [c.name for c in clients if c.num_samples == 0]
     if empty:
         log.warning("%d clients hold no training windows and are skipped when sampled: %s", len(empty), empty[:5])
     task = Task(int(x.shape[1]), manifest.num_classes, [c.name for c in clients])
     return FederatedData(task, manifest, clients, _eval_split(x, rows_of, manifest, "val"),
                          _eval_split(x, rows_of, manifest, "test"))
+
+
+def build_eval_data(cfg: Config, progress: bool = True) -> FederatedData:
+    """Only the validation and test splits of the dataset at data.root, and no clients: what a Flower
+    server needs when its clients are devices holding their own audio. Training clips are never decoded."""
+    full = load_manifest(cfg, progress)
+    manifest = Manifest(full.name, full.root, full.classes, [c for c in full.clips if c.split in ("val", "test")])
+    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
+    x = normalize(feats.features)
+    rows_of = _rows_by_clip(feats, len(manifest.clips))
+    task = Task(int(x.shape[1]), manifest.num_classes, [])
+    return FederatedData(task, manifest, [], _eval_split(x, rows_of, manifest, "val"), _eval_split(x, rows_of, manifest, "test"))
+
+
+def build_device_client(cfg: Config, manifest: Manifest, name: str, progress: bool = False) -> ClientData:
+    """One device's client from a manifest of its own clips (all of it the client's; see data/devices.py),
+    built as `build_federated_data` builds that client: features cached under data.cache_dir, the local
+    hold-out drawn by `holdout_split` over the clips in manifest order, training labels corrupted by
+    the client's transition matrix when data.label_error > 0."""
+    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
+    x = normalize(feats.features)
+    rows_of = _rows_by_clip(feats, len(manifest.clips))
+    split = holdout_split(name, list(range(len(manifest.clips))), cfg.data.local_holdout, cfg.seed)
+    labels = corrupt_training_labels(manifest, [split], cfg.data.label_error, cfg.seed).tolist()
+    return _client_data(x, rows_of, split, labels)

@@ -78,6 +78,9 @@ def train_client(algorithm: Algorithm, payload: Any, state: Any, data: ClientDat
 
 
 class Simulator:
+    #: False for a server whose clients hold their data elsewhere (the Flower ServerApp in device mode).
+    holds_clients = True
+
     def __init__(self, cfg: Config, run_dir: str | Path, data: FederatedData | None = None, progress: bool = True):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
@@ -87,7 +90,7 @@ class Simulator:
         self.data = data or build_federated_data(cfg, progress)
         self.algorithm: Algorithm = build_algorithm(cfg, self.data.task)
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
-        if not self.trainable:
+        if self.holds_clients and not self.trainable:
             raise ConfigError(f"no client holds training data for dataset {cfg.dataset}")
 
     # --- state ---------------------------------------------------------------------------------

@@ -6,6 +6,7 @@
                                 and `flower_strategy` (Flower's own strategies configured as fedac's)
 - `fedac.flower.transport`      payloads <-> Flower ArrayRecord / ConfigRecord, exactly
 - `fedac.flower.settings`       run-config / node-config -> fedac settings
+- `fedac.flower.devices`        device mode: a node that holds only its own folder of clips
 
 See docs/flower.md. Importing this package does not import flwr; its modules do.
 """

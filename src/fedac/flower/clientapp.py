@@ -13,7 +13,8 @@
 - `query`: which client this node holds (name, partition-id, n_k), asked once by the ServerApp.
 
 The node's client is `partition-id` of the clients fedac's partitioner makes from the run's config
-(node-config `partition-id`, `num-partitions`, optionally `data-root` / `cache-dir`).
+(node-config `partition-id`, `num-partitions`, optionally `data-root` / `cache-dir`), or, with node-config
+`data-mode=device`, the node's own folder of clips (fedac.flower.devices).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from flwr.app import ConfigRecord, Context, Error, Message, MetricRecord, RecordDict
@@ -37,6 +38,7 @@ from fedac.engine.runtime import configure_process
 from fedac.engine.simulator import all_finite, train_client
 from fedac.errors import ConfigError
 from fedac.flower import transport
+from fedac.flower.devices import device_client, run_classes
 from fedac.flower.settings import NodeSettings, apply_node_settings, fedac_config, node_settings
 from fedac.flower.strategy import ARRAYS, CLIENT_INFO, CONFIG, EVAL, METRICS, REJECTED_UPDATE
 
@@ -65,6 +67,8 @@ class NodeClient:
     algorithm: Algorithm
     client: ClientData
     partition_id: int
+    info: dict[str, Any] = field(default_factory=dict)
+    """Extra facts the node reports with its client (device mode: its folder's skipped files)."""
 
 
 # A SuperNode starts a new ClientApp process per message; in Flower's simulation engine one process
@@ -98,12 +102,17 @@ def run_data(context: Context, node: NodeSettings) -> RunData:
     return _RUNS[key]
 
 
-def node_client(context: Context) -> NodeClient:
+def node_client(context: Context, content: RecordDict | None = None) -> NodeClient:
     key = _key(context.run_id, sorted(context.run_config.items()), sorted(context.node_config.items()))
     if key in _CLIENTS:
         return _CLIENTS[key]
     _setup_logging()
     node = node_settings(context.node_config)
+    if node.data_mode == "device":
+        own = device_client(context, node, run_classes(content if content is not None else RecordDict()))
+        pid = -1 if node.partition_id is None else node.partition_id
+        _CLIENTS[key] = NodeClient(own.cfg, own.data, own.algorithm, own.client, pid, own.info)
+        return _CLIENTS[key]
     run = run_data(context, node)
     count = len(run.data.clients)
     if node.num_partitions is not None and node.num_partitions != count:
@@ -138,7 +147,7 @@ def save_state(context: Context, node: NodeClient, state: Any, round_idx: int) -
 
 def _client_info(node: NodeClient, **extra: Any) -> ConfigRecord:
     return ConfigRecord({"client": node.client.name, "partition-id": node.partition_id,
-                         "num-examples": node.client.num_samples, **extra})
+                         "num-examples": node.client.num_samples, **node.info, **extra})
 
 
 def _metric_record(values: dict[str, Any]) -> MetricRecord:
@@ -151,7 +160,7 @@ def _metric_record(values: dict[str, Any]) -> MetricRecord:
 
 @app.train()
 def train(msg: Message, context: Context) -> Message:
-    node = node_client(context)
+    node = node_client(context, msg.content)
     round_idx = int(msg.content[CONFIG]["server-round"])
     if node.client.num_samples == 0:  # as in the simulator, a client without training data never trains
         return Message(RecordDict({METRICS: _metric_record({"num-examples": 0}), CLIENT_INFO: _client_info(node)}),
@@ -190,14 +199,14 @@ def personal_metrics(node: NodeClient, state: Any, final: bool) -> dict[str, Any
     own = node.algorithm.personalized_model(node.client.name, state)
     if own is not None:
         metrics["local_accuracy"] = window_accuracy(own, node.client.holdout_x, node.client.holdout_y, batch)
-        if final:
+        if final and node.data.test is not None:  # (a device node without test-root holds no test split)
             metrics.update({f"test_{k}": v for k, v in evaluate_split(own, node.data.test, batch).items()})
     return metrics
 
 
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
-    node = node_client(context)
+    node = node_client(context, msg.content)
     config = msg.content[CONFIG] if CONFIG in msg.content else ConfigRecord()
     batch = node.cfg.train.eval_batch_size
     state, state_round = load_state(context, node)
@@ -217,5 +226,5 @@ def evaluate(msg: Message, context: Context) -> Message:
 
 @app.query()
 def query(msg: Message, context: Context) -> Message:
-    node = node_client(context)
+    node = node_client(context, msg.content)
     return Message(RecordDict({CLIENT_INFO: _client_info(node, **{"num-clients": len(node.data.clients)})}), reply_to=msg)

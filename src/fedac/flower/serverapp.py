@@ -6,6 +6,8 @@ training -- the dataset's validation / test splits, the algorithm, validation-ba
 by Flower's `Strategy.start` with `FedacStrategy`, which sends the algorithm's broadcast to the sampled
 SuperNodes and runs `Algorithm.server_update` on their replies. Personalized metrics (FedMLAC's,
 FedKAD's own models) are computed on the nodes, where those models live, and reported back.
+With run-config `data-mode=device` the server holds only the validation and test splits and trains
+whichever device nodes connect (`DeviceServerSide`, fedac.flower.devices).
 
 Besides the `fedac run` outputs the run directory holds:
   server.log           the ServerApp's log (rounds, cohorts, dropped nodes, state digests)
@@ -25,11 +27,12 @@ from typing import Any
 
 import flwr
 import torch
-from flwr.app import ArrayRecord, Context, MetricRecord
+from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from fedac.config import Config, save_config
+from fedac.engine.data import build_eval_data
 from fedac.engine.simulator import Simulator
 from fedac.flower import transport
 from fedac.flower.settings import DeploymentSettings, deployment_settings, fedac_config
@@ -56,6 +59,13 @@ class FlowerServerSide(Simulator):
             return []
         return [{"accuracy": r.metrics["test_accuracy"], "macro_f1": r.metrics["test_macro_f1"]}
                 for r in self.strategy.ordered_eval_reports() if "test_accuracy" in r.metrics]
+
+
+class DeviceServerSide(FlowerServerSide):
+    """Device mode (run-config data-mode=device): the server holds only the validation and test splits
+    (`build_eval_data`); the clients are whichever device nodes connect, each with its own audio."""
+
+    holds_clients = False
 
 
 def default_run_dir(cfg: Config) -> Path:
@@ -100,12 +110,18 @@ def _client_log(strategy: FedacStrategy) -> dict[str, Any]:
 def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_dir: Path) -> dict[str, Any]:
     """Train `cfg` on the SuperNodes connected to `grid`; write and return results.json's content."""
     started = time.perf_counter()
-    side = FlowerServerSide(cfg, run_dir, progress=False)
+    device = settings.data_mode == "device"
+    if device:
+        side = DeviceServerSide(cfg, run_dir, data=build_eval_data(cfg, progress=False), progress=False)
+    else:
+        side = FlowerServerSide(cfg, run_dir, progress=False)
     save_config(cfg, run_dir / "config.yaml")
     state = side._fresh_state()
     state["algorithm"] = cfg.algorithm
+    # Every message carries the run's label set: device nodes label their own clips with it.
+    announce = {"classes": list(side.data.manifest.classes)}
     directory = NodeDirectory(side.data.task.clients, settings.min_nodes, settings.node_wait,
-                              settings.round_timeout, settings.poll_interval)
+                              settings.round_timeout, settings.poll_interval, open_roster=device, announce=announce)
     polling = PollingGrid(grid, settings.poll_interval, directory.describe)
     if settings.strategy == "flower":
         strategy, round_metrics = _flower_builtin(cfg, settings, state)
@@ -134,8 +150,11 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
 
     initial = transport.to_records(side.algorithm.broadcast(state["server"]))[0]
     strategy.start(grid=polling, initial_arrays=initial, num_rounds=cfg.train.rounds,
-                   timeout=settings.round_timeout, evaluate_fn=evaluate_fn)
+                   timeout=settings.round_timeout, evaluate_fn=evaluate_fn,
+                   train_config=ConfigRecord(announce), evaluate_config=ConfigRecord(announce))
     results = side.final_results(state)
+    if device:  # the clients are the nodes (client_accuracy_* stay NaN: their held-out data never left them)
+        results["clients"] = len(directory.nodes)
     results["wall_seconds"] = time.perf_counter() - started
     results["runtime"] = {"engine": "flower", "flwr": flwr.__version__, "strategy": type(strategy).__name__}
     if isinstance(strategy, FedacStrategy):

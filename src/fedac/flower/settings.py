@@ -12,7 +12,10 @@ deployment's own: run-dir, strategy, min-nodes, round-timeout, node-wait, poll-i
 
 Each SuperNode's node-config selects its client: `partition-id` (index into the clients that fedac's
 partitioner makes from the config), `num-partitions` (checked against that count) and optionally
-`data-root` (this device's copy of the dataset) and `cache-dir` (feature cache).
+`data-root` (this device's copy of the dataset) and `cache-dir` (feature cache). With `data-mode=device`
+(and the run's `data-mode=device`) a node holds only its own clips instead: `data-root` is that folder,
+`partition-id` is not needed, and `data-layout`, `labels-csv`, `client` and `test-root` describe it
+(see fedac.data.devices).
 """
 
 from __future__ import annotations
@@ -66,6 +69,9 @@ class DeploymentSettings:
     strategy: str = "fedac"
     """fedac: `FedacStrategy` (any algorithm, the simulator's cohorts); flower: Flower's built-in strategy of
     the same name (FedAvg-family algorithms only, Flower's random node sampling)."""
+    data_mode: str = "full"
+    """full: the server builds the run's partition and nodes pick their client by partition-id; device: the
+    server holds only validation and test data and the clients are whatever device nodes connect."""
 
 
 def _number(run_config: Mapping[str, Any], key: str, default: float, kind: type) -> Any:
@@ -88,6 +94,7 @@ def deployment_settings(run_config: Mapping[str, Any]) -> DeploymentSettings:
         node_wait=_number(run_config, "node-wait", 120.0, float),
         poll_interval=_number(run_config, "poll-interval", 0.5, float),
         strategy=_choice(run_config, "strategy", ("fedac", "flower")),
+        data_mode=_choice(run_config, "data-mode", DATA_MODES),
     )
 
 
@@ -98,15 +105,31 @@ def _choice(run_config: Mapping[str, Any], key: str, options: tuple[str, ...]) -
     return value
 
 
+#: full: a copy of the dataset, client chosen by partition-id; device: the node's own clips (data/devices.py).
+DATA_MODES = ("full", "device")
+
+
 @dataclass
 class NodeSettings:
-    partition_id: int
+    partition_id: int | None
     num_partitions: int | None
     data_root: str | None
     cache_dir: str | None
+    data_mode: str = "full"
+    data_layout: str = "auto"
+    """device mode: csv, folders, official or auto (see fedac.data.devices)."""
+    labels_csv: str | None = None
+    """device mode: the file,label table (default <data-root>/labels.csv)."""
+    client: str | None = None
+    """device mode: the client's name (default: the split-devices folder's, else node<node id>)."""
+    test_root: str | None = None
+    """device mode: a copy of the dataset whose test split the node's own model is scored on at the end."""
 
 
 def node_settings(node_config: Mapping[str, Any]) -> NodeSettings:
+    mode = _node_choice(node_config, "data-mode", DATA_MODES)
+    if mode == "device":
+        return _device_node_settings(node_config)
     if "partition-id" not in node_config:
         raise ConfigError(
             "this SuperNode has no 'partition-id' in its node-config; start it with "
@@ -123,9 +146,37 @@ def node_settings(node_config: Mapping[str, Any]) -> NodeSettings:
     return NodeSettings(partition_id, num_partitions, root, cache)
 
 
+def _node_choice(node_config: Mapping[str, Any], key: str, options: tuple[str, ...]) -> str:
+    value = str(node_config.get(key, options[0]) or options[0]).strip().lower()
+    if value not in options:
+        raise ConfigError(f"node-config '{key}' must be one of {', '.join(options)}, got {node_config.get(key)!r}")
+    return value
+
+
+def _text(node_config: Mapping[str, Any], key: str) -> str | None:
+    return str(node_config.get(key, "") or "").strip() or None
+
+
+def _device_node_settings(node_config: Mapping[str, Any]) -> NodeSettings:
+    """A device node: its own folder (data-root, required), no partition-id needed (one is kept as a label)."""
+    root = _text(node_config, "data-root")
+    if root is None:
+        raise ConfigError("this SuperNode has data-mode=device but no data-root: start it with "
+                          "--node-config 'data-mode=\"device\" data-root=\"/path/to/its/clips\"'")
+    try:
+        pid = node_config.get("partition-id")
+        partition_id = None if pid in (None, "") else int(pid)
+    except (TypeError, ValueError):
+        raise ConfigError(f"node-config partition-id must be an integer, got {node_config.get('partition-id')!r}") from None
+    return NodeSettings(partition_id, None, root, _text(node_config, "cache-dir"), "device",
+                        _node_choice(node_config, "data-layout", ("auto", "csv", "folders", "official")),
+                        _text(node_config, "labels-csv"), _text(node_config, "client"), _text(node_config, "test-root"))
+
+
 def apply_node_settings(cfg: Config, node: NodeSettings) -> Config:
-    """A node's own data location replaces the run's (the partitioning settings stay the run's)."""
-    if node.data_root is not None:
+    """A node's own data location replaces the run's (the partitioning settings stay the run's). A device
+    node's data-root is its own folder, not a dataset root: only its cache-dir applies."""
+    if node.data_root is not None and node.data_mode == "full":
         cfg.data.root = node.data_root
     if node.cache_dir is not None:
         cfg.data.cache_dir = node.cache_dir

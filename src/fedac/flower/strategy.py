@@ -62,6 +62,8 @@ class NodeInfo:
     num_examples: int
 
     def __str__(self) -> str:
+        if self.partition_id < 0:  # a device node: no partition-id
+            return f"node {self.node_id} (client {self.client})"
         return f"node {self.node_id} (client {self.client}, partition-id {self.partition_id})"
 
 
@@ -140,8 +142,13 @@ class NodeDirectory:
     """Which connected SuperNode holds which fedac client; new nodes are asked with a `query` message."""
 
     def __init__(self, clients: list[str], min_nodes: int = 1, node_wait: float = 120.0, timeout: float = 600.0,
-                 poll_interval: float = 0.5):
+                 poll_interval: float = 0.5, open_roster: bool = False, announce: dict[str, Any] | None = None):
         self.order = {name: i for i, name in enumerate(clients)}
+        self.open_roster = open_roster
+        """Device mode: any client a node announces joins, and the client order is by name (the order of the
+        partition's client names in the simulator), so cohorts are still the simulator's."""
+        self.announce = dict(announce or {})
+        """Sent in every query's config (device mode: the run's class names)."""
         self.min_nodes = min_nodes
         self.node_wait = node_wait
         self.timeout = timeout
@@ -171,6 +178,8 @@ class NodeDirectory:
         node_ids = self._wait_for_nodes(grid)
         for gone in sorted(self.connected - set(node_ids)):
             log.warning("%s left the federation", self.describe(gone))
+        for new in sorted(set(node_ids) - self.connected):
+            log.info("%s connected", self.describe(new))
         self.connected = set(node_ids)
         if identify and any(n not in self.nodes for n in node_ids):
             self._identify(grid, [n for n in node_ids if n not in self.nodes])
@@ -179,7 +188,7 @@ class NodeDirectory:
         return live, ([] if identify else [n for n in node_ids if n not in self.nodes])
 
     def _identify(self, grid: Grid, node_ids: list[int]) -> None:
-        content = RecordDict({CONFIG: ConfigRecord({"fedac-query": "client"})})
+        content = RecordDict({CONFIG: ConfigRecord({"fedac-query": "client", **self.announce})})
         messages = [Message(content, node_id, MessageType.QUERY) for node_id in node_ids]
         for reply in grid.send_and_receive(messages, timeout=self.timeout):
             node_id = reply_origin(reply, messages)
@@ -194,6 +203,8 @@ class NodeDirectory:
         client = str(info["client"])
         if node_id in self.nodes:
             return self.nodes[node_id]
+        if client not in self.order and self.open_roster:
+            self.order = {name: i for i, name in enumerate(sorted([*self.order, client]))}
         if client not in self.order:
             raise FlowerRunError(
                 f"node {node_id} holds client '{client}', which the ServerApp's config does not make: node and "
@@ -202,9 +213,14 @@ class NodeDirectory:
             if other.client == client:
                 raise FlowerRunError(
                     f"nodes {other.node_id} and {node_id} both hold client {client} (partition-id "
-                    f"{info['partition-id']}): give every SuperNode a distinct partition-id")
+                    f"{info['partition-id']}): give every SuperNode a distinct partition-id (device mode: a distinct "
+                    "folder or node-config client)")
         self.nodes[node_id] = NodeInfo(node_id, client, int(info["partition-id"]), int(info["num-examples"]))
         log.info("%s joined with %d training windows", self.nodes[node_id], self.nodes[node_id].num_examples)
+        if int(info.get("skipped-unknown", 0)) or int(info.get("skipped-corrupt", 0)) or int(info.get("skipped-missing", 0)):
+            log.warning("%s skipped files on its device: %s with labels the run does not know (%s), %s unreadable, "
+                        "%s listed but missing", self.nodes[node_id], info.get("skipped-unknown", 0),
+                        info.get("unknown-labels", "") or "-", info.get("skipped-corrupt", 0), info.get("skipped-missing", 0))
         return self.nodes[node_id]
 
 
@@ -323,7 +339,8 @@ class FedacStrategy(Strategy):
         for node_id in missing:
             log.warning("round %d: %s dropped out (no reply); the round goes on with the others",
                         server_round, self.directory.describe(node_id))
-        received.sort(key=lambda item: item[0])  # the simulator's cohort order
+        # The simulator's cohort order (read now: in device mode the order grows as nodes announce themselves).
+        received.sort(key=lambda item: self.directory.order.get(item[3].client, len(self.directory.order)))
         reports = [r for *_, r in received]
         self.train_reports[server_round] = reports
         for r in reports:
