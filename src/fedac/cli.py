@@ -66,11 +66,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from fedac.models import MODEL_NAMES, build_model, count_parameters
+    from fedac.models import ALL_MODELS, build_model, count_parameters
     from fedac.report import format_table
 
     rows = [(name, f"{count_parameters(build_model(name, args.num_features, args.num_classes)):,} parameters")
-            for name in MODEL_NAMES]
+            for name in ALL_MODELS]
     print(f"models for {args.num_features} input features and {args.num_classes} classes:")
     print(format_table(rows))
     return 0
