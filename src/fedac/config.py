@@ -187,6 +187,45 @@ class FedKADConfig:
 
 
 @dataclass
+class FedKWSUIConfig:
+    """FedKWS-UI (algorithms/fedkwsui.py). Defaults follow the official code where it and the paper differ."""
+
+    local_steps: int = 50
+    """E: local SGD steps of a client with r_k = 1 / r0 (a cycling, reshuffled loader; paper Sec. 5)."""
+    ls_mu: float = 0.2
+    """Label smoothing mu of Eq. 1."""
+    adv_lambda: float = 0.001
+    """lambda of Eq. 3, the weight of the negative distillation of Eq. 2; 0 skips the private phase."""
+    adaptive_mu: bool = True
+    """true (code): mu_k = ls_mu * (1 - rbar_k); false (paper Eq. 1): the constant ls_mu."""
+    alt: bool = True
+    """Adaptive local training: s_k = floor(r0 * rbar_k * E) steps; false: E steps for every client."""
+    r0: str = "auto"
+    """ALT's step ratio: a number, sum (paper: K / sum_k rbar_k) or auto (code: 3.5 / 5.0 on 12- / 35-class
+    Speech Commands, else sum)."""
+    size_cap: str = "auto"
+    """ALT's size normaliser: a number (n_k / cap, capped at 1), max (paper: n_k / max_j n_j) or auto
+    (code: 100 / 300 on 12- / 35-class Speech Commands, else max)."""
+    private_ratio: float = 0.2
+    """Private phase: floor(private_ratio * E) + 1 steps on the private head (code)."""
+    g_ratio: float = 0.6
+    """Head widths (code): global projection int(2 h g_ratio), private projection int(2 h (1 - g_ratio))."""
+    private: str = "shared"
+    """shared (code): the private head is averaged and restarts from the aggregate every round;
+    persistent (paper: a private model per client): kept on the client as its persistent state."""
+    max_grad_norm: float = 50.0
+    """Clip each step's gradient to this L2 norm (code); 0 turns clipping off."""
+    aggregation: str = "uniform"
+    """uniform (paper Sec. 3 and code: 1/|S| per client) or weighted (n_k-weighted, `aggregation.method`)."""
+
+
+@dataclass
+class FedMMDConfig:
+    weight: float = 0.01
+    """lambda of CE + lambda * MMD^2(local, frozen global penultimate features) (official script: 0.01)."""
+
+
+@dataclass
 class Config:
     algorithm: str = "fedavg"
     dataset: str = "speech_commands"
@@ -202,6 +241,8 @@ class Config:
     fedopt: FedOptConfig = field(default_factory=FedOptConfig)
     fedmlac: FedMLACConfig = field(default_factory=FedMLACConfig)
     fedkad: FedKADConfig = field(default_factory=FedKADConfig)
+    fedkwsui: FedKWSUIConfig = field(default_factory=FedKWSUIConfig)
+    fedmmd: FedMMDConfig = field(default_factory=FedMMDConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -32,6 +32,9 @@ class Task:
     num_features: int
     num_classes: int
     clients: list[str]
+    class_counts: list[list[int]] | None = None
+    """Training windows per class of each client (aligned with `clients`), for methods that weigh
+    clients by their label distribution (FedKWS-UI's ALT)."""
 
 
 @dataclass

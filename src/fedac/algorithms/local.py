@@ -17,6 +17,15 @@ def batch_indices(num_samples: int, batch_size: int, epochs: int, generator: tor
         yield from order.split(batch_size)
 
 
+def cycling_batches(num_samples: int, batch_size: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Exactly `steps` mini-batches of a loader that is reshuffled whenever it runs out (partial last
+    batch kept), as step-based local training (FedKWS-UI's protocol) reads it. No data: no batches."""
+    while steps > 0 and num_samples > 0:
+        for idx in torch.randperm(num_samples, generator=generator).split(batch_size)[:steps]:
+            yield idx
+            steps -= 1
+
+
 def local_steps(num_samples: int, cfg: TrainConfig) -> int:
     """SGD steps of one local update: `batch_indices` keeps each epoch's last partial batch."""
     return cfg.local_epochs * -(-num_samples // cfg.batch_size)
