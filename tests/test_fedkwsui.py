@@ -237,8 +237,8 @@ def test_missing_class_counts_is_a_typed_error():
 
 # --- simulator: resume exactness and the CLI --------------------------------------------------------
 @pytest.fixture(scope="module")
-def settings(gsc_root, tmp_path_factory):
-    return {**tiny_run(gsc_root, tmp_path_factory.mktemp("kws_cache")), "algorithm": "fedkwsui", "train.rounds": 3,
+def settings(gsc_root):
+    return {**tiny_run(gsc_root, None), "algorithm": "fedkwsui", "train.rounds": 3,
             "fedkwsui.local_steps": 3, "train.eval_every": 1, "fedkwsui.private": "persistent"}
 
 
@@ -263,7 +263,9 @@ def test_fedac_run_fedkwsui_writes_a_run_directory(settings, tmp_path, capsys):
     for key, value in settings.items():
         if key not in ("algorithm", "train.rounds"):
             args += ["--set", f"{key}={value}"]
-    assert main(args + ["--set", "model.name=crnn_tiny"]) == 0
+    assert main(args + ["--set", "data.task=12"]) == 0
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert results["algorithm"] == "fedkwsui" and 0 <= results["final"]["accuracy"] <= 1
+    assert 0 <= results["final"]["fa"] <= 1 and 0 <= results["final"]["fr"] <= 1  # 12-class task: FA / FR
+    assert "fa" in results["legend"]
     assert (tmp_path / "run" / "config.yaml").is_file() and (tmp_path / "run" / "metrics.csv").is_file()

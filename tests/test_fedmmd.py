@@ -67,7 +67,7 @@ def test_weight_zero_is_fedavg_and_the_weight_changes_the_update():
 
 def test_fedac_run_fedmmd(gsc_root, tmp_path):
     args = ["run", "--algorithm", "fedmmd", "--rounds", "1", "--out", str(tmp_path / "run"), "--quiet"]
-    for key, value in tiny_run(gsc_root, tmp_path / "cache").items():
+    for key, value in tiny_run(gsc_root, None).items():  # the session's FEDAC_HOME cache
         args += ["--set", f"{key}={value}"]
     assert main(args) == 0
     results = json.loads((tmp_path / "run" / "results.json").read_text())
