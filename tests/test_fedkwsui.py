@@ -269,3 +269,27 @@ def test_fedac_run_fedkwsui_writes_a_run_directory(settings, tmp_path, capsys):
     assert 0 <= results["final"]["fa"] <= 1 and 0 <= results["final"]["fr"] <= 1  # 12-class task: FA / FR
     assert "fa" in results["legend"]
     assert (tmp_path / "run" / "config.yaml").is_file() and (tmp_path / "run" / "metrics.csv").is_file()
+
+
+def test_fedkwsui_on_flower_equals_the_simulator(tmp_path_factory, tmp_path, monkeypatch):
+    """In-process Flower deployment (LocalGrid): persistent private heads travel as explicit client state
+    and the global model equals the simulator's."""
+    pytest.importorskip("flwr")
+    from flower_helpers import use_task_identity
+    from test_flower import fedac_config, make_gsc_tree, nodes_for, run_config, run_local
+
+    use_task_identity(monkeypatch)
+
+    root = make_gsc_tree(tmp_path_factory.mktemp("kws_flower_gsc"), speakers=5, clips=1)
+    dataset = (root, None)
+    settings = {"algorithm": "fedkwsui", "strategy": "fedac", "rounds": 2, "fraction": 0.5, "num_clients": 4,
+                "min-nodes": 4, "poll-interval": 0.01}
+    settings["fedac-set"] = run_config(dataset, "x", num_clients=4)["fedac-set"] + \
+        ";fedkwsui.private=persistent;fedkwsui.local_steps=3"
+    results, _, config = run_local(dataset, tmp_path, nodes_for(4), **settings)
+    sim = Simulator(fedac_config(config), tmp_path / "sim", progress=False)
+    expected = sim.run()
+    flower_params = torch.load(tmp_path / "run" / "server_state.pt")["params"]
+    for name, value in sim.state["server"]["params"].items():
+        torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-5, msg=name)
+    assert results["final"]["accuracy"] == pytest.approx(expected["final"]["accuracy"], abs=1e-6)
