@@ -181,6 +181,17 @@ def test_private_phase_trains_the_private_head_alone_and_lambda_zero_skips_it():
     assert all(torch.equal(payload[k], same[k]) for k in payload)
 
 
+def test_private_ratio_and_g_ratio_settings():
+    payload = algorithm().init_server()["params"]
+    for ratio, steps in ((0.2, 11), (0.5, 26)):  # floor(ratio * 50) + 1
+        algo = algorithm(**{"fedkwsui.private_ratio": ratio, "fedkwsui.r0": 0.001})
+        assert algo.client_update(payload, None, client(), 1, torch_generator(0, "t")).metrics["private_steps"] == steps
+    model = algorithm(**{"fedkwsui.g_ratio": 0.5}).make_model("crnn_tiny")  # h = 32
+    assert model.global_proj.out_features == model.private_proj.out_features == 32
+    with pytest.raises(ConfigError, match="fedkwsui.g_ratio"):
+        algorithm(**{"fedkwsui.g_ratio": 1.0}).make_model("crnn_tiny")
+
+
 def test_gradient_clipping_setting_changes_the_update():
     kw = {"train.lr": 0.5, "fedkwsui.local_steps": 3}
     a, b = algorithm(**kw), algorithm(**kw, **{"fedkwsui.max_grad_norm": 1e-3})

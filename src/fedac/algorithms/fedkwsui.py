@@ -248,7 +248,8 @@ class FedKWSUI(Algorithm):
         params = model_params(model)
         new_state = {k: v for k, v in params.items() if k.startswith(PRIVATE)} if state is not None else None
         metrics = {"loss": total / steps if steps else float("nan"), "steps": float(steps),
-                   "private_loss": private_loss / max(private_steps, 1), "alt_ratio": plan["ratio"], "mu": plan["mu"]}
+                   "private_loss": private_loss / max(private_steps, 1), "private_steps": float(private_steps),
+                   "alt_ratio": plan["ratio"], "mu": plan["mu"]}
         return ClientResult(params, new_state, metrics)
 
     # --- server -----------------------------------------------------------------------------------
