@@ -304,3 +304,20 @@ def test_fedkwsui_on_flower_equals_the_simulator(tmp_path_factory, tmp_path, mon
     for name, value in sim.state["server"]["params"].items():
         torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-5, msg=name)
     assert results["final"]["accuracy"] == pytest.approx(expected["final"]["accuracy"], abs=1e-6)
+
+
+def test_data_stats_prints_alt_statistics(gsc_root, capsys):
+    import re
+
+    def stats(*settings):
+        argv = ["data", "stats", "speech_commands", "--root", str(gsc_root), "--quiet", "--set", "data.task=12"]
+        for s in settings:
+            argv += ["--set", s]
+        assert main(argv) == 0
+        line = next(x for x in capsys.readouterr().out.splitlines() if "FedKWS-UI ALT" in x)
+        return line, [float(v) for v in re.findall(r"(?:min|median|mean|max) ([0-9.]+)", line.split("r0 * rbar_k")[1])]
+
+    line, code = stats()
+    assert "cap 100, r0 3.500" in line  # the code's constants on 12-class Speech Commands
+    _, doubled = stats("fedkwsui.r0=7")
+    assert doubled == pytest.approx([2 * v for v in code], abs=2e-3)

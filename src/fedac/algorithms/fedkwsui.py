@@ -43,7 +43,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params
+from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, Task, model_params
 from fedac.algorithms.local import cycling_batches, make_optimizer
 from fedac.errors import ConfigError
 from fedac.models import build_model
@@ -261,3 +261,15 @@ class FedKWSUI(Algorithm):
         if self.cfg.fedkwsui.private == "persistent":  # private heads stay on the clients
             params.update({k: v for k, v in server["params"].items() if k.startswith(PRIVATE)})
         return {**server, "params": params}, metrics
+
+
+def alt_statistics(cfg, num_classes: int, clients: list[str], counts: list[list[int]]) -> dict[str, float]:
+    """Paper Fig. 1's colour: r0 * rbar_k over the clients with data, under `cfg.fedkwsui`'s ALT
+    constants, with the max n_k of Table 1 and the resolved cap and r0 (for `fedac data stats`)."""
+    algo = FedKWSUI(cfg, Task(0, num_classes, clients, counts))
+    values = [algo.r0 * algo.ratios[c] for c, n in zip(clients, counts) if sum(n)]
+    if not values:
+        return {}
+    return {"size_cap": algo.size_cap, "r0": algo.r0, "max_n_k": float(max(sum(n) for n in counts)),
+            "min": min(values), "median": float(torch.tensor(values).median()), "mean": sum(values) / len(values),
+            "max": max(values)}
