@@ -250,13 +250,15 @@ def test_missing_class_counts_is_a_typed_error():
 @pytest.fixture(scope="module")
 def settings(gsc_root):
     return {**tiny_run(gsc_root, None), "algorithm": "fedkwsui", "train.rounds": 3,
-            "fedkwsui.local_steps": 3, "train.eval_every": 1, "fedkwsui.private": "persistent"}
+            "fedkwsui.local_steps": 3, "train.eval_every": 1, "fedkwsui.private": "persistent", "train.test_curve": True}
 
 
 def test_resumed_fedkwsui_run_ends_with_the_uninterrupted_parameters(settings, tmp_path):
     cfg = load_config(overrides=[f"{k}={v}" for k, v in settings.items()])
     full = Simulator(cfg, tmp_path / "full", progress=False)
-    full.run()
+    results = full.run()
+    curve = [row["test_accuracy"] for row in results["history"]]  # train.test_curve: one per evaluation
+    assert len(curve) == 3 and results["final"]["test_last5_mean"] == pytest.approx(sum(curve) / 3)
     part = Simulator(cfg, tmp_path / "part", full.data, progress=False)
     assert part.run(stop_after=1) is None
     resumed = Simulator(cfg, tmp_path / "part", full.data, progress=False)
@@ -274,8 +276,9 @@ def test_fedac_run_fedkwsui_writes_a_run_directory(settings, tmp_path, capsys):
     for key, value in settings.items():
         if key not in ("algorithm", "train.rounds"):
             args += ["--set", f"{key}={value}"]
-    assert main(args + ["--set", "data.task=12"]) == 0
+    assert main(args + ["--set", "data.task=12", "--set", "train.test_curve=false"]) == 0
     results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert "test_last5_mean" not in results["final"] and "test_accuracy" not in results["history"][0]
     assert results["algorithm"] == "fedkwsui" and 0 <= results["final"]["accuracy"] <= 1
     assert 0 <= results["final"]["fa"] <= 1 and 0 <= results["final"]["fr"] <= 1  # 12-class task: FA / FR
     assert "fa" in results["legend"]

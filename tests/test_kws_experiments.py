@@ -48,3 +48,4 @@ def test_reduced_fedkws_lambda_reproduction_writes_fa_fr_tables(gsc_root, tmp_pa
         rows = list(csv.DictReader(handle))
     assert len(rows) == 2  # 2 networks x 1 method x 1 seed
     assert all(0 <= float(r["fa"]) <= 1 and 0 <= float(r["fr"]) <= 1 for r in rows)
+    assert all(0 <= float(r["test_last5_mean"]) <= 1 for r in rows)  # the protocol's train.test_curve

@@ -95,6 +95,9 @@ class TrainConfig:
     checkpoint_every: int = 5
     select: str = "best_val"
     """Final model: best_val (highest validation accuracy) or last. Never chosen on test."""
+    test_curve: bool = False
+    """Also log the shared model's test accuracy at every evaluation (a curve only, never used to select
+    a model) and report `test_last5_mean`, the mean of the last 5 (FedKWS-UI Fig. 2's legend)."""
     eval_batch_size: int = 512
     threads: int = 1
     """torch intra-op threads; 0 keeps torch's default. Per-client batches of 16 short clips run

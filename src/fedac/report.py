@@ -83,6 +83,7 @@ FINAL_KEYS = {
     "visits_per_trained_client": "mean number of rounds in which a trained client trained",
     "fa": "shared model on the test split (12-class keyword spotting): false accepts / all clips",
     "fr": "shared model on the test split (12-class keyword spotting): false rejects / all clips",
+    "test_last5_mean": "shared model on the test split: mean accuracy of the last 5 evaluations (train.test_curve)",
 }
 
 
