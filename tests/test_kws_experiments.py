@@ -38,7 +38,7 @@ def test_reduced_fedkws_lambda_reproduction_writes_fa_fr_tables(gsc_root, tmp_pa
     out = tmp_path / "repro"
     args = ["reproduce", "fedkws-lambda", "--seeds", "0", "--rounds", "1", "--out", str(out), "--quiet",
             "--methods", "lambda 0.001"]
-    small = {**tiny_run(gsc_root, None), "train.local_epochs": 1, "fedkwsui.local_steps": 2, "data.task": 12}
+    small = {**tiny_run(gsc_root, None), "train.local_steps": 2, "fedkwsui.local_steps": 2, "data.task": 12}
     for key, value in small.items():  # the user's settings come last: a tiny model instead of the networks
         args += ["--set", f"{key}={value}"]
     assert main(args) == 0

@@ -83,6 +83,9 @@ class TrainConfig:
     fraction: float = 0.1
     """Active ratio: fraction of clients sampled each round (at least one)."""
     local_epochs: int = 5
+    local_steps: int = 0
+    """0: `local_epochs` passes over the client's data; > 0: exactly this many SGD steps of a loader
+    reshuffled whenever it runs out (FedKWS-UI's protocol: every client 50 steps, whatever its size)."""
     batch_size: int = 16
     lr: float = 0.1
     momentum: float = 0.9

@@ -92,13 +92,12 @@ EXPERIMENTS["hetero"] = EXPERIMENTS["fig2"]
 
 # FedKWS-UI (Li et al., Interspeech 2022) on 12-class Speech Commands: the paper's local protocol (batch 32,
 # SGD momentum 0.9, weight decay 1e-5, E = 50 local steps, 300 rounds, accuracy every 3 rounds, the last
-# model) with 10% of the clients a round (the stand-in has 240 speakers, not 2,234). The baselines train
-# `train.local_epochs` passes: on a client with at most 32 clips (3 in 4 on the stand-in) an epoch is one
-# step of FedKWS-UI's cycling loader, so 50 epochs are its E = 50 steps. "Two-head FedAvg" is FedAvg on
+# model) with 10% of the clients a round (the stand-in has 240 speakers, not 2,234). The baselines take
+# the same E = 50 steps of a cycling loader (`train.local_steps`). "Two-head FedAvg" is FedAvg on
 # FedKWS-UI's two-head model with its uniform mean (mu = lambda = 0, no ALT): the control for the extra
 # projection layer. FedOpt is server momentum (fedac's FedAvgM).
 KWS_PROTOCOL = ["data.task=12", "train.rounds=300", "train.fraction=0.1", "train.batch_size=32", "train.lr=0.01",
-                "train.weight_decay=1e-5", "train.local_epochs=50", "fedkwsui.local_steps=50", "train.eval_every=3",
+                "train.weight_decay=1e-5", "train.local_steps=50", "fedkwsui.local_steps=50", "train.eval_every=3",
                 "train.checkpoint_every=3", "train.select=last", "train.test_curve=true"]
 KWS_NETWORKS = [("DSCNN", ["model.name=dscnn"]), ("MHAttRNN", ["model.name=mhattrnn"]),
                 ("ResNet15", ["model.name=resnet15"]), ("KWT", ["model.name=kwt"])]

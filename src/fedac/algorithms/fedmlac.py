@@ -37,7 +37,7 @@ from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params, reproduces
 from fedac.algorithms.cohort import mutual_cohort
-from fedac.algorithms.local import batch_indices, cross_entropy, make_optimizer
+from fedac.algorithms.local import client_batches, cross_entropy, make_optimizer
 from fedac.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,7 @@ class FedMLAC(Algorithm):
         opt_theta = make_optimizer(theta.parameters(), self.cfg.train)
         sums = {"loss": 0.0, "plugin_loss": 0.0}
         steps = 0
-        for idx in batch_indices(data.num_samples, self.cfg.train.batch_size, self.cfg.train.local_epochs, generator):
+        for idx in client_batches(data.num_samples, self.cfg.train, generator):
             x, y = data.x[idx], data.y[idx]
             # Personalized model step (Eq. 8), the Plug-in as a fixed teacher.
             omega_logits = omega(x)

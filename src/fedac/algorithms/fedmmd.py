@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from fedac.algorithms.base import ClientData, ClientResult, Params, model_params
 from fedac.algorithms.fedavg import FedAvg
-from fedac.algorithms.local import batch_indices, make_optimizer
+from fedac.algorithms.local import client_batches, make_optimizer
 
 
 def mmd_rbf(source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0, kernel_num: int = 5) -> torch.Tensor:
@@ -48,7 +48,7 @@ class FedMMD(FedAvg):
         model.train()
         optimizer = make_optimizer(model.parameters(), self.cfg.train)
         total, mmd_total, steps = 0.0, 0.0, 0
-        for idx in batch_indices(data.num_samples, self.cfg.train.batch_size, self.cfg.train.local_epochs, generator):
+        for idx in client_batches(data.num_samples, self.cfg.train, generator):
             x, y = data.x[idx], data.y[idx]
             h = model.embed(x)
             loss = F.cross_entropy(model.head(h), y)

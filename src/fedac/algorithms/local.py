@@ -26,8 +26,17 @@ def cycling_batches(num_samples: int, batch_size: int, steps: int, generator: to
             steps -= 1
 
 
+def client_batches(num_samples: int, cfg: TrainConfig, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """One local update's mini-batches: `train.local_steps` cycling steps when set, else `local_epochs` passes."""
+    if cfg.local_steps > 0:
+        return cycling_batches(num_samples, cfg.batch_size, cfg.local_steps, generator)
+    return batch_indices(num_samples, cfg.batch_size, cfg.local_epochs, generator)
+
+
 def local_steps(num_samples: int, cfg: TrainConfig) -> int:
     """SGD steps of one local update: `batch_indices` keeps each epoch's last partial batch."""
+    if cfg.local_steps > 0:
+        return cfg.local_steps if num_samples else 0
     return cfg.local_epochs * -(-num_samples // cfg.batch_size)
 
 
@@ -56,7 +65,7 @@ def train_supervised(
     model.train()
     optimizer = make_optimizer(model.parameters(), cfg)
     total, steps = 0.0, 0
-    for idx in batch_indices(len(y), cfg.batch_size, cfg.local_epochs, generator):
+    for idx in client_batches(len(y), cfg, generator):
         loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
         if regularizer is not None:
             loss = loss + regularizer(model)
