@@ -152,7 +152,7 @@ def reference_update(algo, payload, data, seed, private_steps, global_steps, mu,
 
 
 def test_client_update_matches_a_hand_written_reference():
-    algo = algorithm(**{"train.momentum": 0, "train.batch_size": 5, "train.lr": 0.05, "fedkwsui.max_grad_norm": 0,
+    algo = algorithm(**{"train.momentum": 0, "train.batch_size": 5, "train.lr": 0.05, "train.max_grad_norm": 0,
                         "fedkwsui.local_steps": 4, "fedkwsui.adv_lambda": 0.3, "fedkwsui.private_ratio": 0.5})
     payload = algo.init_server()["params"]
     data = client()
@@ -194,7 +194,8 @@ def test_private_ratio_and_g_ratio_settings():
 
 def test_gradient_clipping_setting_changes_the_update():
     kw = {"train.lr": 0.5, "fedkwsui.local_steps": 3}
-    a, b = algorithm(**kw), algorithm(**kw, **{"fedkwsui.max_grad_norm": 1e-3})
+    a, b = algorithm(**kw), algorithm(**kw, **{"train.max_grad_norm": 1e-3})
+    assert a.cfg.train.max_grad_norm == 50.0  # fedkwsui's default: the code's clipping
     payload = a.init_server()["params"]
     ua = a.client_update(payload, None, client(), 1, torch_generator(0, "t")).upload
     ub = b.client_update(payload, None, client(), 1, torch_generator(0, "t")).upload

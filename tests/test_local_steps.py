@@ -36,3 +36,26 @@ def test_cohort_path_equals_sequential_with_local_steps():
         algo, clients = make_algorithm("train.local_steps=4", f"train.execution={mode}", "model.name=crnn_tiny")
         runs.append(federate(algo, clients, rounds=2))
     assert_same_run(*runs)
+
+
+def test_optimizer_and_clipping_settings():
+    from fedac.algorithms.local import make_optimizer
+    from fedac.errors import ConfigError
+
+    params = [torch.nn.Parameter(torch.ones(2))]
+    assert isinstance(make_optimizer(params, load_config(overrides=["train.optimizer=adamw"]).train), torch.optim.AdamW)
+    assert isinstance(make_optimizer(params, load_config().train), torch.optim.SGD)
+    with pytest.raises(ConfigError, match="train.optimizer must be sgd or adamw"):
+        make_optimizer(params, load_config(overrides=["train.optimizer=lion"]).train)
+    # the stacked path is SGD without clipping: other settings train one client after another
+    assert make_algorithm()[0].cohort_ready()
+    assert not make_algorithm("train.optimizer=adamw")[0].cohort_ready()
+    assert not make_algorithm("train.max_grad_norm=5")[0].cohort_ready()
+    steps = {}
+    for setting in ("train.max_grad_norm=0", "train.max_grad_norm=0.001", "train.optimizer=adamw"):
+        algo, clients = make_algorithm(setting, "model.name=crnn_tiny", "train.local_steps=1")
+        start = algo.init_server()["params"]
+        server, _, _ = federate(algo, clients[:1], rounds=1)
+        steps[setting] = max(float((server["params"][k] - start[k]).abs().max()) for k in start)
+    assert steps["train.max_grad_norm=0.001"] < 0.01 * steps["train.max_grad_norm=0"]  # lr 0.05 x norm 1e-3
+    assert steps["train.optimizer=adamw"] == pytest.approx(0.05, rel=0.05)  # Adam's first step: lr x sign

@@ -93,6 +93,13 @@ class TrainConfig:
     learn in a few minutes; configs/paper.yaml holds fedmlac.md's schedule (lr 0.01, 1 local epoch,
     20% active, 5000 rounds)."""
     weight_decay: float = 0.0
+    optimizer: str = "sgd"
+    """Local optimiser, new every round: sgd (lr, momentum, weight_decay) or adamw (torch AdamW with lr and
+    weight_decay; FedKWS-UI's protocol trains its Transformer so). The stacked cohort path is SGD only:
+    adamw trains one client after another."""
+    max_grad_norm: float = 0.0
+    """Clip every local step's gradient to this L2 norm (FedKWS-UI's protocol: 50); 0: no clipping. Set, it
+    trains one client after another (the stacked cohort path does not clip)."""
     eval_every: int = 5
     """Evaluate on the validation split every k rounds (and after the last round)."""
     checkpoint_every: int = 5
@@ -219,8 +226,6 @@ class FedKWSUIConfig:
     private: str = "shared"
     """shared (code): the private head is averaged and restarts from the aggregate every round;
     persistent (paper: a private model per client): kept on the client as its persistent state."""
-    max_grad_norm: float = 50.0
-    """Clip each step's gradient to this L2 norm (code); 0 turns clipping off."""
     aggregation: str = "uniform"
     """uniform (paper Sec. 3 and code: 1/|S| per client) or weighted (n_k-weighted, `aggregation.method`)."""
 
@@ -349,6 +354,9 @@ def _nest(key: str, value: Any) -> dict[str, Any]:
 #: schedule.
 ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
     "fedmlac": {"data.max_clients": 24, "train.fraction": 1.0, "train.rounds": 40},
+    # FedKWS-UI's code clips every local step's gradient at norm 50 (its whole protocol does; see
+    # reproduce.KWS_PROTOCOL, which sets it for every method of a comparison).
+    "fedkwsui": {"train.max_grad_norm": 50.0},
 }
 
 

@@ -98,7 +98,7 @@ EXPERIMENTS["hetero"] = EXPERIMENTS["fig2"]
 # projection layer. FedOpt is server momentum (fedac's FedAvgM).
 KWS_PROTOCOL = ["data.task=12", "train.rounds=300", "train.fraction=0.1", "train.batch_size=32", "train.lr=0.01",
                 "train.weight_decay=1e-5", "train.local_steps=50", "fedkwsui.local_steps=50", "train.eval_every=3",
-                "train.checkpoint_every=3", "train.select=last", "train.test_curve=true"]
+                "train.checkpoint_every=3", "train.select=last", "train.test_curve=true", "train.max_grad_norm=50"]
 KWS_NETWORKS = [("DSCNN", ["model.name=dscnn"]), ("MHAttRNN", ["model.name=mhattrnn"]),
                 ("ResNet15", ["model.name=resnet15"]), ("KWT", ["model.name=kwt"])]
 KWS_ALO_OFF = "fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0"

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params
-from fedac.algorithms.local import client_batches, make_optimizer
+from fedac.algorithms.local import client_batches, clip_gradients, make_optimizer
 from fedac.seeding import torch_generator
 
 
@@ -92,6 +92,7 @@ class FedKAD(Algorithm):
                 features @ proj, y, payload["prototypes"], payload["known"])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            clip_gradients(model, self.cfg.train)
             optimizer.step()
             total += float(loss.detach())
             steps += 1

@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, Task, model_params
-from fedac.algorithms.local import cycling_batches, make_optimizer
+from fedac.algorithms.local import clip_gradients, cycling_batches, make_optimizer
 from fedac.errors import ConfigError
 from fedac.models import build_model
 
@@ -217,8 +217,7 @@ class FedKWSUI(Algorithm):
         if drop_encoder:
             for p in model.encoder.parameters():
                 p.grad = None
-        if self.cfg.fedkwsui.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(model.parameters(), self.cfg.fedkwsui.max_grad_norm)
+        clip_gradients(model, self.cfg.train)
         optimizer.step()
 
     def client_update(self, payload: Params, state: Params | None, data: ClientData, round_idx: int,

@@ -37,7 +37,7 @@ from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params, reproduces
 from fedac.algorithms.cohort import mutual_cohort
-from fedac.algorithms.local import client_batches, cross_entropy, make_optimizer
+from fedac.algorithms.local import client_batches, clip_gradients, cross_entropy, make_optimizer
 from fedac.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -138,6 +138,7 @@ class FedMLAC(Algorithm):
             loss_omega = personalized_loss(omega_logits, theta_teacher, y, opts.alpha, opts.temperature, mutual)
             opt_omega.zero_grad(set_to_none=True)
             loss_omega.backward()
+            clip_gradients(omega, self.cfg.train)
             opt_omega.step()
             # Plug-in step (Eq. 9), the personalized model as the teacher.
             if opts.teacher == "post_update":
@@ -148,6 +149,7 @@ class FedMLAC(Algorithm):
             loss_theta = plugin_loss(theta(x), omega_logits.detach(), y, opts.temperature, opts.plugin_ce_weight, mutual)
             opt_theta.zero_grad(set_to_none=True)
             loss_theta.backward()
+            clip_gradients(theta, self.cfg.train)
             opt_theta.step()
             sums["loss"] += float(loss_omega.detach())
             sums["plugin_loss"] += float(loss_theta.detach())

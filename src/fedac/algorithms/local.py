@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from fedac.config import TrainConfig
+from fedac.errors import ConfigError
 
 
 def batch_indices(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
@@ -50,7 +51,17 @@ def cross_entropy(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | 
 
 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer != "sgd":
+        raise ConfigError(f"train.optimizer must be sgd or adamw, got {cfg.optimizer!r}")
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def clip_gradients(model: nn.Module, cfg: TrainConfig) -> None:
+    """`train.max_grad_norm` > 0: scale the model's gradient to at most that L2 norm (before the step)."""
+    if cfg.max_grad_norm > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
 
 
 def train_supervised(
@@ -71,6 +82,7 @@ def train_supervised(
             loss = loss + regularizer(model)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        clip_gradients(model, cfg)
         optimizer.step()
         total += float(loss.detach())
         steps += 1
