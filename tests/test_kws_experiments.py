@@ -28,6 +28,8 @@ def test_fedkws_methods_resolve_to_their_ablations():
     assert (alt.fedkwsui.ls_mu, alt.fedkwsui.adv_lambda, alt.fedkwsui.alt) == (0.0, 0.0, True)
     assert (control.fedkwsui.ls_mu, control.fedkwsui.adv_lambda, control.fedkwsui.alt) == (0.0, 0.0, False)
     assert resolved("fedkws12", "FedMMD").algorithm == "fedmmd" and full.data.task == "12"
+    prox = resolved("fedkws12", "FedProx")
+    assert (prox.fedprox.form, prox.fedprox.mu) == ("smooth_l1", 1e-4)
     assert [resolved("fedkws-mu", f"mu {m}").fedkwsui.ls_mu for m in (0.0, 0.1, 0.2, 0.3, 0.5)] == [0, 0.1, 0.2, 0.3, 0.5]
     assert resolved("fedkws-lambda", "lambda 0.1").fedkwsui.adv_lambda == 0.1
     assert resolved("fedkws-alt", "ALT only").data.task == "35"

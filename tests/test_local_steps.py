@@ -1,5 +1,6 @@
-"""`train.local_steps` (step-based local training with a cycling loader, FedKWS-UI's protocol): the
-batches by hand, its effect on the step count, and the stacked cohort path equal to the sequential one."""
+"""The training settings FedKWS-UI's protocol added for every algorithm: `train.local_steps` (a cycling
+loader; batches by hand, step counts, cohort path equal to the sequential one), `train.optimizer`,
+`train.max_grad_norm` and `fedprox.form=smooth_l1` (by hand)."""
 
 from __future__ import annotations
 
@@ -59,3 +60,24 @@ def test_optimizer_and_clipping_settings():
         steps[setting] = max(float((server["params"][k] - start[k]).abs().max()) for k in start)
     assert steps["train.max_grad_norm=0.001"] < 0.01 * steps["train.max_grad_norm=0"]  # lr 0.05 x norm 1e-3
     assert steps["train.optimizer=adamw"] == pytest.approx(0.05, rel=0.05)  # Adam's first step: lr x sign
+
+
+def test_fedprox_smooth_l1_form_by_hand():
+    from fedac.algorithms.fedprox import FedProx
+    from fedac.algorithms.base import Task
+    from fedac.errors import ConfigError
+
+    model = torch.nn.Linear(2, 1)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[0.5, 3.0]]))
+        model.bias.copy_(torch.tensor([0.0]))
+    anchor = {"weight": torch.zeros(1, 2), "bias": torch.tensor([1.0])}
+    # weight: mean(0.5 * 0.5^2, 3 - 0.5) = (0.125 + 2.5) / 2 = 1.3125; bias: |d| = 1 -> 1 - 0.5 = 0.5;
+    # mean over the two tensors: (1.3125 + 0.5) / 2 = 0.90625; times mu = 0.2
+    algo = FedProx(load_config(overrides=["algorithm=fedprox", "fedprox.mu=0.2", "fedprox.form=smooth_l1"]),
+                   Task(2, 1, ["a"]))
+    assert float(algo.regularizer(anchor)(model).detach()) == pytest.approx(0.2 * 0.90625)
+    l2 = FedProx(load_config(overrides=["algorithm=fedprox", "fedprox.mu=0.2"]), Task(2, 1, ["a"]))
+    assert float(l2.regularizer(anchor)(model).detach()) == pytest.approx(0.1 * (0.25 + 9 + 1))  # mu/2 ||d||^2
+    with pytest.raises(ConfigError, match="fedprox.form must be one of l2, smooth_l1"):
+        FedProx(load_config(overrides=["algorithm=fedprox", "fedprox.form=l1"]), Task(2, 1, ["a"])).regularizer(anchor)

@@ -136,6 +136,9 @@ class TrainConfig:
 class FedProxConfig:
     mu: float = 0.01
     """Proximal weight: local loss + mu/2 * ||w - w_global||^2."""
+    form: str = "l2"
+    """l2 (Li et al.: mu/2 ||w - w_global||^2) or smooth_l1 (FedKWS-UI's code: mu * the mean over parameter
+    tensors of the mean smooth-L1 distance to the global model)."""
 
 
 @dataclass
