@@ -81,3 +81,35 @@ def test_fedprox_smooth_l1_form_by_hand():
     assert float(l2.regularizer(anchor)(model).detach()) == pytest.approx(0.1 * (0.25 + 9 + 1))  # mu/2 ||d||^2
     with pytest.raises(ConfigError, match="fedprox.form must be one of l2, smooth_l1"):
         FedProx(load_config(overrides=["algorithm=fedprox", "fedprox.form=l1"]), Task(2, 1, ["a"])).regularizer(anchor)
+
+
+@pytest.mark.parametrize("name,make_torch", [
+    ("fedadam", lambda p: torch.optim.Adam(p, lr=0.01, betas=(0.9, 0.99), eps=1e-3)),
+    ("fedavgm", lambda p: torch.optim.SGD(p, lr=1.0, momentum=0.9)),
+])
+def test_fedopt_torch_form_equals_torch_optimizers(name, make_torch):
+    """fedopt.form=torch: three server steps equal torch's optimizer on grad = x - aggregate, on the
+    parameters; BatchNorm buffers (kws networks) take the aggregate."""
+    from fedac.algorithms import build_algorithm
+    from fedac.algorithms.base import Task
+
+    cfg = load_config(overrides=[f"algorithm={name}", "model.name=dscnn", "fedopt.form=torch", "fedopt.server_lr=0.01"])
+    algo = build_algorithm(cfg, Task(40, 12, ["a"]))
+    server = algo.init_server()
+    reference = algo.make_model("dscnn")
+    reference.load_state_dict(server["params"])
+    optimizer = make_torch(list(reference.parameters()))
+    gen = torch.Generator().manual_seed(0)
+    for round_idx in (1, 2, 3):
+        upload = {k: v + 0.01 * torch.randn(v.shape, generator=gen) if v.is_floating_point() else v
+                  for k, v in server["params"].items()}
+        server, _ = algo.server_update(server, [(upload, 5)], round_idx)
+        optimizer.zero_grad()
+        for pname, p in reference.named_parameters():
+            p.grad = p.detach() - upload[pname]
+        optimizer.step()
+        buffers = dict(reference.named_buffers())
+        for k, v in server["params"].items():
+            expected = buffers[k] if k in buffers and not v.is_floating_point() else \
+                (upload[k] if k in buffers else reference.state_dict()[k])
+            torch.testing.assert_close(v, expected, rtol=0, atol=1e-6, msg=k)

@@ -151,6 +151,9 @@ class FedOptConfig:
     momentum: float = 0.9
     """FedAvgM server momentum."""
     avgm_server_lr: float = 1.0
+    form: str = "reddi"
+    """reddi (Alg. 2 as written: no bias correction, every floating entry stepped) or torch (torch.optim.Adam
+    / SGD-momentum on the parameters, buffers averaged: FedKWS-UI's code)."""
 
 
 @dataclass
