@@ -277,7 +277,7 @@ def test_fedac_run_fedkwsui_writes_a_run_directory(settings, tmp_path, capsys):
     for key, value in settings.items():
         if key not in ("algorithm", "train.rounds"):
             args += ["--set", f"{key}={value}"]
-    assert main(args + ["--set", "data.task=12", "--set", "train.test_curve=false"]) == 0
+    assert main(args + ["--set", "data.task=12", "--set", "data.gsc12=fedkws", "--set", "train.test_curve=false"]) == 0
     results = json.loads((tmp_path / "run" / "results.json").read_text())
     assert "test_last5_mean" not in results["final"] and "test_accuracy" not in results["history"][0]
     assert results["algorithm"] == "fedkwsui" and 0 <= results["final"]["accuracy"] <= 1

@@ -24,6 +24,10 @@ class DataConfig:
     """Dataset root in its official layout. None: the embedded synthetic stand-in (generated once)."""
     task: str = "35"
     """Speech Commands: "35" (all words) or "12" (10 words + _silence_ + _unknown_)."""
+    gsc12: str = "fedac"
+    """Speech Commands 12-class construction: fedac (every other word is _unknown_, background-noise slices
+    are _silence_) or fedkws (FedKWS-UI's: per split, 10% of the ten words' clip count drawn from the other
+    words as _unknown_ and another 10% with a zeroed waveform as _silence_, both keeping their speaker)."""
     synth_speakers: int = 300
     """Speakers of the embedded synthetic Speech Commands (used only when root is None)."""
     partition: str | None = None
