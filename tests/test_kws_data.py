@@ -45,3 +45,15 @@ def test_fedac_construction_is_the_default_and_differs(gsc_root):
     assert sum(c.label == unknown and c.split == "train" for c in default.clips) == 6 * 2 * 25  # every other word
     with pytest.raises(DatasetError, match="data.gsc12 must be fedac or fedkws"):
         manifest(gsc_root, "speechbrain")
+
+
+def test_min_speaker_clips_drops_small_speakers(gsc_root):
+    from fedac.data.partition import partition
+
+    m = manifest(gsc_root, "fedkws")
+    sizes = {c.name: c.num_samples + len(c.holdout) for c in partition(m, load_config().data, 0, "natural")}
+    cut = sorted(sizes.values())[len(sizes) // 2]  # keeps the speakers holding at least the median count
+    kept = partition(m, load_config(overrides=[f"data.min_speaker_clips={cut}"]).data, 0, "natural")
+    assert {c.name for c in kept} == {name for name, n in sizes.items() if n >= cut} != set(sizes)
+    with pytest.raises(DatasetError, match="data.min_speaker_clips=1000"):
+        partition(m, load_config(overrides=["data.min_speaker_clips=1000"]).data, 0, "natural")

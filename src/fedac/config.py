@@ -38,6 +38,9 @@ class DataConfig:
     """Dirichlet concentration over labels (smaller = more skewed)."""
     min_client_size: int = 10
     """Dirichlet: redraw until every client holds at least this many training clips."""
+    min_speaker_clips: int = 0
+    """Natural partition: drop the clients (speakers) with fewer training clips than this (FedKWS-UI: 5);
+    0 keeps every client."""
     group_by_source: bool = True
     """Dirichlet: keep clips of one source recording (e.g. UrbanSound8K fsID) on one client."""
     local_holdout: float = 0.2

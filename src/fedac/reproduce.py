@@ -96,7 +96,7 @@ EXPERIMENTS["hetero"] = EXPERIMENTS["fig2"]
 # of the clients a round (the stand-in has 240 speakers, not 2,234). "Two-head FedAvg" is FedAvg on
 # FedKWS-UI's two-head model with its uniform mean (mu = lambda = 0, no ALT): the control for the extra
 # projection layer. The methods are compare.PRESETS["fedkws"].
-KWS_PROTOCOL = ["data.task=12", "data.gsc12=fedkws", "train.rounds=300", "train.fraction=0.1",
+KWS_PROTOCOL = ["data.task=12", "data.gsc12=fedkws", "data.min_speaker_clips=5", "train.rounds=300", "train.fraction=0.1",
                 "train.batch_size=32", "train.lr=0.01", "train.weight_decay=1e-5", "train.max_grad_norm=50",
                 "train.local_steps=50", "fedkwsui.local_steps=50", "train.eval_every=3", "train.checkpoint_every=3",
                 "train.select=last", "train.test_curve=true"]
