@@ -31,6 +31,7 @@ the client's explicit persistent state so it works in the simulator and on Flowe
 Other choices: the 1e-8 inside the entropy's log is the code's (it makes 12 equal counts give
 s = 174, not 175); the encoder's gradients in the private phase are dropped (None), so SGD's weight
 decay does not touch the encoder there (the code zeroes them, which lets a 1e-5 decay through).
+Every step's gradient is clipped at `train.max_grad_norm` (fedkwsui's algorithm default: the code's 50).
 Client updates run on the sequential path (no stacked cohort form).
 """
 
