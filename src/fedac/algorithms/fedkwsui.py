@@ -169,9 +169,9 @@ class FedKWSUI(Algorithm):
                               "task with engine.data.build_federated_data")
         self.size_cap, self.r0 = self.alt_constants()
         self.ratios = {c: alt_ratio(n, self.size_cap) for c, n in zip(task.clients, task.class_counts)}
-        if self.r0 is None:  # the paper's conservation rule over the clients that hold data
-            total = sum(r for c, r in self.ratios.items() if sum(task.class_counts[task.clients.index(c)]))
-            self.r0 = len([n for n in task.class_counts if sum(n)]) / total if total > 0 else 1.0
+        if self.r0 is None:  # the paper's conservation rule, K / sum rbar_k, over the clients that hold data
+            held = [self.ratios[c] for c, n in zip(task.clients, task.class_counts) if sum(n)]
+            self.r0 = len(held) / sum(held) if sum(held) > 0 else 1.0
 
     def alt_constants(self) -> tuple[float, float | None]:
         """(size cap, r0) after resolving auto / max / sum (r0 None: K / sum rbar, computed by the caller)."""
