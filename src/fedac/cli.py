@@ -66,11 +66,11 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from fedac.models import MODEL_NAMES, build_model, count_parameters
+    from fedac.models import ALL_MODELS, build_model, count_parameters
     from fedac.report import format_table
 
     rows = [(name, f"{count_parameters(build_model(name, args.num_features, args.num_classes)):,} parameters")
-            for name in MODEL_NAMES]
+            for name in ALL_MODELS]
     print(f"models for {args.num_features} input features and {args.num_classes} classes:")
     print(format_table(rows))
     return 0
@@ -113,7 +113,21 @@ def cmd_stats(args: argparse.Namespace) -> int:
     e = np.percentile(entropy, [0, 50, 100])
     print(f"  class entropy per client (bits, max {np.log2(manifest.num_classes):.2f}): min {e[0]:.2f}, median {e[1]:.2f}, max {e[2]:.2f}")
     print("  label distribution: " + ", ".join(f"{name} {n}" for name, n in zip(manifest.classes, labels)))
+    _print_alt_statistics(cfg, manifest, clients)
     return 0
+
+
+def _print_alt_statistics(cfg: Config, manifest, clients) -> None:
+    """FedKWS-UI's ALT over the training clips: max n_k and r0 * rbar_k (paper Table 1 and Fig. 1)."""
+    from fedac.algorithms.fedkwsui import alt_statistics
+
+    counts = [np.bincount([manifest.clips[i].label for i in c.train], minlength=manifest.num_classes).tolist()
+              for c in clients]
+    alt = alt_statistics(cfg, manifest.num_classes, [c.name for c in clients], counts)
+    if alt:
+        print(f"  FedKWS-UI ALT (training clips, max n_k {alt['max_n_k']:.0f}, cap {alt['size_cap']:g}, "
+              f"r0 {alt['r0']:.3f}): r0 * rbar_k min {alt['min']:.3f}, median {alt['median']:.3f}, "
+              f"mean {alt['mean']:.3f}, max {alt['max']:.3f}")
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:

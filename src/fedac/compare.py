@@ -34,6 +34,13 @@ PRESETS: dict[str, list[str]] = {
     ],
     "baselines": ["FedAvg=fedavg", "FedProx=fedprox", "FedAdam=fedadam", "FedYogi=fedyogi",
                   "FedAdagrad=fedadagrad", "FedAvgM=fedavgm"],
+    # FedKWS-UI's Fig. 2 methods, its ALT-only ablation and the two-head control (FedAvg on the two-head
+    # model, FedKWS-UI's uniform mean, mu = lambda = 0, no ALT); FedOpt as torch's server SGD momentum;
+    # FedProx in the official code's smooth-L1 form with its script's weight.
+    "fedkws": ["FedAvg=fedavg", "FedProx=fedprox:fedprox.form=smooth_l1,fedprox.mu=0.0001", "FedMMD=fedmmd",
+               "FedOpt=fedavgm:fedopt.form=torch", "FedKWS-UI=fedkwsui",
+               "ALT only=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0",
+               "Two-head FedAvg=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false"],
 }
 #: The table's columns: one per kind of model and split, never mixed (report.FINAL_KEYS says what each is).
 COLUMNS = {

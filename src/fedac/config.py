@@ -24,6 +24,10 @@ class DataConfig:
     """Dataset root in its official layout. None: the embedded synthetic stand-in (generated once)."""
     task: str = "35"
     """Speech Commands: "35" (all words) or "12" (10 words + _silence_ + _unknown_)."""
+    gsc12: str = "fedac"
+    """Speech Commands 12-class construction: fedac (every other word is _unknown_, background-noise slices
+    are _silence_) or fedkws (FedKWS-UI's: per split, 10% of the ten words' clip count drawn from the other
+    words as _unknown_ and another 10% with a zeroed waveform as _silence_, both keeping their speaker)."""
     synth_speakers: int = 300
     """Speakers of the embedded synthetic Speech Commands (used only when root is None)."""
     partition: str | None = None
@@ -34,6 +38,9 @@ class DataConfig:
     """Dirichlet concentration over labels (smaller = more skewed)."""
     min_client_size: int = 10
     """Dirichlet: redraw until every client holds at least this many training clips."""
+    min_speaker_clips: int = 0
+    """Natural partition: drop the clients (speakers) with fewer training clips than this (FedKWS-UI: 5);
+    0 keeps every client."""
     group_by_source: bool = True
     """Dirichlet: keep clips of one source recording (e.g. UrbanSound8K fsID) on one client."""
     local_holdout: float = 0.2
@@ -83,6 +90,9 @@ class TrainConfig:
     fraction: float = 0.1
     """Active ratio: fraction of clients sampled each round (at least one)."""
     local_epochs: int = 5
+    local_steps: int = 0
+    """0: `local_epochs` passes over the client's data; > 0: exactly this many SGD steps of a loader
+    reshuffled whenever it runs out (FedKWS-UI's protocol: every client 50 steps, whatever its size)."""
     batch_size: int = 16
     lr: float = 0.1
     momentum: float = 0.9
@@ -90,11 +100,21 @@ class TrainConfig:
     learn in a few minutes; configs/paper.yaml holds fedmlac.md's schedule (lr 0.01, 1 local epoch,
     20% active, 5000 rounds)."""
     weight_decay: float = 0.0
+    optimizer: str = "sgd"
+    """Local optimiser, new every round: sgd (lr, momentum, weight_decay) or adamw (torch AdamW with lr and
+    weight_decay; FedKWS-UI's protocol trains its Transformer so). The stacked cohort path is SGD only:
+    adamw trains one client after another."""
+    max_grad_norm: float = 0.0
+    """Clip every local step's gradient to this L2 norm (FedKWS-UI's protocol: 50); 0: no clipping. Set, it
+    trains one client after another (the stacked cohort path does not clip)."""
     eval_every: int = 5
     """Evaluate on the validation split every k rounds (and after the last round)."""
     checkpoint_every: int = 5
     select: str = "best_val"
     """Final model: best_val (highest validation accuracy) or last. Never chosen on test."""
+    test_curve: bool = False
+    """Also log the shared model's test accuracy at every evaluation (a curve only, never used to select
+    a model) and report `test_last5_mean`, the mean of the last 5 (FedKWS-UI Fig. 2's legend)."""
     eval_batch_size: int = 512
     threads: int = 1
     """torch intra-op threads; 0 keeps torch's default. Per-client batches of 16 short clips run
@@ -123,6 +143,9 @@ class TrainConfig:
 class FedProxConfig:
     mu: float = 0.01
     """Proximal weight: local loss + mu/2 * ||w - w_global||^2."""
+    form: str = "l2"
+    """l2 (Li et al.: mu/2 ||w - w_global||^2) or smooth_l1 (FedKWS-UI's code: mu * the mean over parameter
+    tensors of the mean smooth-L1 distance to the global model)."""
 
 
 @dataclass
@@ -135,6 +158,9 @@ class FedOptConfig:
     momentum: float = 0.9
     """FedAvgM server momentum."""
     avgm_server_lr: float = 1.0
+    form: str = "reddi"
+    """reddi (Alg. 2 as written: no bias correction, every floating entry stepped) or torch (torch.optim.Adam
+    / SGD-momentum on the parameters, buffers averaged: FedKWS-UI's code)."""
 
 
 @dataclass
@@ -187,6 +213,43 @@ class FedKADConfig:
 
 
 @dataclass
+class FedKWSUIConfig:
+    """FedKWS-UI (algorithms/fedkwsui.py). Defaults follow the official code where it and the paper differ."""
+
+    local_steps: int = 50
+    """E: local SGD steps of a client with r_k = 1 / r0 (a cycling, reshuffled loader; paper Sec. 5)."""
+    ls_mu: float = 0.2
+    """Label smoothing mu of Eq. 1."""
+    adv_lambda: float = 0.001
+    """lambda of Eq. 3, the weight of the negative distillation of Eq. 2; 0 skips the private phase."""
+    adaptive_mu: bool = True
+    """true (code): mu_k = ls_mu * (1 - rbar_k); false (paper Eq. 1): the constant ls_mu."""
+    alt: bool = True
+    """Adaptive local training: s_k = floor(r0 * rbar_k * E) steps; false: E steps for every client."""
+    r0: str = "auto"
+    """ALT's step ratio: a number, sum (paper: K / sum_k rbar_k) or auto (code: 3.5 / 5.0 on 12- / 35-class
+    Speech Commands, else sum)."""
+    size_cap: str = "auto"
+    """ALT's size normaliser: a number (n_k / cap, capped at 1), max (paper: n_k / max_j n_j) or auto
+    (code: 100 / 300 on 12- / 35-class Speech Commands, else max)."""
+    private_ratio: float = 0.2
+    """Private phase: floor(private_ratio * E) + 1 steps on the private head (code)."""
+    g_ratio: float = 0.6
+    """Head widths (code): global projection int(2 h g_ratio), private projection int(2 h (1 - g_ratio))."""
+    private: str = "shared"
+    """shared (code): the private head is averaged and restarts from the aggregate every round;
+    persistent (paper: a private model per client): kept on the client as its persistent state."""
+    aggregation: str = "uniform"
+    """uniform (paper Sec. 3 and code: 1/|S| per client) or weighted (n_k-weighted, `aggregation.method`)."""
+
+
+@dataclass
+class FedMMDConfig:
+    weight: float = 0.01
+    """lambda of CE + lambda * MMD^2(local, frozen global penultimate features) (official script: 0.01)."""
+
+
+@dataclass
 class Config:
     algorithm: str = "fedavg"
     dataset: str = "speech_commands"
@@ -202,6 +265,8 @@ class Config:
     fedopt: FedOptConfig = field(default_factory=FedOptConfig)
     fedmlac: FedMLACConfig = field(default_factory=FedMLACConfig)
     fedkad: FedKADConfig = field(default_factory=FedKADConfig)
+    fedkwsui: FedKWSUIConfig = field(default_factory=FedKWSUIConfig)
+    fedmmd: FedMMDConfig = field(default_factory=FedMMDConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -302,6 +367,9 @@ def _nest(key: str, value: Any) -> dict[str, Any]:
 #: schedule.
 ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
     "fedmlac": {"data.max_clients": 24, "train.fraction": 1.0, "train.rounds": 40},
+    # FedKWS-UI's code clips every local step's gradient at norm 50 (its whole protocol does; see
+    # reproduce.KWS_PROTOCOL, which sets it for every method of a comparison).
+    "fedkwsui": {"train.max_grad_norm": 50.0},
 }
 
 

@@ -29,3 +29,17 @@ def mean_std(values: list[float]) -> tuple[float, float]:
     if arr.size == 0:
         return float("nan"), float("nan")
     return float(arr.mean()), float(arr.std())
+
+
+def false_accept_reject(y_true, y_pred, negatives) -> dict[str, float]:
+    """Keyword spotting's false accept and false reject rates, pooled over all M clips as FedKWS-UI's
+    code computes them (`test_fa_fr`): with the negative classes R (silence, unknown),
+    FA = #(true in R, predicted not in R) / M and FR = #(true not in R, predicted in R) / M, from the
+    arg-max predictions (no threshold). A keyword confused with another keyword counts as neither.
+    The paper's text says "average their FA rates" over the 10 words; the code, whose numbers Table 3
+    shows, pools."""
+    y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
+    if len(y_true) == 0:
+        return {"fa": float("nan"), "fr": float("nan")}
+    true_neg, pred_neg = np.isin(y_true, negatives), np.isin(y_pred, negatives)
+    return {"fa": float(np.mean(true_neg & ~pred_neg)), "fr": float(np.mean(~true_neg & pred_neg))}

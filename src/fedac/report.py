@@ -81,6 +81,9 @@ FINAL_KEYS = {
     "personalized_clients": "clients whose own models the personalized_* means cover (trained at least once)",
     "clients_trained": "clients sampled and trained at least once in the run",
     "visits_per_trained_client": "mean number of rounds in which a trained client trained",
+    "fa": "shared model on the test split (12-class keyword spotting): false accepts / all clips",
+    "fr": "shared model on the test split (12-class keyword spotting): false rejects / all clips",
+    "test_last5_mean": "shared model on the test split: mean accuracy of the last 5 evaluations (train.test_curve)",
 }
 
 

@@ -26,7 +26,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedac.compare import Method, add_grid_arguments, parse_method, run_comparison
+from fedac.compare import PRESETS, Method, add_grid_arguments, parse_method, run_comparison
 from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.metrics import mean_std
@@ -68,6 +68,10 @@ class Experiment:
     #: (column label, settings) varied within each dataset; one unlabeled column when empty.
     variants: list[tuple[str, list[str]]] = field(default_factory=list)
     datasets: tuple[str, ...] = STAND_INS
+    #: Settings every run of the experiment starts from; None: fedmlac.md's PROTOCOL.
+    protocol: list[str] | None = None
+    #: Result key -> table title; None: TABLES.
+    tables: dict[str, str] | None = None
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -85,6 +89,50 @@ EXPERIMENTS: dict[str, Experiment] = {
                         datasets=("urbansound8k",)),
 }
 EXPERIMENTS["hetero"] = EXPERIMENTS["fig2"]
+
+# FedKWS-UI (Li et al., Interspeech 2022) on its own 12-class Speech Commands (data.gsc12=fedkws): the
+# paper's local protocol (batch 32, SGD momentum 0.9, weight decay 1e-5, gradient norm clipped at 50,
+# E = 50 local steps for every method, 300 rounds, test accuracy every 3 rounds, the last model) with 10%
+# of the clients a round (the stand-in has 240 speakers, not 2,234). "Two-head FedAvg" is FedAvg on
+# FedKWS-UI's two-head model with its uniform mean (mu = lambda = 0, no ALT): the control for the extra
+# projection layer. The methods are compare.PRESETS["fedkws"].
+KWS_PROTOCOL = ["data.task=12", "data.gsc12=fedkws", "data.min_speaker_clips=5", "train.rounds=300", "train.fraction=0.1",
+                "train.batch_size=32", "train.lr=0.01", "train.weight_decay=1e-5", "train.max_grad_norm=50",
+                "train.local_steps=50", "fedkwsui.local_steps=50", "train.eval_every=3", "train.checkpoint_every=3",
+                "train.select=last", "train.test_curve=true"]
+KWS_NETWORKS = [("DSCNN", ["model.name=dscnn"]), ("MHAttRNN", ["model.name=mhattrnn"]),
+                ("ResNet15", ["model.name=resnet15"]),
+                # the paper trains its Transformer with AdamW (lr grid 0.005 / 0.002 / 0.0008: the middle one)
+                ("KWT", ["model.name=kwt", "train.optimizer=adamw", "train.lr=0.002"])]
+KWS_ALO_OFF = "fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0"
+FEDKWS = PRESETS["fedkws"]
+KWS_TABLES = {"accuracy": "Shared model on the test split (accuracy)",
+              "test_last5_mean": "Shared model on the test split: mean accuracy of the last 5 evaluations",
+              "fa": "Shared model on the test split: false accepts (% of clips)",
+              "fr": "Shared model on the test split: false rejects (% of clips)"}
+#: Kept apart from fedmlac.md's EXPERIMENTS (whose toy-size test runs FedMLAC in every one); `fedac
+#: reproduce` finds both (`experiment_named`).
+KWS_EXPERIMENTS: dict[str, Experiment] = {
+    "fedkws12": Experiment("FedKWS-UI Fig. 2 (task 12) and Table 3 (FA / FR)", FEDKWS, KWS_NETWORKS,
+                           ("speech_commands",), KWS_PROTOCOL, KWS_TABLES),
+    "fedkws-alt": Experiment("FedKWS-UI Fig. 3 left: ALT only (task 35)",
+                             ["FedAvg=fedavg", "FedKWS-UI=fedkwsui", f"ALT only=fedkwsui:{KWS_ALO_OFF}"],
+                             KWS_NETWORKS, ("speech_commands",), KWS_PROTOCOL + ["data.task=35"],
+                             {"accuracy": KWS_TABLES["accuracy"]}),
+    "fedkws-mu": Experiment("FedKWS-UI Fig. 3 middle: label smoothing mu (task 12)",
+                            [f"mu {m}=fedkwsui:fedkwsui.ls_mu={m}" for m in (0.0, 0.1, 0.2, 0.3, 0.5)],
+                            KWS_NETWORKS[::2], ("speech_commands",), KWS_PROTOCOL, KWS_TABLES),
+    "fedkws-lambda": Experiment("FedKWS-UI Fig. 3 right: negative distillation lambda (task 12)",
+                                [f"lambda {v}=fedkwsui:fedkwsui.adv_lambda={v}" for v in (0.0, 1e-4, 1e-3, 1e-2, 0.1)],
+                                KWS_NETWORKS[::2], ("speech_commands",), KWS_PROTOCOL, KWS_TABLES),
+}
+
+
+def experiment_named(name: str) -> Experiment:
+    known = {**EXPERIMENTS, **KWS_EXPERIMENTS}
+    if name not in known:
+        raise ConfigError(f"unknown experiment '{name}'. Experiments: {', '.join(known)}")
+    return known[name]
 
 #: The tables written, one per kind of model and split (report.FINAL_KEYS).
 TABLES = {
@@ -118,9 +166,7 @@ def run_experiment(name: str, seeds: list[int], out: Path, overrides: list[str],
                    rounds: int | None = None, command: str = "", progress: bool = True,
                    only: list[str] | None = None) -> dict:
     """Run (or complete) every cell of an experiment and write table.md, results.csv and figure.png."""
-    if name not in EXPERIMENTS:
-        raise ConfigError(f"unknown experiment '{name}'. Experiments: {', '.join(EXPERIMENTS)}")
-    experiment = EXPERIMENTS[name]
+    experiment = experiment_named(name)
     methods = [parse_method(m) for m in experiment.methods]
     if only:
         unknown = set(only) - {m.label for m in methods}
@@ -140,7 +186,7 @@ def run_experiment(name: str, seeds: list[int], out: Path, overrides: list[str],
         plot(out / "figure.png", experiment, summaries, methods)
 
     for cell in cells(experiment, datasets):
-        settings = PROTOCOL + cell.settings
+        settings = (PROTOCOL if experiment.protocol is None else experiment.protocol) + cell.settings
         base = load_config(None, settings + user, dataset=cell.dataset)
         folder = out / cell.label.replace(" ", "_").replace("%", "pct")
         if progress:
@@ -158,7 +204,8 @@ def run_experiment(name: str, seeds: list[int], out: Path, overrides: list[str],
 
 def write_csv(path: Path, summaries: dict[str, dict]) -> None:
     keys = ["accuracy", "macro_f1", "client_accuracy_mean", "personalized_local_accuracy_mean",
-            "personalized_accuracy_mean", "personalized_clients", "visits_per_trained_client", "wall_seconds"]
+            "personalized_accuracy_mean", "personalized_clients", "visits_per_trained_client", "wall_seconds",
+            "fa", "fr", "test_last5_mean"]
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["cell", "method", "seed", *keys, "run_dir"])
@@ -184,9 +231,10 @@ def markdown(experiment: Experiment, summaries: dict[str, dict], seeds: list[int
     visits = sorted({round(r.get("visits_per_trained_client", 0.0), 1)
                      for s in summaries.values() for rs in s["runs"].values() for r in rs})
     lines = [f"# {experiment.title}", "", f"Command: `{command}`" if command else "", "",
-             f"Protocol: {', '.join(PROTOCOL)}; mean ± std over seeds {seeds}; visits per trained client: "
+             f"Protocol: {', '.join(PROTOCOL if experiment.protocol is None else experiment.protocol)}; "
+             f"mean ± std over seeds {seeds}; visits per trained client: "
              f"{', '.join(str(v) for v in visits)}. '—': the method has no such model.", ""]
-    for key, title in TABLES.items():
+    for key, title in (experiment.tables or TABLES).items():
         lines += [f"## {title}", "", "| Method | " + " | ".join(summaries) + " |", "|---" * (len(summaries) + 1) + "|"]
         for method in methods:
             lines.append(f"| {method} | " + " | ".join(_cell_value(s["runs"][method], key, len(seeds))
@@ -203,9 +251,10 @@ def plot(path: Path, experiment: Experiment, summaries: dict[str, dict], methods
     import numpy as np
 
     cells_ = list(summaries)
-    fig, axes = plt.subplots(1, len(TABLES), figsize=(5 * len(TABLES), 4), squeeze=False)
+    tables = experiment.tables or TABLES
+    fig, axes = plt.subplots(1, len(tables), figsize=(5 * len(tables), 4), squeeze=False)
     width = 0.8 / len(methods)
-    for ax, (key, title) in zip(axes[0], TABLES.items()):
+    for ax, (key, title) in zip(axes[0], tables.items()):
         for i, method in enumerate(methods):
             stats = [mean_std([r[key] for r in summaries[c]["runs"][method.label] if r.get(key) is not None])
                      for c in cells_]
@@ -231,8 +280,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def add_reproduce_parser(sub) -> None:
-    p = sub.add_parser("reproduce", help="one of fedmlac.md's experiments (Tables 4-7, Figs. 2-3, alpha sweep)")
-    p.add_argument("experiment", help=f"one of: {', '.join(EXPERIMENTS)}")
+    p = sub.add_parser("reproduce", help="one of fedmlac.md's experiments (Tables 4-7, Figs. 2-3, alpha sweep) "
+                                         "or FedKWS-UI's (fedkws12, fedkws-alt, fedkws-mu, fedkws-lambda)")
+    p.add_argument("experiment", help=f"one of: {', '.join({**EXPERIMENTS, **KWS_EXPERIMENTS})}")
     p.add_argument("--datasets", nargs="+", help=f"default {' '.join(STAND_INS)}; a real copy: --set data.root=DIR")
     p.add_argument("--methods", nargs="+", metavar="LABEL", help="only these of the experiment's methods (by label)")
     add_grid_arguments(p, "output folder (default runs/reproduce-<experiment>); rerun to resume")

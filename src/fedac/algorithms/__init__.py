@@ -17,6 +17,8 @@ ALGORITHMS: dict[str, str] = {
     "fedavgm": "fedac.algorithms.fedopt:FedAvgM",
     "fedmlac": "fedac.algorithms.fedmlac:FedMLAC",
     "fedkad": "fedac.algorithms.fedkad:FedKAD",
+    "fedkwsui": "fedac.algorithms.fedkwsui:FedKWSUI",
+    "fedmmd": "fedac.algorithms.fedmmd:FedMMD",
 }
 
 

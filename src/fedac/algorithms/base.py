@@ -32,6 +32,9 @@ class Task:
     num_features: int
     num_classes: int
     clients: list[str]
+    class_counts: list[list[int]] | None = None
+    """Training windows per class of each client (aligned with `clients`), for methods that weigh
+    clients by their label distribution (FedKWS-UI's ALT)."""
 
 
 @dataclass
@@ -156,7 +159,8 @@ class Algorithm(ABC):
         """True when `cohort_update` is a stacked version of the `client_update` in effect. A subclass or
         a patch that replaces client_update alone sends the engine back to the sequential path."""
         target = getattr(type(self).cohort_update, "reproduces", None)
-        return target is not None and getattr(self.client_update, "__func__", None) is target
+        stackable = self.cfg.train.optimizer == "sgd" and not self.cfg.train.max_grad_norm  # StackedSGD, no clipping
+        return target is not None and getattr(self.client_update, "__func__", None) is target and stackable
 
     @abstractmethod
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Any, int]],

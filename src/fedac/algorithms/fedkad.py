@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params
-from fedac.algorithms.local import batch_indices, make_optimizer
+from fedac.algorithms.local import client_batches, clip_gradients, make_optimizer
 from fedac.seeding import torch_generator
 
 
@@ -85,13 +85,14 @@ class FedKAD(Algorithm):
         model.train()
         optimizer = make_optimizer(model.parameters(), self.cfg.train)
         total, steps = 0.0, 0
-        for idx in batch_indices(data.num_samples, self.cfg.train.batch_size, self.cfg.train.local_epochs, generator):
+        for idx in client_batches(data.num_samples, self.cfg.train, generator):
             x, y = data.x[idx], data.y[idx]
             features = model.embed(x)
             loss = F.cross_entropy(model.head(features), y) + self.cfg.fedkad.align_weight * alignment_loss(
                 features @ proj, y, payload["prototypes"], payload["known"])
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            clip_gradients(model, self.cfg.train)
             optimizer.step()
             total += float(loss.detach())
             steps += 1

@@ -37,7 +37,7 @@ from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params, reproduces
 from fedac.algorithms.cohort import mutual_cohort
-from fedac.algorithms.local import batch_indices, cross_entropy, make_optimizer
+from fedac.algorithms.local import client_batches, clip_gradients, cross_entropy, make_optimizer
 from fedac.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -130,7 +130,7 @@ class FedMLAC(Algorithm):
         opt_theta = make_optimizer(theta.parameters(), self.cfg.train)
         sums = {"loss": 0.0, "plugin_loss": 0.0}
         steps = 0
-        for idx in batch_indices(data.num_samples, self.cfg.train.batch_size, self.cfg.train.local_epochs, generator):
+        for idx in client_batches(data.num_samples, self.cfg.train, generator):
             x, y = data.x[idx], data.y[idx]
             # Personalized model step (Eq. 8), the Plug-in as a fixed teacher.
             omega_logits = omega(x)
@@ -139,6 +139,7 @@ class FedMLAC(Algorithm):
             loss_omega = personalized_loss(omega_logits, theta_teacher, y, opts.alpha, opts.temperature, mutual)
             opt_omega.zero_grad(set_to_none=True)
             loss_omega.backward()
+            clip_gradients(omega, self.cfg.train)
             opt_omega.step()
             # Plug-in step (Eq. 9), the personalized model as the teacher.
             if opts.teacher == "post_update":
@@ -149,6 +150,7 @@ class FedMLAC(Algorithm):
             loss_theta = plugin_loss(theta(x), omega_logits.detach(), y, opts.temperature, opts.plugin_ce_weight, mutual)
             opt_theta.zero_grad(set_to_none=True)
             loss_theta.backward()
+            clip_gradients(theta, self.cfg.train)
             opt_theta.step()
             sums["loss"] += float(loss_omega.detach())
             sums["plugin_loss"] += float(loss_theta.detach())

@@ -9,6 +9,10 @@ the pseudo-gradient Delta_t = aggregate(client models) - x_t.
 
 m and v start at zero (as Flower's strategies do; Reddi et al. allow v_{-1} >= tau^2), without bias
 correction, exactly as Alg. 2 is written.
+
+`fedopt.form=torch` is instead torch's optimizers on the gradient x_t - aggregate, as FedKWS-UI's code
+runs FedOpt: FedAdam is torch.optim.Adam (bias-corrected, eps = tau) and FedAvgM torch.optim.SGD with
+momentum, both on the model's parameters only; buffers (BatchNorm statistics) take the aggregate.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import torch
 
 from fedac.algorithms.base import Params
 from fedac.algorithms.fedavg import FedAvg
+from fedac.errors import ConfigError
 
 
 def _second_moment(rule: str, v: torch.Tensor, delta_sq: torch.Tensor, beta2: float) -> torch.Tensor:
@@ -29,11 +34,16 @@ def _second_moment(rule: str, v: torch.Tensor, delta_sq: torch.Tensor, beta2: fl
     return beta2 * v + (1 - beta2) * delta_sq
 
 
-def server_step(rule: str, params: Params, average: Params, state: dict[str, Params], opt) -> tuple[Params, dict[str, Params]]:
-    """One server-optimizer step for rule in {adam, yogi, adagrad, avgm}; returns new params and moments."""
+def server_step(rule: str, params: Params, average: Params, state: dict[str, Params], opt,
+                stepped: set[str] | None = None) -> tuple[Params, dict[str, Params]]:
+    """One server-optimizer step for rule in {adam, yogi, adagrad, avgm}; returns new params and moments.
+    `stepped`: the entries the optimizer moves (None: every floating entry); the others take the average.
+    `opt.form == "torch"` bias-corrects Adam's moments with the step count kept in the state."""
     new_params, new_m, new_v = {}, {}, {}
+    step = int(state.get("step", 0)) + 1
+    torch_form = getattr(opt, "form", "reddi") == "torch"
     for name, x in params.items():
-        if not x.is_floating_point():
+        if not x.is_floating_point() or (stepped is not None and name not in stepped):
             new_params[name] = average[name]
             continue
         delta = average[name] - x
@@ -44,8 +54,15 @@ def server_step(rule: str, params: Params, average: Params, state: dict[str, Par
             continue
         new_m[name] = opt.beta1 * m_prev + (1 - opt.beta1) * delta
         new_v[name] = _second_moment(rule, state["v"].get(name, torch.zeros_like(x)), delta.square(), opt.beta2)
+        if torch_form and rule == "adam":  # torch.optim.Adam: bias-corrected moments
+            m_hat, v_hat = new_m[name] / (1 - opt.beta1 ** step), new_v[name] / (1 - opt.beta2 ** step)
+            new_params[name] = x + opt.server_lr * m_hat / (v_hat.sqrt() + opt.tau)
+            continue
         new_params[name] = x + opt.server_lr * new_m[name] / (new_v[name].sqrt() + opt.tau)
-    return new_params, {"m": new_m, "v": new_v}
+    moments = {"m": new_m, "v": new_v}
+    if torch_form:  # a tensor, so the state still travels as a dict of tensors
+        moments["step"] = torch.tensor(step)
+    return new_params, moments
 
 
 class FedOpt(FedAvg):
@@ -59,7 +76,12 @@ class FedOpt(FedAvg):
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
                       round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
         average, metrics = self.combine(server, uploads)
-        params, moments = server_step(self.rule, server["params"], average, server["moments"], self.cfg.fedopt)
+        stepped = None
+        if self.cfg.fedopt.form == "torch":
+            stepped = {name for name, _ in self.scratch_model(self.cfg.model.name).named_parameters()}
+        elif self.cfg.fedopt.form != "reddi":
+            raise ConfigError(f"fedopt.form must be reddi or torch, got {self.cfg.fedopt.form!r}")
+        params, moments = server_step(self.rule, server["params"], average, server["moments"], self.cfg.fedopt, stepped)
         return {**server, "params": params, "moments": moments}, metrics
 
 

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from fedac.config import TrainConfig
+from fedac.errors import ConfigError
 
 
 def batch_indices(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
@@ -17,8 +18,26 @@ def batch_indices(num_samples: int, batch_size: int, epochs: int, generator: tor
         yield from order.split(batch_size)
 
 
+def cycling_batches(num_samples: int, batch_size: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """Exactly `steps` mini-batches of a loader that is reshuffled whenever it runs out (partial last
+    batch kept), as step-based local training (FedKWS-UI's protocol) reads it. No data: no batches."""
+    while steps > 0 and num_samples > 0:
+        for idx in torch.randperm(num_samples, generator=generator).split(batch_size)[:steps]:
+            yield idx
+            steps -= 1
+
+
+def client_batches(num_samples: int, cfg: TrainConfig, generator: torch.Generator) -> Iterator[torch.Tensor]:
+    """One local update's mini-batches: `train.local_steps` cycling steps when set, else `local_epochs` passes."""
+    if cfg.local_steps > 0:
+        return cycling_batches(num_samples, cfg.batch_size, cfg.local_steps, generator)
+    return batch_indices(num_samples, cfg.batch_size, cfg.local_epochs, generator)
+
+
 def local_steps(num_samples: int, cfg: TrainConfig) -> int:
     """SGD steps of one local update: `batch_indices` keeps each epoch's last partial batch."""
+    if cfg.local_steps > 0:
+        return cfg.local_steps if num_samples else 0
     return cfg.local_epochs * -(-num_samples // cfg.batch_size)
 
 
@@ -32,7 +51,17 @@ def cross_entropy(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | 
 
 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer != "sgd":
+        raise ConfigError(f"train.optimizer must be sgd or adamw, got {cfg.optimizer!r}")
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+
+
+def clip_gradients(model: nn.Module, cfg: TrainConfig) -> None:
+    """`train.max_grad_norm` > 0: scale the model's gradient to at most that L2 norm (before the step)."""
+    if cfg.max_grad_norm > 0:
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
 
 
 def train_supervised(
@@ -47,12 +76,13 @@ def train_supervised(
     model.train()
     optimizer = make_optimizer(model.parameters(), cfg)
     total, steps = 0.0, 0
-    for idx in batch_indices(len(y), cfg.batch_size, cfg.local_epochs, generator):
+    for idx in client_batches(len(y), cfg, generator):
         loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
         if regularizer is not None:
             loss = loss + regularizer(model)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        clip_gradients(model, cfg)
         optimizer.step()
         total += float(loss.detach())
         steps += 1

@@ -114,7 +114,8 @@ def _fingerprint(manifest: Manifest, cfg: FeatureConfig, snr_db: float, noise_se
 
 def _clip_windows(manifest: Manifest, index: int, cfg: FeatureConfig, snr_db: float, noise_seed: int) -> list[np.ndarray]:
     clip = manifest.clips[index]
-    audio = load_audio(clip.path, cfg.sample_rate, clip.offset, clip.duration)
+    # duration 0: a zeroed waveform (FedKWS-UI's _silence_, data.gsc12=fedkws), padded to one window below
+    audio = np.zeros(0, np.float32) if clip.duration == 0 else load_audio(clip.path, cfg.sample_rate, clip.offset, clip.duration)
     if snr_db < 100:
         audio = add_white_noise(audio, snr_db, noise_seed, f"{clip.path}@{clip.offset}")
     return fit_length(audio, int(round(cfg.clip_seconds * cfg.sample_rate)))

@@ -9,13 +9,14 @@ Tasks: "35" (all words) and "12" (yes no up down left right on off stop go, ``_s
 train/val/test by a stable hash (80/10/10), and a training slice is given to a training speaker by the
 same hash, so silence is spread over clients instead of forming one artificial client. ``_unknown_``
 keeps every clip of the other 25 words (no down-sampling; the class imbalance is reported by
-`fedac data stats`).
+`fedac data stats`). ``data.gsc12=fedkws`` builds FedKWS-UI's 12 classes instead (`_fedkws_twelve`).
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from dataclasses import replace
 from pathlib import Path
 
 import soundfile as sf
@@ -73,6 +74,21 @@ def _silence_clips(root: Path, train_speakers: list[str], label: int) -> list[Cl
     return clips
 
 
+def _fedkws_twelve(clips: list[Clip], index: dict[str, int]) -> list[Clip]:
+    """FedKWS-UI's 12-class task (its speech_commands_data.py): per split, the ten words' clips, plus
+    10% of their count drawn from the other words' clips as _unknown_ and another 10% of them with a zeroed
+    waveform (`duration=0`) as _silence_; both keep the source clip's speaker. The draw is a stable hash
+    of the file path (no run seed), like the silence split of fedac's construction."""
+    words = [c for c in clips if c.label != index[UNKNOWN]]
+    chosen = list(words)
+    for split in ("train", "val", "test"):
+        k = round(0.1 * sum(c.split == split for c in words))
+        others = sorted((c for c in clips if c.label == index[UNKNOWN] and c.split == split),
+                        key=lambda c: _stable_fraction("fedkws-negatives:" + Path(c.path).parent.name + "/" + Path(c.path).name))
+        chosen += others[:k] + [replace(c, label=index[SILENCE], duration=0.0) for c in others[k:2 * k]]
+    return chosen
+
+
 def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
     root = Path(root)
     if not root.is_dir():
@@ -101,7 +117,11 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
             rel = f"{word}/{path.name}"
             split = "val" if rel in val else ("test" if rel in test else "train")
             clips.append(Clip(str(path), label, match["speaker"], split, group=f"{match['speaker']}:{word}"))
-    if cfg.task == "12":
+    if cfg.task == "12" and cfg.gsc12 == "fedkws":
+        clips = _fedkws_twelve(clips, index)
+    elif cfg.task == "12":
+        if cfg.gsc12 != "fedac":
+            raise DatasetError(f"data.gsc12 must be fedac or fedkws, got {cfg.gsc12!r}")
         speakers = sorted({c.client for c in clips if c.split == "train"})
         clips.extend(_silence_clips(root, speakers, index[SILENCE]))
     return Manifest(f"speech_commands-{cfg.task}", str(root), list(classes), clips)

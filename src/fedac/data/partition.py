@@ -91,7 +91,10 @@ def partition(manifest: Manifest, cfg: DataConfig, seed: int, default_scheme: st
         by_id: dict[str, list[int]] = defaultdict(list)
         for i in train:
             by_id[manifest.clips[i].client].append(i)
-        groups = [(name, by_id[name]) for name in sorted(by_id)]
+        groups = [(name, by_id[name]) for name in sorted(by_id) if len(by_id[name]) >= cfg.min_speaker_clips]
+        if not groups:
+            raise DatasetError(f"no client of {manifest.name} holds data.min_speaker_clips={cfg.min_speaker_clips} "
+                               f"training clips (the largest holds {max(map(len, by_id.values()))}); lower it")
     elif scheme in ("dirichlet", "iid"):
         units, labels = _units(manifest, train, scheme == "dirichlet" and cfg.group_by_source)
         sizes = np.array([len(u) for u in units])

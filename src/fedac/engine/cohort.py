@@ -4,7 +4,7 @@ The machinery here knows nothing about losses; `algorithms/cohort.py` writes the
 FedMLAC client steps on top of it. What it provides:
 
 - `plan_chunks`: each client's batch order, drawn exactly as the sequential path draws it
-  (`torch_generator(seed, "batches", round, client)` through `algorithms.local.batch_indices`), laid out
+  (`torch_generator(seed, "batches", round, client)` through `algorithms.local.client_batches`), laid out
   step by step. Clients are sorted by sample count (stable), so the clients still training at step s
   are a prefix of the chunk and every stacked tensor is sliced, never gathered. A client whose batch
   is smaller than the step's widest one is padded with copies of its own first sample at weight 0.
@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from fedac.algorithms.local import batch_indices
+from fedac.algorithms.local import client_batches
 from fedac.config import TrainConfig
 from fedac.engine.schedule import partition
 from fedac.errors import ConfigError
@@ -69,8 +69,8 @@ class CohortChunk:
         offsets = [0]
         for d in datas[:-1]:
             offsets.append(offsets[-1] + d.num_samples)
-        batches = [list(batch_indices(d.num_samples, cfg.batch_size, cfg.local_epochs,
-                                      torch_generator(seed, "batches", round_idx, d.name))) for d in datas]
+        batches = [list(client_batches(d.num_samples, cfg, torch_generator(seed, "batches", round_idx, d.name)))
+                   for d in datas]
         self.client_steps = [len(b) for b in batches]
         self.steps: list[Step] = []
         for s in range(max(self.client_steps)):

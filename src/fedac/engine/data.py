@@ -104,7 +104,8 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     empty = [c.name for c in clients if c.num_samples == 0]
     if empty:
         log.warning("%d clients hold no training windows and are skipped when sampled: %s", len(empty), empty[:5])
-    task = Task(int(x.shape[1]), manifest.num_classes, [c.name for c in clients])
+    task = Task(int(x.shape[1]), manifest.num_classes, [c.name for c in clients],
+                [torch.bincount(c.y, minlength=manifest.num_classes).tolist() for c in clients])
     return FederatedData(task, manifest, clients, _eval_split(x, rows_of, manifest, "val"),
                          _eval_split(x, rows_of, manifest, "test"))
 

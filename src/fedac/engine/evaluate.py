@@ -6,7 +6,10 @@ import torch
 from torch import nn
 
 from fedac.engine.data import EvalSplit
-from fedac.metrics import classification_metrics
+from fedac.metrics import classification_metrics, false_accept_reject
+
+#: The negative classes of keyword spotting (12-class Speech Commands) for FA / FR.
+KWS_NEGATIVES = ("_silence_", "_unknown_")
 
 
 @torch.no_grad()
@@ -34,3 +37,11 @@ def window_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_si
     if len(y) == 0:
         return float("nan")
     return float((logits(model, x, batch_size).argmax(dim=1) == y).float().mean())
+
+
+def kws_rates(model: nn.Module, split: EvalSplit, classes: list[str], batch_size: int = 512) -> dict[str, float]:
+    """FA / FR (metrics.false_accept_reject) on a task with silence / unknown classes; {} elsewhere."""
+    negatives = [i for i, name in enumerate(classes) if name in KWS_NEGATIVES]
+    if not negatives:
+        return {}
+    return false_accept_reject(split.labels.numpy(), clip_predictions(model, split, batch_size).numpy(), negatives)

@@ -26,7 +26,7 @@ from fedac.config import Config, save_config
 from fedac.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedac.engine.cohort import check_execution, run_clients
 from fedac.engine.data import FederatedData, build_federated_data
-from fedac.engine.evaluate import evaluate, window_accuracy
+from fedac.engine.evaluate import evaluate, kws_rates, window_accuracy
 from fedac.engine.runtime import configure_process
 from fedac.errors import CheckpointError, ConfigError
 from fedac.metrics import mean_std
@@ -169,6 +169,8 @@ class Simulator:
             return
         val = evaluate(model, self.data.val, self.cfg.train.eval_batch_size)
         row.update({f"val_{k}": v for k, v in val.items()})
+        if self.cfg.train.test_curve:  # a curve only: selection below reads validation alone
+            row["test_accuracy"] = evaluate(model, self.data.test, self.cfg.train.eval_batch_size)["accuracy"]
         best = state["best"]
         if best is None or val["accuracy"] > best["val_accuracy"]:
             state["best"] = {"round": round_idx, "val_accuracy": val["accuracy"], "server": copy.deepcopy(state["server"])}
@@ -238,6 +240,10 @@ class Simulator:
         final: dict[str, Any] = {"has_global_model": model is not None}
         if model is not None:
             final.update(evaluate(model, self.data.test, batch))
+            final.update(kws_rates(model, self.data.test, self.data.manifest.classes, batch))
+            curve = [row["test_accuracy"] for row in state["history"] if "test_accuracy" in row]
+            if curve:
+                final["test_last5_mean"] = float(np.mean(curve[-5:]))
             final["selected_round"] = state["best"]["round"] if self.cfg.train.select == "best_val" and state["best"] else state["round"]
             local = [window_accuracy(model, c.holdout_x, c.holdout_y, batch) for c in self.data.clients]
             final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)

@@ -1,0 +1,275 @@
+"""FedKWS-UI (Li et al., Interspeech 2022, "Avoid Overfitting User Specific Information in Federated
+Keyword Spotting"): FedAvg plus ALO (adversarial learning against overfitted models, Eq. 1-3) and ALT
+(adaptive local training, Sec. 4), as the paper writes them and its official code runs them.
+
+The model is a shared encoder h = f(x) with two heads (code `CifNet`):
+global g(h) = W_g ReLU(P_g h) + b_g with P_g: h -> int(2 h g_ratio), private p(h) = W_p ReLU(P_p h) + b_p
+with P_p: h -> int(2 h (1 - g_ratio)) (no bias on P; g_ratio 0.6 gives 1.2 h and 0.8 h). The shared
+model evaluated on val/test is the encoder with the global head.
+
+Per sampled client k and round:
+1. Private phase (skipped when lambda = 0): floor(private_ratio * E) + 1 steps of CE on the private
+   head; the encoder's gradients are dropped, so only the private head learns (BatchNorm running
+   statistics still move, as in the code).
+2. Global phase, s_k steps (ALT) of Eq. 3:
+       L = CE_ls(g(h), y; mu_k) - lambda * mean_i[ -sum_c pi_ic log softmax(g(h_i))_c ],
+   pi = softmax(p(h)) detached (Eq. 2, negative distillation), CE_ls the label-smoothed CE of Eq. 1
+   with target (1 - mu_k) onehot + mu_k / C.
+3. Upload the whole model; the server takes the unweighted mean of every entry (Sec. 3).
+
+ALT (Sec. 4): with class counts c_k, n_k = sum c_k, q = c_k / n_k,
+    w1 = min(n_k / cap, 1), w2 = -sum_c q_c ln(q_c + 1e-8) / ln C, rbar_k = 2 w1 w2 / (w1 + w2),
+    s_k = floor(r0 * rbar_k * E).
+A client with s_k = 0 still uploads (its private phase changed the private head and BN statistics).
+
+Where the paper and the code differ, the code's reading is the default and the paper's an option
+(`fedkwsui.` settings): mu_k = ls_mu (1 - rbar_k) (code) vs a constant mu (Eq. 1, `adaptive_mu=false`);
+cap = 100 / 300 on 12- / 35-class Speech Commands (code) vs max_j n_j (text, `size_cap=max`); r0 = 3.5 /
+5.0 (code and Sec. 5) vs K / sum_k rbar_k (Sec. 4's conservation rule, `r0=sum`); the private head
+averaged with everything else (code) vs kept per client (text's psi_p^k, `private=persistent`, held as
+the client's explicit persistent state so it works in the simulator and on Flower).
+Other choices: the 1e-8 inside the entropy's log is the code's (it makes 12 equal counts give
+s = 174, not 175); the encoder's gradients in the private phase are dropped (None), so SGD's weight
+decay does not touch the encoder there (the code zeroes them, which lets a 1e-5 decay through).
+Every step's gradient is clipped at `train.max_grad_norm` (fedkwsui's algorithm default: the code's 50).
+Client updates run on the sequential path (no stacked cohort form).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, Task, model_params
+from fedac.algorithms.local import clip_gradients, cycling_batches, make_optimizer
+from fedac.errors import ConfigError
+from fedac.models import build_model
+
+#: The code's constants for Speech Commands (fedkwsui.py): classes -> (size cap, r0).
+SPEECH_COMMANDS_ALT = {12: (100.0, 3.5), 35: (300.0, 5.0)}
+PRIVATE = "private_"
+
+
+# --- ALT ------------------------------------------------------------------------------------------
+def normalized_entropy(counts: list[int] | torch.Tensor) -> float:
+    """-sum_c q_c ln(q_c + 1e-8) / ln C of a client's class counts (Sec. 4, e_k; 1e-8 as the code)."""
+    c = torch.as_tensor(counts, dtype=torch.float64)
+    total = float(c.sum())
+    if total == 0 or len(c) < 2:
+        return 0.0
+    q = c / total
+    # Clamped at 0: one class gives -ln(1 + 1e-8) < 0 (in the code too, where it also means no steps).
+    return max(float(-(q * torch.log(q + 1e-8)).sum() / math.log(len(c))), 0.0)
+
+
+def alt_ratio(counts: list[int] | torch.Tensor, size_cap: float) -> float:
+    """rbar_k: harmonic mean of min(n_k / cap, 1) and the normalised class entropy (0 when both are 0)."""
+    w1 = min(float(sum(int(v) for v in counts)) / size_cap, 1.0)
+    w2 = normalized_entropy(counts)
+    return 2 * w1 * w2 / (w1 + w2) if w1 + w2 > 0 else 0.0
+
+
+def alt_steps(ratio: float, r0: float, base_steps: int) -> int:
+    """s_k = floor(r0 * rbar_k * E) local steps."""
+    return int(math.floor(r0 * ratio * base_steps))
+
+
+def adaptive_mu(ls_mu: float, ratio: float) -> float:
+    """The code's mu_k = ls_mu * (1 - rbar_k): less smoothing for qualified clients."""
+    return ls_mu * (1.0 - ratio)
+
+
+# --- ALO ------------------------------------------------------------------------------------------
+def smoothed_cross_entropy(logits: torch.Tensor, y: torch.Tensor, mu: float) -> torch.Tensor:
+    """Eq. 1: batch mean of -sum_c [(1 - mu) 1{y = c} + mu / C] log softmax(logits)_c."""
+    target = F.one_hot(y, logits.shape[-1]).to(logits.dtype) * (1.0 - mu) + mu / logits.shape[-1]
+    return -(target * logits.log_softmax(dim=-1)).sum(dim=-1).mean()
+
+
+def distillation_cross_entropy(global_logits: torch.Tensor, private_logits: torch.Tensor) -> torch.Tensor:
+    """mean_i[-sum_c pi_ic log softmax(g_i)_c] with pi = softmax(private) detached; Eq. 2 is its negative."""
+    teacher = private_logits.detach().softmax(dim=-1)
+    return -(teacher * global_logits.log_softmax(dim=-1)).sum(dim=-1).mean()
+
+
+def alo_loss(global_logits: torch.Tensor, private_logits: torch.Tensor, y: torch.Tensor, mu: float,
+             adv_lambda: float) -> torch.Tensor:
+    """Eq. 3: L_ls + lambda * L_adv = CE_ls(g; mu) - lambda * CE(pi, g)."""
+    loss = smoothed_cross_entropy(global_logits, y, mu)
+    if adv_lambda:
+        loss = loss - adv_lambda * distillation_cross_entropy(global_logits, private_logits)
+    return loss
+
+
+class TwoHeadModel(nn.Module):
+    """A network's encoder (`embed`) with FedKWS-UI's global and private heads; `forward` is the global one."""
+
+    def __init__(self, network: nn.Module, num_classes: int, g_ratio: float = 0.6):
+        super().__init__()
+        network.head = nn.Identity()  # replaced by the two heads (and not counted as parameters)
+        self.encoder = network
+        h = network.embedding_dim
+        global_width, private_width = int(2.0 * h * g_ratio), int(2.0 * h * (1.0 - g_ratio))
+        if global_width < 1 or private_width < 1:
+            raise ConfigError(f"fedkwsui.g_ratio must lie in (0, 1) and leave both heads a unit, got {g_ratio}")
+        self.global_proj = nn.Linear(h, global_width, bias=False)
+        self.global_head = nn.Linear(global_width, num_classes)
+        self.private_proj = nn.Linear(h, private_width, bias=False)
+        self.private_head = nn.Linear(private_width, num_classes)
+        self.embedding_dim = h
+
+    def embed(self, x: torch.Tensor) -> torch.Tensor:
+        return self.encoder.embed(x)
+
+    def global_logits(self, h: torch.Tensor) -> torch.Tensor:
+        return self.global_head(F.relu(self.global_proj(h)))
+
+    def private_logits(self, h: torch.Tensor) -> torch.Tensor:
+        return self.private_head(F.relu(self.private_proj(h)))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.global_logits(self.embed(x))
+
+
+def _setting(text: str, key: str, words: tuple[str, ...]) -> str | float:
+    """A setting that is a positive number or one of `words`."""
+    if str(text).lower() in words:
+        return str(text).lower()
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise ConfigError(f"{key} must be a positive number or one of {', '.join(words)}, got {text!r}")
+    return value
+
+
+class FedKWSUI(Algorithm):
+    name = "fedkwsui"
+
+    def __init__(self, cfg, task):
+        super().__init__(cfg, task)
+        opts = cfg.fedkwsui
+        if opts.private not in ("shared", "persistent"):
+            raise ConfigError(f"fedkwsui.private must be shared or persistent, got {opts.private!r}")
+        if opts.aggregation not in ("uniform", "weighted"):
+            raise ConfigError(f"fedkwsui.aggregation must be uniform or weighted, got {opts.aggregation!r}")
+        if not 0 <= opts.ls_mu <= 1:
+            raise ConfigError(f"fedkwsui.ls_mu must lie in [0, 1], got {opts.ls_mu}")
+        if opts.adv_lambda < 0:
+            raise ConfigError(f"fedkwsui.adv_lambda must be >= 0 (Eq. 2 already carries the minus), got {opts.adv_lambda}")
+        if opts.local_steps < 1:
+            raise ConfigError(f"fedkwsui.local_steps (E) must be >= 1, got {opts.local_steps}")
+        if task.class_counts is None:
+            raise ConfigError("fedkwsui needs every client's class counts (Task.class_counts) for ALT; build the "
+                              "task with engine.data.build_federated_data")
+        self.size_cap, self.r0 = self.alt_constants()
+        self.ratios = {c: alt_ratio(n, self.size_cap) for c, n in zip(task.clients, task.class_counts)}
+        if self.r0 is None:  # the paper's conservation rule, K / sum rbar_k, over the clients that hold data
+            held = [self.ratios[c] for c, n in zip(task.clients, task.class_counts) if sum(n)]
+            self.r0 = len(held) / sum(held) if sum(held) > 0 else 1.0
+
+    def alt_constants(self) -> tuple[float, float | None]:
+        """(size cap, r0) after resolving auto / max / sum (r0 None: K / sum rbar, computed by the caller)."""
+        opts, task = self.cfg.fedkwsui, self.task
+        cap = _setting(opts.size_cap, "fedkwsui.size_cap", ("auto", "max"))
+        r0 = _setting(opts.r0, "fedkwsui.r0", ("auto", "sum"))
+        known = SPEECH_COMMANDS_ALT.get(task.num_classes) if self.cfg.dataset == "speech_commands" else None
+        if cap == "auto":
+            cap = known[0] if known else "max"
+        if cap == "max":
+            cap = float(max((sum(n) for n in task.class_counts), default=0)) or 1.0
+        if r0 == "auto":
+            r0 = known[1] if known else "sum"
+        return float(cap), None if r0 == "sum" else float(r0)
+
+    # --- models ---------------------------------------------------------------------------------
+    def make_model(self, name: str) -> nn.Module:
+        network = build_model(name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout)
+        return TwoHeadModel(network, self.task.num_classes, self.cfg.fedkwsui.g_ratio)
+
+    def init_server(self) -> dict[str, Any]:
+        return {"params": self.initial_params(self.cfg.model.name, "global-init")}
+
+    def init_client_state(self, client: str) -> Params | None:
+        """`private=persistent`: the client's own private head (seeded per client); shared: no state."""
+        if self.cfg.fedkwsui.private != "persistent":
+            return None
+        params = self.initial_params(self.cfg.model.name, "client-init", client)
+        return {k: v for k, v in params.items() if k.startswith(PRIVATE)}
+
+    # --- client -----------------------------------------------------------------------------------
+    def client_plan(self, client: str) -> dict[str, float]:
+        """This client's rbar_k, mu_k and global-phase steps s_k."""
+        opts = self.cfg.fedkwsui
+        ratio = self.ratios[client]
+        steps = alt_steps(ratio, self.r0, opts.local_steps) if opts.alt else opts.local_steps
+        mu = adaptive_mu(opts.ls_mu, ratio) if opts.adaptive_mu else opts.ls_mu
+        return {"ratio": ratio, "mu": mu, "steps": steps}
+
+    def _step(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor,
+              drop_encoder: bool = False) -> None:
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        if drop_encoder:
+            for p in model.encoder.parameters():
+                p.grad = None
+        clip_gradients(model, self.cfg.train)
+        optimizer.step()
+
+    def client_update(self, payload: Params, state: Params | None, data: ClientData, round_idx: int,
+                      generator: torch.Generator) -> ClientResult:
+        opts, batch = self.cfg.fedkwsui, self.cfg.train.batch_size
+        model = self.scratch_model(self.cfg.model.name, payload)
+        if state is not None:
+            model.load_state_dict(state, strict=False)  # the client's own private head
+        plan = self.client_plan(data.name)
+        model.train()
+        private_loss, private_steps = 0.0, 0
+        if opts.adv_lambda:
+            optimizer = make_optimizer(model.parameters(), self.cfg.train)
+            for idx in cycling_batches(data.num_samples, batch, int(opts.private_ratio * opts.local_steps) + 1, generator):
+                loss = F.cross_entropy(model.private_logits(model.embed(data.x[idx])), data.y[idx])
+                self._step(model, optimizer, loss, drop_encoder=True)
+                private_loss += float(loss.detach())
+                private_steps += 1
+        optimizer = make_optimizer(model.parameters(), self.cfg.train)
+        total, steps = 0.0, 0
+        for idx in cycling_batches(data.num_samples, batch, int(plan["steps"]), generator):
+            h = model.embed(data.x[idx])
+            loss = alo_loss(model.global_logits(h), model.private_logits(h), data.y[idx], plan["mu"], opts.adv_lambda)
+            self._step(model, optimizer, loss)
+            total += float(loss.detach())
+            steps += 1
+        params = model_params(model)
+        new_state = {k: v for k, v in params.items() if k.startswith(PRIVATE)} if state is not None else None
+        metrics = {"loss": total / steps if steps else float("nan"), "steps": float(steps),
+                   "private_loss": private_loss / max(private_steps, 1), "private_steps": float(private_steps),
+                   "alt_ratio": plan["ratio"], "mu": plan["mu"]}
+        return ClientResult(params, new_state, metrics)
+
+    # --- server -----------------------------------------------------------------------------------
+    def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
+                      round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
+        if self.cfg.fedkwsui.aggregation == "uniform":
+            uploads = [(params, 1) for params, _ in uploads]  # 1/|S| each (Sec. 3)
+        params, metrics = self.combine(server, uploads)
+        if self.cfg.fedkwsui.private == "persistent":  # private heads stay on the clients
+            params.update({k: v for k, v in server["params"].items() if k.startswith(PRIVATE)})
+        return {**server, "params": params}, metrics
+
+
+def alt_statistics(cfg, num_classes: int, clients: list[str], counts: list[list[int]]) -> dict[str, float]:
+    """Paper Fig. 1's colour: r0 * rbar_k over the clients with data, under `cfg.fedkwsui`'s ALT
+    constants, with the max n_k of Table 1 and the resolved cap and r0 (for `fedac data stats`)."""
+    algo = FedKWSUI(cfg, Task(0, num_classes, clients, counts))
+    values = [algo.r0 * algo.ratios[c] for c, n in zip(clients, counts) if sum(n)]
+    if not values:
+        return {}
+    return {"size_cap": algo.size_cap, "r0": algo.r0, "max_n_k": float(max(sum(n) for n in counts)),
+            "min": min(values), "median": float(torch.tensor(values).median()), "mean": sum(values) / len(values),
+            "max": max(values)}
