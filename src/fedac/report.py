@@ -81,6 +81,10 @@ FINAL_KEYS = {
     "personalized_clients": "clients whose own models the personalized_* means cover (trained at least once)",
     "clients_trained": "clients sampled and trained at least once in the run",
     "visits_per_trained_client": "mean number of rounds in which a trained client trained",
+    "malicious_clients": "clients poisoned by attack.kind (a seeded choice fixed for the run)",
+    "attack_success_rate": "backdoor: shared model on the triggered test clips of other classes: share predicted as attack.target",
+    "dp_epsilon": "differential privacy: epsilon spent over the rounds trained at dp_delta (opacus RDP accountant)",
+    "dp_delta": "differential privacy: the delta of dp_epsilon (dp.delta)",
 }
 
 
