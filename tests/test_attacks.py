@@ -147,7 +147,7 @@ def test_trigger_signals_and_mixing():
 
 @pytest.fixture(scope="module")
 def gsc_settings(gsc_root, tmp_path_factory):
-    return tiny_run(gsc_root, tmp_path_factory.mktemp("attack_cache"))
+    return tiny_run(gsc_root, None)  # features cached once per session under FEDAC_HOME
 
 
 def test_backdoor_triggers_a_share_of_attacker_clips_and_builds_the_asr_split(gsc_settings):

@@ -232,8 +232,8 @@ class AttackConfig:
 class PrivacyConfig:
     """Differential privacy of the shared model (fedac/privacy.py)."""
 
-    mode: str = "off"
-    """off; central (DP-FedAvg, McMahan et al. 2018: the server clips every update to `clip`, averages
+    mode: str = "none"
+    """none; central (DP-FedAvg, McMahan et al. 2018: the server clips every update to `clip`, averages
     them unweighted and adds Gaussian noise) or client (each client clips its own update before upload,
     the server adds the same noise)."""
     clip: float = 1.0

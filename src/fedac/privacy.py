@@ -34,7 +34,7 @@ from fedac.config import Config
 from fedac.errors import ConfigError
 from fedac.seeding import torch_generator
 
-MODES = ("off", "central", "client")
+MODES = ("none", "central", "client")
 #: Algorithms whose new global model is the aggregate itself, so server noise on it is DP-FedAvg.
 DP_ALGORITHMS = ("fedavg", "fedprox", "fedmlac")
 
@@ -53,13 +53,13 @@ def epsilon(noise_multiplier: float, sample_rate: float, rounds: int, delta: flo
 
 
 class Privacy:
-    """The configured DP mechanism of one run (`dp.mode`); a no-op when off."""
+    """The configured DP mechanism of one run (`dp.mode`); a no-op for none."""
 
     def __init__(self, cfg: Config, num_clients: int, cohort_size: int):
         self.cfg, dp = cfg, cfg.dp
         if dp.mode not in MODES:
             raise ConfigError(f"unknown dp.mode {dp.mode!r}; use one of {', '.join(MODES)}")
-        self.on = dp.mode != "off"
+        self.on = dp.mode != "none"
         if not self.on:
             return
         if not dp.clip > 0 or dp.noise_multiplier < 0 or not 0 < dp.delta < 1:
