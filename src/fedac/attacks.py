@@ -209,7 +209,7 @@ class Attack:
         """What results.json's `final` reports about the attack (nothing without one)."""
         if self.kind == "none":
             return {}
-        out = {"malicious_clients": float(len(self.malicious))}
+        out: dict[str, float] = {"malicious_clients": len(self.malicious)}
         if model is not None and self.backdoor_test is not None:
             out["attack_success_rate"] = evaluate(model, self.backdoor_test, batch_size)["accuracy"]
         return out
