@@ -39,5 +39,5 @@ def test_reproduce_robustness_writes_table_csv_heatmap_and_resumes(gsc_root, tmp
     # A second call reads every finished run back instead of training again.
     monkeypatch.setattr(simulator.Simulator, "run", lambda *a, **k: pytest.fail("trained again"))
     assert main(argv) == 0 and (out / "table.md").read_text() == table
-    assert main([*argv[:2], "--attacks", "nosuch", *argv[3:]]) == 2
+    assert main(["reproduce", "robustness", "--attacks", "nosuch", "--out", str(out), "--quiet"]) == 2
     assert "unknown attack(s) nosuch" in capsys.readouterr().err
