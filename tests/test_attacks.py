@@ -191,3 +191,21 @@ def test_sign_flip_run_changes_the_shared_model(gsc_settings, tmp_path):
                       "attack.kind=sign_flip", "attack.fraction=0.5", "aggregation.method=median")
     assert "malicious_clients" not in clean and flipped["malicious_clients"] == 3
     assert flipped["accuracy"] != clean["accuracy"] or flipped["macro_f1"] != clean["macro_f1"]
+
+
+@pytest.mark.parametrize("setting", ["attack.trigger=click", "attack.trigger_amplitude=0.5",
+                                     "attack.trigger_seconds=0.3", "attack.trigger_hz=1000"])
+def test_each_trigger_setting_changes_the_triggered_features(gsc_root, setting):
+    from fedac.data.gsc import load_manifest
+    from fedac.config import DataConfig
+
+    manifest = load_manifest(gsc_root, DataConfig())
+    clips = [0, 1]
+
+    def features(*sets):
+        cfg = load_config(overrides=["attack.kind=backdoor", *sets])
+        return Attack(cfg, [])._triggered(manifest, clips, {0})[0]
+
+    base, changed = features(), features(setting)
+    assert not torch.allclose(base[0], changed[0], atol=1e-3)  # the triggered clip changes
+    assert torch.allclose(base[1], changed[1])  # the clean one does not

@@ -105,3 +105,19 @@ def test_equal_to_flower_krum_multikrum_bulyan(cohort):
     same(multikrum(uploads, 2, keep=5), aggregate_krum(flower, num_malicious=2, to_keep=5))
     same(bulyan(uploads, 2), aggregate_bulyan(list(flower), num_malicious=2, aggregation_rule=aggregate_krum,
                                               to_keep=0))
+
+
+@pytest.mark.parametrize("method, key, a, b", [
+    ("trimmed_mean", "trim_fraction", 0.0, 0.2),
+    ("krum", "num_malicious", 0, 3),
+    ("multikrum", "multikrum_keep", 2, 3),
+    ("bulyan", "num_malicious", 0, 1),
+    ("norm_bound", "clip_norm", 0.5, 5.0),
+])
+def test_each_robust_setting_changes_the_aggregate(method, key, a, b):
+    """Flipping one setting of `aggregation.*` changes the result of `aggregate` and nothing else does."""
+    uploads = scalars([0.0, 0.1, 0.35, 0.45, 2.0, 9.0, 1.0])
+    reference = {"w": torch.zeros(1), "count": torch.tensor(7)}
+    first = aggregate(uploads, AggregationConfig(method=method, **{key: a}), reference=reference)[0]
+    second = aggregate(uploads, AggregationConfig(method=method, **{key: b}), reference=reference)[0]
+    assert value(first) != pytest.approx(value(second))
