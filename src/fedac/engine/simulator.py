@@ -128,8 +128,7 @@ class Simulator:
             visits[name] = visits.get(name, 0) + 1
             losses.append(result.metrics.get("loss", float("nan")))
         metrics: dict[str, float] = {"clients": float(len(uploads)), "rejected": float(len(rejected))}
-        uploads = self.attack.poison_uploads(payload, uploaded, uploads, round_idx)
-        uploads = self.privacy.clip(payload, uploaded, uploads, self.attack.malicious)
+        uploads = self.poison_and_clip(payload, uploaded, uploads, round_idx)
         if uploads:
             self.algorithm.last_pruning = None
             state["server"], server_metrics = self.algorithm.server_update(state["server"], uploads, round_idx)
@@ -141,6 +140,12 @@ class Simulator:
             log.warning("round %d: no usable client update; the global state is unchanged", round_idx)
         metrics["train_loss"] = float(np.nanmean(losses)) if losses else float("nan")
         return metrics
+
+    def poison_and_clip(self, payload: Any, names: list[str], uploads: list, round_idx: int) -> list:
+        """The cohort's uploads after the malicious clients' model poisoning and DP clipping (issue 13);
+        the Flower strategy calls this too, so both runtimes aggregate the same uploads."""
+        uploads = self.attack.poison_uploads(payload, names, uploads, round_idx)
+        return self.privacy.clip(payload, names, uploads, self.attack.malicious)
 
     def _personalized_models(self, state: dict[str, Any]):
         """(client, its own model) for every client that has trained at least once (the others still

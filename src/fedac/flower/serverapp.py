@@ -31,6 +31,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from fedac.config import Config, save_config
 from fedac.engine.simulator import Simulator
+from fedac.errors import ConfigError
 from fedac.flower import transport
 from fedac.flower.settings import DeploymentSettings, deployment_settings, fedac_config
 from fedac.flower.strategy import FedacStrategy, NodeDirectory, PollingGrid, flower_strategy
@@ -108,10 +109,12 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
                               settings.round_timeout, settings.poll_interval)
     polling = PollingGrid(grid, settings.poll_interval, directory.describe)
     if settings.strategy == "flower":
+        refuse_layers(cfg)
         strategy, round_metrics = _flower_builtin(cfg, settings, state)
     else:
         strategy = FedacStrategy(side.algorithm, state["server"], directory, cfg)
         side.strategy = strategy
+        strategy.layers = side  # attacks and DP over the uploads, as in the simulator
         round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
@@ -144,6 +147,13 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
     write_results(run_dir, results, cfg)
     log.info("fedac run finished\n%s\nrun directory: %s", final_table(results), run_dir)
     return results
+
+
+def refuse_layers(cfg: Config) -> None:
+    """Flower's built-in strategies know nothing of fedac's attacks and DP: say so instead of ignoring them."""
+    if cfg.attack.kind != "none" or cfg.dp.mode != "none":
+        raise ConfigError(f"attack.kind={cfg.attack.kind} / dp.mode={cfg.dp.mode} run through the fedac strategy; "
+                          "set strategy=fedac (the default) in the run config")
 
 
 def _flower_builtin(cfg: Config, settings: DeploymentSettings, state: dict[str, Any]):
