@@ -45,14 +45,33 @@ def test_flower_app_with_attack_or_dp_equals_the_simulator(dataset, tmp_path, se
         assert results["final"].get(key) == pytest.approx(expected["final"].get(key)), key
 
 
-def test_flower_builtin_strategies_refuse_attacks_and_dp(dataset, tmp_path):
+def test_flower_builtin_strategies_refuse_attacks_and_client_clipping(dataset, tmp_path):
     from fedac.errors import ConfigError
     from test_flower import run_config
 
     settings = {"algorithm": "fedavg", "strategy": "flower", "rounds": 1, "poll-interval": 0.01}
-    settings["fedac-set"] = run_config(dataset, "x")["fedac-set"] + ";dp.mode=central"
-    with pytest.raises(ConfigError, match="set strategy=fedac"):
-        run_local(dataset, tmp_path, nodes_for(3), **settings)
+    for sets in ("dp.mode=client", "attack.kind=sign_flip;attack.fraction=0.3"):
+        settings["fedac-set"] = run_config(dataset, "x")["fedac-set"] + ";" + sets
+        with pytest.raises(ConfigError, match="set strategy=fedac"):
+            run_local(dataset, tmp_path, nodes_for(3), **settings)
+
+
+def test_flowers_dp_wrapper_equals_fedac_dp_fedavg_without_noise(dataset, tmp_path):
+    """strategy=flower with dp.mode=central runs Flower's DifferentialPrivacyServerSideFixedClipping; with
+    noise 0 (Flower's noise is unseeded) and clients of equal size it gives fedac's clipped mean exactly."""
+    from test_flower import run_config
+
+    settings = {"algorithm": "fedavg", "strategy": "flower", "rounds": 2, "poll-interval": 0.01, "fraction": 1.0}
+    settings["fedac-set"] = run_config(dataset, "x")["fedac-set"] + ";dp.mode=central;dp.noise_multiplier=0;dp.clip=0.05"
+    results, _, config = run_local(dataset, tmp_path, nodes_for(3), **settings)
+    sim = Simulator(fedac_config(config), tmp_path / "sim", progress=False)
+    assert len({c.num_samples for c in sim.data.clients}) == 1  # equal n_k: Flower's weighted mean is fedac's
+    expected = sim.run()
+    flower_params = torch.load(tmp_path / "run" / "server_state.pt")["params"]
+    for name, value in sim.state["server"]["params"].items():
+        torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-5, msg=name)
+    assert results["final"]["dp_epsilon"] == expected["final"]["dp_epsilon"] == float("inf")  # z = 0
+    assert results["runtime"]["strategy"] == "DifferentialPrivacyServerSideFixedClipping"
 
 
 def test_clipping_and_noise_scale_equal_flowers_dp_functions():

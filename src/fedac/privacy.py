@@ -72,7 +72,7 @@ class Privacy:
         if cfg.aggregation.method != "mean" or lpa:
             raise ConfigError(f"dp.mode={dp.mode} is accounted for the plain mean of clipped updates; set "
                               "aggregation.method=mean" + (" and fedmlac.lpa=false" if cfg.algorithm == "fedmlac" else ""))
-        self.sample_rate = cohort_size / num_clients
+        self.sample_rate, self.cohort = cohort_size / num_clients, cohort_size
 
     def clip(self, reference: Params, names: list[str], uploads: list[tuple[Params, int]],
              malicious: set[str] = frozenset()) -> list[tuple[Params, int]]:

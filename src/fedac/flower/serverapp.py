@@ -111,6 +111,7 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
     if settings.strategy == "flower":
         refuse_layers(cfg)
         strategy, round_metrics = _flower_builtin(cfg, settings, state)
+        strategy = flower_dp(strategy, cfg, side.privacy)
     else:
         strategy = FedacStrategy(side.algorithm, state["server"], directory, cfg)
         side.strategy = strategy
@@ -150,10 +151,23 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
 
 
 def refuse_layers(cfg: Config) -> None:
-    """Flower's built-in strategies know nothing of fedac's attacks and DP: say so instead of ignoring them."""
-    if cfg.attack.kind != "none" or cfg.dp.mode != "none":
+    """Flower's built-in strategies know nothing of fedac's attacks (nor of client-side clipping here): say
+    so instead of ignoring them. dp.mode=central goes through Flower's own DP wrapper (`flower_dp`)."""
+    if cfg.attack.kind != "none" or cfg.dp.mode == "client":
         raise ConfigError(f"attack.kind={cfg.attack.kind} / dp.mode={cfg.dp.mode} run through the fedac strategy; "
                           "set strategy=fedac (the default) in the run config")
+
+
+def flower_dp(strategy, cfg: Config, privacy):
+    """dp.mode=central on a built-in strategy: Flower's DifferentialPrivacyServerSideFixedClipping (each
+    update clipped to dp.clip, the strategy's mean, Gaussian noise of std z * C / m with m the cohort
+    size). Flower's FedAvg weights the clipped updates by n_k where fedac's DP-FedAvg (privacy.py) does
+    not, so the two agree when clients hold equal data; epsilon comes from fedac's accountant either way."""
+    if cfg.dp.mode != "central":
+        return strategy
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
+
+    return DifferentialPrivacyServerSideFixedClipping(strategy, cfg.dp.noise_multiplier, cfg.dp.clip, privacy.cohort)
 
 
 def _flower_builtin(cfg: Config, settings: DeploymentSettings, state: dict[str, Any]):
