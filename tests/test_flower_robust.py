@@ -33,7 +33,7 @@ def task_identity(monkeypatch):
 def test_flower_app_with_attack_or_dp_equals_the_simulator(dataset, tmp_path, sets):
     from test_flower import run_config
 
-    settings = {"algorithm": "fedavg", "rounds": 2, "poll-interval": 0.01}
+    settings = {"algorithm": "fedavg", "rounds": 1, "poll-interval": 0.01}
     settings["fedac-set"] = run_config(dataset, "x")["fedac-set"] + ";" + sets
     results, _, config = run_local(dataset, tmp_path, nodes_for(3), **settings)
     expected = Simulator(fedac_config(config), tmp_path / "sim", progress=False).run()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 
@@ -36,6 +37,9 @@ def test_reproduce_robustness_writes_table_csv_heatmap_and_resumes(gsc_root, tmp
                                                            ("backdoor 30%", "mean"), ("backdoor 30%", "median")]
     assert rows[2]["malicious_clients"] == "2" and rows[2]["attack_success_rate"] != ""
     assert (out / "heatmap.png").stat().st_size > 1000
+    summary = json.loads((out / "summary.json").read_text())
+    mean, std, n = summary["cells"]["backdoor 30%"]["FedAvg"]["median"]["attack_success_rate"]
+    assert n == 1 and std == 0 and mean == pytest.approx(float(rows[3]["attack_success_rate"]))
     # A second call reads every finished run back instead of training again.
     monkeypatch.setattr(simulator.Simulator, "run", lambda *a, **k: pytest.fail("trained again"))
     assert main(argv) == 0 and (out / "table.md").read_text() == table

@@ -4,7 +4,8 @@ FedAvg and FedMLAC, with the clean accuracy as the first row and the backdoor's 
 Every row is a cell of `reproduce`'s protocol (24 clients of the dataset, all active, 5 local epochs,
 40 rounds) run as one `fedac compare` grid (compare.py) in its own folder, so a killed table is
 completed by running the same command again. Outputs: table.md (one table per algorithm and metric,
-mean ± std over seeds, with the command line), results.csv (one line per run) and heatmap.png.
+mean ± std over seeds, with the command line), results.csv (one line per run), heatmap.png and
+summary.json (each cell's mean, std and seed count; `run_seconds`, the runs' summed wall time).
 
 Choices:
 - Columns: mean (FedAvg's n_k-weighted mean; FedMLAC with fedmlac.lpa=false), LPA (FedAvg with
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import math
 import shlex
 import time
@@ -129,6 +131,12 @@ def write_outputs(out: Path, results: dict, algorithms: list[str], aggregators: 
                                          r.get("malicious_clients", 0), r["wall_seconds"], r["run_dir"]])
     (out / "table.md").write_text(markdown(results, algorithms, aggregators, seeds, command))
     heatmap(out / "heatmap.png", results, algorithms, aggregators)
+    # [mean, std, seeds] per row, algorithm, aggregator and metric, for the figures the docs quote.
+    cells = {row: {algo: {agg: {key: list(_stats(runs.get(f"{algo} {agg}", []), key)) for key in METRICS}
+                          for agg in aggregators} for algo in algorithms} for row, runs in results.items()}
+    seconds = sum(r["wall_seconds"] for runs in results.values() for rs in runs.values() for r in rs)
+    (out / "summary.json").write_text(json.dumps({"command": command, "seeds": seeds, "cells": cells,
+                                                  "run_seconds": seconds}, indent=2, default=float))
 
 
 def markdown(results: dict, algorithms: list[str], aggregators: list[str], seeds: list[int], command: str) -> str:
