@@ -33,7 +33,6 @@ import math
 
 import numpy as np
 import torch
-from scipy.stats import norm
 
 from fedac.algorithms.base import ClientData, Params
 from fedac.config import Config
@@ -102,6 +101,8 @@ def _apply(reference: Params, upload: Params, updates: dict[str, torch.Tensor]) 
 
 def little_z(cohort: int, attackers: int) -> float:
     """Baruch et al. 2019's z_max: Phi^-1((n - s) / n), s = floor(n / 2 + 1) - m."""
+    from scipy.stats import norm  # slow to import; only this attack needs it
+
     supporters = math.floor(cohort / 2 + 1) - attackers
     return float(norm.ppf((cohort - supporters) / cohort))
 
