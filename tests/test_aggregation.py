@@ -188,8 +188,8 @@ def test_aggregate_mean_and_lpa_by_config():
 
 
 def test_aggregate_unknown_method_names_setting():
-    with pytest.raises(ConfigError, match="aggregation.method 'median'"):
-        aggregate(five_clients(), AggregationConfig(method="median"))
+    with pytest.raises(ConfigError, match="aggregation.method 'geomed'"):
+        aggregate(five_clients(), AggregationConfig(method="geomed"))
 
 
 def test_finite():

@@ -180,6 +180,16 @@ class AggregationConfig:
     """LPA deviation score (aggregation.py `layer_deviation`): raw (Eq. 11 as written), per_step (beyond
     the paper: the update divided by the client's local step count, so clients with more data are not
     ranked as outliers for taking more steps) or cosine (beyond the paper: the update's direction only)."""
+    num_malicious: int = 2
+    """Krum, Multi-Krum and Bulyan: f, the number of Byzantine clients the rule tolerates in a cohort
+    (Blanchard et al. 2017; El Mhamdi et al. 2018). Bulyan needs a cohort of at least 4f + 3."""
+    trim_fraction: float = 0.2
+    """trimmed_mean: fraction cut at each end of every coordinate, in [0, 0.5) (Yin et al. 2018's beta)."""
+    multikrum_keep: int | None = None
+    """multikrum: how many lowest-score uploads are averaged; None: cohort size - num_malicious."""
+    clip_norm: float = 1.0
+    """norm_bound: each update (upload - global model) is scaled to at most this L2 norm before the
+    n_k-weighted mean (Sun et al. 2019, "Can you really backdoor federated learning?")."""
 
 
 @dataclass
@@ -250,6 +260,54 @@ class FedMMDConfig:
 
 
 @dataclass
+class AttackConfig:
+    """Poisoned clients (fedac/attacks.py), applied by the runtimes over client data and uploads."""
+
+    kind: str = "none"
+    """none; data poisoning: label_flip (all labels to `target`), label_permute (a seeded permutation of
+    the classes), backdoor (a trigger mixed into the audio, relabelled to `target`); model poisoning:
+    sign_flip, gaussian, scale (model replacement), little (a colluding "little is enough" shift)."""
+    fraction: float = 0.0
+    """Share of the clients that are malicious (a seeded choice that holds for the whole run)."""
+    target: int = 0
+    """Target class of label_flip and backdoor."""
+    poison_ratio: float = 0.5
+    """backdoor: share of a malicious client's training clips that carry the trigger."""
+    trigger: str = "tone"
+    """backdoor trigger: tone (a sine burst) or click (an impulse train)."""
+    trigger_amplitude: float = 0.1
+    """Trigger peak relative to the clip's peak amplitude."""
+    trigger_seconds: float = 0.1
+    """Trigger length, placed at the start of the clip."""
+    trigger_hz: float = 4000.0
+    """Tone frequency, or clicks per second for the click trigger."""
+    noise_std: float = 1.0
+    """gaussian: standard deviation of the noise sent in place of the update, per coordinate."""
+    boost: float | None = None
+    """scale: factor on the update; None: cohort size / malicious clients in it (Bagdasaryan et al.'s
+    model replacement with server learning rate 1)."""
+    z: float | None = None
+    """little: shift in per-coordinate standard deviations; None: Baruch et al. 2019's z_max from the
+    cohort size and malicious count."""
+
+
+@dataclass
+class PrivacyConfig:
+    """Differential privacy of the shared model (fedac/privacy.py)."""
+
+    mode: str = "none"
+    """none; central (DP-FedAvg, McMahan et al. 2018: the server clips every update to `clip`, averages
+    them unweighted and adds Gaussian noise) or client (each client clips its own update before upload,
+    the server adds the same noise)."""
+    clip: float = 1.0
+    """L2 bound C on each client's update."""
+    noise_multiplier: float = 1.0
+    """z: the noise added to the sum of clipped updates has standard deviation z * C."""
+    delta: float = 1e-5
+    """delta at which epsilon is reported."""
+
+
+@dataclass
 class Config:
     algorithm: str = "fedavg"
     dataset: str = "speech_commands"
@@ -267,6 +325,8 @@ class Config:
     fedkad: FedKADConfig = field(default_factory=FedKADConfig)
     fedkwsui: FedKWSUIConfig = field(default_factory=FedKWSUIConfig)
     fedmmd: FedMMDConfig = field(default_factory=FedMMDConfig)
+    attack: AttackConfig = field(default_factory=AttackConfig)
+    dp: PrivacyConfig = field(default_factory=PrivacyConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

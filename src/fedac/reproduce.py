@@ -270,6 +270,9 @@ def plot(path: Path, experiment: Experiment, summaries: dict[str, dict], methods
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    if args.experiment == "robustness":  # attacks x aggregators: its own grid and tables (robustness.py)
+        from fedac.robustness import cmd_robustness
+        return cmd_robustness(args)
     out = Path(args.out or f"runs/reproduce-{args.experiment}")
     command = "fedac " + " ".join(shlex.quote(a) for a in args.argv)
     summary = run_experiment(args.experiment, args.seeds, out, args.overrides, args.datasets, args.rounds,
@@ -281,9 +284,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 def add_reproduce_parser(sub) -> None:
     p = sub.add_parser("reproduce", help="one of fedmlac.md's experiments (Tables 4-7, Figs. 2-3, alpha sweep) "
-                                         "or FedKWS-UI's (fedkws12, fedkws-alt, fedkws-mu, fedkws-lambda)")
-    p.add_argument("experiment", help=f"one of: {', '.join({**EXPERIMENTS, **KWS_EXPERIMENTS})}")
+                                         "or FedKWS-UI's (fedkws12, fedkws-alt, fedkws-mu, fedkws-lambda) or the robustness table")
+    p.add_argument("experiment", help=f"one of: {', '.join({**EXPERIMENTS, **KWS_EXPERIMENTS})}, robustness")
     p.add_argument("--datasets", nargs="+", help=f"default {' '.join(STAND_INS)}; a real copy: --set data.root=DIR")
     p.add_argument("--methods", nargs="+", metavar="LABEL", help="only these of the experiment's methods (by label)")
+    p.add_argument("--attacks", nargs="+", help="robustness: attack rows (default all kinds of attack.kind)")
+    p.add_argument("--fractions", nargs="+", type=float, help="robustness: malicious fractions (default 0.1 0.2 0.3)")
+    p.add_argument("--aggregators", nargs="+", help="robustness: aggregator columns (default all; quote names with spaces)")
     add_grid_arguments(p, "output folder (default runs/reproduce-<experiment>); rerun to resume")
     p.set_defaults(func=cmd_reproduce)

@@ -24,8 +24,10 @@ def load_audio(
 ) -> np.ndarray:
     """Read `duration` seconds from `offset` of `path` as mono float32 at `sample_rate`."""
     path = Path(path)
+    if path.is_symlink() and not path.exists():
+        raise AudioError(f"audio file {path} is a broken link or a symlink loop; remove it or point it at the audio file")
     if not path.is_file():
-        raise AudioError(f"audio file {path} does not exist")
+        raise AudioError(f"audio file {path} does not exist; restore it or remove the metadata line that lists it")
     try:
         with sf.SoundFile(str(path)) as handle:
             native_rate = handle.samplerate
@@ -35,15 +37,17 @@ def load_audio(
                 handle.seek(min(start, handle.frames))
             data = handle.read(frames, dtype="float32", always_2d=True)
     except (sf.LibsndfileError, RuntimeError, ValueError) as exc:
-        raise AudioError(f"cannot decode audio file {path}: {exc}. Re-download or delete it.") from None
+        raise AudioError(f"cannot decode audio file {path}: {exc}. Replace it with a good copy (re-download), or delete it and any metadata line that lists it.") from None
     if data.shape[0] == 0:
-        raise AudioError(f"audio file {path} holds no samples (offset {offset} s)")
+        raise AudioError(f"audio file {path} holds no samples (offset {offset} s); replace it with a good copy, "
+                         "or delete it and any metadata line that lists it")
     mono = data.mean(axis=1) if data.shape[1] > 1 else data[:, 0]
     if native_rate != sample_rate:
         ratio = Fraction(sample_rate, native_rate).limit_denominator(1000)
         mono = resample_poly(mono, ratio.numerator, ratio.denominator).astype(np.float32)
     if not np.isfinite(mono).all():
-        raise AudioError(f"audio file {path} contains NaN or Inf samples")
+        raise AudioError(f"audio file {path} contains NaN or Inf samples; replace it with a good copy, "
+                         "or delete it and any metadata line that lists it")
     return np.ascontiguousarray(mono, dtype=np.float32)
 
 

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 
 from fedac.config import DataConfig
-from fedac.data.layout import choose_fold, require_dir, shorten
+from fedac.data.layout import choose_fold, reject_broken_link, require_dir, shorten
 from fedac.data.manifest import Clip, Manifest
 from fedac.errors import DatasetError
 
@@ -51,7 +51,7 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
     folder = require_dir(root / "AudioWAV", "CREMA-D audio folder", SOURCE)
     test = int(choose_fold(cfg.test_fold, "0", FOLDS, "CREMA-D (5 actor folds)"))
     val = (test + 1) % NUM_FOLDS
-    files = sorted(p for p in folder.iterdir() if p.suffix.lower() == ".wav" and not p.name.startswith("."))
+    files = sorted(reject_broken_link(p) for p in folder.iterdir() if p.suffix.lower() == ".wav" and not p.name.startswith("."))
     if not files:
         raise DatasetError(f"CREMA-D audio folder {folder} holds no .wav files. {SOURCE}")
     parsed, bad = [], []

@@ -112,12 +112,15 @@ def _fingerprint(manifest: Manifest, cfg: FeatureConfig, snr_db: float, noise_se
     return digest.hexdigest()[:24]
 
 
-def _clip_windows(manifest: Manifest, index: int, cfg: FeatureConfig, snr_db: float, noise_seed: int) -> list[np.ndarray]:
+def _clip_windows(manifest: Manifest, index: int, cfg: FeatureConfig, snr_db: float, noise_seed: int,
+                  audio_hook=None) -> list[np.ndarray]:
     clip = manifest.clips[index]
     # duration 0: a zeroed waveform (FedKWS-UI's _silence_, data.gsc12=fedkws), padded to one window below
     audio = np.zeros(0, np.float32) if clip.duration == 0 else load_audio(clip.path, cfg.sample_rate, clip.offset, clip.duration)
     if snr_db < 100:
         audio = add_white_noise(audio, snr_db, noise_seed, f"{clip.path}@{clip.offset}")
+    if audio_hook is not None:  # e.g. attacks.py's backdoor trigger, mixed in before windowing
+        audio = audio_hook(audio, index)
     return fit_length(audio, int(round(cfg.clip_seconds * cfg.sample_rate)))
 
 
@@ -128,8 +131,10 @@ def compute_features(
     noise_seed: int = 0,
     batch_size: int = 256,
     progress: bool = True,
+    audio_hook=None,
 ) -> FeatureSet:
-    """Features for every clip of `manifest` (no cache). Audio decoding runs on a small thread pool."""
+    """Features for every clip of `manifest` (no cache). Audio decoding runs on a small thread pool.
+    `audio_hook(audio, clip_index)`, when given, transforms each clip's audio before windowing."""
     extractor = FeatureExtractor(cfg)
     chunks, owners = [], []
     indices = range(len(manifest.clips))
@@ -137,7 +142,7 @@ def compute_features(
     with ThreadPoolExecutor(max_workers=4) as pool:
         for start in range(0, len(manifest.clips), batch_size):
             batch = indices[start : start + batch_size]
-            windows = pool.map(lambda i: _clip_windows(manifest, i, cfg, snr_db, noise_seed), batch)
+            windows = pool.map(lambda i: _clip_windows(manifest, i, cfg, snr_db, noise_seed, audio_hook), batch)
             waves, owner = [], []
             for clip_id, clip_windows in zip(batch, windows):
                 waves.extend(clip_windows)

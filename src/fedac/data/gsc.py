@@ -22,6 +22,7 @@ from pathlib import Path
 import soundfile as sf
 
 from fedac.config import DataConfig
+from fedac.data.layout import read_text, reject_broken_link
 from fedac.data.manifest import Clip, Manifest
 from fedac.errors import DatasetError
 
@@ -47,7 +48,7 @@ def _read_list(root: Path, name: str) -> set[str]:
             f"Speech Commands list file {path} is missing: the official archive ships it at the "
             f"dataset root ({SOURCE}). Point data.root at the folder that holds it."
         )
-    entries = {line.strip() for line in path.read_text().splitlines() if line.strip()}
+    entries = {line.strip() for line in read_text(path).splitlines() if line.strip()}
     for entry in sorted(entries):
         if not (root / entry).is_file():
             raise DatasetError(f"{path} lists '{entry}', but {root / entry} does not exist")
@@ -111,6 +112,7 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
             raise DatasetError(f"word folder {root / word} holds no .wav files; re-extract the dataset")
         label = index.get(word, index.get(UNKNOWN))
         for path in files:
+            reject_broken_link(path)
             match = FILENAME.match(path.name)
             if match is None:
                 raise DatasetError(f"{path} does not follow the '<speaker>_nohash_<n>.wav' naming of Speech Commands")

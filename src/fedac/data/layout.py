@@ -43,6 +43,24 @@ def require_file(path: Path, what: str, source: str) -> Path:
     return path
 
 
+def read_text(path: Path) -> str:
+    """A metadata file's text; bytes that are not UTF-8 raise DatasetError naming the file and line."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise DatasetError(f"{path} line {line} is not UTF-8 text (byte {data[exc.start:exc.start + 1]!r}); "
+                           "fix or remove that line, or restore the file from the official archive") from None
+
+
+def reject_broken_link(path: Path) -> Path:
+    """A listed file that is a broken or looping symbolic link raises DatasetError naming it."""
+    if path.is_symlink() and not path.exists():
+        raise DatasetError(f"{path} is a broken link or a symlink loop; remove it or point it at the audio file")
+    return path
+
+
 def choose_fold(value: str | None, default: str, choices: Sequence[str], dataset: str) -> str:
     """`data.test_fold` (or the dataset default) checked against the dataset's folds."""
     fold = default if value is None else str(value).strip()

@@ -14,10 +14,11 @@ only; the other eight folds train. Every clip's client and group is its source r
 from __future__ import annotations
 
 import csv
+import io
 from pathlib import Path
 
 from fedac.config import DataConfig
-from fedac.data.layout import choose_fold, require_dir, require_file
+from fedac.data.layout import choose_fold, read_text, require_dir, require_file
 from fedac.data.manifest import Clip, Manifest
 from fedac.errors import DatasetError
 
@@ -50,7 +51,7 @@ def _int_field(row: dict, name: str, where: str) -> int:
 def read_metadata(root: Path) -> list[dict]:
     """Rows of UrbanSound8K.csv as dicts with int fsID/fold/classID, checked line by line."""
     path = require_file(root / METADATA, "UrbanSound8K metadata", SOURCE)
-    with path.open(newline="") as handle:
+    with io.StringIO(read_text(path), newline="") as handle:
         reader = csv.reader(handle)
         header = next(reader, None)
         missing = [c for c in COLUMNS if c not in (header or [])]

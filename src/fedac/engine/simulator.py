@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult
+from fedac.attacks import Attack
 from fedac.config import Config, save_config
 from fedac.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedac.engine.cohort import check_execution, run_clients
@@ -30,6 +31,7 @@ from fedac.engine.evaluate import evaluate, kws_rates, window_accuracy
 from fedac.engine.runtime import configure_process
 from fedac.errors import CheckpointError, ConfigError
 from fedac.metrics import mean_std
+from fedac.privacy import Privacy
 from fedac.report import log_pruning, truncate_pruning_log, write_history, write_results
 from fedac.seeding import derive_seed, numpy_rng, torch_generator
 
@@ -92,6 +94,10 @@ class Simulator:
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
         if self.holds_clients and not self.trainable:
             raise ConfigError(f"no client holds training data for dataset {cfg.dataset}")
+        # Issue 13: poisoned clients and DP act as layers over client data and uploads (attacks.py, privacy.py).
+        self.attack = Attack(cfg, [c.name for c in self.data.clients])
+        self.data = self.attack.poison_data(self.data)
+        self.privacy = Privacy(cfg, len(self.trainable), len(sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, 1)))
 
     # --- state ---------------------------------------------------------------------------------
     def _fresh_state(self) -> dict[str, Any]:
@@ -125,16 +131,24 @@ class Simulator:
             visits[name] = visits.get(name, 0) + 1
             losses.append(result.metrics.get("loss", float("nan")))
         metrics: dict[str, float] = {"clients": float(len(uploads)), "rejected": float(len(rejected))}
+        uploads = self.poison_and_clip(payload, uploaded, uploads, round_idx)
         if uploads:
             self.algorithm.last_pruning = None
             state["server"], server_metrics = self.algorithm.server_update(state["server"], uploads, round_idx)
-            metrics.update(server_metrics)
+            state["server"], dp_metrics = self.privacy.add_noise(state["server"], round_idx, len(uploads))
+            metrics.update(server_metrics, **dp_metrics)
             if self.algorithm.last_pruning is not None:
                 log_pruning(self.run_dir, round_idx, self.algorithm.last_pruning, uploaded, [n for _, n in uploads])
         else:
             log.warning("round %d: no usable client update; the global state is unchanged", round_idx)
         metrics["train_loss"] = float(np.nanmean(losses)) if losses else float("nan")
         return metrics
+
+    def poison_and_clip(self, payload: Any, names: list[str], uploads: list, round_idx: int) -> list:
+        """The cohort's uploads after the malicious clients' model poisoning and DP clipping (issue 13);
+        the Flower strategy calls this too, so both runtimes aggregate the same uploads."""
+        uploads = self.attack.poison_uploads(payload, names, uploads, round_idx)
+        return self.privacy.clip(payload, names, uploads, self.attack.malicious)
 
     def _personalized_models(self, state: dict[str, Any]):
         """(client, its own model) for every client that has trained at least once (the others still
@@ -257,6 +271,7 @@ class Simulator:
             final["personalized_clients"] = len(personal)
         if model is None:
             final["selected_round"] = state["round"]
+        final.update(self.attack.final_metrics(model, batch), **self.privacy.final_metrics(state["round"]))
         visits = list(state.get("visits", {}).values())
         if visits:  # the simulator's count (a Flower deployment's nodes keep their own)
             final["clients_trained"] = len(visits)

@@ -30,6 +30,7 @@ from flwr.clientapp import ClientApp
 
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm, ClientData
+from fedac.attacks import Attack
 from fedac.config import Config
 from fedac.engine.data import FederatedData, build_federated_data
 from fedac.engine.evaluate import evaluate as evaluate_split
@@ -98,6 +99,7 @@ def run_data(context: Context, node: NodeSettings) -> RunData:
         cfg = apply_node_settings(fedac_config(context.run_config), node)
         configure_process(cfg.train)
         data = build_federated_data(cfg, progress=False)
+        data = Attack(cfg, [c.name for c in data.clients]).poison_data(data)  # a malicious node's poisoned data
         _RUNS[key] = RunData(cfg, data, build_algorithm(cfg, data.task))
     return _RUNS[key]
 

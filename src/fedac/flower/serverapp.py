@@ -34,6 +34,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 from fedac.config import Config, save_config
 from fedac.engine.data import build_eval_data
 from fedac.engine.simulator import Simulator
+from fedac.errors import ConfigError
 from fedac.flower import transport
 from fedac.flower.settings import DeploymentSettings, deployment_settings, fedac_config
 from fedac.flower.strategy import FedacStrategy, NodeDirectory, PollingGrid, flower_strategy
@@ -124,10 +125,13 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
                               settings.round_timeout, settings.poll_interval, open_roster=device, announce=announce)
     polling = PollingGrid(grid, settings.poll_interval, directory.describe)
     if settings.strategy == "flower":
+        refuse_layers(cfg)
         strategy, round_metrics = _flower_builtin(cfg, settings, state)
+        strategy = flower_dp(strategy, cfg, side.privacy)
     else:
         strategy = FedacStrategy(side.algorithm, state["server"], directory, cfg)
         side.strategy = strategy
+        strategy.layers = side  # attacks and DP over the uploads, as in the simulator
         round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
@@ -163,6 +167,26 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
     write_results(run_dir, results, cfg)
     log.info("fedac run finished\n%s\nrun directory: %s", final_table(results), run_dir)
     return results
+
+
+def refuse_layers(cfg: Config) -> None:
+    """Flower's built-in strategies know nothing of fedac's attacks (nor of client-side clipping here): say
+    so instead of ignoring them. dp.mode=central goes through Flower's own DP wrapper (`flower_dp`)."""
+    if cfg.attack.kind != "none" or cfg.dp.mode == "client":
+        raise ConfigError(f"attack.kind={cfg.attack.kind} / dp.mode={cfg.dp.mode} run through the fedac strategy; "
+                          "set strategy=fedac (the default) in the run config")
+
+
+def flower_dp(strategy, cfg: Config, privacy):
+    """dp.mode=central on a built-in strategy: Flower's DifferentialPrivacyServerSideFixedClipping (each
+    update clipped to dp.clip, the strategy's mean, Gaussian noise of std z * C / m with m the cohort
+    size). Flower's FedAvg weights the clipped updates by n_k where fedac's DP-FedAvg (privacy.py) does
+    not, so the two agree when clients hold equal data; epsilon comes from fedac's accountant either way."""
+    if cfg.dp.mode != "central":
+        return strategy
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
+
+    return DifferentialPrivacyServerSideFixedClipping(strategy, cfg.dp.noise_multiplier, cfg.dp.clip, privacy.cohort)
 
 
 def _flower_builtin(cfg: Config, settings: DeploymentSettings, state: dict[str, Any]):

@@ -237,6 +237,10 @@ class ClientReport:
 class FedacStrategy(Strategy):
     """Flower strategy that runs a fedac Algorithm's server side (aggregation included) unchanged."""
 
+    #: The run's attack and DP layers (an engine.simulator.Simulator: `poison_and_clip`, `privacy`), set by
+    #: the ServerApp; None leaves uploads as they come.
+    layers: Any = None
+
     def __init__(self, algorithm: Algorithm, server: dict[str, Any], directory: NodeDirectory, cfg: Config):
         self.algorithm = algorithm
         self.server = server
@@ -351,8 +355,13 @@ class FedacStrategy(Strategy):
             raise FlowerRunError(f"round {server_round}: every sampled SuperNode failed; the first said: {first_error}")
         metrics: dict[str, float] = {"clients": float(len(received)), "rejected": float(len(rejected))}
         if received:
-            self.server, server_metrics = self.algorithm.server_update(
-                self.server, [(upload, n) for _, upload, n, _ in received], server_round)
+            uploads, names = [(upload, n) for _, upload, n, _ in received], [r.client for *_, r in received]
+            if self.layers is not None:  # attacks.py's model poisoning and privacy.py's clipping, as the simulator
+                uploads = self.layers.poison_and_clip(self.algorithm.broadcast(self.server), names, uploads, server_round)
+            self.server, server_metrics = self.algorithm.server_update(self.server, uploads, server_round)
+            if self.layers is not None:
+                self.server, dp_metrics = self.layers.privacy.add_noise(self.server, server_round, len(uploads))
+                server_metrics = {**server_metrics, **dp_metrics}
             metrics.update(server_metrics)
         else:
             log.warning("round %d: no usable client update; the global state is unchanged", server_round)

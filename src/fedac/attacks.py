@@ -1,0 +1,216 @@
+"""Poisoned clients: a layer over client data and uploads that the runtimes apply, never an algorithm.
+
+`attack.fraction` of the clients (a seeded choice from (seed, "attack-clients"), fixed for the whole
+run) are malicious. What they do (`attack.kind`):
+
+Data poisoning (the client trains honestly on poisoned data; applied once to its resident tensors):
+- label_flip: every training label becomes `attack.target` (all-to-one).
+- label_permute: label c becomes pi(c) for one seeded permutation of the classes shared by all
+  attackers; pi is a random cyclic order (pi(perm[i]) = perm[i+1]), so no class keeps its label.
+- backdoor (Bagdasaryan et al. 2020's semantic backdoor, as an audio trigger): `attack.poison_ratio`
+  of each attacker's training clips get a trigger mixed into their audio before feature extraction
+  and are relabelled to `attack.target`. The trigger is a sine burst (`tone`, `trigger_hz`) or an
+  impulse train (`click`, `trigger_hz` clicks per second) of `trigger_seconds` at the clip's start,
+  with peak `trigger_amplitude` times the clip's peak. The attack success rate (ASR) is the share of
+  test clips of other classes that the shared model assigns to the target once triggered.
+
+Model poisoning (applied to the upload, Delta_k = theta_k - theta_global being the honest update):
+- sign_flip: theta_global - Delta_k.
+- gaussian: theta_global + N(0, noise_std^2) per coordinate, in place of the update.
+- scale (model replacement, Bagdasaryan et al. 2020): theta_global + boost * Delta_k, boost defaulting
+  to n / m (cohort size over attackers in it), which replaces the mean by the attacker's model.
+- little ("A little is enough", Baruch et al. 2019): every attacker sends theta_global + mu - z * sigma,
+  mu and sigma the per-coordinate mean and standard deviation (unbiased) of the cohort's honest
+  updates, z = Phi^-1((n - s) / n) with s = floor(n / 2 + 1) - m. The paper estimates mu and sigma from
+  the attackers' own benign updates; we let them see the whole cohort's (the omniscient, strongest
+  variant), since with a few attackers per round their own estimate would be too noisy to mean much.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import torch
+
+from fedac.algorithms.base import ClientData, Params
+from fedac.config import Config
+from fedac.data.corrupt import corrupt_training_labels
+from fedac.data.features import compute_features
+from fedac.data.manifest import Manifest
+from fedac.data.partition import partition
+from fedac.data.registry import dataset_spec
+from fedac.engine.data import EvalSplit, FederatedData, normalize
+from fedac.engine.evaluate import evaluate
+from fedac.errors import ConfigError
+from fedac.seeding import numpy_rng, torch_generator
+
+DATA_ATTACKS = ("label_flip", "label_permute", "backdoor")
+MODEL_ATTACKS = ("sign_flip", "gaussian", "scale", "little")
+ATTACKS = ("none", *DATA_ATTACKS, *MODEL_ATTACKS)
+TRIGGERS = ("tone", "click")
+
+
+def malicious_clients(clients: list[str], fraction: float, seed: int) -> list[str]:
+    """round(fraction * N) clients drawn from (seed, "attack-clients"), in `clients` order."""
+    if not 0 <= fraction <= 1:
+        raise ConfigError(f"attack.fraction must lie in [0, 1], got {fraction}")
+    count = int(round(fraction * len(clients)))
+    picked = numpy_rng(seed, "attack-clients").choice(len(clients), count, replace=False)
+    return [clients[i] for i in sorted(picked)]
+
+
+def class_permutation(num_classes: int, seed: int) -> np.ndarray:
+    """A seeded permutation pi of the classes with no fixed point: a random cyclic order."""
+    order = numpy_rng(seed, "attack-permutation").permutation(num_classes)
+    pi = np.empty(num_classes, dtype=np.int64)
+    pi[order] = np.roll(order, -1)
+    return pi
+
+
+def trigger_signal(kind: str, sample_rate: int, seconds: float, hz: float) -> np.ndarray:
+    """The unit-peak trigger: a sine burst at `hz`, or `hz` one-sample clicks per second."""
+    length = max(1, int(round(seconds * sample_rate)))
+    if kind == "tone":
+        return np.sin(2 * np.pi * hz * np.arange(length) / sample_rate).astype(np.float32)
+    if kind == "click":
+        signal = np.zeros(length, dtype=np.float32)
+        signal[:: max(1, int(round(sample_rate / hz)))] = 1.0
+        return signal
+    raise ConfigError(f"attack.trigger must be one of {', '.join(TRIGGERS)}, got {kind!r}")
+
+
+def add_trigger(audio: np.ndarray, trigger: np.ndarray, amplitude: float) -> np.ndarray:
+    """audio with `trigger` scaled to `amplitude` x the clip's peak (1 for silence) added at its start."""
+    peak = float(np.abs(audio).max()) if len(audio) else 0.0
+    out = np.pad(audio, (0, max(0, len(trigger) - len(audio)))).astype(np.float32)
+    out[: len(trigger)] += amplitude * (peak or 1.0) * trigger
+    return out
+
+
+def _updates(reference: Params, upload: Params) -> dict[str, torch.Tensor]:
+    return {n: v.to(torch.float64) - reference[n].to(torch.float64) for n, v in upload.items() if v.is_floating_point()}
+
+
+def _apply(reference: Params, upload: Params, updates: dict[str, torch.Tensor]) -> Params:
+    """reference + update for the floating entries; integer entries of `upload` kept."""
+    return {n: (reference[n].to(torch.float64) + updates[n]).to(v.dtype) if n in updates else v
+            for n, v in upload.items()}
+
+
+def little_z(cohort: int, attackers: int) -> float:
+    """Baruch et al. 2019's z_max: Phi^-1((n - s) / n), s = floor(n / 2 + 1) - m."""
+    from scipy.stats import norm  # slow to import; only this attack needs it
+
+    supporters = math.floor(cohort / 2 + 1) - attackers
+    return float(norm.ppf((cohort - supporters) / cohort))
+
+
+class Attack:
+    """The configured attack for one run: who is malicious, their data, their uploads, the ASR."""
+
+    def __init__(self, cfg: Config, clients: list[str]):
+        self.cfg = cfg
+        self.kind = cfg.attack.kind
+        if self.kind not in ATTACKS:
+            raise ConfigError(f"unknown attack.kind {self.kind!r}; use one of {', '.join(ATTACKS)}")
+        chosen = malicious_clients(clients, cfg.attack.fraction, cfg.seed) if self.kind != "none" else []
+        self.malicious: set[str] = set(chosen)
+        self.backdoor_test: EvalSplit | None = None
+
+    # --- data poisoning ----------------------------------------------------------------------------
+    def poison_data(self, data: FederatedData) -> FederatedData:
+        """The federation with every malicious client's training tensors poisoned (data attacks only)."""
+        if self.kind not in DATA_ATTACKS or not self.malicious:
+            return data
+        target = self.cfg.attack.target
+        if not 0 <= target < data.task.num_classes:
+            raise ConfigError(f"attack.target must be a class index in [0, {data.task.num_classes}), got {target}")
+        if self.kind == "backdoor":
+            return self._backdoor(data)
+        pi = torch.from_numpy(class_permutation(data.task.num_classes, self.cfg.seed))
+        clients = [dataclasses.replace(c, y=torch.full_like(c.y, target) if self.kind == "label_flip" else pi[c.y])
+                   if c.name in self.malicious else c for c in data.clients]
+        return dataclasses.replace(data, clients=clients)
+
+    def _triggered(self, manifest: Manifest, clips: list[int], poisoned: set[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised windows of `clips` (triggered where their position is in `poisoned`) and each
+        window's position in `clips`, through the same feature pipeline as clean data."""
+        cfg, a = self.cfg, self.cfg.attack
+        trigger = trigger_signal(a.trigger, cfg.features.sample_rate, a.trigger_seconds, a.trigger_hz)
+        sub = Manifest(manifest.name, manifest.root, manifest.classes, [manifest.clips[c] for c in clips])
+        feats = compute_features(sub, cfg.features, cfg.data.snr_db, cfg.seed, progress=False,
+                                 audio_hook=lambda audio, i: add_trigger(audio, trigger, a.trigger_amplitude)
+                                 if i in poisoned else audio)
+        return normalize(feats.features), feats.clip_index
+
+    def _backdoor(self, data: FederatedData) -> FederatedData:
+        cfg, target = self.cfg, self.cfg.attack.target
+        if not 0 < cfg.attack.poison_ratio <= 1:
+            raise ConfigError(f"attack.poison_ratio must lie in (0, 1], got {cfg.attack.poison_ratio}")
+        manifest = data.manifest
+        splits = partition(manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition)
+        labels = corrupt_training_labels(manifest, splits, cfg.data.label_error, cfg.seed)
+        poisoned_clients = {}
+        for split in splits:
+            if split.name not in self.malicious or not split.train:
+                continue
+            count = max(1, int(round(cfg.attack.poison_ratio * len(split.train))))
+            poisoned = set(numpy_rng(cfg.seed, "backdoor-clips", split.name).choice(len(split.train), count, replace=False).tolist())
+            x, position = self._triggered(manifest, split.train, poisoned)
+            clip_labels = torch.tensor([target if i in poisoned else int(labels[c]) for i, c in enumerate(split.train)])
+            poisoned_clients[split.name] = (x, clip_labels[position])
+        clients = [dataclasses.replace(c, x=poisoned_clients[c.name][0], y=poisoned_clients[c.name][1])
+                   if c.name in poisoned_clients else c for c in data.clients]
+        # The ASR split: every test clip of another class, triggered, labelled with the target.
+        others = [c for c in manifest.split_indices("test") if manifest.clips[c].label != target]
+        if others:
+            x, position = self._triggered(manifest, others, set(range(len(others))))
+            self.backdoor_test = EvalSplit(x, position, torch.full((len(others),), target, dtype=torch.long))
+        return dataclasses.replace(data, clients=clients)
+
+    # --- model poisoning ---------------------------------------------------------------------------
+    def poison_uploads(self, reference, names: list[str], uploads: list[tuple[Params, int]],
+                       round_idx: int) -> list[tuple[Params, int]]:
+        """The cohort's uploads (in `names` order) with the malicious clients' replaced."""
+        bad = [i for i, name in enumerate(names) if name in self.malicious]
+        if self.kind not in MODEL_ATTACKS or not bad:
+            return uploads
+        if not isinstance(reference, dict) or any(not isinstance(u, dict) or u.keys() != reference.keys()
+                                                  for u, _ in uploads):
+            raise ConfigError(f"attack.kind={self.kind} poisons model uploads, but algorithm {self.cfg.algorithm} "
+                              "does not upload a model of the broadcast's shape; use a data attack "
+                              f"({', '.join(DATA_ATTACKS)}) with it")
+        a = self.cfg.attack
+        honest = [_updates(reference, u) for u, _ in uploads]
+        if self.kind == "little":
+            z = little_z(len(uploads), len(bad)) if a.z is None else a.z
+            shifted = {n: torch.stack([h[n] for h in honest]).mean(0) - z * torch.stack([h[n] for h in honest]).std(0)
+                       for n in honest[0]} if len(uploads) > 1 else honest[0]
+        out = list(uploads)
+        for i in bad:
+            upload, n_k = uploads[i]
+            if self.kind == "sign_flip":
+                update = {n: -d for n, d in honest[i].items()}
+            elif self.kind == "scale":
+                boost = len(uploads) / len(bad) if a.boost is None else a.boost
+                update = {n: boost * d for n, d in honest[i].items()}
+            elif self.kind == "gaussian":
+                gen = torch_generator(self.cfg.seed, "attack-noise", round_idx, names[i])
+                update = {n: torch.randn(d.shape, generator=gen, dtype=torch.float64) * a.noise_std
+                          for n, d in honest[i].items()}
+            else:
+                update = shifted
+            out[i] = (_apply(reference, upload, update), n_k)
+        return out
+
+    # --- evaluation --------------------------------------------------------------------------------
+    def final_metrics(self, model, batch_size: int) -> dict[str, float]:
+        """What results.json's `final` reports about the attack (nothing without one)."""
+        if self.kind == "none":
+            return {}
+        out: dict[str, float] = {"malicious_clients": len(self.malicious)}
+        if model is not None and self.backdoor_test is not None:
+            out["attack_success_rate"] = evaluate(model, self.backdoor_test, batch_size)["accuracy"]
+        return out

@@ -1,0 +1,104 @@
+"""Differential privacy of the shared model: DP-FedAvg (McMahan et al. 2018, "Learning differentially
+private recurrent language models", Alg. 1 with per-client weights w_k = 1 and a fixed cohort size m).
+
+Each round, with theta the broadcast model and Delta_k = theta_k - theta each client's update:
+
+    clip:  Delta_k <- Delta_k * min(1, C / ||Delta_k||_2)          (C = dp.clip, all entries together)
+    mean:  Delta   = (1 / m) * sum_k Delta_k                         (unweighted: sensitivity C / m)
+    noise: theta'  = theta + Delta + N(0, (z * C / m)^2)             (z = dp.noise_multiplier)
+
+`dp.mode=central` clips every upload at the server; `dp.mode=client` has each client clip its own
+update before upload (the server never sees an unclipped one) and the server adds the same noise;
+malicious clients (attacks.py) do not clip in that mode. The clipped uploads go to the algorithm with
+n_k = 1, so its mean is the unweighted one above; the noise is added to the new global model, which
+is therefore allowed only where that model is the mean itself (FedAvg, FedProx, FedMLAC's Plug-in)
+and the aggregation is the mean: a server optimizer or a data-dependent selection (LPA, robust rules)
+after the noise-free aggregate would void the accounting.
+
+Epsilon at `dp.delta` comes from opacus' RDP accountant (Mironov et al.'s subsampled Gaussian
+mechanism), composed over the rounds trained with sample rate q = m / N. fedac samples cohorts
+without replacement at a fixed size, where the accountant assumes Poisson sampling with rate q; that
+is the usual approximation of DP-FedAvg implementations (McMahan et al. account the same way).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from fedac.aggregation import clip_update
+from fedac.algorithms.base import Params
+from fedac.config import Config
+from fedac.errors import ConfigError
+from fedac.seeding import torch_generator
+
+MODES = ("none", "central", "client")
+#: Algorithms whose new global model is the aggregate itself, so server noise on it is DP-FedAvg.
+DP_ALGORITHMS = ("fedavg", "fedprox", "fedmlac")
+
+
+def epsilon(noise_multiplier: float, sample_rate: float, rounds: int, delta: float) -> float:
+    """(epsilon, delta)-DP of `rounds` subsampled Gaussian mechanisms, from opacus' RDP accountant."""
+    if rounds == 0:
+        return 0.0
+    if noise_multiplier == 0:
+        return math.inf
+    from opacus.accountants import RDPAccountant  # slow to import; only DP runs need it
+
+    accountant = RDPAccountant()
+    accountant.history = [(noise_multiplier, sample_rate, rounds)]
+    return float(accountant.get_epsilon(delta))
+
+
+class Privacy:
+    """The configured DP mechanism of one run (`dp.mode`); a no-op for none."""
+
+    def __init__(self, cfg: Config, num_clients: int, cohort_size: int):
+        self.cfg, dp = cfg, cfg.dp
+        if dp.mode not in MODES:
+            raise ConfigError(f"unknown dp.mode {dp.mode!r}; use one of {', '.join(MODES)}")
+        self.on = dp.mode != "none"
+        if not self.on:
+            return
+        if not dp.clip > 0 or dp.noise_multiplier < 0 or not 0 < dp.delta < 1:
+            raise ConfigError(f"dp needs clip > 0, noise_multiplier >= 0 and 0 < delta < 1; got clip={dp.clip}, "
+                              f"noise_multiplier={dp.noise_multiplier}, delta={dp.delta}")
+        if cfg.algorithm not in DP_ALGORITHMS:
+            raise ConfigError(f"dp.mode={dp.mode} adds noise to the aggregated model, which algorithm {cfg.algorithm} "
+                              f"transforms further; use one of {', '.join(DP_ALGORITHMS)}")
+        lpa = cfg.algorithm == "fedmlac" and cfg.fedmlac.lpa
+        if cfg.aggregation.method != "mean" or lpa:
+            raise ConfigError(f"dp.mode={dp.mode} is accounted for the plain mean of clipped updates; set "
+                              "aggregation.method=mean" + (" and fedmlac.lpa=false" if cfg.algorithm == "fedmlac" else ""))
+        self.sample_rate, self.cohort = cohort_size / num_clients, cohort_size
+
+    def clip(self, reference: Params, names: list[str], uploads: list[tuple[Params, int]],
+             malicious: set[str] = frozenset()) -> list[tuple[Params, int]]:
+        """Each update clipped to dp.clip (in client mode, not the malicious clients'), with n_k = 1."""
+        if not self.on:
+            return uploads
+        skip = malicious if self.cfg.dp.mode == "client" else set()
+        return [(upload if name in skip else clip_update(upload, reference, self.cfg.dp.clip), 1)
+                for name, (upload, _) in zip(names, uploads)]
+
+    def add_noise(self, server: dict[str, Any], round_idx: int, cohort: int) -> tuple[dict[str, Any], dict[str, float]]:
+        """The new global model plus N(0, (z C / m)^2) per coordinate, drawn from (seed, round), and the
+        epsilon spent after `round_idx` rounds."""
+        if not self.on:
+            return server, {}
+        dp = self.cfg.dp
+        std = dp.noise_multiplier * dp.clip / cohort
+        gen = torch_generator(self.cfg.seed, "dp-noise", round_idx)
+        params = {name: (value + (torch.randn(value.shape, generator=gen, dtype=torch.float64) * std).to(value.dtype))
+                  if value.is_floating_point() else value for name, value in server["params"].items()}
+        return {**server, "params": params}, {"dp_epsilon": self.epsilon(round_idx)}
+
+    def epsilon(self, rounds: int) -> float:
+        return epsilon(self.cfg.dp.noise_multiplier, self.sample_rate, rounds, self.cfg.dp.delta)
+
+    def final_metrics(self, rounds: int) -> dict[str, float]:
+        if not self.on:
+            return {}
+        return {"dp_epsilon": self.epsilon(rounds), "dp_delta": self.cfg.dp.delta}
