@@ -295,6 +295,16 @@ def test_device_mode_errors_reach_the_operator(dataset, tmp_path):
     context.node_config.update({"client": "kitchen", "labels-csv": str(tmp_path / "mine.csv")})
     node = clientapp.node_client(context, RecordDict({"config": ConfigRecord({"classes": classes})}))
     assert node.client.name == "kitchen" and [c.path for c in node.data.manifest.clips] == [str(p) for p in bare.glob("no/*.wav")]
+    # Attacks choose their malicious clients over the full client list, which a device run lacks: refused
+    # on the node and on the server, never silently applied to nobody.
+    context.run_config = run_config(dataset, tmp_path / "run", **{"fedac-set": config["fedac-set"] + ";attack.kind=sign_flip"})
+    with pytest.raises(ConfigError, match="attack.kind=sign_flip cannot run with data-mode=device"):
+        clientapp.node_client(context, RecordDict({"config": ConfigRecord({"classes": classes})}))
+    from fedac.flower.serverapp import run_deployment
+    from fedac.flower.settings import deployment_settings
+
+    with pytest.raises(ConfigError, match="cannot run with data-mode=device"):
+        run_deployment(None, fedac_config(context.run_config), deployment_settings(context.run_config), tmp_path / "srv")
 
 
 # --- live: a SuperLink and 3 device SuperNodes -------------------------------------------------------------

@@ -53,8 +53,18 @@ def run_classes(content: RecordDict) -> list[str]:
     return [str(name) for name in config[CLASSES]]
 
 
+def refuse_attacks_on_devices(cfg: Config) -> None:
+    """attacks.py picks its malicious clients by a seeded choice over the whole federation's client list,
+    which neither a device node nor a device-mode server holds: refuse instead of silently attacking nobody."""
+    if cfg.attack.kind != "none":
+        raise ConfigError(f"attack.kind={cfg.attack.kind} cannot run with data-mode=device: the malicious clients "
+                          "are a seeded choice over the federation's full client list, which a device deployment "
+                          "does not have; use the simulator or data-mode=full (the lab shortcut)")
+
+
 def device_client(context: Context, node: NodeSettings, classes: list[str]) -> DeviceClient:
     cfg = apply_node_settings(fedac_config(context.run_config), node)
+    refuse_attacks_on_devices(cfg)
     configure_process(cfg.train)
     name = node.client or device_client_name(node.data_root) or f"node{context.node_id}"
     manifest, report = read_device(node.data_root, cfg, classes, name, node.data_layout, node.labels_csv)

@@ -36,6 +36,7 @@ from fedac.engine.data import build_eval_data
 from fedac.engine.simulator import Simulator
 from fedac.errors import ConfigError
 from fedac.flower import transport
+from fedac.flower.devices import refuse_attacks_on_devices
 from fedac.flower.settings import DeploymentSettings, deployment_settings, fedac_config
 from fedac.flower.strategy import FedacStrategy, NodeDirectory, PollingGrid, flower_strategy
 from fedac.report import final_table, write_history, write_results
@@ -113,6 +114,7 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
     started = time.perf_counter()
     device = settings.data_mode == "device"
     if device:
+        refuse_attacks_on_devices(cfg)
         side = DeviceServerSide(cfg, run_dir, data=build_eval_data(cfg, progress=False), progress=False)
     else:
         side = FlowerServerSide(cfg, run_dir, progress=False)
