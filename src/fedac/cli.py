@@ -56,6 +56,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             # Re-running a saved config.yaml must not overwrite the run it came from.
             run_dir = default_run_dir(cfg)
         cfg.out = str(run_dir)
+    if cfg.algorithm == "zeroshot":  # streaming rounds (new users' data every round): their own driver
+        from fedac.engine.streams import StreamRunner as Simulator, zeroshot_table as final_table
     results = Simulator(cfg, run_dir, progress=not args.quiet).run(resume=bool(args.resume), stop_after=args.stop_after)
     if results is None:
         print(f"stopped after round {args.stop_after}; continue with: fedac run --resume {run_dir}")

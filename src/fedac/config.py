@@ -308,6 +308,41 @@ class PrivacyConfig:
 
 
 @dataclass
+class ZeroShotConfig:
+    """Zero-shot FL with new classes (algorithms/zeroshot.py, data/streams.py)."""
+
+    scenario: str = "homogeneous"
+    """homogeneous (3 users x 10 rounds, Table 1 models) or heterogeneous (10 users x 30 rounds, Table 2)."""
+    rounds: int = 0
+    """Rounds to run; 0: the scenario's own (10 or 30)."""
+    scale: float = 0.0
+    """Multiplies every clip count of the scenario (D0 per class, per-round draws, injections); 0: the
+    largest scale <= 1 the dataset's training clips allow (the stand-ins hold fewer clips than the paper)."""
+    score_rule: str = "normalized"
+    """Score tables: normalized (alpha-update and beta-aggregation divide by their weights) or literal
+    (Alg. 1's unnormalised sums)."""
+    choice2: bool = True
+    """Handle reported new classes (Choice 2); false drops unregistered new-class samples on the client."""
+    num_new: str = "oracle"
+    """Clusters of new labels per round: oracle (the number of truly new classes reported, the paper's
+    "number of clusters = number of new labels") or auto (best medoid silhouette over 1..reports)."""
+    di_betas: list[float] = field(default_factory=lambda: [1.0, 0.1])
+    """Eq. 2 Dirichlet scales; the impressions of a class are split equally between them."""
+    di_tau: float = 20.0
+    """Eq. 3 temperature."""
+    di_lr: float = 0.01
+    di_steps: int = 1500
+    di_batch: int = 100
+    di_per_class: int = 0
+    """Impressions per reported new class; 0: D0's clips per class."""
+    di_merge: str = "mean"
+    """mean (the paper's "Average DI": a group's impressions averaged index by index) or concat."""
+    optimizer: str = "adam"
+    """Users' local optimizer at train.lr: adam (the paper used TensorFlow without naming one; with SGD
+    the softmax-activation CNNs stayed at chance on the Speech Commands stand-in) or sgd (train.momentum)."""
+
+
+@dataclass
 class Config:
     algorithm: str = "fedavg"
     dataset: str = "speech_commands"
@@ -327,6 +362,7 @@ class Config:
     fedmmd: FedMMDConfig = field(default_factory=FedMMDConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     dp: PrivacyConfig = field(default_factory=PrivacyConfig)
+    zeroshot: ZeroShotConfig = field(default_factory=ZeroShotConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -430,6 +466,11 @@ ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
     # FedKWS-UI's code clips every local step's gradient at norm 50 (its whole protocol does; see
     # reproduce.KWS_PROTOCOL, which sets it for every method of a comparison).
     "fedkwsui": {"train.max_grad_norm": 50.0},
+    # The zero-shot paper's features (10 MFCC, 50 ms windows and hop: 10 x 21 per 1 s) and local schedule
+    # (10 epochs, batch 32; zeroshot.optimizer=adam at lr 0.01), evaluated every round.
+    "zeroshot": {"features.n_mfcc": 10, "features.win_ms": 50.0, "features.hop_ms": 50.0,
+                 "train.local_epochs": 10, "train.batch_size": 32, "train.lr": 0.01,
+                 "train.eval_every": 1, "train.checkpoint_every": 1, "train.select": "last"},
 }
 
 

@@ -273,6 +273,12 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     if args.experiment == "robustness":  # attacks x aggregators: its own grid and tables (robustness.py)
         from fedac.robustness import cmd_robustness
         return cmd_robustness(args)
+    if args.experiment.startswith("zeroshot-"):  # the zero-shot paper's tables: streaming runs (zeroshot_tables.py)
+        from fedac.zeroshot_tables import EXPERIMENTS as ZEROSHOT, reproduce
+
+        if args.experiment in ZEROSHOT:
+            args.progress = not args.quiet
+            return reproduce(args)
     out = Path(args.out or f"runs/reproduce-{args.experiment}")
     command = "fedac " + " ".join(shlex.quote(a) for a in args.argv)
     summary = run_experiment(args.experiment, args.seeds, out, args.overrides, args.datasets, args.rounds,
@@ -284,8 +290,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 def add_reproduce_parser(sub) -> None:
     p = sub.add_parser("reproduce", help="one of fedmlac.md's experiments (Tables 4-7, Figs. 2-3, alpha sweep) "
-                                         "or FedKWS-UI's (fedkws12, fedkws-alt, fedkws-mu, fedkws-lambda) or the robustness table")
-    p.add_argument("experiment", help=f"one of: {', '.join({**EXPERIMENTS, **KWS_EXPERIMENTS})}, robustness")
+                                         "or FedKWS-UI's (fedkws12, fedkws-alt, fedkws-mu, fedkws-lambda) or the robustness table or the zero-shot paper's (zeroshot-table3, zeroshot-table4)")
+    p.add_argument("experiment", help=f"one of: {', '.join({**EXPERIMENTS, **KWS_EXPERIMENTS})}, robustness, zeroshot-table3, zeroshot-table4")
     p.add_argument("--datasets", nargs="+", help=f"default {' '.join(STAND_INS)}; a real copy: --set data.root=DIR")
     p.add_argument("--methods", nargs="+", metavar="LABEL", help="only these of the experiment's methods (by label)")
     p.add_argument("--attacks", nargs="+", help="robustness: attack rows (default all kinds of attack.kind)")

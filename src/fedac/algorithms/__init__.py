@@ -19,6 +19,7 @@ ALGORITHMS: dict[str, str] = {
     "fedkad": "fedac.algorithms.fedkad:FedKAD",
     "fedkwsui": "fedac.algorithms.fedkwsui:FedKWSUI",
     "fedmmd": "fedac.algorithms.fedmmd:FedMMD",
+    "zeroshot": "fedac.algorithms.zeroshot:ZeroShotFL",
 }
 
 

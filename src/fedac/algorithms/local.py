@@ -71,10 +71,11 @@ def train_supervised(
     cfg: TrainConfig,
     generator: torch.Generator,
     regularizer: Callable[[nn.Module], torch.Tensor] | None = None,
+    optimizer: torch.optim.Optimizer | None = None,
 ) -> dict[str, float]:
-    """Cross-entropy SGD on (x, y) for cfg.local_epochs; returns the mean training loss."""
+    """Cross-entropy SGD (or the given optimizer) on (x, y) for cfg.local_epochs; returns the mean loss."""
     model.train()
-    optimizer = make_optimizer(model.parameters(), cfg)
+    optimizer = optimizer or make_optimizer(model.parameters(), cfg)
     total, steps = 0.0, 0
     for idx in client_batches(len(y), cfg, generator):
         loss = nn.functional.cross_entropy(model(x[idx]), y[idx])

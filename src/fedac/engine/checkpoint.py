@@ -34,3 +34,19 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any]:
         return torch.load(path, weights_only=False)
     except Exception as exc:  # a foreign or damaged file: say so instead of a pickle traceback
         raise CheckpointError(f"checkpoint {path} cannot be read ({exc}); start the run again") from None
+
+
+def open_run(run_dir: Path, cfg, resume: bool, fresh) -> dict[str, Any]:
+    """The state a run starts from: its checkpoint (resume; refused when it is another algorithm's), or
+    `fresh()` after writing the resolved config.yaml into a new run directory."""
+    from fedac.config import save_config
+
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    if not resume:
+        save_config(cfg, run_dir / "config.yaml")
+        return {**fresh(), "algorithm": cfg.algorithm}
+    state = load_checkpoint(run_dir)
+    if state.get("algorithm") != cfg.algorithm:
+        raise CheckpointError(f"checkpoint in {run_dir} is for '{state.get('algorithm')}', not '{cfg.algorithm}'")
+    return state

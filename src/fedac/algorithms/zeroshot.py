@@ -1,0 +1,428 @@
+"""Zero-shot FL with new classes (Gudur & Perepu, Interspeech 2021): score sharing on a public set D0,
+anonymized data impressions of reported new classes, k-medoids registration of new labels.
+
+No weights are averaged. Each round every user trains its current architecture from scratch (seeded by
+(seed, round, user)) on its fresh clips and predicts softmax scores over its own labels l_m on the rows
+R = evaluation rows (official validation + test clips, labels used only for metrics) + D0 rows.
+
+Choice 1 (no unregistered class in the user's data), Alg. 1:
+- local alpha-update `alpha_update`: f_m <- f_G[:, l_m] + alpha f_m with alpha = |D_m^i| / |D0| (the
+  paper's f_G^I is read as f_G^i, the round's table). Default `zeroshot.score_rule=normalized`:
+  (f_G[:, c] + alpha f_m[:, c]) / (1 + alpha) for columns c already set in f_G, f_m[:, c] otherwise.
+  `literal` keeps Alg. 1's unnormalised sum.
+- global beta-aggregation `beta_aggregate`, label by label: f_G[:, c] = sum_m beta_m f_m[:, c] over the
+  senders of c; beta_m = 1 when one user sent c, else acc_m, the accuracy of m's alpha-updated scores on
+  the D0 rows of its labels (argmax over l_m). `normalized` divides by sum beta_m (Section 2.3c's
+  "label-based averaging"; the unnormalised sums grow about 1.8x per round on overlapping labels and
+  new columns start at 0, so argmax favours old overlapping labels). Columns nobody sent keep their value.
+
+Choice 2 (the user's data hold a local id no label is registered for):
+- the user trains its architecture on D0 (labels Y) and its data (its labels plus the new local ids
+  as extra outputs) and uploads the whole model: Eq. 3 needs the model, not only "the weights of the
+  last layer" Alg. 1 names. It sends no scores that round.
+- `class_similarity` (Eq. 1) from the model's `head.weight`; `dirichlet_targets` (Eq. 2, as in ZSKD,
+  Nayak et al. 2019): row k of the CSM min-max scaled to [0, 1], concentration beta * c + 1e-4, half of
+  the impressions at each beta in `zeroshot.di_betas` (1.0, 0.1); beta is applied after scaling (the
+  ZSKD authors' code divides before re-normalising, which makes its beta=0.1 half equal to beta=1).
+- `synthesize_impressions` (Eq. 3): x from N(0, 1), Adam (lr 0.01) on the soft cross-entropy of
+  softmax(M(x) / tau), tau = 20, 1500 steps, batches of 100; after every step x is re-normalised per
+  coefficient over time like every real input (fedac's per-utterance z-score; ZSKD rescales to [0, 1]).
+- `group_new_classes`: k-medoids (kmedoids.pam) over this round's impressions plus anchors (the stored
+  impressions of new labels registered earlier) into #registered + l_new clusters. Each report goes to
+  the cluster holding most of its impressions. A cluster whose medoid is an anchor keeps that anchor's
+  label; a cluster holding anchors but whose medoid is a new impression takes its anchors' majority
+  label (with more new impressions than anchors the medoid is often new, which would register a known
+  class again); other clusters get fresh labels |Y|, |Y|+1, ... Identity is anonymous: the server never
+  learns which reports share a class except through this clustering.
+- a label's impressions of this round are averaged index by index over its reports (the paper's
+  "Average DI", `zeroshot.di_merge=mean`; `concat` keeps them all) and added to D0 with the label as
+  their hard label; Y, the users' l_m and f_G (zero columns, zero rows for the impressions) grow.
+
+A round with reports runs Choice 1 over the other users' scores and Choice 2 for the reporters (Alg. 1
+lists only Choice 2). `zeroshot.num_new=oracle` sets l_new to the number of truly new classes reported
+(the paper: "number of clusters = number of new labels"; the driver supplies that count, nothing else of
+the truth); `auto` picks it by the medoid silhouette.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedac.algorithms.base import Algorithm, ClientData, ClientResult, model_params
+from fedac.algorithms.local import train_supervised
+from fedac.data.streams import NEW_ID
+from fedac.errors import ConfigError
+from fedac.kmedoids import pairwise_distances, pam
+from fedac.seeding import derive_seed, numpy_rng, torch_generator
+
+DIRICHLET_EPS = 1e-4
+
+
+@dataclass
+class StreamClientData(ClientData):
+    """One user's data of one round, with the architecture it trains that round."""
+
+    architecture: str = ""
+
+
+# --- Choice 1: score tables ----------------------------------------------------------------------
+
+def alpha_update(global_cols: torch.Tensor, local: torch.Tensor, alpha: float, is_set: torch.Tensor,
+                 rule: str = "normalized") -> torch.Tensor:
+    """Alg. 1 local update of a user's scores (R, |l_m|) against f_G[:, l_m] (see the module docstring)."""
+    if rule == "literal":
+        return global_cols + alpha * local
+    if rule != "normalized":
+        raise ConfigError(f"zeroshot.score_rule must be normalized or literal, got {rule!r}")
+    mixed = (global_cols + alpha * local) / (1.0 + alpha)
+    return torch.where(is_set.view(1, -1), mixed, local)
+
+
+def beta_aggregate(scores: torch.Tensor, is_set: torch.Tensor, uploads: list[tuple[torch.Tensor, list[int], float]],
+                   rule: str = "normalized") -> tuple[torch.Tensor, torch.Tensor]:
+    """Alg. 1 global update, label by label, from (scores (R, |l_m|), l_m, acc_m) per sender."""
+    if rule not in ("normalized", "literal"):
+        raise ConfigError(f"zeroshot.score_rule must be normalized or literal, got {rule!r}")
+    scores, is_set = scores.clone(), is_set.clone()
+    senders: dict[int, list[tuple[torch.Tensor, float]]] = {}
+    for table, labels, acc in uploads:
+        for j, c in enumerate(labels):
+            senders.setdefault(int(c), []).append((table[:, j], float(acc)))
+    for c, sent in senders.items():
+        betas = [1.0] if len(sent) == 1 else [acc for _, acc in sent]
+        total = sum(b * col for b, (col, _) in zip(betas, sent))
+        if rule == "normalized":
+            weight = sum(betas)
+            total = total / weight if weight > 0 else sum(col for col, _ in sent) / len(sent)
+        scores[:, c] = total
+        is_set[c] = True
+    return scores, is_set
+
+
+# --- Choice 2: impressions and registration ------------------------------------------------------
+
+def class_similarity(weight: torch.Tensor) -> torch.Tensor:
+    """Eq. 1: C(i, j) = w_i . w_j / (|w_i| |w_j|) over the rows of the last layer's weight (K, d)."""
+    w = weight.detach().double()
+    unit = w / w.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    return unit @ unit.T
+
+
+def dirichlet_targets(similarity_row: np.ndarray, count: int, betas: list[float],
+                      rng: np.random.Generator) -> np.ndarray:
+    """Eq. 2: `count` soft targets for one class, split equally over `betas` (the first ones take the
+    remainder); concentration beta * minmax(row) + 1e-4. A sample that underflows to a non-finite or
+    all-zero vector becomes one-hot on its largest concentration."""
+    row = np.asarray(similarity_row, dtype=np.float64)
+    span = row.max() - row.min()
+    scaled = (row - row.min()) / span if span > 0 else np.ones_like(row)
+    sizes = [count // len(betas) + (i < count % len(betas)) for i in range(len(betas))]
+    parts = []
+    for beta, size in zip(betas, sizes):
+        concentration = beta * scaled + DIRICHLET_EPS
+        y = rng.dirichlet(concentration, size)
+        bad = ~np.isfinite(y).all(axis=1) | (y.sum(axis=1) <= 0)
+        y[bad] = np.eye(len(row))[concentration.argmax()]
+        parts.append(y)
+    return np.concatenate(parts).astype(np.float32)
+
+
+def zscore(x: torch.Tensor) -> torch.Tensor:
+    """Per-sample, per-coefficient normalisation over time, as engine.data.normalize does to real inputs
+    (repeated here: algorithms sit below the engine)."""
+    mean = x.mean(dim=2, keepdim=True)
+    std = x.std(dim=2, keepdim=True, unbiased=False)
+    return (x - mean) / (std + 1e-5)
+
+
+def synthesize_impressions(model: nn.Module, targets: torch.Tensor, shape: tuple[int, int], tau: float, lr: float,
+                           steps: int, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, list[float]]:
+    """Eq. 3: x = argmin_x CE(y, softmax(M(x) / tau)) per target row y. Returns the impressions (N, F, T)
+    and the mean loss at the first and the last step of each batch."""
+    model.eval()
+    frozen = [p.requires_grad for p in model.parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    out, losses = [], []
+    try:
+        for y in targets.split(batch):
+            x = zscore(torch.randn((len(y), *shape), generator=generator)).requires_grad_()
+            optimizer = torch.optim.Adam([x], lr=lr)
+            for step in range(steps):
+                loss = -(y * torch.log_softmax(model(x) / tau, dim=1)).sum(1).mean()
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+                with torch.no_grad():
+                    x.copy_(zscore(x))
+                if step in (0, steps - 1):
+                    losses.append(float(loss.detach()))
+            out.append(x.detach())
+    finally:
+        for p, flag in zip(model.parameters(), frozen):
+            p.requires_grad_(flag)
+    return torch.cat(out), losses
+
+
+def group_new_classes(points: np.ndarray, owner: np.ndarray, anchors: np.ndarray, anchor_labels: np.ndarray,
+                      num_new: int, next_label: int) -> tuple[list[int], np.ndarray]:
+    """Cluster this round's impressions (points (P, D), owner = report index per point) with the anchors
+    (A, D) into len(set(anchor_labels)) + num_new clusters; returns each report's label and each point's
+    cluster (anchors last). See the module docstring for the labelling rule."""
+    data = np.concatenate([points, anchors]) if len(anchors) else points
+    known = sorted(set(anchor_labels.tolist()))
+    k = min(max(1, len(known) + num_new), len(data))
+    medoids, cluster = pam(pairwise_distances(data), k)
+    P = len(points)
+    label_of: dict[int, int] = {}
+    for c, m in enumerate(medoids):
+        held = anchor_labels[cluster[P:] == c] if len(anchors) else np.array([], dtype=int)
+        if m >= P:
+            label_of[c] = int(anchor_labels[m - P])
+        elif len(held):
+            label_of[c] = Counter(held.tolist()).most_common(1)[0][0]
+    reports = int(owner.max()) + 1 if len(owner) else 0
+    labels = []
+    for g in range(reports):
+        c = int(np.bincount(cluster[:P][owner == g], minlength=k).argmax())
+        if c not in label_of:
+            label_of[c] = next_label
+            next_label += 1
+        labels.append(label_of[c])
+    return labels, cluster
+
+
+def merge_impressions(members: list[torch.Tensor], mode: str = "mean") -> torch.Tensor:
+    """One label's impressions of a round: averaged index by index over its reports (the paper's
+    "Average DI", Alg. 1 X^i = sum over M_Sk, read as a mean) and z-scored again, or concatenated.
+
+    Why z-score the mean: a mean of several impressions has a smaller spread than one, so averaged
+    impressions (later the anchors) would sit near the origin, nearer to every new impression than those
+    are to each other, and k-medoids would map every later report to an anchor's label. (On the stand-ins
+    round 8's second new class still joins the first one's label with this step: the impressions of these
+    small models do not separate the classes; README, zero-shot section.)"""
+    if mode == "mean":
+        return zscore(torch.stack(members).mean(0)) if len(members) > 1 else members[0]
+    if mode == "concat":
+        return torch.cat(members)
+    raise ConfigError(f"zeroshot.di_merge must be mean or concat, got {mode!r}")
+
+
+def choose_num_new(points: np.ndarray, anchors: np.ndarray, anchor_labels: np.ndarray, reports: int) -> int:
+    """`zeroshot.num_new=auto`: the l_new in 1..reports whose clustering has the best silhouette."""
+    from sklearn.metrics import silhouette_score
+
+    data = np.concatenate([points, anchors]) if len(anchors) else points
+    d = pairwise_distances(data)
+    known = len(set(anchor_labels.tolist()))
+    best, best_score = 1, -np.inf
+    for n in range(1, reports + 1):
+        k = known + n
+        if k < 2 or k >= len(data):
+            continue
+        _, cluster = pam(d, k)
+        if len(set(cluster.tolist())) > 1:
+            score = silhouette_score(d, cluster, metric="precomputed")
+            if score > best_score:
+                best, best_score = n, score
+    return best
+
+
+# --- the algorithm -------------------------------------------------------------------------------
+
+class ZeroShotFL(Algorithm):
+    name = "zeroshot"
+    personalized = True
+
+    #: Set by the driver before a server update with reports under `zeroshot.num_new=oracle`.
+    num_new_hint: int = 0
+
+    def __init__(self, cfg, task):
+        super().__init__(cfg, task)
+        zs = cfg.zeroshot
+        for key, value, allowed in (("score_rule", zs.score_rule, ("normalized", "literal")),
+                                    ("num_new", zs.num_new, ("oracle", "auto")),
+                                    ("di_merge", zs.di_merge, ("mean", "concat")),
+                                    ("optimizer", zs.optimizer, ("adam", "sgd"))):
+            if value not in allowed:  # checked before any training, not when the first report arrives
+                raise ConfigError(f"zeroshot.{key} must be {' or '.join(allowed)}, got {value!r}")
+        if not zs.di_betas or min(zs.di_betas) <= 0 or min(zs.di_steps, zs.di_batch) < 1 or zs.di_tau <= 0:
+            raise ConfigError("zeroshot.di_betas must be positive numbers, zeroshot.di_steps and di_batch at least 1, "
+                              f"zeroshot.di_tau positive; got {zs.di_betas}, {zs.di_steps}, {zs.di_batch}, {zs.di_tau}")
+
+    def attach(self, public_x: torch.Tensor, public_y: torch.Tensor, eval_x: torch.Tensor) -> None:
+        """The initial D0 and the evaluation rows (their labels stay with the driver)."""
+        self.public_x, self.public_y, self.eval_x = public_x, public_y, eval_x
+        self.last_grouping: dict[str, Any] | None = None
+
+    def init_server(self) -> dict[str, Any]:
+        K = self.task.num_classes
+        rows = len(self.eval_x) + len(self.public_x)
+        return {"scores": torch.zeros(rows, K), "is_set": torch.zeros(K, dtype=torch.bool),
+                "public_x": self.public_x, "public_y": self.public_y,
+                "public_di": torch.zeros(len(self.public_y), dtype=torch.bool), "registry": {}}
+
+    def broadcast(self, server: dict[str, Any]) -> dict[str, Any]:
+        return {**server, "rows": torch.cat([self.eval_x, server["public_x"]])}
+
+    def init_client_state(self, client: str) -> Any:
+        return None  # every round trains a fresh model (Alg. 1 "Build")
+
+    def global_model(self, server: dict[str, Any]) -> nn.Module | None:
+        return None  # the global "model" is the score table f_G
+
+    def personalized_model(self, client: str, state: Any) -> nn.Module | None:
+        return None
+
+    def _fresh_model(self, arch: str, outputs: int, *ids: object) -> nn.Module:
+        from fedac.models import build_model
+
+        with torch.random.fork_rng():
+            torch.manual_seed(derive_seed(self.cfg.seed, "zeroshot-init", *ids))
+            return build_model(arch, self.task.num_features, outputs)
+
+    def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer | None:
+        """Adam at train.lr (`zeroshot.optimizer=adam`), or None for local.py's SGD."""
+        name = self.cfg.zeroshot.optimizer
+        if name not in ("adam", "sgd"):
+            raise ConfigError(f"zeroshot.optimizer must be adam or sgd, got {name!r}")
+        return torch.optim.Adam(model.parameters(), lr=self.cfg.train.lr) if name == "adam" else None
+
+    @torch.no_grad()
+    def _scores(self, model: nn.Module, rows: torch.Tensor) -> torch.Tensor:
+        model.eval()
+        return torch.cat([torch.softmax(model(chunk), dim=1) for chunk in rows.split(self.cfg.train.eval_batch_size)])
+
+    def client_update(self, payload: dict[str, Any], state: Any, data: ClientData, round_idx: int,
+                      generator: torch.Generator) -> ClientResult:
+        registry, K = payload["registry"], payload["scores"].shape[1]
+        ids = sorted(set(data.y.tolist()))
+        mapping = {i: (registry.get((data.name, i)) if i >= NEW_ID else i) for i in ids}
+        unknown = [i for i in ids if mapping[i] is None]
+        arch = data.architecture
+        if unknown and self.cfg.zeroshot.choice2:
+            outputs = {**{i: m for i, m in mapping.items() if m is not None}, **{i: K + j for j, i in enumerate(unknown)}}
+            x = torch.cat([payload["public_x"], data.x])
+            y = torch.cat([payload["public_y"], torch.tensor([outputs[int(i)] for i in data.y])])
+            model = self._fresh_model(arch, K + len(unknown), "report", round_idx, data.name)
+            metrics = train_supervised(model, x, y, self.cfg.train, generator, optimizer=self._optimizer(model))
+            upload = {"kind": "report", "user": data.name, "arch": arch, "state": model_params(model),
+                      "num_known": K, "local_ids": unknown}
+            return ClientResult(upload, None, {**metrics, "reported": float(len(unknown))})
+        keep = torch.tensor([mapping[int(i)] is not None for i in data.y], dtype=torch.bool)
+        mapped = torch.tensor([mapping[int(i)] if mapping[int(i)] is not None else -1 for i in data.y])[keep]
+        labels = sorted(set(mapped.tolist()))
+        position = {c: j for j, c in enumerate(labels)}
+        model = self._fresh_model(arch, len(labels), "local", round_idx, data.name)
+        metrics = train_supervised(model, data.x[keep], torch.tensor([position[int(c)] for c in mapped]),
+                                   self.cfg.train, generator, optimizer=self._optimizer(model))
+        local = self._scores(model, payload["rows"])
+        n_public = len(payload["public_y"])
+        alpha = int(keep.sum()) / n_public
+        cols = torch.tensor(labels)
+        updated = alpha_update(payload["scores"][:, cols], local, alpha, payload["is_set"][cols],
+                               self.cfg.zeroshot.score_rule)
+        rows = len(local) - n_public
+        local_acc = labelled_accuracy(local[rows:], payload["public_y"], labels)
+        acc = labelled_accuracy(updated[rows:], payload["public_y"], labels)
+        upload = {"kind": "scores", "user": data.name, "labels": labels, "scores": updated, "acc": acc}
+        return ClientResult(upload, None, {**metrics, "local_acc": local_acc, "acc": acc, "n": float(keep.sum())})
+
+    def server_update(self, server: dict[str, Any], uploads: list[tuple[Any, int]],
+                      round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
+        zs = self.cfg.zeroshot
+        shared = [(u["scores"], u["labels"], u["acc"]) for u, _ in uploads if u["kind"] == "scores"]
+        reports = [u for u, _ in uploads if u["kind"] == "report"]
+        scores, is_set = beta_aggregate(server["scores"], server["is_set"], shared, zs.score_rule)
+        server = {**server, "scores": scores, "is_set": is_set, "registry": dict(server["registry"])}
+        metrics = {"reports": float(sum(len(r["local_ids"]) for r in reports))}
+        self.last_grouping = None
+        if reports:
+            metrics.update(self._register(server, reports, round_idx))
+        return server, metrics
+
+    def _impressions(self, report: dict[str, Any], round_idx: int) -> tuple[list[torch.Tensor], float]:
+        """Each new class's impressions from a reporter's model, and its self-consistency."""
+        from fedac.models import build_model
+
+        zs = self.cfg.zeroshot
+        K, new = report["num_known"], report["local_ids"]
+        model = build_model(report["arch"], self.task.num_features, K + len(new))
+        model.load_state_dict(report["state"])
+        similarity = class_similarity(model.head.weight).numpy()
+        count = zs.di_per_class or int(np.bincount(self.public_y).max())
+        shape = tuple(self.public_x.shape[1:])
+        self.last_similarity[(report["user"], new[0])] = torch.from_numpy(similarity)
+        out, hits = [], 0
+        for j, local_id in enumerate(new):
+            rng = numpy_rng(self.cfg.seed, "zeroshot-dirichlet", round_idx, report["user"], local_id)
+            targets = torch.from_numpy(dirichlet_targets(similarity[K + j], count, zs.di_betas, rng))
+            gen = torch_generator(self.cfg.seed, "zeroshot-impressions", round_idx, report["user"], local_id)
+            x, _ = synthesize_impressions(model, targets, shape, zs.di_tau, zs.di_lr, zs.di_steps, zs.di_batch, gen)
+            hits += int((self._scores(model, x).argmax(1) == K + j).sum())
+            out.append(x)
+        return out, hits / max(1, count * len(new))
+
+    def _register(self, server: dict[str, Any], reports: list[dict[str, Any]], round_idx: int) -> dict[str, float]:
+        """Choice 2 on the server: impressions, grouping, registration (updates `server` in place)."""
+        zs = self.cfg.zeroshot
+        started = time.perf_counter()
+        impressions, keys, consistency = [], [], []
+        self.last_similarity = {}
+        for report in reports:
+            xs, share = self._impressions(report, round_idx)
+            impressions += xs
+            keys += [(report["user"], i) for i in report["local_ids"]]
+            consistency.append(share)
+        di_seconds = time.perf_counter() - started
+        points = torch.cat(impressions).flatten(1).numpy()
+        owner = np.concatenate([np.full(len(x), g) for g, x in enumerate(impressions)])
+        is_di = server["public_di"]
+        anchors = server["public_x"][is_di].flatten(1).numpy()
+        anchor_labels = server["public_y"][is_di].numpy()
+        K = server["scores"].shape[1]
+        if zs.num_new == "oracle":
+            num_new = self.num_new_hint
+        elif zs.num_new == "auto":
+            num_new = choose_num_new(points, anchors, anchor_labels, len(impressions))
+        else:
+            raise ConfigError(f"zeroshot.num_new must be oracle or auto, got {zs.num_new!r}")
+        labels, cluster = group_new_classes(points, owner, anchors, anchor_labels, num_new, K)
+        new_x, new_y = [], []
+        for label in sorted(set(labels)):
+            merged = merge_impressions([x for x, lab in zip(impressions, labels) if lab == label], zs.di_merge)
+            new_x.append(merged)
+            new_y.append(torch.full((len(merged),), label, dtype=torch.long))
+        for key, label in zip(keys, labels):
+            server["registry"][key] = label
+        added = torch.cat(new_x)
+        width = max(K, max(labels) + 1)
+        server["public_x"] = torch.cat([server["public_x"], added])
+        server["public_y"] = torch.cat([server["public_y"], torch.cat(new_y)])
+        server["public_di"] = torch.cat([is_di, torch.ones(len(added), dtype=torch.bool)])
+        scores = torch.zeros(len(server["scores"]) + len(added), width)
+        scores[: len(server["scores"]), :K] = server["scores"]
+        server["scores"] = scores
+        server["is_set"] = torch.cat([server["is_set"], torch.zeros(width - K, dtype=torch.bool)])
+        self.last_grouping = {"keys": keys, "labels": labels, "owner": owner, "cluster": cluster[: len(points)],
+                              "points": points, "anchor_cluster": cluster[len(points):], "anchors": anchors,
+                              "similarity": self.last_similarity}
+        return {"di_seconds": di_seconds, "di_seconds_per_class": di_seconds / len(impressions),
+                "di_self_consistency": float(np.mean(consistency)), "new_labels": float(width - K)}
+
+
+def labelled_accuracy(scores: torch.Tensor, truth: torch.Tensor, labels: list[int]) -> float:
+    """Accuracy of argmax over `labels` (the columns of `scores`) on the rows whose truth is in `labels`."""
+    cols = torch.tensor(labels)
+    mask = torch.isin(truth, cols)
+    if not bool(mask.any()):
+        return float("nan")
+    predicted = cols[scores[mask].argmax(1)]
+    return float((predicted == truth[mask]).float().mean())

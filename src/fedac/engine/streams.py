@@ -1,0 +1,255 @@
+"""The round loop of streaming scenarios (zero-shot FL with new classes): every user of the scenario
+trains every round on fresh clips (data/streams.py), the algorithm's client and server sides run
+unchanged (algorithms/zeroshot.py), and the run directory is the one `fedac run` writes (config.yaml,
+metrics.csv, results.json, checkpoint.pt). Its rounds differ from the simulator's fixed clients and
+cohort sampling, hence a driver of its own.
+
+Metrics (per round; the truth of new classes is read here, never by the algorithm):
+- the paper's, on D0 rows: per user, `local_acc/<user>` (its raw model, rows of its labels, argmax over
+  them), `global_acc/<user>` (f_G after the round's update on the same rows) and `increase/<user>`;
+- the honest ones, on the official validation and test clips of the 10 classes (window scores averaged
+  per clip): accuracy and macro-F1 on all, old and new classes; a registered label counts as the true
+  class most of its reports hold, an unregistered new class is never right;
+- registration: ARI of the reported (user, local id) groups against their true classes, impression
+  purity, correct share, data-impression synthesis time.
+Resume: the checkpoint holds the server state and the history; every random choice derives from (seed,
+purpose, round, user), so a resumed run ends with the numbers of an uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from fedac.algorithms import build_algorithm
+from fedac.algorithms.base import Task
+from fedac.algorithms.zeroshot import StreamClientData, ZeroShotFL, labelled_accuracy
+from fedac.config import Config
+from fedac.data.features import load_features
+from fedac.data.registry import load_manifest
+from fedac.data.streams import build_stream
+from fedac.engine.checkpoint import open_run, save_checkpoint
+from fedac.engine.data import _gather, _rows_by_clip, normalize
+from fedac.engine.runtime import configure_process
+from fedac.engine.simulator import all_finite, train_client
+from fedac.errors import ConfigError
+from fedac.metrics import classification_metrics
+from fedac.report import write_history, write_results
+
+log = logging.getLogger(__name__)
+
+LEGEND = {
+    "local_acc": "paper metric: users' raw local models on the D0 rows of their labels, mean over users and rounds",
+    "global_acc": "paper metric: the global score table on the same rows, mean over users and rounds",
+    "increase": "global_acc - local_acc (the paper's 'deterministic accuracy increase')",
+    "final_local_acc / final_global_acc / final_increase": "the same, last round only (Table 4)",
+    "accuracy / macro_f1": "global score table on the official test clips of the 10 classes, last round",
+    "accuracy_old / accuracy_new": "the same on the 8 old / the 2 new classes",
+    "forgetting_old": "test accuracy on old classes: best before the first registration minus last round",
+    "ari / registration_correct / di_purity": "means over rounds with reports",
+}
+
+
+class StreamRunner:
+    def __init__(self, cfg: Config, run_dir: str | Path, progress: bool = True):
+        if cfg.algorithm != "zeroshot":
+            raise ConfigError(f"the streaming driver runs --algorithm zeroshot, not '{cfg.algorithm}'")
+        self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
+        configure_process(cfg.train)
+        manifest = load_manifest(cfg, progress)
+        feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
+        self.x = normalize(feats.features)
+        self.rows_of = _rows_by_clip(feats, len(manifest.clips))
+        self.stream = stream = build_stream(cfg, manifest)
+        self.scenario = stream.scenario
+        public_x, public_y, _ = _gather(self.x, self.rows_of, stream.public, stream.public_labels)
+        self.splits = {}
+        for name, clips in (("val", stream.val), ("test", stream.test)):
+            wx, _, position = _gather(self.x, self.rows_of, clips, [0] * len(clips))
+            self.splits[name] = (wx, position, torch.tensor([stream.task_label[c] for c in clips]))
+        task = Task(int(self.x.shape[1]), self.scenario.num_old, list(self.scenario.users))
+        self.algorithm: ZeroShotFL = build_algorithm(cfg, task)
+        self.algorithm.attach(public_x, public_y, torch.cat([self.splits["val"][0], self.splits["test"][0]]))
+
+    def client_data(self, user: str, round_idx: int) -> StreamClientData:
+        clips, ids = self.stream.draw(user, round_idx)
+        x, y, _ = _gather(self.x, self.rows_of, clips, ids)
+        empty = x.new_zeros((0, *x.shape[1:]))
+        return StreamClientData(user, x, y, empty, torch.zeros(0, dtype=torch.long),
+                                self.scenario.architecture(user, round_idx))
+
+    # --- truth-side helpers (metrics only) -------------------------------------------------------
+    def label_truth(self, registry: dict) -> dict[int, int]:
+        """Global label -> true task class: old labels are themselves; a registered label is the true
+        class most of its reports hold."""
+        votes: dict[int, Counter] = {}
+        for key, label in registry.items():
+            votes.setdefault(label, Counter())[self.stream.truth[key]] += 1
+        return {**{c: c for c in range(self.scenario.num_old)},
+                **{label: v.most_common(1)[0][0] for label, v in votes.items()}}
+
+    def truly_new(self, registry: dict, reports: list[dict]) -> int:
+        """The number of distinct true classes among the reports not registered yet (the oracle l_new)."""
+        known = set(self.label_truth(registry).values())
+        return len({self.stream.truth[(r["user"], i)] for r in reports for i in r["local_ids"]} - known)
+
+    def split_metrics(self, server: dict[str, Any], split: str) -> dict[str, float]:
+        """The score table on one split's clips: window scores averaged per clip, argmax over Y."""
+        E_val = len(self.splits["val"][0])
+        start = 0 if split == "val" else E_val
+        wx, position, labels = self.splits[split]
+        table = server["scores"][start: start + len(wx)]
+        clip_scores = torch.zeros(len(labels), table.shape[1]).index_add_(0, position, table)
+        mapping = self.label_truth(server["registry"])
+        predicted = np.array([mapping.get(int(p), -1) for p in clip_scores.argmax(1)])
+        truth = labels.numpy()
+        out = classification_metrics(truth, predicted)
+        old = truth < self.scenario.num_old
+        out["accuracy_old"] = float((predicted[old] == truth[old]).mean()) if old.any() else float("nan")
+        out["accuracy_new"] = float((predicted[~old] == truth[~old]).mean()) if (~old).any() else float("nan")
+        return out
+
+    def grouping_metrics(self, server: dict[str, Any]) -> dict[str, float]:
+        from sklearn.metrics import adjusted_rand_score
+
+        g = self.algorithm.last_grouping
+        if g is None:
+            return {}
+        truth = [self.stream.truth[key] for key in g["keys"]]
+        mapping = self.label_truth(server["registry"])
+        point_truth = np.array(truth)[g["owner"]]
+        purity = sum(Counter(point_truth[g["cluster"] == c].tolist()).most_common(1)[0][1]
+                     for c in set(g["cluster"].tolist())) / len(point_truth)
+        return {"ari": float(adjusted_rand_score(truth, g["labels"])) if len(truth) > 1 else float("nan"),
+                "registration_correct": float(np.mean([mapping[lab] == t for lab, t in zip(g["labels"], truth)])),
+                "di_purity": float(purity)}
+
+    # --- rounds ---------------------------------------------------------------------------------
+    def run_round(self, state: dict[str, Any], round_idx: int) -> dict[str, float]:
+        alg, cfg = self.algorithm, self.cfg
+        payload = alg.broadcast(state["server"])
+        uploads, row, users = [], {}, {}
+        for user in self.scenario.users:
+            data = self.client_data(user, round_idx)
+            result = train_client(alg, payload, None, data, round_idx, cfg.seed)
+            if not all_finite(result.upload):
+                log.warning("round %d: user %s returned NaN/Inf scores or weights; its update is discarded", round_idx, user)
+                continue
+            uploads.append((result.upload, data.num_samples))
+            if result.upload["kind"] == "scores":
+                users[user] = result.upload["labels"]
+                row[f"local_acc/{user}"] = result.metrics["local_acc"]
+        reports = [u for u, _ in uploads if u["kind"] == "report"]
+        alg.num_new_hint = self.truly_new(state["server"]["registry"], reports)
+        state["server"], metrics = alg.server_update(state["server"], uploads, round_idx)
+        server = state["server"]
+        E = len(self.splits["val"][0]) + len(self.splits["test"][0])
+        for user, labels in users.items():
+            row[f"global_acc/{user}"] = labelled_accuracy(server["scores"][E:, labels], server["public_y"], labels)
+            row[f"increase/{user}"] = row[f"global_acc/{user}"] - row[f"local_acc/{user}"]
+        for key in ("local_acc", "global_acc", "increase"):
+            values = [v for k, v in row.items() if k.startswith(key + "/") and np.isfinite(v)]
+            row[key] = float(np.mean(values)) if values else float("nan")
+        row.update(metrics)
+        row.update({f"val_{k}": v for k, v in self.split_metrics(server, "val").items()})
+        row.update({f"test_{k}": v for k, v in self.split_metrics(server, "test").items()})
+        row.update(self.grouping_metrics(server))
+        row["labels"] = float(server["scores"].shape[1])
+        self.save_impressions(round_idx)
+        return row
+
+    def save_impressions(self, round_idx: int) -> None:
+        """A registration round's impressions, clusters, true classes and similarity matrices, for the
+        paper's Fig. 3 (PCA of the impressions) and Fig. 4 (similarity heat-map): impressions/round<r>.pt."""
+        g = self.algorithm.last_grouping
+        if g is None:
+            return
+        folder = self.run_dir / "impressions"
+        folder.mkdir(parents=True, exist_ok=True)
+        record = {**g, "truth": [self.stream.truth[key] for key in g["keys"]], "classes": self.scenario.classes,
+                  "points": torch.from_numpy(g["points"]).half(), "anchors": torch.from_numpy(g["anchors"]).half()}
+        torch.save(record, folder / f"round{round_idx}.pt")
+
+    def run(self, resume: bool = False, stop_after: int | None = None) -> dict[str, Any] | None:
+        """All rounds of the scenario (from the checkpoint when resume); None when stopped by stop_after."""
+        cfg = self.cfg
+        state = open_run(self.run_dir, cfg, resume, lambda: {"round": 0, "server": self.algorithm.init_server(),
+                                                             "history": [], "wall_seconds": 0.0})
+        resumed_from = state["round"]
+        started = time.perf_counter() - state["wall_seconds"]
+        rounds = self.scenario.rounds
+        bar = tqdm(total=rounds, initial=state["round"], desc=f"zeroshot {self.scenario.name}", unit="round",
+                   disable=not self.progress)
+        for round_idx in range(state["round"] + 1, rounds + 1):
+            row = {"round": float(round_idx), **self.run_round(state, round_idx)}
+            row["wall_seconds"] = time.perf_counter() - started
+            state["history"].append(row)
+            write_history(self.run_dir, state["history"])
+            state["round"], state["wall_seconds"] = round_idx, time.perf_counter() - started
+            save_checkpoint(self.run_dir, state)
+            bar.set_postfix({k: f"{row[k]:.3f}" for k in ("local_acc", "global_acc", "test_accuracy")})
+            bar.update(1)
+            if stop_after is not None and round_idx >= stop_after:
+                bar.close()
+                return None
+        bar.close()
+        results = self.final_results(state)
+        results["wall_seconds"] = time.perf_counter() - started
+        results["resumed_from"], results["rounds_trained"] = resumed_from, rounds - resumed_from
+        write_results(self.run_dir, results, cfg)
+        return results
+
+    def final_results(self, state: dict[str, Any]) -> dict[str, Any]:
+        history = state["history"]
+        last = history[-1]
+
+        def mean(key: str) -> float:
+            values = [r[key] for r in history if key in r and np.isfinite(r[key])]
+            return float(np.mean(values)) if values else float("nan")
+
+        final: dict[str, Any] = {"has_global_model": False, "scenario": self.scenario.name,
+                                 "users": len(self.scenario.users), "scale": self.scenario.scale,
+                                 "public_per_class": self.scenario.public_per_class}
+        users = self.scenario.users
+        for key in ("local_acc", "global_acc", "increase"):
+            final[key] = mean(key)
+            final[f"final_{key}"] = last[key]
+            for user in users:
+                final[f"{key}/{user}"] = mean(f"{key}/{user}")
+        for key in ("accuracy", "macro_f1", "accuracy_old", "accuracy_new"):
+            final[key] = last[f"test_{key}"]
+        first = next((r["round"] for r in history if r.get("reports")), None)
+        before = [r["test_accuracy_old"] for r in history if first is None or r["round"] < first]
+        final["forgetting_old"] = (max(before) - last["test_accuracy_old"]) if before else float("nan")
+        for key in ("ari", "registration_correct", "di_purity", "di_self_consistency", "di_seconds_per_class"):
+            final[key] = mean(key)
+        final["di_seconds"] = float(sum(r.get("di_seconds", 0.0) for r in history))
+        final["labels"] = int(last["labels"])
+        return {"algorithm": self.cfg.algorithm, "dataset": self.cfg.dataset, "seed": self.cfg.seed,
+                "final": final, "history": history, "rounds": state["round"], "clients": len(users),
+                "num_classes": len(self.scenario.classes), "zeroshot_legend": LEGEND}
+
+
+def zeroshot_table(results: dict[str, Any]) -> str:
+    """The CLI's closing table for a zero-shot run."""
+    from fedac.report import format_table
+
+    f = results["final"]
+    pct = lambda v: "n/a" if v is None or v != v else f"{100 * v:.2f}%"  # noqa: E731
+    rows = [("algorithm", "zeroshot"), ("dataset / scenario", f"{results['dataset']} / {f['scenario']}"),
+            ("D0: local / global / increase (mean over rounds)", f"{pct(f['local_acc'])} / {pct(f['global_acc'])} / {pct(f['increase'])}"),
+            ("D0: last round local / global", f"{pct(f['final_local_acc'])} / {pct(f['final_global_acc'])}"),
+            ("test: accuracy / macro-F1", f"{pct(f['accuracy'])} / {pct(f['macro_f1'])}"),
+            ("test: old / new classes", f"{pct(f['accuracy_old'])} / {pct(f['accuracy_new'])}"),
+            ("labels registered (|Y|)", str(f["labels"])),
+            ("registration: ARI / correct", f"{f['ari']:.3f} / {pct(f['registration_correct'])}"),
+            ("impression synthesis", f"{f['di_seconds']:.1f} s ({f['di_seconds_per_class']:.1f} s per class)"),
+            ("rounds", str(results["rounds"])), ("wall time", f"{results['wall_seconds']:.1f} s")]
+    return format_table(rows)

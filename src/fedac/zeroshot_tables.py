@@ -1,0 +1,216 @@
+"""`fedac reproduce zeroshot-table3 | zeroshot-table4`: the zero-shot paper's Tables 3 and 4 (and its
+Fig. 2 curves) on the stand-ins, one command each, mean ± std over seeds.
+
+Each (dataset, seed) is one streaming run (engine/streams.py) in its own run directory under the output
+folder; a finished run is read back and a killed one resumes from its checkpoint, so running the same
+command again completes a killed reproduction. Writes table.md (the paper's D0 numbers per user, and
+the honest test numbers, never mixed), results.csv, summary.json (mean and std per dataset), figure.png
+(per-round local and global D0 accuracy of every user, the paper's Fig. 2), and from each dataset's
+first run fig3.png (PCA of the impressions by cluster) and fig4.png (a class-similarity matrix).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shlex
+import time
+from pathlib import Path
+
+from fedac.config import load_config
+from fedac.engine.checkpoint import CHECKPOINT
+from fedac.errors import ConfigError
+from fedac.metrics import mean_std
+
+EXPERIMENTS = {
+    "zeroshot-table3": ("Table 3: homogeneous (3 users, 10 rounds), averages over rounds", "homogeneous"),
+    "zeroshot-table4": ("Table 4: heterogeneous (10 users, 30 rounds), last round", "heterogeneous"),
+}
+DATASETS = ("speech_commands", "urbansound8k")
+HONEST = {"accuracy": "test acc. (10 classes)", "macro_f1": "test macro-F1", "accuracy_old": "test acc. old",
+          "accuracy_new": "test acc. new", "forgetting_old": "forgetting (old)", "ari": "ARI of reports",
+          "registration_correct": "reports registered right", "labels": "labels at the end"}
+
+
+def run_one(cfg, run_dir: Path, progress: bool) -> dict:
+    from fedac.engine.streams import StreamRunner
+
+    done = run_dir / "results.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    return StreamRunner(cfg, run_dir, progress).run(resume=(run_dir / CHECKPOINT).is_file())
+
+
+def _fmt(values: list[float | None], pct: bool = True) -> str:
+    mean, std = mean_std([v for v in values if v is not None])  # results.json writes NaN as null
+    if mean != mean:
+        return "n/a"
+    return f"{100 * mean:.2f} ± {100 * std:.2f}" if pct else f"{mean:.3f} ± {std:.3f}"
+
+
+def markdown(title: str, command: str, runs: dict[str, list[dict]], seeds: list[int], last_round: bool) -> str:
+    prefix = "final_" if last_round else ""
+    lines = [f"# {title}", "", f"Command: `{command}`", "",
+             f"Mean ± std over seeds {seeds} (n = finished runs per dataset). D0 numbers are the paper's metric "
+             "(score tables on the public set, which the users' Choice 2 models also train on); test numbers are "
+             "the global score table on the official test clips of the 10 classes.", ""]
+    for dataset, rs in runs.items():
+        if not rs:
+            continue
+        users = [k.split("/")[1] for k in rs[0]["final"] if k.startswith("local_acc/")]
+        lines += [f"## {dataset} (n={len(rs)})", "", "| User | D0 local | D0 global | D0 increase |", "|---|---|---|---|"]
+        if not last_round:
+            for u in users:
+                lines.append(f"| {u} | " + " | ".join(_fmt([r["final"][f"{k}/{u}"] for r in rs])
+                                                      for k in ("local_acc", "global_acc", "increase")) + " |")
+        lines.append("| average | " + " | ".join(_fmt([r["final"][prefix + k] for r in rs])
+                                                  for k in ("local_acc", "global_acc", "increase")) + " |")
+        lines += ["", "| " + " | ".join(HONEST.values()) + " |", "|---" * len(HONEST) + "|",
+                  "| " + " | ".join(_fmt([r["final"][k] for r in rs], pct=k not in ("ari", "labels"))
+                                    for k in HONEST) + " |", ""]
+        wall = [r["wall_seconds"] for r in rs]
+        di = [r["final"]["di_seconds_per_class"] for r in rs]
+        lines += [f"Wall time per run: {_fmt(wall, pct=False)} s; data-impression synthesis per reported class: "
+                  f"{_fmt(di, pct=False)} s.", ""]
+    return "\n".join(lines)
+
+
+def plot(path: Path, runs: dict[str, list[dict]]) -> None:
+    """Fig. 2: per-round local and global D0 accuracy of every user (seed of the first run)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shown = [(d, rs[0]) for d, rs in runs.items() if rs]
+    if not shown:
+        return
+    fig, axes = plt.subplots(len(shown), 2, figsize=(10, 3.5 * len(shown)), squeeze=False)
+    for row, (dataset, run) in zip(axes, shown):
+        history = run["history"]
+        users = [k.split("/")[1] for k in run["final"] if k.startswith("local_acc/")]
+        for ax, key in zip(row, ("local_acc", "global_acc")):
+            for u in users:
+                ax.plot([h["round"] for h in history], [100 * h.get(f"{key}/{u}", float("nan")) for h in history],
+                        marker=".", label=u)
+            ax.set_title(f"{dataset}: {key.replace('_acc', '')} (D0, seed {run['seed']})", fontsize=9)
+            ax.set_xlabel("round"), ax.set_ylabel("accuracy (%)"), ax.grid(alpha=0.3)
+        row[0].legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def impression_rounds(run_dir: Path) -> list[dict]:
+    """The registration rounds a run saved (engine/streams.py `save_impressions`), in round order."""
+    import torch
+
+    files = sorted((run_dir / "impressions").glob("round*.pt"), key=lambda f: int(f.stem[5:]))
+    return [{"round": int(f.stem[5:]), **torch.load(f, weights_only=False)} for f in files]
+
+
+def plot_impressions(out: Path, runs: dict[str, list[dict]]) -> list[str]:
+    """Fig. 3 (2-D PCA of a round's impressions coloured by k-medoids cluster: reports of different
+    classes, and of the same class) and Fig. 4 (a reporting model's class-similarity matrix), from the
+    first run of each dataset. Returns the files written."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+    from sklearn.decomposition import PCA
+
+    panels, heat = [], None
+    for dataset, rs in runs.items():
+        rounds = impression_rounds(Path(rs[0]["run_dir"])) if rs else []
+        for kind, pick in (("different classes", lambda t: len(set(t)) > 1), ("same class", lambda t: len(t) > 1 and len(set(t)) == 1)):
+            chosen = next((r for r in rounds if pick(r["truth"])), None)
+            if chosen is not None:
+                panels.append((dataset, kind, chosen))
+        if heat is None and rounds:
+            key, matrix = next(iter(rounds[0]["similarity"].items()))
+            heat = (dataset, rounds[0], key, matrix)
+    written = []
+    if panels:
+        fig, axes = plt.subplots(1, len(panels), figsize=(4.5 * len(panels), 4), squeeze=False)
+        for ax, (dataset, kind, r) in zip(axes[0], panels):
+            points = r["points"].float().numpy()
+            xy = PCA(2).fit_transform(np.concatenate([points, r["anchors"].float().numpy()]))
+            cluster = np.concatenate([r["cluster"], r["anchor_cluster"]])
+            reports = [f"{u} {r['classes'][t]}" for (u, _), t in zip(r["keys"], r["truth"])]
+            for g, name in enumerate(reports):
+                mine = np.flatnonzero(r["owner"] == g)
+                ax.scatter(xy[mine, 0], xy[mine, 1], c=cluster[mine], cmap="tab10", vmin=0, vmax=9, s=8,
+                           marker="os^v"[g % 4], label=name)
+            if len(r["anchors"]):
+                ax.scatter(xy[len(points):, 0], xy[len(points):, 1], c="grey", marker="x", s=8, label="anchors")
+            ax.set_title(f"{dataset}, round {r['round']}: {kind}", fontsize=9)
+            ax.legend(fontsize=6)
+        fig.suptitle("Fig. 3: impressions (PCA), colour = k-medoids cluster")
+        fig.tight_layout()
+        fig.savefig(out / "fig3.png", dpi=100)
+        plt.close(fig)
+        written.append("fig3.png")
+    if heat is not None:
+        dataset, r, (user, _), matrix = heat
+        names = r["classes"][:8] + [f"new ({user})"] * (len(matrix) - 8)
+        fig, ax = plt.subplots(figsize=(5.5, 5))
+        image = ax.imshow(matrix.numpy(), cmap="viridis", vmin=-1, vmax=1)
+        ax.set_xticks(range(len(names)), names, rotation=90, fontsize=7)
+        ax.set_yticks(range(len(names)), names, fontsize=7)
+        fig.colorbar(image)
+        ax.set_title(f"Fig. 4: class similarity (Eq. 1), {dataset} round {r['round']}, {user}'s model", fontsize=8)
+        fig.tight_layout()
+        fig.savefig(out / "fig4.png", dpi=100)
+        plt.close(fig)
+        written.append("fig4.png")
+    return written
+
+
+def reproduce(args: argparse.Namespace) -> int:
+    title, scenario = EXPERIMENTS[args.experiment]
+    datasets = args.datasets or list(DATASETS)
+    unknown = [d for d in datasets if d not in DATASETS]
+    if unknown:
+        raise ConfigError(f"{args.experiment} runs on {', '.join(DATASETS)}, not {', '.join(unknown)}")
+    out = Path(args.out or f"runs/reproduce-{args.experiment}")
+    out.mkdir(parents=True, exist_ok=True)
+    command = "fedac " + " ".join(shlex.quote(a) for a in args.argv)
+    started = time.perf_counter()
+    runs: dict[str, list[dict]] = {d: [] for d in datasets}
+    rounds = [f"zeroshot.rounds={args.rounds}"] if args.rounds else []
+    for dataset in datasets:
+        for seed in args.seeds:
+            cfg = load_config(None, [f"zeroshot.scenario={scenario}", *args.overrides, *rounds],
+                              algorithm="zeroshot", dataset=dataset, seed=seed)
+            run_dir = out / f"{dataset}-s{seed}"
+            cfg.out = str(run_dir)
+            if args.progress:
+                print(f"== {dataset} seed {seed}")
+            runs[dataset].append({**run_one(cfg, run_dir, args.progress), "run_dir": str(run_dir)})
+            write(out, title, command, runs, args.seeds, scenario == "heterogeneous")
+    print((out / "table.md").read_text())
+    print(f"{sum(map(len, runs.values()))} runs in {time.perf_counter() - started:.0f} s; table.md, results.csv, "
+          f"figure.png in {out}")
+    return 0
+
+
+def write(out: Path, title: str, command: str, runs: dict[str, list[dict]], seeds: list[int], last: bool) -> None:
+    (out / "table.md").write_text(markdown(title, command, runs, seeds, last))
+    keys = ["local_acc", "global_acc", "increase", "final_local_acc", "final_global_acc", "final_increase",
+            *HONEST, "di_seconds_per_class"]
+    with open(out / "results.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["dataset", "seed", *keys, "wall_seconds"])
+        for dataset, rs in runs.items():
+            for r in rs:
+                writer.writerow([dataset, r["seed"], *[r["final"].get(k) for k in keys], r["wall_seconds"]])
+    plot(out / "figure.png", runs)
+    plot_impressions(out, runs)
+    def stats(values: list) -> dict[str, float]:
+        return dict(zip(("mean", "std"), mean_std([v for v in values if v is not None])))
+
+    summary = {d: {"n": len(rs), **{k: stats([r["final"].get(k) for r in rs]) for k in keys},
+                   "wall_seconds": stats([r["wall_seconds"] for r in rs])} for d, rs in runs.items() if rs}
+    (out / "summary.json").write_text(json.dumps(summary, indent=2))
