@@ -295,6 +295,9 @@ def test_cli_runs_zeroshot_and_refuses_unknown_scenario(tree, tmp_path, capsys):
     assert (tmp_path / "run" / "results.json").is_file()
     assert main([*args[:-10], "--set", f"data.root={tree}", "--set", "zeroshot.scenario=mixed"]) == 2
     assert "zeroshot.scenario must be homogeneous or heterogeneous" in capsys.readouterr().err
+    # Settings of the weight-averaging runtimes are refused, not silently ignored.
+    assert main([*args[:-10], "--set", f"data.root={tree}", "--set", "attack.kind=sign_flip"]) == 2
+    assert "attack.kind=sign_flip does not apply to --algorithm zeroshot" in capsys.readouterr().err
 
 
 def test_reproduce_writes_tables_and_completes_a_killed_grid(tree, tmp_path, capsys):

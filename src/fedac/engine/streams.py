@@ -61,6 +61,15 @@ class StreamRunner:
     def __init__(self, cfg: Config, run_dir: str | Path, progress: bool = True):
         if cfg.algorithm != "zeroshot":
             raise ConfigError(f"the streaming driver runs --algorithm zeroshot, not '{cfg.algorithm}'")
+        # Users share score tables, not weights, and the scenario fixes who trains what: settings of the
+        # weight-averaging runtimes would be silently ignored here, so they are refused.
+        ignored = {"attack.kind": (cfg.attack.kind, "none"), "dp.mode": (cfg.dp.mode, "none"),
+                   "aggregation.method": (cfg.aggregation.method, "mean"), "data.label_error": (cfg.data.label_error, 0.0),
+                   "model.heterogeneous": (cfg.model.heterogeneous, False)}
+        for name, (value, default) in ignored.items():
+            if value != default:
+                raise ConfigError(f"{name}={value} does not apply to --algorithm zeroshot (users share score tables "
+                                  f"on D0, not weights; zeroshot.scenario fixes the users and their models): leave it at {default}")
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         configure_process(cfg.train)
         manifest = load_manifest(cfg, progress)
