@@ -75,6 +75,15 @@ class ModelConfig:
     zoo: list[str] = field(
         default_factory=lambda: ["crnn_tiny", "crnn_lite", "crnn_mid", "crnn_base", "crnn_deep"]
     )
+    encoder_path: str | None = None
+    """SSL models (w2v2_*): a local Hugging Face wav2vec 2.0 / HuBERT checkpoint folder whose weights (and
+    size, from its config.json) replace the named size's random initialisation. Never downloaded."""
+    freeze_cnn: bool = True
+    """SSL models: keep the CNN feature encoder frozen and run it once per clip (outputs cached)."""
+    encoder_depth: int = 0
+    """SSL models: transformer layers run (encoder.layers[:depth]); 0 = all."""
+    ctc_hidden: int = 0
+    """SSL models on CTC tasks: BiLSTM units per direction of the ASR head; 0 = the encoder width."""
 
 
 @dataclass

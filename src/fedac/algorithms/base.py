@@ -32,6 +32,8 @@ class Task:
     num_features: int
     num_classes: int
     clients: list[str]
+    kind: str = "classification"
+    """classification, or ctc (sequence targets, scored by WER / CER); see engine/waveform.py."""
 
 
 @dataclass
@@ -92,7 +94,8 @@ class Algorithm(ABC):
 
     # --- models -------------------------------------------------------------------------------
     def make_model(self, name: str) -> nn.Module:
-        return build_model(name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout)
+        return build_model(name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout,
+                           self.task.kind, self.cfg.model)
 
     def scratch_model(self, name: str, params: Params | None = None, role: str = "global") -> nn.Module:
         """A reusable model instance per (role, architecture), loaded in place (no deepcopy per client).

@@ -47,8 +47,9 @@ def train_supervised(
     model.train()
     optimizer = make_optimizer(model.parameters(), cfg)
     total, steps = 0.0, 0
+    own_loss = getattr(model, "task_loss", None)  # SSL models' CTC / padded-batch loss (models/ssl.py)
     for idx in batch_indices(len(y), cfg.batch_size, cfg.local_epochs, generator):
-        loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+        loss = own_loss(x[idx], y[idx]) if own_loss is not None else nn.functional.cross_entropy(model(x[idx]), y[idx])
         if regularizer is not None:
             loss = loss + regularizer(model)
         optimizer.zero_grad(set_to_none=True)

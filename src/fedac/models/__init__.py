@@ -6,14 +6,22 @@ from torch import nn
 
 from fedac.errors import ConfigError
 from fedac.models.crnn import CRNN, CRNN_SPECS
+from fedac.models.ssl import SIZES as SSL_SIZES, build_ssl_model  # transformers loads only when one is built
 
 MODEL_NAMES = tuple(CRNN_SPECS)
+SSL_NAMES = tuple(SSL_SIZES)
 
 
-def build_model(name: str, num_features: int, num_classes: int, dropout: float = 0.1) -> nn.Module:
+def build_model(name: str, num_features: int, num_classes: int, dropout: float = 0.1,
+                kind: str = "classification", options=None) -> nn.Module:
+    """`options` (a config.ModelConfig) carries the SSL settings: encoder_path, freeze_cnn, encoder_depth, ctc_hidden."""
     if name in CRNN_SPECS:
         return CRNN(CRNN_SPECS[name], num_features, num_classes, dropout)
-    raise ConfigError(f"unknown model '{name}'. Known models: {', '.join(MODEL_NAMES)} (see `fedac models`)")
+    if name in SSL_NAMES:
+        o = options
+        return build_ssl_model(name, kind, num_classes, o and o.encoder_path, o.freeze_cnn if o else True,
+                               o.encoder_depth if o else 0, o.ctc_hidden if o else 0, dropout)
+    raise ConfigError(f"unknown model '{name}'. Known models: {', '.join(MODEL_NAMES + SSL_NAMES)} (see `fedac models`)")
 
 
 def count_parameters(model: nn.Module) -> int:
