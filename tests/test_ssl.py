@@ -421,7 +421,7 @@ def test_speaker_identification_and_verification_from_the_cli(voxceleb_root, tmp
 def test_keyword_spotting_on_the_same_encoder(tmp_path, checkpoints):
     from gsc_fixture import make_gsc_tree
 
-    gsc_root = make_gsc_tree(tmp_path / "gsc", speakers=4, words=["yes", "no", "up"], clips=2)
+    gsc_root = make_gsc_tree(tmp_path / "gsc", speakers=4, clips=1)
     results, _ = _run(tmp_path, "kws", "--dataset", "speech_commands", "--set", f"data.root={gsc_root}",
                       "--set", f"model.encoder_path={checkpoints[0] / 'pre'}")
     assert 0 <= results["final"]["accuracy"] <= 1 and results["num_classes"] == 35
