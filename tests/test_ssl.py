@@ -425,3 +425,27 @@ def test_keyword_spotting_on_the_same_encoder(tmp_path, checkpoints):
     results, _ = _run(tmp_path, "kws", "--dataset", "speech_commands", "--set", f"data.root={gsc_root}",
                       "--set", f"model.encoder_path={checkpoints[0] / 'pre'}")
     assert 0 <= results["final"]["accuracy"] <= 1 and results["num_classes"] == 35
+
+
+def test_adamw_optimizer_setting():
+    from fedac.algorithms import build_algorithm
+    from fedac.algorithms.base import Task
+    from fedac.algorithms.local import make_optimizer, train_supervised
+    from fedac.errors import ConfigError
+
+    cfg = load_config(overrides=["train.optimizer=adamw", "train.lr=0.1", "train.local_epochs=1", "train.batch_size=2"])
+    model = torch.nn.Linear(1, 2, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[1.0], [-1.0]]))
+    x, y = torch.tensor([[1.0], [2.0]]), torch.tensor([0, 0])
+    train_supervised(model, x, y, cfg.train, torch.Generator().manual_seed(0))
+    # Adam's first step moves every weight by lr * sign(gradient): class 0's logit goes up, class 1's down
+    assert torch.allclose(model.weight, torch.tensor([[1.1], [-1.1]]), atol=1e-4)
+    assert isinstance(make_optimizer(model.parameters(), cfg.train), torch.optim.AdamW)
+    sgd = load_config(overrides=["train.optimizer=sgd"]).train
+    assert isinstance(make_optimizer(model.parameters(), sgd), torch.optim.SGD)
+    with pytest.raises(ConfigError, match="train.optimizer must be sgd or adamw, got 'adam'"):
+        make_optimizer(model.parameters(), load_config(overrides=["train.optimizer=adam"]).train)
+    task = Task(40, 5, ["a"])
+    assert build_algorithm(load_config(overrides=["model.name=crnn_tiny"]), task).cohort_ready()
+    assert not build_algorithm(cfg, task).cohort_ready()  # the stacked cohort step is SGD's

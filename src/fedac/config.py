@@ -122,6 +122,9 @@ class TrainConfig:
     keep_freed_memory: bool = True
     """Let glibc's malloc keep freed memory for reuse instead of unmapping every large tensor (engine/
     runtime.py): 7-9 % faster FedMLAC rounds, same peak RSS. Process-wide; no effect off glibc."""
+    optimizer: str = "sgd"
+    """Local optimizer, a new one every round: sgd (lr, momentum, weight_decay) or adamw (lr, weight_decay;
+    the early-exit paper's choice for SSL encoders). adamw trains clients one by one (no cohort path)."""
     gru_kernel: str = "auto"
     """Cohort path's GRU recurrence: fused (the compiled kernel of fedac/kernels, built by scripts/setup.sh
     or on first use; fail if it does not build), torch (the pure-torch loop, the reference), or auto

@@ -159,6 +159,8 @@ class Algorithm(ABC):
         """True when `cohort_update` is a stacked version of the `client_update` in effect. A subclass or
         a patch that replaces client_update alone sends the engine back to the sequential path."""
         target = getattr(type(self).cohort_update, "reproduces", None)
+        if self.cfg.train.optimizer != "sgd":  # the stacked step is SGD's (engine/cohort.py StackedSGD)
+            return False
         return target is not None and getattr(self.client_update, "__func__", None) is target
 
     @abstractmethod

@@ -8,6 +8,7 @@ import torch
 from torch import nn
 
 from fedac.config import TrainConfig
+from fedac.errors import ConfigError
 
 
 def batch_indices(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
@@ -32,6 +33,10 @@ def cross_entropy(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | 
 
 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
+    if cfg.optimizer == "adamw":
+        return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer != "sgd":
+        raise ConfigError(f"train.optimizer must be sgd or adamw, got {cfg.optimizer!r}")
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 
