@@ -23,10 +23,13 @@ SMOKE = ["--model", "w2v2_tiny", "--steps", "50", "--speakers", "2", "--utteranc
 def smoke(tmp_path_factory):
     """The same 50-step run twice: killed after step 20 and started again, and uninterrupted."""
     root = tmp_path_factory.mktemp("pretrain")
-    assert main(["pretrain", *SMOKE, "--out", str(root / "killed"), "--stop-after", "20"]) == 0
-    assert (root / "killed" / "state.pt").is_file() and not (root / "killed" / "model.safetensors").exists()
-    assert main(["pretrain", *SMOKE, "--out", str(root / "killed")]) == 0
-    assert main(["pretrain", *SMOKE, "--out", str(root / "straight")]) == 0
+    with pytest.MonkeyPatch.context() as patch:  # the corpus cache (the autouse FEDAC_HOME is per test)
+        patch.setenv("FEDAC_HOME", str(root / "home"))
+        assert main(["pretrain", *SMOKE, "--out", str(root / "killed"), "--stop-after", "20"]) == 0
+        assert (root / "killed" / "state.pt").is_file() and not (root / "killed" / "model.safetensors").exists()
+        assert main(["pretrain", *SMOKE, "--out", str(root / "killed")]) == 0
+        assert main(["pretrain", *SMOKE, "--out", str(root / "straight")]) == 0
+    assert (root / "home" / "synthetic").is_dir()
     return root
 
 
