@@ -449,3 +449,14 @@ def test_adamw_optimizer_setting():
     task = Task(40, 5, ["a"])
     assert build_algorithm(load_config(overrides=["model.name=crnn_tiny"]), task).cohort_ready()
     assert not build_algorithm(cfg, task).cohort_ready()  # the stacked cohort step is SGD's
+
+
+def test_models_and_tasks_that_do_not_fit_are_refused(librispeech_root, tmp_path):
+    from fedac.engine.data import build_federated_data
+    from fedac.errors import ConfigError
+
+    base = ["dataset=librispeech", f"data.root={librispeech_root}", f"data.cache_dir={tmp_path}"]
+    with pytest.raises(ConfigError, match="librispeech is a ctc task, which needs an SSL encoder: --set model.name=w2v2_tiny"):
+        build_federated_data(load_config(overrides=[*base, "model.name=crnn_lite"]), progress=False)
+    with pytest.raises(ConfigError, match="algorithm 'fedmlac' keeps CRNN client models"):
+        build_federated_data(load_config(overrides=[*base, "model.name=w2v2_tiny", "algorithm=fedmlac"]), progress=False)

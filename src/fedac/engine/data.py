@@ -18,7 +18,7 @@ from fedac.data.features import FeatureSet, load_features
 from fedac.data.manifest import Manifest
 from fedac.data.partition import partition
 from fedac.data.registry import dataset_spec, load_manifest
-from fedac.errors import DatasetError
+from fedac.errors import ConfigError, DatasetError
 from fedac.models.ssl import is_ssl_model
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,9 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
 
         return build_waveform_data(cfg, progress)
     manifest = load_manifest(cfg, progress)
+    if manifest.kind != "classification":
+        raise ConfigError(f"dataset {cfg.dataset} is a {manifest.kind} task, which needs an SSL encoder: "
+                          f"--set model.name=w2v2_tiny (or w2v2_s, w2v2_m, w2v2_base); model.name={cfg.model.name} is a classifier")
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
     x = normalize(feats.features)
     rows_of = _rows_by_clip(feats, len(manifest.clips))

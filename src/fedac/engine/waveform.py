@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from fedac.algorithms import algorithm_class
 from fedac.algorithms.base import ClientData, Task
 from fedac.config import Config
 from fedac.data.corrupt import corrupt_training_labels
@@ -37,7 +38,7 @@ from fedac.data.registry import dataset_spec, load_manifest
 from fedac.data.text import encode
 from fedac.data.waveform import Padded, load_waveform
 from fedac.engine.data import EvalSplit, FederatedData
-from fedac.errors import DatasetError
+from fedac.errors import ConfigError, DatasetError
 from fedac.models.ssl import build_encoder, cnn_fingerprint, cnn_frames
 from fedac.seeding import derive_seed
 
@@ -114,6 +115,10 @@ def _trial_split(manifest: Manifest, cfg: Config, cnn, empty_shape, progress: bo
 
 
 def build_waveform_data(cfg: Config, progress: bool = True) -> FederatedData:
+    if algorithm_class(cfg.algorithm).personalized:
+        raise ConfigError(f"algorithm '{cfg.algorithm}' keeps CRNN client models, which read MFCC windows, not the "
+                          f"waveforms of model.name={cfg.model.name}; use fedavg, fedprox, fedadam, fedyogi, fedadagrad "
+                          "or fedavgm with SSL encoders")
     manifest = load_manifest(cfg, progress)
     cnn = frozen_cnn(cfg) if cfg.model.freeze_cnn else None
     inputs = clip_inputs(manifest.clips, cfg, cnn, manifest.name, progress)
