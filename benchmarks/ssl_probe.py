@@ -3,7 +3,8 @@
 For each encoder (a `fedac pretrain` folder, and the same size with random weights), every clip of the
 embedded Speech Commands stand-in (35 words) goes through the frozen encoder (its CNN frames cached by
 engine/waveform.py) and is pooled to [mean; std] of the last layer (`SSLModel.embed`). A multinomial
-logistic regression (scikit-learn, standardised inputs) is fitted on the training split, and its
+logistic regression (scikit-learn, standardised inputs) is fitted on the training split (a seeded
+subset of `--max-train` clips), and its
 accuracy is measured on the validation and test splits (unseen speakers). Centralised: a probe of the
 representation, not a federated run.
 
@@ -46,6 +47,7 @@ def main() -> None:
     parser.add_argument("--encoder", required=True, help="a `fedac pretrain` output folder")
     parser.add_argument("--model", default="w2v2_tiny")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--max-train", type=int, default=2000, help="training clips (a seeded subset); val and test are whole")
     args = parser.parse_args()
     torch.set_num_threads(1)
     results = {"command": "python benchmarks/ssl_probe.py " + " ".join(sys.argv[1:]), "encoders": {}}
@@ -54,6 +56,8 @@ def main() -> None:
         cfg = load_config(overrides=[f"model.name={args.model}", f"model.encoder_path={path}" if path else "model.encoder_path=null"])
         manifest = load_manifest(cfg)
         split = {s: [manifest.clips[i] for i in manifest.split_indices(s)] for s in ("train", "val", "test")}
+        keep = np.random.default_rng(0).permutation(len(split["train"]))[: args.max_train]
+        split["train"] = [split["train"][i] for i in sorted(keep)]
         feats = {s: embeddings(cfg, clips) for s, clips in split.items()}
         labels = {s: np.array([c.label for c in clips]) for s, clips in split.items()}
         probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(feats["train"], labels["train"])

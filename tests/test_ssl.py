@@ -460,3 +460,17 @@ def test_models_and_tasks_that_do_not_fit_are_refused(librispeech_root, tmp_path
         build_federated_data(load_config(overrides=[*base, "model.name=crnn_lite"]), progress=False)
     with pytest.raises(ConfigError, match="algorithm 'fedmlac' keeps CRNN client models"):
         build_federated_data(load_config(overrides=[*base, "model.name=w2v2_tiny", "algorithm=fedmlac"]), progress=False)
+
+
+def test_cli_verbs_of_the_speech_datasets(tmp_path, monkeypatch):
+    from fedac.cli import build_parser, cmd_synth
+    from fedac.data.synth import librispeech
+
+    args = build_parser().parse_args(["data", "synth-librispeech", "--out", str(tmp_path), "--speakers", "2"])
+    assert args.func is cmd_synth and args.dataset_name == "librispeech" and args.size == 2
+    seen = {}
+    monkeypatch.setattr(librispeech, "generate", lambda out, **kw: seen.update(kw) or {"ok": 1})
+    assert main(["data", "synth-librispeech", "--out", str(tmp_path), "--speakers", "2", "--quiet"]) == 0
+    assert seen["speakers"] == 2
+    args = build_parser().parse_args(["data", "synth-voxceleb1", "--out", str(tmp_path), "--speakers", "5"])
+    assert args.dataset_name == "voxceleb1" and args.size == 5
