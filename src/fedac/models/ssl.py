@@ -14,15 +14,15 @@ Encoders come from two places, both offline:
 Fine-tuning settings follow the early-exit paper's SpeechBrain recipe: layerdrop 0, no SpecAugment
 (`apply_spec_augment=False`), the CNN feature encoder frozen (`model.freeze_cnn`, default true). With a
 frozen CNN the model holds only the feature projection, the transformer and the head; the CNN runs once
-per clip when the data is built (engine/waveform.py caches its outputs), which is where most CPU time
-went (the spec measured 0.74 s of 0.83 s per step). Inputs are `data.waveform.Padded` batches: cached
+per clip when the data is built (engine/waveform.py caches its outputs): on small encoders the CNN's
+forward and backward pass dominate a training step's CPU time. Inputs are `data.waveform.Padded` batches: cached
 CNN frames (N, T, C) with frame lengths, or waveforms (N, S) with sample lengths when the CNN trains.
 
 Heads (`kind`):
 - classification (KWS, ER, SID): statistics pooling over the valid frames, [mean; std] (2H), then
   Linear(2H, C); `embed` returns the pooled vector, which speaker verification scores by cosine.
-- ctc (ASR): a 2-layer BiLSTM (`model.ctc_hidden` per direction; 0 = the encoder width H, as the spec
-  chose for small encoders where SUPERB uses 1024) -> Linear -> log-softmax over `data.text.VOCAB`
+- ctc (ASR): a 2-layer BiLSTM (`model.ctc_hidden` per direction; 0 = the encoder width H for small
+  encoders, where SUPERB's recipe for Base uses 1024) -> Linear -> log-softmax over `data.text.VOCAB`
   (blank = 0), CTC loss, greedy (best-path) decoding without a language model.
 
 `encoder_layers(hidden, mask, depth)` runs `encoder.layers[:depth]` with the encoder's own positional
@@ -64,8 +64,8 @@ class SSLSize:
     pos_groups: int = 16
 
 
-#: The spec's measured small sizes (s: 2.79M parameters) and wav2vec 2.0 Base. w2v2_tiny is the test
-#: and CI size (a shorter positional convolution keeps it fast).
+#: Small sizes for CPU federations (s: 2.79M parameters, m: 11.1M) and wav2vec 2.0 Base (94.4M).
+#: w2v2_tiny is the test and CI size (a shorter positional convolution keeps it fast).
 SIZES: dict[str, SSLSize] = {
     "w2v2_tiny": SSLSize(64, 4, 2, 256, 64, pos_kernel=32, pos_groups=8),
     "w2v2_s": SSLSize(128, 12, 4, 512, 128),
