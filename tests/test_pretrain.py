@@ -63,3 +63,21 @@ def test_bad_settings_are_named():
         PretrainSettings(objective="bert").check()
     with pytest.raises(ConfigError, match="--model 'crnn_lite'"):
         pretrain(PretrainSettings(model="crnn_lite"), out=None)
+
+
+def test_contrastive_objective_takes_a_step():
+    """wav2vec 2.0's contrastive + diversity loss through Wav2Vec2ForPreTraining and its samplers."""
+    import numpy as np
+
+    from fedac.pretrain import batch, build, step_loss
+
+    s = PretrainSettings(model="w2v2_tiny", objective="contrastive", batch_size=2, crop_seconds=1.0)
+    model, head = build(s)
+    assert head is None and type(model).__name__ == "Wav2Vec2ForPreTraining"
+    waves = [np.random.default_rng(k).standard_normal(16000 + 4000 * k).astype(np.float32) for k in range(3)]
+    np.random.seed(0)
+    loss = step_loss(model, head, None, *batch(waves, s, 0), s)
+    assert torch.isfinite(loss) and loss > 0
+    loss.backward()
+    assert model.wav2vec2.encoder.layers[0].attention.q_proj.weight.grad is not None
+    assert model.quantizer.codevectors.grad is not None  # the quantized targets train too
