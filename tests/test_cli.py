@@ -98,7 +98,7 @@ def test_resume_of_a_non_run_directory(tmp_path, capsys):
 
 @pytest.mark.parametrize("argv, words", [
     (["--algorithm", "fedmagic"], ["unknown algorithm 'fedmagic'", "fedavg"]),
-    (["--dataset", "librispeech"], ["unknown dataset 'librispeech'", "speech_commands"]),
+    (["--dataset", "timit"], ["unknown dataset 'timit'", "speech_commands"]),
     (["--set", "train.nope=1"], ["unknown setting 'train.nope'"]),
     (["--set", "train.rounds=many"], ["train.rounds", "int", "many"]),
     (["--set", "train.fraction"], ["key=value"]),

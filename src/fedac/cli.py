@@ -173,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_reproduce_parser(sub)
     add_report_parser(sub)
+    from fedac.pretrain import add_pretrain_parser
+
+    add_pretrain_parser(sub)
 
     models = sub.add_parser("models", help="list the model zoo with parameter counts")
     models.add_argument("--num-features", type=int, default=40)

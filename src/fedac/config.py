@@ -82,6 +82,15 @@ class ModelConfig:
     zoo: list[str] = field(
         default_factory=lambda: ["crnn_tiny", "crnn_lite", "crnn_mid", "crnn_base", "crnn_deep"]
     )
+    encoder_path: str | None = None
+    """SSL models (w2v2_*): a local Hugging Face wav2vec 2.0 / HuBERT checkpoint folder whose weights (and
+    size, from its config.json) replace the named size's random initialisation. Never downloaded."""
+    freeze_cnn: bool = True
+    """SSL models: keep the CNN feature encoder frozen and run it once per clip (outputs cached)."""
+    encoder_depth: int = 0
+    """SSL models: transformer layers run (encoder.layers[:depth]); 0 = all."""
+    ctc_hidden: int = 0
+    """SSL models on CTC tasks: BiLSTM units per direction of the ASR head; 0 = the encoder width."""
 
 
 @dataclass
@@ -102,8 +111,8 @@ class TrainConfig:
     weight_decay: float = 0.0
     optimizer: str = "sgd"
     """Local optimiser, new every round: sgd (lr, momentum, weight_decay) or adamw (torch AdamW with lr and
-    weight_decay; FedKWS-UI's protocol trains its Transformer so). The stacked cohort path is SGD only:
-    adamw trains one client after another."""
+    weight_decay; FedKWS-UI's protocol trains its Transformer so, the early-exit paper its SSL encoders). The
+    stacked cohort path is SGD only: adamw trains one client after another."""
     max_grad_norm: float = 0.0
     """Clip every local step's gradient to this L2 norm (FedKWS-UI's protocol: 50); 0: no clipping. Set, it
     trains one client after another (the stacked cohort path does not clip)."""

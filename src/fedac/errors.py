@@ -23,3 +23,7 @@ class ClientUpdateError(FedacError):
 
 class CheckpointError(FedacError):
     """A run directory cannot be resumed (missing or incompatible checkpoint)."""
+
+
+class EncoderError(FedacError):
+    """A speech encoder checkpoint (model.encoder_path) is missing, malformed or of an unknown kind."""

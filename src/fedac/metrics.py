@@ -43,3 +43,31 @@ def false_accept_reject(y_true, y_pred, negatives) -> dict[str, float]:
         return {"fa": float("nan"), "fr": float("nan")}
     true_neg, pred_neg = np.isin(y_true, negatives), np.isin(y_pred, negatives)
     return {"fa": float(np.mean(true_neg & ~pred_neg)), "fr": float(np.mean(~true_neg & pred_neg))}
+
+
+def transcription_metrics(references: list[str], hypotheses: list[str]) -> dict[str, float]:
+    """Corpus WER and CER (jiwer): (substitutions + deletions + insertions) / reference words (characters)."""
+    import jiwer
+
+    if not references:
+        return {"wer": float("nan"), "cer": float("nan")}
+    return {"wer": float(jiwer.wer(references, hypotheses)), "cer": float(jiwer.cer(references, hypotheses))}
+
+
+def equal_error_rate(scores, targets) -> float:
+    """EER of verification scores (higher = same speaker): the ROC point where the false-acceptance
+    rate equals the false-rejection rate, linearly interpolated between the two ROC points around it."""
+    from sklearn.metrics import roc_curve
+
+    targets = np.asarray(targets)
+    if targets.min() == targets.max():
+        return float("nan")  # needs both target and non-target trials
+    far, tpr, _ = roc_curve(targets, np.asarray(scores, dtype=float))
+    frr = 1.0 - tpr
+    k = int(np.argmax(far >= frr))  # first point where FAR has caught up with FRR
+    if k == 0:
+        return float(far[0])
+    # FAR - FRR changes sign between k-1 and k: intersect the two lines.
+    d0, d1 = far[k - 1] - frr[k - 1], far[k] - frr[k]
+    t = d0 / (d0 - d1) if d0 != d1 else 0.0
+    return float(far[k - 1] + t * (far[k] - far[k - 1]))

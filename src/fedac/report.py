@@ -80,6 +80,11 @@ FINAL_KEYS = {
     "personalized_local_accuracy_std": "each trained client's own model on its own held-out windows: std",
     "personalized_clients": "clients whose own models the personalized_* means cover (trained at least once)",
     "clients_trained": "clients sampled and trained at least once in the run",
+    "wer": "shared model on the test split (CTC tasks): corpus word error rate of greedy transcripts",
+    "cer": "shared model on the test split (CTC tasks): corpus character error rate",
+    "test_other_wer": "shared model on LibriSpeech's test-other split: word error rate",
+    "test_other_cer": "shared model on LibriSpeech's test-other split: character error rate",
+    "asv_eer": "shared model's pooled embeddings on the verification trials (cosine score): equal error rate",
     "visits_per_trained_client": "mean number of rounds in which a trained client trained",
     "fa": "shared model on the test split (12-class keyword spotting): false accepts / all clips",
     "fr": "shared model on the test split (12-class keyword spotting): false rejects / all clips",
@@ -125,14 +130,25 @@ def format_table(rows: list[tuple[str, str]]) -> str:
     return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
+#: Final keys of the speech tasks beyond classification (models/ssl.py), shown when present.
+SPEECH_ROWS = (("wer", "shared model: test WER"), ("cer", "shared model: test CER"),
+               ("test_other_wer", "shared model: test-other WER"), ("test_other_cer", "shared model: test-other CER"),
+               ("asv_eer", "shared model: verification EER"))
+
+
 def final_table(results: dict[str, Any]) -> str:
     final = results["final"]
     rows = [("algorithm", results["algorithm"]), ("dataset", results["dataset"])]
     if final["has_global_model"]:
+        rows += [(label, f"{final[key]:.4f}") for key, label in SPEECH_ROWS if key in final]
+    if final["has_global_model"] and "accuracy" in final:
         rows += [
             ("shared model: test accuracy", f"{final['accuracy']:.4f}"),
             ("shared model: test macro-F1", f"{final['macro_f1']:.4f}"),
             ("shared model: test UAR", f"{final['uar']:.4f}"),
+        ]
+    if final["has_global_model"]:
+        rows += [
             ("selected round (val)", str(final["selected_round"])),
             ("shared model: client held-out acc.", f"{final['client_accuracy_mean']:.4f} ± {final['client_accuracy_std']:.4f}"),
         ]

@@ -35,6 +35,8 @@ class Task:
     class_counts: list[list[int]] | None = None
     """Training windows per class of each client (aligned with `clients`), for methods that weigh
     clients by their label distribution (FedKWS-UI's ALT)."""
+    kind: str = "classification"
+    """classification, or ctc (sequence targets, scored by WER / CER); see engine/waveform.py."""
 
 
 @dataclass
@@ -95,7 +97,8 @@ class Algorithm(ABC):
 
     # --- models -------------------------------------------------------------------------------
     def make_model(self, name: str) -> nn.Module:
-        return build_model(name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout)
+        return build_model(name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout,
+                           self.task.kind, self.cfg.model)
 
     def scratch_model(self, name: str, params: Params | None = None, role: str = "global") -> nn.Module:
         """A reusable model instance per (role, architecture), loaded in place (no deepcopy per client).

@@ -77,8 +77,9 @@ def train_supervised(
     model.train()
     optimizer = optimizer or make_optimizer(model.parameters(), cfg)
     total, steps = 0.0, 0
+    own_loss = getattr(model, "task_loss", None)  # SSL models' CTC / padded-batch loss (models/ssl.py)
     for idx in client_batches(len(y), cfg, generator):
-        loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+        loss = own_loss(x[idx], y[idx]) if own_loss is not None else nn.functional.cross_entropy(model(x[idx]), y[idx])
         if regularizer is not None:
             loss = loss + regularizer(model)
         optimizer.zero_grad(set_to_none=True)

@@ -27,6 +27,8 @@ class Clip:
     """Start of the clip inside the file, seconds (e.g. 1 s slices of a long background-noise file)."""
     duration: float | None = None
     """Seconds to read from offset; None reads to the end of the file."""
+    text: str = ""
+    """Transcript of a speech-recognition clip (normalised, `data.text`); empty for classification."""
 
     @property
     def source(self) -> str:
@@ -40,6 +42,10 @@ class Manifest:
     root: str
     classes: list[str]
     clips: list[Clip] = field(default_factory=list)
+    kind: str = "classification"
+    """classification (a label per clip) or ctc (a transcript per clip; `classes` is the character vocabulary)."""
+    trials: list[tuple[str, str, int]] = field(default_factory=list)
+    """Speaker-verification trials (path a, path b, 1 = same speaker), e.g. VoxCeleb1's veri_test2.txt."""
 
     @property
     def num_classes(self) -> int:

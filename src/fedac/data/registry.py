@@ -76,6 +76,24 @@ DATASETS: dict[str, DatasetSpec] = {
         synth_size_arg="scenarios",
         synth_kwargs=lambda data: {"scenarios": 8},
     ),
+    "librispeech": DatasetSpec(
+        "fedac.data.librispeech:load_manifest",
+        "fedac.data.synth.librispeech:generate",
+        "natural",
+        "LibriSpeech CTC speech recognition (characters), client = speaker, test-clean + test-other; SSL models only",
+        synth_command="synth-librispeech",
+        synth_size_arg="speakers",
+        synth_kwargs=lambda data: {"speakers": 100},
+    ),
+    "voxceleb1": DatasetSpec(
+        "fedac.data.voxceleb1:load_manifest",
+        "fedac.data.synth.voxceleb1:generate",
+        "iid",
+        "VoxCeleb1 speaker identification (IID over data.num_clients) + verification trials (EER); SSL models only",
+        synth_command="synth-voxceleb1",
+        synth_size_arg="speakers",
+        synth_kwargs=lambda data: {"speakers": 200},
+    ),
 }
 
 

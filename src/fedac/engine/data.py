@@ -7,7 +7,7 @@ client, so rounds never touch the disk, build DataLoaders or copy models.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -18,7 +18,8 @@ from fedac.data.features import FeatureSet, load_features
 from fedac.data.manifest import Manifest
 from fedac.data.partition import ClientSplit, holdout_split, partition
 from fedac.data.registry import dataset_spec, load_manifest
-from fedac.errors import DatasetError
+from fedac.errors import ConfigError, DatasetError
+from fedac.models.ssl import is_ssl_model
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,12 @@ class EvalSplit:
     clip: torch.Tensor
     labels: torch.Tensor
     """One label per clip."""
+    kind: str = "classification"
+    """classification, ctc (scored by WER / CER against `texts`) or verification (EER over `trials`)."""
+    texts: list[str] | None = None
+    """ctc: the reference transcript of each clip."""
+    trials: torch.Tensor | None = None
+    """verification: (M, 3) rows (clip a, clip b, 1 = same speaker)."""
 
     @property
     def num_clips(self) -> int:
@@ -44,6 +51,8 @@ class FederatedData:
     clients: list[ClientData]
     val: EvalSplit
     test: EvalSplit
+    extra_test: dict[str, EvalSplit] = field(default_factory=dict)
+    """Further test splits reported as `<name>_<metric>` (LibriSpeech test_other, VoxCeleb1 asv trials)."""
 
     def client(self, name: str) -> ClientData:
         return self._by_name[name]
@@ -92,7 +101,14 @@ def _client_data(x: torch.Tensor, rows_of: list[torch.Tensor], split: ClientSpli
 
 
 def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
+    if is_ssl_model(cfg.model.name):  # SSL encoders read waveforms, not MFCC windows
+        from fedac.engine.waveform import build_waveform_data  # it imports this module
+
+        return build_waveform_data(cfg, progress)
     manifest = load_manifest(cfg, progress)
+    if manifest.kind != "classification":
+        raise ConfigError(f"dataset {cfg.dataset} is a {manifest.kind} task, which needs an SSL encoder: "
+                          f"--set model.name=w2v2_tiny (or w2v2_s, w2v2_m, w2v2_base); model.name={cfg.model.name} is a classifier")
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
     x = normalize(feats.features)
     rows_of = _rows_by_clip(feats, len(manifest.clips))

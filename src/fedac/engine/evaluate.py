@@ -1,12 +1,14 @@
-"""Model evaluation: batched logits, a clip's windows averaged, then accuracy / macro-F1 / UAR."""
+"""Model evaluation: batched logits, a clip's windows averaged, then accuracy / macro-F1 / UAR; on the
+waveform path also WER / CER of greedy CTC transcripts and the EER of cosine-scored speaker trials."""
 
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from fedac.data.waveform import Padded
 from fedac.engine.data import EvalSplit
-from fedac.metrics import classification_metrics, false_accept_reject
+from fedac.metrics import classification_metrics, equal_error_rate, false_accept_reject, transcription_metrics
 
 #: The negative classes of keyword spotting (12-class Speech Commands) for FA / FR.
 KWS_NEGATIVES = ("_silence_", "_unknown_")
@@ -29,12 +31,36 @@ def clip_predictions(model: nn.Module, split: EvalSplit, batch_size: int = 512) 
 
 
 def evaluate(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> dict[str, float]:
+    if split.kind == "ctc":
+        return transcription_metrics(split.texts, transcripts(model, split.x, batch_size))
+    if split.kind == "verification":
+        return {"eer": verification_eer(model, split, batch_size)}
     return classification_metrics(split.labels.numpy(), clip_predictions(model, split, batch_size).numpy())
 
 
+@torch.no_grad()
+def transcripts(model: nn.Module, x: Padded, batch_size: int = 512) -> list[str]:
+    model.eval()
+    return [text for chunk in x.split(batch_size) for text in model.transcribe(chunk)]
+
+
+@torch.no_grad()
+def verification_eer(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> float:
+    """EER of the trials scored by the cosine of the two clips' pooled embeddings (`model.embed`)."""
+    model.eval()
+    emb = nn.functional.normalize(torch.cat([model.embed(chunk) for chunk in split.x.split(batch_size)]), dim=1)
+    a, b, target = split.trials.unbind(1)
+    return equal_error_rate((emb[a] * emb[b]).sum(1).numpy(), target.numpy())
+
+
+def selection_score(metrics: dict[str, float]) -> float:
+    """What `train.select=best_val` maximises: validation accuracy, or minus the WER on CTC tasks."""
+    return metrics["accuracy"] if "accuracy" in metrics else -metrics["wer"]
+
+
 def window_accuracy(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512) -> float:
-    """Accuracy over individual windows (a client's local held-out data)."""
-    if len(y) == 0:
+    """Accuracy over individual windows (a client's local held-out data); NaN for CTC targets."""
+    if len(y) == 0 or isinstance(y, Padded):
         return float("nan")
     return float((logits(model, x, batch_size).argmax(dim=1) == y).float().mean())
 

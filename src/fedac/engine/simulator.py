@@ -27,7 +27,7 @@ from fedac.config import Config, save_config
 from fedac.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedac.engine.cohort import check_execution, run_clients
 from fedac.engine.data import FederatedData, build_federated_data
-from fedac.engine.evaluate import evaluate, kws_rates, window_accuracy
+from fedac.engine.evaluate import evaluate, kws_rates, selection_score, window_accuracy
 from fedac.engine.runtime import configure_process
 from fedac.errors import CheckpointError, ConfigError
 from fedac.metrics import mean_std
@@ -185,9 +185,10 @@ class Simulator:
         row.update({f"val_{k}": v for k, v in val.items()})
         if self.cfg.train.test_curve:  # a curve only: selection below reads validation alone
             row["test_accuracy"] = evaluate(model, self.data.test, self.cfg.train.eval_batch_size)["accuracy"]
-        best = state["best"]
-        if best is None or val["accuracy"] > best["val_accuracy"]:
-            state["best"] = {"round": round_idx, "val_accuracy": val["accuracy"], "server": copy.deepcopy(state["server"])}
+        best, score = state["best"], selection_score(val)
+        if best is None or score > best.get("val_score", best["val_accuracy"]):
+            state["best"] = {"round": round_idx, "val_accuracy": val.get("accuracy", score), "val_score": score,
+                             "server": copy.deepcopy(state["server"])}
 
     # --- whole run -----------------------------------------------------------------------------
     def run(self, resume: bool = False, stop_after: int | None = None) -> dict[str, Any] | None:
@@ -221,7 +222,7 @@ class Simulator:
                 row["wall_seconds"] = time.perf_counter() - started
                 state["history"].append(row)
                 write_history(self.run_dir, state["history"])
-                shown = {k: f"{row[k]:.3f}" for k in ("val_accuracy", "local_accuracy", "train_loss") if k in row}
+                shown = {k: f"{row[k]:.3f}" for k in ("val_accuracy", "val_wer", "local_accuracy", "train_loss") if k in row}
                 bar.set_postfix(shown)
             state["round"] = round_idx
             state["wall_seconds"] = time.perf_counter() - started
@@ -258,6 +259,8 @@ class Simulator:
             curve = [row["test_accuracy"] for row in state["history"] if "test_accuracy" in row]
             if curve:
                 final["test_last5_mean"] = float(np.mean(curve[-5:]))
+            for name, split in self.data.extra_test.items():
+                final.update({f"{name}_{k}": v for k, v in evaluate(model, split, batch).items()})
             final["selected_round"] = state["best"]["round"] if self.cfg.train.select == "best_val" and state["best"] else state["round"]
             local = [window_accuracy(model, c.holdout_x, c.holdout_y, batch) for c in self.data.clients]
             final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)

@@ -1,0 +1,282 @@
+"""Self-supervised speech encoders (wav2vec 2.0 / HuBERT through `transformers`) with task heads.
+
+Encoders come from two places, both offline:
+
+- `model.encoder_path=DIR`: any Hugging Face wav2vec 2.0 or HuBERT checkpoint folder (config.json +
+  weights), loaded with `from_pretrained(DIR, local_files_only=True)` into the bare encoder, so a
+  pretraining checkpoint (Wav2Vec2ForPreTraining: the quantizer and projections are dropped) and a CTC
+  checkpoint (its lm_head is dropped) both load. The folder is checked first: transformers reports a
+  missing path as a malformed hub repository id. `HF_HUB_OFFLINE=1` is set before transformers is
+  imported, so nothing ever contacts a hub.
+- a named size (`SIZES`: w2v2_tiny, w2v2_s, w2v2_m, w2v2_base) with random weights; w2v2_base is the
+  wav2vec 2.0 Base configuration for users who bring its weights through `model.encoder_path`.
+
+Fine-tuning settings follow the early-exit paper's SpeechBrain recipe: layerdrop 0, no SpecAugment
+(`apply_spec_augment=False`), the CNN feature encoder frozen (`model.freeze_cnn`, default true). With a
+frozen CNN the model holds only the feature projection, the transformer and the head; the CNN runs once
+per clip when the data is built (engine/waveform.py caches its outputs): on small encoders the CNN's
+forward and backward pass dominate a training step's CPU time. Inputs are `data.waveform.Padded` batches: cached
+CNN frames (N, T, C) with frame lengths, or waveforms (N, S) with sample lengths when the CNN trains.
+
+Heads (`kind`):
+- classification (KWS, ER, SID): statistics pooling over the valid frames, [mean; std] (2H), then
+  Linear(2H, C); `embed` returns the pooled vector, which speaker verification scores by cosine.
+- ctc (ASR): a 2-layer BiLSTM (`model.ctc_hidden` per direction; 0 = the encoder width H for small
+  encoders, where SUPERB's recipe for Base uses 1024) -> Linear -> log-softmax over `data.text.VOCAB`
+  (blank = 0), CTC loss, greedy (best-path) decoding without a language model.
+
+`encoder_layers(hidden, mask, depth)` runs `encoder.layers[:depth]` with the encoder's own positional
+convolution and layer norms: the exit point early-exit training needs. `model.encoder_depth` (0 = all)
+fixes the depth of a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported anywhere
+
+import torch
+from torch import nn
+
+from fedac.data.text import greedy_ctc
+from fedac.data.waveform import Padded
+from fedac.errors import EncoderError
+
+ENCODER_TYPES = ("wav2vec2", "hubert")
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
+KINDS = ("classification", "ctc")
+
+
+@dataclass(frozen=True)
+class SSLSize:
+    hidden: int
+    layers: int
+    heads: int
+    ffn: int
+    conv: int
+    """Channels of each of the 7 CNN layers (kernels 10,3,3,3,3,2,2, strides 5,2,2,2,2,2,2: 49 frames/s)."""
+    pos_kernel: int = 128
+    pos_groups: int = 16
+
+
+#: Small sizes for CPU federations (s: 2.79M parameters, m: 11.1M) and wav2vec 2.0 Base (94.4M).
+#: w2v2_tiny is the test and CI size (a shorter positional convolution keeps it fast).
+SIZES: dict[str, SSLSize] = {
+    "w2v2_tiny": SSLSize(64, 4, 2, 256, 64, pos_kernel=32, pos_groups=8),
+    "w2v2_s": SSLSize(128, 12, 4, 512, 128),
+    "w2v2_m": SSLSize(256, 12, 4, 1024, 256),
+    "w2v2_base": SSLSize(768, 12, 12, 3072, 512),
+}
+
+#: Fine-tuning overrides applied to every encoder config, loaded or named.
+FINETUNE = {"layerdrop": 0.0, "apply_spec_augment": False}
+
+
+def is_ssl_model(name: str) -> bool:
+    return name in SIZES
+
+
+def size_config(name: str, dropout: float = 0.1):
+    """The transformers Wav2Vec2Config of a named size."""
+    from transformers import Wav2Vec2Config
+
+    s = SIZES[name]
+    return Wav2Vec2Config(
+        hidden_size=s.hidden, num_hidden_layers=s.layers, num_attention_heads=s.heads, intermediate_size=s.ffn,
+        conv_dim=(s.conv,) * 7, num_conv_pos_embeddings=s.pos_kernel, num_conv_pos_embedding_groups=s.pos_groups,
+        hidden_dropout=dropout, attention_dropout=dropout, activation_dropout=0.0, feat_proj_dropout=dropout,
+        vocab_size=32, **FINETUNE,
+    )
+
+
+def check_encoder_dir(path: str | Path) -> Path:
+    """The checkpoint folder, or an EncoderError saying what is missing and how to get a valid one."""
+    directory = Path(path).expanduser()
+    fix = ("Point model.encoder_path at a local Hugging Face wav2vec 2.0 / HuBERT checkpoint folder "
+           "(config.json + model.safetensors), e.g. one written by `fedac pretrain` or by save_pretrained().")
+    if not directory.is_dir():
+        raise EncoderError(f"model.encoder_path={path}: folder {directory} does not exist. {fix}")
+    if not (directory / "config.json").is_file():
+        raise EncoderError(f"model.encoder_path={path}: {directory} holds no config.json. {fix}")
+    try:
+        config = json.loads((directory / "config.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise EncoderError(f"model.encoder_path={path}: {directory / 'config.json'} is not valid JSON ({exc}). {fix}") from None
+    if not isinstance(config, dict) or config.get("model_type") not in ENCODER_TYPES:
+        kind = config.get("model_type") if isinstance(config, dict) else None
+        raise EncoderError(f"model.encoder_path={path}: {directory / 'config.json'} has model_type {kind!r}; "
+                           f"fedac loads {', '.join(ENCODER_TYPES)} encoders. {fix}")
+    if not any((directory / name).is_file() for name in WEIGHT_FILES):
+        raise EncoderError(f"model.encoder_path={path}: {directory} holds no weights ({' or '.join(WEIGHT_FILES)}). {fix}")
+    return directory
+
+
+def load_encoder(path: str | Path, dropout: float | None = None) -> nn.Module:
+    """The bare encoder (Wav2Vec2Model / HubertModel) of a local checkpoint folder, never a hub download."""
+    from transformers import HubertModel, Wav2Vec2Model
+    from transformers.utils import logging as hf_logging
+
+    directory = check_encoder_dir(path)
+    hf_logging.set_verbosity_error()  # its load report lists the pretraining heads dropped on purpose
+    hf_logging.disable_progress_bar()
+    model_type = json.loads((directory / "config.json").read_text())["model_type"]
+    cls = Wav2Vec2Model if model_type == "wav2vec2" else HubertModel
+    overrides = dict(FINETUNE)
+    if dropout is not None:
+        overrides.update(hidden_dropout=dropout, attention_dropout=dropout, feat_proj_dropout=dropout)
+    try:
+        return cls.from_pretrained(str(directory), local_files_only=True, **overrides)
+    except (OSError, ValueError, RuntimeError, KeyError) as exc:
+        raise EncoderError(f"model.encoder_path={path}: transformers cannot load {directory}: {exc}. "
+                           "Check that config.json and the weights come from the same save_pretrained call.") from None
+
+
+def build_encoder(name: str, encoder_path: str | None, dropout: float = 0.1) -> nn.Module:
+    """A loaded checkpoint when `encoder_path` is set (its config defines the size), else the named size
+    with random weights drawn from the current torch RNG."""
+    if encoder_path:
+        return load_encoder(encoder_path, dropout)
+    if name not in SIZES:
+        raise EncoderError(f"unknown SSL model '{name}'. Known sizes: {', '.join(SIZES)}")
+    from transformers import Wav2Vec2Model
+
+    return Wav2Vec2Model(size_config(name, dropout))
+
+
+def frame_lengths(config, samples: torch.Tensor) -> torch.Tensor:
+    """CNN output frames for waveforms of `samples` samples (the conv stack without padding)."""
+    frames = samples.clone()
+    for kernel, stride in zip(config.conv_kernel, config.conv_stride):
+        frames = torch.div(frames - kernel, stride, rounding_mode="floor") + 1
+    return frames.clamp(min=0)
+
+
+def cnn_fingerprint(cnn: nn.Module) -> str:
+    """Hash of the CNN's weights: the key of its cached outputs."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(cnn.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().float().numpy().tobytes())
+    return digest.hexdigest()[:24]
+
+
+@torch.no_grad()
+def cnn_frames(cnn: nn.Module, waveform: torch.Tensor) -> torch.Tensor:
+    """(S,) or (B, S) equal-length waveforms -> (T, C) or (B, T, C) CNN features."""
+    cnn.eval()
+    batched = waveform.dim() == 2
+    out = cnn(waveform if batched else waveform[None]).transpose(1, 2)
+    return out if batched else out[0]
+
+
+def encoder_layers(encoder: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, depth: int | None = None) -> torch.Tensor:
+    """`encoder.forward` of transformers' Wav2Vec2Encoder / ...StableLayerNorm / Hubert encoders, running
+    only `encoder.layers[:depth]` (None: all); stable-layer-norm encoders end with their final LayerNorm."""
+    from transformers.masking_utils import create_bidirectional_mask
+
+    hidden = hidden.masked_fill(~mask[..., None], 0.0)
+    attention = create_bidirectional_mask(config=encoder.config, inputs_embeds=hidden, attention_mask=mask)
+    hidden = hidden + encoder.pos_conv_embed(hidden)
+    stable = bool(getattr(encoder.config, "do_stable_layer_norm", False))
+    if not stable:
+        hidden = encoder.layer_norm(hidden)
+    hidden = encoder.dropout(hidden)
+    for layer in encoder.layers[:depth]:
+        hidden = layer(hidden, attention_mask=attention)
+    return encoder.layer_norm(hidden) if stable else hidden
+
+
+def stats_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[mean; std] over the valid frames: (N, T, H) -> (N, 2H)."""
+    weight = mask[..., None].to(hidden.dtype)
+    count = weight.sum(1).clamp(min=1.0)
+    mean = (hidden * weight).sum(1) / count
+    var = (((hidden - mean[:, None]) ** 2) * weight).sum(1) / count
+    return torch.cat([mean, (var + 1e-5).sqrt()], dim=-1)
+
+
+class SSLModel(nn.Module):
+    """An SSL encoder (without its CNN when frozen) and one task head. See the module docstring."""
+
+    def __init__(self, backbone: nn.Module, kind: str, num_classes: int, freeze_cnn: bool = True,
+                 depth: int = 0, ctc_hidden: int = 0):
+        super().__init__()
+        if kind not in KINDS:
+            raise EncoderError(f"SSL models have heads for {', '.join(KINDS)} tasks, not {kind!r}")
+        self.kind = kind
+        self.config = backbone.config
+        layers = len(backbone.encoder.layers)
+        if not 0 <= depth <= layers:
+            raise EncoderError(f"model.encoder_depth={depth} must lie in 0..{layers} (0 = all {layers} layers)")
+        self.depth = depth or layers
+        self.cnn = None if freeze_cnn else backbone.feature_extractor
+        self.projection = backbone.feature_projection
+        self.encoder = backbone.encoder
+        hidden = self.config.hidden_size
+        if kind == "ctc":
+            width = ctc_hidden or hidden
+            self.lstm = nn.LSTM(hidden, width, num_layers=2, bidirectional=True, batch_first=True)
+            self.head = nn.Linear(2 * width, num_classes)
+        else:
+            self.head = nn.Linear(2 * hidden, num_classes)
+
+    def frames(self, x: Padded) -> tuple[torch.Tensor, torch.Tensor]:
+        """Transformer input (N, T, H) and its frame mask (N, T)."""
+        if self.cnn is not None:  # waveforms (N, S)
+            feats = self.cnn(x.values.float()).transpose(1, 2)
+            lengths = frame_lengths(self.config, x.lengths)
+        else:  # cached CNN frames (N, T, C)
+            feats, lengths = x.values.float(), x.lengths
+        mask = torch.arange(feats.shape[1]) < lengths[:, None]
+        hidden = self.projection(feats)
+        hidden = hidden[0] if isinstance(hidden, tuple) else hidden  # wav2vec2 also returns the normed input
+        return hidden, mask
+
+    def hidden(self, x: Padded, depth: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden, mask = self.frames(x)
+        return encoder_layers(self.encoder, hidden, mask, depth or self.depth), mask
+
+    def embed(self, x: Padded) -> torch.Tensor:
+        """The pooled utterance vector (N, 2H) of a classification model (speaker embeddings for ASV)."""
+        return stats_pool(*self.hidden(x))
+
+    def _ctc_log_probs(self, x: Padded) -> tuple[torch.Tensor, torch.Tensor]:
+        hidden, mask = self.hidden(x)
+        lengths = mask.sum(1)
+        packed = nn.utils.rnn.pack_padded_sequence(hidden, lengths.clamp(min=1), batch_first=True, enforce_sorted=False)
+        out, _ = self.lstm(packed)
+        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=hidden.shape[1])
+        return self.head(out).log_softmax(-1), lengths
+
+    def forward(self, x: Padded) -> torch.Tensor:
+        """Class logits (N, C), or per-frame CTC log-probabilities (N, T, V)."""
+        if self.kind == "ctc":
+            return self._ctc_log_probs(x)[0]
+        return self.head(self.embed(x))
+
+    def task_loss(self, x: Padded, y) -> torch.Tensor:
+        """Cross-entropy on labels, or the batch-mean CTC loss on `Padded` character targets."""
+        if self.kind != "ctc":
+            return nn.functional.cross_entropy(self(x), y)
+        log_probs, lengths = self._ctc_log_probs(x)
+        # zero_infinity: a target longer than its frames has no alignment; it adds no gradient
+        # instead of an infinite loss.
+        return nn.functional.ctc_loss(log_probs.transpose(0, 1), y.values, lengths, y.lengths, blank=0,
+                                      reduction="mean", zero_infinity=True)
+
+    @torch.no_grad()
+    def transcribe(self, x: Padded) -> list[str]:
+        """Greedy CTC decoding of each utterance's valid frames."""
+        log_probs, lengths = self._ctc_log_probs(x)
+        best = log_probs.argmax(-1)
+        return [greedy_ctc(best[i, : int(n)].tolist()) for i, n in enumerate(lengths)]
+
+
+def build_ssl_model(name: str, kind: str, num_classes: int, encoder_path: str | None = None, freeze_cnn: bool = True,
+                    depth: int = 0, ctc_hidden: int = 0, dropout: float = 0.1) -> SSLModel:
+    return SSLModel(build_encoder(name, encoder_path, dropout), kind, num_classes, freeze_cnn, depth, ctc_hidden)
