@@ -255,7 +255,8 @@ class Simulator:
         final: dict[str, Any] = {"has_global_model": model is not None}
         if model is not None:
             final.update(evaluate(model, self.data.test, batch))
-            final.update(kws_rates(model, self.data.test, self.data.manifest.classes, batch))
+            if self.data.manifest is not None:  # (benchmark workloads carry no class names)
+                final.update(kws_rates(model, self.data.test, self.data.manifest.classes, batch))
             curve = [row["test_accuracy"] for row in state["history"] if "test_accuracy" in row]
             if curve:
                 final["test_last5_mean"] = float(np.mean(curve[-5:]))

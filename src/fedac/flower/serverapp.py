@@ -121,8 +121,10 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
     save_config(cfg, run_dir / "config.yaml")
     state = side._fresh_state()
     state["algorithm"] = cfg.algorithm
-    # Every message carries the run's label set: device nodes label their own clips with it.
-    announce = {"classes": list(side.data.manifest.classes)}
+    # Every message carries the run's label set: device nodes label their own clips with it. (Workloads
+    # built without a manifest, such as benchmarks/flower_apps.py's, have no label names to send.)
+    manifest = side.data.manifest
+    announce = {"classes": list(manifest.classes)} if manifest is not None else {}
     directory = NodeDirectory(side.data.task.clients, settings.min_nodes, settings.node_wait,
                               settings.round_timeout, settings.poll_interval, open_roster=device, announce=announce)
     polling = PollingGrid(grid, settings.poll_interval, directory.describe)
