@@ -305,6 +305,10 @@ def test_device_mode_errors_reach_the_operator(dataset, tmp_path):
 
     with pytest.raises(ConfigError, match="cannot run with data-mode=device"):
         run_deployment(None, fedac_config(context.run_config), deployment_settings(context.run_config), tmp_path / "srv")
+    # DP's accountant needs the sampling rate cohort / clients, which a device-mode server cannot know.
+    context.run_config = run_config(dataset, tmp_path / "run", **{"fedac-set": config["fedac-set"] + ";dp.mode=central;fedmlac.lpa=false"})
+    with pytest.raises(ConfigError, match="this server holds no clients"):
+        run_deployment(None, fedac_config(context.run_config), deployment_settings(context.run_config), tmp_path / "srv")
 
 
 # --- live: a SuperLink and 3 device SuperNodes -------------------------------------------------------------

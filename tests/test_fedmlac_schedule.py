@@ -127,6 +127,7 @@ def test_every_reproduce_command_runs_at_toy_size(name, gsc_root, us8k_tree, tmp
     table = (out / "table.md").read_text()
     assert "Shared model on the test split" in table and "own models on their own held-out data" in table
     assert all(f"| {m} |" in table for m in methods)
+    assert "±" not in table.split("## ", 1)[1]  # one seed: the mean alone, no spread of zero
     assert (out / "figure.png").stat().st_size > 0
     for variant, settings in experiment.variants:
         run = next(r for r in rows if r["cell"].endswith(variant))

@@ -72,6 +72,9 @@ class Privacy:
         if cfg.aggregation.method != "mean" or lpa:
             raise ConfigError(f"dp.mode={dp.mode} is accounted for the plain mean of clipped updates; set "
                               "aggregation.method=mean" + (" and fedmlac.lpa=false" if cfg.algorithm == "fedmlac" else ""))
+        if num_clients == 0:
+            raise ConfigError(f"dp.mode={dp.mode} accounts epsilon from the sampling rate cohort / clients, and this "
+                              "server holds no clients (Flower data-mode=device); use the simulator or data-mode=full")
         self.sample_rate, self.cohort = cohort_size / num_clients, cohort_size
 
     def clip(self, reference: Params, names: list[str], uploads: list[tuple[Params, int]],

@@ -216,13 +216,15 @@ def write_csv(path: Path, summaries: dict[str, dict]) -> None:
 
 
 def _cell_value(runs: list[dict], key: str, seeds: int) -> str:
-    """mean ± std over seeds; `(n=k)` while only k of the seeds have finished; — without such a model."""
+    """mean ± std over seeds (the mean alone from one seed: no spread to show); `(n=k)` while only k of the
+    seeds have finished; — without such a model."""
     values = [r[key] for r in runs if r.get(key) is not None]
     if not values:
         return "—" if runs else "pending"
     mean, std = mean_std(values)
     partial = f" (n={len(values)})" if len(values) < seeds else ""
-    return "—" if mean != mean else f"{100 * mean:.2f} ± {100 * std:.2f}{partial}"
+    spread = f" ± {100 * std:.2f}" if len(values) > 1 else ""
+    return "—" if mean != mean else f"{100 * mean:.2f}{spread}{partial}"
 
 
 def markdown(experiment: Experiment, summaries: dict[str, dict], seeds: list[int], command: str) -> str:

@@ -97,7 +97,8 @@ class Simulator:
         # Issue 13: poisoned clients and DP act as layers over client data and uploads (attacks.py, privacy.py).
         self.attack = Attack(cfg, [c.name for c in self.data.clients])
         self.data = self.attack.poison_data(self.data)
-        self.privacy = Privacy(cfg, len(self.trainable), len(sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, 1)))
+        cohort = len(sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, 1)) if self.trainable else 0
+        self.privacy = Privacy(cfg, len(self.trainable), cohort)  # (a device-mode server holds no clients)
 
     # --- state ---------------------------------------------------------------------------------
     def _fresh_state(self) -> dict[str, Any]:
