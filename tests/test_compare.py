@@ -42,3 +42,24 @@ def test_compare_runs_every_method_and_seed_and_summarises(gsc_root, tmp_path, c
 def test_compare_rejects_unknown_preset(capsys):
     assert main(["compare", "--preset", "nope"]) == 2
     assert "unknown preset 'nope'" in capsys.readouterr().err
+
+
+def test_a_run_directory_is_reused_only_for_its_settings_even_after_new_settings_appear(tmp_path):
+    import yaml
+
+    from fedac.compare import check_same_config
+    from fedac.config import load_config, save_config
+
+    cfg = load_config(overrides=["train.rounds=3"])
+    save_config(cfg, tmp_path / "config.yaml")
+    check_same_config(cfg, tmp_path)  # the same settings: reused
+    # A config.yaml written before a section existed (here: attack) still matches at that section's defaults.
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    del saved["attack"]
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    check_same_config(cfg, tmp_path)
+    # Any setting that differs refuses, old file or new.
+    with pytest.raises(ConfigError, match="holds a run of other settings"):
+        check_same_config(load_config(overrides=["train.rounds=4"]), tmp_path)
+    with pytest.raises(ConfigError, match="holds a run of other settings"):
+        check_same_config(load_config(overrides=["train.rounds=3", "attack.kind=sign_flip"]), tmp_path)

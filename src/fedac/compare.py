@@ -83,9 +83,12 @@ def finished_results(run_dir: Path) -> dict | None:
 
 
 def check_same_config(cfg: Config, run_dir: Path) -> None:
-    """A run directory is reused only for the configuration it was made for."""
+    """A run directory is reused only for the configuration it was made for. The saved file is read as a
+    config (settings added to fedac since then take their defaults), so upgrading fedac does not orphan a
+    half-finished table; a setting whose value differs still refuses."""
     saved = run_dir / "config.yaml"
-    if saved.is_file() and yaml.safe_load(saved.read_text()) != yaml.safe_load(yaml.safe_dump(cfg.to_dict())):
+    if saved.is_file() and load_config(str(saved), algorithm_defaults=False).to_dict() != \
+            yaml.safe_load(yaml.safe_dump(cfg.to_dict())):
         raise ConfigError(f"{run_dir} holds a run of other settings (see its config.yaml); "
                           "choose another --out or remove that directory")
 
