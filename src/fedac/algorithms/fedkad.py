@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params
-from fedac.algorithms.local import client_batches, clip_gradients, make_optimizer
+from fedac.algorithms.local import client_batches, local_step, make_optimizer
 from fedac.seeding import torch_generator
 
 
@@ -90,11 +90,7 @@ class FedKAD(Algorithm):
             features = model.embed(x)
             loss = F.cross_entropy(model.head(features), y) + self.cfg.fedkad.align_weight * alignment_loss(
                 features @ proj, y, payload["prototypes"], payload["known"])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            clip_gradients(model, self.cfg.train)
-            optimizer.step()
-            total += float(loss.detach())
+            total += local_step(model, optimizer, loss, self.cfg.train)
             steps += 1
         model.eval()
         with torch.no_grad():

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from fedac.algorithms.base import ClientData, ClientResult, Params, model_params
 from fedac.algorithms.fedavg import FedAvg
-from fedac.algorithms.local import client_batches, clip_gradients, make_optimizer
+from fedac.algorithms.local import client_batches, local_step, make_optimizer
 
 
 def mmd_rbf(source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0, kernel_num: int = 5) -> torch.Tensor:
@@ -58,11 +58,7 @@ class FedMMD(FedAvg):
                 mmd = mmd_rbf(h, reference)
                 loss = loss + weight * mmd
                 mmd_total += float(mmd.detach())
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            clip_gradients(model, self.cfg.train)
-            optimizer.step()
-            total += float(loss.detach())
+            total += local_step(model, optimizer, loss, self.cfg.train)
             steps += 1
         metrics = {"loss": total / max(steps, 1), "mmd": mmd_total / max(steps, 1), "steps": float(steps)}
         return ClientResult(model_params(model), None, metrics)

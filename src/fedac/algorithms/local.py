@@ -64,6 +64,15 @@ def clip_gradients(model: nn.Module, cfg: TrainConfig) -> None:
         nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
 
 
+def local_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, cfg: TrainConfig) -> float:
+    """One local step of any method: backward, the optional gradient clip, the update; returns the loss."""
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    clip_gradients(model, cfg)
+    optimizer.step()
+    return float(loss.detach())
+
+
 def train_supervised(
     model: nn.Module,
     x: torch.Tensor,
@@ -82,10 +91,6 @@ def train_supervised(
         loss = own_loss(x[idx], y[idx]) if own_loss is not None else nn.functional.cross_entropy(model(x[idx]), y[idx])
         if regularizer is not None:
             loss = loss + regularizer(model)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        clip_gradients(model, cfg)
-        optimizer.step()
-        total += float(loss.detach())
+        total += local_step(model, optimizer, loss, cfg)
         steps += 1
     return {"loss": total / max(steps, 1), "steps": float(steps)}
