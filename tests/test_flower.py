@@ -8,7 +8,6 @@ importable; it is a fedac dependency, so CI runs them.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import re
@@ -32,7 +31,8 @@ from fedac.flower import transport  # noqa: E402
 from fedac.flower.settings import deployment_settings, fedac_config, node_settings, split_overrides  # noqa: E402
 from fedac.flower.strategy import FlowerRunError, flower_adam_lr, flower_strategy  # noqa: E402
 from fedac.engine.simulator import sample_cohort  # noqa: E402
-from flower_helpers import Federation, LocalGrid, time_limit, use_task_identity  # noqa: E402
+from flower_helpers import (Federation, LocalGrid, assert_same_metrics, read_rows, time_limit,  # noqa: E402
+                            use_task_identity)
 from gsc_fixture import make_gsc_tree  # noqa: E402
 
 NUM_NODES = 3
@@ -82,11 +82,6 @@ def fedmlac_run(federation, dataset, tmp_path_factory):
     started = time.perf_counter()
     output = federation.run(config, name="flwr-run-fedmlac", timeout=240)
     return {"config": config, "run_dir": run_dir, "output": output, "seconds": time.perf_counter() - started}
-
-
-def read_rows(path):
-    with open(path) as handle:
-        return list(csv.DictReader(handle))
 
 
 # --- 1. live deployment -------------------------------------------------------------------------------
@@ -251,12 +246,7 @@ def test_in_process_deployment_equals_the_simulator(dataset, tmp_path, algorithm
         clients = [c.name for c in sim.data.clients]
         for round_idx in (1, 2, 3):
             assert [r["client"] for r in log["rounds"][str(round_idx)]] == sample_cohort(clients, 0.5, cfg.seed, round_idx)
-        rows, sim_rows = read_rows(tmp_path / "run" / "metrics.csv"), read_rows(tmp_path / "sim" / "metrics.csv")
-        assert len(rows) == len(sim_rows) == 3
-        for row, sim_row in zip(rows, sim_rows):
-            for key in sim_row:
-                if key != "wall_seconds":
-                    assert float(row[key]) == pytest.approx(float(sim_row[key]), abs=1e-6), key
+        assert_same_metrics(tmp_path / "run" / "metrics.csv", tmp_path / "sim" / "metrics.csv", rounds=3)
     if algorithm == "fedmlac":
         for key in ("personalized_accuracy_mean", "personalized_local_accuracy_mean"):
             assert results["final"][key] == pytest.approx(expected["final"][key], abs=1e-6), key
