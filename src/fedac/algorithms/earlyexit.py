@@ -1,0 +1,128 @@
+"""Early-exit federated fine-tuning of SSL speech encoders (issue 17): each client trains its encoder
+only up to its own maximum depth L_i, with the head at that exit, and the server averages every layer
+over the clients that trained it (aggregation.exit_aggregate, the paper's Eq. 1).
+
+- Depths (`earlyexit.mode`): homo, every client at `earlyexit.depth`; hetero, a seeded split fixed for
+  the whole run with exactly round(low_fraction * N) clients at `low_depth` and the rest at `high_depth`
+  (the paper's 50/50 low/high resource clients). Depths use the 12-layer scale (models/early_exit.py).
+- Local step: the forward pass stops after encoder.layers[:L_i] and the loss is taken at the exit L_i
+  only (the paper as written); layers above L_i and the other exits' heads are frozen and never run.
+  The frozen CNN front end (model.freeze_cnn) is not part of the model; the feature projection and
+  the positional convolution train with every client (the paper is silent; they sit below layer 1).
+- Upload: the trained tensors and "depth" (L_i, int64); n_i travels with every upload. With
+  `earlyexit.aggregation=fedavg` clients return the full model, untouched tensors as received.
+- Evaluation: the shared model at `earlyexit.eval_exit` selects and reports the headline metrics;
+  every exit is evaluated as well (`exit_views`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fedac.aggregation import EXIT_AGGREGATIONS, exit_aggregate
+from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, clone_params
+from fedac.algorithms.local import make_optimizer, train_supervised
+from fedac.errors import ConfigError
+from fedac.models.early_exit import build_multi_exit, scale_depth
+from fedac.models.ssl import is_ssl_model
+from fedac.seeding import numpy_rng
+
+MODES = ("hetero", "homo")
+
+
+class EarlyExitFL(Algorithm):
+    name = "earlyexit"
+
+    def __init__(self, cfg, task):
+        super().__init__(cfg, task)
+        ee = cfg.earlyexit
+        if not is_ssl_model(cfg.model.name):
+            raise ConfigError(f"algorithm 'earlyexit' fine-tunes SSL encoders; model.name={cfg.model.name} is not one "
+                              "(use w2v2_tiny, w2v2_s, w2v2_m or w2v2_base)")
+        if ee.mode not in MODES:
+            raise ConfigError(f"earlyexit.mode must be one of {', '.join(MODES)}, got {ee.mode!r}")
+        if ee.aggregation not in EXIT_AGGREGATIONS:
+            raise ConfigError(f"earlyexit.aggregation must be one of {', '.join(EXIT_AGGREGATIONS)}, got {ee.aggregation!r}")
+        if not 0 <= ee.low_fraction <= 1:
+            raise ConfigError(f"earlyexit.low_fraction must lie in [0, 1], got {ee.low_fraction}")
+        self.exits = self.scratch_model(cfg.model.name).exits
+        self.depths = self._assign_depths()
+        self.eval_exit = self._exit(ee.eval_exit, "eval_exit") if ee.eval_exit else (
+            self._exit(ee.depth, "depth") if ee.mode == "homo" else self.high_depth)
+
+    # --- depths --------------------------------------------------------------------------------
+    def _exit(self, depth: int, setting: str) -> int:
+        """A configured depth (12-layer scale) as an exit of this encoder, or a ConfigError naming it."""
+        layer = scale_depth(depth, len(self.scratch_model(self.cfg.model.name).encoder.layers))
+        if layer not in self.exits:
+            raise ConfigError(f"earlyexit.{setting}={depth} is layer {layer} of this encoder, which has no exit there; "
+                              f"exits are {self.exits} (earlyexit.exits={self.cfg.earlyexit.exits}, scaled)")
+        return layer
+
+    @property
+    def high_depth(self) -> int:
+        ee = self.cfg.earlyexit
+        return self._exit(ee.high_depth, "high_depth") if ee.high_depth else self.exits[-1]
+
+    def _assign_depths(self) -> dict[str, int]:
+        """Each client's maximum depth L_i, fixed for the run (see the module docstring)."""
+        ee, clients = self.cfg.earlyexit, self.task.clients
+        if ee.mode == "homo":
+            return dict.fromkeys(clients, self._exit(ee.depth, "depth"))
+        low, high = self._exit(ee.low_depth, "low_depth"), self.high_depth
+        order = numpy_rng(self.cfg.seed, "depth").permutation(len(clients))
+        lows = {clients[i] for i in order[: round(ee.low_fraction * len(clients))]}
+        return {c: low if c in lows else high for c in clients}
+
+    # --- models --------------------------------------------------------------------------------
+    def make_model(self, name: str):
+        return build_multi_exit(name, self.task.kind, self.task.num_classes, self.cfg.earlyexit.exits,
+                                self.cfg.model, self.cfg.model.dropout)
+
+    def init_server(self) -> dict[str, Any]:
+        return {"params": self.initial_params(self.cfg.model.name, "global-init")}
+
+    @staticmethod
+    def trained(name: str, depth: int) -> bool:
+        """Whether a client at `depth` trains the tensor `name`: not a layer at or above index depth
+        (layers[:depth] run), not another exit's head."""
+        parts = name.split(".")
+        if name.startswith("encoder.layers."):
+            return int(parts[2]) < depth
+        if name.startswith("exit_heads."):
+            return int(parts[1]) == depth
+        return True
+
+    # --- contract ------------------------------------------------------------------------------
+    def client_update(self, payload: Params, state: Any, data: ClientData, round_idx: int,
+                      generator: torch.Generator) -> ClientResult:
+        depth = self.depths[data.name]
+        model = self.scratch_model(self.cfg.model.name, payload).use_exit(depth)
+        for name, param in model.named_parameters():
+            param.requires_grad_(self.trained(name, depth))
+        trainable = [p for p in model.parameters() if p.requires_grad]
+        metrics = train_supervised(model, data.x, data.y, self.cfg.train, generator,
+                                   optimizer=make_optimizer(trainable, self.cfg.train))
+        keep_all = self.cfg.earlyexit.aggregation == "fedavg"  # the baseline returns full models
+        upload = {k: v for k, v in clone_params(model.state_dict()).items() if keep_all or self.trained(k, depth)}
+        upload["depth"] = torch.tensor(depth, dtype=torch.int64)
+        return ClientResult(upload, None, {**metrics, "depth": float(depth)})
+
+    def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
+                      round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
+        params = exit_aggregate(uploads, server["params"], self.cfg.earlyexit.aggregation)
+        depths = [int(p["depth"]) for p, _ in uploads]
+        return {**server, "params": params}, {"mean_depth": sum(depths) / len(depths)}
+
+    # --- evaluation ----------------------------------------------------------------------------
+    def global_model(self, server: dict[str, Any]):
+        return self.scratch_model(self.cfg.model.name, server["params"]).use_exit(self.eval_exit)
+
+    def exit_views(self, server: dict[str, Any]):
+        """(f"exit{L}", the shared model at exit L) for every exit, one at a time (one model instance)."""
+        model = self.scratch_model(self.cfg.model.name, server["params"])
+        for depth in self.exits:
+            yield f"exit{depth}", model.use_exit(depth)
+        model.use_exit(self.eval_exit)
