@@ -228,3 +228,33 @@ def test_resumed_earlyexit_run_equals_the_uninterrupted_one(voxceleb_root, tmp_p
     resumed.run(resume=True)
     assert rounds == [2]
     assert params_equal(resumed.state["server"]["params"], whole.state["server"]["params"])
+
+
+def test_flower_deployment_runs_earlyexit_unchanged(voxceleb_root, tmp_path, monkeypatch):
+    """The Flower apps move the partial uploads (flat tensor dicts with the depth) as they are: an in-process
+    deployment ends with the simulator's global model."""
+    from fedac.flower import clientapp, serverapp
+    from fedac.flower.settings import deployment_settings, fedac_config
+    from flower_helpers import LocalGrid, assert_same_metrics, use_task_identity
+
+    use_task_identity(monkeypatch)
+
+    settings = {k: v for k, v in _settings(voxceleb_root, tmp_path / "cache").items()
+                if k not in ("algorithm", "dataset", "train.rounds", "train.fraction")}
+    config = {"algorithm": "earlyexit", "dataset": "voxceleb1", "rounds": 2, "fraction": 1.0, "seed": 0,
+              "lr": 0.01, "fedac-set": ";".join(f"{k}={v}" for k, v in settings.items()),
+              "run-dir": str(tmp_path / "run"), "min-nodes": 3, "round-timeout": 120.0, "node-wait": 60.0,
+              "poll-interval": 0.01}
+    nodes = {100 + k: {"partition-id": k, "num-partitions": 3} for k in range(3)}
+    cfg = fedac_config(config)
+    cfg.out = str(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    results = serverapp.run_deployment(LocalGrid(clientapp.app, nodes, config), cfg, deployment_settings(config),
+                                       tmp_path / "run")
+    sim = Simulator(cfg, tmp_path / "sim", progress=False)
+    expected = sim.run()
+    flower_params = torch.load(tmp_path / "run" / "server_state.pt")["params"]
+    for name, value in sim.state["server"]["params"].items():
+        torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-6, msg=name)
+    assert results["final"]["exit1_accuracy"] == pytest.approx(expected["final"]["exit1_accuracy"])
+    assert_same_metrics(tmp_path / "run" / "metrics.csv", tmp_path / "sim" / "metrics.csv", 2)  # val_exit* too
