@@ -258,3 +258,19 @@ def test_flower_deployment_runs_earlyexit_unchanged(voxceleb_root, tmp_path, mon
         torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-6, msg=name)
     assert results["final"]["exit1_accuracy"] == pytest.approx(expected["final"]["exit1_accuracy"])
     assert_same_metrics(tmp_path / "run" / "metrics.csv", tmp_path / "sim" / "metrics.csv", 2)  # val_exit* too
+
+
+def test_memory_command_measures_each_depth(tmp_path, capsys):
+    out = tmp_path / "memory"
+    assert main(["memory", "--model", "w2v2_tiny", "--batch", "2", "--steps", "1", "--out", str(out), "--quiet"]) == 0
+    result = json.loads((out / "memory.json").read_text())
+    assert (out / "memory.csv").is_file() and (out / "memory.png").is_file() and "per layer" in capsys.readouterr().out
+    rows = result["rows"]
+    assert [r["depth"] for r in rows] == [1, 2, 3, 4]
+    # hand count: 64-d layers (4 x 64^2 + 4 x 64 attention, 2 x 64 x 256 + 256 + 64 FFN, 2 x 2 x 64 norms)
+    layer = 4 * 64 * 64 + 4 * 64 + 2 * 64 * 256 + 256 + 64 + 4 * 64
+    assert result["weights_mb_per_layer"] == pytest.approx(layer * 4 / 1e6)
+    for r in rows:  # AdamW: weights + gradients + two moments of every tensor the client trains, + activations
+        assert r["train_mb"] == pytest.approx(4 * r["weights_mb"] + r["activations_mb"])
+    steps = [b["activations_mb"] - a["activations_mb"] for a, b in zip(rows, rows[1:])]
+    assert steps[0] > 0 and steps == pytest.approx([steps[0]] * 3)  # linear: each exit runs one more layer

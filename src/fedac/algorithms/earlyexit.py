@@ -17,6 +17,7 @@ over the clients that trained it (aggregation.exit_aggregate, the paper's Eq. 1)
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import torch
@@ -25,7 +26,8 @@ from fedac.aggregation import EXIT_AGGREGATIONS, exit_aggregate
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, clone_params
 from fedac.algorithms.local import make_optimizer, train_supervised
 from fedac.errors import ConfigError
-from fedac.models.early_exit import build_multi_exit, scale_depth
+from fedac.data.waveform import Padded
+from fedac.models.early_exit import MultiExitSSL, build_multi_exit, scale_depth
 from fedac.models.ssl import is_ssl_model
 from fedac.seeding import numpy_rng
 
@@ -126,3 +128,65 @@ class EarlyExitFL(Algorithm):
         for depth in self.exits:
             yield f"exit{depth}", model.use_exit(depth)
         model.use_exit(self.eval_exit)
+
+
+# --- memory per depth (`fedac memory`, earlyexit.mode=budget) -----------------------------------------
+
+MB = 1e6
+
+
+def depth_memory(model: MultiExitSSL, depth: int, train, batch: int, frames: int, steps: int = 2) -> dict[str, float]:
+    """Measured memory and time of one local training step at exit `depth` on a batch of `batch` clips of
+    `frames` CNN frames (random inputs: the sizes, not the values, set the memory).
+
+    - weights_mb: the fp32 tensors a client at this depth holds and runs (front end, layers[:depth], its head);
+    - train_mb: weights + gradients + optimizer state of the trained tensors (AdamW: 2 per parameter,
+      SGD with momentum: 1) + the tensors autograd saves for backward, counted by storage with
+      saved-tensor hooks during a real forward pass; on CUDA also the allocator's peak (cuda_peak_mb);
+    - step_seconds: median wall time of a forward + backward + optimizer step.
+    """
+    from fedac.algorithms.local import make_optimizer
+
+    model.use_exit(depth).train()
+    params = dict(model.named_parameters())
+    for name, param in params.items():
+        param.requires_grad_(EarlyExitFL.trained(name, depth))
+    used = [p for n, p in params.items() if EarlyExitFL.trained(n, depth) or not n.startswith(("encoder.layers.", "exit_heads."))]
+    trainable = [p for p in params.values() if p.requires_grad]
+    nbytes = lambda tensors: sum(t.numel() * t.element_size() for t in tensors)  # noqa: E731
+    states = 2 if train.optimizer == "adamw" else (1 if train.momentum else 0)
+    generator = torch.Generator().manual_seed(0)
+    x = Padded(torch.randn(batch, frames, model.config.conv_dim[-1], generator=generator), torch.full((batch,), frames))
+    if model.kind == "ctc":
+        y = Padded(torch.randint(1, 28, (batch, max(1, frames // 4)), generator=generator), torch.full((batch,), max(1, frames // 4)))
+    else:
+        y = torch.randint(0, model.exit_heads[str(depth)].head.out_features, (batch,), generator=generator)
+    saved: dict[int, int] = {}
+
+    def pack(tensor):
+        storage = tensor.untyped_storage()
+        saved[storage.data_ptr()] = storage.nbytes()
+        return tensor
+
+    optimizer = make_optimizer(trainable, train)
+    cuda = torch.cuda.is_available() and next(model.parameters()).is_cuda
+    times = []
+    for step in range(max(1, steps)):
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        started = time.perf_counter()
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if step == 0 else torch.enable_grad():
+            loss = model.task_loss(x, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        times.append(time.perf_counter() - started)
+    weights = nbytes(used)
+    out = {"depth": float(depth), "weights_mb": weights / MB, "activations_mb": sum(saved.values()) / MB,
+           "train_mb": (weights + (1 + states) * nbytes(trainable) + sum(saved.values())) / MB,
+           "step_seconds": sorted(times)[len(times) // 2]}
+    if cuda:
+        out["cuda_peak_mb"] = torch.cuda.max_memory_allocated() / MB
+    for param in params.values():
+        param.requires_grad_(True)
+    return out
