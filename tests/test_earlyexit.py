@@ -165,8 +165,8 @@ def test_depth_settings_and_their_effects():
     assert _algorithm(**{"earlyexit.exits": "6,12", "earlyexit.low_depth": 6}).exits == [2, 4]
     with pytest.raises(ConfigError, match=r"earlyexit.low_depth=3 is layer 1 of this encoder, which has no exit there"):
         _algorithm(**{"earlyexit.exits": "6,12"})
-    with pytest.raises(ConfigError, match="earlyexit.mode must be one of hetero, homo"):
-        _algorithm(**{"earlyexit.mode": "budget"})
+    with pytest.raises(ConfigError, match="earlyexit.mode must be one of hetero, homo, budget"):
+        _algorithm(**{"earlyexit.mode": "deep"})
     with pytest.raises(ConfigError, match="model.name=crnn_tiny is not one"):
         _algorithm(**{"model.name": "crnn_tiny"})
 
@@ -274,3 +274,15 @@ def test_memory_command_measures_each_depth(tmp_path, capsys):
         assert r["train_mb"] == pytest.approx(4 * r["weights_mb"] + r["activations_mb"])
     steps = [b["activations_mb"] - a["activations_mb"] for a, b in zip(rows, rows[1:])]
     assert steps[0] > 0 and steps == pytest.approx([steps[0]] * 3)  # linear: each exit runs one more layer
+
+
+def test_budget_mode_picks_the_deepest_exit_that_fits():
+    memory = _algorithm(**{"earlyexit.mode": "budget", "earlyexit.budgets_mb": "[1e9]"}).memory_per_exit()
+    assert list(memory) == [1, 2, 3, 4] and memory[1] < memory[2] < memory[3] < memory[4]
+    budgets = f"[{(memory[2] + memory[3]) / 2}, {memory[4]}]"
+    algo = _algorithm(**{"earlyexit.mode": "budget", "earlyexit.budgets_mb": budgets})
+    assert set(algo.depths.values()) == {2, 4}  # both budgets are drawn among 4 clients (seed 0)
+    with pytest.raises(ConfigError, match=r"client c\d: earlyexit.budgets_mb value 0.1 MB is below"):
+        _algorithm(**{"earlyexit.mode": "budget", "earlyexit.budgets_mb": "[0.1]"})
+    with pytest.raises(ConfigError, match="earlyexit.mode=budget needs earlyexit.budgets_mb"):
+        _algorithm(**{"earlyexit.mode": "budget"})

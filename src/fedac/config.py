@@ -360,8 +360,8 @@ class EarlyExitConfig:
     exits: list[int] = field(default_factory=lambda: [3, 6, 9, 12])
     """Layers that carry an independent head."""
     mode: str = "hetero"
-    """hetero (a seeded split: `low_fraction` of the clients at `low_depth`, the rest at `high_depth`) or
-    homo (every client at `depth`)."""
+    """hetero (a seeded split: `low_fraction` of the clients at `low_depth`, the rest at `high_depth`),
+    homo (every client at `depth`) or budget (by memory, see `budgets_mb`)."""
     depth: int = 12
     """Every client's depth when mode=homo."""
     low_depth: int = 3
@@ -374,6 +374,11 @@ class EarlyExitConfig:
     eval_exit: int = 0
     """The exit of the shared model that selection and the headline test metrics use; 0: high_depth
     (hetero) or depth (homo). Every exit is evaluated too (val_exit<L>_*, test exit<L>_*)."""
+    budgets_mb: list[float] = field(default_factory=list)
+    """mode=budget: each client draws its memory budget (MB) from this list (seeded, fixed for the run)
+    and trains to the deepest exit whose measured training memory (`fedac memory`) fits it."""
+    budget_seconds: float = 1.0
+    """mode=budget: clip length of the memory measurement (batch: train.batch_size)."""
 
 
 @dataclass

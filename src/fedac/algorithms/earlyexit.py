@@ -31,7 +31,7 @@ from fedac.models.early_exit import MultiExitSSL, build_multi_exit, scale_depth
 from fedac.models.ssl import is_ssl_model
 from fedac.seeding import numpy_rng
 
-MODES = ("hetero", "homo")
+MODES = ("hetero", "homo", "budget")
 
 
 class EarlyExitFL(Algorithm):
@@ -73,10 +73,38 @@ class EarlyExitFL(Algorithm):
         ee, clients = self.cfg.earlyexit, self.task.clients
         if ee.mode == "homo":
             return dict.fromkeys(clients, self._exit(ee.depth, "depth"))
+        if ee.mode == "budget":
+            return self._budget_depths()
         low, high = self._exit(ee.low_depth, "low_depth"), self.high_depth
         order = numpy_rng(self.cfg.seed, "depth").permutation(len(clients))
         lows = {clients[i] for i in order[: round(ee.low_fraction * len(clients))]}
         return {c: low if c in lows else high for c in clients}
+
+    def memory_per_exit(self) -> dict[int, float]:
+        """Measured training memory (MB) of every exit at train.batch_size clips of earlyexit.budget_seconds."""
+        frames = max(1, round(self.cfg.earlyexit.budget_seconds * 49))  # 49 CNN frames per second
+        with torch.random.fork_rng():
+            model = self.make_model(self.cfg.model.name)
+            return {e: depth_memory(model, e, self.cfg.train, self.cfg.train.batch_size, frames, steps=1)["train_mb"]
+                    for e in self.exits}
+
+    def _budget_depths(self) -> dict[str, int]:
+        """L_i = the deepest exit whose measured memory fits client i's budget (the paper's R_i, §2.2)."""
+        budgets = self.cfg.earlyexit.budgets_mb
+        if not budgets:
+            raise ConfigError("earlyexit.mode=budget needs earlyexit.budgets_mb, e.g. --set earlyexit.budgets_mb=200,800 "
+                              "(see `fedac memory` for the memory of each exit)")
+        memory = self.memory_per_exit()
+        depths = {}
+        for client in self.task.clients:
+            budget = budgets[int(numpy_rng(self.cfg.seed, "budget", client).integers(len(budgets)))]
+            fits = [e for e in self.exits if memory[e] <= budget]
+            if not fits:
+                raise ConfigError(f"client {client}: earlyexit.budgets_mb value {budget} MB is below the "
+                                  f"{memory[self.exits[0]]:.1f} MB that exit {self.exits[0]} needs; raise the budget "
+                                  "or lower train.batch_size / earlyexit.budget_seconds")
+            depths[client] = fits[-1]
+        return depths
 
     # --- models --------------------------------------------------------------------------------
     def make_model(self, name: str):
