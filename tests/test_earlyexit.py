@@ -286,3 +286,38 @@ def test_budget_mode_picks_the_deepest_exit_that_fits():
         _algorithm(**{"earlyexit.mode": "budget", "earlyexit.budgets_mb": "[0.1]"})
     with pytest.raises(ConfigError, match="earlyexit.mode=budget needs earlyexit.budgets_mb"):
         _algorithm(**{"earlyexit.mode": "budget"})
+
+
+# --------------------------------------------------------------------------- tables
+
+def test_table_error_rates_and_methods():
+    from fedac.earlyexit_tables import error_rates, methods
+
+    assert error_rates({"accuracy": 0.75, "asv_eer": 0.125}) == {"error": 25.0, "EER": 12.5}
+    assert error_rates({"wer": 0.5, "test_other_wer": 0.625, "accuracy": 0.1}) == {"WER": 50.0, "WER other": 62.5}
+    table1 = methods("earlyexit-table1", [3, 12])
+    assert [m.label for m in table1] == ["central L=3", "homo FL L=3", "central L=12", "homo FL L=12"]
+    assert {"data.num_clients=1", "earlyexit.mode=homo", "earlyexit.depth=3"} <= set(table1[0].overrides)
+    assert "data.num_clients=1" not in table1[1].overrides
+
+
+def test_table2_from_the_cli(voxceleb_root, tmp_path):
+    import csv
+
+    out = tmp_path / "t2"
+    assert main(["reproduce", "earlyexit-table2", "--datasets", "voxceleb1", "--seeds", "0", "--rounds", "1", "--quiet",
+                 "--out", str(out), "--set", f"data.root={voxceleb_root}", "--set", f"data.cache_dir={tmp_path / 'cache'}",
+                 "--set", "model.name=w2v2_tiny", "--set", "data.num_clients=3", "--set", "train.fraction=1"]) == 0
+    table = (out / "table.md").read_text()
+    assert "| homo FL | hetero FedAvg | hetero depth-weighted |" in table and "| voxceleb1 | EER |" in table
+    assert (out / "figure.png").is_file()
+    for row in csv.DictReader(open(out / "results.csv")):  # every cell is its run's own result
+        final = json.loads((tmp_path / row["run_dir"] / "results.json").read_text())["final"]
+        expected = 100 * (1 - final["accuracy"]) if row["metric"] == "error" else 100 * final["asv_eer"]
+        assert float(row["value"]) == pytest.approx(expected)
+        config = (tmp_path / row["run_dir"] / "config.yaml").read_text()
+        if row["method"] == "homo FL":
+            assert "mode: homo" in config and "depth: 9" in config
+        else:
+            assert "mode: hetero" in config
+            assert ("aggregation: fedavg" in config) == (row["method"] == "hetero FedAvg")
