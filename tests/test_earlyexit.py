@@ -315,3 +315,21 @@ def test_table2_from_the_cli_with_every_exit_evaluated(voxceleb_root, tmp_path):
         else:
             assert "mode: hetero" in config
             assert ("aggregation: fedavg" in config) == (row["method"] == "hetero FedAvg")
+
+
+def test_a_twelve_layer_checkpoint_uses_the_paper_exits(tmp_path):
+    """A user's Base-like checkpoint (here tiny and random, 12 layers) through model.encoder_path: exits
+    3/6/9/12 as written, low clients at 3, and a client at 3 uploads layers 0-2 only."""
+    from transformers import Wav2Vec2Model
+
+    config = size_config("w2v2_tiny")
+    config.num_hidden_layers = 12
+    torch.manual_seed(0)
+    Wav2Vec2Model(config).save_pretrained(tmp_path / "base")
+    algo = _algorithm(**{"model.encoder_path": tmp_path / "base"})
+    assert algo.exits == [3, 6, 9, 12] and sorted(algo.depths.values()) == [3, 3, 12, 12]
+    low = next(c for c, d in algo.depths.items() if d == 3)
+    payload = algo.init_server()["params"]
+    upload = algo.client_update(payload, None, _client(low), 1, torch_generator(0, "batches")).upload
+    layers = {int(k.split(".")[2]) for k in upload if k.startswith("encoder.layers.")}
+    assert layers == {0, 1, 2} and {k.split(".")[1] for k in upload if k.startswith("exit_heads.")} == {"3"}
