@@ -169,6 +169,9 @@ def test_depth_settings_and_their_effects():
         _algorithm(**{"earlyexit.mode": "deep"})
     with pytest.raises(ConfigError, match="model.name=crnn_tiny is not one"):
         _algorithm(**{"model.name": "crnn_tiny"})
+    for setting, value in (("aggregation.method", "lpa"), ("attack.kind", "label_flip"), ("dp.mode", "central")):
+        with pytest.raises(ConfigError, match=f"{setting}={value} does not apply to --algorithm earlyexit"):
+            _algorithm(**{setting: value})
 
 
 def test_aggregation_setting_changes_the_global_model():

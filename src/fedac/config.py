@@ -372,8 +372,8 @@ class EarlyExitConfig:
     """depth_weighted (the paper's Eq. 1: weights n_i * L_i over the clients that trained a layer),
     layerwise (weights n_i) or fedavg (full models, untouched layers returned: the paper's baseline)."""
     eval_exit: int = 0
-    """The exit of the shared model that selection and the headline test metrics use; 0: high_depth
-    (hetero) or depth (homo). Every exit is evaluated too (val_exit<L>_*, test exit<L>_*)."""
+    """The exit of the shared model that selection and the headline test metrics use; 0: the deepest
+    client depth (high_depth when hetero, depth when homo). Every exit is evaluated too (val_exit<L>_*, test exit<L>_*)."""
     budgets_mb: list[float] = field(default_factory=list)
     """mode=budget: each client draws its memory budget (MB) from this list (seeded, fixed for the run)
     and trains to the deepest exit whose measured training memory (`fedac memory`) fits it."""

@@ -11,8 +11,8 @@ over the clients that trained it (aggregation.exit_aggregate, the paper's Eq. 1)
   the positional convolution train with every client (the paper is silent; they sit below layer 1).
 - Upload: the trained tensors and "depth" (L_i, int64); n_i travels with every upload. With
   `earlyexit.aggregation=fedavg` clients return the full model, untouched tensors as received.
-- Evaluation: the shared model at `earlyexit.eval_exit` selects and reports the headline metrics;
-  every exit is evaluated as well (`exit_views`).
+- Evaluation: the shared model at `earlyexit.eval_exit` (default: the deepest client depth) selects
+  and reports the headline metrics; every exit is evaluated as well (`exit_views`).
 """
 
 from __future__ import annotations
@@ -43,6 +43,14 @@ class EarlyExitFL(Algorithm):
         if not is_ssl_model(cfg.model.name):
             raise ConfigError(f"algorithm 'earlyexit' fine-tunes SSL encoders; model.name={cfg.model.name} is not one "
                               "(use w2v2_tiny, w2v2_s, w2v2_m or w2v2_base)")
+        # Uploads hold only the tensors a client trained and the server combines them with
+        # earlyexit.aggregation: settings that act on full-model uploads would be ignored or misapplied.
+        ignored = {"aggregation.method": (cfg.aggregation.method, "mean"), "attack.kind": (cfg.attack.kind, "none"),
+                   "dp.mode": (cfg.dp.mode, "none")}
+        for setting, (value, default) in ignored.items():
+            if value != default:
+                raise ConfigError(f"{setting}={value} does not apply to --algorithm earlyexit (its uploads hold only the "
+                                  f"layers each client trained; earlyexit.aggregation combines them): leave it at {default}")
         if ee.mode not in MODES:
             raise ConfigError(f"earlyexit.mode must be one of {', '.join(MODES)}, got {ee.mode!r}")
         if ee.aggregation not in EXIT_AGGREGATIONS:
@@ -51,8 +59,7 @@ class EarlyExitFL(Algorithm):
             raise ConfigError(f"earlyexit.low_fraction must lie in [0, 1], got {ee.low_fraction}")
         self.exits = self.scratch_model(cfg.model.name).exits
         self.depths = self._assign_depths()
-        self.eval_exit = self._exit(ee.eval_exit, "eval_exit") if ee.eval_exit else (
-            self._exit(ee.depth, "depth") if ee.mode == "homo" else self.high_depth)
+        self.eval_exit = self._exit(ee.eval_exit, "eval_exit") if ee.eval_exit else max(self.depths.values())
 
     # --- depths --------------------------------------------------------------------------------
     def _exit(self, depth: int, setting: str) -> int:
