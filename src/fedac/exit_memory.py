@@ -18,7 +18,6 @@ from tqdm import tqdm
 
 from fedac.algorithms.earlyexit import depth_memory
 from fedac.config import ModelConfig, TrainConfig
-from fedac.errors import ConfigError
 from fedac.models.early_exit import build_multi_exit
 from fedac.models.ssl import SIZES
 
@@ -26,12 +25,10 @@ FRAMES_PER_SECOND = 49  # the wav2vec 2.0 CNN's frame rate at 16 kHz
 
 
 def measure(model_name: str, encoder_path: str | None, kind: str, classes: int, exits: list[int], batch: int,
-            seconds: float, optimizer: str, steps: int, device: str, progress: bool = True) -> dict:
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("fedac memory --device cuda: no CUDA device is visible; use --device cpu")
+            seconds: float, optimizer: str, steps: int, progress: bool = True) -> dict:
     torch.manual_seed(0)
     options = ModelConfig(name=model_name, encoder_path=encoder_path)
-    model = build_multi_exit(model_name, kind, classes, exits, options, 0.0).to(device)
+    model = build_multi_exit(model_name, kind, classes, exits, options, 0.0)
     train = TrainConfig(optimizer=optimizer, lr=1e-4)
     frames = max(1, round(seconds * FRAMES_PER_SECOND))
     rows = [depth_memory(model, depth, train, batch, frames, steps)
@@ -40,7 +37,7 @@ def measure(model_name: str, encoder_path: str | None, kind: str, classes: int, 
     per_layer = {key: (rows[-1][key] - rows[0][key]) / span if span else float("nan")
                  for key in ("train_mb", "weights_mb", "step_seconds")}
     return {"model": model_name, "encoder_path": encoder_path, "kind": kind, "batch": batch, "seconds": seconds,
-            "optimizer": optimizer, "device": device, "layers": len(model.encoder.layers), "rows": rows,
+            "optimizer": optimizer, "device": "cpu", "layers": len(model.encoder.layers), "rows": rows,
             "train_mb_per_layer": per_layer["train_mb"], "weights_mb_per_layer": per_layer["weights_mb"],
             "step_seconds_per_layer": per_layer["step_seconds"]}
 
@@ -60,9 +57,8 @@ def write(result: dict, out: Path) -> None:
         writer.writerows(rows)
     depths = [r["depth"] for r in rows]
     fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 4))
-    for key, label in (("train_mb", "training"), ("weights_mb", "weights"), ("cuda_peak_mb", "CUDA peak")):
-        if key in rows[0]:
-            ax_mem.plot(depths, [r[key] for r in rows], marker="o", label=label)
+    for key, label in (("train_mb", "training"), ("weights_mb", "weights")):
+        ax_mem.plot(depths, [r[key] for r in rows], marker="o", label=label)
     ax_mem.set_xlabel("exit depth (layers)"), ax_mem.set_ylabel("MB"), ax_mem.legend(), ax_mem.grid(alpha=0.3)
     ax_time.plot(depths, [r["step_seconds"] for r in rows], marker="o", color="tab:red")
     ax_time.set_xlabel("exit depth (layers)"), ax_time.set_ylabel("seconds per step"), ax_time.grid(alpha=0.3)
@@ -75,7 +71,7 @@ def write(result: dict, out: Path) -> None:
 def cmd_memory(args: argparse.Namespace) -> int:
     exits = [int(e) for e in args.exits.split(",") if e.strip()]
     result = measure(args.model, args.encoder_path, args.task, args.classes, exits, args.batch, args.seconds,
-                     args.optimizer, args.steps, args.device, not args.quiet)
+                     args.optimizer, args.steps, not args.quiet)
     result["command"] = "fedac " + " ".join(args.argv)
     out = Path(args.out)
     write(result, out)
@@ -99,7 +95,6 @@ def add_memory_parser(sub) -> None:
     p.add_argument("--seconds", type=float, default=1.0, help="clip length")
     p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
     p.add_argument("--steps", type=int, default=3, help="timed steps per depth (median reported)")
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--out", required=True, help="folder for memory.json, memory.csv, memory.png")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_memory)

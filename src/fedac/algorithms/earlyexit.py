@@ -177,7 +177,7 @@ def depth_memory(model: MultiExitSSL, depth: int, train, batch: int, frames: int
     - weights_mb: the fp32 tensors a client at this depth holds and runs (front end, layers[:depth], its head);
     - train_mb: weights + gradients + optimizer state of the trained tensors (AdamW: 2 per parameter,
       SGD with momentum: 1) + the tensors autograd saves for backward, counted by storage with
-      saved-tensor hooks during a real forward pass; on CUDA also the allocator's peak (cuda_peak_mb);
+      saved-tensor hooks during a real forward pass (CPU: the process's allocator keeps no peak);
     - step_seconds: median wall time of a forward + backward + optimizer step.
     """
     from fedac.algorithms.local import make_optimizer
@@ -204,11 +204,8 @@ def depth_memory(model: MultiExitSSL, depth: int, train, batch: int, frames: int
         return tensor
 
     optimizer = make_optimizer(trainable, train)
-    cuda = torch.cuda.is_available() and next(model.parameters()).is_cuda
     times = []
     for step in range(max(1, steps)):
-        if cuda:
-            torch.cuda.reset_peak_memory_stats()
         started = time.perf_counter()
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t) if step == 0 else torch.enable_grad():
             loss = model.task_loss(x, y)
@@ -220,8 +217,6 @@ def depth_memory(model: MultiExitSSL, depth: int, train, batch: int, frames: int
     out = {"depth": float(depth), "weights_mb": weights / MB, "activations_mb": sum(saved.values()) / MB,
            "train_mb": (weights + (1 + states) * nbytes(trainable) + sum(saved.values())) / MB,
            "step_seconds": sorted(times)[len(times) // 2]}
-    if cuda:
-        out["cuda_peak_mb"] = torch.cuda.max_memory_allocated() / MB
     for param in params.values():
         param.requires_grad_(True)
     return out
