@@ -177,7 +177,7 @@ def depth_memory(model: MultiExitSSL, depth: int, train, batch: int, frames: int
     - weights_mb: the fp32 tensors a client at this depth holds and runs (front end, layers[:depth], its head);
     - train_mb: weights + gradients + optimizer state of the trained tensors (AdamW: 2 per parameter,
       SGD with momentum: 1) + the tensors autograd saves for backward, counted by storage with
-      saved-tensor hooks during a real forward pass (CPU: the process's allocator keeps no peak);
+      saved-tensor hooks during a real forward pass, parameters left out (CPU: the allocator keeps no peak);
     - step_seconds: median wall time of a forward + backward + optimizer step.
     """
     from fedac.algorithms.local import make_optimizer
@@ -186,8 +186,7 @@ def depth_memory(model: MultiExitSSL, depth: int, train, batch: int, frames: int
     params = dict(model.named_parameters())
     for name, param in params.items():
         param.requires_grad_(EarlyExitFL.trained(name, depth))
-    used = [p for n, p in params.items() if EarlyExitFL.trained(n, depth) or not n.startswith(("encoder.layers.", "exit_heads."))]
-    trainable = [p for p in params.values() if p.requires_grad]
+    trainable = [p for p in params.values() if p.requires_grad]  # = every tensor this depth runs
     nbytes = lambda tensors: sum(t.numel() * t.element_size() for t in tensors)  # noqa: E731
     states = 2 if train.optimizer == "adamw" else (1 if train.momentum else 0)
     generator = torch.Generator().manual_seed(0)
@@ -197,10 +196,12 @@ def depth_memory(model: MultiExitSSL, depth: int, train, batch: int, frames: int
     else:
         y = torch.randint(0, model.exit_heads[str(depth)].head.out_features, (batch,), generator=generator)
     saved: dict[int, int] = {}
+    weight_storages = {p.untyped_storage().data_ptr() for p in params.values()}  # counted as weights already
 
     def pack(tensor):
         storage = tensor.untyped_storage()
-        saved[storage.data_ptr()] = storage.nbytes()
+        if storage.data_ptr() not in weight_storages:
+            saved[storage.data_ptr()] = storage.nbytes()
         return tensor
 
     optimizer = make_optimizer(trainable, train)
@@ -213,7 +214,7 @@ def depth_memory(model: MultiExitSSL, depth: int, train, batch: int, frames: int
         loss.backward()
         optimizer.step()
         times.append(time.perf_counter() - started)
-    weights = nbytes(used)
+    weights = nbytes(trainable)
     out = {"depth": float(depth), "weights_mb": weights / MB, "activations_mb": sum(saved.values()) / MB,
            "train_mb": (weights + (1 + states) * nbytes(trainable) + sum(saved.values())) / MB,
            "step_seconds": sorted(times)[len(times) // 2]}
