@@ -254,7 +254,8 @@ def test_memory_command_measures_each_depth(tmp_path, capsys):
     out = tmp_path / "memory"
     assert main(["memory", "--model", "w2v2_tiny", "--batch", "2", "--steps", "1", "--out", str(out), "--quiet"]) == 0
     result = json.loads((out / "memory.json").read_text())
-    assert (out / "memory.csv").is_file() and (out / "memory.png").is_file() and "per layer" in capsys.readouterr().out
+    assert (out / "memory.csv").is_file() and (out / "memory.png").is_file() and "Per layer" in capsys.readouterr().out
+    assert "| 4 | 0.89 |" in (out / "memory.md").read_text()  # depth 4: 4 layers + front end + head
     rows = result["rows"]
     assert [r["depth"] for r in rows] == [1, 2, 3, 4]
     # hand count: 64-d layers (4 x 64^2 + 4 x 64 attention, 2 x 64 x 256 + 256 + 64 FFN, 2 x 2 x 64 norms)

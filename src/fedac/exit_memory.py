@@ -1,5 +1,5 @@
 """`fedac memory`: measured training memory and step time of early-exit fine-tuning per exit depth
-(algorithms/earlyexit.py `depth_memory`), written as memory.json, memory.csv and memory.png.
+(algorithms/earlyexit.py `depth_memory`), written as memory.json, memory.md, memory.csv and memory.png.
 
 The early-exit paper reports memory growing by about 27 MB per layer of wav2vec 2.0 Base, which equals
 the fp32 weights of one Base layer (7,087,872 parameters); both readings are reported: the measured
@@ -55,6 +55,11 @@ def write(result: dict, out: Path) -> None:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
+    lines = [f"# Memory per exit depth: {result['model']}", "", f"`{result.get('command', '')}`", "",
+             "| Depth | Weights (MB) | Training (MB) | Step (s) |", "|---|---|---|---|"]
+    lines += [f"| {int(r['depth'])} | {r['weights_mb']:.2f} | {r['train_mb']:.2f} | {r['step_seconds']:.3f} |" for r in rows]
+    lines += ["", f"Per layer: training {result['train_mb_per_layer']:.2f} MB, fp32 weights {result['weights_mb_per_layer']:.2f} MB."]
+    (out / "memory.md").write_text("\n".join(lines) + "\n")
     depths = [r["depth"] for r in rows]
     fig, (ax_mem, ax_time) = plt.subplots(1, 2, figsize=(10, 4))
     for key, label in (("train_mb", "training"), ("weights_mb", "weights")):
@@ -75,11 +80,8 @@ def cmd_memory(args: argparse.Namespace) -> int:
     result["command"] = "fedac " + " ".join(args.argv)
     out = Path(args.out)
     write(result, out)
-    print(f"{'depth':>5} {'weights MB':>11} {'train MB':>10} {'step s':>8}")
-    for r in result["rows"]:
-        print(f"{int(r['depth']):>5} {r['weights_mb']:>11.2f} {r['train_mb']:>10.2f} {r['step_seconds']:>8.3f}")
-    print(f"per layer: training {result['train_mb_per_layer']:.2f} MB, fp32 weights {result['weights_mb_per_layer']:.2f} MB")
-    print(f"wrote {out / 'memory.json'}, memory.csv, memory.png")
+    print((out / "memory.md").read_text())
+    print(f"wrote {out / 'memory.json'}, memory.md, memory.csv, memory.png")
     return 0
 
 
@@ -95,6 +97,6 @@ def add_memory_parser(sub) -> None:
     p.add_argument("--seconds", type=float, default=1.0, help="clip length")
     p.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw")
     p.add_argument("--steps", type=int, default=3, help="timed steps per depth (median reported)")
-    p.add_argument("--out", required=True, help="folder for memory.json, memory.csv, memory.png")
+    p.add_argument("--out", required=True, help="folder for memory.json, memory.md, memory.csv, memory.png")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_memory)
