@@ -176,6 +176,9 @@ def build_parser() -> argparse.ArgumentParser:
     from fedac.pretrain import add_pretrain_parser
 
     add_pretrain_parser(sub)
+    from fedac.exit_memory import add_memory_parser
+
+    add_memory_parser(sub)
 
     models = sub.add_parser("models", help="list the model zoo with parameter counts")
     models.add_argument("--num-features", type=int, default=40)

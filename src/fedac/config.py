@@ -352,6 +352,36 @@ class ZeroShotConfig:
 
 
 @dataclass
+class EarlyExitConfig:
+    """Early-exit federated fine-tuning of SSL encoders (algorithms/earlyexit.py, models/early_exit.py).
+    Depths are given on the 12-layer scale of wav2vec 2.0 Base and scaled to the encoder's depth
+    (round(d * layers / 12), at least 1), so exits 3,6,9,12 are layers 1,2,3,4 of w2v2_tiny."""
+
+    exits: list[int] = field(default_factory=lambda: [3, 6, 9, 12])
+    """Layers that carry an independent head."""
+    mode: str = "hetero"
+    """hetero (a seeded split: `low_fraction` of the clients at `low_depth`, the rest at `high_depth`),
+    homo (every client at `depth`) or budget (by memory, see `budgets_mb`)."""
+    depth: int = 12
+    """Every client's depth when mode=homo."""
+    low_depth: int = 3
+    high_depth: int = 0
+    """Depth of the high-resource clients; 0: the deepest exit."""
+    low_fraction: float = 0.5
+    aggregation: str = "depth_weighted"
+    """depth_weighted (the paper's Eq. 1: weights n_i * L_i over the clients that trained a layer),
+    layerwise (weights n_i) or fedavg (full models, untouched layers returned: the paper's baseline)."""
+    eval_exit: int = 0
+    """The exit of the shared model that selection and the headline test metrics use; 0: the deepest
+    client depth (high_depth when hetero, depth when homo). Every exit is evaluated too (val_exit<L>_*, test exit<L>_*)."""
+    budgets_mb: list[float] = field(default_factory=list)
+    """mode=budget: each client draws its memory budget (MB) from this list (seeded, fixed for the run)
+    and trains to the deepest exit whose measured training memory (`fedac memory`) fits it."""
+    budget_seconds: float = 1.0
+    """mode=budget: clip length of the memory measurement (batch: train.batch_size)."""
+
+
+@dataclass
 class Config:
     algorithm: str = "fedavg"
     dataset: str = "speech_commands"
@@ -372,6 +402,7 @@ class Config:
     attack: AttackConfig = field(default_factory=AttackConfig)
     dp: PrivacyConfig = field(default_factory=PrivacyConfig)
     zeroshot: ZeroShotConfig = field(default_factory=ZeroShotConfig)
+    earlyexit: EarlyExitConfig = field(default_factory=EarlyExitConfig)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

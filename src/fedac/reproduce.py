@@ -281,6 +281,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         if args.experiment in ZEROSHOT:
             args.progress = not args.quiet
             return reproduce(args)
+    if args.experiment.startswith("earlyexit-"):  # the early-exit paper's tables (earlyexit_tables.py)
+        from fedac.earlyexit_tables import EXPERIMENTS as EARLYEXIT, reproduce as reproduce_earlyexit
+
+        if args.experiment in EARLYEXIT:
+            return reproduce_earlyexit(args)
     out = Path(args.out or f"runs/reproduce-{args.experiment}")
     command = "fedac " + " ".join(shlex.quote(a) for a in args.argv)
     summary = run_experiment(args.experiment, args.seeds, out, args.overrides, args.datasets, args.rounds,

@@ -20,6 +20,7 @@ ALGORITHMS: dict[str, str] = {
     "fedkwsui": "fedac.algorithms.fedkwsui:FedKWSUI",
     "fedmmd": "fedac.algorithms.fedmmd:FedMMD",
     "zeroshot": "fedac.algorithms.zeroshot:ZeroShotFL",
+    "earlyexit": "fedac.algorithms.earlyexit:EarlyExitFL",
 }
 
 

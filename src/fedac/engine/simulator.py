@@ -186,6 +186,8 @@ class Simulator:
         row.update({f"val_{k}": v for k, v in val.items()})
         if self.cfg.train.test_curve:  # a curve only: selection below reads validation alone
             row["test_accuracy"] = evaluate(model, self.data.test, self.cfg.train.eval_batch_size)["accuracy"]
+        for tag, view in self.algorithm.exit_views(state["server"]):  # early-exit models: every exit
+            row.update({f"val_{tag}_{k}": v for k, v in evaluate(view, self.data.val, self.cfg.train.eval_batch_size).items()})
         best, score = state["best"], selection_score(val)
         if best is None or score > best.get("val_score", best["val_accuracy"]):
             state["best"] = {"round": round_idx, "val_accuracy": val.get("accuracy", score), "val_score": score,
@@ -266,6 +268,10 @@ class Simulator:
             final["selected_round"] = state["best"]["round"] if self.cfg.train.select == "best_val" and state["best"] else state["round"]
             local = [window_accuracy(model, c.holdout_x, c.holdout_y, batch) for c in self.data.clients]
             final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)
+            for tag, view in self.algorithm.exit_views(server):  # early-exit models: every exit
+                final.update({f"{tag}_{k}": v for k, v in evaluate(view, self.data.test, batch).items()})
+                for name, split in self.data.extra_test.items():
+                    final.update({f"{tag}_{name}_{k}": v for k, v in evaluate(view, split, batch).items()})
         personal = self._personalized_test_results(state)
         if personal:
             # The clients' own models, over the clients that trained (the count is reported).

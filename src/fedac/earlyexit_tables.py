@@ -1,0 +1,142 @@
+"""`fedac reproduce earlyexit-table1 / earlyexit-table2`: the early-exit paper's result tables as error
+rates (classification error, WER, EER, in %) of the shared model, mean ± std over seeds, written as
+table.md, results.csv and figure.png (the memory table is `fedac memory`).
+
+- table1: every exit depth, centralised (one client holding all the training data) against
+  homogeneous FL (every client at that depth); each row is trained to its depth and evaluated there.
+- table2: homogeneous FL at the best depth (`--set earlyexit.depth=D`, default 9) against
+  heterogeneous FL (half the clients at depth 3, half at `earlyexit.high_depth`) with the FedAvg
+  baseline and with the depth-weighted aggregation (Eq. 1).
+
+Runs go through `compare.run_comparison` (one run directory per method and seed, data built once per
+seed, a killed table completed by running the same command again).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import shlex
+import time
+from pathlib import Path
+
+from fedac.compare import Method, run_comparison
+from fedac.config import load_config
+from fedac.errors import ConfigError
+from fedac.metrics import mean_std
+
+EXPERIMENTS = {"earlyexit-table1": "Error per exit depth: centralised vs homogeneous FL",
+               "earlyexit-table2": "Homogeneous FL vs heterogeneous FedAvg vs heterogeneous depth-weighted"}
+DATASETS = ("speech_commands", "voxceleb1", "librispeech")
+#: Settings every table run starts from (the user's --set come after): AdamW as the paper's recipe.
+BASE = ["model.name=w2v2_s", "train.optimizer=adamw", "train.lr=0.0002", "train.local_epochs=1", "train.batch_size=8"]
+CENTRAL = "earlyexit.mode=homo,data.partition=iid,data.num_clients=1,train.fraction=1"
+
+
+def methods(experiment: str, exits: list[int]) -> list[Method]:
+    if experiment == "earlyexit-table1":
+        rows = []
+        for depth in exits:
+            rows.append(Method(f"central L={depth}", "earlyexit", f"{CENTRAL},earlyexit.depth={depth}".split(",")))
+            rows.append(Method(f"homo FL L={depth}", "earlyexit", ["earlyexit.mode=homo", f"earlyexit.depth={depth}"]))
+        return rows
+    return [Method("homo FL", "earlyexit", ["earlyexit.mode=homo"]),
+            Method("hetero FedAvg", "earlyexit", ["earlyexit.mode=hetero", "earlyexit.aggregation=fedavg"]),
+            Method("hetero depth-weighted", "earlyexit", ["earlyexit.mode=hetero", "earlyexit.aggregation=depth_weighted"])]
+
+
+def error_rates(final: dict) -> dict[str, float]:
+    """The paper's numbers for a run's shared model, in %: WER (clean, other) on ASR, else the
+    classification error, plus the EER when the dataset has verification trials."""
+    if "wer" in final:
+        out = {"WER": 100 * final["wer"]}
+        if "test_other_wer" in final:
+            out["WER other"] = 100 * final["test_other_wer"]
+        return out
+    out = {"error": 100 * (1 - final["accuracy"])}
+    if "asv_eer" in final:
+        out["EER"] = 100 * final["asv_eer"]
+    return out
+
+
+def _cell(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mean, std = mean_std(values)
+    return f"{mean:.2f} ± {std:.2f}" if len(values) > 1 else f"{mean:.2f}"
+
+
+def rows(runs: dict[str, dict[str, list[dict]]]) -> list[tuple[str, str, dict[str, list[float]]]]:
+    """(dataset, metric, {method: values over seeds})."""
+    out = []
+    for dataset, by_method in runs.items():
+        metrics = list(dict.fromkeys(k for rs in by_method.values() for r in rs for k in error_rates(r)))
+        for metric in metrics:
+            out.append((dataset, metric, {m: [error_rates(r)[metric] for r in rs] for m, rs in by_method.items()}))
+    return out
+
+
+def write(out: Path, title: str, command: str, runs: dict[str, dict[str, list[dict]]], walls: dict[str, float]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    table = rows(runs)
+    labels = list(dict.fromkeys(m for _, _, by in table for m in by))
+    lines = [f"# {title}", "", f"`{command}`", "",
+             "Shared model on the test split, % (lower is better), mean ± std over seeds.", "",
+             "| Dataset | Metric | " + " | ".join(labels) + " |", "|---" * (len(labels) + 2) + "|"]
+    lines += [f"| {d} | {metric} | " + " | ".join(_cell(by.get(m, [])) for m in labels) + " |" for d, metric, by in table]
+    lines += ["", "Wall time: " + ", ".join(f"{d} {s:.0f} s" for d, s in walls.items())]
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    with open(out / "results.csv", "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["dataset", "method", "seed", "metric", "value", "run_dir"])
+        for dataset, by_method in runs.items():
+            for method, rs in by_method.items():
+                for r in rs:
+                    for metric, value in error_rates(r).items():
+                        writer.writerow([dataset, method, r["seed"], metric, value, r["run_dir"]])
+    fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(table)), 4))
+    width = 0.8 / max(1, len(labels))
+    for i, label in enumerate(labels):
+        stats = [mean_std(by[label]) if by.get(label) else (float("nan"), 0.0) for _, _, by in table]
+        ax.bar([j + i * width for j in range(len(table))], [s[0] for s in stats], width,
+               yerr=[s[1] for s in stats], label=label)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(table))], [f"{d}\n{m}" for d, m, _ in table], fontsize=8)
+    ax.set_ylabel("% (lower is better)"), ax.legend(fontsize=7), ax.grid(alpha=0.3, axis="y")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(out / "figure.png", dpi=100)
+    plt.close(fig)
+    (out / "summary.json").write_text(json.dumps({"title": title, "command": command, "wall_seconds": walls,
+                                                  "rows": [{"dataset": d, "metric": m, "values": by} for d, m, by in table]},
+                                                 indent=2))
+
+
+def reproduce(args: argparse.Namespace) -> int:
+    title = EXPERIMENTS[args.experiment]
+    datasets = args.datasets or list(DATASETS)
+    out = Path(args.out or f"runs/reproduce-{args.experiment}")
+    command = "fedac " + " ".join(shlex.quote(a) for a in args.argv)
+    overrides = [*BASE, *args.overrides]
+    runs: dict[str, dict[str, list[dict]]] = {}
+    walls: dict[str, float] = {}
+    if args.experiment == "earlyexit-table2" and not any(o.startswith("earlyexit.depth=") for o in overrides):
+        overrides.append("earlyexit.depth=9")  # homo FL's depth: the paper's best FL exit for ASR, ER, SID
+    for dataset in datasets:
+        cfg = load_config(None, overrides, algorithm="earlyexit", dataset=dataset, **{"train.rounds": args.rounds})
+        table_methods = methods(args.experiment, cfg.earlyexit.exits)
+        if args.methods:
+            table_methods = [m for m in table_methods if m.label in args.methods]
+            if not table_methods:
+                raise ConfigError(f"--methods {args.methods} names none of {args.experiment}'s methods")
+        started = time.perf_counter()
+        summary = run_comparison(cfg, table_methods, args.seeds, out / dataset, overrides, None, not args.quiet)
+        runs[dataset], walls[dataset] = summary["runs"], time.perf_counter() - started
+        write(out, title, command, runs, walls)
+    print((out / "table.md").read_text())
+    print(f"table.md, results.csv, figure.png in {out}")
+    return 0

@@ -1,0 +1,66 @@
+"""Multi-exit SSL model for early-exit fine-tuning (issue 17): one SSL encoder, an independent head at
+each exit layer.
+
+`MultiExitSSL` is an `SSLModel` whose single head is replaced by one per exit (`exit_heads.<L>`, each
+with its own BiLSTM on CTC tasks). `use_exit(L)` selects the exit every SSLModel method then runs: the
+encoder stops after `encoder.layers[:L]` (deeper layers are never computed) and the head at L scores
+it. The selected head is bound as a plain attribute (not a registered submodule), so the state dict
+holds each head once, under `exit_heads`.
+"""
+
+from __future__ import annotations
+
+import copy
+
+from torch import nn
+
+from fedac.errors import ConfigError
+from fedac.models.ssl import SSLModel, build_encoder
+
+BASE_LAYERS = 12  # the depth scale of exits in the config (wav2vec 2.0 Base)
+
+
+def scale_depth(depth: int, layers: int) -> int:
+    """A depth on the 12-layer scale mapped to an encoder of `layers` layers (at least 1)."""
+    return max(1, min(layers, round(depth * layers / BASE_LAYERS)))
+
+
+def scaled_exits(exits: list[int], layers: int) -> list[int]:
+    if not exits or any(not 1 <= e <= BASE_LAYERS for e in exits):
+        raise ConfigError(f"earlyexit.exits={exits} must be layers in 1..{BASE_LAYERS} (the 12-layer scale)")
+    return sorted({scale_depth(e, layers) for e in exits})
+
+
+class MultiExitSSL(SSLModel):
+    def __init__(self, backbone: nn.Module, kind: str, num_classes: int, exits: list[int],
+                 freeze_cnn: bool = True, ctc_hidden: int = 0):
+        super().__init__(backbone, kind, num_classes, freeze_cnn, 0, ctc_hidden)
+        parts = ("lstm", "head") if kind == "ctc" else ("head",)
+        template = nn.ModuleDict({part: getattr(self, part) for part in parts})
+        for part in parts:
+            delattr(self, part)
+        self.exits = list(exits)
+        self.exit_heads = nn.ModuleDict()
+        for i, depth in enumerate(self.exits):
+            head = template if i == 0 else copy.deepcopy(template)
+            if i:  # independent initial weights, drawn from the current RNG like the first head's
+                for module in head.modules():
+                    if hasattr(module, "reset_parameters"):
+                        module.reset_parameters()
+            self.exit_heads[str(depth)] = head
+        self.use_exit(self.exits[-1])
+
+    def use_exit(self, depth: int) -> "MultiExitSSL":
+        if depth not in self.exits:
+            raise ConfigError(f"exit {depth} is not one of this model's exits {self.exits}")
+        self.depth = depth
+        for part, module in self.exit_heads[str(depth)].items():
+            object.__setattr__(self, part, module)  # bound, not registered (see the module docstring)
+        return self
+
+
+def build_multi_exit(name: str, kind: str, num_classes: int, exits: list[int], options, dropout: float) -> MultiExitSSL:
+    """The named size or `options.encoder_path` checkpoint with heads at `exits` (12-layer scale)."""
+    backbone = build_encoder(name, options.encoder_path, dropout)
+    layers = len(backbone.encoder.layers)
+    return MultiExitSSL(backbone, kind, num_classes, scaled_exits(exits, layers), options.freeze_cnn, options.ctc_hidden)
