@@ -173,3 +173,16 @@ def test_console_script_models():
     assert done.returncode == 0, done.stderr
     assert all(name in done.stdout for name in HAND_COUNTS)
     assert "12 classes" in done.stdout
+
+
+def test_every_other_papers_experiment_resolves_to_its_table_command():
+    import importlib
+
+    from fedac.reproduce import OTHER_EXPERIMENTS
+
+    for name, target in OTHER_EXPERIMENTS.items():
+        module, function = target.split(":")
+        loaded = importlib.import_module(module)
+        assert callable(getattr(loaded, function)), name
+        if hasattr(loaded, "EXPERIMENTS"):  # the table modules know the names they are dispatched for
+            assert name in loaded.EXPERIMENTS, name

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import importlib
 import shlex
 import time
 from dataclasses import dataclass, field
@@ -271,21 +272,20 @@ def plot(path: Path, experiment: Experiment, summaries: dict[str, dict], methods
     plt.close(fig)
 
 
+#: The other papers' experiments, whose grids and tables are their own: name -> "module:function", the
+#: function taking the parsed arguments and returning the exit code.
+OTHER_EXPERIMENTS = {
+    "robustness": "fedac.robustness:cmd_robustness",  # attacks x aggregators
+    "zeroshot-table3": "fedac.zeroshot_tables:reproduce", "zeroshot-table4": "fedac.zeroshot_tables:reproduce",
+    "earlyexit-table1": "fedac.earlyexit_tables:reproduce", "earlyexit-table2": "fedac.earlyexit_tables:reproduce",
+}
+
+
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    if args.experiment == "robustness":  # attacks x aggregators: its own grid and tables (robustness.py)
-        from fedac.robustness import cmd_robustness
-        return cmd_robustness(args)
-    if args.experiment.startswith("zeroshot-"):  # the zero-shot paper's tables: streaming runs (zeroshot_tables.py)
-        from fedac.zeroshot_tables import EXPERIMENTS as ZEROSHOT, reproduce
-
-        if args.experiment in ZEROSHOT:
-            args.progress = not args.quiet
-            return reproduce(args)
-    if args.experiment.startswith("earlyexit-"):  # the early-exit paper's tables (earlyexit_tables.py)
-        from fedac.earlyexit_tables import EXPERIMENTS as EARLYEXIT, reproduce as reproduce_earlyexit
-
-        if args.experiment in EARLYEXIT:
-            return reproduce_earlyexit(args)
+    if args.experiment in OTHER_EXPERIMENTS:
+        module, function = OTHER_EXPERIMENTS[args.experiment].split(":")
+        args.progress = not args.quiet
+        return getattr(importlib.import_module(module), function)(args)
     out = Path(args.out or f"runs/reproduce-{args.experiment}")
     command = "fedac " + " ".join(shlex.quote(a) for a in args.argv)
     summary = run_experiment(args.experiment, args.seeds, out, args.overrides, args.datasets, args.rounds,
@@ -296,9 +296,9 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
 
 def add_reproduce_parser(sub) -> None:
-    p = sub.add_parser("reproduce", help="one of fedmlac.md's experiments (Tables 4-7, Figs. 2-3, alpha sweep) "
-                                         "or FedKWS-UI's (fedkws12, fedkws-alt, fedkws-mu, fedkws-lambda) or the robustness table or the zero-shot paper's (zeroshot-table3, zeroshot-table4)")
-    p.add_argument("experiment", help=f"one of: {', '.join({**EXPERIMENTS, **KWS_EXPERIMENTS})}, robustness, zeroshot-table3, zeroshot-table4")
+    p = sub.add_parser("reproduce", help="a paper's experiment: fedmlac.md's Tables 4-7, Figs. 2-3 and alpha sweep, "
+                                         "FedKWS-UI's, the zero-shot and early-exit papers' tables, the robustness table")
+    p.add_argument("experiment", help=f"one of: {', '.join([*EXPERIMENTS, *KWS_EXPERIMENTS, *OTHER_EXPERIMENTS])}")
     p.add_argument("--datasets", nargs="+", help=f"default {' '.join(STAND_INS)}; a real copy: --set data.root=DIR")
     p.add_argument("--methods", nargs="+", metavar="LABEL", help="only these of the experiment's methods (by label)")
     p.add_argument("--attacks", nargs="+", help="robustness: attack rows (default all kinds of attack.kind)")
