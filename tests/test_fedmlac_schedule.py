@@ -16,7 +16,7 @@ from fedac.cli import main
 from fedac.config import load_config
 from fedac.engine.evaluate import window_accuracy
 from fedac.engine.simulator import Simulator, sample_cohort
-from fedac.reproduce import EXPERIMENTS
+from fedac.reproduce import DATASETS, EXPERIMENTS
 from test_fedmlac import _client, _fedmlac_cfg, _task
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -98,6 +98,28 @@ def test_lpa_log_names_pruned_clients_with_their_sizes(gsc_root, tmp_path):
         assert all(len(p) == 2 * int(0.25 * len(cohort)) for p in row["pruned"].values())
     # the round's summary of LPA's bias is in metrics.csv
     assert "lpa_kept_data_share" in (tmp_path / "lpa" / "metrics.csv").read_text().splitlines()[0]
+
+
+def test_alpha_sweep_partitions_the_embedded_urban_stand_in():
+    """Every cell of `reproduce alpha` must find a Dirichlet split of the real stand-in (not a toy tree): with
+    the paper's 50 clients, alpha = 0.1 left some client empty in every draw and the sweep died at its first cell."""
+    import numpy as np
+
+    from fedac.data.partition import dirichlet_assign
+    from fedac.data.synth.urban import DEFAULT_RECORDINGS, _plan
+    from fedac.seeding import numpy_rng
+
+    # the embedded stand-in's training units: one per recording (group_by_source), folds 9 and 10 held out
+    train = [r for r in _plan(DEFAULT_RECORDINGS, 0) if r.fold not in (9, 10)]
+    labels, sizes = np.array([r.class_id for r in train]), np.array([len(r.slices()) for r in train])
+    assert (len(train), sizes.sum()) == (640, 1202)
+    cfg = load_config(None, DATASETS["urbansound8k"])
+    for _, settings in EXPERIMENTS["alpha"].variants:
+        alpha = load_config(None, DATASETS["urbansound8k"] + settings).data.alpha
+        for seed in (0, 1, 2):
+            owners = dirichlet_assign(labels, sizes, cfg.data.num_clients, alpha, cfg.data.min_client_size,
+                                      numpy_rng(seed, "partition", "dirichlet"))
+            assert len(owners) == 24 and min(sizes[o].sum() for o in owners) >= cfg.data.min_client_size
 
 
 @pytest.fixture(scope="module")
