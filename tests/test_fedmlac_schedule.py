@@ -151,6 +151,8 @@ def test_every_reproduce_command_runs_at_toy_size(name, gsc_root, us8k_tree, tmp
     assert all(f"| {m} |" in table for m in methods)
     assert "±" not in table.split("## ", 1)[1]  # one seed: the mean alone, no spread of zero
     assert (out / "figure.png").stat().st_size > 0
+    assert (out / "curves.png").exists() == experiment.curves  # paper-regime: accuracy per round
+    assert "## Wall time per run" in table
     for variant, settings in experiment.variants:
         run = next(r for r in rows if r["cell"].endswith(variant))
         saved = (out.joinpath(run["run_dir"].split(str(out) + "/")[1]) / "config.yaml").read_text()

@@ -42,6 +42,14 @@ DATASETS = {"speech_commands": [], "urbansound8k": ["data.alpha=0.5", "data.num_
             "iemocap": []}
 STAND_INS = ("speech_commands", "urbansound8k", "cremad", "iemocap")
 
+#: fedmlac.md Section 5.2's schedule as written (configs/paper.yaml): 5,000 rounds, 20% of all 240 stand-in
+#: speakers a round (about 1,000 visits per client), 1 local epoch, batch 16, lr 0.01, plain SGD. The fast
+#: path runs FedMLAC's rounds at about 1.1 s each on a quiet two-core host (benchmarks/bench_paper.py),
+#: so one method takes about two hours there; a killed run resumes from its last checkpoint.
+PAPER_REGIME = ["train.rounds=5000", "train.fraction=0.2", "train.local_epochs=1", "train.batch_size=16",
+                "train.lr=0.01", "train.momentum=0.0", "data.max_clients=null", "train.eval_every=100",
+                "train.checkpoint_every=100", "train.test_curve=true"]
+
 # Homogeneous clients (Section 5.3): every model a CRNN-Base; FedMLAC's Plug-in a CRNN-Lite.
 HOMOGENEOUS = [
     "FedAvg=fedavg:model.name=crnn_base",
@@ -76,6 +84,8 @@ class Experiment:
     protocol: list[str] | None = None
     #: Result key -> table title; None: TABLES.
     tables: dict[str, str] | None = None
+    #: Also write curves.png: each run's validation (and test, with train.test_curve) accuracy per round.
+    curves: bool = False
 
 
 EXPERIMENTS: dict[str, Experiment] = {
@@ -91,6 +101,9 @@ EXPERIMENTS: dict[str, Experiment] = {
     "alpha": Experiment("Urban Sound Dirichlet alpha sweep", HOMOGENEOUS,
                         [(f"alpha {a}", [f"data.alpha={a}"]) for a in (0.1, 0.3, 0.5, 1.0)],
                         datasets=("urbansound8k",)),
+    "paper-regime": Experiment("One long run in the paper's regime: FedAvg against FedMLAC",
+                               [HOMOGENEOUS[0], HOMOGENEOUS[-1]], datasets=("speech_commands",),
+                               protocol=PAPER_REGIME, curves=True),
 }
 EXPERIMENTS["hetero"] = EXPERIMENTS["fig2"]
 
@@ -188,6 +201,8 @@ def run_experiment(name: str, seeds: list[int], out: Path, overrides: list[str],
         write_csv(out / "results.csv", summaries)
         (out / "table.md").write_text(markdown(experiment, summaries, seeds, command))
         plot(out / "figure.png", experiment, summaries, methods)
+        if experiment.curves:
+            plot_curves(out / "curves.png", experiment, summaries)
 
     for cell in cells(experiment, datasets):
         settings = (PROTOCOL if experiment.protocol is None else experiment.protocol) + cell.settings
@@ -246,7 +261,12 @@ def markdown(experiment: Experiment, summaries: dict[str, dict], seeds: list[int
             lines.append(f"| {method} | " + " | ".join(_cell_value(s["runs"][method], key, len(seeds))
                                                        for s in summaries.values()) + " |")
         lines.append("")
-    return "\n".join(lines)
+    lines += ["## Wall time per run (seconds, mean over finished seeds)", "",
+              "| Method | " + " | ".join(summaries) + " |", "|---" * (len(summaries) + 1) + "|"]
+    for method in methods:
+        walls = [[r["wall_seconds"] for r in s["runs"][method] if r.get("wall_seconds")] for s in summaries.values()]
+        lines.append(f"| {method} | " + " | ".join(f"{sum(w) / len(w):.0f}" if w else "pending" for w in walls) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def plot(path: Path, experiment: Experiment, summaries: dict[str, dict], methods: list[Method]) -> None:
@@ -269,6 +289,31 @@ def plot(path: Path, experiment: Experiment, summaries: dict[str, dict], methods
         ax.set_xticks(np.arange(len(cells_)) + 0.4 - width / 2, cells_, rotation=30, ha="right", fontsize=8)
         ax.set_title(title, fontsize=9), ax.set_ylabel("accuracy (%)"), ax.grid(axis="y", alpha=0.3)
     axes[0][0].legend(fontsize=7)
+    fig.suptitle(experiment.title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def plot_curves(path: Path, experiment: Experiment, summaries: dict[str, dict]) -> None:
+    """Accuracy per evaluated round of every finished run, read from its metrics.csv (one panel per cell)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, len(summaries), figsize=(6 * len(summaries), 4), squeeze=False)
+    for ax, (cell, summary) in zip(axes[0], summaries.items()):
+        for method, runs in summary["runs"].items():
+            for run in runs:
+                rows = [r for r in csv.DictReader(open(Path(run["run_dir"]) / "metrics.csv")) if r.get("val_accuracy")]
+                rounds = [int(r["round"]) for r in rows]
+                for column, style in (("val_accuracy", "--"), ("test_accuracy", "-")):
+                    if rows and rows[0].get(column):
+                        ax.plot(rounds, [100 * float(r[column]) for r in rows], style,
+                                label=f"{method} s{run['seed']} {column.split('_')[0]}")
+        ax.set_title(cell, fontsize=9), ax.set_xlabel("round"), ax.set_ylabel("shared model accuracy (%)")
+        ax.grid(alpha=0.3), ax.legend(fontsize=7)
     fig.suptitle(experiment.title)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
