@@ -68,6 +68,11 @@ class FeatureConfig:
     hop_ms: float = 10.0
     clip_seconds: float = 1.0
     """Model input length; shorter audio is zero-padded, longer audio windowed."""
+    style: str = "fedac"
+    """fedac: the settings above, natural-log mel, per-utterance mean/variance normalisation (CMVN). fedkws:
+    FedKWS-UI's official pipeline, which replaces sample_rate, win_ms, hop_ms, n_mels, n_mfcc and kind:
+    8 kHz audio, MFCC(n_mfcc 40, n_mels 40, n_fft = window = 240 (30 ms), hop 80 (10 ms), HTK mel 0-4 kHz),
+    power in dB floored 80 dB under each clip's peak, divided by 500, no CMVN (see data/features.py)."""
 
 
 @dataclass

@@ -69,6 +69,12 @@ def normalize(features: torch.Tensor) -> torch.Tensor:
     return ((x - mean) / (std + 1e-5)).contiguous()
 
 
+def model_input(features: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """What the models read: CMVN-normalised features, or FedKWS-UI's scaled MFCCs as they are
+    (`features.style=fedkws`: the official code applies no normalisation)."""
+    return features.float().contiguous() if cfg.features.style == "fedkws" else normalize(features)
+
+
 def _rows_by_clip(feats: FeatureSet, num_clips: int) -> list[torch.Tensor]:
     order = torch.argsort(feats.clip_index, stable=True)
     counts = torch.bincount(feats.clip_index, minlength=num_clips).tolist()
@@ -110,7 +116,7 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
         raise ConfigError(f"dataset {cfg.dataset} is a {manifest.kind} task, which needs an SSL encoder: "
                           f"--set model.name=w2v2_tiny (or w2v2_s, w2v2_m, w2v2_base); model.name={cfg.model.name} is a classifier")
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
-    x = normalize(feats.features)
+    x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     splits = partition(manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition)
     # One label per clip: training clips drawn through their client's transition matrix, every other
@@ -132,7 +138,7 @@ def build_eval_data(cfg: Config, progress: bool = True) -> FederatedData:
     full = load_manifest(cfg, progress)
     manifest = Manifest(full.name, full.root, full.classes, [c for c in full.clips if c.split in ("val", "test")])
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
-    x = normalize(feats.features)
+    x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     task = Task(int(x.shape[1]), manifest.num_classes, [])
     return FederatedData(task, manifest, [], _eval_split(x, rows_of, manifest, "val"), _eval_split(x, rows_of, manifest, "test"))
@@ -144,7 +150,7 @@ def build_device_client(cfg: Config, manifest: Manifest, name: str, progress: bo
     hold-out drawn by `holdout_split` over the clips in manifest order, training labels corrupted by
     the client's transition matrix when data.label_error > 0."""
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
-    x = normalize(feats.features)
+    x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     split = holdout_split(name, list(range(len(manifest.clips))), cfg.data.local_holdout, cfg.seed)
     labels = corrupt_training_labels(manifest, [split], cfg.data.label_error, cfg.seed).tolist()
