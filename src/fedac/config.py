@@ -31,7 +31,8 @@ class DataConfig:
     synth_speakers: int = 300
     """Speakers of the embedded synthetic Speech Commands (used only when root is None)."""
     partition: str | None = None
-    """natural (speaker/actor id), dirichlet (over labels) or iid; None: the dataset's protocol default."""
+    """natural (speaker/actor id), dirichlet (over labels), iid, or pooled (one client holding every training
+    clip, what `--algorithm central` trains on); None: the dataset's protocol default (pooled for central)."""
     num_clients: int = 50
     """Clients for dirichlet / iid partitions (natural: one per speaker)."""
     alpha: float = 0.5
@@ -274,6 +275,15 @@ class FedMMDConfig:
 
 
 @dataclass
+class CentralConfig:
+    warmup_epochs: int = 5
+    """`--algorithm central` (FedKWS-UI Table 2's trainer): rounds of linear learning-rate warm-up, lr (t+1)/W."""
+    decay_power: float = 2.0
+    """After warm-up lr (1 - (t - W) / (T - W))^p over the T = train.rounds rounds: 2 is the official code's
+    quadratic decay, 1 linear, 0 a constant lr."""
+
+
+@dataclass
 class AttackConfig:
     """Poisoned clients (fedac/attacks.py), applied by the runtimes over client data and uploads."""
 
@@ -404,6 +414,7 @@ class Config:
     fedkad: FedKADConfig = field(default_factory=FedKADConfig)
     fedkwsui: FedKWSUIConfig = field(default_factory=FedKWSUIConfig)
     fedmmd: FedMMDConfig = field(default_factory=FedMMDConfig)
+    central: CentralConfig = field(default_factory=CentralConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     dp: PrivacyConfig = field(default_factory=PrivacyConfig)
     zeroshot: ZeroShotConfig = field(default_factory=ZeroShotConfig)

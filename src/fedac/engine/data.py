@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from fedac.algorithms import algorithm_class
 from fedac.algorithms.base import ClientData, Task
 from fedac.config import Config
 from fedac.data.corrupt import corrupt_training_labels
@@ -106,6 +107,11 @@ def _client_data(x: torch.Tensor, rows_of: list[torch.Tensor], split: ClientSpli
     return ClientData(split.name, tx, ty, hx, hy)
 
 
+def default_partition(cfg: Config) -> str:
+    """The partition when data.partition is unset: pooled for centralised algorithms, else the dataset's."""
+    return "pooled" if getattr(algorithm_class(cfg.algorithm), "centralised", False) else dataset_spec(cfg.dataset).default_partition
+
+
 def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     if is_ssl_model(cfg.model.name):  # SSL encoders read waveforms, not MFCC windows
         from fedac.engine.waveform import build_waveform_data  # it imports this module
@@ -118,7 +124,7 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
     x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
-    splits = partition(manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition)
+    splits = partition(manifest, cfg.data, cfg.seed, default_partition(cfg))
     # One label per clip: training clips drawn through their client's transition matrix, every other
     # clip (local hold-outs included) keeps its true label.
     labels = corrupt_training_labels(manifest, splits, cfg.data.label_error, cfg.seed).tolist()
