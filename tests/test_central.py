@@ -104,3 +104,15 @@ def test_fedac_run_central_writes_a_run_directory(settings, tmp_path, capsys):
     rows = list(csv.DictReader(open(tmp_path / "run" / "metrics.csv")))
     assert [float(r["lr"]) for r in rows] == pytest.approx([0.1, 0.1])  # W = 1, then (1 - 0 / 1)^2
     assert (tmp_path / "run" / "config.yaml").is_file()
+
+
+def test_table2_reproduction_resolves_to_the_central_protocol():
+    from fedac.compare import parse_method
+    from fedac.reproduce import KWS_EXPERIMENTS
+
+    experiment = KWS_EXPERIMENTS["fedkws-central"]
+    method = parse_method(experiment.methods[0])
+    cfg = load_config(overrides=experiment.protocol + method.overrides, algorithm=method.algorithm)
+    assert (cfg.algorithm, cfg.train.rounds, cfg.train.batch_size, cfg.train.local_steps) == ("central", 50, 128, 0)
+    assert (cfg.central.warmup_epochs, cfg.central.decay_power, cfg.train.max_grad_norm) == (5, 2.0, 50)
+    assert cfg.features.style == "fedkws" and cfg.data.task == "12" and cfg.data.partition is None
