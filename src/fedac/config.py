@@ -74,6 +74,13 @@ class FeatureConfig:
     FedKWS-UI's official pipeline, which replaces sample_rate, win_ms, hop_ms, n_mels, n_mfcc and kind:
     8 kHz audio, MFCC(n_mfcc 40, n_mels 40, n_fft = window = 240 (30 ms), hop 80 (10 ms), HTK mel 0-4 kHz),
     power in dB floored 80 dB under each clip's peak, divided by 500, no CMVN (see data/features.py)."""
+    augment: bool = False
+    """FedKWS-UI's training augmentation, drawn afresh for every batch (data/augment.py): +-100 ms time
+    shift, background noise (p 0.8, volume U(0, 0.1)) and SpecAugment (one mask of <= 5 coefficients, one
+    of <= 10 frames). Keeps training waveforms in memory and trains one client after another."""
+    test_augment: bool = False
+    """The same shift and noise on validation and test clips, fixed per (seed, clip) (the official code
+    augments its test set); the clean test set is reported beside it as clean_* results."""
 
 
 @dataclass

@@ -33,9 +33,11 @@ from tqdm import tqdm
 
 from fedac.config import FeatureConfig
 from fedac.data.audio import fit_length, load_audio
+from fedac.data.augment import noise_bank, shift_and_noise
 from fedac.data.corrupt import add_white_noise
 from fedac.data.manifest import Manifest
 from fedac.errors import ConfigError
+from fedac.seeding import torch_generator
 
 CACHE_VERSION = 1
 
@@ -132,8 +134,12 @@ def cache_root(cache_dir: str | None) -> Path:
 def _fingerprint(manifest: Manifest, cfg: FeatureConfig, snr_db: float, noise_seed: int) -> str:
     digest = hashlib.sha256()
     settings = asdict(cfg)
-    if cfg.style == "fedac":  # the key of caches written before `style` existed
-        settings.pop("style")
+    settings.pop("augment")  # training augmentation happens per batch, never in the cache
+    for key, default in (("style", "fedac"), ("test_augment", False)):  # the keys of caches written before them
+        if settings[key] == default:
+            settings.pop(key)
+    if cfg.test_augment:
+        settings["test_augment_seed"] = noise_seed
     head = {"v": CACHE_VERSION, "name": manifest.name, "root": str(Path(manifest.root).resolve()),
             "features": settings, "snr_db": snr_db, "noise_seed": noise_seed if snr_db < 100 else None}
     digest.update(json.dumps(head, sort_keys=True).encode())
@@ -152,7 +158,19 @@ def _clip_windows(manifest: Manifest, index: int, cfg: FeatureConfig, snr_db: fl
         audio = add_white_noise(audio, snr_db, noise_seed, f"{clip.path}@{clip.offset}")
     if audio_hook is not None:  # e.g. attacks.py's backdoor trigger, mixed in before windowing
         audio = audio_hook(audio, index)
-    return fit_length(audio, int(round(cfg.clip_seconds * cfg.sample_rate)))
+    windows = fit_length(audio, int(round(cfg.clip_seconds * cfg.sample_rate)))
+    if cfg.test_augment and clip.split in ("val", "test"):  # fixed per (seed, clip): the same noisy test set every time
+        gen = torch_generator(noise_seed, "test-augment", clip.path, clip.offset)
+        noise = noise_bank(manifest.root, cfg.sample_rate)
+        windows = [shift_and_noise(torch.from_numpy(w)[None], noise, cfg.sample_rate, gen)[0].numpy() for w in windows]
+    return windows
+
+
+def clip_waveforms(manifest: Manifest, index: int, cfg: FeatureConfig, snr_db: float = 100.0,
+                   noise_seed: int = 0) -> list[np.ndarray]:
+    """The model-input windows of one clip as waveforms at the style's sample rate (what the cache's
+    features are computed from), for features.augment's per-batch features."""
+    return _clip_windows(manifest, index, resolve_features(cfg), snr_db, noise_seed)
 
 
 def compute_features(

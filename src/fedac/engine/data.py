@@ -7,15 +7,17 @@ client, so rounds never touch the disk, build DataLoaders or copy models.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import numpy as np
 import torch
 
 from fedac.algorithms import algorithm_class
 from fedac.algorithms.base import ClientData, Task
 from fedac.config import Config
 from fedac.data.corrupt import corrupt_training_labels
-from fedac.data.features import FeatureSet, load_features
+from fedac.data.augment import AugmentedWindows, noise_bank
+from fedac.data.features import FeatureExtractor, FeatureSet, clip_waveforms, load_features, resolve_features
 from fedac.data.manifest import Manifest
 from fedac.data.partition import ClientSplit, holdout_split, partition
 from fedac.data.registry import dataset_spec, load_manifest
@@ -134,8 +136,27 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
         log.warning("%d clients hold no training windows and are skipped when sampled: %s", len(empty), empty[:5])
     task = Task(int(x.shape[1]), manifest.num_classes, [c.name for c in clients],
                 [torch.bincount(c.y, minlength=manifest.num_classes).tolist() for c in clients])
+    if cfg.features.augment:
+        clients = [_augmented(c, split, manifest, cfg) for c, split in zip(clients, splits)]
+    extra = {}
+    if cfg.features.test_augment:  # the clean test set beside the augmented one (clean_* results)
+        clean = load_features(manifest, replace(cfg.features, test_augment=False), cfg.data.cache_dir,
+                              cfg.data.snr_db, cfg.seed, progress)
+        extra["clean"] = _eval_split(model_input(clean.features, cfg), _rows_by_clip(clean, len(manifest.clips)),
+                                     manifest, "test")
     return FederatedData(task, manifest, clients, _eval_split(x, rows_of, manifest, "val"),
-                         _eval_split(x, rows_of, manifest, "test"))
+                         _eval_split(x, rows_of, manifest, "test"), extra)
+
+
+def _augmented(client: ClientData, split: ClientSplit, manifest: Manifest, cfg: Config) -> ClientData:
+    """`features.augment`: the client's training windows as waveforms, augmented afresh at every batch."""
+    if not split.train:
+        return client
+    fcfg = resolve_features(cfg.features)
+    waves = [w for i in split.train for w in clip_waveforms(manifest, i, fcfg, cfg.data.snr_db, cfg.seed)]
+    x = AugmentedWindows(torch.from_numpy(np.stack(waves)), FeatureExtractor(fcfg), lambda f: model_input(f, cfg),
+                         noise_bank(manifest.root, fcfg.sample_rate))
+    return replace(client, x=x)
 
 
 def build_eval_data(cfg: Config, progress: bool = True) -> FederatedData:
