@@ -13,7 +13,7 @@ from fedac.config import load_config
 from fedac.data.augment import AugmentedWindows, noise_bank, shift_and_noise, spec_augment
 from fedac.engine.data import build_federated_data
 from fedac.engine.simulator import Simulator
-from fedac.errors import DatasetError
+from fedac.errors import ConfigError, DatasetError
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 RATE = 8000
@@ -122,3 +122,8 @@ def test_test_time_augmentation_is_fixed_and_the_clean_test_is_reported(settings
     assert not torch.equal(other.test.x, noisy.test.x)  # a new seed, a new fixed draw
     results = Simulator(cfg, tmp_path / "run", noisy, progress=False).run()
     assert 0 <= results["final"]["clean_accuracy"] <= 1 and 0 <= results["final"]["accuracy"] <= 1
+
+
+def test_an_algorithm_without_batches_refuses_augmentation(settings):
+    with pytest.raises(ConfigError, match="algorithm fedkad does not train on; set features.augment=false"):
+        build_federated_data(config(settings, algorithm="fedkad"), progress=False)

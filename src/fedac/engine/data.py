@@ -137,6 +137,9 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     task = Task(int(x.shape[1]), manifest.num_classes, [c.name for c in clients],
                 [torch.bincount(c.y, minlength=manifest.num_classes).tolist() for c in clients])
     if cfg.features.augment:
+        if not getattr(algorithm_class(cfg.algorithm), "augmentable", True):
+            raise ConfigError(f"features.augment draws new windows for every training batch, which algorithm "
+                              f"{cfg.algorithm} does not train on; set features.augment=false")
         clients = [_augmented(c, split, manifest, cfg) for c, split in zip(clients, splits)]
     extra = {}
     if cfg.features.test_augment:  # the clean test set beside the augmented one (clean_* results)
