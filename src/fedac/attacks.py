@@ -37,11 +37,11 @@ import torch
 from fedac.algorithms.base import ClientData, Params
 from fedac.config import Config
 from fedac.data.corrupt import corrupt_training_labels
-from fedac.data.features import compute_features
+from fedac.data.features import compute_features, resolve_features
 from fedac.data.manifest import Manifest
 from fedac.data.partition import partition
 from fedac.data.registry import dataset_spec
-from fedac.engine.data import EvalSplit, FederatedData, normalize
+from fedac.engine.data import EvalSplit, FederatedData, model_input
 from fedac.engine.evaluate import evaluate
 from fedac.errors import ConfigError
 from fedac.seeding import numpy_rng, torch_generator
@@ -138,12 +138,12 @@ class Attack:
         """Normalised windows of `clips` (triggered where their position is in `poisoned`) and each
         window's position in `clips`, through the same feature pipeline as clean data."""
         cfg, a = self.cfg, self.cfg.attack
-        trigger = trigger_signal(a.trigger, cfg.features.sample_rate, a.trigger_seconds, a.trigger_hz)
+        trigger = trigger_signal(a.trigger, resolve_features(cfg.features).sample_rate, a.trigger_seconds, a.trigger_hz)
         sub = Manifest(manifest.name, manifest.root, manifest.classes, [manifest.clips[c] for c in clips])
         feats = compute_features(sub, cfg.features, cfg.data.snr_db, cfg.seed, progress=False,
                                  audio_hook=lambda audio, i: add_trigger(audio, trigger, a.trigger_amplitude)
                                  if i in poisoned else audio)
-        return normalize(feats.features), feats.clip_index
+        return model_input(feats.features, cfg), feats.clip_index
 
     def _backdoor(self, data: FederatedData) -> FederatedData:
         cfg, target = self.cfg, self.cfg.attack.target

@@ -116,6 +116,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"  class entropy per client (bits, max {np.log2(manifest.num_classes):.2f}): min {e[0]:.2f}, median {e[1]:.2f}, max {e[2]:.2f}")
     print("  label distribution: " + ", ".join(f"{name} {n}" for name, n in zip(manifest.classes, labels)))
     _print_alt_statistics(cfg, manifest, clients)
+    from fedac.kws_stats import report as kws_report
+
+    kws_report(cfg, manifest, clients, args.scatter)
     return 0
 
 
@@ -205,6 +208,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--config")
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
         p.add_argument("--quiet", action="store_true")
+        if verb == "stats":
+            p.add_argument("--scatter", metavar="PNG", help="also write FedKWS-UI's Fig. 1 scatter (n_k against "
+                           "class entropy per client, coloured by r0 * rbar_k) to this file")
         p.set_defaults(func=func)
     split = data_sub.add_parser("split-devices", help="one folder per client as the run's partition cuts it "
                                 "(<client>/<label>/<file>.wav + labels.csv), for Flower device nodes")

@@ -31,7 +31,8 @@ class DataConfig:
     synth_speakers: int = 300
     """Speakers of the embedded synthetic Speech Commands (used only when root is None)."""
     partition: str | None = None
-    """natural (speaker/actor id), dirichlet (over labels) or iid; None: the dataset's protocol default."""
+    """natural (speaker/actor id), dirichlet (over labels), iid, or pooled (one client holding every training
+    clip, what `--algorithm central` trains on); None: the dataset's protocol default (pooled for central)."""
     num_clients: int = 50
     """Clients for dirichlet / iid partitions (natural: one per speaker)."""
     alpha: float = 0.5
@@ -68,6 +69,18 @@ class FeatureConfig:
     hop_ms: float = 10.0
     clip_seconds: float = 1.0
     """Model input length; shorter audio is zero-padded, longer audio windowed."""
+    style: str = "fedac"
+    """fedac: the settings above, natural-log mel, per-utterance mean/variance normalisation (CMVN). fedkws:
+    FedKWS-UI's official pipeline, which replaces sample_rate, win_ms, hop_ms, n_mels, n_mfcc and kind:
+    8 kHz audio, MFCC(n_mfcc 40, n_mels 40, n_fft = window = 240 (30 ms), hop 80 (10 ms), HTK mel 0-4 kHz),
+    power in dB floored 80 dB under each clip's peak, divided by 500, no CMVN (see data/features.py)."""
+    augment: bool = False
+    """FedKWS-UI's training augmentation, drawn afresh for every batch (data/augment.py): +-100 ms time
+    shift, background noise (p 0.8, volume U(0, 0.1)) and SpecAugment (one mask of <= 5 coefficients, one
+    of <= 10 frames). Keeps training waveforms in memory and trains one client after another."""
+    test_augment: bool = False
+    """The same shift and noise on validation and test clips, fixed per (seed, clip) (the official code
+    augments its test set); the clean test set is reported beside it as clean_* results."""
 
 
 @dataclass
@@ -269,6 +282,15 @@ class FedMMDConfig:
 
 
 @dataclass
+class CentralConfig:
+    warmup_epochs: int = 5
+    """`--algorithm central` (FedKWS-UI Table 2's trainer): rounds of linear learning-rate warm-up, lr (t+1)/W."""
+    decay_power: float = 2.0
+    """After warm-up lr (1 - (t - W) / (T - W))^p over the T = train.rounds rounds: 2 is the official code's
+    quadratic decay, 1 linear, 0 a constant lr."""
+
+
+@dataclass
 class AttackConfig:
     """Poisoned clients (fedac/attacks.py), applied by the runtimes over client data and uploads."""
 
@@ -399,6 +421,7 @@ class Config:
     fedkad: FedKADConfig = field(default_factory=FedKADConfig)
     fedkwsui: FedKWSUIConfig = field(default_factory=FedKWSUIConfig)
     fedmmd: FedMMDConfig = field(default_factory=FedMMDConfig)
+    central: CentralConfig = field(default_factory=CentralConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     dp: PrivacyConfig = field(default_factory=PrivacyConfig)
     zeroshot: ZeroShotConfig = field(default_factory=ZeroShotConfig)

@@ -21,6 +21,7 @@ ALGORITHMS: dict[str, str] = {
     "fedmmd": "fedac.algorithms.fedmmd:FedMMD",
     "zeroshot": "fedac.algorithms.zeroshot:ZeroShotFL",
     "earlyexit": "fedac.algorithms.earlyexit:EarlyExitFL",
+    "central": "fedac.algorithms.central:Central",
 }
 
 

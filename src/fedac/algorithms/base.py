@@ -163,6 +163,7 @@ class Algorithm(ABC):
         a patch that replaces client_update alone sends the engine back to the sequential path."""
         target = getattr(type(self).cohort_update, "reproduces", None)
         stackable = self.cfg.train.optimizer == "sgd" and not self.cfg.train.max_grad_norm  # StackedSGD, no clipping
+        stackable = stackable and not self.cfg.features.augment  # per-batch augmentation: ClientData.x is no tensor
         return target is not None and getattr(self.client_update, "__func__", None) is target and stackable
 
     @abstractmethod

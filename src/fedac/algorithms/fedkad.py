@@ -60,6 +60,8 @@ def aggregate_prototypes(uploads: list[tuple[dict[str, torch.Tensor], int]], pre
 class FedKAD(Algorithm):
     name = "fedkad"
     personalized = True
+    #: Its prototypes embed all of a client's windows at once, so features.augment's per-batch windows do not fit.
+    augmentable = False
 
     def __init__(self, cfg, task):
         super().__init__(cfg, task)

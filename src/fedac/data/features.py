@@ -7,6 +7,13 @@ settings and the noise setting, so a second run reads the cache and a changed fi
 torchaudio has no CPU build on our target machines and librosa would add numba/llvmlite for one
 filterbank, so the HTK mel filterbank is written here (tested against its defining properties);
 the DCT-II basis comes from scipy.
+
+`features.style=fedkws` is FedKWS-UI's official pipeline (torchaudio's MFCC with the code's arguments,
+re-derived here): audio at 8 kHz, n_fft = window = 240 with hop 80 (101 frames a second), HTK mel
+filters over 0-4 kHz, power -> 10 log10(max(p, 1e-10)) floored at the clip's peak - 80 dB (torchaudio's
+AmplitudeToDB(top_db=80), one clip at a time), orthonormal DCT-II to 40 coefficients, then / 500 and no
+CMVN (engine/data.py's `model_input`). Resampling uses scipy's polyphase filter, not torchaudio's sinc
+interpolation, so the features match the code's to the resampler's difference, not bit for bit.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import json
 import math
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -26,8 +33,11 @@ from tqdm import tqdm
 
 from fedac.config import FeatureConfig
 from fedac.data.audio import fit_length, load_audio
+from fedac.data.augment import noise_bank, shift_and_noise
 from fedac.data.corrupt import add_white_noise
 from fedac.data.manifest import Manifest
+from fedac.errors import ConfigError
+from fedac.seeding import torch_generator
 
 CACHE_VERSION = 1
 
@@ -51,18 +61,34 @@ def mel_filterbank(n_mels: int, n_fft: int, sample_rate: int, f_min: float = 20.
     return np.clip(np.minimum(rising, falling), 0.0, None).astype(np.float32)
 
 
+#: FedKWS-UI's feature constants (preprocess.py of the official code): dB floor under the peak, divisor.
+FEDKWS_TOP_DB, FEDKWS_SCALE = 80.0, 500.0
+
+
+def resolve_features(cfg: FeatureConfig) -> FeatureConfig:
+    """The settings a style actually uses: `fedkws` fixes 8 kHz, 30 / 10 ms, 40 mels, 40 MFCCs."""
+    if cfg.style == "fedac":
+        return cfg
+    if cfg.style != "fedkws":
+        raise ConfigError(f"features.style must be fedac or fedkws, got {cfg.style!r}")
+    return replace(cfg, kind="mfcc", sample_rate=8000, win_ms=30.0, hop_ms=10.0, n_mels=40, n_mfcc=40)
+
+
 class FeatureExtractor:
     """Batched STFT -> mel -> log (-> DCT) on torch tensors of equal-length waveforms."""
 
     def __init__(self, cfg: FeatureConfig):
+        cfg = resolve_features(cfg)
         if cfg.kind not in ("mfcc", "logmel"):
             raise ValueError(f"features.kind must be 'mfcc' or 'logmel', got {cfg.kind!r}")
         self.cfg = cfg
+        self.fedkws = cfg.style == "fedkws"
         self.win_length = int(round(cfg.sample_rate * cfg.win_ms / 1000))
         self.hop_length = int(round(cfg.sample_rate * cfg.hop_ms / 1000))
-        self.n_fft = 2 ** math.ceil(math.log2(self.win_length))
+        # fedkws: torchaudio's n_fft = window (240); fedac pads the window to a power of two
+        self.n_fft = self.win_length if self.fedkws else 2 ** math.ceil(math.log2(self.win_length))
         self.window = torch.hann_window(self.win_length)
-        self.mel = torch.from_numpy(mel_filterbank(cfg.n_mels, self.n_fft, cfg.sample_rate))
+        self.mel = torch.from_numpy(mel_filterbank(cfg.n_mels, self.n_fft, cfg.sample_rate, 0.0 if self.fedkws else 20.0))
         self.dct = None
         if cfg.kind == "mfcc":
             if cfg.n_mfcc > cfg.n_mels:
@@ -81,6 +107,10 @@ class FeatureExtractor:
             center=True, return_complex=True,
         )
         power = spec.real.square() + spec.imag.square()
+        if self.fedkws:
+            db = 10.0 * torch.log10(torch.clamp(torch.matmul(self.mel, power), min=1e-10))
+            db = torch.maximum(db, db.amax(dim=(1, 2), keepdim=True) - FEDKWS_TOP_DB)
+            return torch.matmul(self.dct, db) / FEDKWS_SCALE
         logmel = torch.log(torch.matmul(self.mel, power) + 1e-6)
         return logmel if self.dct is None else torch.matmul(self.dct, logmel)
 
@@ -103,8 +133,15 @@ def cache_root(cache_dir: str | None) -> Path:
 
 def _fingerprint(manifest: Manifest, cfg: FeatureConfig, snr_db: float, noise_seed: int) -> str:
     digest = hashlib.sha256()
+    settings = asdict(cfg)
+    settings.pop("augment")  # training augmentation happens per batch, never in the cache
+    for key, default in (("style", "fedac"), ("test_augment", False)):  # the keys of caches written before them
+        if settings[key] == default:
+            settings.pop(key)
+    if cfg.test_augment:
+        settings["test_augment_seed"] = noise_seed
     head = {"v": CACHE_VERSION, "name": manifest.name, "root": str(Path(manifest.root).resolve()),
-            "features": asdict(cfg), "snr_db": snr_db, "noise_seed": noise_seed if snr_db < 100 else None}
+            "features": settings, "snr_db": snr_db, "noise_seed": noise_seed if snr_db < 100 else None}
     digest.update(json.dumps(head, sort_keys=True).encode())
     for clip in manifest.clips:
         stat = os.stat(clip.path)
@@ -121,7 +158,19 @@ def _clip_windows(manifest: Manifest, index: int, cfg: FeatureConfig, snr_db: fl
         audio = add_white_noise(audio, snr_db, noise_seed, f"{clip.path}@{clip.offset}")
     if audio_hook is not None:  # e.g. attacks.py's backdoor trigger, mixed in before windowing
         audio = audio_hook(audio, index)
-    return fit_length(audio, int(round(cfg.clip_seconds * cfg.sample_rate)))
+    windows = fit_length(audio, int(round(cfg.clip_seconds * cfg.sample_rate)))
+    if cfg.test_augment and clip.split in ("val", "test"):  # fixed per (seed, clip): the same noisy test set every time
+        gen = torch_generator(noise_seed, "test-augment", clip.path, clip.offset)
+        noise = noise_bank(manifest.root, cfg.sample_rate)
+        windows = [shift_and_noise(torch.from_numpy(w)[None], noise, cfg.sample_rate, gen)[0].numpy() for w in windows]
+    return windows
+
+
+def clip_waveforms(manifest: Manifest, index: int, cfg: FeatureConfig, snr_db: float = 100.0,
+                   noise_seed: int = 0) -> list[np.ndarray]:
+    """The model-input windows of one clip as waveforms at the style's sample rate (what the cache's
+    features are computed from), for features.augment's per-batch features."""
+    return _clip_windows(manifest, index, resolve_features(cfg), snr_db, noise_seed)
 
 
 def compute_features(
@@ -136,6 +185,7 @@ def compute_features(
     """Features for every clip of `manifest` (no cache). Audio decoding runs on a small thread pool.
     `audio_hook(audio, clip_index)`, when given, transforms each clip's audio before windowing."""
     extractor = FeatureExtractor(cfg)
+    cfg = extractor.cfg  # the style's settings (sample rate of the decoded audio)
     chunks, owners = [], []
     indices = range(len(manifest.clips))
     bar = tqdm(total=len(manifest.clips), desc=f"features {manifest.name}", unit="clip", disable=not progress)

@@ -105,8 +105,10 @@ def partition(manifest: Manifest, cfg: DataConfig, seed: int, default_scheme: st
                 raise ConfigError(f"data.num_clients={cfg.num_clients} exceeds the {len(units)} training clips")
             owners = [part.tolist() for part in np.array_split(rng.permutation(len(units)), cfg.num_clients)]
         groups = [(f"client{k:03d}", sorted(i for u in owned for i in units[u])) for k, owned in enumerate(owners)]
+    elif scheme == "pooled":  # one client holding every training clip: centralised training (--algorithm central)
+        groups = [("pooled", list(train))]
     else:
-        raise ConfigError(f"unknown data.partition '{scheme}'; use natural, dirichlet or iid")
+        raise ConfigError(f"unknown data.partition '{scheme}'; use natural, dirichlet, iid or pooled")
 
     if cfg.max_clients is not None and cfg.max_clients < len(groups):
         keep = sorted(numpy_rng(seed, "max-clients").choice(len(groups), cfg.max_clients, replace=False))

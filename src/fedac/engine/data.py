@@ -7,14 +7,17 @@ client, so rounds never touch the disk, build DataLoaders or copy models.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+import numpy as np
 import torch
 
+from fedac.algorithms import algorithm_class
 from fedac.algorithms.base import ClientData, Task
 from fedac.config import Config
 from fedac.data.corrupt import corrupt_training_labels
-from fedac.data.features import FeatureSet, load_features
+from fedac.data.augment import AugmentedWindows, noise_bank
+from fedac.data.features import FeatureExtractor, FeatureSet, clip_waveforms, load_features, resolve_features
 from fedac.data.manifest import Manifest
 from fedac.data.partition import ClientSplit, holdout_split, partition
 from fedac.data.registry import dataset_spec, load_manifest
@@ -69,6 +72,12 @@ def normalize(features: torch.Tensor) -> torch.Tensor:
     return ((x - mean) / (std + 1e-5)).contiguous()
 
 
+def model_input(features: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """What the models read: CMVN-normalised features, or FedKWS-UI's scaled MFCCs as they are
+    (`features.style=fedkws`: the official code applies no normalisation)."""
+    return features.float().contiguous() if cfg.features.style == "fedkws" else normalize(features)
+
+
 def _rows_by_clip(feats: FeatureSet, num_clips: int) -> list[torch.Tensor]:
     order = torch.argsort(feats.clip_index, stable=True)
     counts = torch.bincount(feats.clip_index, minlength=num_clips).tolist()
@@ -100,6 +109,11 @@ def _client_data(x: torch.Tensor, rows_of: list[torch.Tensor], split: ClientSpli
     return ClientData(split.name, tx, ty, hx, hy)
 
 
+def default_partition(cfg: Config) -> str:
+    """The partition when data.partition is unset: pooled for centralised algorithms, else the dataset's."""
+    return "pooled" if getattr(algorithm_class(cfg.algorithm), "centralised", False) else dataset_spec(cfg.dataset).default_partition
+
+
 def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     if is_ssl_model(cfg.model.name):  # SSL encoders read waveforms, not MFCC windows
         from fedac.engine.waveform import build_waveform_data  # it imports this module
@@ -110,9 +124,9 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
         raise ConfigError(f"dataset {cfg.dataset} is a {manifest.kind} task, which needs an SSL encoder: "
                           f"--set model.name=w2v2_tiny (or w2v2_s, w2v2_m, w2v2_base); model.name={cfg.model.name} is a classifier")
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
-    x = normalize(feats.features)
+    x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
-    splits = partition(manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition)
+    splits = partition(manifest, cfg.data, cfg.seed, default_partition(cfg))
     # One label per clip: training clips drawn through their client's transition matrix, every other
     # clip (local hold-outs included) keeps its true label.
     labels = corrupt_training_labels(manifest, splits, cfg.data.label_error, cfg.seed).tolist()
@@ -122,8 +136,30 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
         log.warning("%d clients hold no training windows and are skipped when sampled: %s", len(empty), empty[:5])
     task = Task(int(x.shape[1]), manifest.num_classes, [c.name for c in clients],
                 [torch.bincount(c.y, minlength=manifest.num_classes).tolist() for c in clients])
+    if cfg.features.augment:
+        if not getattr(algorithm_class(cfg.algorithm), "augmentable", True):
+            raise ConfigError(f"features.augment draws new windows for every training batch, which algorithm "
+                              f"{cfg.algorithm} does not train on; set features.augment=false")
+        clients = [_augmented(c, split, manifest, cfg) for c, split in zip(clients, splits)]
+    extra = {}
+    if cfg.features.test_augment:  # the clean test set beside the augmented one (clean_* results)
+        clean = load_features(manifest, replace(cfg.features, test_augment=False), cfg.data.cache_dir,
+                              cfg.data.snr_db, cfg.seed, progress)
+        extra["clean"] = _eval_split(model_input(clean.features, cfg), _rows_by_clip(clean, len(manifest.clips)),
+                                     manifest, "test")
     return FederatedData(task, manifest, clients, _eval_split(x, rows_of, manifest, "val"),
-                         _eval_split(x, rows_of, manifest, "test"))
+                         _eval_split(x, rows_of, manifest, "test"), extra)
+
+
+def _augmented(client: ClientData, split: ClientSplit, manifest: Manifest, cfg: Config) -> ClientData:
+    """`features.augment`: the client's training windows as waveforms, augmented afresh at every batch."""
+    if not split.train:
+        return client
+    fcfg = resolve_features(cfg.features)
+    waves = [w for i in split.train for w in clip_waveforms(manifest, i, fcfg, cfg.data.snr_db, cfg.seed)]
+    x = AugmentedWindows(torch.from_numpy(np.stack(waves)), FeatureExtractor(fcfg), lambda f: model_input(f, cfg),
+                         noise_bank(manifest.root, fcfg.sample_rate))
+    return replace(client, x=x)
 
 
 def build_eval_data(cfg: Config, progress: bool = True) -> FederatedData:
@@ -132,7 +168,7 @@ def build_eval_data(cfg: Config, progress: bool = True) -> FederatedData:
     full = load_manifest(cfg, progress)
     manifest = Manifest(full.name, full.root, full.classes, [c for c in full.clips if c.split in ("val", "test")])
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
-    x = normalize(feats.features)
+    x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     task = Task(int(x.shape[1]), manifest.num_classes, [])
     return FederatedData(task, manifest, [], _eval_split(x, rows_of, manifest, "val"), _eval_split(x, rows_of, manifest, "test"))
@@ -144,7 +180,7 @@ def build_device_client(cfg: Config, manifest: Manifest, name: str, progress: bo
     hold-out drawn by `holdout_split` over the clips in manifest order, training labels corrupted by
     the client's transition matrix when data.label_error > 0."""
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
-    x = normalize(feats.features)
+    x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     split = holdout_split(name, list(range(len(manifest.clips))), cfg.data.local_holdout, cfg.seed)
     labels = corrupt_training_labels(manifest, [split], cfg.data.label_error, cfg.seed).tolist()
