@@ -116,3 +116,39 @@ def test_emotion_recognition_on_ssl_encoders_from_the_cli(cremad_root, tmp_path,
     assert results["num_classes"] == 4 and 0 <= results["final"]["accuracy"] <= 1
     assert np.isfinite(results["history"][0]["train_loss"])
     assert set(loaded) == ({FOLDER} if model in SHIPPED else set())  # w2v2_s starts from the shipped encoder
+
+
+# --------------------------------------------------------------------------- Flower
+
+
+@pytest.mark.slow
+def test_in_process_flower_run_of_an_ssl_model_equals_the_simulator(tmp_path, monkeypatch):
+    """FedAvg on w2v2_tiny through the ServerApp and two ClientApps in one process (flower_helpers.LocalGrid)
+    ends with the simulator's global model and test accuracy."""
+    from flower_helpers import LocalGrid, use_task_identity
+    from gsc_fixture import make_gsc_tree
+
+    from fedac.engine.simulator import Simulator
+    from fedac.flower import clientapp, serverapp
+    from fedac.flower.settings import deployment_settings, fedac_config
+
+    use_task_identity(monkeypatch)
+    root = make_gsc_tree(tmp_path / "gsc", speakers=4, clips=1)
+    settings = {"data.root": root, "data.cache_dir": tmp_path / "cache", "data.partition": "iid", "data.num_clients": 2,
+                "model.name": "w2v2_tiny", "train.local_epochs": 1, "train.batch_size": 8, "train.threads": 1,
+                "train.optimizer": "adamw", "train.eval_every": 1}
+    config = {"algorithm": "fedavg", "rounds": 2, "fraction": 1.0, "seed": 3, "lr": 0.001, "strategy": "fedac",
+              "fedac-set": ";".join(f"{k}={v}" for k, v in settings.items()), "run-dir": str(tmp_path / "run"),
+              "min-nodes": 2, "round-timeout": 120.0, "node-wait": 60.0, "poll-interval": 0.01}
+    grid = LocalGrid(clientapp.app, {100 + k: {"partition-id": k, "num-partitions": 2} for k in range(2)}, config)
+    cfg = fedac_config(config)
+    cfg.out = str(tmp_path / "run")
+    (tmp_path / "run").mkdir()
+    results = serverapp.run_deployment(grid, cfg, deployment_settings(config), tmp_path / "run")
+    sim = Simulator(fedac_config(config), tmp_path / "sim", progress=False)
+    expected = sim.run()
+    flower_params = torch.load(tmp_path / "run" / "server_state.pt")["params"]
+    assert set(flower_params) == set(sim.state["server"]["params"])
+    for name, value in sim.state["server"]["params"].items():
+        torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-5, msg=name)
+    assert results["final"]["accuracy"] == pytest.approx(expected["final"]["accuracy"], abs=1e-6)
