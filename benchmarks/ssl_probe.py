@@ -9,6 +9,9 @@ accuracy is measured on the validation and test splits (unseen speakers). Centra
 representation, not a federated run.
 
     python benchmarks/ssl_probe.py --encoder DIR --model w2v2_tiny --out docs/results/ssl-probe/probe.json
+    python benchmarks/ssl_probe.py --model w2v2_s --out docs/results/ssl-probe-w2v2_s/probe.json   # the shipped encoder
+
+`--only pretrained|random` probes one of the two (each half takes minutes; run them as two commands).
 """
 
 from __future__ import annotations
@@ -42,18 +45,24 @@ def main() -> None:
 
     from fedac.config import load_config
     from fedac.data.registry import load_manifest
+    from fedac.models.ssl import RANDOM_INIT, resolve_encoder_path
 
     parser = argparse.ArgumentParser()
-    parser.add_argument("--encoder", required=True, help="a `fedac pretrain` output folder")
+    parser.add_argument("--encoder", help="a `fedac pretrain` output folder (default: the encoder fedac ships for --model)")
     parser.add_argument("--model", default="w2v2_tiny")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--only", choices=("pretrained", "random"), help="probe only this encoder")
     parser.add_argument("--max-train", type=int, default=2000, help="training clips (a seeded subset); val and test are whole")
     args = parser.parse_args()
     torch.set_num_threads(1)
     results = {"command": "python benchmarks/ssl_probe.py " + " ".join(sys.argv[1:]), "encoders": {}}
-    for name, path in (("pretrained", args.encoder), ("random", None)):
+    for name, path in (("pretrained", args.encoder), ("random", RANDOM_INIT)):
+        if args.only not in (None, name):
+            continue
         start = time.perf_counter()
         cfg = load_config(overrides=[f"model.name={args.model}", f"model.encoder_path={path}" if path else "model.encoder_path=null"])
+        if path is None and resolve_encoder_path(args.model, None) is None:
+            parser.error(f"fedac ships no pretrained {args.model}: pass --encoder DIR")
         manifest = load_manifest(cfg)
         split = {s: [manifest.clips[i] for i in manifest.split_indices(s)] for s in ("train", "val", "test")}
         keep = np.random.default_rng(0).permutation(len(split["train"]))[: args.max_train]
@@ -62,7 +71,7 @@ def main() -> None:
         labels = {s: np.array([c.label for c in clips]) for s, clips in split.items()}
         probe = make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000)).fit(feats["train"], labels["train"])
         results["encoders"][name] = {
-            "encoder_path": path, "val_accuracy": float(probe.score(feats["val"], labels["val"])),
+            "encoder_path": path or f"shipped ({args.model})", "val_accuracy": float(probe.score(feats["val"], labels["val"])),
             "test_accuracy": float(probe.score(feats["test"], labels["test"])),
             "clips": {s: len(v) for s, v in split.items()}, "seconds": time.perf_counter() - start}
         print(name, results["encoders"][name])

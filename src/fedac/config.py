@@ -97,7 +97,9 @@ class ModelConfig:
     )
     encoder_path: str | None = None
     """SSL models (w2v2_*): a local Hugging Face wav2vec 2.0 / HuBERT checkpoint folder whose weights (and
-    size, from its config.json) replace the named size's random initialisation. Never downloaded."""
+    size, from its config.json) replace the named size's random initialisation. Never downloaded.
+    Unset: the encoder shipped with fedac for that size (w2v2_s), random weights for the others;
+    `random`: random weights for every size."""
     freeze_cnn: bool = True
     """SSL models: keep the CNN feature encoder frozen and run it once per clip (outputs cached)."""
     encoder_depth: int = 0

@@ -245,9 +245,14 @@ def pretrain(s: PretrainSettings, out: Path, cache_dir: str | None = None, progr
     return out
 
 
+def settings_from_args(args: argparse.Namespace) -> PretrainSettings:
+    """The settings a parsed `fedac pretrain` command line asks for (defaults where it is silent)."""
+    return PretrainSettings(**{k: getattr(args, k) for k in asdict(PretrainSettings()) if getattr(args, k, None) is not None})
+
+
 def cmd_pretrain(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
-    s = PretrainSettings(**{k: getattr(args, k) for k in asdict(PretrainSettings()) if getattr(args, k, None) is not None})
+    s = settings_from_args(args)
     out = Path(args.out) if args.out else default_out(s)
     done = pretrain(s, out, progress=not args.quiet, stop_after=args.stop_after, argv=args.argv)
     if done is None:

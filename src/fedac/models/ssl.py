@@ -8,8 +8,13 @@ Encoders come from two places, both offline:
   checkpoint (its lm_head is dropped) both load. The folder is checked first: transformers reports a
   missing path as a malformed hub repository id. `HF_HUB_OFFLINE=1` is set before transformers is
   imported, so nothing ever contacts a hub.
-- a named size (`SIZES`: w2v2_tiny, w2v2_s, w2v2_m, w2v2_base) with random weights; w2v2_base is the
-  wav2vec 2.0 Base configuration for users who bring its weights through `model.encoder_path`.
+- a named size (`SIZES`: w2v2_tiny, w2v2_s, w2v2_m, w2v2_base); w2v2_base is the wav2vec 2.0 Base
+  configuration for users who bring its weights through `model.encoder_path`.
+- the encoder shipped inside the package (`SHIPPED`: w2v2_s, pretrained by `fedac pretrain`; the folder
+  models/pretrained/<size>/ holds its HF checkpoint and a README with the command, seed and checksum).
+  `resolve_encoder_path` reads `model.encoder_path`: unset (the default) loads the shipped encoder of a
+  size that has one and random weights otherwise; `random` asks for random weights whatever the size;
+  any other value is a checkpoint folder.
 
 Fine-tuning settings follow the early-exit paper's SpeechBrain recipe: layerdrop 0, no SpecAugment
 (`apply_spec_augment=False`), the CNN feature encoder frozen (`model.freeze_cnn`, default true). With a
@@ -72,6 +77,13 @@ SIZES: dict[str, SSLSize] = {
     "w2v2_m": SSLSize(256, 12, 4, 1024, 256),
     "w2v2_base": SSLSize(768, 12, 12, 3072, 512),
 }
+
+#: Encoders shipped with fedac (package data): size -> HF checkpoint folder, the default of
+#: `model.encoder_path` for that size. `model.encoder_path=random` asks for random weights instead.
+PRETRAINED_DIR = Path(__file__).parent / "pretrained"
+SHIPPED: dict[str, Path] = {"w2v2_s": PRETRAINED_DIR / "w2v2_s"}
+SHIPPED_WEIGHTS = "model.safetensors"
+RANDOM_INIT = "random"
 
 #: Fine-tuning overrides applied to every encoder config, loaded or named.
 FINETUNE = {"layerdrop": 0.0, "apply_spec_augment": False}
@@ -136,9 +148,26 @@ def load_encoder(path: str | Path, dropout: float | None = None) -> nn.Module:
                            "Check that config.json and the weights come from the same save_pretrained call.") from None
 
 
+def resolve_encoder_path(name: str, encoder_path: str | None) -> str | Path | None:
+    """The checkpoint folder `model.encoder_path` asks for, or None for random weights (module docstring)."""
+    if encoder_path == RANDOM_INIT:
+        return None
+    if encoder_path:
+        return encoder_path
+    if name not in SHIPPED:
+        return None
+    folder = SHIPPED[name]
+    if not (folder / SHIPPED_WEIGHTS).is_file():
+        raise EncoderError(f"model.name={name}: the shipped pretrained encoder {folder / SHIPPED_WEIGHTS} is missing "
+                           "from this installation. Reinstall fedac, set model.encoder_path=DIR to your own "
+                           f"checkpoint, or model.encoder_path={RANDOM_INIT} for random weights.")
+    return folder
+
+
 def build_encoder(name: str, encoder_path: str | None, dropout: float = 0.1) -> nn.Module:
-    """A loaded checkpoint when `encoder_path` is set (its config defines the size), else the named size
+    """The checkpoint `resolve_encoder_path` names (its config defines the size), else the named size
     with random weights drawn from the current torch RNG."""
+    encoder_path = resolve_encoder_path(name, encoder_path)
     if encoder_path:
         return load_encoder(encoder_path, dropout)
     if name not in SIZES:
