@@ -1,7 +1,7 @@
 """Data-impression synthesis (zero-shot FL, Eq. 3) before and after issue 12's batched path. One command,
 writes JSON to benchmarks/results/:
 
-    .venv/bin/python benchmarks/bench_impressions.py                 # 1500 steps (the paper's), ~15 min
+    .venv/bin/python benchmarks/bench_impressions.py                 # 1500 steps (the paper's), ~15-30 min
     .venv/bin/python benchmarks/bench_impressions.py --steps 150     # a smoke run
 
 The report models are real: round 4 of the homogeneous scenario (seed 0) is trained on each stand-in,
@@ -9,13 +9,14 @@ and the two Choice 2 uploads (u1 cnn2_softmax and u2 cnn3_relu, one new class ea
 round, three paths run one after another in this one process, on one torch thread each:
 - before: the code of commit 15879bb (read from git), one `synthesize_impressions` per class, each
   optimising its batches of `zeroshot.di_batch` one after another;
-- after: this code's `ZeroShotFL._impressions`, all batches of all the report's classes in one tensor.
-- after_1_worker: the same on one thread (`train.cohort_workers=1`), reports one after another;
+- after_1_worker: this code's `ZeroShotFL.synthesize_reports` on one thread (`train.cohort_workers=1`):
+  all batches of all of a report's classes in one tensor, reports one after another;
 - after: the default, reports on `train.cohort_workers` threads (0: one per free core; 2 here).
-Seconds per class are wall and process-CPU seconds, summed over the round's reports and divided by its
-classes (on one thread the CPU time is the work itself, the one to read on a busy host; with 2 workers
-the gain is in wall time). The largest difference between the two paths' impressions is reported too (they follow the same equations
-from the same starting points, so they differ by float rounding only).
+Each path runs `--repeats` times in rotated blocks; seconds per class (medians) are wall and
+process-CPU seconds, summed over the round's reports and divided by its classes (on one thread the CPU time is the work itself, the one to read on a busy host; with 2 workers
+the gain is in wall time, where a second core is free). The largest difference between the impressions
+of before and after is reported too (same equations from the same starting points: float rounding at
+most).
 """
 
 from __future__ import annotations
@@ -100,6 +101,7 @@ def timed(fn):
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1500)
+    parser.add_argument("--repeats", type=int, default=2, help="timed blocks per path (medians are reported)")
     parser.add_argument("--datasets", nargs="+", default=["speech_commands", "urbansound8k"])
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results/impressions.json"))
     args = parser.parse_args()
@@ -110,21 +112,28 @@ def main() -> int:
         runner, reports = capture_reports(dataset, args.steps)
         alg = runner.algorithm
         classes = sum(len(r["local_ids"]) for r in reports)
-        timings = {}
-        for path in ("before", "after_1_worker", "after"):  # alternately, on the same reports
-            if path == "before":
-                fn = lambda: [x for r in reports for x in before(module, alg, r, 4)]  # noqa: E731
-            else:
-                alg.workers = 1 if path == "after_1_worker" else cohort_workers(runner.cfg.train)
-                fn = lambda: [x for xs, _, _ in alg.synthesize_reports(reports, 4) for x in xs]  # noqa: E731
-            xs, wall, cpu = timed(fn)
-            timings[path] = {"wall_s_per_class": wall / classes, "cpu_s_per_class": cpu / classes, "workers": alg.workers}
-            timings[path + "_x"] = xs
+        paths = ["before", "after_1_worker", "after"]
+        runs: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
+        xs = {}
+        for block in range(args.repeats):  # rotated blocks, so a change in the host's load hits every path
+            for path in paths[block % 3:] + paths[:block % 3]:
+                if path == "before":
+                    alg.workers = 1
+                    fn = lambda: [x for r in reports for x in before(module, alg, r, 4)]  # noqa: E731
+                else:
+                    alg.workers = 1 if path == "after_1_worker" else cohort_workers(runner.cfg.train)
+                    fn = lambda: [x for out, _, _ in alg.synthesize_reports(reports, 4) for x in out]  # noqa: E731
+                xs[path], wall, cpu = timed(fn)
+                runs[path].append((wall / classes, cpu / classes))
+        median = lambda values: float(np.median(values))  # noqa: E731
+        timings = {p: {"wall_s_per_class": median([w for w, _ in runs[p]]), "cpu_s_per_class": median([c for _, c in runs[p]]),
+                       "runs": runs[p]} for p in paths}
         row = {"dataset": dataset, "reports": [(r["user"], r["arch"], len(r["local_ids"])) for r in reports],
-               "impressions_per_class": len(timings["after_x"][0]), "steps": args.steps,
-               **{p: timings[p] for p in ("before", "after_1_worker", "after")},
+               "impressions_per_class": len(xs["after"][0]), "steps": args.steps, "workers_after": cohort_workers(runner.cfg.train),
+               **timings,
+               "cpu_speedup_1_worker": timings["before"]["cpu_s_per_class"] / timings["after_1_worker"]["cpu_s_per_class"],
                "wall_speedup": timings["before"]["wall_s_per_class"] / timings["after"]["wall_s_per_class"],
-               "max_abs_diff": max(float((a - b).abs().max()) for a, b in zip(timings["before_x"], timings["after_x"]))}
+               "max_abs_diff": max(float((a - b).abs().max()) for a, b in zip(xs["before"], xs["after"]))}
         rows.append(row)
         print(json.dumps(row), flush=True)
     out = Path(args.out)

@@ -182,8 +182,8 @@ def test_presets_follow_tables_1_and_2():
     assert build_scenario("speech_commands", "homogeneous", 0.25, 0).injections[2].size == 125
     with pytest.raises(ConfigError, match="zeroshot.scenario must be homogeneous or heterogeneous"):
         build_scenario("speech_commands", "mixed", 1.0, 0)
-    with pytest.raises(ConfigError, match="not 'cremad'"):
-        build_scenario("cremad", "homogeneous", 1.0, 0)
+    with pytest.raises(ConfigError, match="not 'iemocap'"):
+        build_scenario("iemocap", "homogeneous", 1.0, 0)
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +317,7 @@ def test_reproduce_writes_tables_and_completes_a_killed_grid(tree, tmp_path, cap
     capsys.readouterr()
     assert main(args) == 0  # a second call reads the finished run back
     assert "1 runs in" in capsys.readouterr().out
-    assert main([*args[:2], "--datasets", "cremad", "--quiet"]) == 2
+    assert main([*args[:2], "--datasets", "iemocap", "--quiet"]) == 2
 
 
 def test_merge_impressions_mean_pairs_by_index_and_concat_keeps_all():
@@ -525,3 +525,36 @@ def test_the_driver_names_new_classes_only_under_identity_reported(runner_factor
     assert reported.client_data("u1", 8).names == {1001: "stop"}  # round 8's stop replaces that draw
     assert reported.client_data("u2", 8).names == {1000: "stop", 1001: "go"}
     assert reported.algorithm.workers >= 1
+
+
+# --- the CREMA-D variant -------------------------------------------------------------------------
+
+
+def test_cremad_presets_keep_three_old_emotions_and_bring_ang():
+    hom = build_scenario("cremad", "homogeneous", 1.0, 0)
+    assert hom.classes == ["NEU", "HAP", "SAD", "ANG"] and hom.num_old == 3
+    assert hom.labels == {"u1": [0, 1], "u2": [1, 2], "u3": [2, 0]}
+    assert [(i.user, i.round, i.cls, i.size) for i in hom.injections] == [
+        ("u1", 4, 3, 50), ("u2", 4, 3, 50), ("u1", 8, 3, 50), ("u2", 8, 3, 50)]  # round 8: a repeat of ANG
+    assert hom.public_per_class == 50 and hom.draw == (40, 50)
+    het = build_scenario("cremad", "heterogeneous", 1.0, 0)
+    assert {len(het.labels[u]) for u in het.users[3:]} == {2} and {i.cls for i in het.injections} == {3}
+    assert np.bincount([c for ls in het.labels.values() for c in ls], minlength=3).min() >= 2
+
+
+def test_cremad_variant_runs_from_the_cli_and_registers_ang(tmp_path, capsys):
+    from fedac.cli import main
+    from fedac.data.synth import emotions
+
+    root = tmp_path / "crema"
+    emotions.generate(root, actors=5, seed=0, progress=False, workers=1)
+    out = tmp_path / "run"
+    assert main(["run", "--algorithm", "zeroshot", "--dataset", "cremad", "--quiet", "--out", str(out),
+                 "--set", f"data.root={root}", "--set", f"data.cache_dir={tmp_path}", "--set", "zeroshot.scale=0.2",
+                 "--set", "zeroshot.rounds=4", "--set", "zeroshot.di_steps=5", "--set", "zeroshot.di_per_class=6",
+                 "--set", "train.local_epochs=1"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [r["reports"] for r in results["history"]] == [0, 0, 0, 2]  # u1 and u2 report ANG in round 4
+    assert results["final"]["labels"] == 4 and results["history"][3]["registration_correct"] == 1.0
+    assert results["num_classes"] == 4 and "test_accuracy_new" in results["history"][3]
+    assert "D0: local / global / increase" in capsys.readouterr().out

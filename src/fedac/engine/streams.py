@@ -188,6 +188,7 @@ class StreamRunner:
         folder = self.run_dir / "impressions"
         folder.mkdir(parents=True, exist_ok=True)
         record = {**g, "truth": [self.stream.truth[key] for key in g["keys"]], "classes": self.scenario.classes,
+                  "num_old": self.scenario.num_old,
                   "points": torch.from_numpy(g["points"]).half(), "anchors": torch.from_numpy(g["anchors"]).half()}
         torch.save(record, folder / f"round{round_idx}.pt")
 
