@@ -29,7 +29,7 @@ EXPERIMENTS = {
 }
 DATASETS = ("speech_commands", "urbansound8k")
 OPTIONAL_DATASETS = ("cremad",)  # the CREMA-D variant (not in the paper): run with --datasets cremad
-HONEST = {"accuracy": "test acc. (10 classes)", "macro_f1": "test macro-F1", "accuracy_old": "test acc. old",
+HONEST = {"accuracy": "test acc. (all classes)", "macro_f1": "test macro-F1", "accuracy_old": "test acc. old",
           "accuracy_new": "test acc. new", "forgetting_old": "forgetting (old)", "ari": "ARI of reports",
           "registration_correct": "reports registered right", "labels": "labels at the end"}
 
