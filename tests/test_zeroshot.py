@@ -182,8 +182,8 @@ def test_presets_follow_tables_1_and_2():
     assert build_scenario("speech_commands", "homogeneous", 0.25, 0).injections[2].size == 125
     with pytest.raises(ConfigError, match="zeroshot.scenario must be homogeneous or heterogeneous"):
         build_scenario("speech_commands", "mixed", 1.0, 0)
-    with pytest.raises(ConfigError, match="not 'cremad'"):
-        build_scenario("cremad", "homogeneous", 1.0, 0)
+    with pytest.raises(ConfigError, match="not 'iemocap'"):
+        build_scenario("iemocap", "homogeneous", 1.0, 0)
 
 
 @pytest.fixture(scope="module")
@@ -317,7 +317,7 @@ def test_reproduce_writes_tables_and_completes_a_killed_grid(tree, tmp_path, cap
     capsys.readouterr()
     assert main(args) == 0  # a second call reads the finished run back
     assert "1 runs in" in capsys.readouterr().out
-    assert main([*args[:2], "--datasets", "cremad", "--quiet"]) == 2
+    assert main([*args[:2], "--datasets", "iemocap", "--quiet"]) == 2
 
 
 def test_merge_impressions_mean_pairs_by_index_and_concat_keeps_all():
@@ -387,3 +387,175 @@ def test_heterogeneous_round_3_registers_two_different_classes(runner_factory, t
     assert last["reports"] == 2 and last["labels"] == 10 and last["ari"] == 1.0 and last["registration_correct"] == 1.0
     assert {f"local_acc/u{i}" for i in (1, 2, 3, 5, 7, 8, 9, 10)} <= set(last)  # the reporters send no scores
     assert "local_acc/u4" not in last and "local_acc/u6" not in last
+
+
+# --- batched impression synthesis and zeroshot.identity ------------------------------------------
+
+
+def one_batch_at_a_time(model, targets, shape, tau, lr, steps, batch, generator):
+    """Eq. 3 written out as the paper runs it: each batch optimised alone on its mean loss (the reference
+    the batched path must equal)."""
+    model.eval()
+    out, losses = [], []
+    for y in targets.split(batch):
+        x = torch.randn((len(y), *shape), generator=generator)
+        x = ((x - x.mean(2, keepdim=True)) / (x.std(2, keepdim=True, unbiased=False) + 1e-5)).requires_grad_()
+        optimizer = torch.optim.Adam([x], lr=lr)
+        for step in range(steps):
+            loss = -(y * torch.log_softmax(model(x) / tau, dim=1)).sum(1).mean()
+            optimizer.zero_grad()
+            loss.backward()
+            optimizer.step()
+            with torch.no_grad():
+                x.copy_((x - x.mean(2, keepdim=True)) / (x.std(2, keepdim=True, unbiased=False) + 1e-5))
+            if step in (0, steps - 1):
+                losses.append(float(loss.detach()))
+        out.append(x.detach())
+    return torch.cat(out), losses
+
+
+def test_batched_impressions_equal_the_one_batch_at_a_time_reference():
+    torch.manual_seed(0)
+    model = build_model("cnn2_softmax", 6, 4)
+    targets = torch.from_numpy(dirichlet_targets(np.array([0.2, 0.9, 0.1, 1.0]), 7, [1.0, 0.1], np.random.default_rng(0)))
+    args = (targets, (6, 9), 20.0, 0.05, 30, 3)  # batches of 3, 3 and 1
+    x, losses = synthesize_impressions(model, *args, torch.Generator().manual_seed(4))
+    ref, ref_losses = one_batch_at_a_time(model, *args, torch.Generator().manual_seed(4))
+    torch.testing.assert_close(x, ref, atol=1e-5, rtol=1e-5)
+    np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
+    assert len(losses) == 6 and losses[1] < losses[0]
+    assert not torch.equal(x, synthesize_impressions(model, *args[:-1], 7, torch.Generator().manual_seed(4))[0])
+
+
+def zeroshot_algorithm(*overrides, K=8):
+    from fedac.algorithms import build_algorithm
+    from fedac.algorithms.base import Task
+
+    cfg = load_config(overrides=["algorithm=zeroshot", "zeroshot.di_steps=6", "zeroshot.di_per_class=5",
+                                 "zeroshot.di_batch=3", *overrides])
+    alg = build_algorithm(cfg, Task(6, K, ["u1", "u2", "u3"]))
+    g = torch.Generator().manual_seed(0)
+    public_y = torch.arange(K).repeat(2)
+    alg.attach(torch.randn(len(public_y), 6, 9, generator=g), public_y, torch.randn(4, 6, 9, generator=g))
+    return alg
+
+
+def report(user, arch, new, names=None, K=8, seed=0):
+    from fedac.algorithms.base import model_params
+
+    torch.manual_seed(seed)
+    model = build_model(arch, 6, K + len(new))
+    return {"kind": "report", "user": user, "arch": arch, "state": model_params(model), "num_known": K,
+            "local_ids": new, "names": names or [None] * len(new)}
+
+
+def test_a_report_optimises_all_its_classes_at_once_each_from_its_own_seed():
+    from fedac.seeding import numpy_rng, torch_generator
+
+    alg = zeroshot_algorithm()
+    up = report("u1", "cnn1_softmax", [1000, 1001])
+    xs, consistency, similarity = alg._impressions(up, 4)
+    model = build_model("cnn1_softmax", 6, 10)
+    model.load_state_dict(up["state"])
+    for j, local_id in enumerate((1000, 1001)):  # the old path: one synthesis per class
+        rng = numpy_rng(0, "zeroshot-dirichlet", 4, "u1", local_id)
+        targets = torch.from_numpy(dirichlet_targets(similarity[8 + j].numpy(), 5, [1.0, 0.1], rng))
+        gen = torch_generator(0, "zeroshot-impressions", 4, "u1", local_id)
+        ref, _ = one_batch_at_a_time(model, targets, (6, 9), 20.0, 0.01, 6, 3, gen)
+        torch.testing.assert_close(xs[j], ref, atol=1e-5, rtol=1e-5)
+    hits = sum(int((model(x).argmax(1) == 8 + j).sum()) for j, x in enumerate(xs))
+    assert consistency == hits / 10
+
+
+def test_reports_on_worker_threads_give_the_same_impressions(monkeypatch):
+    import threading
+
+    ups = [report("u1", "cnn1_softmax", [1000], seed=1), report("u2", "cnn3_relu", [1000], seed=2)]
+    alg = zeroshot_algorithm()
+    one = alg.synthesize_reports(ups, 4)
+    alg.workers = 2
+    threads = set()
+    original = alg._impressions
+    monkeypatch.setattr(alg, "_impressions", lambda r, i: (threads.add(threading.current_thread().name), original(r, i))[1])
+    two = alg.synthesize_reports(ups, 4)
+    assert len(threads) == 2 and all(t.startswith("fedac-impressions") for t in threads)
+    for (xa, ca, sa), (xb, cb, sb) in zip(one, two):
+        assert all(torch.equal(a, b) for a, b in zip(xa, xb)) and ca == cb and torch.equal(sa, sb)
+
+
+def test_labels_by_name_on_a_hand_case():
+    from fedac.algorithms.zeroshot import labels_by_name
+
+    assert labels_by_name(["go", "stop", "go", "siren"], {"stop": 8}, 9) == ([9, 8, 9, 10], {"stop": 8, "go": 9, "siren": 10})
+    assert labels_by_name([], {}, 8) == ([], {})
+
+
+def test_identity_reported_gives_one_label_per_name_where_anonymous_clusters():
+    ups = [report("u1", "cnn1_softmax", [1000], ["stop"], seed=1), report("u2", "cnn1_softmax", [1000], ["go"], seed=1)]
+    anonymous = zeroshot_algorithm()
+    anonymous.num_new_hint = 1  # one truly new class said the oracle: one cluster, one label for both
+    server, _ = anonymous.server_update(anonymous.init_server(), [(u, 1) for u in ups], 4)
+    assert server["registry"] == {("u1", 1000): 8, ("u2", 1000): 8} and server["names"] == {}
+    reported = zeroshot_algorithm("zeroshot.identity=reported")
+    reported.num_new_hint = 1  # ignored: the names decide
+    server, metrics = reported.server_update(reported.init_server(), [(u, 1) for u in ups], 4)
+    assert server["registry"] == {("u1", 1000): 8, ("u2", 1000): 9} and server["names"] == {"stop": 8, "go": 9}
+    assert metrics["new_labels"] == 2 and server["scores"].shape[1] == 10
+    assert len(reported.last_grouping["cluster"]) == 10  # the clustering is kept as a diagnostic
+    # A later report of a registered name takes its label; its impressions join D0 under it.
+    later = report("u3", "cnn3_relu", [1000], ["stop"], K=10, seed=3)
+    server, _ = reported.server_update(server, [(later, 1)], 8)
+    assert server["registry"][("u3", 1000)] == 8 and server["scores"].shape[1] == 10
+    assert server["public_y"][server["public_di"]].tolist().count(8) == 10
+
+
+def test_identity_reported_needs_names_and_a_known_mode():
+    alg = zeroshot_algorithm("zeroshot.identity=reported")
+    with pytest.raises(ConfigError, match=r"u1's report of local class 1000 names no class.*identity=anonymous"):
+        alg.server_update(alg.init_server(), [(report("u1", "cnn1_softmax", [1000]), 1)], 4)
+    with pytest.raises(ConfigError, match="zeroshot.identity must be anonymous or reported, got 'named'"):
+        zeroshot_algorithm("zeroshot.identity=named")
+
+
+def test_the_driver_names_new_classes_only_under_identity_reported(runner_factory, tmp_path):
+    assert runner_factory(tmp_path / "a").client_data("u2", 4).names == {}  # anonymous: the truth stays hidden
+    reported = runner_factory(tmp_path / "r", "zeroshot.identity=reported")
+    assert reported.client_data("u2", 4).names == {1000: "stop"}
+    assert reported.client_data("u1", 5).names == {1000: "stop"}  # round 4's stop streams on
+    assert reported.client_data("u1", 8).names == {1001: "stop"}  # round 8's stop replaces that draw
+    assert reported.client_data("u2", 8).names == {1000: "stop", 1001: "go"}
+    # The engine's train.cohort_workers sets the threads that synthesise several reports at once.
+    assert [runner_factory(tmp_path / f"w{n}", f"train.cohort_workers={n}").algorithm.workers for n in (1, 2)] == [1, 2]
+
+
+# --- the CREMA-D variant -------------------------------------------------------------------------
+
+
+def test_cremad_presets_keep_three_old_emotions_and_bring_ang():
+    hom = build_scenario("cremad", "homogeneous", 1.0, 0)
+    assert hom.classes == ["NEU", "HAP", "SAD", "ANG"] and hom.num_old == 3
+    assert hom.labels == {"u1": [0, 1], "u2": [1, 2], "u3": [2, 0]}
+    assert [(i.user, i.round, i.cls, i.size) for i in hom.injections] == [
+        ("u1", 4, 3, 50), ("u2", 4, 3, 50), ("u1", 8, 3, 50), ("u2", 8, 3, 50)]  # round 8: a repeat of ANG
+    assert hom.public_per_class == 50 and hom.draw == (40, 50)
+    het = build_scenario("cremad", "heterogeneous", 1.0, 0)
+    assert {len(het.labels[u]) for u in het.users[3:]} == {2} and {i.cls for i in het.injections} == {3}
+    assert np.bincount([c for ls in het.labels.values() for c in ls], minlength=3).min() >= 2
+
+
+def test_cremad_variant_runs_from_the_cli_and_registers_ang(tmp_path, capsys):
+    from fedac.cli import main
+    from fedac.data.synth import emotions
+
+    root = tmp_path / "crema"
+    emotions.generate(root, actors=5, seed=0, progress=False, workers=1)
+    out = tmp_path / "run"
+    assert main(["run", "--algorithm", "zeroshot", "--dataset", "cremad", "--quiet", "--out", str(out),
+                 "--set", f"data.root={root}", "--set", f"data.cache_dir={tmp_path}", "--set", "zeroshot.scale=0.2",
+                 "--set", "zeroshot.rounds=4", "--set", "zeroshot.di_steps=5", "--set", "zeroshot.di_per_class=6",
+                 "--set", "train.local_epochs=1"]) == 0
+    results = json.loads((out / "results.json").read_text())
+    assert [r["reports"] for r in results["history"]] == [0, 0, 0, 2]  # u1 and u2 report ANG in round 4
+    assert results["final"]["labels"] == 4 and results["history"][3]["registration_correct"] == 1.0
+    assert results["num_classes"] == 4 and "test_accuracy_new" in results["history"][3]
+    assert "D0: local / global / increase" in capsys.readouterr().out

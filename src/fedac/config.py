@@ -373,6 +373,10 @@ class ZeroShotConfig:
     optimizer: str = "adam"
     """Users' local optimizer at train.lr: adam (the paper used TensorFlow without naming one; with SGD
     the softmax-activation CNNs stayed at chance on the Speech Commands stand-in) or sgd (train.momentum)."""
+    identity: str = "anonymous"
+    """Who knows which reports share a class: anonymous (the server learns it only by clustering the
+    impressions) or reported (a report names its new classes: one label per name, the clustering is kept
+    as a diagnostic)."""
 
 
 @dataclass

@@ -27,13 +27,20 @@ Choice 2 (the user's data hold a local id no label is registered for):
 - `synthesize_impressions` (Eq. 3): x from N(0, 1), Adam (lr 0.01) on the soft cross-entropy of
   softmax(M(x) / tau), tau = 20, 1500 steps, batches of 100; after every step x is re-normalised per
   coefficient over time like every real input (fedac's per-utterance z-score; ZSKD rescales to [0, 1]).
+  All batches of all new classes of a report are optimised in one tensor (`optimize_impressions`: the
+  same per-row paths, one forward/backward per step instead of one per batch); several reports run on
+  `workers` threads (the engine's `train.cohort_workers`).
 - `group_new_classes`: k-medoids (kmedoids.pam) over this round's impressions plus anchors (the stored
   impressions of new labels registered earlier) into #registered + l_new clusters. Each report goes to
   the cluster holding most of its impressions. A cluster whose medoid is an anchor keeps that anchor's
   label; a cluster holding anchors but whose medoid is a new impression takes its anchors' majority
   label (with more new impressions than anchors the medoid is often new, which would register a known
-  class again); other clusters get fresh labels |Y|, |Y|+1, ... Identity is anonymous: the server never
-  learns which reports share a class except through this clustering.
+  class again); other clusters get fresh labels |Y|, |Y|+1, ... Under `zeroshot.identity=anonymous`
+  (the default) the server never learns which reports share a class except through this clustering.
+- `zeroshot.identity=reported` (the other reading of Alg. 1, whose "Average DI" over M_Sk needs to know
+  which reports share a class before any clustering): a report names its new classes, `labels_by_name`
+  gives every report of one name that name's label (a fresh one the first time), and the clustering
+  (l_new = the number of new names) is kept only as a diagnostic (ARI, purity, Fig. 3).
 - a label's impressions of this round are averaged index by index over its reports (the paper's
   "Average DI", `zeroshot.di_merge=mean`; `concat` keeps them all) and added to D0 with the label as
   their hard label; Y, the users' l_m and f_G (zero columns, zero rows for the impressions) grow.
@@ -48,7 +55,8 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from dataclasses import dataclass
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -70,6 +78,8 @@ class StreamClientData(ClientData):
     """One user's data of one round, with the architecture it trains that round."""
 
     architecture: str = ""
+    names: dict[int, str] = field(default_factory=dict)
+    """The names of its new classes by local id; given only under `zeroshot.identity=reported`."""
 
 
 # --- Choice 1: score tables ----------------------------------------------------------------------
@@ -142,33 +152,68 @@ def zscore(x: torch.Tensor) -> torch.Tensor:
     return (x - mean) / (std + 1e-5)
 
 
-def synthesize_impressions(model: nn.Module, targets: torch.Tensor, shape: tuple[int, int], tau: float, lr: float,
-                           steps: int, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, list[float]]:
-    """Eq. 3: x = argmin_x CE(y, softmax(M(x) / tau)) per target row y. Returns the impressions (N, F, T)
-    and the mean loss at the first and the last step of each batch."""
+def batch_sizes(count: int, batch: int) -> list[int]:
+    """The sizes of Eq. 3's batches of `count` impressions (the last one holds the remainder)."""
+    return [min(batch, count - start) for start in range(0, count, batch)]
+
+
+def batch_weights(count: int, batch: int) -> torch.Tensor:
+    """w_i = 1 / |batch of row i|: summed, the mean loss of every batch (see `optimize_impressions`)."""
+    return torch.cat([torch.full((n,), 1.0 / n) for n in batch_sizes(count, batch)])
+
+
+def initial_impressions(count: int, shape: tuple[int, int], batch: int, generator: torch.Generator) -> torch.Tensor:
+    """Eq. 3's starting points: N(0, 1), z-scored, drawn batch by batch (the draw order of optimising one
+    batch after another, so the batched path starts where the one-by-one path did)."""
+    return torch.cat([zscore(torch.randn((n, *shape), generator=generator)) for n in batch_sizes(count, batch)])
+
+
+def optimize_impressions(model: nn.Module, x0: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor,
+                         tau: float, lr: float, steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Eq. 3 for all rows in one tensor: Adam on sum_i w_i CE(y_i, softmax(M(x_i) / tau)), x re-z-scored
+    after every step. Returns the impressions and each row's cross-entropy at the first and last step.
+
+    Why one tensor gives the paper's batches: M is in eval mode (rows do not interact) and Adam acts per
+    element, so with w_i = 1 / |batch of row i| every row gets the gradient, and so the path, it gets when
+    its batch of `zeroshot.di_batch` is optimised alone on its mean loss; one forward and backward over all
+    rows (all batches and all new classes of a report) replaces one per batch, and the zscore, the
+    optimizer and the Python loop run once per step instead of once per batch."""
     model.eval()
     frozen = [p.requires_grad for p in model.parameters()]
     for p in model.parameters():
         p.requires_grad_(False)
-    out, losses = [], []
+    x = x0.clone().requires_grad_()
+    optimizer = torch.optim.Adam([x], lr=lr)
+    first = last = torch.zeros(len(x))
     try:
-        for y in targets.split(batch):
-            x = zscore(torch.randn((len(y), *shape), generator=generator)).requires_grad_()
-            optimizer = torch.optim.Adam([x], lr=lr)
-            for step in range(steps):
-                loss = -(y * torch.log_softmax(model(x) / tau, dim=1)).sum(1).mean()
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                optimizer.step()
-                with torch.no_grad():
-                    x.copy_(zscore(x))
-                if step in (0, steps - 1):
-                    losses.append(float(loss.detach()))
-            out.append(x.detach())
+        for step in range(steps):
+            ce = -(targets * torch.log_softmax(model(x) / tau, dim=1)).sum(1)
+            optimizer.zero_grad(set_to_none=True)
+            (weights * ce).sum().backward()
+            optimizer.step()
+            with torch.no_grad():
+                x.copy_(zscore(x))
+            if step == 0:
+                first = ce.detach()
+            last = ce.detach()
     finally:
         for p, flag in zip(model.parameters(), frozen):
             p.requires_grad_(flag)
-    return torch.cat(out), losses
+    return x.detach(), first, last
+
+
+def synthesize_impressions(model: nn.Module, targets: torch.Tensor, shape: tuple[int, int], tau: float, lr: float,
+                           steps: int, batch: int, generator: torch.Generator) -> tuple[torch.Tensor, list[float]]:
+    """Eq. 3: x = argmin_x CE(y, softmax(M(x) / tau)) per target row y, Adam on the mean loss of batches of
+    `batch` rows (all batches optimised at once, `optimize_impressions`). Returns the impressions (N, F, T)
+    and the mean loss at the first and the last step of each batch."""
+    sizes = batch_sizes(len(targets), batch)
+    x0 = initial_impressions(len(targets), shape, batch, generator)
+    x, first, last = optimize_impressions(model, x0, targets, batch_weights(len(targets), batch), tau, lr, steps)
+    losses = []
+    for f, l in zip(first.split(sizes), last.split(sizes)):
+        losses += [float(f.mean()), float(l.mean())]
+    return x, losses
 
 
 def group_new_classes(points: np.ndarray, owner: np.ndarray, anchors: np.ndarray, anchor_labels: np.ndarray,
@@ -197,6 +242,18 @@ def group_new_classes(points: np.ndarray, owner: np.ndarray, anchors: np.ndarray
             next_label += 1
         labels.append(label_of[c])
     return labels, cluster
+
+
+def labels_by_name(names: list[str], known: dict[str, int], next_label: int) -> tuple[list[int], dict[str, int]]:
+    """`zeroshot.identity=reported`: each report's label is the one its name holds; a name not registered
+    yet gets the next fresh label |Y|, |Y|+1, ... (in order of first report). Returns the labels and the
+    grown name map."""
+    known = dict(known)
+    for name in names:
+        if name not in known:
+            known[name] = next_label
+            next_label += 1
+    return [known[name] for name in names], known
 
 
 def merge_impressions(members: list[torch.Tensor], mode: str = "mean") -> torch.Tensor:
@@ -243,6 +300,9 @@ class ZeroShotFL(Algorithm):
 
     #: Set by the driver before a server update with reports under `zeroshot.num_new=oracle`.
     num_new_hint: int = 0
+    #: Threads that synthesise the impressions of several reports at once (the driver sets it from the
+    #: engine's `train.cohort_workers`). Each report's randomness is its own: the numbers do not depend on it.
+    workers: int = 1
 
     def __init__(self, cfg, task):
         super().__init__(cfg, task)
@@ -250,7 +310,8 @@ class ZeroShotFL(Algorithm):
         for key, value, allowed in (("score_rule", zs.score_rule, ("normalized", "literal")),
                                     ("num_new", zs.num_new, ("oracle", "auto")),
                                     ("di_merge", zs.di_merge, ("mean", "concat")),
-                                    ("optimizer", zs.optimizer, ("adam", "sgd"))):
+                                    ("optimizer", zs.optimizer, ("adam", "sgd")),
+                                    ("identity", zs.identity, ("anonymous", "reported"))):
             if value not in allowed:  # checked before any training, not when the first report arrives
                 raise ConfigError(f"zeroshot.{key} must be {' or '.join(allowed)}, got {value!r}")
         if not zs.di_betas or min(zs.di_betas) <= 0 or min(zs.di_steps, zs.di_batch) < 1 or zs.di_tau <= 0:
@@ -267,7 +328,7 @@ class ZeroShotFL(Algorithm):
         rows = len(self.eval_x) + len(self.public_x)
         return {"scores": torch.zeros(rows, K), "is_set": torch.zeros(K, dtype=torch.bool),
                 "public_x": self.public_x, "public_y": self.public_y,
-                "public_di": torch.zeros(len(self.public_y), dtype=torch.bool), "registry": {}}
+                "public_di": torch.zeros(len(self.public_y), dtype=torch.bool), "registry": {}, "names": {}}
 
     def broadcast(self, server: dict[str, Any]) -> dict[str, Any]:
         return {**server, "rows": torch.cat([self.eval_x, server["public_x"]])}
@@ -314,7 +375,7 @@ class ZeroShotFL(Algorithm):
             model = self._fresh_model(arch, K + len(unknown), "report", round_idx, data.name)
             metrics = train_supervised(model, x, y, self.cfg.train, generator, optimizer=self._optimizer(model))
             upload = {"kind": "report", "user": data.name, "arch": arch, "state": model_params(model),
-                      "num_known": K, "local_ids": unknown}
+                      "num_known": K, "local_ids": unknown, "names": [data.names.get(i) for i in unknown]}
             return ClientResult(upload, None, {**metrics, "reported": float(len(unknown))})
         keep = torch.tensor([mapping[int(i)] is not None for i in data.y], dtype=torch.bool)
         mapped = torch.tensor([mapping[int(i)] if mapping[int(i)] is not None else -1 for i in data.y])[keep]
@@ -348,8 +409,9 @@ class ZeroShotFL(Algorithm):
             metrics.update(self._register(server, reports, round_idx))
         return server, metrics
 
-    def _impressions(self, report: dict[str, Any], round_idx: int) -> tuple[list[torch.Tensor], float]:
-        """Each new class's impressions from a reporter's model, and its self-consistency."""
+    def _impressions(self, report: dict[str, Any], round_idx: int) -> tuple[list[torch.Tensor], float, torch.Tensor]:
+        """Each new class's impressions from a reporter's model, their self-consistency and the model's
+        class-similarity matrix."""
         from fedac.models import build_model
 
         zs = self.cfg.zeroshot
@@ -359,28 +421,40 @@ class ZeroShotFL(Algorithm):
         similarity = class_similarity(model.head.weight).numpy()
         count = zs.di_per_class or int(np.bincount(self.public_y).max())
         shape = tuple(self.public_x.shape[1:])
-        self.last_similarity[(report["user"], new[0])] = torch.from_numpy(similarity)
-        out, hits = [], 0
-        for j, local_id in enumerate(new):
+        targets, x0, weights = [], [], []
+        for j, local_id in enumerate(new):  # every class seeded on its own, all optimised in one tensor
             rng = numpy_rng(self.cfg.seed, "zeroshot-dirichlet", round_idx, report["user"], local_id)
-            targets = torch.from_numpy(dirichlet_targets(similarity[K + j], count, zs.di_betas, rng))
+            targets.append(torch.from_numpy(dirichlet_targets(similarity[K + j], count, zs.di_betas, rng)))
             gen = torch_generator(self.cfg.seed, "zeroshot-impressions", round_idx, report["user"], local_id)
-            x, _ = synthesize_impressions(model, targets, shape, zs.di_tau, zs.di_lr, zs.di_steps, zs.di_batch, gen)
-            hits += int((self._scores(model, x).argmax(1) == K + j).sum())
-            out.append(x)
-        return out, hits / max(1, count * len(new))
+            x0.append(initial_impressions(count, shape, zs.di_batch, gen))
+            weights.append(batch_weights(count, zs.di_batch))
+        x, _, _ = optimize_impressions(model, torch.cat(x0), torch.cat(targets), torch.cat(weights), zs.di_tau,
+                                       zs.di_lr, zs.di_steps)
+        out = list(x.split(count))
+        predicted = self._scores(model, x).argmax(1).view(len(new), count)
+        hits = int((predicted == (K + torch.arange(len(new))).view(-1, 1)).sum())
+        return out, hits / max(1, count * len(new)), torch.from_numpy(similarity)
+
+    def synthesize_reports(self, reports: list[dict[str, Any]],
+                           round_idx: int) -> list[tuple[list[torch.Tensor], float, torch.Tensor]]:
+        """`_impressions` of every report, on `workers` threads (torch releases the GIL inside its ops, so
+        each report keeps one core busy)."""
+        synthesize = lambda report: self._impressions(report, round_idx)  # noqa: E731
+        if self.workers > 1 and len(reports) > 1:
+            with ThreadPoolExecutor(min(self.workers, len(reports)), thread_name_prefix="fedac-impressions") as pool:
+                return list(pool.map(synthesize, reports))
+        return list(map(synthesize, reports))
 
     def _register(self, server: dict[str, Any], reports: list[dict[str, Any]], round_idx: int) -> dict[str, float]:
         """Choice 2 on the server: impressions, grouping, registration (updates `server` in place)."""
         zs = self.cfg.zeroshot
         started = time.perf_counter()
-        impressions, keys, consistency = [], [], []
-        self.last_similarity = {}
-        for report in reports:
-            xs, share = self._impressions(report, round_idx)
+        impressions, keys, consistency, similarity = [], [], [], {}
+        for report, (xs, share, matrix) in zip(reports, self.synthesize_reports(reports, round_idx)):
             impressions += xs
             keys += [(report["user"], i) for i in report["local_ids"]]
             consistency.append(share)
+            similarity[(report["user"], report["local_ids"][0])] = matrix
         di_seconds = time.perf_counter() - started
         points = torch.cat(impressions).flatten(1).numpy()
         owner = np.concatenate([np.full(len(x), g) for g, x in enumerate(impressions)])
@@ -388,13 +462,23 @@ class ZeroShotFL(Algorithm):
         anchors = server["public_x"][is_di].flatten(1).numpy()
         anchor_labels = server["public_y"][is_di].numpy()
         K = server["scores"].shape[1]
-        if zs.num_new == "oracle":
-            num_new = self.num_new_hint
-        elif zs.num_new == "auto":
-            num_new = choose_num_new(points, anchors, anchor_labels, len(impressions))
+        if zs.identity == "reported":
+            names = [name for r in reports for name in r["names"]]
+            if None in names:
+                user, local_id = keys[names.index(None)]
+                raise ConfigError(f"zeroshot.identity=reported, but {user}'s report of local class {local_id} names "
+                                  "no class: the driver must give each new class's name (or use identity=anonymous)")
+            num_new = len(set(names) - set(server.get("names", {})))
+            labels, server["names"] = labels_by_name(names, server.get("names", {}), K)
+            _, cluster = group_new_classes(points, owner, anchors, anchor_labels, max(1, num_new), K)  # diagnostic
         else:
-            raise ConfigError(f"zeroshot.num_new must be oracle or auto, got {zs.num_new!r}")
-        labels, cluster = group_new_classes(points, owner, anchors, anchor_labels, num_new, K)
+            if zs.num_new == "oracle":
+                num_new = self.num_new_hint
+            elif zs.num_new == "auto":
+                num_new = choose_num_new(points, anchors, anchor_labels, len(impressions))
+            else:
+                raise ConfigError(f"zeroshot.num_new must be oracle or auto, got {zs.num_new!r}")
+            labels, cluster = group_new_classes(points, owner, anchors, anchor_labels, num_new, K)
         new_x, new_y = [], []
         for label in sorted(set(labels)):
             merged = merge_impressions([x for x, lab in zip(impressions, labels) if lab == label], zs.di_merge)
@@ -413,7 +497,7 @@ class ZeroShotFL(Algorithm):
         server["is_set"] = torch.cat([server["is_set"], torch.zeros(width - K, dtype=torch.bool)])
         self.last_grouping = {"keys": keys, "labels": labels, "owner": owner, "cluster": cluster[: len(points)],
                               "points": points, "anchor_cluster": cluster[len(points):], "anchors": anchors,
-                              "similarity": self.last_similarity}
+                              "similarity": similarity}
         return {"di_seconds": di_seconds, "di_seconds_per_class": di_seconds / len(impressions),
                 "di_self_consistency": float(np.mean(consistency)), "new_labels": float(width - K)}
 

@@ -34,8 +34,9 @@ from fedac.algorithms.zeroshot import StreamClientData, ZeroShotFL, labelled_acc
 from fedac.config import Config
 from fedac.data.features import load_features
 from fedac.data.registry import load_manifest
-from fedac.data.streams import build_stream
+from fedac.data.streams import NEW_ID, build_stream
 from fedac.engine.checkpoint import open_run, save_checkpoint
+from fedac.engine.cohort import cohort_workers
 from fedac.engine.data import _gather, _rows_by_clip, normalize
 from fedac.engine.runtime import configure_process
 from fedac.engine.simulator import all_finite, train_client
@@ -85,14 +86,18 @@ class StreamRunner:
             self.splits[name] = (wx, position, torch.tensor([stream.task_label[c] for c in clips]))
         task = Task(int(self.x.shape[1]), self.scenario.num_old, list(self.scenario.users))
         self.algorithm: ZeroShotFL = build_algorithm(cfg, task)
+        self.algorithm.workers = cohort_workers(cfg.train)  # one report's impressions per free core
         self.algorithm.attach(public_x, public_y, torch.cat([self.splits["val"][0], self.splits["test"][0]]))
 
     def client_data(self, user: str, round_idx: int) -> StreamClientData:
         clips, ids = self.stream.draw(user, round_idx)
         x, y, _ = _gather(self.x, self.rows_of, clips, ids)
         empty = x.new_zeros((0, *x.shape[1:]))
+        names = {}
+        if self.cfg.zeroshot.identity == "reported":  # the user knows what it recorded; anonymous mode hides it
+            names = {i: self.scenario.classes[self.stream.truth[(user, i)]] for i in set(ids) if i >= NEW_ID}
         return StreamClientData(user, x, y, empty, torch.zeros(0, dtype=torch.long),
-                                self.scenario.architecture(user, round_idx))
+                                self.scenario.architecture(user, round_idx), names)
 
     # --- truth-side helpers (metrics only) -------------------------------------------------------
     def label_truth(self, registry: dict) -> dict[int, int]:
@@ -183,6 +188,7 @@ class StreamRunner:
         folder = self.run_dir / "impressions"
         folder.mkdir(parents=True, exist_ok=True)
         record = {**g, "truth": [self.stream.truth[key] for key in g["keys"]], "classes": self.scenario.classes,
+                  "num_old": self.scenario.num_old,
                   "points": torch.from_numpy(g["points"]).half(), "anchors": torch.from_numpy(g["anchors"]).half()}
         torch.save(record, folder / f"round{round_idx}.pt")
 
