@@ -55,7 +55,7 @@ class RecordingGrid(LocalGrid):
         return replies
 
 
-def run_secagg(dataset, tmp_path, monkeypatch, sets="", kill_at=None, **extra):  # noqa: F811
+def run_secagg(dataset, tmp_path, monkeypatch, sets="", kill_at=None, nodes=3, **extra):  # noqa: F811
     """A SecAgg+ run in one process; returns (results, grid, config, uploads, rounds) where `uploads[t]` are the
     (upload, n_k) the nodes produced in round t and `rounds[t]` the server's parameters after round t."""
     uploads: dict[int, list] = {}
@@ -83,8 +83,8 @@ def run_secagg(dataset, tmp_path, monkeypatch, sets="", kill_at=None, **extra): 
     monkeypatch.setattr(secagg.SecAggStrategy, "aggregate_secagg", recording_aggregate)
     monkeypatch.setattr(test_flower, "LocalGrid", Grid)
     settings = {"algorithm": "fedavg", "secagg": True, "poll-interval": 0.01, "round-timeout": 0.5, **extra}
-    settings["fedac-set"] = run_config(dataset, "x")["fedac-set"] + (";" + sets if sets else "")
-    results, grid, config = run_local(dataset, tmp_path, nodes_for(3), **settings)
+    settings["fedac-set"] = run_config(dataset, "x", num_clients=nodes)["fedac-set"] + (";" + sets if sets else "")
+    results, grid, config = run_local(dataset, tmp_path, nodes_for(nodes), **{"min-nodes": nodes, **settings})
     return results, grid, config, uploads, rounds
 
 
@@ -162,12 +162,12 @@ def test_unequal_clients_are_weighted_by_n_k(dataset, tmp_path, monkeypatch):
 
 
 def test_a_client_lost_mid_round_is_recovered_above_the_threshold_and_halts_below(dataset, tmp_path, monkeypatch):
-    """Node 102 dies after sending its keys. threshold 2 of 3 shares: its masks are reconstructed and the
-    round aggregates the two others; threshold 3 (of 4 shares, i.e. all 3 nodes): the round halts and the
-    global model stays as it was."""
+    """Node 102 dies after sending its keys; 4 shares (with 3 nodes: every node holds a share of every
+    other's secrets). threshold 2: its masks are reconstructed and the round aggregates the two others;
+    threshold 3: the round halts and the global model stays as it was."""
     kill = (Stage.COLLECT_MASKED_VECTORS, 102)
     results, _, _, uploads, rounds = run_secagg(dataset, tmp_path / "t2", monkeypatch, kill_at=kill, rounds=1,
-                                                **{"secagg-threshold": 2, "secagg-num-shares": 3})
+                                                **{"secagg-threshold": 2, "secagg-num-shares": 4})
     assert results["runtime"]["secagg"]["rounds"]["1"]["clients"] == ["client000", "client001"]
     survivors = uploads[1][:2]
     ns = [n for _, n in survivors]
@@ -227,3 +227,17 @@ def test_data_poisoning_combines_and_secagg_off_is_the_default_path(dataset, tmp
     assert results["runtime"]["strategy"] == "SecAggStrategy" and results["final"]["malicious_clients"] == 1
     plain, *_ = run_local(dataset, tmp_path / "plain", nodes_for(3), algorithm="fedavg", rounds=1)
     assert plain["runtime"]["strategy"] == "FedacStrategy" and "secagg" not in plain["runtime"]
+
+
+def test_num_shares_sets_each_nodes_neighbours(dataset, tmp_path, monkeypatch):
+    """5 nodes: with secagg-num-shares=3 each node shares its secrets with 2 others (SecAgg+'s sparse graph),
+    with the default 1.0 with all 4 (SecAgg); either way the round ends with the weighted mean."""
+    for shares, expected in ((3, 2), (1.0, 4)):
+        _, grid, _, uploads, rounds = run_secagg(dataset, tmp_path / str(shares), monkeypatch, nodes=5, rounds=1,
+                                                 **{"secagg-num-shares": shares, "secagg-threshold": 2})
+        sent = [r.content.config_records[RECORD_KEY_CONFIGS][Key.DESTINATION_LIST] for r in grid.replies
+                if Key.DESTINATION_LIST in r.content.config_records.get(RECORD_KEY_CONFIGS, {})]
+        assert [len(destinations) for destinations in sent] == [expected] * 5, shares
+        ns = [n for _, n in uploads[1]]
+        spread = max(max_gap(u, weighted_mean(uploads[1])) for u, _ in uploads[1])
+        assert max_gap(rounds[1], weighted_mean(uploads[1])) <= quantization_bound(ns, max(ns), 8.0, 2**22, spread)
