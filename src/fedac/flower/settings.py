@@ -8,7 +8,8 @@ The run-config keys (`[tool.flwr.app.config]` in pyproject.toml, overridable wit
     fedac-set      any other fedac settings, "key=value" pairs separated by ';' (as `fedac run --set`)
 
 with fedac's precedence: defaults < fedac-config < the named keys < fedac-set. The remaining keys are the
-deployment's own: run-dir, strategy, min-nodes, round-timeout, node-wait, poll-interval.
+deployment's own: run-dir, strategy, min-nodes, round-timeout, node-wait, poll-interval,
+data-mode, and secagg with its secagg-* parameters (`secagg_settings`).
 
 Each SuperNode's node-config selects its client: `partition-id` (index into the clients that fedac's
 partitioner makes from the config), `num-partitions` (checked against that count) and optionally
