@@ -7,6 +7,7 @@
 - `fedac.flower.transport`      payloads <-> Flower ArrayRecord / ConfigRecord, exactly
 - `fedac.flower.settings`       run-config / node-config -> fedac settings
 - `fedac.flower.devices`        device mode: a node that holds only its own folder of clips
+- `fedac.flower.secagg`         run-config secagg=true: FedAvg-style uploads summed by Flower's SecAgg+
 
 See docs/flower.md. Importing this package does not import flwr; its modules do.
 """

@@ -40,6 +40,7 @@ from fedac.engine.simulator import all_finite, train_client
 from fedac.errors import ConfigError
 from fedac.flower import transport
 from fedac.flower.devices import device_client, run_classes
+from fedac.flower.secagg import secagg_mod
 from fedac.flower.settings import NodeSettings, apply_node_settings, fedac_config, node_settings
 from fedac.flower.strategy import ARRAYS, CLIENT_INFO, CONFIG, EVAL, METRICS, REJECTED_UPDATE
 
@@ -160,7 +161,7 @@ def _metric_record(values: dict[str, Any]) -> MetricRecord:
     return MetricRecord(out)
 
 
-@app.train()
+@app.train(mods=[secagg_mod])  # SecAgg+ messages (run-config secagg=true); others pass through
 def train(msg: Message, context: Context) -> Message:
     node = node_client(context, msg.content)
     round_idx = int(msg.content[CONFIG]["server-round"])

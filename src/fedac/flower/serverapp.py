@@ -113,6 +113,11 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
     """Train `cfg` on the SuperNodes connected to `grid`; write and return results.json's content."""
     started = time.perf_counter()
     device = settings.data_mode == "device"
+    secure = settings.secagg is not None and settings.secagg.enabled
+    if secure:  # before any data is built: SecAgg+ refuses what needs each client's upload
+        from fedac.flower.secagg import SecAggStrategy, refuse_unsupported
+
+        refuse_unsupported(cfg, settings)
     if device:
         refuse_attacks_on_devices(cfg)
         side = DeviceServerSide(cfg, run_dir, data=build_eval_data(cfg, progress=False), progress=False)
@@ -132,6 +137,9 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
         refuse_layers(cfg)
         strategy, round_metrics = _flower_builtin(cfg, settings, state)
         strategy = flower_dp(strategy, cfg, side.privacy)
+    elif secure:  # run-config secagg=true: the uploads are summed by Flower's SecAgg+ (fedac.flower.secagg)
+        strategy = SecAggStrategy(side.algorithm, state["server"], directory, cfg, settings.secagg)
+        round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731
     else:
         strategy = FedacStrategy(side.algorithm, state["server"], directory, cfg)
         side.strategy = strategy
@@ -168,6 +176,8 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
     if isinstance(strategy, FedacStrategy):
         results["runtime"]["nodes"] = {n.client: n.node_id for n in directory.nodes.values()}
         results["runtime"]["dropped"] = {str(r): nodes for r, nodes in strategy.dropped.items() if nodes}
+    if secure:
+        results["runtime"]["secagg"] = {**vars(strategy.secagg), "rounds": {str(r): v for r, v in strategy.rounds.items()}}
     write_results(run_dir, results, cfg)
     log.info("fedac run finished\n%s\nrun directory: %s", final_table(results), run_dir)
     return results

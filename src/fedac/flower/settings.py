@@ -8,7 +8,8 @@ The run-config keys (`[tool.flwr.app.config]` in pyproject.toml, overridable wit
     fedac-set      any other fedac settings, "key=value" pairs separated by ';' (as `fedac run --set`)
 
 with fedac's precedence: defaults < fedac-config < the named keys < fedac-set. The remaining keys are the
-deployment's own: run-dir, strategy, min-nodes, round-timeout, node-wait, poll-interval.
+deployment's own: run-dir, strategy, min-nodes, round-timeout, node-wait, poll-interval,
+data-mode, and secagg with its secagg-* parameters (`secagg_settings`).
 
 Each SuperNode's node-config selects its client: `partition-id` (index into the clients that fedac's
 partitioner makes from the config), `num-partitions` (checked against that count) and optionally
@@ -72,6 +73,8 @@ class DeploymentSettings:
     data_mode: str = "full"
     """full: the server builds the run's partition and nodes pick their client by partition-id; device: the
     server holds only validation and test data and the clients are whatever device nodes connect."""
+    secagg: "SecAggSettings | None" = None
+    """run-config secagg=true: the uploads travel through Flower's SecAgg+ (fedac.flower.secagg)."""
 
 
 def _number(run_config: Mapping[str, Any], key: str, default: float, kind: type) -> Any:
@@ -95,6 +98,7 @@ def deployment_settings(run_config: Mapping[str, Any]) -> DeploymentSettings:
         poll_interval=_number(run_config, "poll-interval", 0.5, float),
         strategy=_choice(run_config, "strategy", ("fedac", "flower")),
         data_mode=_choice(run_config, "data-mode", DATA_MODES),
+        secagg=secagg_settings(run_config),
     )
 
 
@@ -181,3 +185,53 @@ def apply_node_settings(cfg: Config, node: NodeSettings) -> Config:
     if node.cache_dir is not None:
         cfg.data.cache_dir = node.cache_dir
     return cfg
+
+
+@dataclass
+class SecAggSettings:
+    """Flower's SecAgg+ parameters (flwr.server.workflow.SecAggPlusWorkflow); see fedac.flower.secagg.
+
+    Integers are counts, floats fractions, exactly as Flower reads them."""
+
+    enabled: bool = False
+    num_shares: int | float = 1.0
+    """Shares of each client's secrets: an int > 2 is a count, a float the fraction of the round's cohort
+    (1.0: every sampled client, i.e. the complete graph of SecAgg)."""
+    threshold: int | float = 0.67
+    """Shares needed to reconstruct a secret: an int is a count (< num_shares), a float the fraction of
+    num_shares (Flower rounds it and takes at least 2). Lower tolerates more dropouts, higher resists more
+    colluding clients."""
+    clipping_range: float = 8.0
+    """Each client's weighted update (n_k / max_weight) * (theta_k - theta) is clipped to [-C, C] per entry."""
+    quantization_range: int = 4194304
+    """Q: entries are stochastically quantized onto Q levels over [-C, C] (step 2C/Q); Flower's default 2**22."""
+    max_weight: float = 0.0
+    """W: client k's weight is n_k / W. 0 (the default): the largest n_k of each round's cohort."""
+
+
+#: run-config key -> (SecAggSettings field, type); `secagg` itself switches it on.
+SECAGG_KEYS = {"secagg-num-shares": "num_shares", "secagg-threshold": "threshold",
+               "secagg-clipping-range": "clipping_range", "secagg-quantization-range": "quantization_range",
+               "secagg-max-weight": "max_weight"}
+
+
+def secagg_settings(run_config: Mapping[str, Any]) -> SecAggSettings:
+    """run-config `secagg` (true / false) and `secagg-*` -> SecAggSettings (checked further by Flower)."""
+    flag = run_config.get("secagg", False)
+    if isinstance(flag, str):
+        if flag.strip().lower() not in ("true", "false", "1", "0", ""):
+            raise ConfigError(f"run-config 'secagg' must be true or false, got {flag!r}")
+        flag = flag.strip().lower() in ("true", "1")
+    out = SecAggSettings(enabled=bool(flag))
+    for key, name in SECAGG_KEYS.items():
+        value = run_config.get(key)
+        if value is None or value == "":
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"run-config '{key}' expects a number, got {value!r}")
+        if name == "quantization_range" and (not isinstance(value, int) or value < 2):
+            raise ConfigError(f"run-config '{key}' must be an integer >= 2, got {value!r}")
+        if value < 0 or (value == 0 and name != "max_weight"):
+            raise ConfigError(f"run-config '{key}' must be positive, got {value!r}")
+        setattr(out, name, value)
+    return out
