@@ -187,6 +187,28 @@ def test_reproduce_resumes_instead_of_rerunning(gsc_root, tmp_path, monkeypatch)
     assert main(args[:-2] + ["--set", "train.lr=0.5"] + args[-2:]) == 2
 
 
+def test_finished_only_writes_the_table_from_ended_runs_and_trains_nothing(gsc_root, tmp_path, monkeypatch):
+    out = tmp_path / "fig3"
+    common = ["--quiet", "--rounds", "1", "--datasets", "speech_commands", "--out", str(out),
+              "--set", f"data.root={gsc_root}"] + [a for s in TINY for a in ("--set", s)]
+    assert main(["reproduce", "fig3", "--seeds", "0", "--methods", "FedMLAC", *common]) == 0
+    ended = (out / "speech_commands" / "FedMLAC-s0" / "results.json").read_text()
+    trained = []
+    monkeypatch.setattr(Simulator, "run_round", lambda self, state, r: trained.append(r))
+    assert main(["reproduce", "fig3", "--seeds", "0", "1", "--finished-only", *common]) == 0
+    assert trained == []
+    assert sorted(p.name for p in (out / "speech_commands").iterdir() if p.is_dir()) == ["FedMLAC-s0"]
+    assert (out / "speech_commands" / "FedMLAC-s0" / "results.json").read_text() == ended
+    table = (out / "table.md").read_text()
+    accuracy = table.split("## Shared model on the test split")[1].split("##")[0]
+    assert "| FedMLAC | " in accuracy and "(n=1)" in accuracy.split("| FedMLAC | ")[1].split("\n")[0]
+    assert "pending" in accuracy.split("| FedMLAC w/o ML | ")[1].split("\n")[0]
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert [(r["method"], r["seed"]) for r in rows] == [("FedMLAC", "0")]
+    # zero-shot tables are not resumable comparisons: the flag is refused, not ignored
+    assert main(["reproduce", "zeroshot-table3", "--finished-only", "--out", str(tmp_path / "z")]) == 2
+
+
 def test_runs_started_together_generate_the_stand_in_once(tmp_path, monkeypatch):
     """Two runs on a fresh cache: the second waits for the first's generation instead of clearing it."""
     import threading
@@ -236,3 +258,15 @@ def test_a_killed_reproduction_leaves_a_table_of_what_finished(gsc_root, tmp_pat
     assert "(n=1)" in first  # seed 0 of 2 finished
     assert "pending" in next(line for line in table.splitlines() if line.startswith("| FedMLAC w/o ML |"))
     assert len(list(csv.DictReader(open(out / "results.csv")))) == 1
+
+
+@pytest.mark.parametrize("name", ["robustness", "earlyexit-table2"])
+def test_finished_only_reaches_the_other_grids(name, tmp_path, monkeypatch):
+    """The flag is passed on, not ignored: on an empty folder nothing is trained or created, and the table
+    still gets written."""
+    trained = []
+    monkeypatch.setattr(Simulator, "run_round", lambda self, state, r: trained.append(r))
+    out = tmp_path / name
+    assert main(["reproduce", name, "--finished-only", "--quiet", "--seeds", "0", "--out", str(out)]) == 0
+    assert trained == [] and not list(out.rglob("*-s0"))
+    assert (out / "table.md").is_file()

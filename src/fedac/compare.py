@@ -95,10 +95,12 @@ def check_same_config(cfg: Config, run_dir: Path) -> None:
 
 def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: Path, overrides: list[str],
                    config_path: str | None, progress: bool = True, last: list[str] = (),
-                   on_run: Callable[[dict[str, list[dict]]], None] | None = None) -> dict:
+                   on_run: Callable[[dict[str, list[dict]]], None] | None = None,
+                   finished_only: bool = False) -> dict:
     """Every method x seed, each in its own run directory under `out`. Runs that already ended are read
     back, and a run killed midway resumes from its checkpoint, so a killed comparison is completed by
-    running the same command again. `on_run` sees the runs so far after each one (partial tables)."""
+    running the same command again. `on_run` sees the runs so far after each one (partial tables).
+    `finished_only` trains nothing: the summary holds the runs that have ended, the rest are left out."""
     from fedac.engine.checkpoint import CHECKPOINT
     from fedac.engine.data import build_federated_data
     from fedac.engine.simulator import Simulator
@@ -117,6 +119,8 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
             cfg.out = str(run_dir)
             check_same_config(cfg, run_dir)
             results = finished_results(run_dir)
+            if results is None and finished_only:
+                continue
             if results is None:
                 # Methods that share data settings share the resident tensors (built once per seed).
                 key = json.dumps([cfg.dataset, asdict(cfg.data), asdict(cfg.features)], sort_keys=True)
@@ -158,7 +162,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     methods = [parse_method(t) for t in texts]
     base = load_config(args.config, args.overrides, dataset=args.dataset, **{"train.rounds": args.rounds})
     out = Path(args.out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
-    summary = run_comparison(base, methods, args.seeds, out, args.overrides, args.config, progress=not args.quiet)
+    summary = run_comparison(base, methods, args.seeds, out, args.overrides, args.config, progress=not args.quiet,
+                             finished_only=args.finished_only)
     print((out / "table.md").read_text())
     print(f"{len(methods)} methods x {len(args.seeds)} seeds in {summary['wall_seconds']:.0f} s; results in {out}")
     return 0
@@ -171,6 +176,8 @@ def add_grid_arguments(p: argparse.ArgumentParser, out_help: str) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", help=out_help)
     p.add_argument("--quiet", action="store_true")
+    p.add_argument("--finished-only", action="store_true",
+                   help="train nothing: write the tables from the runs in --out that have ended")
 
 
 def add_compare_parser(sub) -> None:

@@ -190,8 +190,9 @@ def cells(experiment: Experiment, datasets: list[str] | None) -> list[Cell]:
 
 def run_experiment(name: str, seeds: list[int], out: Path, overrides: list[str], datasets: list[str] | None = None,
                    rounds: int | None = None, command: str = "", progress: bool = True,
-                   only: list[str] | None = None) -> dict:
-    """Run (or complete) every cell of an experiment and write table.md, results.csv and figure.png."""
+                   only: list[str] | None = None, finished_only: bool = False) -> dict:
+    """Run (or complete) every cell of an experiment and write table.md, results.csv and figure.png;
+    `finished_only` writes them from the runs that have ended and trains nothing."""
     experiment = experiment_named(name)
     methods = [parse_method(m) for m in experiment.methods]
     if only:
@@ -225,7 +226,8 @@ def run_experiment(name: str, seeds: list[int], out: Path, overrides: list[str],
             summaries[label]["runs"] = runs
             write_outputs()  # a table of what has finished so far: a killed reproduction still shows it
 
-        run_comparison(base, methods, seeds, folder, settings, None, progress, last=user, on_run=on_run)
+        run_comparison(base, methods, seeds, folder, settings, None, progress, last=user, on_run=on_run,
+                       finished_only=finished_only)
     write_outputs()
     return {"experiment": name, "cells": list(summaries), "wall_seconds": time.perf_counter() - started}
 
@@ -339,6 +341,9 @@ OTHER_EXPERIMENTS = {
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    if args.finished_only and args.experiment.startswith("zeroshot"):
+        raise ConfigError(f"--finished-only is not available for {args.experiment}: its runs are not resumable "
+                          "comparisons; rerun the command to complete it")
     if args.experiment in OTHER_EXPERIMENTS:
         module, function = OTHER_EXPERIMENTS[args.experiment].split(":")
         args.progress = not args.quiet
@@ -346,7 +351,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     out = Path(args.out or f"runs/reproduce-{args.experiment}")
     command = "fedac " + " ".join(shlex.quote(a) for a in args.argv)
     summary = run_experiment(args.experiment, args.seeds, out, args.overrides, args.datasets, args.rounds,
-                             command, progress=not args.quiet, only=args.methods)
+                             command, progress=not args.quiet, only=args.methods, finished_only=args.finished_only)
     print((out / "table.md").read_text())
     print(f"{len(summary['cells'])} cells in {summary['wall_seconds']:.0f} s; table.md, results.csv, figure.png in {out}")
     return 0

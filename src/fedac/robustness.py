@@ -77,8 +77,9 @@ def _choose(given: list | None, known, what: str) -> list:
 def run_robustness(seeds: list[int], out: Path, overrides: list[str], attacks: list[str] | None = None,
                    fractions: list[float] | None = None, aggregators: list[str] | None = None,
                    algorithms: list[str] | None = None, dataset: str = "speech_commands", rounds: int | None = None,
-                   command: str = "", progress: bool = True) -> dict:
-    """Run (or complete) the grid and write table.md, results.csv and heatmap.png."""
+                   command: str = "", progress: bool = True, finished_only: bool = False) -> dict:
+    """Run (or complete) the grid and write table.md, results.csv and heatmap.png (from the finished runs
+    alone with `finished_only`)."""
     from fedac.reproduce import DATASETS, PROTOCOL  # reproduce registers this command
 
     attacks = _choose(attacks, ROW_ATTACKS, "attack(s)")
@@ -102,13 +103,14 @@ def run_robustness(seeds: list[int], out: Path, overrides: list[str], attacks: l
             print(f"=== robustness: {label}")
         methods = grid_methods(algorithms, aggregators, fraction, clients)
         attack = [f"attack.kind={kind}", f"attack.fraction={fraction}"]
+        results[label] = {m.label: [] for m in methods}  # a row with no finished run yet still shows, as pending
 
         def on_run(runs: dict[str, list[dict]], label: str = label) -> None:
             results[label] = runs
             write_outputs(out, results, algorithms, aggregators, seeds, command)
 
         run_comparison(base, methods, seeds, out / label.replace(" ", "_").replace("%", "pct"),
-                       settings + attack, None, progress, last=user, on_run=on_run)
+                       settings + attack, None, progress, last=user, on_run=on_run, finished_only=finished_only)
     write_outputs(out, results, algorithms, aggregators, seeds, command)
     return {"rows": [r[0] for r in rows], "wall_seconds": time.perf_counter() - started}
 
@@ -194,7 +196,8 @@ def cmd_robustness(args: argparse.Namespace) -> int:
     if len(datasets) != 1:
         raise ConfigError("reproduce robustness runs on one dataset; give --datasets NAME once")
     summary = run_robustness(args.seeds, out, args.overrides, args.attacks, args.fractions, args.aggregators,
-                             args.methods, datasets[0], args.rounds, command, progress=not args.quiet)
+                             args.methods, datasets[0], args.rounds, command, progress=not args.quiet,
+                             finished_only=args.finished_only)
     print((out / "table.md").read_text())
     print(f"{len(summary['rows'])} rows in {summary['wall_seconds']:.0f} s; table.md, results.csv, heatmap.png in {out}")
     return 0
