@@ -205,8 +205,17 @@ def test_finished_only_writes_the_table_from_ended_runs_and_trains_nothing(gsc_r
     assert "pending" in accuracy.split("| FedMLAC w/o ML | ")[1].split("\n")[0]
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert [(r["method"], r["seed"]) for r in rows] == [("FedMLAC", "0")]
-    # zero-shot tables are not resumable comparisons: the flag is refused, not ignored
-    assert main(["reproduce", "zeroshot-table3", "--finished-only", "--out", str(tmp_path / "z")]) == 2
+
+
+@pytest.mark.parametrize("experiment, option", [("zeroshot-table3", ["--finished-only"]),
+                                                ("zeroshot-table4", ["--methods", "FedAvg"]),
+                                                ("table4", ["--attacks", "backdoor"]),
+                                                ("fig3", ["--fractions", "0.1"]),
+                                                ("paper-regime", ["--aggregators", "median"])])
+def test_reproduce_refuses_an_option_the_experiment_does_not_read(experiment, option, tmp_path, capsys):
+    assert main(["reproduce", experiment, *option, "--out", str(tmp_path / "x")]) == 2
+    assert f"does not use {option[0]}" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()
 
 
 def test_runs_started_together_generate_the_stand_in_once(tmp_path, monkeypatch):

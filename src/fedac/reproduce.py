@@ -353,9 +353,16 @@ OTHER_EXPERIMENTS = {
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
-    if args.finished_only and args.experiment.startswith("zeroshot"):
-        raise ConfigError(f"--finished-only is not available for {args.experiment}: its runs are not resumable "
-                          "comparisons; rerun the command to complete it")
+    # An option the experiment does not read is refused, not silently dropped.
+    unused = [name for name, given, readers in (
+        ("--attacks", args.attacks, ("robustness",)), ("--fractions", args.fractions, ("robustness",)),
+        ("--aggregators", args.aggregators, ("robustness",)),
+        ("--methods", args.methods, None), ("--finished-only", args.finished_only, None))
+        if given and (args.experiment not in readers if readers else args.experiment.startswith("zeroshot"))]
+    if unused:
+        raise ConfigError(f"{args.experiment} does not use {', '.join(unused)}"
+                          + (": its runs are not resumable comparisons (rerun the command to complete it)"
+                             if args.experiment.startswith("zeroshot") else ""))
     if args.experiment in OTHER_EXPERIMENTS:
         module, function = OTHER_EXPERIMENTS[args.experiment].split(":")
         args.progress = not args.quiet
