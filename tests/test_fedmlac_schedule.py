@@ -205,6 +205,8 @@ def test_finished_only_writes_the_table_from_ended_runs_and_trains_nothing(gsc_r
     assert "pending" in accuracy.split("| FedMLAC w/o ML | ")[1].split("\n")[0]
     rows = list(csv.DictReader(open(out / "results.csv")))
     assert [(r["method"], r["seed"]) for r in rows] == [("FedMLAC", "0")]
+    summary = json.loads((out / "speech_commands" / "summary.json").read_text())
+    assert summary["wall_seconds"] == json.loads(ended)["wall_seconds"]  # the run's own time, not the reading's
 
 
 @pytest.mark.parametrize("experiment, option", [("zeroshot-table3", ["--finished-only"]),

@@ -100,7 +100,8 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
     """Every method x seed, each in its own run directory under `out`. Runs that already ended are read
     back, and a run killed midway resumes from its checkpoint, so a killed comparison is completed by
     running the same command again. `on_run` sees the runs so far after each one (partial tables).
-    `finished_only` trains nothing: the summary holds the runs that have ended, the rest are left out."""
+    `finished_only` trains nothing: the summary holds the runs that have ended (the rest are left out) and,
+    as `wall_seconds`, the sum of their own wall times."""
     from fedac.engine.checkpoint import CHECKPOINT
     from fedac.engine.data import build_federated_data
     from fedac.engine.simulator import Simulator
@@ -134,8 +135,9 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
                                        "wall_seconds": results["wall_seconds"]})
             if on_run is not None:
                 on_run(runs)
-    summary = {"methods": [m.__dict__ for m in methods], "seeds": seeds, "runs": runs,
-               "wall_seconds": time.perf_counter() - started,
+    # With finished_only nothing ran here: report what the runs themselves took.
+    wall = sum(r["wall_seconds"] for rs in runs.values() for r in rs) if finished_only else time.perf_counter() - started
+    summary = {"methods": [m.__dict__ for m in methods], "seeds": seeds, "runs": runs, "wall_seconds": wall,
                "mean_std": {label: {k: mean_std([r[k] for r in rs if k in r]) for k in METRICS}
                             for label, rs in runs.items()}}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
