@@ -43,9 +43,9 @@ DATASETS = {"speech_commands": [], "urbansound8k": ["data.alpha=0.5", "data.num_
 STAND_INS = ("speech_commands", "urbansound8k", "cremad", "iemocap")
 
 #: fedmlac.md Section 5.2's schedule as written (configs/paper.yaml): 5,000 rounds, 20% of all 240 stand-in
-#: speakers a round (about 1,000 visits per client), 1 local epoch, batch 16, lr 0.01, plain SGD. The fast
-#: path runs FedMLAC's rounds at about 1.1 s each on a quiet two-core host (benchmarks/bench_paper.py),
-#: so one method takes about two hours there; a killed run resumes from its last checkpoint.
+#: speakers a round (about 1,000 visits per client), 1 local epoch, batch 16, lr 0.01, plain SGD. Measured
+#: on two cores (docs/results/reproduce-paper-regime/): median 1.08 s per FedMLAC round and 0.69 s per
+#: FedAvg round, about 90 and 57 minutes a run; a killed run resumes from its last checkpoint.
 PAPER_REGIME = ["train.rounds=5000", "train.fraction=0.2", "train.local_epochs=1", "train.batch_size=16",
                 "train.lr=0.01", "train.momentum=0.0", "data.max_clients=null", "train.eval_every=100",
                 "train.checkpoint_every=100", "train.test_curve=true"]
