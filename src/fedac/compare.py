@@ -93,6 +93,11 @@ def check_same_config(cfg: Config, run_dir: Path) -> None:
                           "choose another --out or remove that directory")
 
 
+def runs_wall_seconds(runs: dict[str, list[dict]]) -> float:
+    """The runs' own wall times, summed: what training took, however many sittings or readings it spanned."""
+    return sum(r["wall_seconds"] for rs in runs.values() for r in rs)
+
+
 def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: Path, overrides: list[str],
                    config_path: str | None, progress: bool = True, last: list[str] = (),
                    on_run: Callable[[dict[str, list[dict]]], None] | None = None,
@@ -136,7 +141,7 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
             if on_run is not None:
                 on_run(runs)
     # With finished_only nothing ran here: report what the runs themselves took.
-    wall = sum(r["wall_seconds"] for rs in runs.values() for r in rs) if finished_only else time.perf_counter() - started
+    wall = runs_wall_seconds(runs) if finished_only else time.perf_counter() - started
     summary = {"methods": [m.__dict__ for m in methods], "seeds": seeds, "runs": runs, "wall_seconds": wall,
                "mean_std": {label: {k: mean_std([r[k] for r in rs if k in r]) for k in METRICS}
                             for label, rs in runs.items()}}

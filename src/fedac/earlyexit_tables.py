@@ -20,7 +20,7 @@ import json
 import shlex
 from pathlib import Path
 
-from fedac.compare import Method, run_comparison
+from fedac.compare import Method, run_comparison, runs_wall_seconds
 from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.metrics import mean_std
@@ -134,9 +134,8 @@ def reproduce(args: argparse.Namespace) -> int:
                 raise ConfigError(f"--methods {args.methods} names none of {args.experiment}'s methods")
         summary = run_comparison(cfg, table_methods, args.seeds, out / dataset, overrides, None, not args.quiet,
                                  finished_only=args.finished_only)
-        # The runs' own training time: a resumed or --finished-only table still reports what training took.
         runs[dataset] = summary["runs"]
-        walls[dataset] = sum(r["wall_seconds"] for rs in runs[dataset].values() for r in rs)
+        walls[dataset] = runs_wall_seconds(runs[dataset])  # a resumed or --finished-only table still reports it
         write(out, title, command, runs, walls)
     print((out / "table.md").read_text())
     print(f"table.md, results.csv, figure.png in {out}")
