@@ -1,6 +1,6 @@
 """FedMLAC, paper schedule, stand-in (issue 18). One command, writes JSON to benchmarks/results/:
 
-    .venv/bin/python benchmarks/bench_paper.py            # about 15 min on 2 cores
+    .venv/bin/python benchmarks/bench_paper.py            # about 9 min on 2 quiet cores
     .venv/bin/python benchmarks/bench_paper.py --quick    # smoke run
 
 Workload: `configs/paper.yaml` (48 of the stand-in's 240 clients per round, CRNN-Base personalized
@@ -19,7 +19,10 @@ Throughput: real samples' FLOPs (CRNN-Base forward + backward, CRNN-Lite teacher
 backward; backward counted as twice the forward; no padding) per wall second.
 
 Parts `gsc` (GSC scale, 2,618 clients, 524 per round; bench_cohort.py's gsc child, baseline and
-default) and `w` (workload W cohort / floor; bench_cohort.py's w part) run the issue 6 harness.
+default) and `w` (workload W cohort / floor; bench_cohort.py's w part) run the issue 6 harness; parts
+`roofline` (one core's matmul peak and the cohort path's batched shapes, against each target's
+arithmetic) and `profile` (the paper schedule on one worker under the torch profiler) say what bounds
+a round.
 """
 
 from __future__ import annotations
@@ -101,6 +104,38 @@ def child(args) -> dict:
             "features": list(sim.data.clients[0].x.shape[1:]), "classes": sim.data.task.num_classes}
 
 
+def profile_child(args) -> dict:
+    """A torch-profiler view of `args.rounds` paper-schedule rounds with this code on one worker (so the
+    ops of one thread add up to the round's CPU time): each op's share of self CPU time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from fedac.config import load_config
+    from fedac.engine.simulator import Simulator
+
+    cfg = load_config(REPO / "configs" / "paper.yaml", overrides=[*SETTINGS, "train.cohort_workers=1"])
+    run_dir = Path(args.tmp) / f"profile-{os.getpid()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sim = Simulator(cfg, run_dir, progress=False)
+    state = sim._fresh_state()
+    sim.run_round(state, 0)  # warm-up
+    wall = time.perf_counter()
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for r in range(1, args.rounds + 1):
+            sim.run_round(state, r)
+    wall = time.perf_counter() - wall
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in ops)
+    return {"rounds": args.rounds, "wall_s_profiled": wall, "torch_threads": torch.get_num_threads(),
+            "profiled_op_cpu_s": total / 1e6,
+            "ops": [{"op": e.key, "calls": e.count, "self_cpu_s": e.self_cpu_time_total / 1e6,
+                     "share": e.self_cpu_time_total / total} for e in ops[:40]]}
+
+
+def part_profile(args, tmp: Path) -> dict:
+    return run_child("--profile-child", "--rounds", str(args.rounds), "--tmp", str(tmp), script=__file__)
+
+
 def child_env(code: str, baseline_src: Path) -> dict:
     """The environment of a child running `code`: the baseline's sources first on the path, or ours."""
     env = dict(os.environ)
@@ -170,6 +205,62 @@ def part_gsc(args) -> dict:
     return out
 
 
+MATMUL_SHAPES = {  # name: (batch, rows, inner, cols) of one call on the paper schedule, 16 clients x 16 clips
+    "gru_step_base": (16, 16, 128, 384),  # W_hh h, CRNN-Base (per direction, once per timestep)
+    "gru_step_lite": (16, 16, 64, 192),  # W_hh h, CRNN-Lite
+    "gru_input_base": (16, 26 * 16, 64, 384),  # W_ih x over all timesteps
+    "conv1_base": (16, 101 * 16, 200, 64),  # im2col rows x (kernel 5 x 40 features)
+    "conv2_base": (16, 51 * 16, 320, 64),
+}
+
+
+def rate(fn, flop: float, seconds: float = 0.5) -> float:
+    """GFLOP/s of `fn` (one call = `flop`), best of 3 timings of as many calls as fill `seconds`."""
+    fn()
+    calls, start = 0, time.perf_counter()
+    while time.perf_counter() - start < 0.1:
+        fn()
+        calls += 1
+    calls = max(1, int(calls * seconds / 0.1))
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - start) / calls)
+    return flop / best / 1e9
+
+
+def part_roofline(args) -> dict:
+    """What bounds a round: this core's float32 matmul rate, for one large product (the practical peak)
+    and for the batched products the cohort path runs at a client's 16 rows, on one thread; and the
+    rounds' arithmetic (real samples x the FedMLAC per-sample FLOPs) at that peak on every core."""
+    import torch
+
+    torch.set_num_threads(1)
+    a, b = torch.randn(1024, 1024), torch.randn(1024, 1024)
+    out: dict = {"cpu_count": os.cpu_count(), "torch_threads": 1,
+                 "peak_gflop_per_s_1_thread": rate(lambda: torch.mm(a, b), 2 * 1024 ** 3)}
+    shapes = {}
+    for name, (batch, rows, inner, cols) in MATMUL_SHAPES.items():
+        x, w, c = torch.randn(batch, rows, inner), torch.randn(batch, inner, cols), torch.randn(batch, 1, cols)
+        gflops = rate(lambda: torch.baddbmm(c, x, w), 2 * batch * rows * inner * cols)
+        shapes[name] = {"shape": [batch, rows, inner, cols], "gflop_per_s": gflops,
+                        "of_peak": gflops / out["peak_gflop_per_s_1_thread"]}
+    out["shapes"] = shapes
+    from workloads import CLASSES, FEATURES, FRAMES  # the stand-in's features are 40 x 101 as well
+
+    per_sample = 3 * forward_flops("crnn_base", FEATURES, FRAMES, CLASSES) + 4 * forward_flops("crnn_lite", FEATURES, FRAMES, CLASSES)
+    peak_all = out["peak_gflop_per_s_1_thread"] * (os.cpu_count() or 1)
+    # samples per round: the paper schedule's mean (bench `paper` part) and the GSC child's 20 % of 85,747 windows
+    for name, samples, target in (("paper", 1094, 0.7), ("gsc", 17149, 5.0)):
+        gflop = samples * per_sample / 1e9
+        out[name] = {"samples_per_round": samples, "gflop_per_round": gflop, "target_s": target,
+                     "s_at_peak_all_cores": gflop / peak_all,
+                     "target_needs_of_peak": gflop / target / peak_all}
+    return out
+
+
 def part_w(args) -> dict:
     """bench_cohort.py's part w (floor / sequential / cohort, interleaved) with this code."""
     path = Path(args.tmp_json)
@@ -183,7 +274,7 @@ def part_w(args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer rounds and blocks, small GSC (smoke run)")
-    parser.add_argument("--parts", default="paper,gsc,w", help="comma list of paper,gsc,w")
+    parser.add_argument("--parts", default="paper,gsc,w,roofline", help="comma list of paper,gsc,w,roofline,profile")
     parser.add_argument("--paths", default=",".join(PATHS), help=f"comma list of {','.join(PATHS)}")
     parser.add_argument("--blocks", type=int, default=None, help="alternating blocks per path (default 2)")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per block (default 4)")
@@ -191,21 +282,23 @@ def main() -> None:
     parser.add_argument("--baseline", default=BASELINE, help="commit of the 'before' code")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--profile-child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--first", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--tmp", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--overrides", nargs="*", default=[], help=argparse.SUPPRESS)
     args = parser.parse_args()
     args.blocks = args.blocks or (1 if args.quick else 2)
     args.rounds = args.rounds or (2 if args.quick else 4)
-    if args.child:
-        print(json.dumps(child(args)))
+    if args.child or args.profile_child:
+        print(json.dumps(child(args) if args.child else profile_child(args)))
         return
     tmp = Path(os.environ.get("TMPDIR", "/tmp")) / f"fedac-bench-paper-{os.getpid()}"
     args.tmp_json = str(tmp / "w.json")
     started = datetime.now(timezone.utc)
     report: dict = {"benchmark": "paper", "issue": 18, "started_utc": started.isoformat(), "quick": args.quick,
                     "cpu_count": os.cpu_count(), "load_average_start": os.getloadavg()}
-    parts = {"paper": lambda: part_paper(args, tmp), "gsc": lambda: part_gsc(args), "w": lambda: part_w(args)}
+    parts = {"paper": lambda: part_paper(args, tmp), "gsc": lambda: part_gsc(args), "w": lambda: part_w(args),
+             "roofline": lambda: part_roofline(args), "profile": lambda: part_profile(args, tmp)}
     for name in args.parts.split(","):
         print(f"{name} ...", flush=True)
         report[name] = parts[name]()
