@@ -231,7 +231,7 @@ def rate(fn, flop: float, seconds: float = 0.5) -> float:
     return flop / best / 1e9
 
 
-def part_roofline(args) -> dict:
+def part_roofline(report: dict) -> dict:
     """What bounds a round: this core's float32 matmul rate, for one large product (the practical peak)
     and for the batched products the cohort path runs at a client's 16 rows, on one thread; and the
     rounds' arithmetic (real samples x the FedMLAC per-sample FLOPs) at that peak on every core."""
@@ -252,8 +252,14 @@ def part_roofline(args) -> dict:
 
     per_sample = 3 * forward_flops("crnn_base", FEATURES, FRAMES, CLASSES) + 4 * forward_flops("crnn_lite", FEATURES, FRAMES, CLASSES)
     peak_all = out["peak_gflop_per_s_1_thread"] * (os.cpu_count() or 1)
-    # samples per round: the paper schedule's mean (bench `paper` part) and the GSC child's 20 % of 85,747 windows
-    for name, samples, target in (("paper", 1094, 0.7), ("gsc", 17149, 5.0)):
+    # samples per round: measured by this run's `paper` part (mean over the default path's rounds) and
+    # `gsc` part (20 % of its training windows) when they ran, else issue 18's mean round (1,094 samples)
+    # and 20 % of the GSC child's 85,747 windows
+    paper_rounds = report.get("paper", {}).get("paths", {}).get("default", {}).get("rounds")
+    paper = round(statistics.mean(r["samples"] for r in paper_rounds)) if paper_rounds else 1094
+    gsc_windows = report.get("gsc", {}).get("default", {}).get("train_windows")
+    gsc = round(0.2 * gsc_windows) if gsc_windows else 17149
+    for name, samples, target in (("paper", paper, 0.7), ("gsc", gsc, 5.0)):
         gflop = samples * per_sample / 1e9
         out[name] = {"samples_per_round": samples, "gflop_per_round": gflop, "target_s": target,
                      "s_at_peak_all_cores": gflop / peak_all,
@@ -274,7 +280,7 @@ def part_w(args) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="fewer rounds and blocks, small GSC (smoke run)")
-    parser.add_argument("--parts", default="paper,gsc,w,roofline", help="comma list of paper,gsc,w,roofline,profile")
+    parser.add_argument("--parts", default="paper,gsc,w,roofline,profile", help="comma list of paper,gsc,w,roofline,profile")
     parser.add_argument("--paths", default=",".join(PATHS), help=f"comma list of {','.join(PATHS)}")
     parser.add_argument("--blocks", type=int, default=None, help="alternating blocks per path (default 2)")
     parser.add_argument("--rounds", type=int, default=None, help="timed rounds per block (default 4)")
@@ -298,7 +304,7 @@ def main() -> None:
     report: dict = {"benchmark": "paper", "issue": 18, "started_utc": started.isoformat(), "quick": args.quick,
                     "cpu_count": os.cpu_count(), "load_average_start": os.getloadavg()}
     parts = {"paper": lambda: part_paper(args, tmp), "gsc": lambda: part_gsc(args), "w": lambda: part_w(args),
-             "roofline": lambda: part_roofline(args), "profile": lambda: part_profile(args, tmp)}
+             "roofline": lambda: part_roofline(report), "profile": lambda: part_profile(args, tmp)}
     for name in args.parts.split(","):
         print(f"{name} ...", flush=True)
         report[name] = parts[name]()
