@@ -74,19 +74,33 @@ def forward_flops(name: str, features: int, frames: int, classes: int) -> int:
     return total + directions * gru_flops(t, c, spec.hidden) + 2 * directions * spec.hidden * classes
 
 
+def fedmlac_flop_per_sample(features: int, frames: int, classes: int) -> int:
+    """CRNN-Base forward + backward and CRNN-Lite teacher forward + forward + backward (backward = 2 forwards)."""
+    return 3 * forward_flops("crnn_base", features, frames, classes) + 4 * forward_flops("crnn_lite", features, frames, classes)
+
+
+def warm_simulator(args, overrides: list[str], tag: str, warmup_round: int):
+    """The paper-schedule simulator with `overrides`, its fresh state, and one warm-up round already run
+    (first-touch allocations, kernel load)."""
+    from fedac.config import load_config
+    from fedac.engine.simulator import Simulator
+
+    cfg = load_config(REPO / "configs" / "paper.yaml", overrides=[*SETTINGS, *overrides])
+    run_dir = Path(args.tmp) / f"{tag}-{os.getpid()}"
+    run_dir.mkdir(parents=True, exist_ok=True)
+    sim = Simulator(cfg, run_dir, progress=False)
+    state = sim._fresh_state()
+    sim.run_round(state, warmup_round)
+    return cfg, sim, state
+
+
 def child(args) -> dict:
     """Rounds `args.first`.. of one path in this process (its fedac is whatever PYTHONPATH gives)."""
     import torch
 
-    from fedac.config import load_config
-    from fedac.engine.simulator import Simulator, sample_cohort
+    from fedac.engine.simulator import sample_cohort
 
-    cfg = load_config(REPO / "configs" / "paper.yaml", overrides=[*SETTINGS, *args.overrides])
-    run_dir = Path(args.tmp) / f"{args.child}-{os.getpid()}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    sim = Simulator(cfg, run_dir, progress=False)
-    state = sim._fresh_state()
-    sim.run_round(state, args.first - 1)  # warm-up (first-touch allocations, kernel load)
+    cfg, sim, state = warm_simulator(args, args.overrides, args.child, args.first - 1)
     sizes = {c.name: c.num_samples for c in sim.data.clients}
     rounds = []
     for r in range(args.first, args.first + args.rounds):
@@ -110,15 +124,7 @@ def profile_child(args) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from fedac.config import load_config
-    from fedac.engine.simulator import Simulator
-
-    cfg = load_config(REPO / "configs" / "paper.yaml", overrides=[*SETTINGS, "train.cohort_workers=1"])
-    run_dir = Path(args.tmp) / f"profile-{os.getpid()}"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    sim = Simulator(cfg, run_dir, progress=False)
-    state = sim._fresh_state()
-    sim.run_round(state, 0)  # warm-up
+    _, sim, state = warm_simulator(args, ["train.cohort_workers=1"], "profile", 0)
     wall = time.perf_counter()
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         for r in range(1, args.rounds + 1):
@@ -170,7 +176,7 @@ def part_paper(args, tmp: Path) -> dict:
             meta[name] = out
         first += args.rounds  # every path trains the same rounds (same clients) in a block
     features, classes = meta[names[0]]["features"], meta[names[0]]["classes"]
-    per_sample = 3 * forward_flops("crnn_base", *features, classes) + 4 * forward_flops("crnn_lite", *features, classes)
+    per_sample = fedmlac_flop_per_sample(*features, classes)
     out: dict = {"paths": {}, "flop_per_sample": per_sample, "baseline_commit": args.baseline}
     for name, rounds in samples.items():
         wall = statistics.median(r["wall_s"] for r in rounds)
@@ -250,7 +256,7 @@ def part_roofline(report: dict) -> dict:
     out["shapes"] = shapes
     from workloads import CLASSES, FEATURES, FRAMES  # the stand-in's features are 40 x 101 as well
 
-    per_sample = 3 * forward_flops("crnn_base", FEATURES, FRAMES, CLASSES) + 4 * forward_flops("crnn_lite", FEATURES, FRAMES, CLASSES)
+    per_sample = fedmlac_flop_per_sample(FEATURES, FRAMES, CLASSES)
     peak_all = out["peak_gflop_per_s_1_thread"] * (os.cpu_count() or 1)
     # samples per round: measured by this run's `paper` part (mean over the default path's rounds) and
     # `gsc` part (20 % of its training windows) when they ran, else issue 18's mean round (1,094 samples)
