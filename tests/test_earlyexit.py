@@ -282,10 +282,16 @@ def test_budget_mode_picks_the_deepest_exit_that_fits():
 # --------------------------------------------------------------------------- tables
 
 def test_table_error_rates_and_methods():
-    from fedac.earlyexit_tables import error_rates, methods
+    from fedac.earlyexit_tables import error_rates, methods, table2_depths
 
     assert error_rates({"accuracy": 0.75, "asv_eer": 0.125}) == {"error": 25.0, "EER": 12.5}
-    assert error_rates({"wer": 0.5, "test_other_wer": 0.625, "accuracy": 0.1}) == {"WER": 50.0, "WER other": 62.5}
+    assert error_rates({"wer": 0.5, "test_other_wer": 0.625, "cer": 0.25, "test_other_cer": 0.375, "accuracy": 0.1}) \
+        == {"WER": 50.0, "WER other": 62.5, "CER": 25.0, "CER other": 37.5}
+    # T_task (the paper's best FL exit): 6 for keyword spotting, 9 otherwise, for homo FL and the high clients
+    assert table2_depths("speech_commands", []) == ["earlyexit.depth=6", "earlyexit.high_depth=6"]
+    assert table2_depths("librispeech", ["train.lr=1"]) == ["earlyexit.depth=9", "earlyexit.high_depth=9"]
+    assert table2_depths("voxceleb1", ["earlyexit.depth=12"]) == ["earlyexit.high_depth=12"]
+    assert table2_depths("speech_commands", ["earlyexit.high_depth=12"]) == ["earlyexit.depth=6"]
     table1 = methods("earlyexit-table1", [3, 12])
     assert [m.label for m in table1] == ["central L=3", "homo FL L=3", "central L=12", "homo FL L=12"]
     assert {"data.num_clients=1", "earlyexit.mode=homo", "earlyexit.depth=3"} <= set(table1[0].overrides)
@@ -308,16 +314,16 @@ def test_table2_from_the_cli_with_every_exit_evaluated(voxceleb_root, tmp_path):
         final = json.loads((tmp_path / row["run_dir"] / "results.json").read_text())["final"]
         expected = 100 * (1 - final["accuracy"]) if row["metric"] == "error" else 100 * final["asv_eer"]
         assert float(row["value"]) == pytest.approx(expected)
-        exits = {"homo FL": 3, "hetero FedAvg": 4, "hetero depth-weighted": 4}[row["method"]]
+        exits = 3  # T_task = 9 of 12, layer 3 of w2v2_tiny's 4, for homo FL and the high-resource clients
         assert final["accuracy"] == final[f"exit{exits}_accuracy"]  # the headline is earlyexit.eval_exit's
         assert {f"exit{e}_{m}" for e in (1, 2, 3, 4) for m in ("accuracy", "asv_eer")} <= set(final)
         header = (tmp_path / row["run_dir"] / "metrics.csv").read_text().splitlines()[0].split(",")
         assert {f"val_exit{e}_accuracy" for e in (1, 2, 3, 4)} <= set(header) and "mean_depth" in header
         config = (tmp_path / row["run_dir"] / "config.yaml").read_text()
         if row["method"] == "homo FL":
-            assert "mode: homo" in config and "depth: 9" in config
+            assert "mode: homo" in config and "\n  depth: 9" in config
         else:
-            assert "mode: hetero" in config
+            assert "mode: hetero" in config and "high_depth: 9" in config
             assert ("aggregation: fedavg" in config) == (row["method"] == "hetero FedAvg")
 
 
