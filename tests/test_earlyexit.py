@@ -189,6 +189,57 @@ def test_aggregation_setting_changes_the_global_model():
     assert not torch.equal(results["fedavg"][deep], results["layerwise"][deep])
 
 
+def test_head_lr_sets_the_heads_rate_alone():
+    """One AdamW step (4 clips, batch 4): its first update is lr * g / (|g| + eps), so the encoder's
+    tensors move exactly as without earlyexit.head_lr and the head's move 10x as far."""
+    settings = {"earlyexit.mode": "homo", "earlyexit.depth": 6, "train.optimizer": "adamw", "train.lr": 0.001,
+                "model.dropout": 0.0}
+    base, fast = _algorithm(**settings), _algorithm(**settings, **{"earlyexit.head_lr": 0.01})
+    payload = base.init_server()["params"]
+    a = base.client_update(payload, None, _client(), 1, torch_generator(0, "batches")).upload
+    b = fast.client_update(payload, None, _client(), 1, torch_generator(0, "batches")).upload
+    head = [k for k in a if k.startswith("exit_heads.2.")]
+    assert head and all(torch.equal(a[k], b[k]) for k in a if k not in head and k != "depth")
+    for k in head:
+        assert torch.allclose(b[k] - payload[k], 10 * (a[k] - payload[k]), rtol=1e-3, atol=1e-7), k
+    with pytest.raises(ConfigError, match="earlyexit.head_lr must be >= 0"):
+        _algorithm(**{"earlyexit.head_lr": -1})
+
+
+def test_head_norm_standardises_each_exits_pooled_vector():
+    """model.head_norm: each exit's head has its own BatchNorm1d; in training it standardises every
+    pooled dimension over the batch (by hand), a batch of one clip uses the running statistics, and the
+    statistics travel in the client's upload and are averaged like weights."""
+    algo = _algorithm(**{"earlyexit.mode": "homo", "earlyexit.depth": 6, "model.head_norm": True})
+    model = algo.scratch_model("w2v2_tiny").use_exit(2).train()
+    assert {f"exit_heads.{e}.norm.running_mean" for e in (1, 2, 3, 4)} <= set(model.state_dict())
+    pooled = torch.randn(5, model.norm.num_features) * torch.linspace(0.01, 3, model.norm.num_features) + 2
+    expected = (pooled - pooled.mean(0)) / (pooled.var(0, unbiased=False) + model.norm.eps).sqrt()
+    assert torch.allclose(model.norm(pooled), expected, atol=1e-4)
+    assert torch.allclose(model.norm.running_mean, 0.1 * pooled.mean(0))
+    one = model.norm(pooled[:1])  # a last batch of one clip: the running statistics, not an error
+    running = (pooled[:1] - model.norm.running_mean) / (model.norm.running_var + model.norm.eps).sqrt()
+    assert torch.allclose(one, running, atol=1e-5)
+    payload = algo.init_server()["params"]
+    upload = algo.client_update(payload, None, _client(), 1, torch_generator(0, "batches")).upload
+    assert not torch.equal(upload["exit_heads.2.norm.running_mean"], payload["exit_heads.2.norm.running_mean"])
+    assert "exit_heads.4.norm.running_mean" not in upload  # another exit's head: not trained, not uploaded
+    merged = algo.server_update({"params": payload}, [(upload, 4)], 1)[0]["params"]
+    assert torch.equal(merged["exit_heads.2.norm.running_mean"], upload["exit_heads.2.norm.running_mean"])
+    from fedac.models import build_model
+
+    with pytest.raises(ConfigError, match="model.head_norm applies to the SSL models' pooled heads, not to crnn_tiny"):
+        build_model("crnn_tiny", 64, 3, options=ModelConfig(head_norm=True))
+
+
+def test_head_norm_is_refused_for_ctc_heads():
+    from fedac.errors import EncoderError
+    from fedac.models.ssl import build_ssl_model
+
+    with pytest.raises(EncoderError, match="a CTC head has none"):
+        build_ssl_model("w2v2_tiny", "ctc", 29, "random", head_norm=True)
+
+
 # --------------------------------------------------------------------------- runs
 
 @pytest.fixture(scope="module")
@@ -282,16 +333,20 @@ def test_budget_mode_picks_the_deepest_exit_that_fits():
 # --------------------------------------------------------------------------- tables
 
 def test_table_error_rates_and_methods():
-    from fedac.earlyexit_tables import error_rates, methods, table2_depths
+    from fedac.earlyexit_tables import dataset_settings, error_rates, methods
 
     assert error_rates({"accuracy": 0.75, "asv_eer": 0.125}) == {"error": 25.0, "EER": 12.5}
     assert error_rates({"wer": 0.5, "test_other_wer": 0.625, "cer": 0.25, "test_other_cer": 0.375, "accuracy": 0.1}) \
         == {"WER": 50.0, "WER other": 62.5, "CER": 25.0, "CER other": 37.5}
-    # T_task (the paper's best FL exit): 6 for keyword spotting, 9 otherwise, for homo FL and the high clients
-    assert table2_depths("speech_commands", []) == ["earlyexit.depth=6", "earlyexit.high_depth=6"]
-    assert table2_depths("librispeech", ["train.lr=1"]) == ["earlyexit.depth=9", "earlyexit.high_depth=9"]
-    assert table2_depths("voxceleb1", ["earlyexit.depth=12"]) == ["earlyexit.high_depth=12"]
-    assert table2_depths("speech_commands", ["earlyexit.high_depth=12"]) == ["earlyexit.depth=6"]
+    # T_task (the paper's best FL exit): 6 for keyword spotting, 9 otherwise, for homo FL and the high
+    # clients; the pooled-head norm on classification tasks; the user's --set wins
+    t2 = "earlyexit-table2"
+    assert dataset_settings(t2, "speech_commands", []) == ["model.head_norm=true", "earlyexit.depth=6",
+                                                          "earlyexit.high_depth=6"]
+    assert dataset_settings(t2, "librispeech", ["train.lr=1"]) == ["earlyexit.depth=9", "earlyexit.high_depth=9"]
+    assert dataset_settings(t2, "voxceleb1", ["earlyexit.depth=12", "model.head_norm=false"]) == ["earlyexit.high_depth=12"]
+    assert dataset_settings(t2, "speech_commands", ["earlyexit.high_depth=12"])[-1] == "earlyexit.depth=6"
+    assert dataset_settings("earlyexit-table1", "cremad", []) == ["model.head_norm=true"]
     table1 = methods("earlyexit-table1", [3, 12])
     assert [m.label for m in table1] == ["central L=3", "homo FL L=3", "central L=12", "homo FL L=12"]
     assert {"data.num_clients=1", "earlyexit.mode=homo", "earlyexit.depth=3"} <= set(table1[0].overrides)
@@ -325,6 +380,7 @@ def test_table2_from_the_cli_with_every_exit_evaluated(voxceleb_root, tmp_path):
         else:
             assert "mode: hetero" in config and "high_depth: 9" in config
             assert ("aggregation: fedavg" in config) == (row["method"] == "hetero FedAvg")
+        assert "head_norm: true" in config and "head_lr: 0.003" in config
 
 
 def test_a_twelve_layer_checkpoint_uses_the_paper_exits(tmp_path):

@@ -106,6 +106,11 @@ class ModelConfig:
     """SSL models: transformer layers run (encoder.layers[:depth]); 0 = all."""
     ctc_hidden: int = 0
     """SSL models on CTC tasks: BiLSTM units per direction of the ASR head; 0 = the encoder width."""
+    head_norm: bool = False
+    """SSL classification heads (beyond the papers, which put the linear layer straight on the pooled
+    [mean; std]): standardise each pooled dimension with a BatchNorm1d first. The pooled statistics of a
+    pretrained encoder differ in scale by 10x or more across dimensions, and a plain linear head trained
+    by AdamW stays near the class prior for thousands of steps (docs/earlyexit.md, "The head")."""
 
 
 @dataclass
@@ -407,6 +412,9 @@ class EarlyExitConfig:
     and trains to the deepest exit whose measured training memory (`fedac memory`) fits it."""
     budget_seconds: float = 1.0
     """mode=budget: clip length of the memory measurement (batch: train.batch_size)."""
+    head_lr: float = 0.0
+    """Learning rate of the exit heads (the paper is silent; a fresh head usually takes a larger rate than
+    the pretrained encoder); 0: train.lr, like every other tensor."""
 
 
 @dataclass

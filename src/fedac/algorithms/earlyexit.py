@@ -9,6 +9,7 @@ over the clients that trained it (aggregation.exit_aggregate, the paper's Eq. 1)
   only (the paper as written); layers above L_i and the other exits' heads are frozen and never run.
   The frozen CNN front end (model.freeze_cnn) is not part of the model; the feature projection and
   the positional convolution train with every client (the paper is silent; they sit below layer 1).
+  The head trains at `earlyexit.head_lr` when set (the paper is silent on rates), the rest at train.lr.
 - Upload: the trained tensors and "depth" (L_i, int64); n_i travels with every upload. With
   `earlyexit.aggregation=fedavg` clients return the full model, untouched tensors as received.
 - Evaluation: the shared model at `earlyexit.eval_exit` (default: the deepest client depth) selects
@@ -55,6 +56,8 @@ class EarlyExitFL(Algorithm):
             raise ConfigError(f"earlyexit.mode must be one of {', '.join(MODES)}, got {ee.mode!r}")
         if ee.aggregation not in EXIT_AGGREGATIONS:
             raise ConfigError(f"earlyexit.aggregation must be one of {', '.join(EXIT_AGGREGATIONS)}, got {ee.aggregation!r}")
+        if ee.head_lr < 0:
+            raise ConfigError(f"earlyexit.head_lr must be >= 0 (0: train.lr), got {ee.head_lr}")
         if not 0 <= ee.low_fraction <= 1:
             raise ConfigError(f"earlyexit.low_fraction must lie in [0, 1], got {ee.low_fraction}")
         self.exits = self.scratch_model(cfg.model.name).exits
@@ -139,9 +142,12 @@ class EarlyExitFL(Algorithm):
         model = self.scratch_model(self.cfg.model.name, payload).use_exit(depth)
         for name, param in model.named_parameters():
             param.requires_grad_(self.trained(name, depth))
-        trainable = [p for p in model.parameters() if p.requires_grad]
+        groups = [{"params": [p for n, p in model.named_parameters() if p.requires_grad and n.startswith("exit_heads.") == head]}
+                  for head in (False, True)]
+        if self.cfg.earlyexit.head_lr > 0:  # the exit head at its own rate (earlyexit.head_lr)
+            groups[1]["lr"] = self.cfg.earlyexit.head_lr
         metrics = train_supervised(model, data.x, data.y, self.cfg.train, generator,
-                                   optimizer=make_optimizer(trainable, self.cfg.train))
+                                   optimizer=make_optimizer(groups, self.cfg.train))
         keep_all = self.cfg.earlyexit.aggregation == "fedavg"  # the baseline returns full models
         upload = {k: v for k, v in clone_params(model.state_dict()).items() if keep_all or self.trained(k, depth)}
         upload["depth"] = torch.tensor(depth, dtype=torch.int64)

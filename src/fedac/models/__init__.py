@@ -19,7 +19,10 @@ ALL_MODELS = MODEL_NAMES + tuple(KWS_MODELS) + tuple(KWS_CNN_SPECS) + SSL_NAMES
 
 def build_model(name: str, num_features: int, num_classes: int, dropout: float = 0.1,
                 kind: str = "classification", options=None) -> nn.Module:
-    """`options` (a config.ModelConfig) carries the SSL settings: encoder_path, freeze_cnn, encoder_depth, ctc_hidden."""
+    """`options` (a config.ModelConfig) carries the SSL settings: encoder_path, freeze_cnn, encoder_depth, ctc_hidden,
+    head_norm."""
+    if options is not None and options.head_norm and name not in SSL_NAMES:
+        raise ConfigError(f"model.head_norm applies to the SSL models' pooled heads, not to {name}")
     if name in CRNN_SPECS:
         return CRNN(CRNN_SPECS[name], num_features, num_classes, dropout)
     if name in KWS_MODELS:  # FedKWS-UI's networks use no dropout (models/kws.py)
@@ -29,7 +32,7 @@ def build_model(name: str, num_features: int, num_classes: int, dropout: float =
     if name in SSL_NAMES:
         o = options
         return build_ssl_model(name, kind, num_classes, o and o.encoder_path, o.freeze_cnn if o else True,
-                               o.encoder_depth if o else 0, o.ctc_hidden if o else 0, dropout)
+                               o.encoder_depth if o else 0, o.ctc_hidden if o else 0, dropout, bool(o and o.head_norm))
     raise ConfigError(f"unknown model '{name}'. Known models: {', '.join(ALL_MODELS)} (see `fedac models`)")
 
 

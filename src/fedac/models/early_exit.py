@@ -2,7 +2,7 @@
 each exit layer.
 
 `MultiExitSSL` is an `SSLModel` whose single head is replaced by one per exit (`exit_heads.<L>`, each
-with its own BiLSTM on CTC tasks). `use_exit(L)` selects the exit every SSLModel method then runs: the
+with its own BiLSTM on CTC tasks, or its own pooled-vector norm with `model.head_norm`). `use_exit(L)` selects the exit every SSLModel method then runs: the
 encoder stops after `encoder.layers[:L]` (deeper layers are never computed) and the head at L scores
 it. The selected head is bound as a plain attribute (not a registered submodule), so the state dict
 holds each head once, under `exit_heads`.
@@ -33,9 +33,9 @@ def scaled_exits(exits: list[int], layers: int) -> list[int]:
 
 class MultiExitSSL(SSLModel):
     def __init__(self, backbone: nn.Module, kind: str, num_classes: int, exits: list[int],
-                 freeze_cnn: bool = True, ctc_hidden: int = 0):
-        super().__init__(backbone, kind, num_classes, freeze_cnn, 0, ctc_hidden)
-        parts = ("lstm", "head") if kind == "ctc" else ("head",)
+                 freeze_cnn: bool = True, ctc_hidden: int = 0, head_norm: bool = False):
+        super().__init__(backbone, kind, num_classes, freeze_cnn, 0, ctc_hidden, head_norm)
+        parts = ("lstm", "head") if kind == "ctc" else ("norm", "head")
         template = nn.ModuleDict({part: getattr(self, part) for part in parts})
         for part in parts:
             delattr(self, part)
@@ -63,4 +63,5 @@ def build_multi_exit(name: str, kind: str, num_classes: int, exits: list[int], o
     """The named size or `options.encoder_path` checkpoint with heads at `exits` (12-layer scale)."""
     backbone = build_encoder(name, options.encoder_path, dropout)
     layers = len(backbone.encoder.layers)
-    return MultiExitSSL(backbone, kind, num_classes, scaled_exits(exits, layers), options.freeze_cnn, options.ctc_hidden)
+    return MultiExitSSL(backbone, kind, num_classes, scaled_exits(exits, layers), options.freeze_cnn, options.ctc_hidden,
+                        options.head_norm)

@@ -229,11 +229,23 @@ def stats_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.cat([mean, (var + 1e-5).sqrt()], dim=-1)
 
 
+class PooledNorm(nn.BatchNorm1d):
+    """`model.head_norm`: a BatchNorm1d over the pooled vector, each dimension standardised before the
+    linear head. A training batch of one clip (a client's last, short batch) is normalised with the
+    running statistics instead of failing as BatchNorm1d does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.training and x.shape[0] == 1:
+            return nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                                            False, 0.0, self.eps)
+        return super().forward(x)
+
+
 class SSLModel(nn.Module):
     """An SSL encoder (without its CNN when frozen) and one task head. See the module docstring."""
 
     def __init__(self, backbone: nn.Module, kind: str, num_classes: int, freeze_cnn: bool = True,
-                 depth: int = 0, ctc_hidden: int = 0):
+                 depth: int = 0, ctc_hidden: int = 0, head_norm: bool = False):
         super().__init__()
         if kind not in KINDS:
             raise EncoderError(f"SSL models have heads for {', '.join(KINDS)} tasks, not {kind!r}")
@@ -253,6 +265,10 @@ class SSLModel(nn.Module):
             self.head = nn.Linear(2 * width, num_classes)
         else:
             self.head = nn.Linear(2 * hidden, num_classes)
+        if head_norm and kind == "ctc":
+            raise EncoderError("model.head_norm standardises the pooled vector of classification heads; "
+                               "a CTC head has none (leave model.head_norm=false for ASR)")
+        self.norm = PooledNorm(2 * hidden) if head_norm else nn.Identity()
 
     def frames(self, x: Padded) -> tuple[torch.Tensor, torch.Tensor]:
         """Transformer input (N, T, H) and its frame mask (N, T)."""
@@ -286,7 +302,7 @@ class SSLModel(nn.Module):
         """Class logits (N, C), or per-frame CTC log-probabilities (N, T, V)."""
         if self.kind == "ctc":
             return self._ctc_log_probs(x)[0]
-        return self.head(self.embed(x))
+        return self.head(self.norm(self.embed(x)))
 
     def task_loss(self, x: Padded, y) -> torch.Tensor:
         """Cross-entropy on labels, or the batch-mean CTC loss on `Padded` character targets."""
@@ -307,5 +323,6 @@ class SSLModel(nn.Module):
 
 
 def build_ssl_model(name: str, kind: str, num_classes: int, encoder_path: str | None = None, freeze_cnn: bool = True,
-                    depth: int = 0, ctc_hidden: int = 0, dropout: float = 0.1) -> SSLModel:
-    return SSLModel(build_encoder(name, encoder_path, dropout), kind, num_classes, freeze_cnn, depth, ctc_hidden)
+                    depth: int = 0, ctc_hidden: int = 0, dropout: float = 0.1, head_norm: bool = False) -> SSLModel:
+    return SSLModel(build_encoder(name, encoder_path, dropout), kind, num_classes, freeze_cnn, depth, ctc_hidden,
+                    head_norm)
