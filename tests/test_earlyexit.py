@@ -365,6 +365,9 @@ def test_table2_from_the_cli_with_every_exit_evaluated(voxceleb_root, tmp_path):
     table = (out / "table.md").read_text()
     assert "| homo FL | hetero FedAvg | hetero depth-weighted |" in table and "| voxceleb1 | EER |" in table
     assert (out / "figure.png").is_file()
+    summary = json.loads((out / "summary.json").read_text())
+    for row in summary["rows"]:  # the quoted mean (one seed: its value) and std of each cell
+        assert all(row["mean_std"][m] == [v[0], 0.0] for m, v in row["values"].items())
     for row in csv.DictReader(open(out / "results.csv")):  # every cell is its run's own result
         final = json.loads((tmp_path / row["run_dir"] / "results.json").read_text())["final"]
         expected = 100 * (1 - final["accuracy"]) if row["metric"] == "error" else 100 * final["asv_eer"]

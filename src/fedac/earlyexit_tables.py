@@ -137,7 +137,9 @@ def write(out: Path, title: str, command: str, runs: dict[str, dict[str, list[di
     fig.savefig(out / "figure.png", dpi=100)
     plt.close(fig)
     (out / "summary.json").write_text(json.dumps({"title": title, "command": command, "wall_seconds": walls,
-                                                  "rows": [{"dataset": d, "metric": m, "values": by} for d, m, by in table]},
+                                                  "rows": [{"dataset": d, "metric": m, "values": by,
+                                                            "mean_std": {k: mean_std(v) for k, v in by.items() if v}}
+                                                           for d, m, by in table]},
                                                  indent=2))
 
 
