@@ -82,3 +82,16 @@ def test_values_ranges_and_keys(tmp_path):
     assert lookup({"runs": {"FedMLAC w/o ML": [{"accuracy": 0.3}]}}, "runs.FedMLAC w/o ML.0.accuracy") == 0.3
     with pytest.raises(ConfigError, match="no 'f1' .of key 'final.f1'"):
         lookup({"final": {"accuracy": 0.3}}, "final.f1")
+
+
+def test_an_early_exit_table_is_tied_row_by_row(tmp_path):
+    """`table: earlyexit`: each row rendered from the table's summary.json must be in the document."""
+    from fedac.figures import quotes_of
+
+    rows = [{"dataset": "speech_commands", "metric": "error", "values": {"homo FL": [30.0, 32.0], "hetero FedAvg": [36.5]}},
+            {"dataset": "voxceleb1", "metric": "EER", "values": {"homo FL": [15.25, 14.75], "hetero FedAvg": []}}]
+    (tmp_path / "summary.json").write_text(json.dumps({"rows": rows}))
+    quotes = quotes_of({"table": "earlyexit", "file": "summary.json"}, tmp_path)
+    assert quotes == ["| speech_commands | error | 31.00 ± 1.00 | 36.50 |", "| voxceleb1 | EER | 15.00 ± 0.25 | - |"]
+    with pytest.raises(ConfigError, match="known: compare, earlyexit"):
+        quotes_of({"table": "other", "file": "summary.json"}, tmp_path)

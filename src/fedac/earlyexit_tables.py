@@ -102,6 +102,14 @@ def rows(runs: dict[str, dict[str, list[dict]]]) -> list[tuple[str, str, dict[st
     return out
 
 
+def markdown_table(table: list[tuple[str, str, dict[str, list[float]]]]) -> list[str]:
+    """The table's Markdown lines (header, rule, one row per dataset and metric); `fedac report` ties
+    the README's copy to summary.json through it."""
+    labels = list(dict.fromkeys(m for _, _, by in table for m in by))
+    return ["| Dataset | Metric | " + " | ".join(labels) + " |", "|---" * (len(labels) + 2) + "|",
+            *[f"| {d} | {metric} | " + " | ".join(_cell(by.get(m, [])) for m in labels) + " |" for d, metric, by in table]]
+
+
 def write(out: Path, title: str, command: str, runs: dict[str, dict[str, list[dict]]], walls: dict[str, float]) -> None:
     import matplotlib
 
@@ -111,9 +119,7 @@ def write(out: Path, title: str, command: str, runs: dict[str, dict[str, list[di
     table = rows(runs)
     labels = list(dict.fromkeys(m for _, _, by in table for m in by))
     lines = [f"# {title}", "", f"`{command}`", "",
-             "Shared model on the test split, % (lower is better), mean ± std over seeds.", "",
-             "| Dataset | Metric | " + " | ".join(labels) + " |", "|---" * (len(labels) + 2) + "|"]
-    lines += [f"| {d} | {metric} | " + " | ".join(_cell(by.get(m, [])) for m in labels) + " |" for d, metric, by in table]
+             "Shared model on the test split, % (lower is better), mean ± std over seeds.", "", *markdown_table(table)]
     lines += ["", "Wall time (the runs' own, summed): " + ", ".join(f"{d} {s:.0f} s" for d, s in walls.items())]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     with open(out / "results.csv", "w", newline="") as handle:

@@ -9,7 +9,8 @@ The figures are declared in `docs/results/figures.yaml`, one entry per quote:
       quote: "reached {} test accuracy"           # the document's words around it; {} is the value
 
 or, for a `fedac compare` table, `table: compare` with `file:` its summary.json: every row that
-`fedac.compare.markdown_table` renders from the file must appear in the document verbatim.
+`fedac.compare.markdown_table` renders from the file must appear in the document verbatim (`table:
+earlyexit` likewise for an early-exit table's summary.json, `fedac.earlyexit_tables.markdown_table`).
 
 `fedac report` prints each figure as regenerated; `fedac report --check` exits 1 naming every quote a
 document no longer contains (tests/test_figures.py runs it on this repository).
@@ -67,8 +68,13 @@ def quotes_of(entry: dict, root: Path) -> list[str]:
 
         summary = json.loads((root / entry["file"]).read_text())
         return markdown_table(summary["runs"]).splitlines()[2:]  # the rows, not the header
+    if entry.get("table") == "earlyexit":
+        from fedac.earlyexit_tables import markdown_table as exit_table
+
+        summary = json.loads((root / entry["file"]).read_text())
+        return exit_table([(r["dataset"], r["metric"], r["values"]) for r in summary["rows"]])[2:]
     if "table" in entry:
-        raise ConfigError(f"unknown figure table kind {entry['table']!r} (known: compare)")
+        raise ConfigError(f"unknown figure table kind {entry['table']!r} (known: compare, earlyexit)")
     return [entry["quote"].replace("{}", render_value(entry, root))]
 
 
