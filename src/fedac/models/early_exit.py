@@ -2,9 +2,9 @@
 each exit layer.
 
 `MultiExitSSL` is an `SSLModel` whose single head is replaced by one per exit (`exit_heads.<L>`, each
-with its own BiLSTM on CTC tasks, or its own pooled-vector norm with `model.head_norm`). `use_exit(L)` selects the exit every SSLModel method then runs: the
-encoder stops after `encoder.layers[:L]` (deeper layers are never computed) and the head at L scores
-it. The selected head is bound as a plain attribute (not a registered submodule), so the state dict
+with its own BiLSTM on CTC tasks, or its own pooled-vector norm with `model.head_norm`). `use_exit(L)`
+selects the exit every SSLModel method then runs: the encoder stops after `encoder.layers[:L]` (deeper
+layers are never computed) and the head at L scores it. The selected head is bound as a plain attribute (not a registered submodule), so the state dict
 holds each head once, under `exit_heads`.
 """
 
