@@ -63,3 +63,17 @@ def test_a_run_directory_is_reused_only_for_its_settings_even_after_new_settings
         check_same_config(load_config(overrides=["train.rounds=4"]), tmp_path)
     with pytest.raises(ConfigError, match="holds a run of other settings"):
         check_same_config(load_config(overrides=["train.rounds=3", "attack.kind=sign_flip"]), tmp_path)
+
+
+def test_mean_std_over_seeds_leaves_out_runs_without_the_metric():
+    """A CTC run reports client_accuracy_mean as None (it has no accuracy): the summary skips it
+    instead of failing, and averages the runs that have the value."""
+    from fedac.compare import markdown_table, runs_mean_std
+
+    runs = {"asr": [{"accuracy": None, "client_accuracy_mean": None, "wer": 0.8}],
+            "kws": [{"accuracy": 0.5, "client_accuracy_mean": 0.25}, {"accuracy": 0.7}]}
+    out = runs_mean_std(runs)
+    assert out["kws"]["accuracy"] == pytest.approx((0.6, 0.1))
+    assert out["kws"]["client_accuracy_mean"] == (0.25, 0.0)
+    assert all(np.isnan(out["asr"]["accuracy"])) and all(np.isnan(out["asr"]["client_accuracy_mean"]))
+    assert "| asr | n/a |" in markdown_table(runs)  # the compare table renders it too

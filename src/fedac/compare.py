@@ -93,6 +93,13 @@ def check_same_config(cfg: Config, run_dir: Path) -> None:
                           "choose another --out or remove that directory")
 
 
+def runs_mean_std(runs: dict[str, list[dict]]) -> dict[str, dict[str, tuple[float, float]]]:
+    """Each method's mean and std over its seeds of every METRICS column; a run without a value (a key
+    absent, or None where the task has no such metric: CTC runs have no client accuracy) is left out."""
+    return {label: {k: mean_std([r[k] for r in rs if r.get(k) is not None]) for k in METRICS}
+            for label, rs in runs.items()}
+
+
 def runs_wall_seconds(runs: dict[str, list[dict]]) -> float:
     """The runs' own wall times, summed: what training took, however many sittings or readings it spanned."""
     return sum(r["wall_seconds"] for rs in runs.values() for r in rs)
@@ -143,8 +150,7 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
     # With finished_only nothing ran here: report what the runs themselves took.
     wall = runs_wall_seconds(runs) if finished_only else time.perf_counter() - started
     summary = {"methods": [m.__dict__ for m in methods], "seeds": seeds, "runs": runs, "wall_seconds": wall,
-               "mean_std": {label: {k: mean_std([r[k] for r in rs if k in r]) for k in METRICS}
-                            for label, rs in runs.items()}}
+               "mean_std": runs_mean_std(runs)}
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
     (out / "table.md").write_text(markdown_table(runs))
     return summary
@@ -153,7 +159,7 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
 def markdown_table(runs: dict[str, list[dict]]) -> str:
     lines = ["| Method | " + " | ".join(COLUMNS.values()) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
     for label, rs in runs.items():
-        cells = [_format([r[k] for r in rs if k in r]) for k in METRICS]
+        cells = [_format([r[k] for r in rs if r.get(k) is not None]) for k in METRICS]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
