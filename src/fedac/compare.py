@@ -71,8 +71,7 @@ def parse_method(text: str) -> Method:
     return Method(label.strip(), algorithm.strip(), overrides)
 
 
-def _format(values: list[float]) -> str:
-    mean, std = mean_std(values)
+def _format(mean: float, std: float) -> str:
     return "n/a" if mean != mean else f"{100 * mean:.2f} ± {100 * std:.2f}"
 
 
@@ -158,8 +157,8 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
 
 def markdown_table(runs: dict[str, list[dict]]) -> str:
     lines = ["| Method | " + " | ".join(COLUMNS.values()) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
-    for label, rs in runs.items():
-        cells = [_format([r[k] for r in rs if r.get(k) is not None]) for k in METRICS]
+    for label, stats in runs_mean_std(runs).items():  # the same cells as summary.json's mean_std
+        cells = [_format(*stats[k]) for k in METRICS]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
