@@ -119,6 +119,48 @@ def test_each_exit_is_hidden_states_of_that_layer_and_runs_nothing_deeper():
     assert not any(k.startswith("head.") for k in model.state_dict())  # each head stored once
 
 
+@pytest.mark.parametrize("kind", ["classification", "verification", "ctc"])
+def test_evaluating_every_exit_equals_each_exit_alone_and_runs_each_layer_once_per_batch(kind):
+    from transformers import Wav2Vec2Model
+
+    from fedac.engine.data import EvalSplit
+    from fedac.engine.evaluate import evaluate, evaluate_exits
+
+    torch.manual_seed(0)
+    backbone = Wav2Vec2Model(size_config("w2v2_tiny"))
+    model = MultiExitSSL(backbone, "ctc" if kind == "ctc" else "classification", 29 if kind == "ctc" else 3,
+                         [1, 2, 4], freeze_cnn=False)
+    samples = torch.tensor([8000, 5600, 8000, 4000, 7200, 6400])
+    wav = torch.randn(6, 8000) * (torch.arange(8000) < samples[:, None])
+    labels = torch.tensor([0, 1, 2, 0, 1, 2])
+    split = EvalSplit(Padded(wav, samples), torch.arange(6), labels, kind,
+                      texts=["ab", "a b", "ba", "b", "ab", "a"] if kind == "ctc" else None,
+                      trials=torch.tensor([[a, b, int(labels[a] == labels[b])] for a in range(6) for b in range(a + 1, 6)]))
+    alone = {depth: evaluate(model.use_exit(depth), split, batch_size=4) for depth in (1, 2, 4)}
+    ran = []
+    hooks = [layer.register_forward_hook(lambda *a, i=i: ran.append(i)) for i, layer in enumerate(backbone.encoder.layers)]
+    shared = evaluate_exits(model, split, batch_size=4)
+    for hook in hooks:
+        hook.remove()
+    assert shared == alone  # exactly: the same operations on the same batches
+    assert sorted(ran) == sorted(list(range(4)) * 2)  # 2 batches, each layer once per batch (alone: 1+2+4 per batch)
+    if kind != "verification":  # (a random encoder's EERs on 15 trials coincide across exits)
+        assert len(set(tuple(m.values()) for m in shared.values())) > 1  # the exits do differ
+
+
+def test_a_shared_pass_restarts_for_a_new_batch_or_a_shallower_exit():
+    from transformers import Wav2Vec2Model
+
+    torch.manual_seed(0)
+    model = MultiExitSSL(Wav2Vec2Model(size_config("w2v2_tiny")), "classification", 3, [1, 2, 4], freeze_cnn=False).eval()
+    x, other = (Padded(torch.randn(2, 4000), torch.tensor([4000, 3000])) for _ in range(2))
+    with torch.no_grad():
+        alone = {(id(b), d): model.hidden(b, d)[0] for b in (x, other) for d in (1, 4)}
+        with model.shared_pass():
+            for batch, depth in ((x, 4), (x, 1), (other, 1), (other, 4), (x, 4)):
+                assert torch.equal(model.hidden(batch, depth)[0], alone[id(batch), depth])
+
+
 # --------------------------------------------------------------------------- algorithm
 
 def _algorithm(**settings):
@@ -333,7 +375,7 @@ def test_budget_mode_picks_the_deepest_exit_that_fits():
 # --------------------------------------------------------------------------- tables
 
 def test_table_error_rates_and_methods():
-    from fedac.earlyexit_tables import dataset_settings, error_rates, methods
+    from fedac.earlyexit_tables import central_epochs, dataset_settings, error_rates, methods
 
     assert error_rates({"accuracy": 0.75, "asv_eer": 0.125}) == {"error": 25.0, "EER": 12.5}
     assert error_rates({"wer": 0.5, "test_other_wer": 0.625, "cer": 0.25, "test_other_cer": 0.375, "accuracy": 0.1}) \
@@ -347,10 +389,13 @@ def test_table_error_rates_and_methods():
     assert dataset_settings(t2, "voxceleb1", ["earlyexit.depth=12", "model.head_norm=false"]) == ["earlyexit.high_depth=12"]
     assert dataset_settings(t2, "speech_commands", ["earlyexit.high_depth=12"])[-1] == "earlyexit.depth=6"
     assert dataset_settings("earlyexit-table1", "cremad", []) == ["model.head_norm=true"]
-    table1 = methods("earlyexit-table1", [3, 12])
+    table1 = methods("earlyexit-table1", [3, 12], central_rounds=4)
     assert [m.label for m in table1] == ["central L=3", "homo FL L=3", "central L=12", "homo FL L=12"]
-    assert {"data.num_clients=1", "earlyexit.mode=homo", "earlyexit.depth=3"} <= set(table1[0].overrides)
-    assert "data.num_clients=1" not in table1[1].overrides
+    assert {"data.num_clients=1", "earlyexit.mode=homo", "earlyexit.depth=3", "train.rounds=4"} <= set(table1[0].overrides)
+    assert "data.num_clients=1" not in table1[1].overrides and not any("rounds" in o for o in table1[1].overrides)
+    # the centralised budget: the clips an FL row's clients train on in all (30 rounds x 10% -> 3 epochs)
+    assert central_epochs(load_config(overrides=["train.rounds=30", "train.fraction=0.1"])) == 3
+    assert central_epochs(load_config(overrides=["train.rounds=2", "train.fraction=0.1"])) == 1
 
 
 def test_table2_from_the_cli_with_every_exit_evaluated(voxceleb_root, tmp_path):
@@ -384,6 +429,24 @@ def test_table2_from_the_cli_with_every_exit_evaluated(voxceleb_root, tmp_path):
             assert "mode: hetero" in config and "high_depth: 9" in config
             assert ("aggregation: fedavg" in config) == (row["method"] == "hetero FedAvg")
         assert "head_norm: true" in config and "head_lr: 0.003" in config
+
+
+def test_table1_centralised_rows_train_their_own_epochs(voxceleb_root, tmp_path, capsys):
+    """--central-epochs sets the centralised rows' rounds (one client, every round evaluated) and leaves
+    the FL rows at --rounds; other experiments refuse it."""
+    out = tmp_path / "t1"
+    common = ["--datasets", "voxceleb1", "--seeds", "0", "--rounds", "1", "--quiet", "--out", str(out),
+              "--set", f"data.root={voxceleb_root}", "--set", f"data.cache_dir={tmp_path / 'cache'}",
+              "--set", "model.name=w2v2_tiny", "--set", "data.num_clients=3", "--set", "train.fraction=1"]
+    assert main(["reproduce", "earlyexit-table1", "--central-epochs", "2", "--methods", "central L=3", "homo FL L=3",
+                 *common]) == 0
+    central = json.loads((out / "voxceleb1" / "central_L=3-s0" / "results.json").read_text())
+    fl = json.loads((out / "voxceleb1" / "homo_FL_L=3-s0" / "results.json").read_text())
+    assert (central["rounds"], central["clients"], len(central["history"])) == (2, 1, 2)
+    assert (fl["rounds"], fl["clients"]) == (1, 3)
+    assert "| voxceleb1 | error |" in (out / "table.md").read_text()
+    assert main(["reproduce", "earlyexit-table2", "--central-epochs", "2", *common]) != 0
+    assert "earlyexit-table2 does not use --central-epochs" in capsys.readouterr().err
 
 
 def test_a_twelve_layer_checkpoint_uses_the_paper_exits(tmp_path):

@@ -11,6 +11,7 @@ import torch
 
 from fedac.algorithms.fedavg import FedAvg
 from fedac.config import load_config
+from fedac.engine import evaluate as evaluate_mod
 from fedac.engine import simulator as simulator_mod
 from fedac.engine.checkpoint import load_checkpoint
 from fedac.engine.data import build_federated_data
@@ -131,7 +132,8 @@ def spy_evaluate(monkeypatch, data, val_accuracies=()):
         scores = real(model, split, *args, **kwargs)
         return {**scores, "accuracy": next(scripted, scores["accuracy"])} if tag == "val" else scores
 
-    monkeypatch.setattr(simulator_mod, "evaluate", spy)
+    monkeypatch.setattr(evaluate_mod, "evaluate", spy)  # what Algorithm.evaluate_views calls
+    monkeypatch.setattr(simulator_mod, "evaluate", spy)  # the test curve's direct call
     return calls
 
 

@@ -4,6 +4,7 @@ table.md, results.csv and figure.png (the memory table is `fedac memory`).
 
 - table1: every exit depth, centralised (one client holding all the training data) against
   homogeneous FL (every client at that depth); each row is trained to its depth and evaluated there.
+  The centralised rows train as many epochs as an FL row's clients do in all (`central_epochs`).
 - table2: homogeneous FL at the task's best depth T_task against heterogeneous FL (half the clients
   at depth 3, half at T_task) with the FedAvg baseline and with the depth-weighted aggregation
   (Eq. 1). T_task is the paper's Table 1 FL optimum (§3.3: 6 for keyword spotting, 9 for ASR, emotion
@@ -44,11 +45,21 @@ DEFAULT_TASK_DEPTH = 9  # ASR, emotion recognition, speaker identification and v
 CENTRAL = "earlyexit.mode=homo,data.partition=iid,data.num_clients=1,train.fraction=1"
 
 
-def methods(experiment: str, exits: list[int]) -> list[Method]:
+def central_epochs(cfg) -> int:
+    """Table 1's centralised budget: as many epochs as an FL row's clients take in all (rounds x
+    train.fraction of the data per round, each at train.local_epochs), so both columns see the same
+    number of training clips. The paper is silent on its centralised schedule; --central-epochs sets it."""
+    return max(1, round(cfg.train.rounds * cfg.train.fraction))
+
+
+def methods(experiment: str, exits: list[int], central_rounds: int = 1) -> list[Method]:
+    """Table 1: centralised and homo FL rows per exit (the centralised ones `central_rounds` rounds of
+    train.local_epochs epochs, evaluated and checkpointed every round); table 2: its three columns."""
     if experiment == "earlyexit-table1":
         rows = []
+        central = [*CENTRAL.split(","), f"train.rounds={central_rounds}", "train.eval_every=1", "train.checkpoint_every=1"]
         for depth in exits:
-            rows.append(Method(f"central L={depth}", "earlyexit", f"{CENTRAL},earlyexit.depth={depth}".split(",")))
+            rows.append(Method(f"central L={depth}", "earlyexit", [*central, f"earlyexit.depth={depth}"]))
             rows.append(Method(f"homo FL L={depth}", "earlyexit", ["earlyexit.mode=homo", f"earlyexit.depth={depth}"]))
         return rows
     return [Method("homo FL", "earlyexit", ["earlyexit.mode=homo"]),
@@ -159,7 +170,7 @@ def reproduce(args: argparse.Namespace) -> int:
     for dataset in datasets:
         overrides = [*BASE, *dataset_settings(args.experiment, dataset, args.overrides), *args.overrides]
         cfg = load_config(None, overrides, algorithm="earlyexit", dataset=dataset, **{"train.rounds": args.rounds})
-        table_methods = methods(args.experiment, cfg.earlyexit.exits)
+        table_methods = methods(args.experiment, cfg.earlyexit.exits, args.central_epochs or central_epochs(cfg))
         if args.methods:
             table_methods = [m for m in table_methods if m.label in args.methods]
             if not table_methods:

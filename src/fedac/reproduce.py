@@ -359,6 +359,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     zeroshot = args.experiment.startswith("zeroshot")  # its own grid: no method list, nothing to resume from
     unused += [option for option, given in (("--methods", args.methods), ("--finished-only", args.finished_only))
                if given and zeroshot]
+    if args.central_epochs is not None and args.experiment != "earlyexit-table1":
+        unused.append("--central-epochs")
+    elif args.central_epochs is not None and args.central_epochs < 1:
+        raise ConfigError(f"--central-epochs must be at least 1, got {args.central_epochs}")
     if unused:
         raise ConfigError(f"{args.experiment} does not use {', '.join(unused)}"
                           + (" (rerun the command to complete a killed zero-shot table)" if zeroshot else ""))
@@ -384,5 +388,7 @@ def add_reproduce_parser(sub) -> None:
     p.add_argument("--attacks", nargs="+", help="robustness: attack rows (default all kinds of attack.kind)")
     p.add_argument("--fractions", nargs="+", type=float, help="robustness: malicious fractions (default 0.1 0.2 0.3)")
     p.add_argument("--aggregators", nargs="+", help="robustness: aggregator columns (default all; quote names with spaces)")
+    p.add_argument("--central-epochs", type=int, help="earlyexit-table1: the centralised rows' epochs (default: "
+                   "rounds x train.fraction, the clips an FL row trains on in all)")
     add_grid_arguments(p, "output folder (default runs/reproduce-<experiment>); rerun to resume")
     p.set_defaults(func=cmd_reproduce)

@@ -185,10 +185,12 @@ class Algorithm(ABC):
         """The shared model evaluated on val/test; None when the method has no global model (FedKAD)."""
         return self.scratch_model(self.cfg.model.name, server["params"])
 
-    def exit_views(self, server: dict[str, Any]):
-        """(tag, model) pairs of further views of the shared model evaluated every round and at the end
-        as val_<tag>_* / <tag>_* (the exits of early-exit models); none by default."""
-        return iter(())
+    def evaluate_views(self, model: nn.Module, split, batch_size: int) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+        """The shared `model`'s metrics on a split, and those of its further views by tag, reported as
+        val_<tag>_* / <tag>_* (the exits of early-exit models); no views by default."""
+        from fedac.engine.evaluate import evaluate  # engine imports algorithms, not the reverse
+
+        return evaluate(model, split, batch_size), {}
 
     def personalized_model(self, client: str, state: Any) -> nn.Module | None:
         """The client's own model for personalized evaluation; None when clients keep no model."""

@@ -13,7 +13,7 @@ over the clients that trained it (aggregation.exit_aggregate, the paper's Eq. 1)
 - Upload: the trained tensors and "depth" (L_i, int64); n_i travels with every upload. With
   `earlyexit.aggregation=fedavg` clients return the full model, untouched tensors as received.
 - Evaluation: the shared model at `earlyexit.eval_exit` (default: the deepest client depth) selects
-  and reports the headline metrics; every exit is evaluated as well (`exit_views`).
+  and reports the headline metrics; every exit is evaluated as well (`evaluate_views`, one encoder pass per batch for all exits).
 """
 
 from __future__ import annotations
@@ -163,12 +163,13 @@ class EarlyExitFL(Algorithm):
     def global_model(self, server: dict[str, Any]):
         return self.scratch_model(self.cfg.model.name, server["params"]).use_exit(self.eval_exit)
 
-    def exit_views(self, server: dict[str, Any]):
-        """(f"exit{L}", the shared model at exit L) for every exit, one at a time (one model instance)."""
-        model = self.scratch_model(self.cfg.model.name, server["params"])
-        for depth in self.exits:
-            yield f"exit{depth}", model.use_exit(depth)
+    def evaluate_views(self, model: MultiExitSSL, split, batch_size: int):
+        """The shared model at eval_exit, and every exit as exit<L>, from one encoder pass per batch."""
+        from fedac.engine.evaluate import evaluate_exits  # engine imports algorithms, not the reverse
+
+        by_exit = evaluate_exits(model, split, batch_size)
         model.use_exit(self.eval_exit)
+        return dict(by_exit[self.eval_exit]), {f"exit{depth}": metrics for depth, metrics in by_exit.items()}
 
 
 # --- memory per depth (`fedac memory`, earlyexit.mode=budget) -----------------------------------------

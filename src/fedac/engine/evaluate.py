@@ -1,5 +1,6 @@
 """Model evaluation: batched logits, a clip's windows averaged, then accuracy / macro-F1 / UAR; on the
-waveform path also WER / CER of greedy CTC transcripts and the EER of cosine-scored speaker trials."""
+waveform path also WER / CER of greedy CTC transcripts and the EER of cosine-scored speaker trials.
+`evaluate_exits` scores every exit of an early-exit model for the cost of one encoder pass."""
 
 from __future__ import annotations
 
@@ -22,35 +23,54 @@ def logits(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Te
     return torch.cat([model(chunk) for chunk in x.split(batch_size)])
 
 
-def clip_predictions(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> torch.Tensor:
-    """Predicted class per clip: the argmax of the mean logits over the clip's windows."""
-    out = logits(model, split.x, batch_size)
+def clip_argmax(split: EvalSplit, out: torch.Tensor) -> torch.Tensor:
+    """Predicted class per clip: the argmax of the mean logits `out` over the clip's windows."""
     summed = torch.zeros(split.num_clips, out.shape[1]).index_add_(0, split.clip, out)
     counts = torch.bincount(split.clip, minlength=split.num_clips).clamp(min=1).unsqueeze(1)
     return (summed / counts).argmax(dim=1)
 
 
-def evaluate(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> dict[str, float]:
+def clip_predictions(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> torch.Tensor:
+    return clip_argmax(split, logits(model, split.x, batch_size))
+
+
+def batch_output(model: nn.Module, chunk, kind: str):
+    """What a split's metrics need from one batch: greedy transcripts (ctc), pooled embeddings
+    (verification) or logits (classification)."""
+    if kind == "ctc":
+        return model.transcribe(chunk)
+    return model.embed(chunk) if kind == "verification" else model(chunk)
+
+
+def split_metrics(split: EvalSplit, outputs: list) -> dict[str, float]:
+    """The split's metrics from its batches' `batch_output`s, in order."""
     if split.kind == "ctc":
-        return transcription_metrics(split.texts, transcripts(model, split.x, batch_size))
-    if split.kind == "verification":
-        return {"eer": verification_eer(model, split, batch_size)}
-    return classification_metrics(split.labels.numpy(), clip_predictions(model, split, batch_size).numpy())
+        return transcription_metrics(split.texts, [text for out in outputs for text in out])
+    if split.kind == "verification":  # trials scored by the cosine of the two clips' embeddings
+        emb = nn.functional.normalize(torch.cat(outputs), dim=1)
+        a, b, target = split.trials.unbind(1)
+        return {"eer": equal_error_rate((emb[a] * emb[b]).sum(1).numpy(), target.numpy())}
+    return classification_metrics(split.labels.numpy(), clip_argmax(split, torch.cat(outputs)).numpy())
 
 
 @torch.no_grad()
-def transcripts(model: nn.Module, x: Padded, batch_size: int = 512) -> list[str]:
+def evaluate(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> dict[str, float]:
     model.eval()
-    return [text for chunk in x.split(batch_size) for text in model.transcribe(chunk)]
+    return split_metrics(split, [batch_output(model, chunk, split.kind) for chunk in split.x.split(batch_size)])
 
 
 @torch.no_grad()
-def verification_eer(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> float:
-    """EER of the trials scored by the cosine of the two clips' pooled embeddings (`model.embed`)."""
+def evaluate_exits(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> dict[int, dict[str, float]]:
+    """`evaluate` at every exit of a MultiExitSSL ({exit: metrics}), with one encoder pass per batch:
+    the batch's exits are scored shallow to deep, each continuing the encoder where the last stopped.
+    The model is left at its deepest exit."""
     model.eval()
-    emb = nn.functional.normalize(torch.cat([model.embed(chunk) for chunk in split.x.split(batch_size)]), dim=1)
-    a, b, target = split.trials.unbind(1)
-    return equal_error_rate((emb[a] * emb[b]).sum(1).numpy(), target.numpy())
+    outputs: dict[int, list] = {depth: [] for depth in model.exits}
+    for chunk in split.x.split(batch_size):
+        with model.shared_pass():
+            for depth in sorted(outputs):
+                outputs[depth].append(batch_output(model.use_exit(depth), chunk, split.kind))
+    return {depth: split_metrics(split, out) for depth, out in outputs.items()}
 
 
 def selection_score(metrics: dict[str, float]) -> float:

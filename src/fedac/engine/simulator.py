@@ -79,6 +79,11 @@ def train_client(algorithm: Algorithm, payload: Any, state: Any, data: ClientDat
     return algorithm.client_update(payload, state, data, round_idx, torch_generator(seed, "batches", round_idx, data.name))
 
 
+def tagged(views: dict[str, dict[str, float]], prefix: str = "", suffix: str = "") -> dict[str, float]:
+    """The further views' metrics (Algorithm.evaluate_views) as flat keys <prefix><tag>_<suffix><key>."""
+    return {f"{prefix}{tag}_{suffix}{k}": v for tag, metrics in views.items() for k, v in metrics.items()}
+
+
 class Simulator:
     #: False for a server whose clients hold their data elsewhere (the Flower ServerApp in device mode).
     holds_clients = True
@@ -182,12 +187,11 @@ class Simulator:
         model = self.algorithm.global_model(state["server"])
         if model is None:
             return
-        val = evaluate(model, self.data.val, self.cfg.train.eval_batch_size)
+        val, views = self.algorithm.evaluate_views(model, self.data.val, self.cfg.train.eval_batch_size)
         row.update({f"val_{k}": v for k, v in val.items()})
+        row.update(tagged(views, "val_"))
         if self.cfg.train.test_curve:  # a curve only: selection below reads validation alone
             row["test_accuracy"] = evaluate(model, self.data.test, self.cfg.train.eval_batch_size)["accuracy"]
-        for tag, view in self.algorithm.exit_views(state["server"]):  # early-exit models: every exit
-            row.update({f"val_{tag}_{k}": v for k, v in evaluate(view, self.data.val, self.cfg.train.eval_batch_size).items()})
         best, score = state["best"], selection_score(val)
         if best is None or score > best.get("val_score", best["val_accuracy"]):
             state["best"] = {"round": round_idx, "val_accuracy": val.get("accuracy", score), "val_score": score,
@@ -257,21 +261,21 @@ class Simulator:
         model = self.algorithm.global_model(server)
         final: dict[str, Any] = {"has_global_model": model is not None}
         if model is not None:
-            final.update(evaluate(model, self.data.test, batch))
+            test, views = self.algorithm.evaluate_views(model, self.data.test, batch)
+            final.update(test)
+            final.update(tagged(views))
             if self.data.manifest is not None:  # (benchmark workloads carry no class names)
                 final.update(kws_rates(model, self.data.test, self.data.manifest.classes, batch))
             curve = [row["test_accuracy"] for row in state["history"] if "test_accuracy" in row]
             if curve:
                 final["test_last5_mean"] = float(np.mean(curve[-5:]))
             for name, split in self.data.extra_test.items():
-                final.update({f"{name}_{k}": v for k, v in evaluate(model, split, batch).items()})
+                metrics, views = self.algorithm.evaluate_views(model, split, batch)
+                final.update({f"{name}_{k}": v for k, v in metrics.items()})
+                final.update(tagged(views, suffix=f"{name}_"))
             final["selected_round"] = state["best"]["round"] if self.cfg.train.select == "best_val" and state["best"] else state["round"]
             local = [window_accuracy(model, c.holdout_x, c.holdout_y, batch) for c in self.data.clients]
             final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)
-            for tag, view in self.algorithm.exit_views(server):  # early-exit models: every exit
-                final.update({f"{tag}_{k}": v for k, v in evaluate(view, self.data.test, batch).items()})
-                for name, split in self.data.extra_test.items():
-                    final.update({f"{tag}_{name}_{k}": v for k, v in evaluate(view, split, batch).items()})
         personal = self._personalized_test_results(state)
         if personal:
             # The clients' own models, over the clients that trained (the count is reported).

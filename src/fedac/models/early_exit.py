@@ -6,16 +6,21 @@ with its own BiLSTM on CTC tasks, or its own pooled-vector norm with `model.head
 selects the exit every SSLModel method then runs: the encoder stops after `encoder.layers[:L]` (deeper
 layers are never computed) and the head at L scores it. The selected head is bound as a plain attribute (not a registered submodule), so the state dict
 holds each head once, under `exit_heads`.
+
+`shared_pass()` lets one batch be scored at every exit for the cost of one encoder pass (evaluation:
+`engine.evaluate.evaluate_exits`): within it, the exits of a batch visited shallow to deep continue the
+encoder where the previous exit stopped.
 """
 
 from __future__ import annotations
 
 import copy
+from contextlib import contextmanager
 
 from torch import nn
 
 from fedac.errors import ConfigError
-from fedac.models.ssl import SSLModel, build_encoder
+from fedac.models.ssl import EncoderRun, SSLModel, build_encoder
 
 BASE_LAYERS = 12  # the depth scale of exits in the config (wav2vec 2.0 Base)
 
@@ -40,6 +45,8 @@ class MultiExitSSL(SSLModel):
         for part in parts:
             delattr(self, part)
         self.exits = list(exits)
+        self._run: tuple | None = None  # (batch, its EncoderRun) inside shared_pass(); None outside
+        self._sharing = False
         self.exit_heads = nn.ModuleDict()
         for i, depth in enumerate(self.exits):
             head = template if i == 0 else copy.deepcopy(template)
@@ -57,6 +64,25 @@ class MultiExitSSL(SSLModel):
         for part, module in self.exit_heads[str(depth)].items():
             object.__setattr__(self, part, module)  # bound, not registered (see the module docstring)
         return self
+
+    @contextmanager
+    def shared_pass(self):
+        """Within: `hidden(x)` of the batch last seen continues its encoder run instead of starting
+        again (a new batch, or a shallower exit than the run reached, starts a fresh run)."""
+        self._sharing = True
+        try:
+            yield self
+        finally:
+            self._sharing, self._run = False, None
+
+    def hidden(self, x, depth: int | None = None):
+        if not self._sharing:
+            return super().hidden(x, depth)
+        depth = depth or self.depth
+        if self._run is None or self._run[0] is not x or self._run[1].depth > depth:
+            self._run = (x, EncoderRun(self.encoder, *self.frames(x)))
+        run = self._run[1]
+        return run.to(depth), run.mask
 
 
 def build_multi_exit(name: str, kind: str, num_classes: int, exits: list[int], options, dropout: float) -> MultiExitSSL:

@@ -203,21 +203,35 @@ def cnn_frames(cnn: nn.Module, waveform: torch.Tensor) -> torch.Tensor:
     return out if batched else out[0]
 
 
-def encoder_layers(encoder: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, depth: int | None = None) -> torch.Tensor:
-    """`encoder.forward` of transformers' Wav2Vec2Encoder / ...StableLayerNorm / Hubert encoders, running
-    only `encoder.layers[:depth]` (None: all); stable-layer-norm encoders end with their final LayerNorm."""
-    from transformers.masking_utils import create_bidirectional_mask
+class EncoderRun:
+    """`encoder.forward` of transformers' Wav2Vec2Encoder / ...StableLayerNorm / Hubert encoders, advanced
+    layer by layer: `to(depth)` runs `encoder.layers` up to `depth`, continuing from where the previous
+    call stopped, and returns the frames there (stable-layer-norm encoders end with their final
+    LayerNorm). Evaluating every exit of a batch shallow to deep thus costs one encoder pass."""
 
-    hidden = hidden.masked_fill(~mask[..., None], 0.0)
-    attention = create_bidirectional_mask(config=encoder.config, inputs_embeds=hidden, attention_mask=mask)
-    hidden = hidden + encoder.pos_conv_embed(hidden)
-    stable = bool(getattr(encoder.config, "do_stable_layer_norm", False))
-    if not stable:
-        hidden = encoder.layer_norm(hidden)
-    hidden = encoder.dropout(hidden)
-    for layer in encoder.layers[:depth]:
-        hidden = layer(hidden, attention_mask=attention)
-    return encoder.layer_norm(hidden) if stable else hidden
+    def __init__(self, encoder: nn.Module, hidden: torch.Tensor, mask: torch.Tensor):
+        from transformers.masking_utils import create_bidirectional_mask
+
+        self.encoder, self.mask, self.depth = encoder, mask, 0
+        hidden = hidden.masked_fill(~mask[..., None], 0.0)
+        self.attention = create_bidirectional_mask(config=encoder.config, inputs_embeds=hidden, attention_mask=mask)
+        hidden = hidden + encoder.pos_conv_embed(hidden)
+        self.stable = bool(getattr(encoder.config, "do_stable_layer_norm", False))
+        self.hidden = encoder.dropout(hidden if self.stable else encoder.layer_norm(hidden))
+
+    def to(self, depth: int | None = None) -> torch.Tensor:
+        depth = len(self.encoder.layers) if depth is None else depth
+        if depth < self.depth:
+            raise ValueError(f"the encoder already ran {self.depth} layers; it cannot stop at {depth}")
+        for layer in self.encoder.layers[self.depth:depth]:
+            self.hidden = layer(self.hidden, attention_mask=self.attention)
+        self.depth = depth
+        return self.encoder.layer_norm(self.hidden) if self.stable else self.hidden
+
+
+def encoder_layers(encoder: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, depth: int | None = None) -> torch.Tensor:
+    """The encoder's forward pass running only `encoder.layers[:depth]` (None: all)."""
+    return EncoderRun(encoder, hidden, mask).to(depth)
 
 
 def stats_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
