@@ -444,7 +444,11 @@ def test_table1_centralised_rows_train_their_own_epochs(voxceleb_root, tmp_path,
     fl = json.loads((out / "voxceleb1" / "homo_FL_L=3-s0" / "results.json").read_text())
     assert (central["rounds"], central["clients"], len(central["history"])) == (2, 1, 2)
     assert (fl["rounds"], fl["clients"]) == (1, 3)
-    assert "| voxceleb1 | error |" in (out / "table.md").read_text()
+    # the paper's layout: a row per metric and depth, a column per kind of training
+    table = (out / "table.md").read_text()
+    assert "| Dataset | Metric | central | homo FL |" in table
+    error = {run: f"{100 * (1 - r['final']['accuracy']):.2f}" for run, r in (("central", central), ("fl", fl))}
+    assert f"| voxceleb1 | error, L=3 | {error['central']} | {error['fl']} |" in table
     assert main(["reproduce", "earlyexit-table2", "--central-epochs", "2", *common]) != 0
     assert "earlyexit-table2 does not use --central-epochs" in capsys.readouterr().err
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import re
 import shlex
 from pathlib import Path
 
@@ -103,13 +104,24 @@ def _cell(values: list[float]) -> str:
     return f"{mean:.2f} ± {std:.2f}" if len(values) > 1 else f"{mean:.2f}"
 
 
+def _column_and_depth(label: str) -> tuple[str, int | None]:
+    """Table 1's "central L=6" -> ("central", 6): its rows are depths, its columns the training kind."""
+    match = re.fullmatch(r"(.+) L=(\d+)", label)
+    return (match[1], int(match[2])) if match else (label, None)
+
+
 def rows(runs: dict[str, dict[str, list[dict]]]) -> list[tuple[str, str, dict[str, list[float]]]]:
-    """(dataset, metric, {method: values over seeds})."""
+    """(dataset, metric, {method: values over seeds}); table 1's per-depth methods become one row per
+    metric and depth (deepest first, as the paper) with a column per kind of training."""
     out = []
     for dataset, by_method in runs.items():
         metrics = list(dict.fromkeys(k for rs in by_method.values() for r in rs for k in error_rates(r)))
+        depths = sorted({_column_and_depth(m)[1] for m in by_method}, key=lambda d: -1 if d is None else -d)
         for metric in metrics:
-            out.append((dataset, metric, {m: [error_rates(r)[metric] for r in rs] for m, rs in by_method.items()}))
+            for depth in depths:
+                row = {_column_and_depth(m)[0]: [error_rates(r)[metric] for r in rs]
+                       for m, rs in by_method.items() if _column_and_depth(m)[1] == depth}
+                out.append((dataset, metric if depth is None else f"{metric}, L={depth}", row))
     return out
 
 
