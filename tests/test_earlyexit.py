@@ -148,6 +148,21 @@ def test_evaluating_every_exit_equals_each_exit_alone_and_runs_each_layer_once_p
         assert len(set(tuple(m.values()) for m in shared.values())) > 1  # the exits do differ
 
 
+def test_evaluate_views_reports_every_exit_and_leaves_the_model_at_eval_exit():
+    """The headline is eval_exit's; the model goes back to eval_exit, since the simulator then scores
+    FA / FR and the clients' held-out accuracy with it."""
+    from fedac.engine.data import EvalSplit
+    from fedac.engine.evaluate import evaluate
+
+    algo = _algorithm(**{"earlyexit.mode": "homo", "earlyexit.depth": 6})  # exit 2 of w2v2_tiny's 4
+    model = algo.global_model(algo.init_server())
+    frames = Padded(torch.randn(3, 20, model.config.conv_dim[-1]), torch.tensor([20, 14, 20]))  # cached CNN frames
+    split = EvalSplit(frames, torch.arange(3), torch.tensor([0, 1, 2]))
+    headline, views = algo.evaluate_views(model, split, 2)
+    assert model.depth == algo.eval_exit == 2 and set(views) == {"exit1", "exit2", "exit3", "exit4"}
+    assert headline == views["exit2"] == evaluate(model, split, 2)
+
+
 def test_a_shared_pass_restarts_for_a_new_batch_or_a_shallower_exit():
     from transformers import Wav2Vec2Model
 
