@@ -10,7 +10,7 @@ import pytest
 from fedac.cli import main
 from fedac.compare import PRESETS, parse_method
 from fedac.config import load_config
-from fedac.reproduce import KWS_EXPERIMENTS as EXPERIMENTS, KWS_PROTOCOL
+from fedac.reproduce import KWS_EXPERIMENTS as EXPERIMENTS, KWS_PROTOCOL, KWS_SCALED, seed_curve
 from helpers import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -36,10 +36,40 @@ def test_fedkws_methods_resolve_to_their_ablations():
     assert "train.batch_size=32" in KWS_PROTOCOL and "fedkwsui.local_steps=50" in KWS_PROTOCOL
 
 
-def test_reduced_fedkws_lambda_reproduction_writes_fa_fr_tables(gsc_root, tmp_path, capsys):
+def test_scaled_protocol_changes_only_the_schedule():
+    """fedkws12-scaled is the paper's protocol with fewer speakers, rounds and steps: every other setting
+    (data, optimiser, clipping, augmentation) is the paper's, and each key appears once."""
+    keys = [s.split("=")[0] for s in KWS_SCALED]
+    assert len(keys) == len(set(keys))
+    changed = {s for s in KWS_SCALED if s not in KWS_PROTOCOL}
+    assert changed == {"data.max_clients=100", "train.rounds=40", "train.local_steps=10", "fedkwsui.local_steps=10",
+                       "train.eval_every=4", "train.checkpoint_every=4"}
+    scaled = EXPERIMENTS["fedkws12-scaled"]
+    assert [label for label, _ in scaled.variants] == ["DSCNN", "MHAttRNN"] and scaled.curves
+    cfg = resolved("fedkws12-scaled", "FedKWS-UI")
+    assert (cfg.train.rounds, cfg.data.max_clients, cfg.fedkwsui.local_steps, cfg.train.batch_size) == (40, 100, 10, 32)
+    assert resolved("fedkws12-scaled", "FedAvg").train.local_steps == 10
+
+
+def test_seed_curve_averages_the_rounds_every_seed_evaluated(tmp_path):
+    header = "round,val_accuracy,test_accuracy\n"
+    runs = []
+    for seed, rows in enumerate(["1,0.9,0.2\n2,0.9,0.4\n3,0.9,0.5\n", "1,0.1,0.4\n2,0.1,0.8\n"]):
+        (tmp_path / str(seed)).mkdir()
+        (tmp_path / str(seed) / "metrics.csv").write_text(header + rows)
+        runs.append({"run_dir": str(tmp_path / str(seed))})
+    rounds, mean, std = seed_curve(runs)
+    assert rounds == [1, 2]  # round 3 only one seed reached
+    assert mean == pytest.approx([0.3, 0.6]) and std == pytest.approx([0.1, 0.2])  # the test column, not val
+    (tmp_path / "v").mkdir()
+    (tmp_path / "v" / "metrics.csv").write_text("round,val_accuracy,test_accuracy\n5,0.7,\n10,0.75,\n")
+    assert seed_curve([{"run_dir": str(tmp_path / "v")}]) == ([5, 10], [0.7, 0.75], [0.0, 0.0])
+
+
+def test_reduced_fedkws_reproduction_writes_fa_fr_tables_and_curves(gsc_root, tmp_path, capsys):
     out = tmp_path / "repro"
-    args = ["reproduce", "fedkws-lambda", "--seeds", "0", "--rounds", "1", "--out", str(out), "--quiet",
-            "--methods", "lambda 0.001"]
+    args = ["reproduce", "fedkws12-scaled", "--seeds", "0", "--rounds", "2", "--out", str(out), "--quiet",
+            "--methods", "FedKWS-UI"]
     small = {**tiny_run(gsc_root, None), "train.local_steps": 2, "fedkwsui.local_steps": 2, "data.task": 12}
     for key, value in small.items():  # the user's settings come last: a tiny model instead of the networks
         args += ["--set", f"{key}={value}"]
@@ -51,3 +81,5 @@ def test_reduced_fedkws_lambda_reproduction_writes_fa_fr_tables(gsc_root, tmp_pa
     assert len(rows) == 2  # 2 networks x 1 method x 1 seed
     assert all(0 <= float(r["fa"]) <= 1 and 0 <= float(r["fr"]) <= 1 for r in rows)
     assert all(0 <= float(r["test_last5_mean"]) <= 1 for r in rows)  # the protocol's train.test_curve
+    assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # Fig. 2: accuracy per round
+    assert "train.rounds=40" in table and "train.rounds=300" not in table  # the protocol line: what ran
