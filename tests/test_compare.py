@@ -77,3 +77,50 @@ def test_mean_std_over_seeds_leaves_out_runs_without_the_metric():
     assert out["kws"]["client_accuracy_mean"] == (0.25, 0.0)
     assert all(np.isnan(out["asr"]["accuracy"])) and all(np.isnan(out["asr"]["client_accuracy_mean"]))
     assert "| asr | n/a |" in markdown_table(runs)  # the compare table renders it too
+
+
+@pytest.mark.parametrize("other_finishes", [True, False])
+def test_a_run_another_process_is_training_is_waited_for_not_trained_twice(gsc_root, tmp_path, monkeypatch,
+                                                                           other_finishes):
+    """Two copies of one comparison share its runs: a run whose directory another process has locked is
+    passed over, the others are trained, and at the end the copy waits for the lock, then reads the
+    other's result or, if it died without one, trains (resumes) that run itself."""
+    import fcntl
+    import os
+    import shutil
+    import threading
+    import time
+
+    from fedac.engine.simulator import Simulator
+
+    common = ["--quiet", "--seeds", "0", "--rounds", "1", "--set", f"data.root={gsc_root}",
+              "--set", "model.name=crnn_tiny", "--set", "train.local_epochs=1", "--method", "A=fedavg"]
+    assert main(["compare", *common, "--out", str(tmp_path / "other")]) == 0  # what the other process ends with
+    trained = []
+    real_run = Simulator.run
+    monkeypatch.setattr(Simulator, "run", lambda self, **kw: trained.append(self.run_dir.name) or real_run(self, **kw))
+    out = tmp_path / "cmp"
+    (out / "A-s0").mkdir(parents=True)
+    held = os.open(out / "A-s0", os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # "another process" is training A
+    codes = []
+    worker = threading.Thread(target=lambda: codes.append(main(["compare", *common, "--method", "B=fedprox",
+                                                                "--out", str(out)])))
+    worker.start()
+    deadline = time.monotonic() + 120
+    while not (out / "B-s0" / "results.json").is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    assert trained == ["B-s0"], "B, after the locked A, is trained meanwhile"
+    assert not (out / "A-s0" / "config.yaml").exists() and worker.is_alive()  # A untouched: waiting
+    if other_finishes:
+        shutil.copy(tmp_path / "other" / "A-s0" / "results.json", out / "A-s0" / "results.json")
+    os.close(held)  # the other process ends (or dies without a result)
+    worker.join(timeout=120)
+    assert codes == [0]
+    assert trained == (["B-s0"] if other_finishes else ["B-s0", "A-s0"])  # A read back, or trained here
+    summary = json.loads((out / "summary.json").read_text())
+    assert list(summary["runs"]) == ["A", "B"] and all(len(r) == 1 for r in summary["runs"].values())
+    if other_finishes:  # the table holds the other process's result
+        other = json.loads((tmp_path / "other" / "A-s0" / "results.json").read_text())["final"]
+        assert summary["runs"]["A"][0]["accuracy"] == other["accuracy"]

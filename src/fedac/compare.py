@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -104,13 +106,39 @@ def runs_wall_seconds(runs: dict[str, list[dict]]) -> float:
     return sum(r["wall_seconds"] for rs in runs.values() for r in rs)
 
 
+@contextmanager
+def run_lock(run_dir: Path, wait: bool):
+    """An exclusive lock on a run directory, held while one process trains that run: two copies of the same
+    comparison (one per core) then share its runs instead of training one twice. `flock` on the
+    directory itself, so a killed process leaves no stale lock. Yields False when `wait` is False and
+    another process holds it. Without fcntl (Windows) runs are not locked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover
+        yield True
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)  # closing the descriptor releases the lock
+
+
 def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: Path, overrides: list[str],
                    config_path: str | None, progress: bool = True, last: list[str] = (),
                    on_run: Callable[[dict[str, list[dict]]], None] | None = None,
                    finished_only: bool = False) -> dict:
     """Every method x seed, each in its own run directory under `out`. Runs that already ended are read
     back, and a run killed midway resumes from its checkpoint, so a killed comparison is completed by
-    running the same command again. `on_run` sees the runs so far after each one (partial tables).
+    running the same command again. A run another process is training (`run_lock`) is passed over and
+    waited for at the end, so the same command started twice uses two cores and each copy ends with
+    the whole table. `on_run` sees the runs so far after each one (partial tables).
     `finished_only` trains nothing: the summary holds the runs that have ended (the rest are left out) and,
     as `wall_seconds`, the sum of their own wall times."""
     from fedac.engine.checkpoint import CHECKPOINT
@@ -120,8 +148,28 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runs: dict[str, list[dict]] = {m.label: [] for m in methods}
+    built: dict[str, object] = {}  # one seed's data: methods that share data settings share the tensors
+
+    def train(cfg: Config, run_dir: Path, label: str) -> dict:
+        key = json.dumps([cfg.seed, cfg.dataset, asdict(cfg.data), asdict(cfg.features)], sort_keys=True)
+        if key not in built:
+            if any(json.loads(k)[0] != cfg.seed for k in built):
+                built.clear()  # a new seed: the last one's data are not needed again
+            built[key] = build_federated_data(cfg, progress)
+        resume = (run_dir / CHECKPOINT).is_file()
+        if progress:
+            print(f"== {label} (seed {cfg.seed}){' resumed' if resume else ''}")
+        return Simulator(cfg, run_dir, data=built[key], progress=progress).run(resume=resume)
+
+    def record(label: str, cfg: Config, run_dir: Path, results: dict) -> None:
+        runs[label].append({"seed": cfg.seed, "run_dir": str(run_dir), **results["final"],
+                            "wall_seconds": results["wall_seconds"]})
+        runs[label].sort(key=lambda r: seeds.index(r["seed"]))
+        if on_run is not None:
+            on_run(runs)
+
+    elsewhere = []  # runs another process was training when this one reached them
     for seed in seeds:
-        built: dict[str, object] = {}
         for method in methods:
             # One schedule for every method (no per-algorithm defaults): like is compared with like.
             cfg = load_config(config_path, overrides + method.overrides + list(last), algorithm_defaults=False,
@@ -134,18 +182,19 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
             if results is None and finished_only:
                 continue
             if results is None:
-                # Methods that share data settings share the resident tensors (built once per seed).
-                key = json.dumps([cfg.dataset, asdict(cfg.data), asdict(cfg.features)], sort_keys=True)
-                if key not in built:
-                    built[key] = build_federated_data(cfg, progress)
-                resume = (run_dir / CHECKPOINT).is_file()
-                if progress:
-                    print(f"== {method.label} (seed {seed}){' resumed' if resume else ''}")
-                results = Simulator(cfg, run_dir, data=built[key], progress=progress).run(resume=resume)
-            runs[method.label].append({"seed": seed, "run_dir": str(run_dir), **results["final"],
-                                       "wall_seconds": results["wall_seconds"]})
-            if on_run is not None:
-                on_run(runs)
+                with run_lock(run_dir, wait=False) as held:
+                    if not held:
+                        if progress:
+                            print(f"== {method.label} (seed {seed}): another process is training it")
+                        elsewhere.append((method.label, cfg, run_dir))
+                        continue
+                    # it may have ended between the first look and the lock
+                    results = finished_results(run_dir) or train(cfg, run_dir, method.label)
+            record(method.label, cfg, run_dir, results)
+    for label, cfg, run_dir in elsewhere:
+        with run_lock(run_dir, wait=True):  # until the other process ends it (or dies: then resume it here)
+            results = finished_results(run_dir) or train(cfg, run_dir, label)
+        record(label, cfg, run_dir, results)
     # With finished_only nothing ran here: report what the runs themselves took.
     wall = runs_wall_seconds(runs) if finished_only else time.perf_counter() - started
     summary = {"methods": [m.__dict__ for m in methods], "seeds": seeds, "runs": runs, "wall_seconds": wall,
