@@ -476,7 +476,14 @@ def test_reports_on_worker_threads_give_the_same_impressions(monkeypatch):
     alg.workers = 2
     threads = set()
     original = alg._impressions
-    monkeypatch.setattr(alg, "_impressions", lambda r, i: (threads.add(threading.current_thread().name), original(r, i))[1])
+    both_inside = threading.Barrier(2, timeout=60)  # passes only if the two reports run at the same time
+
+    def on_a_worker(report, round_idx):
+        threads.add(threading.current_thread().name)
+        both_inside.wait()  # (on a busy host one thread could otherwise take both reports in turn)
+        return original(report, round_idx)
+
+    monkeypatch.setattr(alg, "_impressions", on_a_worker)
     two = alg.synthesize_reports(ups, 4)
     assert len(threads) == 2 and all(t.startswith("fedac-impressions") for t in threads)
     for (xa, ca, sa), (xb, cb, sb) in zip(one, two):
