@@ -58,12 +58,13 @@ def test_seed_curve_averages_the_rounds_every_seed_evaluated(tmp_path):
         (tmp_path / str(seed)).mkdir()
         (tmp_path / str(seed) / "metrics.csv").write_text(header + rows)
         runs.append({"run_dir": str(tmp_path / str(seed))})
-    rounds, mean, std = seed_curve(runs)
+    rounds, mean, std = seed_curve(runs, "test_accuracy")
     assert rounds == [1, 2]  # round 3 only one seed reached
-    assert mean == pytest.approx([0.3, 0.6]) and std == pytest.approx([0.1, 0.2])  # the test column, not val
+    assert mean == pytest.approx([0.3, 0.6]) and std == pytest.approx([0.1, 0.2])
+    assert seed_curve(runs, "val_accuracy") == ([1, 2], [0.5, 0.5], [pytest.approx(0.4)] * 2)
     (tmp_path / "v").mkdir()
     (tmp_path / "v" / "metrics.csv").write_text("round,val_accuracy,test_accuracy\n5,0.7,\n10,0.75,\n")
-    assert seed_curve([{"run_dir": str(tmp_path / "v")}]) == ([5, 10], [0.7, 0.75], [0.0, 0.0])
+    assert seed_curve([{"run_dir": str(tmp_path / "v")}], "test_accuracy") == ([], [], [])  # no test curve
 
 
 def test_reduced_fedkws_reproduction_writes_fa_fr_tables_and_curves(gsc_root, tmp_path, capsys):

@@ -336,15 +336,14 @@ def plot(path: Path, experiment: Experiment, summaries: dict[str, dict], methods
     plt.close(fig)
 
 
-def seed_curve(runs: list[dict]) -> tuple[list[int], list[float], list[float]]:
-    """The shared model's accuracy per evaluated round, mean and std over the runs (seeds), read from each
-    run's metrics.csv: its test accuracy where the run logged a test curve (`train.test_curve`, the
-    paper's Fig. 2), else its validation accuracy. Only the rounds every run evaluated are kept, so a
-    point is never a mean over fewer seeds than its neighbours."""
+def seed_curve(runs: list[dict], column: str) -> tuple[list[int], list[float], list[float]]:
+    """A metrics.csv column of the shared model (`test_accuracy`, logged with `train.test_curve` as in
+    the paper's Fig. 2, or `val_accuracy`) per evaluated round, mean and std over the runs (seeds). Only
+    the rounds every run evaluated are kept, so a point is never a mean over fewer seeds than its
+    neighbours; no rounds when a run did not log the column."""
     per_run = []
     for run in runs:
-        rows = list(csv.DictReader(open(Path(run["run_dir"]) / "metrics.csv")))
-        column = "test_accuracy" if any(r.get("test_accuracy") for r in rows) else "val_accuracy"
+        rows = csv.DictReader(open(Path(run["run_dir"]) / "metrics.csv"))
         per_run.append({int(r["round"]): float(r[column]) for r in rows if r.get(column)})
     rounds = sorted(set.intersection(*(set(c) for c in per_run))) if per_run else []
     stats = [mean_std([c[t] for c in per_run]) for t in rounds]
@@ -352,9 +351,10 @@ def seed_curve(runs: list[dict]) -> tuple[list[int], list[float], list[float]]:
 
 
 def plot_curves(path: Path, experiment: Experiment, summaries: dict[str, dict]) -> None:
-    """Fig. 2 of FedKWS-UI as fedac draws it: one panel per cell, one line per method, its mean accuracy
-    over the finished seeds per evaluated round with a band of ± one std; the legend gives the mean of the
-    last 5 evaluations (the paper's legend numbers) where the runs report it."""
+    """Fig. 2 of FedKWS-UI as fedac draws it: one panel per cell, one colour per method, its mean test
+    accuracy over the finished seeds per evaluated round with a band of ± one std (solid) and its mean
+    validation accuracy (dashed; the solid line is validation when no test curve was logged); the legend
+    gives the mean of the last 5 evaluations (the paper's legend numbers) where the runs report it."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -364,17 +364,21 @@ def plot_curves(path: Path, experiment: Experiment, summaries: dict[str, dict]) 
     fig, axes = plt.subplots(1, len(summaries), figsize=(6 * len(summaries), 4), squeeze=False)
     for ax, (cell, summary) in zip(axes[0], summaries.items()):
         for method, runs in summary["runs"].items():
-            rounds, mean, std = seed_curve(runs)
+            val = seed_curve(runs, "val_accuracy")
+            test = seed_curve(runs, "test_accuracy")
+            rounds, mean, std = test if test[0] else val
             if not rounds:
                 continue
             last5 = [r["test_last5_mean"] for r in runs if r.get("test_last5_mean") is not None]
             label = f"{method} ({100 * np.mean(last5):.1f})" if last5 else method
             mean, std = 100 * np.array(mean), 100 * np.array(std)
-            ax.plot(rounds, mean, label=label)
-            ax.fill_between(rounds, mean - std, mean + std, alpha=0.2)
+            (line,) = ax.plot(rounds, mean, label=label)
+            ax.fill_between(rounds, mean - std, mean + std, alpha=0.2, color=line.get_color())
+            if test[0] and val[0]:
+                ax.plot(val[0], 100 * np.array(val[1]), "--", linewidth=0.8, color=line.get_color())
         ax.set_title(cell, fontsize=9), ax.set_xlabel("round"), ax.set_ylabel("shared model accuracy (%)")
         ax.grid(alpha=0.3), ax.legend(fontsize=7)
-    fig.suptitle(f"{experiment.title}\nmean ± std over the finished seeds", fontsize=10)
+    fig.suptitle(f"{experiment.title}\nsolid: test (± std over the finished seeds), dashed: validation", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
