@@ -148,12 +148,12 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runs: dict[str, list[dict]] = {m.label: [] for m in methods}
-    built: dict[str, object] = {}  # one seed's data: methods that share data settings share the tensors
+    built: dict[tuple[int, str], object] = {}  # one seed's data: methods that share data settings share the tensors
 
     def train(cfg: Config, run_dir: Path, label: str) -> dict:
-        key = json.dumps([cfg.seed, cfg.dataset, asdict(cfg.data), asdict(cfg.features)], sort_keys=True)
+        key = (cfg.seed, json.dumps([cfg.dataset, asdict(cfg.data), asdict(cfg.features)], sort_keys=True))
         if key not in built:
-            if any(json.loads(k)[0] != cfg.seed for k in built):
+            if any(seed != cfg.seed for seed, _ in built):
                 built.clear()  # a new seed: the last one's data are not needed again
             built[key] = build_federated_data(cfg, progress)
         resume = (run_dir / CHECKPOINT).is_file()

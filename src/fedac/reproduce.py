@@ -343,8 +343,8 @@ def seed_curve(runs: list[dict], column: str) -> tuple[list[int], list[float], l
     neighbours; no rounds when a run did not log the column."""
     per_run = []
     for run in runs:
-        rows = csv.DictReader(open(Path(run["run_dir"]) / "metrics.csv"))
-        per_run.append({int(r["round"]): float(r[column]) for r in rows if r.get(column)})
+        with open(Path(run["run_dir"]) / "metrics.csv") as handle:
+            per_run.append({int(r["round"]): float(r[column]) for r in csv.DictReader(handle) if r.get(column)})
     rounds = sorted(set.intersection(*(set(c) for c in per_run))) if per_run else []
     stats = [mean_std([c[t] for c in per_run]) for t in rounds]
     return rounds, [m for m, _ in stats], [s for _, s in stats]
