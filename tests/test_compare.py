@@ -77,6 +77,12 @@ def test_mean_std_over_seeds_leaves_out_runs_without_the_metric():
     assert out["kws"]["client_accuracy_mean"] == (0.25, 0.0)
     assert all(np.isnan(out["asr"]["accuracy"])) and all(np.isnan(out["asr"]["client_accuracy_mean"]))
     assert "| asr | n/a |" in markdown_table(runs)  # the compare table renders it too
+    assert "fa" not in out["kws"]  # no run has FA: no such key
+
+    # FedKWS-UI's keys are averaged too once a run has them (the README's FA / FR cells quote them).
+    kws = runs_mean_std({"m": [{"accuracy": 0.5, "fa": 0.1, "test_last5_mean": 0.4},
+                               {"accuracy": 0.7, "fa": 0.3, "test_last5_mean": None}]})["m"]
+    assert kws["fa"] == pytest.approx((0.2, 0.1)) and kws["test_last5_mean"] == (0.4, 0.0)
 
 
 @pytest.mark.parametrize("other_finishes", [True, False])

@@ -53,6 +53,9 @@ COLUMNS = {
     "personalized_accuracy_mean": "Own models: test acc.",
 }
 METRICS = tuple(COLUMNS)
+#: Further results.json `final` keys that summary.json's mean_std also averages, for the runs that have
+#: them (FedKWS-UI's FA / FR, last-5 mean and clean-test accuracy; UAR for emotion sets).
+EXTRA_METRICS = ("uar", "fa", "fr", "test_last5_mean", "clean_accuracy")
 
 
 @dataclass
@@ -95,9 +98,11 @@ def check_same_config(cfg: Config, run_dir: Path) -> None:
 
 
 def runs_mean_std(runs: dict[str, list[dict]]) -> dict[str, dict[str, tuple[float, float]]]:
-    """Each method's mean and std over its seeds of every METRICS column; a run without a value (a key
-    absent, or None where the task has no such metric: CTC runs have no client accuracy) is left out."""
-    return {label: {k: mean_std([r[k] for r in rs if r.get(k) is not None]) for k in METRICS}
+    """Each method's mean and std over its seeds of every METRICS column, and of each EXTRA_METRICS key
+    that some run has; a run without a value (a key absent, or None where the task has no such metric:
+    CTC runs have no client accuracy) is left out."""
+    extra = [k for k in EXTRA_METRICS if any(r.get(k) is not None for rs in runs.values() for r in rs)]
+    return {label: {k: mean_std([r[k] for r in rs if r.get(k) is not None]) for k in (*METRICS, *extra)}
             for label, rs in runs.items()}
 
 
