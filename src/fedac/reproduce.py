@@ -146,8 +146,8 @@ KWS_NETWORKS = [("DSCNN", ["model.name=dscnn"]), ("MHAttRNN", ["model.name=mhatt
 # 0.1 s a step), so the 3-seed table of 7 methods runs scaled to two cores: 100 of the 200 speakers (a
 # seeded choice: sizes and class mixes as heterogeneous as the whole), 10 a round for 40 rounds (4 visits
 # per client), E = 10 (ALT's s_k = floor(r0 rbar_k E) and the private phase floor(0.2 E) + 1 scale with
-# it), evaluated every 4 rounds; DSCNN and the cheapest other network, MHAttRNN. Measured: 444-746 s a
-# DSCNN run and 172-291 s a MHAttRNN run, two runs sharing two cores.
+# it), evaluated every 4 rounds; DSCNN and the cheapest other network, MHAttRNN. Measured over the 42
+# runs of the 3-seed table: 444-1,290 s a DSCNN run and 150-298 s a MHAttRNN run, two runs sharing two cores.
 KWS_SCALED = replaced(KWS_PROTOCOL, ["data.max_clients=100", "train.rounds=40", "train.local_steps=10",
                                      "fedkwsui.local_steps=10", "train.eval_every=4", "train.checkpoint_every=4"])
 KWS_CENTRAL = ["algorithm=central", "train.rounds=50", "train.batch_size=128", "train.local_steps=0",
