@@ -58,6 +58,10 @@ def test_a_run_directory_is_reused_only_for_its_settings_even_after_new_settings
     del saved["attack"]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
     check_same_config(cfg, tmp_path)
+    # The folder it was written to is not a setting: a run directory moved elsewhere is still reused.
+    moved = load_config(overrides=["train.rounds=3"])
+    moved.out = str(tmp_path / "elsewhere")
+    check_same_config(moved, tmp_path)
     # Any setting that differs refuses, old file or new.
     with pytest.raises(ConfigError, match="holds a run of other settings"):
         check_same_config(load_config(overrides=["train.rounds=4"]), tmp_path)

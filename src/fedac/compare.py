@@ -89,10 +89,16 @@ def finished_results(run_dir: Path) -> dict | None:
 def check_same_config(cfg: Config, run_dir: Path) -> None:
     """A run directory is reused only for the configuration it was made for. The saved file is read as a
     config (settings added to fedac since then take their defaults), so upgrading fedac does not orphan a
-    half-finished table; a setting whose value differs still refuses."""
+    half-finished table; a setting whose value differs still refuses. `out`, the folder the run was
+    written to, is not a setting of the run: a moved or copied run directory (a committed table copied
+    back to resume it, a run shared by two experiments of the same settings) is read back."""
     saved = run_dir / "config.yaml"
-    if saved.is_file() and load_config(str(saved), algorithm_defaults=False).to_dict() != \
-            yaml.safe_load(yaml.safe_dump(cfg.to_dict())):
+
+    def settings(config: dict) -> dict:
+        return {k: v for k, v in config.items() if k != "out"}
+
+    if saved.is_file() and settings(load_config(str(saved), algorithm_defaults=False).to_dict()) != \
+            settings(yaml.safe_load(yaml.safe_dump(cfg.to_dict()))):
         raise ConfigError(f"{run_dir} holds a run of other settings (see its config.yaml); "
                           "choose another --out or remove that directory")
 
