@@ -285,6 +285,48 @@ def test_a_killed_reproduction_leaves_a_table_of_what_finished(gsc_root, tmp_pat
     assert len(list(csv.DictReader(open(out / "results.csv")))) == 1
 
 
+def test_a_copy_trains_the_later_cells_before_waiting_for_a_run_another_copy_holds(gsc_root, tmp_path,
+                                                                                     monkeypatch):
+    """Two copies of one reproduction keep both cores busy across cells: a run another process holds in
+    the first cell is passed over, every later cell's runs are trained meanwhile, and only then does this
+    copy wait (here the other copy dies without a result, so this one trains that run last)."""
+    import fcntl
+    import os
+    import threading
+    import time
+
+    from fedac.reproduce import cells
+
+    out = tmp_path / "table6"
+    args = ["reproduce", "table6", "--quiet", "--seeds", "0", "--rounds", "1", "--datasets", "speech_commands",
+            "--methods", "FedAvg", "--out", str(out), "--set", f"data.root={gsc_root}",
+            "--set", "data.num_clients=4", "--set", "data.min_client_size=1"] + [a for s in TINY for a in ("--set", s)]
+    folders = [c.label.replace(" ", "_") for c in cells(EXPERIMENTS["table6"], ["speech_commands"])]
+    trained = []
+    real_run = Simulator.run
+    monkeypatch.setattr(Simulator, "run",
+                        lambda self, **kw: trained.append(self.run_dir.parent.name) or real_run(self, **kw))
+    held_dir = out / folders[0] / "FedAvg-s0"
+    held_dir.mkdir(parents=True)
+    held = os.open(held_dir, os.O_RDONLY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # "another copy" is training the first cell's run
+    codes = []
+    worker = threading.Thread(target=lambda: codes.append(main(args)))
+    worker.start()
+    last = out / folders[-1] / "FedAvg-s0" / "results.json"
+    deadline = time.monotonic() + 300
+    while not last.is_file() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.0)
+    assert trained == folders[1:], "the later cells are trained while the first cell's run is held"
+    assert worker.is_alive() and not (held_dir / "results.json").exists()  # now waiting for it
+    os.close(held)  # the other copy dies without a result
+    worker.join(timeout=300)
+    assert codes == [0] and trained == folders[1:] + folders[:1]
+    rows = list(csv.DictReader(open(out / "results.csv")))
+    assert sorted(r["cell"] for r in rows) == sorted(c.label for c in cells(EXPERIMENTS["table6"], ["speech_commands"]))
+
+
 @pytest.mark.parametrize("name", ["robustness", "earlyexit-table2"])
 def test_finished_only_reaches_the_other_grids(name, tmp_path, monkeypatch):
     """The flag is passed on, not ignored: on an empty folder nothing is trained or created, and the table

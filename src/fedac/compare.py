@@ -141,17 +141,26 @@ def run_lock(run_dir: Path, wait: bool):
         os.close(fd)  # closing the descriptor releases the lock
 
 
+def comparison_passes(finished_only: bool) -> list[bool]:
+    """`wait_for_others` for each pass of a table made of several comparisons (cells). The first pass
+    trains, in every cell, what no other copy of the command holds; only the second waits for the
+    rest. Two copies of one command thus keep two cores busy across cells, where waiting at the end of
+    each cell would leave a core idle whenever a cell has fewer runs left than copies."""
+    return [True] if finished_only else [False, True]
+
+
 def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: Path, overrides: list[str],
                    config_path: str | None, progress: bool = True, last: list[str] = (),
                    on_run: Callable[[dict[str, list[dict]]], None] | None = None,
-                   finished_only: bool = False) -> dict:
+                   finished_only: bool = False, wait_for_others: bool = True) -> dict:
     """Every method x seed, each in its own run directory under `out`. Runs that already ended are read
     back, and a run killed midway resumes from its checkpoint, so a killed comparison is completed by
     running the same command again. A run another process is training (`run_lock`) is passed over and
     waited for at the end, so the same command started twice uses two cores and each copy ends with
     the whole table. `on_run` sees the runs so far after each one (partial tables).
     `finished_only` trains nothing: the summary holds the runs that have ended (the rest are left out) and,
-    as `wall_seconds`, the sum of their own wall times."""
+    as `wall_seconds`, the sum of their own wall times. Without `wait_for_others` the runs another process
+    holds are left out instead of waited for (see `comparison_passes`)."""
     from fedac.engine.checkpoint import CHECKPOINT
     from fedac.engine.data import build_federated_data
     from fedac.engine.simulator import Simulator
@@ -202,7 +211,7 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
                     # it may have ended between the first look and the lock
                     results = finished_results(run_dir) or train(cfg, run_dir, method.label)
             record(method.label, cfg, run_dir, results)
-    for label, cfg, run_dir in elsewhere:
+    for label, cfg, run_dir in elsewhere if wait_for_others else ():
         with run_lock(run_dir, wait=True):  # until the other process ends it (or dies: then resume it here)
             results = finished_results(run_dir) or train(cfg, run_dir, label)
         record(label, cfg, run_dir, results)

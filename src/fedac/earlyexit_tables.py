@@ -24,7 +24,7 @@ import re
 import shlex
 from pathlib import Path
 
-from fedac.compare import Method, run_comparison, runs_wall_seconds
+from fedac.compare import Method, comparison_passes, run_comparison, runs_wall_seconds
 from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.metrics import mean_std
@@ -179,19 +179,20 @@ def reproduce(args: argparse.Namespace) -> int:
     command = "fedac " + " ".join(shlex.quote(a) for a in args.argv)
     runs: dict[str, dict[str, list[dict]]] = {}
     walls: dict[str, float] = {}
-    for dataset in datasets:
-        overrides = [*BASE, *dataset_settings(args.experiment, dataset, args.overrides), *args.overrides]
-        cfg = load_config(None, overrides, algorithm="earlyexit", dataset=dataset, **{"train.rounds": args.rounds})
-        table_methods = methods(args.experiment, cfg.earlyexit.exits, args.central_epochs or central_epochs(cfg))
-        if args.methods:
-            table_methods = [m for m in table_methods if m.label in args.methods]
-            if not table_methods:
-                raise ConfigError(f"--methods {args.methods} names none of {args.experiment}'s methods")
-        summary = run_comparison(cfg, table_methods, args.seeds, out / dataset, overrides, None, not args.quiet,
-                                 finished_only=args.finished_only)
-        runs[dataset] = summary["runs"]
-        walls[dataset] = runs_wall_seconds(runs[dataset])  # a resumed or --finished-only table still reports it
-        write(out, title, command, runs, walls)
+    for wait_for_others in comparison_passes(args.finished_only):
+        for dataset in datasets:
+            overrides = [*BASE, *dataset_settings(args.experiment, dataset, args.overrides), *args.overrides]
+            cfg = load_config(None, overrides, algorithm="earlyexit", dataset=dataset, **{"train.rounds": args.rounds})
+            table_methods = methods(args.experiment, cfg.earlyexit.exits, args.central_epochs or central_epochs(cfg))
+            if args.methods:
+                table_methods = [m for m in table_methods if m.label in args.methods]
+                if not table_methods:
+                    raise ConfigError(f"--methods {args.methods} names none of {args.experiment}'s methods")
+            summary = run_comparison(cfg, table_methods, args.seeds, out / dataset, overrides, None, not args.quiet,
+                                     finished_only=args.finished_only, wait_for_others=wait_for_others)
+            runs[dataset] = summary["runs"]
+            walls[dataset] = runs_wall_seconds(runs[dataset])  # a resumed or --finished-only table still reports it
+            write(out, title, command, runs, walls)
     print((out / "table.md").read_text())
     print(f"table.md, results.csv, figure.png in {out}")
     return 0

@@ -27,7 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedac.compare import PRESETS, Method, add_grid_arguments, parse_method, run_comparison
+from fedac.compare import (PRESETS, Method, add_grid_arguments, comparison_passes, parse_method,
+                           run_comparison)
 from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.metrics import mean_std
@@ -251,20 +252,22 @@ def run_experiment(name: str, seeds: list[int], out: Path, overrides: list[str],
         if experiment.curves:
             plot_curves(out / "curves.png", experiment, summaries)
 
-    for cell in cells(experiment, datasets):
-        settings = (PROTOCOL if experiment.protocol is None else experiment.protocol) + cell.settings
-        base = load_config(None, settings + user, dataset=cell.dataset)
-        folder = out / cell.label.replace(" ", "_").replace("%", "pct")
-        if progress:
-            print(f"=== {experiment.title}: {cell.label}")
-        summaries[cell.label] = {"methods": [m.__dict__ for m in methods], "runs": {m.label: [] for m in methods}}
+    for wait_for_others in comparison_passes(finished_only):
+        for cell in cells(experiment, datasets):
+            settings = (PROTOCOL if experiment.protocol is None else experiment.protocol) + cell.settings
+            base = load_config(None, settings + user, dataset=cell.dataset)
+            folder = out / cell.label.replace(" ", "_").replace("%", "pct")
+            if progress:
+                print(f"=== {experiment.title}: {cell.label}")
+            summaries.setdefault(cell.label, {"methods": [m.__dict__ for m in methods],
+                                              "runs": {m.label: [] for m in methods}})
 
-        def on_run(runs: dict[str, list[dict]], label: str = cell.label) -> None:
-            summaries[label]["runs"] = runs
-            write_outputs()  # a table of what has finished so far: a killed reproduction still shows it
+            def on_run(runs: dict[str, list[dict]], label: str = cell.label) -> None:
+                summaries[label]["runs"] = runs
+                write_outputs()  # a table of what has finished so far: a killed reproduction still shows it
 
-        run_comparison(base, methods, seeds, folder, settings, None, progress, last=user, on_run=on_run,
-                       finished_only=finished_only)
+            run_comparison(base, methods, seeds, folder, settings, None, progress, last=user, on_run=on_run,
+                           finished_only=finished_only, wait_for_others=wait_for_others)
     write_outputs()
     return {"experiment": name, "cells": list(summaries), "wall_seconds": time.perf_counter() - started}
 

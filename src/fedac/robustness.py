@@ -27,7 +27,7 @@ import shlex
 import time
 from pathlib import Path
 
-from fedac.compare import Method, run_comparison
+from fedac.compare import Method, comparison_passes, run_comparison
 from fedac.attacks import ATTACKS
 from fedac.config import load_config
 from fedac.errors import ConfigError
@@ -98,19 +98,21 @@ def run_robustness(seeds: list[int], out: Path, overrides: list[str], attacks: l
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, list[dict]]] = {}
-    for label, kind, fraction in rows:
-        if progress:
-            print(f"=== robustness: {label}")
-        methods = grid_methods(algorithms, aggregators, fraction, clients)
-        attack = [f"attack.kind={kind}", f"attack.fraction={fraction}"]
-        results[label] = {m.label: [] for m in methods}  # a row with no finished run yet still shows, as pending
+    for wait_for_others in comparison_passes(finished_only):
+        for label, kind, fraction in rows:
+            if progress:
+                print(f"=== robustness: {label}")
+            methods = grid_methods(algorithms, aggregators, fraction, clients)
+            attack = [f"attack.kind={kind}", f"attack.fraction={fraction}"]
+            results.setdefault(label, {m.label: [] for m in methods})  # a row with no run yet shows, as pending
 
-        def on_run(runs: dict[str, list[dict]], label: str = label) -> None:
-            results[label] = runs
-            write_outputs(out, results, algorithms, aggregators, seeds, command)
+            def on_run(runs: dict[str, list[dict]], label: str = label) -> None:
+                results[label] = runs
+                write_outputs(out, results, algorithms, aggregators, seeds, command)
 
-        run_comparison(base, methods, seeds, out / label.replace(" ", "_").replace("%", "pct"),
-                       settings + attack, None, progress, last=user, on_run=on_run, finished_only=finished_only)
+            run_comparison(base, methods, seeds, out / label.replace(" ", "_").replace("%", "pct"),
+                           settings + attack, None, progress, last=user, on_run=on_run, finished_only=finished_only,
+                           wait_for_others=wait_for_others)
     write_outputs(out, results, algorithms, aggregators, seeds, command)
     return {"rows": [r[0] for r in rows], "wall_seconds": time.perf_counter() - started}
 
