@@ -295,13 +295,14 @@ def test_a_copy_trains_the_later_cells_before_waiting_for_a_run_another_copy_hol
     import threading
     import time
 
+    from fedac.compare import cell_folder
     from fedac.reproduce import cells
 
     out = tmp_path / "table6"
     args = ["reproduce", "table6", "--quiet", "--seeds", "0", "--rounds", "1", "--datasets", "speech_commands",
             "--methods", "FedAvg", "--out", str(out), "--set", f"data.root={gsc_root}",
             "--set", "data.num_clients=4", "--set", "data.min_client_size=1"] + [a for s in TINY for a in ("--set", s)]
-    folders = [c.label.replace(" ", "_") for c in cells(EXPERIMENTS["table6"], ["speech_commands"])]
+    folders = [cell_folder(c.label) for c in cells(EXPERIMENTS["table6"], ["speech_commands"])]
     trained = []
     real_run = Simulator.run
     monkeypatch.setattr(Simulator, "run",
@@ -311,16 +312,18 @@ def test_a_copy_trains_the_later_cells_before_waiting_for_a_run_another_copy_hol
     held = os.open(held_dir, os.O_RDONLY)
     fcntl.flock(held, fcntl.LOCK_EX)  # "another copy" is training the first cell's run
     codes = []
-    worker = threading.Thread(target=lambda: codes.append(main(args)))
+    worker = threading.Thread(target=lambda: codes.append(main(args)), daemon=True)
     worker.start()
     last = out / folders[-1] / "FedAvg-s0" / "results.json"
     deadline = time.monotonic() + 300
-    while not last.is_file() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    time.sleep(1.0)
-    assert trained == folders[1:], "the later cells are trained while the first cell's run is held"
-    assert worker.is_alive() and not (held_dir / "results.json").exists()  # now waiting for it
-    os.close(held)  # the other copy dies without a result
+    try:
+        while not last.is_file() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1.0)
+        assert trained == folders[1:], "the later cells are trained while the first cell's run is held"
+        assert worker.is_alive() and not (held_dir / "results.json").exists()  # now waiting for it
+    finally:
+        os.close(held)  # the other copy dies without a result (also when an assertion failed: no hang)
     worker.join(timeout=300)
     assert codes == [0] and trained == folders[1:] + folders[:1]
     rows = list(csv.DictReader(open(out / "results.csv")))

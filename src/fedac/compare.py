@@ -141,6 +141,11 @@ def run_lock(run_dir: Path, wait: bool):
         os.close(fd)  # closing the descriptor releases the lock
 
 
+def cell_folder(label: str) -> str:
+    """The folder of one cell (row) of a table of comparisons, named after its label."""
+    return label.replace(" ", "_").replace("%", "pct")
+
+
 def comparison_passes(finished_only: bool) -> list[bool]:
     """`wait_for_others` for each pass of a table made of several comparisons (cells). The first pass
     trains, in every cell, what no other copy of the command holds; only the second waits for the

@@ -27,8 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedac.compare import (PRESETS, Method, add_grid_arguments, comparison_passes, parse_method,
-                           run_comparison)
+from fedac.compare import (PRESETS, Method, add_grid_arguments, cell_folder, comparison_passes,
+                           parse_method, run_comparison)
 from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.metrics import mean_std
@@ -256,7 +256,7 @@ def run_experiment(name: str, seeds: list[int], out: Path, overrides: list[str],
         for cell in cells(experiment, datasets):
             settings = (PROTOCOL if experiment.protocol is None else experiment.protocol) + cell.settings
             base = load_config(None, settings + user, dataset=cell.dataset)
-            folder = out / cell.label.replace(" ", "_").replace("%", "pct")
+            folder = out / cell_folder(cell.label)
             if progress:
                 print(f"=== {experiment.title}: {cell.label}")
             summaries.setdefault(cell.label, {"methods": [m.__dict__ for m in methods],

@@ -27,7 +27,7 @@ import shlex
 import time
 from pathlib import Path
 
-from fedac.compare import Method, comparison_passes, run_comparison
+from fedac.compare import Method, cell_folder, comparison_passes, run_comparison
 from fedac.attacks import ATTACKS
 from fedac.config import load_config
 from fedac.errors import ConfigError
@@ -110,7 +110,7 @@ def run_robustness(seeds: list[int], out: Path, overrides: list[str], attacks: l
                 results[label] = runs
                 write_outputs(out, results, algorithms, aggregators, seeds, command)
 
-            run_comparison(base, methods, seeds, out / label.replace(" ", "_").replace("%", "pct"),
+            run_comparison(base, methods, seeds, out / cell_folder(label),
                            settings + attack, None, progress, last=user, on_run=on_run, finished_only=finished_only,
                            wait_for_others=wait_for_others)
     write_outputs(out, results, algorithms, aggregators, seeds, command)
