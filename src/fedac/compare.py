@@ -86,16 +86,24 @@ def finished_results(run_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+HOW_TO_COMPUTE = ("threads", "execution", "cohort_chunk", "cohort_workers", "keep_freed_memory", "gru_kernel",
+                  "checkpoint_every")
+"""`train` settings documented (config.py) to leave a run's numbers unchanged, to float rounding."""
+
+
 def check_same_config(cfg: Config, run_dir: Path) -> None:
     """A run directory is reused only for the configuration it was made for. The saved file is read as a
     config (settings added to fedac since then take their defaults), so upgrading fedac does not orphan a
     half-finished table; a setting whose value differs still refuses. `out`, the folder the run was
     written to, is not a setting of the run: a moved or copied run directory (a committed table copied
-    back to resume it, a run shared by two experiments of the same settings) is read back."""
+    back to resume it, a run shared by two experiments of the same settings) is read back. Nor are the
+    settings that only say how this machine computes the same numbers (`HOW_TO_COMPUTE`): a table begun
+    with two cohort workers may be finished with one, or on a machine of more cores."""
     saved = run_dir / "config.yaml"
 
     def settings(config: dict) -> dict:
-        return {k: v for k, v in config.items() if k != "out"}
+        train = {k: v for k, v in config.get("train", {}).items() if k not in HOW_TO_COMPUTE}
+        return {**{k: v for k, v in config.items() if k != "out"}, "train": train}
 
     if saved.is_file() and settings(load_config(str(saved), algorithm_defaults=False).to_dict()) != \
             settings(yaml.safe_load(yaml.safe_dump(cfg.to_dict()))):
