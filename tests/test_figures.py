@@ -95,3 +95,21 @@ def test_an_early_exit_table_is_tied_row_by_row(tmp_path):
     assert quotes == ["| speech_commands | error | 31.00 ± 1.00 | 36.50 |", "| voxceleb1 | EER | 15.00 ± 0.25 | - |"]
     with pytest.raises(ConfigError, match="known: compare, earlyexit"):
         quotes_of({"table": "other", "file": "summary.json"}, tmp_path)
+
+
+def test_a_grid_entry_ties_each_whole_row_to_one_figure_per_file(tmp_path):
+    """`table: grid` renders `| label | cell | ... |` from a key of each file in turn, by hand here."""
+    for name, acc in (("a", [0.5, 0.125]), ("b", [0.25, 0.0])):
+        (tmp_path / f"{name}.json").write_text(json.dumps({"mean_std": {"FedAvg": {"accuracy": acc}}}))
+    grid = {"doc": "README.md", "table": "grid", "files": ["a.json", "b.json"], "format": "{:.2%}",
+            "rows": [["FedAvg, test acc.", "mean_std.FedAvg.accuracy"]]}
+    one_seed = dict(grid, rows=[["FedAvg, seed 0", "mean_std.FedAvg.accuracy.0"]], std=False)
+    (tmp_path / "figures.yaml").write_text(yaml.safe_dump([dict(grid, std=True), one_seed]))
+    readme = tmp_path / "README.md"
+    readme.write_text("| FedAvg, test acc. | 50.00% ± 12.50% | 25.00% ± 0.00% |\n| FedAvg, seed 0 | 50.00% | 25.00% |\n")
+    quotes = collect(tmp_path, Path("figures.yaml"))
+    assert [q.text for q in quotes] == ["| FedAvg, test acc. | 50.00% ± 12.50% | 25.00% ± 0.00% |",
+                                        "| FedAvg, seed 0 | 50.00% | 25.00% |"]
+    assert all(q.found for q in quotes)
+    readme.write_text("| FedAvg, test acc. | 50.00% ± 12.50% | 25.10% ± 0.00% |\n| FedAvg, seed 0 | 50.00% | 25.00% |\n")
+    assert [q.found for q in collect(tmp_path, Path("figures.yaml"))] == [False, True]

@@ -12,6 +12,19 @@ or, for a `fedac compare` table, `table: compare` with `file:` its summary.json:
 `fedac.compare.markdown_table` renders from the file must appear in the document verbatim (`table:
 earlyexit` likewise for an early-exit table's summary.json, `fedac.earlyexit_tables.markdown_table`).
 
+A table of one figure per cell, such as a reproduction's mean ± std per method and column, is one
+`table: grid` entry rather than a quote per cell:
+
+    - doc: README.md
+      table: grid
+      files: [docs/results/reproduce-table5/cremad_10pct/summary.json, ...]   # one per column
+      format: "{:.2%}"
+      std: true                                    # cells are `mean ± std`: `key.0` ± `key.1`
+      rows: [["Table 5 (CREMA-D), FedAvg: shared model, test acc.", mean_std.FedAvg.accuracy], ...]
+
+Each row must appear verbatim: `| label | cell | cell | ... |`, a cell being `key.0` (or, without
+`std`, `key` itself) of each file in turn.
+
 `fedac report` prints each figure as regenerated; `fedac report --check` exits 1 naming every quote a
 document no longer contains (tests/test_figures.py runs it on this repository).
 """
@@ -62,6 +75,19 @@ def render_value(entry: dict, root: Path) -> str:
     return low if low == high else f"{low}-{high}"
 
 
+def grid_rows(entry: dict, root: Path) -> list[str]:
+    """A `table: grid` entry's rows: `| label | cell | ... |`, a cell per file (`mean ± std` with `std: true`)."""
+    fmt = entry.get("format", "{}")
+    columns = [json.loads((root / f).read_text()) for f in entry["files"]]
+
+    def cell(data: Any, key: str) -> str:
+        if entry.get("std"):
+            return f"{fmt.format(lookup(data, key + '.0'))} ± {fmt.format(lookup(data, key + '.1'))}"
+        return fmt.format(lookup(data, key))
+
+    return [f"| {label} | " + " | ".join(cell(data, key) for data in columns) + " |" for label, key in entry["rows"]]
+
+
 def quotes_of(entry: dict, root: Path) -> list[str]:
     if entry.get("table") == "compare":
         from fedac.compare import markdown_table
@@ -73,8 +99,10 @@ def quotes_of(entry: dict, root: Path) -> list[str]:
 
         summary = json.loads((root / entry["file"]).read_text())
         return exit_table([(r["dataset"], r["metric"], r["values"]) for r in summary["rows"]])[2:]
+    if entry.get("table") == "grid":
+        return grid_rows(entry, root)
     if "table" in entry:
-        raise ConfigError(f"unknown figure table kind {entry['table']!r} (known: compare, earlyexit)")
+        raise ConfigError(f"unknown figure table kind {entry['table']!r} (known: compare, earlyexit, grid)")
     return [entry["quote"].replace("{}", render_value(entry, root))]
 
 
