@@ -10,7 +10,9 @@ The figures are declared in `docs/results/figures.yaml`, one entry per quote:
 
 or, for a `fedac compare` table, `table: compare` with `file:` its summary.json: every row that
 `fedac.compare.markdown_table` renders from the file must appear in the document verbatim (`table:
-earlyexit` likewise for an early-exit table's summary.json, `fedac.earlyexit_tables.markdown_table`).
+earlyexit` likewise for an early-exit table's summary.json, `fedac.earlyexit_tables.markdown_table`), and `table: robustness` for one table of `fedac reproduce robustness`'s
+summary.json, chosen by `algorithm:` and `metric:` (`accuracy` or `attack_success_rate`; the rows of
+`fedac.robustness.table_rows`).
 
 A table of one figure per cell, such as a reproduction's mean ± std per method and column, is one
 `table: grid` entry rather than a quote per cell:
@@ -101,8 +103,13 @@ def quotes_of(entry: dict, root: Path) -> list[str]:
         return exit_table([(r["dataset"], r["metric"], r["values"]) for r in summary["rows"]])[2:]
     if entry.get("table") == "grid":
         return grid_rows(entry, root)
+    if entry.get("table") == "robustness":
+        from fedac.robustness import table_rows
+
+        summary = json.loads((root / entry["file"]).read_text())
+        return table_rows(summary, entry["algorithm"], entry["metric"])
     if "table" in entry:
-        raise ConfigError(f"unknown figure table kind {entry['table']!r} (known: compare, earlyexit, grid)")
+        raise ConfigError(f"unknown figure table kind {entry['table']!r} (known: compare, earlyexit, grid, robustness)")
     return [entry["quote"].replace("{}", render_value(entry, root))]
 
 

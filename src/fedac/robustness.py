@@ -133,36 +133,48 @@ def write_outputs(out: Path, results: dict, algorithms: list[str], aggregators: 
                     for r in runs.get(f"{algo} {agg}", []):
                         writer.writerow([row, algo, agg, r["seed"], *[r.get(k, "") for k in METRICS],
                                          r.get("malicious_clients", 0), r["wall_seconds"], r["run_dir"]])
-    (out / "table.md").write_text(markdown(results, algorithms, aggregators, seeds, command))
-    heatmap(out / "heatmap.png", results, algorithms, aggregators)
-    # [mean, std, seeds] per row, algorithm, aggregator and metric, for the figures the docs quote.
+    # [mean, std, seeds] per row, algorithm, aggregator and metric: table.md and the figures the docs
+    # quote (`fedac report`, `table: robustness`) are both rendered from it.
     cells = {row: {algo: {agg: {key: list(_stats(runs.get(f"{algo} {agg}", []), key)) for key in METRICS}
                           for agg in aggregators} for algo in algorithms} for row, runs in results.items()}
-    seconds = sum(r["wall_seconds"] for runs in results.values() for rs in runs.values() for r in rs)
-    (out / "summary.json").write_text(json.dumps({"command": command, "seeds": seeds, "cells": cells,
-                                                  "run_seconds": seconds}, indent=2, default=float))
+    summary = {"command": command, "seeds": seeds, "cells": cells,
+               "run_seconds": sum(r["wall_seconds"] for runs in results.values() for rs in runs.values() for r in rs)}
+    (out / "table.md").write_text(markdown(summary))
+    heatmap(out / "heatmap.png", results, algorithms, aggregators)
+    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
 
 
-def markdown(results: dict, algorithms: list[str], aggregators: list[str], seeds: list[int], command: str) -> str:
+def table_rows(summary: dict, algo: str, key: str) -> list[str]:
+    """One Markdown table's rows (`| row | cell | ... |`, a cell per aggregator, in percent as
+    `mean ± std`, `(n=k)` while only k of the seeds have finished) from a summary's cells; the backdoor's
+    success rate has only the backdoor rows."""
+    seeds = len(summary["seeds"])
+    lines = []
+    for row, by_algo in summary["cells"].items():
+        if key != "accuracy" and not row.startswith("backdoor"):
+            continue
+        cells = []
+        for mean, std, n in (stats[key] for stats in by_algo[algo].values()):
+            partial = f" (n={n})" if 0 < n < seeds else ""
+            cells.append("pending" if n == 0 else f"{100 * mean:.2f} ± {100 * std:.2f}{partial}")
+        lines.append(f"| {row} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def markdown(summary: dict) -> str:
+    command, cells = summary["command"], summary["cells"]
     lines = ["# Robustness: attacks x malicious fraction against aggregators", "",
              f"Command: `{command}`" if command else "", "",
-             f"Mean ± std over seeds {seeds} (`n=k` while only k have finished). Rows: the attack and the share "
-             "of malicious clients; 'clean' has none.", ""]
-    for algo in algorithms:
+             f"Mean ± std over seeds {summary['seeds']} (`n=k` while only k have finished). Rows: the attack and "
+             "the share of malicious clients; 'clean' has none.", ""]
+    first = next(iter(cells.values()), {})
+    for algo, by_aggregator in first.items():
         for key, title in METRICS.items():
-            rows = [r for r in results if key == "accuracy" or r.startswith("backdoor")]
+            rows = table_rows(summary, algo, key)
             if not rows:
                 continue
-            lines += [f"## {algo}: {title}", "", "| Row | " + " | ".join(aggregators) + " |",
-                      "|---" * (len(aggregators) + 1) + "|"]
-            for row in rows:
-                cells = []
-                for agg in aggregators:
-                    mean, std, n = _stats(results[row].get(f"{algo} {agg}", []), key)
-                    partial = f" (n={n})" if 0 < n < len(seeds) else ""
-                    cells.append("pending" if n == 0 else f"{100 * mean:.2f} ± {100 * std:.2f}{partial}")
-                lines.append(f"| {row} | " + " | ".join(cells) + " |")
-            lines.append("")
+            lines += [f"## {algo}: {title}", "", "| Row | " + " | ".join(by_aggregator) + " |",
+                      "|---" * (len(by_aggregator) + 1) + "|", *rows, ""]
     return "\n".join(lines)
 
 
