@@ -166,6 +166,8 @@ def test_backdoor_triggers_a_share_of_attacker_clips_and_builds_the_asr_split(gs
         assert int(changed.sum()) == round(0.5 * len(before.y))  # one window per 1 s clip
         assert (after.y[changed] == 2).all() and torch.equal(after.y[~changed], before.y[~changed])
         assert torch.allclose(after.x[~changed], before.x[~changed], atol=1e-3)  # same feature pipeline
+    assert atk.backdoor_test is None  # the server's side builds the ASR split, not poison_data
+    atk.prepare_success_rate(data)
     test = atk.backdoor_test
     assert (test.labels == 2).all() and test.num_clips == clean.test.num_clips - int((clean.test.labels == 2).sum())
 
@@ -183,6 +185,25 @@ def test_backdoor_run_reports_the_attack_success_rate(gsc_settings, tmp_path):
     final = run_cli(gsc_settings, tmp_path, "attack.kind=backdoor", "attack.fraction=0.4",
                     "train.local_epochs=1")
     assert final["malicious_clients"] == 2 and 0 <= final["attack_success_rate"] <= 1
+
+
+def test_measure_backdoor_gives_a_clean_run_the_success_rate_of_a_model_that_never_saw_the_trigger(
+        gsc_settings, tmp_path):
+    plain = run_cli(gsc_settings, tmp_path / "plain", "train.local_epochs=1", "train.select=last")
+    measured = run_cli(gsc_settings, tmp_path / "measured", "train.local_epochs=1", "train.select=last",
+                       "attack.measure_backdoor=true", "attack.target=2")
+    assert "attack_success_rate" not in plain and "malicious_clients" not in measured
+    assert 0 <= measured["attack_success_rate"] <= 1
+    assert measured["accuracy"] == plain["accuracy"]  # measuring trains nothing differently
+    cfg = load_config(overrides=[*(f"{k}={v}" for k, v in gsc_settings.items()), "attack.measure_backdoor=true",
+                                 "attack.target=2"])
+    data = build_federated_data(cfg, progress=False)
+    atk = Attack(cfg, [c.name for c in data.clients])
+    atk.prepare_success_rate(data)
+    assert atk.malicious == set() and (atk.backdoor_test.labels == 2).all()
+    assert atk.backdoor_test.num_clips == data.test.num_clips - int((data.test.labels == 2).sum())
+    with pytest.raises(ConfigError, match="attack.target must be a class index"):
+        Attack(load_config(overrides=["attack.measure_backdoor=true", "attack.target=99"]), []).prepare_success_rate(data)
 
 
 def test_sign_flip_run_changes_the_shared_model(gsc_settings, tmp_path):

@@ -117,19 +117,23 @@ def test_a_grid_entry_ties_each_whole_row_to_one_figure_per_file(tmp_path):
 
 def test_a_robustness_entry_ties_each_row_of_one_algorithm_and_metric(tmp_path):
     """`table: robustness` renders one table of `fedac reproduce robustness`'s summary.json, by hand here:
-    a cell per aggregator in percent, `(n=k)` for a partial cell, only backdoor rows for the success rate."""
-    cells = {"clean": {"FedAvg": {"mean": {"accuracy": [0.5, 0.125, 2], "attack_success_rate": [float("nan"), float("nan"), 0]},
-                                  "median": {"accuracy": [0.25, 0.0, 1], "attack_success_rate": [float("nan"), float("nan"), 0]}}},
+    a cell per aggregator in percent, `(n=k)` for a partial cell, the success rate on the clean row (its
+    baseline) and the backdoor rows only."""
+    cells = {"clean": {"FedAvg": {"mean": {"accuracy": [0.5, 0.125, 2], "attack_success_rate": [0.03, 0.01, 2]},
+                                  "median": {"accuracy": [0.25, 0.0, 1], "attack_success_rate": [0.02, 0.0, 1]}}},
+             "scale 30%": {"FedAvg": {"mean": {"accuracy": [0.1, 0.0, 2], "attack_success_rate": [float("nan"), float("nan"), 0]},
+                                      "median": {"accuracy": [0.2, 0.0, 2], "attack_success_rate": [float("nan"), float("nan"), 0]}}},
              "backdoor 30%": {"FedAvg": {"mean": {"accuracy": [0.4, 0.0, 2], "attack_success_rate": [0.9, 0.05, 2]},
                                          "median": {"accuracy": [0.0, 0.0, 0], "attack_success_rate": [0.0, 0.0, 0]}}}}
     (tmp_path / "summary.json").write_text(json.dumps({"command": "", "seeds": [0, 1], "cells": cells}))
     entry = {"doc": "README.md", "table": "robustness", "file": "summary.json", "algorithm": "FedAvg"}
     (tmp_path / "figures.yaml").write_text(yaml.safe_dump([dict(entry, metric="accuracy"),
                                                            dict(entry, metric="attack_success_rate")]))
-    rows = ["| clean | 50.00 ± 12.50 | 25.00 ± 0.00 (n=1) |", "| backdoor 30% | 40.00 ± 0.00 | pending |",
-            "| backdoor 30% | 90.00 ± 5.00 | pending |"]
+    rows = ["| clean | 50.00 ± 12.50 | 25.00 ± 0.00 (n=1) |", "| scale 30% | 10.00 ± 0.00 | 20.00 ± 0.00 |",
+            "| backdoor 30% | 40.00 ± 0.00 | pending |",
+            "| clean | 3.00 ± 1.00 | 2.00 ± 0.00 (n=1) |", "| backdoor 30% | 90.00 ± 5.00 | pending |"]
     (tmp_path / "README.md").write_text("\n".join(rows) + "\n")
     quotes = collect(tmp_path, Path("figures.yaml"))
     assert [q.text for q in quotes] == rows and all(q.found for q in quotes)
-    (tmp_path / "README.md").write_text("\n".join(rows[:2]) + "\n| backdoor 30% | 90.00 ± 5.01 | pending |\n")
-    assert [q.found for q in collect(tmp_path, Path("figures.yaml"))] == [True, True, False]
+    (tmp_path / "README.md").write_text("\n".join(rows[:4]) + "\n| backdoor 30% | 90.00 ± 5.01 | pending |\n")
+    assert [q.found for q in collect(tmp_path, Path("figures.yaml"))] == [True, True, True, True, False]

@@ -124,13 +124,11 @@ class Attack:
         """The federation with every malicious client's training tensors poisoned (data attacks only)."""
         if self.kind not in DATA_ATTACKS or not self.malicious:
             return data
-        target = self.cfg.attack.target
-        if not 0 <= target < data.task.num_classes:
-            raise ConfigError(f"attack.target must be a class index in [0, {data.task.num_classes}), got {target}")
+        self._check_target(data.task.num_classes)
         if self.kind == "backdoor":
             return self._backdoor(data)
         pi = torch.from_numpy(class_permutation(data.task.num_classes, self.cfg.seed))
-        clients = [dataclasses.replace(c, y=torch.full_like(c.y, target) if self.kind == "label_flip" else pi[c.y])
+        clients = [dataclasses.replace(c, y=torch.full_like(c.y, self.cfg.attack.target) if self.kind == "label_flip" else pi[c.y])
                    if c.name in self.malicious else c for c in data.clients]
         return dataclasses.replace(data, clients=clients)
 
@@ -163,12 +161,24 @@ class Attack:
             poisoned_clients[split.name] = (x, clip_labels[position])
         clients = [dataclasses.replace(c, x=poisoned_clients[c.name][0], y=poisoned_clients[c.name][1])
                    if c.name in poisoned_clients else c for c in data.clients]
-        # The ASR split: every test clip of another class, triggered, labelled with the target.
+        return dataclasses.replace(data, clients=clients)
+
+    def _check_target(self, num_classes: int) -> None:
+        if not 0 <= self.cfg.attack.target < num_classes:
+            raise ConfigError(f"attack.target must be a class index in [0, {num_classes}), got {self.cfg.attack.target}")
+
+    def prepare_success_rate(self, data: FederatedData) -> None:
+        """Build the ASR split for the backdoor, or for any run with `attack.measure_backdoor` (the
+        server's side: the Flower nodes never evaluate it): every test clip of another class than the
+        target, triggered, labelled with the target."""
+        if (self.kind != "backdoor" and not self.cfg.attack.measure_backdoor) or data.manifest is None:
+            return
+        self._check_target(data.task.num_classes)
+        target, manifest = self.cfg.attack.target, data.manifest
         others = [c for c in manifest.split_indices("test") if manifest.clips[c].label != target]
         if others:
             x, position = self._triggered(manifest, others, set(range(len(others))))
             self.backdoor_test = EvalSplit(x, position, torch.full((len(others),), target, dtype=torch.long))
-        return dataclasses.replace(data, clients=clients)
 
     # --- model poisoning ---------------------------------------------------------------------------
     def poison_uploads(self, reference, names: list[str], uploads: list[tuple[Params, int]],
@@ -208,9 +218,7 @@ class Attack:
     # --- evaluation --------------------------------------------------------------------------------
     def final_metrics(self, model, batch_size: int) -> dict[str, float]:
         """What results.json's `final` reports about the attack (nothing without one)."""
-        if self.kind == "none":
-            return {}
-        out: dict[str, float] = {"malicious_clients": len(self.malicious)}
+        out: dict[str, float] = {} if self.kind == "none" else {"malicious_clients": len(self.malicious)}
         if model is not None and self.backdoor_test is not None:
             out["attack_success_rate"] = evaluate(model, self.backdoor_test, batch_size)["accuracy"]
         return out

@@ -319,6 +319,10 @@ class AttackConfig:
     """Trigger length, placed at the start of the clip."""
     trigger_hz: float = 4000.0
     """Tone frequency, or clicks per second for the click trigger."""
+    measure_backdoor: bool = False
+    """Report `attack_success_rate` (the triggered test clips of other classes that the shared model
+    assigns to `target`) with any attack.kind, not only the backdoor: for a run with no backdoor it is
+    the rate a model that never saw the trigger gives, the baseline the backdoor's rate is read against."""
     noise_std: float = 1.0
     """gaussian: standard deviation of the noise sent in place of the update, per coordinate."""
     boost: float | None = None

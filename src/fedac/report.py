@@ -91,7 +91,7 @@ FINAL_KEYS = {
     "test_last5_mean": "shared model on the test split: mean accuracy of the last 5 evaluations (train.test_curve)",
     "clean_accuracy": "shared model on the clean test split, when features.test_augment augments the test split",
     "malicious_clients": "clients poisoned by attack.kind (a seeded choice fixed for the run)",
-    "attack_success_rate": "backdoor: shared model on the triggered test clips of other classes: share predicted as attack.target",
+    "attack_success_rate": "backdoor (or attack.measure_backdoor): shared model on the triggered test clips of other classes: share predicted as attack.target",
     "dp_epsilon": "differential privacy: epsilon spent over the rounds trained at dp_delta (opacus RDP accountant)",
     "dp_delta": "differential privacy: the delta of dp_epsilon (dp.delta)",
 }

@@ -15,6 +15,8 @@ Choices:
   uses f = 1. Trimmed mean cuts `aggregation.trim_fraction` (0.2) at each end, norm bounding clips at
   `aggregation.clip_norm` (1.0).
 - The malicious clients of a seed are the same in every column (a seeded choice of the run seed).
+- The clean row sets `attack.measure_backdoor`: its success rate, the share of triggered clips that a
+  model which never saw the trigger sends to the target, is the baseline of the backdoor rows' rate.
 """
 
 from __future__ import annotations
@@ -103,7 +105,9 @@ def run_robustness(seeds: list[int], out: Path, overrides: list[str], attacks: l
             if progress:
                 print(f"=== robustness: {label}")
             methods = grid_methods(algorithms, aggregators, fraction, clients)
-            attack = [f"attack.kind={kind}", f"attack.fraction={fraction}"]
+            # The clean row also measures the trigger's success rate: the backdoor rows' baseline.
+            attack = [f"attack.kind={kind}", f"attack.fraction={fraction}"] + \
+                (["attack.measure_backdoor=true"] if kind == "none" else [])
             results.setdefault(label, {m.label: [] for m in methods})  # a row with no run yet shows, as pending
 
             def on_run(runs: dict[str, list[dict]], label: str = label) -> None:
@@ -147,11 +151,11 @@ def write_outputs(out: Path, results: dict, algorithms: list[str], aggregators: 
 def table_rows(summary: dict, algo: str, key: str) -> list[str]:
     """One Markdown table's rows (`| row | cell | ... |`, a cell per aggregator, in percent as
     `mean ± std`, `(n=k)` while only k of the seeds have finished) from a summary's cells; the backdoor's
-    success rate has only the backdoor rows."""
+    success rate has the backdoor rows and the clean row (its baseline: a model that never saw the trigger)."""
     seeds = len(summary["seeds"])
     lines = []
     for row, by_algo in summary["cells"].items():
-        if key != "accuracy" and not row.startswith("backdoor"):
+        if key != "accuracy" and row != "clean" and not row.startswith("backdoor"):
             continue
         cells = []
         for mean, std, n in (stats[key] for stats in by_algo[algo].values()):

@@ -102,6 +102,7 @@ class Simulator:
         # Issue 13: poisoned clients and DP act as layers over client data and uploads (attacks.py, privacy.py).
         self.attack = Attack(cfg, [c.name for c in self.data.clients])
         self.data = self.attack.poison_data(self.data)
+        self.attack.prepare_success_rate(self.data)
         cohort = len(sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, 1)) if self.trainable else 0
         self.privacy = Privacy(cfg, len(self.trainable), cohort)  # (a device-mode server holds no clients)
 
