@@ -137,3 +137,8 @@ def test_a_robustness_entry_ties_each_row_of_one_algorithm_and_metric(tmp_path):
     assert [q.text for q in quotes] == rows and all(q.found for q in quotes)
     (tmp_path / "README.md").write_text("\n".join(rows[:4]) + "\n| backdoor 30% | 90.00 ± 5.01 | pending |\n")
     assert [q.found for q in collect(tmp_path, Path("figures.yaml"))] == [True, True, True, True, False]
+    # Without a backdoor row there is no success-rate table, not even the clean baseline.
+    from fedac.robustness import table_rows
+
+    no_backdoor = {"seeds": [0, 1], "cells": {row: c for row, c in cells.items() if row != "backdoor 30%"}}
+    assert table_rows(no_backdoor, "FedAvg", "attack_success_rate") == []

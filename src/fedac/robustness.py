@@ -49,7 +49,8 @@ AGGREGATORS = {
 ROW_ATTACKS = [a for a in ATTACKS if a != "none"]
 FRACTIONS = (0.1, 0.2, 0.3)
 METRICS = {"accuracy": "Shared model on the test split: accuracy",
-           "attack_success_rate": "Backdoor attack success rate (triggered test clips of other classes sent to the target)"}
+           "attack_success_rate": "Backdoor attack success rate (triggered test clips of other classes sent to the target; "
+                                  "on the clean row by a model that never saw the trigger)"}
 
 
 def server_f(fraction: float, clients: int, aggregator: str) -> int:
@@ -152,11 +153,13 @@ def table_rows(summary: dict, algo: str, key: str) -> list[str]:
     """One Markdown table's rows (`| row | cell | ... |`, a cell per aggregator, in percent as
     `mean ± std`, `(n=k)` while only k of the seeds have finished) from a summary's cells; the backdoor's
     success rate has the backdoor rows and the clean row (its baseline: a model that never saw the trigger)."""
-    seeds = len(summary["seeds"])
+    seeds, rows = len(summary["seeds"]), list(summary["cells"])
+    if key != "accuracy":
+        backdoor = [row for row in rows if row.startswith("backdoor")]
+        rows = (["clean"] if "clean" in rows else []) + backdoor if backdoor else []
     lines = []
-    for row, by_algo in summary["cells"].items():
-        if key != "accuracy" and row != "clean" and not row.startswith("backdoor"):
-            continue
+    for row in rows:
+        by_algo = summary["cells"][row]
         cells = []
         for mean, std, n in (stats[key] for stats in by_algo[algo].values()):
             partial = f" (n={n})" if 0 < n < seeds else ""
