@@ -10,9 +10,9 @@ The figures are declared in `docs/results/figures.yaml`, one entry per quote:
 
 or, for a `fedac compare` table, `table: compare` with `file:` its summary.json: every row that
 `fedac.compare.markdown_table` renders from the file must appear in the document verbatim (`table:
-earlyexit` likewise for an early-exit table's summary.json, `fedac.earlyexit_tables.markdown_table`), and `table: robustness` for one table of `fedac reproduce robustness`'s
-summary.json, chosen by `algorithm:` and `metric:` (`accuracy` or `attack_success_rate`; the rows of
-`fedac.robustness.table_rows`).
+earlyexit` likewise for an early-exit table's summary.json, `fedac.earlyexit_tables.markdown_table`;
+`table: robustness` for one table of `fedac reproduce robustness`'s summary.json, chosen by `algorithm:`
+and `metric:`, `accuracy` or `attack_success_rate`: the rows of `fedac.robustness.table_rows`).
 
 A table of one figure per cell, such as a reproduction's mean ± std per method and column, is one
 `table: grid` entry rather than a quote per cell:
