@@ -127,8 +127,9 @@ class Attack:
         self._check_target(data.task.num_classes)
         if self.kind == "backdoor":
             return self._backdoor(data)
+        target = self.cfg.attack.target
         pi = torch.from_numpy(class_permutation(data.task.num_classes, self.cfg.seed))
-        clients = [dataclasses.replace(c, y=torch.full_like(c.y, self.cfg.attack.target) if self.kind == "label_flip" else pi[c.y])
+        clients = [dataclasses.replace(c, y=torch.full_like(c.y, target) if self.kind == "label_flip" else pi[c.y])
                    if c.name in self.malicious else c for c in data.clients]
         return dataclasses.replace(data, clients=clients)
 

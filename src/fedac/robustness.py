@@ -145,7 +145,7 @@ def write_outputs(out: Path, results: dict, algorithms: list[str], aggregators: 
     summary = {"command": command, "seeds": seeds, "cells": cells,
                "run_seconds": sum(r["wall_seconds"] for runs in results.values() for rs in runs.values() for r in rs)}
     (out / "table.md").write_text(markdown(summary))
-    heatmap(out / "heatmap.png", results, algorithms, aggregators)
+    heatmap(out / "heatmap.png", summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
 
 
@@ -185,19 +185,22 @@ def markdown(summary: dict) -> str:
     return "\n".join(lines)
 
 
-def heatmap(path: Path, results: dict, algorithms: list[str], aggregators: list[str]) -> None:
+def heatmap(path: Path, summary: dict) -> None:
+    """Test accuracy (%) per row and aggregator, one panel per algorithm, from a summary's cells."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
-    rows = list(results)
+    cells = summary["cells"]
+    rows = list(cells)
+    first = next(iter(cells.values()), {})
+    algorithms, aggregators = list(first), list(next(iter(first.values()), {}))
     fig, axes = plt.subplots(1, len(algorithms), figsize=(1.2 * len(aggregators) * len(algorithms) + 2,
                                                           0.45 * len(rows) + 2), squeeze=False)
     for ax, algo in zip(axes[0], algorithms):
-        grid = np.array([[100 * _stats(results[r].get(f"{algo} {a}", []), "accuracy")[0] for a in aggregators]
-                         for r in rows])
+        grid = np.array([[100 * cells[r][algo][a]["accuracy"][0] for a in aggregators] for r in rows])
         image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=max(1.0, float(np.nanmax(grid)) if grid.size else 1.0))
         for (i, j), value in np.ndenumerate(grid):
             ax.text(j, i, "" if value != value else f"{value:.1f}", ha="center", va="center", fontsize=7, color="w")
