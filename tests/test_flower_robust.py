@@ -28,6 +28,7 @@ def task_identity(monkeypatch):
 @pytest.mark.parametrize("sets", [
     "attack.kind=label_flip;attack.fraction=0.4;aggregation.method=median",   # data poisoning on the node
     "attack.kind=scale;attack.fraction=0.4;aggregation.method=trimmed_mean;aggregation.trim_fraction=0.34",
+    "attack.kind=backdoor;attack.fraction=0.4;attack.target=1",   # the trigger's success rate, server side
     "dp.mode=central;dp.noise_multiplier=0.5;dp.clip=0.5",
 ])
 def test_flower_app_with_attack_or_dp_equals_the_simulator(dataset, tmp_path, sets):
@@ -41,8 +42,10 @@ def test_flower_app_with_attack_or_dp_equals_the_simulator(dataset, tmp_path, se
     sim = torch.load(tmp_path / "sim" / "checkpoint.pt", weights_only=False)["server"]["params"]
     for name, value in sim.items():
         torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-5, msg=name)
-    for key in ("accuracy", "malicious_clients", "dp_epsilon"):
+    for key in ("accuracy", "malicious_clients", "attack_success_rate", "dp_epsilon"):
         assert results["final"].get(key) == pytest.approx(expected["final"].get(key)), key
+    if "backdoor" in sets:  # the Flower server reports the trigger's success rate, as the simulator does
+        assert 0.0 <= results["final"]["attack_success_rate"] <= 1.0
 
 
 def test_flower_builtin_strategies_refuse_attacks_and_client_clipping(dataset, tmp_path):
