@@ -9,7 +9,8 @@ import pytest
 
 from fedac.cli import main
 from fedac.engine import simulator
-from fedac.robustness import grid_methods, server_f
+from fedac import robustness
+from fedac.robustness import grid_methods, server_f, write_outputs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -44,8 +45,12 @@ def test_reproduce_robustness_writes_table_csv_heatmap_and_resumes(gsc_root, tmp
     assert rows[0]["malicious_clients"] == "0" and rows[0]["attack_success_rate"] != ""
     success_rows = table.split("success rate")[1]
     assert "| clean |" in success_rows and "| backdoor 30% |" in success_rows
-    # A second call reads every finished run back instead of training again.
+    # A second call reads every finished run back instead of training again, and writes the outputs once
+    # (not after each run read back: the heat-map alone takes about a second), as does --finished-only.
     monkeypatch.setattr(simulator.Simulator, "run", lambda *a, **k: pytest.fail("trained again"))
-    assert main(argv) == 0 and (out / "table.md").read_text() == table
+    writes = []
+    monkeypatch.setattr(robustness, "write_outputs", lambda *a, **k: writes.append(write_outputs(*a, **k)))
+    assert main(argv) == 0 and (out / "table.md").read_text() == table and len(writes) == 1
+    assert main(argv + ["--finished-only"]) == 0 and len(writes) == 2
     assert main(["reproduce", "robustness", "--attacks", "nosuch", "--out", str(out), "--quiet"]) == 2
     assert "unknown attack(s) nosuch" in capsys.readouterr().err

@@ -48,6 +48,7 @@ AGGREGATORS = {
 }
 ROW_ATTACKS = [a for a in ATTACKS if a != "none"]
 FRACTIONS = (0.1, 0.2, 0.3)
+PARTIAL_WRITE_SECONDS = 30.0  # while training, table.md / results.csv / heatmap.png are rewritten this often
 METRICS = {"accuracy": "Shared model on the test split: accuracy",
            "attack_success_rate": "Backdoor attack success rate (triggered test clips of other classes sent to the target; "
                                   "on the clean row by a model that never saw the trigger)"}
@@ -101,6 +102,7 @@ def run_robustness(seeds: list[int], out: Path, overrides: list[str], attacks: l
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, list[dict]]] = {}
+    written = [started]  # when the outputs were last written
     for wait_for_others in comparison_passes(finished_only):
         for label, kind, fraction in rows:
             if progress:
@@ -113,7 +115,11 @@ def run_robustness(seeds: list[int], out: Path, overrides: list[str], attacks: l
 
             def on_run(runs: dict[str, list[dict]], label: str = label) -> None:
                 results[label] = runs
-                write_outputs(out, results, algorithms, aggregators, seeds, command)
+                # Partial tables while training, at most every PARTIAL_WRITE_SECONDS: the heat-map takes
+                # about a second, and writing after each run read back made --finished-only take minutes.
+                if not finished_only and time.perf_counter() - written[0] >= PARTIAL_WRITE_SECONDS:
+                    write_outputs(out, results, algorithms, aggregators, seeds, command)
+                    written[0] = time.perf_counter()
 
             run_comparison(base, methods, seeds, out / cell_folder(label),
                            settings + attack, None, progress, last=user, on_run=on_run, finished_only=finished_only,
@@ -201,7 +207,8 @@ def heatmap(path: Path, summary: dict) -> None:
                                                           0.45 * len(rows) + 2), squeeze=False)
     for ax, algo in zip(axes[0], algorithms):
         grid = np.array([[100 * cells[r][algo][a]["accuracy"][0] for a in aggregators] for r in rows])
-        image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=max(1.0, float(np.nanmax(grid)) if grid.size else 1.0))
+        top = float(np.nanmax(grid)) if np.isfinite(grid).any() else 1.0  # (a panel may be all pending)
+        image = ax.imshow(grid, cmap="viridis", vmin=0, vmax=max(1.0, top))
         for (i, j), value in np.ndenumerate(grid):
             ax.text(j, i, "" if value != value else f"{value:.1f}", ha="center", va="center", fontsize=7, color="w")
         ax.set_xticks(range(len(aggregators)), aggregators, rotation=30, ha="right", fontsize=8)
