@@ -64,6 +64,11 @@ def test_norm_bound_clips_each_update_then_averages():
     assert torch.allclose(out["w"], torch.tensor([0.45, 0.6]))
     with pytest.raises(ConfigError, match="clip_norm"):
         norm_bound(uploads, reference, 0.0)
+    # aggregate reports the update norms against clip_norm (norms 5, 0.5 and 2: median 2, two of three clipped)
+    uploads.append(({"w": torch.tensor([1.2, 1.6])}, 1))
+    metrics = aggregate(uploads, AggregationConfig(method="norm_bound", clip_norm=1.0), reference=reference)[1]
+    assert metrics == {"update_norm_median": pytest.approx(2.0), "clipped_share": pytest.approx(2 / 3)}
+    assert aggregate(uploads, AggregationConfig(method="median"), reference=reference)[1] == {}
 
 
 def test_robust_method_replaces_lpa_and_mean_in_aggregate():
