@@ -41,6 +41,8 @@ def test_reproduce_robustness_writes_table_csv_heatmap_and_resumes(gsc_root, tmp
     summary = json.loads((out / "summary.json").read_text())
     mean, std, n = summary["cells"]["backdoor 30%"]["FedAvg"]["median"]["attack_success_rate"]
     assert n == 1 and std == 0 and mean == pytest.approx(float(rows[3]["attack_success_rate"]))
+    assert summary["runs"] == {"FedAvg": 4}
+    assert summary["run_seconds"]["FedAvg"] == pytest.approx(sum(float(r["wall_seconds"]) for r in rows))
     # The clean row measures the trigger's baseline rate (no client poisoned).
     assert rows[0]["malicious_clients"] == "0" and rows[0]["attack_success_rate"] != ""
     success_rows = table.split("success rate")[1]

@@ -5,7 +5,8 @@ Every row is a cell of `reproduce`'s protocol (24 clients of the dataset, all ac
 40 rounds) run as one `fedac compare` grid (compare.py) in its own folder, so a killed table is
 completed by running the same command again. Outputs: table.md (one table per algorithm and metric,
 mean ± std over seeds, with the command line), results.csv (one line per run), heatmap.png and
-summary.json (each cell's mean, std and seed count; `run_seconds`, the runs' summed wall time).
+summary.json (each cell's mean, std and seed count; per algorithm `runs`, the finished runs, and
+`run_seconds`, their summed wall time).
 
 Choices:
 - Columns: mean (FedAvg's n_k-weighted mean; FedMLAC with fedmlac.lpa=false), LPA (FedAvg with
@@ -148,8 +149,11 @@ def write_outputs(out: Path, results: dict, algorithms: list[str], aggregators: 
     # quote (`fedac report`, `table: robustness`) are both rendered from it.
     cells = {row: {algo: {agg: {key: list(_stats(runs.get(f"{algo} {agg}", []), key)) for key in METRICS}
                           for agg in aggregators} for algo in algorithms} for row, runs in results.items()}
+    finished = {algo: [r for runs in results.values() for agg in aggregators for r in runs.get(f"{algo} {agg}", [])]
+                for algo in algorithms}
     summary = {"command": command, "seeds": seeds, "cells": cells,
-               "run_seconds": sum(r["wall_seconds"] for runs in results.values() for rs in runs.values() for r in rs)}
+               "runs": {algo: len(rs) for algo, rs in finished.items()},
+               "run_seconds": {algo: sum(r["wall_seconds"] for r in rs) for algo, rs in finished.items()}}
     (out / "table.md").write_text(markdown(summary))
     heatmap(out / "heatmap.png", summary)
     (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
@@ -157,8 +161,9 @@ def write_outputs(out: Path, results: dict, algorithms: list[str], aggregators: 
 
 def table_rows(summary: dict, algo: str, key: str) -> list[str]:
     """One Markdown table's rows (`| row | cell | ... |`, a cell per aggregator, in percent as
-    `mean ± std`, `(n=k)` while only k of the seeds have finished) from a summary's cells; the backdoor's
-    success rate has the backdoor rows and the clean row (its baseline: a model that never saw the trigger)."""
+    `mean ± std`, `(n=k)` while only k of the seeds have finished, the bare mean while only one has) from a
+    summary's cells; the backdoor's success rate has the backdoor rows and the clean row (its baseline: a
+    model that never saw the trigger)."""
     seeds, rows = len(summary["seeds"]), list(summary["cells"])
     if key != "accuracy":
         backdoor = [row for row in rows if row.startswith("backdoor")]
@@ -169,7 +174,8 @@ def table_rows(summary: dict, algo: str, key: str) -> list[str]:
         cells = []
         for mean, std, n in (stats[key] for stats in by_algo[algo].values()):
             partial = f" (n={n})" if 0 < n < seeds else ""
-            cells.append("pending" if n == 0 else f"{100 * mean:.2f} ± {100 * std:.2f}{partial}")
+            spread = "" if n == 1 and partial else f" ± {100 * std:.2f}"  # no std of one seed of several
+            cells.append("pending" if n == 0 else f"{100 * mean:.2f}{spread}{partial}")
         lines.append(f"| {row} | " + " | ".join(cells) + " |")
     return lines
 
