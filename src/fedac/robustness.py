@@ -103,7 +103,7 @@ def run_robustness(seeds: list[int], out: Path, overrides: list[str], attacks: l
     started = time.perf_counter()
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict[str, list[dict]]] = {}
-    written = [started]  # when the outputs were last written
+    last_written = started  # when the outputs were last written
     for wait_for_others in comparison_passes(finished_only):
         for label, kind, fraction in rows:
             if progress:
@@ -115,12 +115,13 @@ def run_robustness(seeds: list[int], out: Path, overrides: list[str], attacks: l
             results.setdefault(label, {m.label: [] for m in methods})  # a row with no run yet shows, as pending
 
             def on_run(runs: dict[str, list[dict]], label: str = label) -> None:
+                nonlocal last_written
                 results[label] = runs
                 # Partial tables while training, at most every PARTIAL_WRITE_SECONDS: the heat-map takes
                 # about a second, and writing after each run read back made --finished-only take minutes.
-                if not finished_only and time.perf_counter() - written[0] >= PARTIAL_WRITE_SECONDS:
+                if not finished_only and time.perf_counter() - last_written >= PARTIAL_WRITE_SECONDS:
                     write_outputs(out, results, algorithms, aggregators, seeds, command)
-                    written[0] = time.perf_counter()
+                    last_written = time.perf_counter()
 
             run_comparison(base, methods, seeds, out / cell_folder(label),
                            settings + attack, None, progress, last=user, on_run=on_run, finished_only=finished_only,
