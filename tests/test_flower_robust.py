@@ -25,25 +25,39 @@ def task_identity(monkeypatch):
     use_task_identity(monkeypatch)
 
 
-@pytest.mark.parametrize("sets", [
-    "attack.kind=label_flip;attack.fraction=0.4;aggregation.method=median",   # data poisoning on the node
-    "attack.kind=scale;attack.fraction=0.4;aggregation.method=trimmed_mean;aggregation.trim_fraction=0.34",
-    "attack.kind=backdoor;attack.fraction=0.4;attack.target=1",   # the trigger's success rate, server side
-    "dp.mode=central;dp.noise_multiplier=0.5;dp.clip=0.5",
+@pytest.mark.parametrize("algorithm, nodes, sets", [
+    ("fedavg", 3, "attack.kind=label_flip;attack.fraction=0.4;aggregation.method=median"),  # data poisoning on the node
+    ("fedavg", 3, "attack.kind=label_permute;attack.fraction=0.4;aggregation.method=krum;aggregation.num_malicious=1"),
+    ("fedavg", 3, "attack.kind=scale;attack.fraction=0.4;aggregation.method=trimmed_mean;aggregation.trim_fraction=0.34"),
+    ("fedavg", 3, "attack.kind=backdoor;attack.fraction=0.4;attack.target=1"),  # the trigger's success rate, server side
+    ("fedavg", 3, "attack.kind=sign_flip;attack.fraction=0.4;aggregation.method=multikrum;aggregation.num_malicious=1"),
+    ("fedavg", 7, "attack.kind=gaussian;attack.fraction=0.15;aggregation.method=bulyan;aggregation.num_malicious=1"),
+    ("fedavg", 3, "attack.kind=little;attack.fraction=0.4;aggregation.method=norm_bound;aggregation.clip_norm=0.5"),
+    ("fedavg", 3, "attack.kind=gaussian;attack.fraction=0.4;aggregation.method=lpa"),
+    ("fedavg", 3, "dp.mode=central;dp.noise_multiplier=0.5;dp.clip=0.5"),
+    ("fedavg", 3, "dp.mode=client;dp.clip=0.5"),
+    ("fedmlac", 3, "attack.kind=sign_flip;attack.fraction=0.4;aggregation.method=multikrum;aggregation.num_malicious=1"),
+    ("fedmlac", 3, "attack.kind=backdoor;attack.fraction=0.4;attack.target=1"),  # LPA over the Plug-ins
 ])
-def test_flower_app_with_attack_or_dp_equals_the_simulator(dataset, tmp_path, sets):
+def test_flower_app_with_attack_or_dp_equals_the_simulator(dataset, tmp_path, algorithm, nodes, sets):
+    """Every attack kind, every aggregator beside the mean and both DP modes run through the Flower app and
+    end where the simulator does: same global model (FedMLAC: the shared Plug-in), accuracy, attackers,
+    backdoor success rate and epsilon."""
     from test_flower import run_config
 
-    settings = {"algorithm": "fedavg", "rounds": 1, "poll-interval": 0.01}
-    settings["fedac-set"] = run_config(dataset, "x")["fedac-set"] + ";" + sets
-    results, _, config = run_local(dataset, tmp_path, nodes_for(3), **settings)
+    settings = {"algorithm": algorithm, "rounds": 1, "poll-interval": 0.01, "num_clients": nodes, "min-nodes": nodes}
+    settings["fedac-set"] = run_config(dataset, "x", num_clients=nodes)["fedac-set"] + ";" + sets
+    results, _, config = run_local(dataset, tmp_path, nodes_for(nodes), **settings)
     expected = Simulator(fedac_config(config), tmp_path / "sim", progress=False).run()
     flower_params = torch.load(tmp_path / "run" / "server_state.pt")["params"]
     sim = torch.load(tmp_path / "sim" / "checkpoint.pt", weights_only=False)["server"]["params"]
+    assert sim.keys() == flower_params.keys()
     for name, value in sim.items():
         torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-5, msg=name)
     for key in ("accuracy", "malicious_clients", "attack_success_rate", "dp_epsilon"):
         assert results["final"].get(key) == pytest.approx(expected["final"].get(key)), key
+    if "attack.kind" in sets:
+        assert results["final"]["malicious_clients"] >= 1
     if "backdoor" in sets:  # the Flower server reports the trigger's success rate, as the simulator does
         assert 0.0 <= results["final"]["attack_success_rate"] <= 1.0
 
