@@ -103,3 +103,55 @@ def test_kernel_modes_and_the_fallback_when_the_build_fails(monkeypatch, caplog)
     assert kernels.status()["error"] == "RuntimeError: no compiler"
     with pytest.raises(ConfigError, match="did not build: RuntimeError: no compiler"):
         kernels.set_gru_kernel("fused")
+
+
+def _load_kernel_in_subprocess(path_env: str) -> str:
+    """stderr of a fresh process that loads the kernel with this PATH (as a shell with or without the
+    venv's bin directory first would)."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import logging; logging.basicConfig(level=logging.WARNING)\n"
+            "import fedac.kernels as k; assert k.fused_gru() is not None, k.status()")
+    env = {**os.environ, "PATH": path_env}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    return done.stderr
+
+
+def test_the_kernel_builds_once_whatever_ninja_path_finds(fused):
+    """Issue 43: a checkout used with and without .venv/bin on PATH saw two ninjas take turns rebuilding
+    gru.o ("command line changed"). The build folder is keyed by the toolchain and the pip ninja always
+    runs, so a second process, with PATH reordered, loads the same .so without compiling (and a real
+    build always says so)."""
+    import os
+    import sys
+
+    so = kernels.build_dir() / "fedac_gru.so"
+    assert so.is_file()
+    before = so.stat().st_mtime_ns
+    venv_bin = os.path.dirname(sys.executable)
+    system_first = os.pathsep.join(["/usr/bin", "/bin", venv_bin])
+    venv_first = os.pathsep.join([venv_bin, "/usr/bin", "/bin"])
+    for path_env in (system_first, venv_first, system_first):
+        stderr = _load_kernel_in_subprocess(path_env)
+        assert "building the fused GRU" not in stderr, stderr
+    assert so.stat().st_mtime_ns == before  # nothing was recompiled
+    assert kernels.build_key() == kernels.build_key()  # (stable within a process)
+
+
+def test_a_missing_build_is_announced(monkeypatch, tmp_path, caplog):
+    """Every real build says so (not only the first): an empty key folder means a build and a message."""
+    monkeypatch.setattr(kernels, "build_dir", lambda: tmp_path / "empty-key")
+
+    def fake_load(name, sources, build_directory, verbose, extra_cflags):
+        return "module"
+
+    import torch.utils.cpp_extension as ext
+
+    monkeypatch.setattr(ext, "load", fake_load)
+    if not SUPPORTED:
+        pytest.skip("the fused GRU is built for AVX2 CPUs")
+    with caplog.at_level(logging.WARNING, logger="fedac.kernels"):
+        assert kernels._build() == "module"
+    assert "building the fused GRU kernel" in caplog.text

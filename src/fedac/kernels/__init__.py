@@ -1,17 +1,21 @@
 """Compiled kernels: the fused stacked GRU recurrence (gru.cpp) used by models/stacked.py.
 
-Built with torch.utils.cpp_extension (g++ and ninja) into `_build/` here, once per torch version:
-scripts/setup.sh builds it, and a process that finds no build compiles it on first use
-(about a minute). Where it cannot be built (no compiler, a CPU without AVX2), the pure-torch GRU of
+Built with torch.utils.cpp_extension (g++ and ninja) into `_build/<key>/` here, where the key hashes
+everything that shapes the compile command (the source, flags, compiler, torch, Python headers and the
+ninja binary): scripts/setup.sh builds it, and a process that finds no build for its key compiles it on
+first use (about a minute) and says so. The ninja is always the pip package's (a dependency), never
+whichever one PATH finds first: two ninjas read each other's build logs as "command line changed" and
+rebuilt the same checkout back and forth (about two minutes each way). Where it cannot be built (no compiler, a CPU without AVX2), the pure-torch GRU of
 models/stacked.py runs instead, with the same results, and a warning says so. `train.gru_kernel`
 chooses: auto (fused when it builds), fused (fail if it does not), torch (never build or use it).
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
-import shutil
+import sysconfig
 import threading
 from pathlib import Path
 from types import ModuleType
@@ -29,10 +33,30 @@ _lock = threading.Lock()
 _state: dict = {"mode": "auto", "module": None, "error": None, "tried": False}
 
 
+# CPU_CAPABILITY_AVX2 selects ATen's AVX2 Vectorized<float> (and its Sleef exp / tanh, as torch's kernels)
+_CFLAGS = ["-O3", "-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"]
+
+
+def _ninja_bin_dir() -> str:
+    import ninja  # the pip package: one ninja for every process, whatever PATH holds
+
+    return ninja.BIN_DIR
+
+
+def build_key() -> str:
+    """A short hash of what determines the compiled kernel and ninja's view of its command line."""
+    parts = [_SOURCE.read_bytes(), " ".join(_CFLAGS).encode(), os.environ.get("CXX", "c++").encode(),
+             torch.__version__.encode(), sysconfig.get_paths()["include"].encode(), _ninja_bin_dir().encode()]
+    digest = hashlib.sha256()
+    for part in parts:
+        digest.update(hashlib.sha256(part).digest())
+    return digest.hexdigest()[:12]
+
+
 def build_dir() -> Path:
     """Next to the sources (an editable install: built once by scripts/setup.sh, whatever FEDAC_HOME a
-    process sets), else under $FEDAC_HOME where the package directory is read-only."""
-    tag = f"torch-{torch.__version__.replace('+', '_')}"
+    process sets), else under $FEDAC_HOME where the package directory is read-only; one folder per key."""
+    tag = f"torch-{torch.__version__.replace('+', '_')}-{build_key()}"
     local = Path(__file__).parent / "_build"
     if os.access(local if local.exists() else local.parent, os.W_OK):
         return local / tag
@@ -45,17 +69,14 @@ def _build(verbose: bool = False) -> ModuleType:
         raise RuntimeError(f"the fused GRU needs AVX2; torch reports CPU capability {capability}")
     from torch.utils.cpp_extension import load
 
-    if shutil.which("ninja") is None:  # the pip package's binary (a dependency) when no system ninja is on PATH
-        import ninja
-
-        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + os.environ.get("PATH", "")
+    bin_dir = _ninja_bin_dir()
+    if os.environ.get("PATH", "").split(os.pathsep)[0] != bin_dir:
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
     directory = build_dir()
     directory.mkdir(parents=True, exist_ok=True)
-    if not (directory / "fedac_gru.so").exists():
-        log.info("building the fused GRU kernel in %s (once, about a minute)", directory)
-    # CPU_CAPABILITY_AVX2 selects ATen's AVX2 Vectorized<float> (and its Sleef exp / tanh, as torch's kernels)
-    return load("fedac_gru", [str(_SOURCE)], build_directory=str(directory), verbose=verbose,
-                extra_cflags=["-O3", "-mavx2", "-mfma", "-DCPU_CAPABILITY=AVX2", "-DCPU_CAPABILITY_AVX2"])
+    if not (directory / "fedac_gru.so").exists():  # a folder per key: a present .so is never rebuilt
+        log.warning("building the fused GRU kernel in %s (once per source and toolchain, about a minute)", directory)
+    return load("fedac_gru", [str(_SOURCE)], build_directory=str(directory), verbose=verbose, extra_cflags=_CFLAGS)
 
 
 def set_gru_kernel(mode: str) -> None:
