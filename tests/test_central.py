@@ -37,9 +37,9 @@ def test_schedule_by_hand():
     ("central.decay_power=-1", "central.decay_power must be >= 0"),
 ])
 def test_bad_settings_are_named(override, message):
-    cfg = load_config(overrides=["algorithm=central", "train.rounds=6", "central.warmup_epochs=2", override])
     clients = ["a", "b"] if "partition" in override else ["pooled"]
-    with pytest.raises(ConfigError, match=message):
+    with pytest.raises(ConfigError, match=message):  # load_config refuses a value outside its range
+        cfg = load_config(overrides=["algorithm=central", "train.rounds=6", "central.warmup_epochs=2", override])
         build_algorithm(cfg, Task(40, 12, clients))
 
 
@@ -57,6 +57,7 @@ def full_run(settings, tmp_path_factory):
     return sim, sim.run()
 
 
+@pytest.mark.slow
 def test_one_pooled_client_trains_with_the_scheduled_lr(full_run):
     sim, results = full_run
     assert [c.name for c in sim.data.clients] == ["pooled"] and results["clients"] == 1

@@ -76,16 +76,13 @@ def test_every_hostile_audio_file_gets_an_error_naming_it_and_the_fix(tmp_path):
 
 
 def test_valid_but_unusual_audio_is_kept(tmp_path):
-    # other rates, stereo, 8-bit, FLAC, a truncated data chunk (the frames present are kept), a long file
+    # other rates, stereo, 8-bit, FLAC, a long file (a truncated data chunk is an error: test_audio_integrity.py)
     assert load_audio(write_wav(tmp_path / "a.wav", tone(1.0, 8000), 8000)).shape == (RATE,)
     assert load_audio(write_wav(tmp_path / "b.wav", tone(1.0, 44100), 44100)).shape == (RATE,)
     stereo = np.stack([tone(), -tone()], axis=1)
     assert np.allclose(load_audio(write_wav(tmp_path / "c.wav", stereo)), 0, atol=1e-4)
     assert load_audio(write_wav(tmp_path / "d.wav", subtype="PCM_U8")).shape == (8000,)
     assert load_audio(write_wav(tmp_path / "e.flac", fmt="FLAC")).shape == (8000,)
-    cut = tmp_path / "f.wav"
-    cut.write_bytes(write_wav(tmp_path / "full.wav").read_bytes()[: 44 + 2 * 4000])
-    assert load_audio(cut).shape == (4000,)
     assert load_audio(write_wav(tmp_path / "g.wav", tone(120.0))).shape == (120 * RATE,)
 
 

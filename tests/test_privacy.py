@@ -63,13 +63,14 @@ def test_server_noise_has_std_z_c_over_m_and_is_seeded():
     (["aggregation.method=median"], "set aggregation.method=mean"),
     (["algorithm=fedmlac"], "and fedmlac.lpa=false"),
     (["dp.mode=local"], "unknown dp.mode 'local'"),
-    (["dp.clip=0"], "dp needs clip > 0"),
+    (["dp.clip=0"], "dp.clip must be > 0"),
 ])
 def test_unaccountable_settings_are_refused(sets, words):
     with pytest.raises(ConfigError, match=words):
         privacy("central", *sets)
 
 
+@pytest.mark.slow
 def test_dp_run_reports_epsilon_each_round_and_at_the_end(gsc_root, tmp_path):
     out = tmp_path / "dp"
     flags = [f"--set={k}={v}" for k, v in tiny_run(gsc_root, None).items()]

@@ -1,4 +1,9 @@
-"""The `fedac` command line: run, data, models (and compare, see compare.py; report, see figures.py)."""
+"""The `fedac` command line: run, data, models (and compare, see compare.py; report, see figures.py).
+
+Building the parser loads no torch, scipy, scikit-learn, matplotlib, transformers or Flower (the
+modules imported here are light, tests/test_cli_startup.py checks it): `fedac --help` starts at once,
+and each command loads what it needs when it runs.
+"""
 
 from __future__ import annotations
 
@@ -10,15 +15,24 @@ from pathlib import Path
 
 import numpy as np
 
+from fedac.algorithms import ALGORITHMS
+from fedac.compare import add_compare_parser
 from fedac.config import Config, load_config
+from fedac.data.partition import class_entropy, partition
 from fedac.data.registry import DATASETS, dataset_spec, load_manifest, synthesizer
-from fedac.errors import FedacError
+from fedac.errors import FedacError, RunInterrupted
+from fedac.exit_memory import add_memory_parser
+from fedac.figures import add_report_parser
+from fedac.pretrain_settings import add_pretrain_parser
+from fedac.report import format_table
+from fedac.reproduce import add_reproduce_parser
 
 
 def _add_experiment_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML config file (e.g. a run directory's config.yaml)")
-    parser.add_argument("--algorithm", help="algorithm name, e.g. fedavg, fedprox, fedadam, fedmlac")
-    parser.add_argument("--dataset", help=f"dataset name: {', '.join(DATASETS)}")
+    parser.add_argument("--algorithm", metavar="NAME",
+                        help=f"one of {', '.join(ALGORITHMS)} (default {Config.algorithm})")
+    parser.add_argument("--dataset", metavar="NAME", help=f"one of {', '.join(DATASETS)} (default {Config.dataset})")
     parser.add_argument("--rounds", type=int, help="communication rounds")
     parser.add_argument("--seed", type=int, help="run seed")
     parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -38,6 +52,7 @@ def default_run_dir(cfg: Config) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    # lazy: start-up time (the engine loads torch); zeroshot swaps this pair for its own below
     from fedac.engine.simulator import Simulator
     from fedac.report import final_table
 
@@ -68,8 +83,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from fedac.models import ALL_MODELS, build_model, count_parameters
-    from fedac.report import format_table
+    from fedac.models import ALL_MODELS, build_model, count_parameters  # lazy: start-up time
 
     rows = [(name, f"{count_parameters(build_model(name, args.num_features, args.num_classes)):,} parameters")
             for name in ALL_MODELS]
@@ -97,8 +111,6 @@ def _data_config(args: argparse.Namespace) -> Config:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from fedac.data.partition import class_entropy, partition
-
     cfg = _data_config(args)
     manifest = load_manifest(cfg, progress=not args.quiet)
     clients = partition(manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition)
@@ -116,7 +128,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"  class entropy per client (bits, max {np.log2(manifest.num_classes):.2f}): min {e[0]:.2f}, median {e[1]:.2f}, max {e[2]:.2f}")
     print("  label distribution: " + ", ".join(f"{name} {n}" for name, n in zip(manifest.classes, labels)))
     _print_alt_statistics(cfg, manifest, clients)
-    from fedac.kws_stats import report as kws_report
+    from fedac.kws_stats import report as kws_report  # lazy: start-up time
 
     kws_report(cfg, manifest, clients, args.scatter)
     return 0
@@ -124,7 +136,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def _print_alt_statistics(cfg: Config, manifest, clients) -> None:
     """FedKWS-UI's ALT over the training clips: max n_k and r0 * rbar_k (paper Table 1 and Fig. 1)."""
-    from fedac.algorithms.fedkwsui import alt_statistics
+    from fedac.algorithms.fedkwsui import alt_statistics  # lazy: start-up time
 
     counts = [np.bincount([manifest.clips[i].label for i in c.train], minlength=manifest.num_classes).tolist()
               for c in clients]
@@ -136,7 +148,7 @@ def _print_alt_statistics(cfg: Config, manifest, clients) -> None:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from fedac.data.features import load_features
+    from fedac.data.features import load_features  # lazy: start-up time
 
     cfg = _data_config(args)
     manifest = load_manifest(cfg, progress=True)
@@ -146,7 +158,7 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
 
 def cmd_split_devices(args: argparse.Namespace) -> int:
-    from fedac.data.devices import split_devices
+    from fedac.data.devices import split_devices  # lazy: start-up time
 
     cfg = _data_config(args)
     stats = split_devices(cfg, Path(args.out), progress=not args.quiet)
@@ -168,19 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=cmd_run)
 
-    from fedac.compare import add_compare_parser
-    from fedac.figures import add_report_parser
-
     add_compare_parser(sub)
-    from fedac.reproduce import add_reproduce_parser
-
     add_reproduce_parser(sub)
     add_report_parser(sub)
-    from fedac.pretrain import add_pretrain_parser
-
     add_pretrain_parser(sub)
-    from fedac.exit_memory import add_memory_parser
-
     add_memory_parser(sub)
 
     models = sub.add_parser("models", help="list the model zoo with parameter counts")
@@ -231,6 +234,13 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for records of a run
     try:
         return args.func(args)
+    except RunInterrupted as exc:  # SIGINT / SIGTERM in a run's rounds: a checkpoint and the way on, no traceback
+        print(f"fedac: {exc}", file=sys.stderr)
+        return exc.exit_status
+    except KeyboardInterrupt:  # Ctrl-C outside the rounds (data building, feature extraction): no round was lost
+        print("fedac: interrupted outside the training rounds; no round was lost: run the same command again "
+              "(caches, checkpoints and finished runs are reused)", file=sys.stderr)
+        return 130
     except FedacError as exc:
         print(f"fedac: error: {exc}", file=sys.stderr)
         return 2

@@ -19,8 +19,10 @@ from pathlib import Path
 
 import yaml
 
+from fedac.algorithms import ALGORITHMS
 from fedac.config import Config, load_config, parse_override
-from fedac.errors import ConfigError
+from fedac.data.registry import DATASETS
+from fedac.errors import ConfigError, RunInterrupted
 from fedac.metrics import mean_std
 
 PRESETS: dict[str, list[str]] = {
@@ -192,11 +194,17 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
         resume = (run_dir / CHECKPOINT).is_file()
         if progress:
             print(f"== {label} (seed {cfg.seed}){' resumed' if resume else ''}")
-        return Simulator(cfg, run_dir, data=built[key], progress=progress).run(resume=resume)
+        try:
+            return Simulator(cfg, run_dir, data=built[key], progress=progress).run(resume=resume)
+        except RunInterrupted as exc:  # the whole comparison continues, not this run alone
+            exc.continue_with = ("the same command again (runs that ended are read back, this one resumes "
+                                 "from its checkpoint)")
+            raise
 
     def record(label: str, cfg: Config, run_dir: Path, results: dict) -> None:
         runs[label].append({"seed": cfg.seed, "run_dir": str(run_dir), **results["final"],
-                            "wall_seconds": results["wall_seconds"]})
+                            "wall_seconds": results["wall_seconds"],
+                            "source_sha256": results.get("code_version", {}).get("source_sha256")})
         runs[label].sort(key=lambda r: seeds.index(r["seed"]))
         if on_run is not None:
             on_run(runs)
@@ -277,8 +285,10 @@ def add_grid_arguments(p: argparse.ArgumentParser, out_help: str) -> None:
 def add_compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="several methods x seeds, summarised as mean ± std")
     p.add_argument("--preset", help=f"named method list: {', '.join(PRESETS)}")
-    p.add_argument("--method", dest="methods", action="append", metavar="LABEL=ALGO[:k=v,...]")
+    p.add_argument("--method", dest="methods", action="append", metavar="LABEL=ALGO[:k=v,...]",
+                   help=f"a method (repeatable), e.g. FedAvg+LPA=fedavg:aggregation.method=lpa; ALGO is one of "
+                        f"{', '.join(ALGORITHMS)}")
     p.add_argument("--config")
-    p.add_argument("--dataset")
+    p.add_argument("--dataset", metavar="NAME", help=f"one of {', '.join(DATASETS)} (default {Config.dataset})")
     add_grid_arguments(p, "output folder (default runs/compare-<time>); rerun to complete a killed comparison")
     p.set_defaults(func=cmd_compare)

@@ -7,6 +7,7 @@ Every run saves the resolved config as ``config.yaml`` in its run directory; tha
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -16,6 +17,71 @@ from typing import Any
 import yaml
 
 from fedac.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Range:
+    """The valid values of a numeric setting: finite numbers between optional bounds, each end closed or open."""
+
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+
+    @classmethod
+    def parse(cls, text: str) -> Range:
+        """`>= 1`, `> 0`, an interval such as `[0, 1)` or `(0, 1]`, or `finite` (any finite number)."""
+        text = text.strip()
+        if text == "finite":
+            return cls()
+        for op in (">=", ">"):
+            if text.startswith(op):
+                return cls(low=float(text[len(op):]), low_open=op == ">")
+        if text[:1] in "[(" and text[-1:] in "])" and text.count(",") == 1:
+            low, high = (float(v) for v in text[1:-1].split(","))
+            return cls(low, high, text[0] == "(", text[-1] == ")")
+        raise ValueError(f"unknown range {text!r}: use '>= x', '> x', '[a, b]' (either end open) or 'finite'")
+
+    def __contains__(self, value: float) -> bool:
+        if not math.isfinite(value):  # NaN would pass every comparison below; inf is meaningful nowhere
+            return False
+        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
+            return False
+        return self.high is None or value < self.high or (not self.high_open and value == self.high)
+
+    def __str__(self) -> str:
+        if self.low is None:
+            return "a finite number"
+        if self.high is None:
+            return f"{'>' if self.low_open else '>='} {self.low:g}"
+        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+
+
+def number(default: Any, valid: str) -> Any:
+    """A numeric setting (int or float, a list of them, or None where None means unset) and its valid values,
+    checked by `check_ranges` once every layer of a config is applied. Special values a docstring gives
+    (e.g. 0 = "the scenario's") lie inside the range."""
+    meta = {"valid": Range.parse(valid)}
+    if isinstance(default, list):
+        return field(default_factory=lambda: list(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def check_ranges(section: Any, prefix: str = "") -> None:
+    """Raise ConfigError naming the first numeric setting outside its declared range (None is always valid)."""
+    for f in dataclasses.fields(section):
+        key, value = prefix + f.name, getattr(section, f.name)
+        if dataclasses.is_dataclass(value):
+            check_ranges(value, key + ".")
+            continue
+        valid = f.metadata.get("valid")
+        if valid is None or value is None:
+            continue
+        if isinstance(value, list):
+            if not all(v in valid for v in value):
+                raise ConfigError(f"{key} must hold numbers {valid}, got {value!r}")
+        elif value not in valid:
+            raise ConfigError(f"{key} must {'lie' if valid.high is not None else 'be'} {valid}, got {value!r}")
 
 
 @dataclass
@@ -28,46 +94,49 @@ class DataConfig:
     """Speech Commands 12-class construction: fedac (every other word is _unknown_, background-noise slices
     are _silence_) or fedkws (FedKWS-UI's: per split, 10% of the ten words' clip count drawn from the other
     words as _unknown_ and another 10% with a zeroed waveform as _silence_, both keeping their speaker)."""
-    synth_speakers: int = 300
+    synth_speakers: int = number(300, ">= 1")
     """Speakers of the embedded synthetic Speech Commands (used only when root is None)."""
     partition: str | None = None
     """natural (speaker/actor id), dirichlet (over labels), iid, or pooled (one client holding every training
     clip, what `--algorithm central` trains on); None: the dataset's protocol default (pooled for central)."""
-    num_clients: int = 50
+    num_clients: int = number(50, ">= 1")
     """Clients for dirichlet / iid partitions (natural: one per speaker)."""
-    alpha: float = 0.5
+    alpha: float = number(0.5, "> 0")
     """Dirichlet concentration over labels (smaller = more skewed)."""
-    min_client_size: int = 10
+    min_client_size: int = number(10, ">= 0")
     """Dirichlet: redraw until every client holds at least this many training clips."""
-    min_speaker_clips: int = 0
+    min_speaker_clips: int = number(0, ">= 0")
     """Natural partition: drop the clients (speakers) with fewer training clips than this (FedKWS-UI: 5);
     0 keeps every client."""
     group_by_source: bool = True
     """Dirichlet: keep clips of one source recording (e.g. UrbanSound8K fsID) on one client."""
-    local_holdout: float = 0.2
+    local_holdout: float = number(0.2, "[0, 1)")
     """Fraction of each client's training clips held out for personalized (local) evaluation."""
-    max_clients: int | None = None
+    max_clients: int | None = number(None, ">= 1")
     """Keep at most this many clients (seeded choice); None keeps all."""
     test_fold: str | None = None
     """Held-out fold/session/actor group for datasets whose test split is a fold (None: dataset default)."""
-    snr_db: float = 100.0
+    snr_db: float = number(100.0, "finite")
     """White Gaussian noise added to train and test audio at this SNR; 100 dB = clean."""
-    label_error: float = 0.0
+    label_error: float = number(0.0, "[0, 1]")
     """Per-client label error rate on training labels (diagonal 1 - e transition matrix)."""
     cache_dir: str | None = None
     """Feature / synthetic data cache; None: $FEDAC_HOME or ~/.cache/fedac."""
+    on_bad_file: str = "error"
+    """A clip that cannot be decoded (corrupt, truncated, empty): error (stop with a message naming the
+    file) or skip (leave it out, list it in the run directory's bad_files.txt and go on)."""
 
 
 @dataclass
 class FeatureConfig:
     kind: str = "mfcc"
     """mfcc or logmel."""
-    sample_rate: int = 16000
-    n_mels: int = 40
-    n_mfcc: int = 40
-    win_ms: float = 30.0
-    hop_ms: float = 10.0
-    clip_seconds: float = 1.0
+    sample_rate: int = number(16000, ">= 1")
+    n_mels: int = number(40, ">= 1")
+    n_mfcc: int = number(40, ">= 1")
+    win_ms: float = number(30.0, "> 0")
+    hop_ms: float = number(10.0, "> 0")
+    clip_seconds: float = number(1.0, "> 0")
     """Model input length; shorter audio is zero-padded, longer audio windowed."""
     style: str = "fedac"
     """fedac: the settings above, natural-log mel, per-utterance mean/variance normalisation (CMVN). fedkws:
@@ -87,7 +156,7 @@ class FeatureConfig:
 class ModelConfig:
     name: str = "crnn_lite"
     """Global model for FedAvg-family algorithms (see `fedac models`)."""
-    dropout: float = 0.1
+    dropout: float = number(0.1, "[0, 1)")
     heterogeneous: bool = False
     """Each client draws one of `zoo` (seeded), for algorithms that allow per-client models."""
     client_model: str = "crnn_base"
@@ -102,9 +171,9 @@ class ModelConfig:
     `random`: random weights for every size."""
     freeze_cnn: bool = True
     """SSL models: keep the CNN feature encoder frozen and run it once per clip (outputs cached)."""
-    encoder_depth: int = 0
+    encoder_depth: int = number(0, ">= 0")
     """SSL models: transformer layers run (encoder.layers[:depth]); 0 = all."""
-    ctc_hidden: int = 0
+    ctc_hidden: int = number(0, ">= 0")
     """SSL models on CTC tasks: BiLSTM units per direction of the ASR head; 0 = the encoder width."""
     head_norm: bool = False
     """SSL classification heads (beyond the papers, which put the linear layer straight on the pooled
@@ -115,47 +184,47 @@ class ModelConfig:
 
 @dataclass
 class TrainConfig:
-    rounds: int = 50
-    fraction: float = 0.1
+    rounds: int = number(50, ">= 1")
+    fraction: float = number(0.1, "(0, 1]")
     """Active ratio: fraction of clients sampled each round (at least one)."""
-    local_epochs: int = 5
-    local_steps: int = 0
+    local_epochs: int = number(5, ">= 1")
+    local_steps: int = number(0, ">= 0")
     """0: `local_epochs` passes over the client's data; > 0: exactly this many SGD steps of a loader
     reshuffled whenever it runs out (FedKWS-UI's protocol: every client 50 steps, whatever its size)."""
-    batch_size: int = 16
-    lr: float = 0.1
-    momentum: float = 0.9
+    batch_size: int = number(16, ">= 1")
+    lr: float = number(0.1, "> 0")
+    momentum: float = number(0.9, "[0, 1)")
     """Local SGD momentum (buffers reset every round). The defaults make the embedded default run
     learn in a few minutes; configs/paper.yaml holds fedmlac.md's schedule (lr 0.01, 1 local epoch,
     20% active, 5000 rounds)."""
-    weight_decay: float = 0.0
+    weight_decay: float = number(0.0, ">= 0")
     optimizer: str = "sgd"
     """Local optimiser, new every round: sgd (lr, momentum, weight_decay) or adamw (torch AdamW with lr and
     weight_decay; FedKWS-UI's protocol trains its Transformer so, the early-exit paper its SSL encoders). The
     stacked cohort path is SGD only: adamw trains one client after another."""
-    max_grad_norm: float = 0.0
+    max_grad_norm: float = number(0.0, ">= 0")
     """Clip every local step's gradient to this L2 norm (FedKWS-UI's protocol: 50); 0: no clipping. Set, it
     trains one client after another (the stacked cohort path does not clip)."""
-    eval_every: int = 5
+    eval_every: int = number(5, ">= 1")
     """Evaluate on the validation split every k rounds (and after the last round)."""
-    checkpoint_every: int = 5
+    checkpoint_every: int = number(5, ">= 1")
     select: str = "best_val"
     """Final model: best_val (highest validation accuracy) or last. Never chosen on test."""
     test_curve: bool = False
     """Also log the shared model's test accuracy at every evaluation (a curve only, never used to select
     a model) and report `test_last5_mean`, the mean of the last 5 (FedKWS-UI Fig. 2's legend)."""
-    eval_batch_size: int = 512
-    threads: int = 1
+    eval_batch_size: int = number(512, ">= 1")
+    threads: int = number(1, ">= 0")
     """torch intra-op threads; 0 keeps torch's default. Per-client batches of 16 short clips run
     fastest on one thread (see benchmarks/)."""
     execution: str = "auto"
     """How a round's clients train: cohort (clients of one architecture stacked into one computation,
     engine/cohort.py), sequential (one client after another), or auto (cohort wherever the algorithm
     has a cohort path, the faster one; see benchmarks/README.md). Both give the same numbers."""
-    cohort_chunk: int = 16
+    cohort_chunk: int = number(16, ">= 1")
     """Cohort path: at most this many clients stacked at once. Bounds activation memory; 16 keeps each
     step's tensors in cache and was fastest on CRNN-Base + CRNN-Lite (benchmarks/README.md)."""
-    cohort_workers: int = 0
+    cohort_workers: int = number(0, ">= 0")
     """Cohort path: chunks trained at once on this many threads, each running torch ops on `threads`
     intra-op threads; 0: one per usable core left by `threads`. Numbers do not depend on it. On 2 free
     cores 2 workers ran 1.8x faster than 1, where threads=2 gave 1.36x (benchmarks/README.md)."""
@@ -170,7 +239,7 @@ class TrainConfig:
 
 @dataclass
 class FedProxConfig:
-    mu: float = 0.01
+    mu: float = number(0.01, ">= 0")
     """Proximal weight: local loss + mu/2 * ||w - w_global||^2."""
     form: str = "l2"
     """l2 (Li et al.: mu/2 ||w - w_global||^2) or smooth_l1 (FedKWS-UI's code: mu * the mean over parameter
@@ -179,14 +248,14 @@ class FedProxConfig:
 
 @dataclass
 class FedOptConfig:
-    server_lr: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.99
-    tau: float = 1e-3
+    server_lr: float = number(0.01, "> 0")
+    beta1: float = number(0.9, "[0, 1)")
+    beta2: float = number(0.99, "[0, 1)")
+    tau: float = number(1e-3, "> 0")
     """Adaptivity (epsilon) of FedAdam/FedYogi/FedAdagrad, Reddi et al. 2021."""
-    momentum: float = 0.9
+    momentum: float = number(0.9, "[0, 1)")
     """FedAvgM server momentum."""
-    avgm_server_lr: float = 1.0
+    avgm_server_lr: float = number(1.0, "> 0")
     form: str = "reddi"
     """reddi (Alg. 2 as written: no bias correction, every floating entry stepped) or torch (torch.optim.Adam
     / SGD-momentum on the parameters, buffers averaged: FedKWS-UI's code)."""
@@ -196,10 +265,10 @@ class FedOptConfig:
 class AggregationConfig:
     method: str = "mean"
     """How uploaded models are combined: mean (n_k-weighted, Eq. 3) or lpa (Layer-wise Pruning, Eq. 10-14)."""
-    v_l: float = 0.1
+    v_l: float = number(0.1, "[0, 1)")
     """LPA: fraction of lowest-deviation clients pruned per layer (Eq. 12). The paper gives no value;
     0.1 trims the near-copies of the cohort mean lightly."""
-    v_h: float = 0.2
+    v_h: float = number(0.2, "[0, 1)")
     """LPA: fraction of highest-deviation clients pruned per layer (Eq. 12). The paper gives no value;
     0.2 trims outliers (noisy / mislabelled clients) harder than near-mean ones."""
     layer_unit: str = "module"
@@ -209,25 +278,25 @@ class AggregationConfig:
     """LPA deviation score (aggregation.py `layer_deviation`): raw (Eq. 11 as written), per_step (beyond
     the paper: the update divided by the client's local step count, so clients with more data are not
     ranked as outliers for taking more steps) or cosine (beyond the paper: the update's direction only)."""
-    num_malicious: int = 2
+    num_malicious: int = number(2, ">= 0")
     """Krum, Multi-Krum and Bulyan: f, the number of Byzantine clients the rule tolerates in a cohort
     (Blanchard et al. 2017; El Mhamdi et al. 2018). Bulyan needs a cohort of at least 4f + 3."""
-    trim_fraction: float = 0.2
+    trim_fraction: float = number(0.2, "[0, 0.5)")
     """trimmed_mean: fraction cut at each end of every coordinate, in [0, 0.5) (Yin et al. 2018's beta)."""
-    multikrum_keep: int | None = None
+    multikrum_keep: int | None = number(None, ">= 1")
     """multikrum: how many lowest-score uploads are averaged; None: cohort size - num_malicious."""
-    clip_norm: float = 1.0
+    clip_norm: float = number(1.0, "> 0")
     """norm_bound: each update (upload - global model) is scaled to at most this L2 norm before the
     n_k-weighted mean (Sun et al. 2019, "Can you really backdoor federated learning?")."""
 
 
 @dataclass
 class FedMLACConfig:
-    alpha: float = 0.5
+    alpha: float = number(0.5, "[0, 1]")
     """Eq. 8 weight of CE vs KL for the personalized model."""
-    temperature: float = 1.0
+    temperature: float = number(1.0, "> 0")
     """Distillation temperature (1 = Eq. 7/9 as written)."""
-    plugin_ce_weight: float = 0.0
+    plugin_ce_weight: float = number(0.0, ">= 0")
     """Extra CE weight on the Plug-in loss (0 = Eq. 9 as written)."""
     plugin_model: str = "crnn_lite"
     teacher: str = "pre_update"
@@ -236,18 +305,18 @@ class FedMLACConfig:
     """Mutual learning on; false = `w/o ML` ablation (both models trained on CE alone)."""
     lpa: bool = True
     """Layer-wise Pruning Aggregation on; false = `w/o LPA` ablation (n_k-weighted mean)."""
-    warmup_rounds: int = 0
+    warmup_rounds: int = number(0, ">= 0")
     """Beyond the paper: rounds 1..warmup_rounds train both models on CE alone (as `w/o ML`) before
     mutual learning starts, so the teachers are not pulled toward a near-uniform Plug-in early on."""
-    min_visits: float = 10.0
+    min_visits: float = number(10.0, ">= 0")
     """Warn when a client is expected to train in fewer rounds than this (rounds x fraction)."""
 
 
 @dataclass
 class FedKADConfig:
-    proto_dim: int = 64
+    proto_dim: int = number(64, ">= 1")
     """Shared prototype size that every client's penultimate features are projected to."""
-    align_weight: float = 1.0
+    align_weight: float = number(1.0, ">= 0")
     """Weight of the feature-alignment loss toward global class prototypes."""
 
 
@@ -255,11 +324,11 @@ class FedKADConfig:
 class FedKWSUIConfig:
     """FedKWS-UI (algorithms/fedkwsui.py). Defaults follow the official code where it and the paper differ."""
 
-    local_steps: int = 50
+    local_steps: int = number(50, ">= 1")
     """E: local SGD steps of a client with r_k = 1 / r0 (a cycling, reshuffled loader; paper Sec. 5)."""
-    ls_mu: float = 0.2
+    ls_mu: float = number(0.2, "[0, 1]")
     """Label smoothing mu of Eq. 1."""
-    adv_lambda: float = 0.001
+    adv_lambda: float = number(0.001, ">= 0")
     """lambda of Eq. 3, the weight of the negative distillation of Eq. 2; 0 skips the private phase."""
     adaptive_mu: bool = True
     """true (code): mu_k = ls_mu * (1 - rbar_k); false (paper Eq. 1): the constant ls_mu."""
@@ -271,9 +340,9 @@ class FedKWSUIConfig:
     size_cap: str = "auto"
     """ALT's size normaliser: a number (n_k / cap, capped at 1), max (paper: n_k / max_j n_j) or auto
     (code: 100 / 300 on 12- / 35-class Speech Commands, else max)."""
-    private_ratio: float = 0.2
+    private_ratio: float = number(0.2, "[0, 1]")
     """Private phase: floor(private_ratio * E) + 1 steps on the private head (code)."""
-    g_ratio: float = 0.6
+    g_ratio: float = number(0.6, "(0, 1)")
     """Head widths (code): global projection int(2 h g_ratio), private projection int(2 h (1 - g_ratio))."""
     private: str = "shared"
     """shared (code): the private head is averaged and restarts from the aggregate every round;
@@ -284,15 +353,15 @@ class FedKWSUIConfig:
 
 @dataclass
 class FedMMDConfig:
-    weight: float = 0.01
+    weight: float = number(0.01, ">= 0")
     """lambda of CE + lambda * MMD^2(local, frozen global penultimate features) (official script: 0.01)."""
 
 
 @dataclass
 class CentralConfig:
-    warmup_epochs: int = 5
+    warmup_epochs: int = number(5, ">= 0")
     """`--algorithm central` (FedKWS-UI Table 2's trainer): rounds of linear learning-rate warm-up, lr (t+1)/W."""
-    decay_power: float = 2.0
+    decay_power: float = number(2.0, ">= 0")
     """After warm-up lr (1 - (t - W) / (T - W))^p over the T = train.rounds rounds: 2 is the official code's
     quadratic decay, 1 linear, 0 a constant lr."""
 
@@ -305,30 +374,30 @@ class AttackConfig:
     """none; data poisoning: label_flip (all labels to `target`), label_permute (a seeded permutation of
     the classes), backdoor (a trigger mixed into the audio, relabelled to `target`); model poisoning:
     sign_flip, gaussian, scale (model replacement), little (a colluding "little is enough" shift)."""
-    fraction: float = 0.0
+    fraction: float = number(0.0, "[0, 1]")
     """Share of the clients that are malicious (a seeded choice that holds for the whole run)."""
-    target: int = 0
+    target: int = number(0, ">= 0")
     """Target class of label_flip and backdoor."""
-    poison_ratio: float = 0.5
+    poison_ratio: float = number(0.5, "(0, 1]")
     """backdoor: share of a malicious client's training clips that carry the trigger."""
     trigger: str = "tone"
     """backdoor trigger: tone (a sine burst) or click (an impulse train)."""
-    trigger_amplitude: float = 0.1
+    trigger_amplitude: float = number(0.1, ">= 0")
     """Trigger peak relative to the clip's peak amplitude."""
-    trigger_seconds: float = 0.1
+    trigger_seconds: float = number(0.1, "> 0")
     """Trigger length, placed at the start of the clip."""
-    trigger_hz: float = 4000.0
+    trigger_hz: float = number(4000.0, "> 0")
     """Tone frequency, or clicks per second for the click trigger."""
     measure_backdoor: bool = False
     """Report `attack_success_rate` (the triggered test clips of other classes that the shared model
     assigns to `target`) with any attack.kind, not only the backdoor: for a run with no backdoor it is
     the rate a model that never saw the trigger gives, the baseline the backdoor's rate is read against."""
-    noise_std: float = 1.0
+    noise_std: float = number(1.0, ">= 0")
     """gaussian: standard deviation of the noise sent in place of the update, per coordinate."""
-    boost: float | None = None
+    boost: float | None = number(None, "finite")
     """scale: factor on the update; None: cohort size / malicious clients in it (Bagdasaryan et al.'s
     model replacement with server learning rate 1)."""
-    z: float | None = None
+    z: float | None = number(None, "finite")
     """little: shift in per-coordinate standard deviations; None: Baruch et al. 2019's z_max from the
     cohort size and malicious count."""
 
@@ -341,11 +410,11 @@ class PrivacyConfig:
     """none; central (DP-FedAvg, McMahan et al. 2018: the server clips every update to `clip`, averages
     them unweighted and adds Gaussian noise) or client (each client clips its own update before upload,
     the server adds the same noise)."""
-    clip: float = 1.0
+    clip: float = number(1.0, "> 0")
     """L2 bound C on each client's update."""
-    noise_multiplier: float = 1.0
+    noise_multiplier: float = number(1.0, ">= 0")
     """z: the noise added to the sum of clipped updates has standard deviation z * C."""
-    delta: float = 1e-5
+    delta: float = number(1e-5, "(0, 1)")
     """delta at which epsilon is reported."""
 
 
@@ -355,9 +424,12 @@ class ZeroShotConfig:
 
     scenario: str = "homogeneous"
     """homogeneous (3 users x 10 rounds, Table 1 models) or heterogeneous (10 users x 30 rounds, Table 2)."""
-    rounds: int = 0
-    """Rounds to run; 0: the scenario's own (10 or 30)."""
-    scale: float = 0.0
+    rounds: int = number(0, ">= 0")
+    """Rounds to run; 0: the scenario's own (10 or 30). For --algorithm zeroshot this and train.rounds are one
+    setting: load_config takes whichever a config file, flag or --set gives last (else the scenario's) and
+    saves the count that runs in both, so a saved config.yaml runs it again (an older config.yaml holding
+    train.rounds 50 beside zeroshot.rounds 0 still runs the scenario's rounds)."""
+    scale: float = number(0.0, ">= 0")
     """Multiplies every clip count of the scenario (D0 per class, per-round draws, injections); 0: the
     largest scale <= 1 the dataset's training clips allow (the stand-ins hold fewer clips than the paper)."""
     score_rule: str = "normalized"
@@ -368,14 +440,14 @@ class ZeroShotConfig:
     num_new: str = "oracle"
     """Clusters of new labels per round: oracle (the number of truly new classes reported, the paper's
     "number of clusters = number of new labels") or auto (best medoid silhouette over 1..reports)."""
-    di_betas: list[float] = field(default_factory=lambda: [1.0, 0.1])
+    di_betas: list[float] = number([1.0, 0.1], "> 0")
     """Eq. 2 Dirichlet scales; the impressions of a class are split equally between them."""
-    di_tau: float = 20.0
+    di_tau: float = number(20.0, "> 0")
     """Eq. 3 temperature."""
-    di_lr: float = 0.01
-    di_steps: int = 1500
-    di_batch: int = 100
-    di_per_class: int = 0
+    di_lr: float = number(0.01, "> 0")
+    di_steps: int = number(1500, ">= 1")
+    di_batch: int = number(100, ">= 1")
+    di_per_class: int = number(0, ">= 0")
     """Impressions per reported new class; 0: D0's clips per class."""
     di_merge: str = "mean"
     """mean (the paper's "Average DI": a group's impressions averaged index by index) or concat."""
@@ -394,29 +466,29 @@ class EarlyExitConfig:
     Depths are given on the 12-layer scale of wav2vec 2.0 Base and scaled to the encoder's depth
     (round(d * layers / 12), at least 1), so exits 3,6,9,12 are layers 1,2,3,4 of w2v2_tiny."""
 
-    exits: list[int] = field(default_factory=lambda: [3, 6, 9, 12])
+    exits: list[int] = number([3, 6, 9, 12], "[1, 12]")
     """Layers that carry an independent head."""
     mode: str = "hetero"
     """hetero (a seeded split: `low_fraction` of the clients at `low_depth`, the rest at `high_depth`),
     homo (every client at `depth`) or budget (by memory, see `budgets_mb`)."""
-    depth: int = 12
+    depth: int = number(12, "[1, 12]")
     """Every client's depth when mode=homo."""
-    low_depth: int = 3
-    high_depth: int = 0
+    low_depth: int = number(3, "[1, 12]")
+    high_depth: int = number(0, "[0, 12]")
     """Depth of the high-resource clients; 0: the deepest exit."""
-    low_fraction: float = 0.5
+    low_fraction: float = number(0.5, "[0, 1]")
     aggregation: str = "depth_weighted"
     """depth_weighted (the paper's Eq. 1: weights n_i * L_i over the clients that trained a layer),
     layerwise (weights n_i) or fedavg (full models, untouched layers returned: the paper's baseline)."""
-    eval_exit: int = 0
+    eval_exit: int = number(0, "[0, 12]")
     """The exit of the shared model that selection and the headline test metrics use; 0: the deepest
     client depth (high_depth when hetero, depth when homo). Every exit is evaluated too (val_exit<L>_*, test exit<L>_*)."""
-    budgets_mb: list[float] = field(default_factory=list)
+    budgets_mb: list[float] = number([], "> 0")
     """mode=budget: each client draws its memory budget (MB) from this list (seeded, fixed for the run)
     and trains to the deepest exit whose measured training memory (`fedac memory`) fits it."""
-    budget_seconds: float = 1.0
+    budget_seconds: float = number(1.0, "> 0")
     """mode=budget: clip length of the memory measurement (batch: train.batch_size)."""
-    head_lr: float = 0.0
+    head_lr: float = number(0.0, ">= 0")
     """Learning rate of the exit heads (the paper is silent; a fresh head usually takes a larger rate than
     the pretrained encoder); 0: train.lr, like every other tensor."""
 
@@ -425,7 +497,7 @@ class EarlyExitConfig:
 class Config:
     algorithm: str = "fedavg"
     dataset: str = "speech_commands"
-    seed: int = 0
+    seed: int = number(0, ">= 0")
     out: str | None = None
     """Run directory; None: runs/<timestamp>-<algorithm>-<dataset>-s<seed>."""
     data: DataConfig = field(default_factory=DataConfig)
@@ -497,7 +569,9 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
     return value
 
 
-def _apply(obj: Any, values: dict[str, Any], prefix: str = "") -> None:
+def _apply(obj: Any, values: dict[str, Any], prefix: str = "", given: dict[str, int] | None = None,
+           layer: int = 0) -> None:
+    """Set `values` on `obj`; `given` (if any) records the layer that set each key, a later layer a larger number."""
     hints = _field_types(type(obj))
     for name, value in values.items():
         key = f"{prefix}{name}"
@@ -508,9 +582,11 @@ def _apply(obj: Any, values: dict[str, Any], prefix: str = "") -> None:
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
                 raise ConfigError(f"setting '{key}' is a section; set its fields as {key}.<field>=...")
-            _apply(current, value, key + ".")
+            _apply(current, value, key + ".", given, layer)
         else:
             setattr(obj, name, _coerce(value, hints[name], key))
+            if given is not None:
+                given[key] = layer
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -562,18 +638,56 @@ def load_config(
     **flags: Any,
 ) -> Config:
     """Resolve defaults, the algorithm's defaults (`ALGORITHM_DEFAULTS`, unless `algorithm_defaults` is
-    false), then a YAML file, then keyword flags (e.g. rounds=...), then `key=value` overrides."""
-    cfg = _layered(Config(), path, overrides, flags)
-    if not algorithm_defaults or cfg.algorithm not in ALGORITHM_DEFAULTS:
-        return cfg
-    # The algorithm is known only once every layer is read: start again with its defaults underneath.
-    base = Config()
-    for key, value in ALGORITHM_DEFAULTS[cfg.algorithm].items():
-        _apply(base, _nest(key, value))
-    return _layered(base, path, overrides, flags)
+    false), then a YAML file, then keyword flags (e.g. rounds=...), then `key=value` overrides. Every numeric
+    setting is checked against its declared range before anything runs (ConfigError naming the key)."""
+    given: dict[str, int] = {}
+    cfg = _layered(Config(), path, overrides, flags, given)
+    if algorithm_defaults and cfg.algorithm in ALGORITHM_DEFAULTS:
+        # The algorithm is known only once every layer is read: start again with its defaults underneath.
+        base = Config()
+        for key, value in ALGORITHM_DEFAULTS[cfg.algorithm].items():
+            _apply(base, _nest(key, value))
+        cfg = _layered(base, path, overrides, flags, given)
+    check_ranges(cfg)
+    if cfg.algorithm == "zeroshot":
+        _resolve_zeroshot_rounds(cfg, given)
+    return cfg
 
 
-def _layered(cfg: Config, path: str | Path | None, overrides: list[str] | None, flags: dict[str, Any]) -> Config:
+#: The paper's round count of each zero-shot scenario (Tables 3 and 4): what a zero-shot run trains unless
+#: train.rounds or zeroshot.rounds is given (load_config resolves it into train.rounds).
+SCENARIO_ROUNDS = {"homogeneous": 10, "heterogeneous": 30}
+
+
+def scenario_rounds(name: str) -> int:
+    if name not in SCENARIO_ROUNDS:
+        raise ConfigError(f"zeroshot.scenario must be {' or '.join(SCENARIO_ROUNDS)}, got {name!r}")
+    return SCENARIO_ROUNDS[name]
+
+
+def _resolve_zeroshot_rounds(cfg: Config, given: dict[str, int]) -> None:
+    """Zero-shot runs as many rounds as train.rounds or zeroshot.rounds (not 0) says, whichever the later layer
+    gives, else the scenario's; the count is written back to both so the saved config.yaml repeats it."""
+    zs = cfg.zeroshot
+    asked = {key: value for key, value in (("train.rounds", cfg.train.rounds), ("zeroshot.rounds", zs.rounds))
+             if key in given and value}
+    if not asked:
+        rounds = scenario_rounds(zs.scenario)
+    else:
+        last = max(given[key] for key in asked)
+        counts = {value for key, value in asked.items() if given[key] == last}
+        if len(counts) > 1:
+            where = "one config file" if last == 0 else "the flags"
+            raise ConfigError(f"train.rounds={cfg.train.rounds} and zeroshot.rounds={zs.rounds} disagree in {where}; "
+                              "for --algorithm zeroshot they are one setting: keep one or make them equal")
+        rounds = counts.pop()
+    # Both hold the count, so a saved config.yaml is unambiguous (see _layered on older files).
+    cfg.train.rounds = zs.rounds = rounds
+
+
+def _layered(cfg: Config, path: str | Path | None, overrides: list[str] | None, flags: dict[str, Any],
+             given: dict[str, int]) -> Config:
+    """Apply the config file (layer 0), the flags (1), then each override (2, 3, ...) onto `cfg`."""
     if path is not None:
         path = Path(path)
         if not path.is_file():
@@ -584,13 +698,18 @@ def _layered(cfg: Config, path: str | Path | None, overrides: list[str] | None, 
             raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of settings")
-        _apply(cfg, loaded)
+        _apply(cfg, loaded, given=given, layer=0)
+        section = loaded.get("zeroshot")
+        if isinstance(section, dict) and section.get("rounds") == 0 and given.get("train.rounds") == 0:
+            # A config.yaml saved before zero-shot read train.rounds holds the unused global default there
+            # (50) beside zeroshot.rounds 0 ("the scenario's"): it keeps meaning the scenario's rounds.
+            given.pop("train.rounds")
     for key, value in flags.items():
         if value is not None:
-            _apply(cfg, _nest(key, value))
-    for text in overrides or []:
+            _apply(cfg, _nest(key, value), given=given, layer=1)
+    for layer, text in enumerate(overrides or [], start=2):
         key, value = parse_override(text)
-        _apply(cfg, _nest(key, value))
+        _apply(cfg, _nest(key, value), given=given, layer=layer)
     return cfg
 
 

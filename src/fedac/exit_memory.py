@@ -13,19 +13,21 @@ import csv
 import json
 from pathlib import Path
 
-import torch
-from tqdm import tqdm
-
-from fedac.algorithms.earlyexit import depth_memory
 from fedac.config import ModelConfig, TrainConfig
-from fedac.models.early_exit import build_multi_exit
-from fedac.models.ssl import SIZES
+from fedac.ssl_sizes import SIZES
 
 FRAMES_PER_SECOND = 49  # the wav2vec 2.0 CNN's frame rate at 16 kHz
 
 
 def measure(model_name: str, encoder_path: str | None, kind: str, classes: int, exits: list[int], batch: int,
             seconds: float, optimizer: str, steps: int, progress: bool = True) -> dict:
+    # lazy: start-up time (torch and the encoders load only when `fedac memory` measures, not for --help)
+    import torch
+    from tqdm import tqdm
+
+    from fedac.algorithms.earlyexit import depth_memory
+    from fedac.models.early_exit import build_multi_exit
+
     torch.manual_seed(0)
     options = ModelConfig(name=model_name, encoder_path=encoder_path)
     model = build_multi_exit(model_name, kind, classes, exits, options, 0.0)

@@ -29,6 +29,12 @@ Each row must appear verbatim: `| label | cell | cell | ... |`, a cell being `ke
 
 `fedac report` prints each figure as regenerated; `fedac report --check` exits 1 naming every quote a
 document no longer contains (tests/test_figures.py runs it on this repository).
+
+It also says which quoted results were made by other training code than the current one (version.py:
+results.json's `code_version`, a comparison's summary.json each run's `source_sha256`): a `stale:` line
+with the command that remakes it, a warning only, since a training change in a commit must not fail CI.
+`fedac report --fresh` exits 1 when a result of `RERUN` (the README's default run) is stale or records
+no code: run it before committing a README that quotes it.
 """
 
 from __future__ import annotations
@@ -42,8 +48,14 @@ from typing import Any
 import yaml
 
 from fedac.errors import ConfigError
+from fedac.version import source_sha256
 
 FIGURES = Path("docs/results/figures.yaml")
+
+#: The results that `fedac report --fresh` requires to come from the current training code, with the
+#: command that remakes each: the README's default run, about 90 s on two cores. Other quoted results
+#: (reproductions of hours) are only reported when stale.
+RERUN = {"docs/results/default-run/results.json": "scripts/default_run.sh"}
 
 
 @dataclass
@@ -130,18 +142,80 @@ def collect(root: Path, figures: Path = FIGURES) -> list[Quote]:
     return out
 
 
+def recorded_code(data: Any) -> list[str | None]:
+    """The training-code hashes a result records: results.json's `code_version`, or in a comparison's
+    summary.json each run's `source_sha256` (None for a run that records none); [] when it records none."""
+    if not isinstance(data, dict):
+        return []
+    if isinstance(data.get("code_version"), dict):
+        return [data["code_version"].get("source_sha256")]
+    runs = data.get("runs")
+    if isinstance(runs, dict) and all(isinstance(rs, list) for rs in runs.values()):
+        hashes = [r.get("source_sha256") if isinstance(r, dict) else None for rs in runs.values() for r in rs]
+        return hashes if any(hashes) else []
+    return []
+
+
+def freshness(root: Path, file: str, current: str) -> tuple[str, str]:
+    """("current", "") when `file` was made by the training code whose hash is `current`, else ("stale" or
+    "unrecorded", a line saying why and how to remake it)."""
+    path = root / file
+    if not path.is_file():
+        command = RERUN.get(file, "the command that made it")
+        return "stale", f"stale: {file} does not exist: run `{command}` and commit it"
+    data = json.loads(path.read_text())
+    hashes = recorded_code(data)
+    if hashes and all(h == current for h in hashes):
+        return "current", ""
+    command = RERUN.get(file) or (data.get("command") if isinstance(data, dict) else None)
+    if command is None and (path.parent / "run.json").is_file():
+        command = json.loads((path.parent / "run.json").read_text()).get("command")
+    fix = f"rerun `{command}` and commit it" if command else "rerun the command that made it and commit it"
+    if not hashes:
+        return "unrecorded", f"unrecorded: {file} records no code_version (made before fedac recorded one): {fix}"
+    made_by = ", ".join(sorted({h[:12] if h else "unrecorded" for h in hashes}))
+    version = data.get("code_version") or {}
+    if version.get("git_commit"):
+        dirty = " with uncommitted changes" if version.get("git_dirty") else ""
+        made_by += f" (commit {version['git_commit'][:7]}{dirty})"
+    return "stale", (f"stale: {file} was produced by training code {made_by}; "
+                     f"the current training code is {current[:12]}: {fix}")
+
+
+def quoted_files(root: Path, figures: Path = FIGURES) -> list[str]:
+    entries = yaml.safe_load((root / figures).read_text()) or []
+    return sorted({f for entry in entries for f in entry.get("files") or [entry["file"]]})
+
+
 def cmd_report(args: argparse.Namespace) -> int:
-    quotes = collect(Path(args.root))
+    root = Path(args.root)
+    quotes = collect(root)
     for q in quotes:
         mark = "ok     " if q.found else "MISSING"
         print(f"{mark} {q.doc}: {q.text}\n        from {q.source}")
     missing = [q for q in quotes if not q.found]
     print(f"{len(quotes) - len(missing)} of {len(quotes)} quoted figures match their committed results")
-    return 1 if args.check and missing else 0
+    current = source_sha256()
+    states = {file: freshness(root, file, current) for file in sorted({*quoted_files(root), *RERUN})}
+    # One line each for the stale and for RERUN's; the many results older than code_version, counted.
+    unrecorded = [file for file, (state, _) in states.items() if state == "unrecorded" and file not in RERUN]
+    for file, (state, line) in states.items():
+        if state != "current" and file not in unrecorded:
+            print(line)
+    if unrecorded:
+        print(f"{len(unrecorded)} quoted result files record no code_version (made before fedac recorded one): "
+              "whether their training code is current is unknown")
+    not_fresh = [file for file in RERUN if states[file][0] != "current"]
+    if args.fresh and not_fresh:
+        print(f"--fresh: {', '.join(not_fresh)} must be remade by the current training code ({current[:12]})")
+    return 1 if (args.check and missing) or (args.fresh and not_fresh) else 0
 
 
 def add_report_parser(sub) -> None:
     p = sub.add_parser("report", help="regenerate the README's quoted figures from committed results")
     p.add_argument("--root", default=".", help="repository root (default: the current directory)")
     p.add_argument("--check", action="store_true", help="exit 1 when a document no longer quotes a figure")
+    p.add_argument("--fresh", action="store_true",
+                   help="exit 1 when the default run's result was made by other training code than the current "
+                        "(run before committing a README that quotes it; CI runs --check alone)")
     p.set_defaults(func=cmd_report)

@@ -5,11 +5,12 @@ from __future__ import annotations
 import warnings
 
 import numpy as np
-from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score
 
 
 def classification_metrics(y_true, y_pred) -> dict[str, float]:
     """Accuracy, macro-F1 and UAR. Macro-F1 averages over classes present in truth or prediction."""
+    from sklearn.metrics import accuracy_score, balanced_accuracy_score, f1_score  # lazy: start-up time
+
     y_true, y_pred = np.asarray(y_true), np.asarray(y_pred)
     if len(y_true) == 0:
         return {"accuracy": float("nan"), "macro_f1": float("nan"), "uar": float("nan")}

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from fedac.config import Config
+from fedac.version import code_version
 
 
 def _atomic_write(path: Path, text: str) -> None:
@@ -98,6 +99,9 @@ FINAL_KEYS = {
 
 
 def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
+    """results.json, with the code that made it (version.py); `results` gains that `code_version` too, so
+    what the caller keeps of the run (compare's summary.json) says the same as the file."""
+    results["code_version"] = code_version()
     legend = {k: v for k, v in FINAL_KEYS.items() if k in results.get("final", {})}
     _atomic_write(Path(run_dir) / "results.json", json.dumps(_clean({**results, "legend": legend}), indent=2))
     plot_curves(run_dir, results["history"], f"{cfg.algorithm} on {cfg.dataset} (seed {cfg.seed})")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING
 
-from fedac.algorithms.base import Algorithm, Task
 from fedac.config import Config
 from fedac.errors import ConfigError
+
+if TYPE_CHECKING:  # base imports torch; the registry's names must load without it (`fedac run --help` lists them)
+    from fedac.algorithms.base import Algorithm, Task
 
 ALGORITHMS: dict[str, str] = {
     "fedavg": "fedac.algorithms.fedavg:FedAvg",

@@ -19,17 +19,15 @@ folder's layout (node-config `data-layout`):
 The run's label set comes from the server (it sends the class names with every message). A file whose
 label the run does not know is skipped and counted by label; a file that cannot be decoded is skipped
 and named. Both go into the `DeviceReport`, which the node sends to the server, so nothing crashes on a
-device's odd files. Every file is decoded once to check it; the verdict is cached under the feature cache,
-keyed by the file's path, size and modification time.
+device's odd files. Every file is decoded once to check it (features.undecodable, the check data.on_bad_file=skip
+uses too); the verdict is cached under the feature cache, keyed by the file's path, size and modification time.
 """
 
 from __future__ import annotations
 
 import csv
-import hashlib
 import json
 import logging
-import os
 import shutil
 from collections import Counter
 from dataclasses import dataclass, field
@@ -39,13 +37,12 @@ import soundfile as sf
 
 from fedac.config import Config
 from fedac.data import cremad, gsc, urbansound8k
-from fedac.data.audio import load_audio
-from fedac.data.features import cache_root
+from fedac.data.features import screen_manifest, undecodable
 from fedac.data.layout import cached_stats, finish, shorten
 from fedac.data.manifest import Clip, Manifest
 from fedac.data.partition import partition
 from fedac.data.registry import dataset_spec, load_manifest
-from fedac.errors import AudioError, ConfigError, DatasetError
+from fedac.errors import ConfigError, DatasetError
 
 log = logging.getLogger(__name__)
 
@@ -136,29 +133,6 @@ def _folder_entries(root: Path) -> list[tuple[Path, str]]:
     return [(path, path.parent.name) for path in sorted(root.glob("*/*.wav")) if not path.parent.name.startswith(".")]
 
 
-def _unreadable(paths: list[Path], sample_rate: int, cache_dir: str | None) -> dict[str, str]:
-    """path -> why it cannot be decoded, for the files `load_audio` rejects (verdicts cached by path, size, mtime)."""
-    keys = {}
-    for path in paths:
-        stat = path.stat()
-        keys[str(path)] = f"{path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}|{sample_rate}"
-    digest = hashlib.sha256("\n".join(sorted(keys.values())).encode()).hexdigest()[:24]
-    cached = cache_root(cache_dir) / "devices" / f"checked-{digest}.json"
-    if cached.is_file():
-        return json.loads(cached.read_text())
-    bad = {}
-    for path in paths:
-        try:
-            load_audio(path, sample_rate)
-        except AudioError as exc:
-            bad[str(path)] = str(exc)
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_name(f".{cached.name}.tmp{os.getpid()}")  # the node's ClientApp processes may race
-    tmp.write_text(json.dumps(bad))
-    os.replace(tmp, cached)
-    return bad
-
-
 def read_device(root: str | Path, cfg: Config, classes: list[str], client: str, layout: str = "auto",
                 labels_csv: str | None = None) -> tuple[Manifest, DeviceReport]:
     """The device's usable clips as a Manifest (every clip its own client's training data, labels indexed
@@ -186,7 +160,7 @@ def read_device(root: str | Path, cfg: Config, classes: list[str], client: str, 
             known.append((path, index[label]))
         else:
             report.unknown[label] += 1
-    bad = _unreadable([path for path, _ in known], cfg.features.sample_rate, cfg.data.cache_dir)
+    bad = undecodable([path for path, _ in known], cfg.data.cache_dir)
     report.corrupt = [f"{path}: {reason}" for path, reason in bad.items()]
     clips = [Clip(str(path), label, client, "train", group=str(path)) for path, label in known if str(path) not in bad]
     if report.summary():
@@ -233,13 +207,19 @@ def split_devices(cfg: Config, out: str | Path, progress: bool = True) -> dict:
     from tqdm import tqdm
 
     spec = dataset_spec(cfg.dataset)
-    manifest = load_manifest(cfg, progress)
+    # data.on_bad_file=skip leaves the same clips out as `fedac run`, so the devices get the simulator's partition
+    manifest, bad = screen_manifest(load_manifest(cfg, progress), cfg.data.on_bad_file, cfg.data.cache_dir, progress)
+    if bad:
+        log.warning("split-devices: left out %d audio file(s) that cannot be decoded (data.on_bad_file=skip): %s",
+                    len(bad), shorten(sorted(bad), 3))
     splits = partition(manifest, cfg.data, cfg.seed, spec.default_partition)
     out = Path(out)
     params = {"dataset": manifest.name, "root": str(Path(manifest.root).resolve()), "seed": cfg.seed, "task": cfg.data.task,
               "partition": cfg.data.partition or spec.default_partition, "num_clients": cfg.data.num_clients,
               "alpha": cfg.data.alpha, "max_clients": cfg.data.max_clients, "test_fold": cfg.data.test_fold,
               "min_client_size": cfg.data.min_client_size, "group_by_source": cfg.data.group_by_source}
+    if bad:  # (only then: folders written before this setting existed stay valid)
+        params["bad_files"] = sorted(bad)
     names = [split.name for split in splits]
     try:
         stats = cached_stats(out, params, names)

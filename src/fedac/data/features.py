@@ -36,10 +36,13 @@ from fedac.data.audio import fit_length, load_audio
 from fedac.data.augment import noise_bank, shift_and_noise
 from fedac.data.corrupt import add_white_noise
 from fedac.data.manifest import Manifest
-from fedac.errors import ConfigError
+from fedac.errors import AudioError, ConfigError
 from fedac.seeding import torch_generator
 
-CACHE_VERSION = 1
+#: 2: truncated WAV files are rejected (issue 43); a version-1 cache may hold the features of a cut file.
+CACHE_VERSION = 2
+#: Version of the decode verdicts of `undecodable`: bump it whenever `load_audio` rejects more files.
+VERDICT_VERSION = 1
 
 
 def hz_to_mel(hz: np.ndarray | float) -> np.ndarray:
@@ -129,6 +132,65 @@ class FeatureSet:
 def cache_root(cache_dir: str | None) -> Path:
     base = cache_dir or os.environ.get("FEDAC_HOME") or Path.home() / ".cache" / "fedac"
     return Path(base)
+
+
+def undecodable(paths, cache_dir: str | None, progress: bool = False) -> dict[str, str]:
+    """path -> why `load_audio` rejects it, for each of `paths` that cannot be decoded: the one verdict
+    that data.on_bad_file=skip and device folders act on. Each file is decoded whole at its own rate
+    (the errors do not depend on the rate); the verdicts are cached under the feature cache, keyed by
+    every file's path, size and mtime, so an unchanged dataset is checked once."""
+    paths = sorted({str(p) for p in paths})
+    keys = [f"v{VERDICT_VERSION}"]
+    for path in paths:
+        try:
+            stat = os.stat(path)
+            keys.append(f"{Path(path).resolve()}|{stat.st_size}|{stat.st_mtime_ns}")
+        except OSError:  # missing or a link loop: load_audio says which
+            keys.append(f"{path}|missing")
+    digest = hashlib.sha256("\n".join(keys).encode()).hexdigest()[:24]
+    cached = cache_root(cache_dir) / "checked" / f"audio-{digest}.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())
+
+    def verdict(path: str) -> str | None:
+        try:
+            load_audio(path, sample_rate=None)
+        except AudioError as exc:
+            return str(exc)
+        return None
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        verdicts = list(tqdm(pool.map(verdict, paths), total=len(paths), desc="checking audio", unit="file",
+                             disable=not progress))
+    bad = {path: reason for path, reason in zip(paths, verdicts) if reason is not None}
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_name(f".{cached.name}.tmp{os.getpid()}")  # Flower ClientApp processes may race
+    tmp.write_text(json.dumps(bad))
+    os.replace(tmp, cached)
+    return bad
+
+
+ON_BAD_FILE = ("error", "skip")
+
+
+def screen_manifest(manifest: Manifest, on_bad_file: str, cache_dir: str | None,
+                    progress: bool = False) -> tuple[Manifest, dict[str, str]]:
+    """data.on_bad_file: `error` returns the manifest as it is (its first bad file stops the run where it
+    is decoded, at no cost to a good dataset); `skip` returns it without the clips whose file cannot be
+    decoded (and the verification trials naming one), with path -> reason of those files. Both the
+    features and their cache key then see only the good clips, so a skipped file never enters a cache
+    that a run with on_bad_file=error would reuse."""
+    if on_bad_file not in ON_BAD_FILE:
+        raise ConfigError(f"data.on_bad_file must be one of {', '.join(ON_BAD_FILE)}, got {on_bad_file!r}")
+    if on_bad_file == "error":
+        return manifest, {}
+    decoded = [c.path for c in manifest.clips if c.duration != 0]  # duration 0: a zeroed waveform, never read
+    bad = undecodable(decoded + [p for a, b, _ in manifest.trials for p in (a, b)], cache_dir, progress)
+    if not bad:
+        return manifest, {}
+    clips = [c for c in manifest.clips if c.duration == 0 or c.path not in bad]
+    trials = [t for t in manifest.trials if t[0] not in bad and t[1] not in bad]
+    return replace(manifest, clips=clips, trials=trials), bad
 
 
 def _fingerprint(manifest: Manifest, cfg: FeatureConfig, snr_db: float, noise_seed: int) -> str:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Callable
 
 from fedac.config import Config, DataConfig
-from fedac.data.features import cache_root
 from fedac.data.manifest import Manifest
 from fedac.errors import ConfigError
 
@@ -105,6 +104,8 @@ def dataset_spec(name: str) -> DatasetSpec:
 
 def synthetic_root(cfg: Config) -> Path:
     """Where the embedded stand-in for `cfg.dataset` lives (generated once, then reused)."""
+    from fedac.data.features import cache_root  # lazy: start-up time (features imports torch; DATASETS feeds --help)
+
     size = "-".join(f"{k}{v}" for k, v in sorted(dataset_spec(cfg.dataset).synth_kwargs(cfg.data).items()))
     return cache_root(cfg.data.cache_dir) / "synthetic" / f"{cfg.dataset}-{size}-seed0"
 

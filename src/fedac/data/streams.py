@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedac.config import Config
+from fedac.config import Config, scenario_rounds
 from fedac.data.manifest import Manifest
 from fedac.errors import ConfigError, DatasetError
 from fedac.seeding import numpy_rng
@@ -101,13 +101,13 @@ def build_scenario(dataset: str, name: str, scale: float, seed: int) -> Scenario
                           f"choose one with --dataset")
     old, new, public, (lo, hi), (first, second) = DATASET_CLASSES[dataset]
     stop, go = len(old), len(old) + len(new) - 1  # the first and the second new class (one: the same)
+    rounds = scenario_rounds(name)  # refuses an unknown scenario
     if name == "homogeneous":
         users = ["u1", "u2", "u3"]
         labels = dict(zip(users, TABLE1_LABELS[dataset]))
         archs = {u: {1: m} for u, m in zip(users, TABLE1_MODELS)}
         inject = [("u1", 4, stop, first), ("u2", 4, stop, first), ("u1", 8, stop, second), ("u2", 8, go, second)]
-        rounds = 10
-    elif name == "heterogeneous":
+    else:
         users = [f"u{i}" for i in range(1, 11)]
         labels = dict(zip(users, TABLE1_LABELS[dataset]))
         size, n_old = EXTRA_LABELS[dataset], len(old)
@@ -126,9 +126,6 @@ def build_scenario(dataset: str, name: str, scale: float, seed: int) -> Scenario
         archs["u3"].update({5: "cnn4_softmax"})
         inject = [("u2", 4, stop, first), ("u2", 6, stop, first), ("u4", 3, go, first), ("u4", 7, go, first),
                   ("u6", 3, stop, first), ("u6", 5, stop, first), ("u9", 4, stop, first)]
-        rounds = 30
-    else:
-        raise ConfigError(f"zeroshot.scenario must be homogeneous or heterogeneous, got {name!r}")
     return Scenario(name, old + new, users, rounds, labels, archs,
                     [Injection(u, r, c, _scaled(n, scale)) for u, r, c, n in inject],
                     _scaled(public, scale), (_scaled(lo, scale), _scaled(hi, scale)), num_old=len(old), scale=scale)
@@ -208,8 +205,7 @@ def build_stream(cfg: Config, manifest: Manifest) -> Stream:
                            f"(Speech Commands: use data.task=35)")
     scale = cfg.zeroshot.scale or auto_scale(dataset, manifest)
     scenario = build_scenario(dataset, cfg.zeroshot.scenario, scale, cfg.seed)
-    if cfg.zeroshot.rounds:
-        scenario.rounds = cfg.zeroshot.rounds
+    scenario.rounds = cfg.train.rounds  # load_config's choice: train.rounds / zeroshot.rounds as given, else the preset
     to_task = {manifest.classes.index(n): t for t, n in enumerate(old + new)}
     task_label = {i: to_task[c.label] for i, c in enumerate(manifest.clips) if c.label in to_task}
     train = {t: [i for i, t2 in task_label.items() if t2 == t and manifest.clips[i].split == "train"]

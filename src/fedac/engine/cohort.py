@@ -19,6 +19,8 @@ FedMLAC client steps on top of it. What it provides:
 - `StackedSGD`: torch.optim.SGD's update (momentum, weight decay) on stacked parameters, touching
   only the clients still training.
 - `run_clients`: the engine's dispatch between the sequential path and an algorithm's cohort hook.
+- `client_progress` / `clients_done`: a round's progress (engine/rounds.py) hears of every finished
+  client, whichever path trained it, without the algorithms' hooks passing a callback along.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +45,26 @@ if TYPE_CHECKING:
     from fedac.algorithms.base import Algorithm, ClientData, ClientResult
 
 EXECUTION_MODES = ("auto", "cohort", "sequential")
+
+_clients_done: ContextVar[Callable[[int], None] | None] = ContextVar("fedac_clients_done", default=None)
+
+
+@contextmanager
+def client_progress(callback: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, `callback(n)` hears of every n clients that finish their update (one per
+    client on the sequential paths, a chunk's clients at once on the stacked one), in the caller's thread."""
+    token = _clients_done.set(callback)
+    try:
+        yield
+    finally:
+        _clients_done.reset(token)
+
+
+def clients_done(count: int) -> None:
+    """Report `count` finished clients to the `client_progress` in effect (none: nothing to do)."""
+    callback = _clients_done.get()
+    if callback is not None:
+        callback(count)
 
 
 @dataclass
@@ -153,7 +177,7 @@ def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: It
     workers = cohort_workers(cfg)
     if workers == 1:
         for chunk in chunks:
-            yield from train(chunk)
+            yield from _reported(train(chunk))
         return
     with ThreadPoolExecutor(workers, thread_name_prefix="fedac-cohort") as pool:
         pending: set[Future] = set()
@@ -161,10 +185,16 @@ def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: It
             if len(pending) >= workers:
                 done, pending = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
-                    yield from future.result()
+                    yield from _reported(future.result())
             pending.add(pool.submit(train, chunk))
         for future in as_completed(pending):
-            yield from future.result()
+            yield from _reported(future.result())
+
+
+def _reported(results: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """A finished chunk's results, its clients counted as done (here, in the caller's thread)."""
+    clients_done(len(results))
+    return results
 
 
 def broadcast_params(params: dict[str, torch.Tensor], count: int) -> dict[str, torch.Tensor]:

@@ -2,12 +2,17 @@
 
 Features are computed once (and cached on disk), normalised, and gathered into contiguous tensors per
 client, so rounds never touch the disk, build DataLoaders or copy models.
+
+A clip that cannot be decoded stops the build with an AudioError naming it (data.on_bad_file=error), or
+with data.on_bad_file=skip is left out before anything is computed; the simulator lists such files in the
+run directory's bad_files.txt (`record_bad_files`).
 """
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -17,7 +22,8 @@ from fedac.algorithms.base import ClientData, Task
 from fedac.config import Config
 from fedac.data.corrupt import corrupt_training_labels
 from fedac.data.augment import AugmentedWindows, noise_bank
-from fedac.data.features import FeatureExtractor, FeatureSet, clip_waveforms, load_features, resolve_features
+from fedac.data.features import (FeatureExtractor, FeatureSet, clip_waveforms, load_features, resolve_features,
+                                 screen_manifest)
 from fedac.data.manifest import Manifest
 from fedac.data.partition import ClientSplit, holdout_split, partition
 from fedac.data.registry import dataset_spec, load_manifest
@@ -25,6 +31,26 @@ from fedac.errors import ConfigError, DatasetError
 from fedac.models.ssl import is_ssl_model
 
 log = logging.getLogger(__name__)
+BAD_FILES = "bad_files.txt"
+
+
+def usable_manifest(cfg: Config, progress: bool = True) -> tuple[Manifest, dict[str, str]]:
+    """The dataset's manifest and, with data.on_bad_file=skip, without its undecodable clips (see
+    features.screen_manifest): path -> reason of the files left out."""
+    return screen_manifest(load_manifest(cfg, progress), cfg.data.on_bad_file, cfg.data.cache_dir, progress)
+
+
+def record_bad_files(run_dir: str | Path, data: FederatedData) -> None:
+    """`<run_dir>/bad_files.txt`, one `path<TAB>reason` line per file the run left out, and a warning
+    saying so; no list (and none left from an earlier build) when every file decoded."""
+    path = Path(run_dir) / BAD_FILES
+    if not data.bad_files:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{file}\t{reason}\n" for file, reason in sorted(data.bad_files.items())))
+    log.warning("data.on_bad_file=skip: %d audio file(s) cannot be decoded and are left out of the run; "
+                "the list is in %s", len(data.bad_files), path)
 
 
 @dataclass
@@ -56,6 +82,8 @@ class FederatedData:
     test: EvalSplit
     extra_test: dict[str, EvalSplit] = field(default_factory=dict)
     """Further test splits reported as `<name>_<metric>` (LibriSpeech test_other, VoxCeleb1 asv trials)."""
+    bad_files: dict[str, str] = field(default_factory=dict)
+    """data.on_bad_file=skip: path -> reason of the audio files left out because they cannot be decoded."""
 
     def client(self, name: str) -> ClientData:
         return self._by_name[name]
@@ -119,7 +147,7 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
         from fedac.engine.waveform import build_waveform_data  # it imports this module
 
         return build_waveform_data(cfg, progress)
-    manifest = load_manifest(cfg, progress)
+    manifest, bad = usable_manifest(cfg, progress)
     if manifest.kind != "classification":
         raise ConfigError(f"dataset {cfg.dataset} is a {manifest.kind} task, which needs an SSL encoder: "
                           f"--set model.name=w2v2_tiny (or w2v2_s, w2v2_m, w2v2_base); model.name={cfg.model.name} is a classifier")
@@ -148,7 +176,7 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
         extra["clean"] = _eval_split(model_input(clean.features, cfg), _rows_by_clip(clean, len(manifest.clips)),
                                      manifest, "test")
     return FederatedData(task, manifest, clients, _eval_split(x, rows_of, manifest, "val"),
-                         _eval_split(x, rows_of, manifest, "test"), extra)
+                         _eval_split(x, rows_of, manifest, "test"), extra, bad)
 
 
 def _augmented(client: ClientData, split: ClientSplit, manifest: Manifest, cfg: Config) -> ClientData:
@@ -167,11 +195,13 @@ def build_eval_data(cfg: Config, progress: bool = True) -> FederatedData:
     server needs when its clients are devices holding their own audio. Training clips are never decoded."""
     full = load_manifest(cfg, progress)
     manifest = Manifest(full.name, full.root, full.classes, [c for c in full.clips if c.split in ("val", "test")])
+    manifest, bad = screen_manifest(manifest, cfg.data.on_bad_file, cfg.data.cache_dir, progress)
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
     x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     task = Task(int(x.shape[1]), manifest.num_classes, [])
-    return FederatedData(task, manifest, [], _eval_split(x, rows_of, manifest, "val"), _eval_split(x, rows_of, manifest, "test"))
+    return FederatedData(task, manifest, [], _eval_split(x, rows_of, manifest, "val"), _eval_split(x, rows_of, manifest, "test"),
+                         bad_files=bad)
 
 
 def build_device_client(cfg: Config, manifest: Manifest, name: str, progress: bool = False) -> ClientData:

@@ -18,16 +18,16 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
 
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult
 from fedac.attacks import Attack
 from fedac.config import Config, save_config
 from fedac.engine.checkpoint import load_checkpoint, save_checkpoint
-from fedac.engine.cohort import check_execution, run_clients
-from fedac.engine.data import FederatedData, build_federated_data
+from fedac.engine.cohort import check_execution, clients_done, run_clients
+from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
 from fedac.engine.evaluate import evaluate, kws_rates, selection_score, window_accuracy
+from fedac.engine.rounds import RoundLoop
 from fedac.engine.runtime import configure_process
 from fedac.errors import CheckpointError, ConfigError
 from fedac.metrics import mean_std
@@ -76,7 +76,9 @@ def train_client(algorithm: Algorithm, payload: Any, state: Any, data: ClientDat
     from a derived generator and dropout from the global RNG seeded the same way. Every runtime
     (simulator, Flower ClientApp) calls this, so they produce the same numbers."""
     torch.manual_seed(derive_seed(seed, "dropout", round_idx, data.name))
-    return algorithm.client_update(payload, state, data, round_idx, torch_generator(seed, "batches", round_idx, data.name))
+    result = algorithm.client_update(payload, state, data, round_idx, torch_generator(seed, "batches", round_idx, data.name))
+    clients_done(1)  # the round's progress bar (engine/rounds.py), whichever path called this
+    return result
 
 
 def tagged(views: dict[str, dict[str, float]], prefix: str = "", suffix: str = "") -> dict[str, float]:
@@ -95,6 +97,7 @@ class Simulator:
         configure_process(cfg.train)
         check_execution(cfg.train.execution)
         self.data = data or build_federated_data(cfg, progress)
+        record_bad_files(self.run_dir, self.data)  # data.on_bad_file=skip: the files left out
         self.algorithm: Algorithm = build_algorithm(cfg, self.data.task)
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
         if self.holds_clients and not self.trainable:
@@ -103,8 +106,9 @@ class Simulator:
         self.attack = Attack(cfg, [c.name for c in self.data.clients])
         self.data = self.attack.poison_data(self.data)
         self.attack.prepare_success_rate(self.data)
-        cohort = len(sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, 1)) if self.trainable else 0
-        self.privacy = Privacy(cfg, len(self.trainable), cohort)  # (a device-mode server holds no clients)
+        # the clients of every round (the size depends on the fraction and the client count only)
+        self.cohort_size = len(sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, 1)) if self.trainable else 0
+        self.privacy = Privacy(cfg, len(self.trainable), self.cohort_size)  # (a device-mode server holds no clients)
 
     # --- state ---------------------------------------------------------------------------------
     def _fresh_state(self) -> dict[str, Any]:
@@ -203,7 +207,8 @@ class Simulator:
         """Train all rounds (continuing from the checkpoint when resume) and write the run directory.
 
         `stop_after` ends the process-like run after that round without final evaluation, as a kill
-        would (used to test resume); it returns None then.
+        would (used to test resume); it returns None then. SIGINT / SIGTERM end it at a round boundary
+        with a checkpoint, raising RunInterrupted (engine/rounds.py).
         """
         cfg = self.cfg
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -220,29 +225,30 @@ class Simulator:
         self.resumed_from, self.rounds_trained = state["round"], 0
         started = time.perf_counter() - state["wall_seconds"]
         rounds = cfg.train.rounds
-        bar = tqdm(total=rounds, initial=state["round"], desc=f"{cfg.algorithm} rounds", unit="round",
-                   disable=not self.progress)
-        for round_idx in range(state["round"] + 1, rounds + 1):
-            row = {"round": float(round_idx), **self.run_round(state, round_idx)}
-            self.rounds_trained += 1
-            if round_idx % cfg.train.eval_every == 0 or round_idx == rounds:
-                self._evaluate_round(state, round_idx, row)
-                row["wall_seconds"] = time.perf_counter() - started
-                state["history"].append(row)
-                write_history(self.run_dir, state["history"])
-                shown = {k: f"{row[k]:.3f}" for k in ("val_accuracy", "val_wer", "local_accuracy", "train_loss") if k in row}
-                bar.set_postfix(shown)
-            state["round"] = round_idx
-            state["wall_seconds"] = time.perf_counter() - started
-            if round_idx % cfg.train.checkpoint_every == 0 or round_idx == rounds:
-                save_checkpoint(self.run_dir, state)
-            bar.update(1)
-            if stop_after is not None and round_idx >= stop_after:
-                bar.close()
-                return None
-        bar.close()
-        self.state = state
-        results = self.final_results(state)
+        with RoundLoop(self.run_dir, rounds, state["round"], f"{cfg.algorithm} rounds", self.progress,
+                       state["round"] if resume else None) as loop:
+            for round_idx in range(state["round"] + 1, rounds + 1):
+                evaluated = round_idx % cfg.train.eval_every == 0 or round_idx == rounds
+                with loop.round(round_idx, self.cohort_size):  # (a second signal abandons the round in here)
+                    row = {"round": float(round_idx), **self.run_round(state, round_idx)}
+                    if evaluated:
+                        self._evaluate_round(state, round_idx, row)
+                self.rounds_trained += 1
+                if evaluated:
+                    row["wall_seconds"] = time.perf_counter() - started
+                    state["history"].append(row)
+                    write_history(self.run_dir, state["history"])
+                    shown = {k: f"{row[k]:.3f}" for k in ("val_accuracy", "val_wer", "local_accuracy", "train_loss") if k in row}
+                    loop.bar.set_postfix(shown)
+                state["round"] = round_idx
+                state["wall_seconds"] = time.perf_counter() - started
+                loop.end_round(round_idx, lambda: save_checkpoint(self.run_dir, state),
+                               boundary=round_idx % cfg.train.checkpoint_every == 0 or round_idx == rounds)
+                if stop_after is not None and round_idx >= stop_after:
+                    return None
+            loop.finishing()
+            self.state = state
+            results = self.final_results(state)
         results["wall_seconds"] = time.perf_counter() - started
         results["resumed_from"], results["rounds_trained"] = self.resumed_from, self.rounds_trained
         write_results(self.run_dir, results, cfg)

@@ -26,8 +26,6 @@ from typing import Any
 
 import numpy as np
 import torch
-from tqdm import tqdm
-
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Task
 from fedac.algorithms.zeroshot import StreamClientData, ZeroShotFL, labelled_accuracy
@@ -38,6 +36,7 @@ from fedac.data.streams import NEW_ID, build_stream
 from fedac.engine.checkpoint import open_run, save_checkpoint
 from fedac.engine.cohort import cohort_workers
 from fedac.engine.data import _gather, _rows_by_clip, normalize
+from fedac.engine.rounds import RoundLoop
 from fedac.engine.runtime import configure_process
 from fedac.engine.simulator import all_finite, train_client
 from fedac.errors import ConfigError
@@ -176,7 +175,6 @@ class StreamRunner:
         row.update({f"test_{k}": v for k, v in self.split_metrics(server, "test").items()})
         row.update(self.grouping_metrics(server))
         row["labels"] = float(server["scores"].shape[1])
-        self.save_impressions(round_idx)
         return row
 
     def save_impressions(self, round_idx: int) -> None:
@@ -193,29 +191,30 @@ class StreamRunner:
         torch.save(record, folder / f"round{round_idx}.pt")
 
     def run(self, resume: bool = False, stop_after: int | None = None) -> dict[str, Any] | None:
-        """All rounds of the scenario (from the checkpoint when resume); None when stopped by stop_after."""
+        """All rounds of the scenario (from the checkpoint when resume); None when stopped by stop_after.
+        SIGINT / SIGTERM end it at a round boundary, raising RunInterrupted (engine/rounds.py)."""
         cfg = self.cfg
         state = open_run(self.run_dir, cfg, resume, lambda: {"round": 0, "server": self.algorithm.init_server(),
                                                              "history": [], "wall_seconds": 0.0})
         resumed_from = state["round"]
         started = time.perf_counter() - state["wall_seconds"]
         rounds = self.scenario.rounds
-        bar = tqdm(total=rounds, initial=state["round"], desc=f"zeroshot {self.scenario.name}", unit="round",
-                   disable=not self.progress)
-        for round_idx in range(state["round"] + 1, rounds + 1):
-            row = {"round": float(round_idx), **self.run_round(state, round_idx)}
-            row["wall_seconds"] = time.perf_counter() - started
-            state["history"].append(row)
-            write_history(self.run_dir, state["history"])
-            state["round"], state["wall_seconds"] = round_idx, time.perf_counter() - started
-            save_checkpoint(self.run_dir, state)
-            bar.set_postfix({k: f"{row[k]:.3f}" for k in ("local_acc", "global_acc", "test_accuracy")})
-            bar.update(1)
-            if stop_after is not None and round_idx >= stop_after:
-                bar.close()
-                return None
-        bar.close()
-        results = self.final_results(state)
+        with RoundLoop(self.run_dir, rounds, state["round"], f"zeroshot {self.scenario.name}", self.progress,
+                       state["round"] if resume else None) as loop:
+            for round_idx in range(state["round"] + 1, rounds + 1):
+                with loop.round(round_idx, len(self.scenario.users)):
+                    row = {"round": float(round_idx), **self.run_round(state, round_idx)}
+                self.save_impressions(round_idx)  # (with the round's writes, which a signal does not cut)
+                row["wall_seconds"] = time.perf_counter() - started
+                state["history"].append(row)
+                write_history(self.run_dir, state["history"])
+                state["round"], state["wall_seconds"] = round_idx, time.perf_counter() - started
+                loop.bar.set_postfix({k: f"{row[k]:.3f}" for k in ("local_acc", "global_acc", "test_accuracy")})
+                loop.end_round(round_idx, lambda: save_checkpoint(self.run_dir, state), boundary=True)
+                if stop_after is not None and round_idx >= stop_after:
+                    return None
+            loop.finishing()
+            results = self.final_results(state)
         results["wall_seconds"] = time.perf_counter() - started
         results["resumed_from"], results["rounds_trained"] = resumed_from, rounds - resumed_from
         write_results(self.run_dir, results, cfg)

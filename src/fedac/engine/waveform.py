@@ -22,7 +22,6 @@ import hashlib
 import json
 import logging
 import os
-from pathlib import Path
 
 import torch
 from tqdm import tqdm
@@ -34,16 +33,16 @@ from fedac.data.corrupt import corrupt_training_labels
 from fedac.data.features import cache_root
 from fedac.data.manifest import SPLITS, Clip, Manifest
 from fedac.data.partition import partition
-from fedac.data.registry import dataset_spec, load_manifest
+from fedac.data.registry import dataset_spec
 from fedac.data.text import encode
 from fedac.data.waveform import Padded, load_waveform
-from fedac.engine.data import EvalSplit, FederatedData
+from fedac.engine.data import EvalSplit, FederatedData, usable_manifest
 from fedac.errors import ConfigError, DatasetError
 from fedac.models.ssl import build_encoder, cnn_fingerprint, cnn_frames
 from fedac.seeding import derive_seed
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: truncated WAV files are rejected (issue 43); a version-1 cache may hold a cut file's frames
 
 
 def frozen_cnn(cfg: Config) -> torch.nn.Module:
@@ -119,7 +118,7 @@ def build_waveform_data(cfg: Config, progress: bool = True) -> FederatedData:
         raise ConfigError(f"algorithm '{cfg.algorithm}' keeps CRNN client models, which read MFCC windows, not the "
                           f"waveforms of model.name={cfg.model.name}; use fedavg, fedprox, fedadam, fedyogi, fedadagrad "
                           "or fedavgm with SSL encoders")
-    manifest = load_manifest(cfg, progress)
+    manifest, bad = usable_manifest(cfg, progress)
     cnn = frozen_cnn(cfg) if cfg.model.freeze_cnn else None
     inputs = clip_inputs(manifest.clips, cfg, cnn, manifest.name, progress)
     empty_shape = tuple(inputs[0].shape[1:]) if inputs else ()
@@ -142,4 +141,4 @@ def build_waveform_data(cfg: Config, progress: bool = True) -> FederatedData:
     num_features = int(empty_shape[0]) if empty_shape else 1
     task = Task(num_features, manifest.num_classes, [c.name for c in clients], kind=manifest.kind)
     return FederatedData(task, manifest, clients, _eval_split(manifest, inputs, "val", empty_shape),
-                         _eval_split(manifest, inputs, "test", empty_shape), extra_test=extra)
+                         _eval_split(manifest, inputs, "test", empty_shape), extra_test=extra, bad_files=bad)

@@ -1,0 +1,174 @@
+"""What the round loops of simulator.py and streams.py share: the progress of the rounds (with a bar of
+the clients inside a slow round and a time estimate after the first one), and SIGINT / SIGTERM that
+lose nothing.
+
+Signals, while a `RoundLoop` is open in the main thread:
+- the first asks the run to stop at the end of the round under way: the round finishes, a checkpoint of
+  that round boundary is written (the state a `train.checkpoint_every` checkpoint holds there, so the
+  resumed run stays bit-exact) and `RunInterrupted` ends the run;
+- a second one during the round's computation abandons it: nothing of that round is written, and the
+  last checkpoint on disk is where a resume starts. The round's writes (metrics.csv, the checkpoint)
+  are never cut: a second signal then changes nothing;
+- after the last round (final evaluation) every round is checkpointed, so a signal ends the run at once.
+Python runs signal handlers in the main thread between bytecodes: the cohort's worker threads and
+torch's intra-op threads never see them, and a stop request only sets a flag that the loop reads at the
+round boundary. Abandoning waits for the cohort chunks already on worker threads (threads cannot be
+killed); further signals meanwhile only say so, and the one-line message stays the last word. The
+previous handlers come back when the loop closes (a signal that was ignored when it opened, e.g. SIGINT
+of a background job, stays ignored).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from tqdm import tqdm
+
+from fedac.engine.cohort import client_progress
+from fedac.errors import RunInterrupted
+
+SIGNALS = (signal.SIGINT, signal.SIGTERM)
+#: A round slower than this shows a bar of its clients (tqdm's `delay`): fast rounds print nothing more.
+CLIENT_BAR_DELAY_S = 2.0
+#: After the first round, a run expected to take longer than this says how long (and how to stop it).
+ESTIMATE_ABOVE_S = 300.0
+
+
+class _Abandon(BaseException):
+    """Raised by the handler to cut work short; a BaseException, so no `except Exception` on the way
+    swallows it. The loop turns it into `RunInterrupted`."""
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds / 60:.0f} min" if seconds < 7200 else f"{seconds / 3600:.1f} h"
+
+
+class RoundLoop:
+    """The rounds start+1..rounds of one run, as a context manager around the round loop:
+
+        with RoundLoop(run_dir, rounds, start, desc, progress, checkpointed) as loop:
+            for r in range(start + 1, rounds + 1):
+                with loop.round(r, clients):   # the round's computation: a second signal abandons it
+                    ...
+                ...                            # the round's writes (history, metrics.csv)
+                loop.end_round(r, save, boundary)   # checkpoint; a signal ends the run here
+            loop.finishing()                   # final evaluation: a signal ends the run at once
+
+    `checkpointed`: the round of the checkpoint on disk when the loop opens (None: there is none)."""
+
+    def __init__(self, run_dir: str | Path, rounds: int, start: int, desc: str, progress: bool,
+                 checkpointed: int | None):
+        self.run_dir, self.rounds, self.start, self.desc, self.progress = Path(run_dir), rounds, start, desc, progress
+        self.checkpointed = checkpointed
+        self.completed = start
+        """The last round whose state is complete in memory."""
+        self.signum: int | None = None
+        """The first signal received (a stop is requested)."""
+        self.current = start + 1
+        """The round under way (or the next one)."""
+        self.cutting: str | None = None
+        """What a second signal would abandon now (None: writes under way, nothing may be cut)."""
+        self.abandoned: str | None = None
+        """What a signal cut short."""
+        self.final = False
+        self._pending_save: Callable[[], None] | None = None
+        self._previous: dict[int, object] = {}
+        self._round_started = 0.0
+        self.bar: tqdm | None = None
+
+    # --- context ----------------------------------------------------------------------------------
+    def __enter__(self) -> RoundLoop:
+        self.bar = tqdm(total=self.rounds, initial=self.start, desc=self.desc, unit="round", disable=not self.progress)
+        if threading.current_thread() is threading.main_thread():  # (signal.signal works there only)
+            for sig in SIGNALS:
+                previous = signal.getsignal(sig)
+                if previous not in (signal.SIG_IGN, None):  # (None: a handler set outside Python, not restorable)
+                    self._previous[sig] = signal.signal(sig, self._on_signal)
+        return self
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        self._restore()
+        self.bar.close()
+        if kind is _Abandon:
+            raise RunInterrupted(self.run_dir, self.checkpointed, self.rounds, self.signum, self.abandoned) from None
+        return False
+
+    def _restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
+
+    def _on_signal(self, signum: int, frame) -> None:
+        # os.write: a print here could re-enter the stderr buffer that the interrupted code is writing
+        if self.abandoned is not None:
+            os.write(2, f"\nfedac: already stopping (kill -9 {os.getpid()} ends it at once)\n".encode())
+            return
+        if self.final or (self.signum is not None and self.cutting is not None):
+            self.signum = self.signum or signum
+            self.abandoned = "the final evaluation" if self.final else self.cutting
+            raise _Abandon
+        if self.signum is not None:
+            return  # a stop is under way and the round's writes are not cut
+        self.signum = signum
+        name = signal.Signals(signum).name
+        again = "Ctrl-C" if signum == signal.SIGINT else name
+        os.write(2, f"\nfedac: {name}: stopping at the end of round {self.current} with a checkpoint "
+                    f"(another {again} abandons the round)\n".encode())
+
+    # --- rounds -----------------------------------------------------------------------------------
+    @contextmanager
+    def round(self, round_idx: int, clients: int) -> Iterator[None]:
+        """The computation of one round: a bar of its `clients` (shown once the round takes longer than
+        CLIENT_BAR_DELAY_S; engine/cohort.py `clients_done` advances it) and the window in which a second
+        signal abandons the round."""
+        self._stop_if_asked()
+        self.current = round_idx
+        self._round_started = time.perf_counter()
+        inner = tqdm(total=clients, desc=f"round {round_idx}", unit="client", leave=False, delay=CLIENT_BAR_DELAY_S,
+                     disable=not self.progress)
+        self.cutting = f"round {round_idx} of {self.rounds}, which was abandoned"
+        try:
+            with client_progress(inner.update):
+                yield
+        finally:
+            self.cutting = None
+            inner.close()
+
+    def end_round(self, round_idx: int, save: Callable[[], None], boundary: bool) -> None:
+        """After round `round_idx` and its writes: `save()` its checkpoint when it is a checkpoint
+        boundary, advance the bar, give the estimate after the first round, and end the run here when a
+        signal asked (saving the checkpoint of this boundary first)."""
+        self.completed = round_idx
+        self._pending_save = save
+        if boundary:
+            self._save()
+        self.bar.update(1)
+        if round_idx == self.start + 1 and self.progress:
+            took = time.perf_counter() - self._round_started
+            left = self.rounds - round_idx
+            if took * left > ESTIMATE_ABOVE_S:
+                tqdm.write(f"round {round_idx} took {took:.1f} s; {left} more round{'s' if left > 1 else ''}: about {_duration(took * left)} "
+                           f"(Ctrl-C stops cleanly at the end of a round; the run resumes from there)")
+        self._stop_if_asked()
+
+    def finishing(self) -> None:
+        """Every round is trained and checkpointed: from here a signal ends the run at once."""
+        self._stop_if_asked()
+        self.final = True
+
+    def _save(self) -> None:
+        if self.checkpointed != self.completed:
+            self._pending_save()
+            self.checkpointed = self.completed
+
+    def _stop_if_asked(self) -> None:
+        if self.signum is None or self.completed == self.start:
+            return  # (a signal before the first round ends in that round's end)
+        self._save()
+        raise RunInterrupted(self.run_dir, self.checkpointed, self.rounds, self.signum)

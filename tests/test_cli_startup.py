@@ -1,0 +1,47 @@
+"""`fedac --help` starts fast (issue 43): building the parser loads none of the heavy libraries, and
+`fedac run --help` / `fedac compare --help` name every registered algorithm and dataset.
+
+Start-up is checked by what gets imported, not by wall time, so machine load cannot fool the test."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+
+import pytest
+
+from fedac.algorithms import ALGORITHMS
+from fedac.cli import main
+from fedac.data.registry import DATASETS
+
+HEAVY = ("torch", "scipy", "sklearn", "matplotlib", "transformers", "flwr")
+
+
+def test_building_the_parser_imports_no_heavy_library():
+    probe = ("import json, sys, fedac.cli; fedac.cli.build_parser(); "
+             f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {set(HEAVY)!r})))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    assert json.loads(done.stdout) == []
+
+
+def _help(capsys, monkeypatch, *command: str) -> str:
+    monkeypatch.setenv("COLUMNS", "400")  # one line per option: no name is wrapped apart
+    with pytest.raises(SystemExit) as exit_info:
+        main([*command, "--help"])
+    assert exit_info.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["run", "compare"])
+def test_help_names_every_algorithm_and_dataset(command, capsys, monkeypatch):
+    text = _help(capsys, monkeypatch, command)
+    words = set(re.findall(r"[\w-]+", text))
+    assert set(ALGORITHMS) <= words, set(ALGORITHMS) - words
+    assert set(DATASETS) <= words, set(DATASETS) - words
+
+
+def test_run_help_lists_the_algorithms_in_one_option(capsys, monkeypatch):
+    line = next(row for row in _help(capsys, monkeypatch, "run").splitlines() if row.strip().startswith("--algorithm"))
+    assert f"one of {', '.join(ALGORITHMS)} (default fedavg)" in line
