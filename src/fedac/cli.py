@@ -8,6 +8,7 @@ and each command loads what it needs when it runs.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -168,6 +169,26 @@ def cmd_split_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_pretrain(args: argparse.Namespace) -> int:
+    import torch  # lazy: start-up time
+
+    from fedac.pretrain import default_out, pretrain  # lazy: start-up time
+    from fedac.pretrain_settings import settings_from_args
+
+    torch.set_num_threads(args.threads)
+    s = settings_from_args(args)
+    out = Path(args.out) if args.out else default_out(s)
+    done = pretrain(s, out, progress=not args.quiet, stop_after=args.stop_after, argv=args.argv)
+    if done is None:
+        print(f"stopped after step {args.stop_after}; the same command continues from {out / 'state.pt'}")
+        return 0
+    summary = json.loads((out / "pretrain.json").read_text())
+    print(f"encoder in {out} ({summary['parameters']:,} parameters, {summary['wall_seconds']:.0f} s, "
+          f"mean loss of the last 100 steps {summary['final_loss_mean_last_100']:.3f}, sha256 {summary['sha256'][:16]}...)")
+    print(f"use it with: fedac run --set model.name={s.model} --set model.encoder_path={out}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedac", description="Federated audio classification.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -183,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_compare_parser(sub)
     add_reproduce_parser(sub)
     add_report_parser(sub)
-    add_pretrain_parser(sub)
+    add_pretrain_parser(sub, cmd_pretrain)
     add_memory_parser(sub)
 
     models = sub.add_parser("models", help="list the model zoo with parameter counts")

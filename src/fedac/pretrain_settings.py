@@ -7,9 +7,7 @@ Kept apart from pretrain.py, which loads torch, transformers and the feature pip
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 from fedac.errors import ConfigError
 from fedac.ssl_sizes import SIZES
@@ -50,26 +48,8 @@ def settings_from_args(args: argparse.Namespace) -> PretrainSettings:
     return PretrainSettings(**{k: getattr(args, k) for k in asdict(PretrainSettings()) if getattr(args, k, None) is not None})
 
 
-def cmd_pretrain(args: argparse.Namespace) -> int:
-    import torch  # lazy: start-up time
-
-    from fedac.pretrain import default_out, pretrain  # lazy: start-up time
-
-    torch.set_num_threads(args.threads)
-    s = settings_from_args(args)
-    out = Path(args.out) if args.out else default_out(s)
-    done = pretrain(s, out, progress=not args.quiet, stop_after=args.stop_after, argv=args.argv)
-    if done is None:
-        print(f"stopped after step {args.stop_after}; the same command continues from {out / 'state.pt'}")
-        return 0
-    summary = json.loads((out / "pretrain.json").read_text())
-    print(f"encoder in {out} ({summary['parameters']:,} parameters, {summary['wall_seconds']:.0f} s, "
-          f"mean loss of the last 100 steps {summary['final_loss_mean_last_100']:.3f}, sha256 {summary['sha256'][:16]}...)")
-    print(f"use it with: fedac run --set model.name={s.model} --set model.encoder_path={out}")
-    return 0
-
-
-def add_pretrain_parser(sub) -> None:
+def add_pretrain_parser(sub, func) -> None:
+    """`fedac pretrain`; `func` (cli.cmd_pretrain) runs it, so this module never imports the heavy trainer."""
     p = sub.add_parser("pretrain", help="pretrain a small wav2vec 2.0-style encoder on synthetic speech (HF format)")
     defaults = PretrainSettings()
     for name, value in asdict(defaults).items():
@@ -79,4 +59,4 @@ def add_pretrain_parser(sub) -> None:
     p.add_argument("--stop-after", type=int, metavar="N", help="stop after step N as if killed (testing resume)")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: small models run fastest)")
     p.add_argument("--quiet", action="store_true")
-    p.set_defaults(func=cmd_pretrain)
+    p.set_defaults(func=func)
