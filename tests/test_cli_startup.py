@@ -26,6 +26,16 @@ def test_building_the_parser_imports_no_heavy_library():
     assert json.loads(done.stdout) == []
 
 
+def test_a_bad_setting_is_refused_before_any_heavy_import(tmp_path):
+    """`fedac run --rounds -1` answers at once: the settings are checked before the engine (torch) loads."""
+    probe = ("import json, sys, fedac.cli; code = fedac.cli.main(['run', '--rounds', '-1']); "
+             f"print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')[0] in {set(HEAVY)!r})]))")
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path)
+    assert json.loads(done.stdout.splitlines()[-1]) == [2, []]
+    assert "train.rounds must be >= 1, got -1" in done.stderr
+    assert not (tmp_path / "runs").exists()
+
+
 def _help(capsys, monkeypatch, *command: str) -> str:
     monkeypatch.setenv("COLUMNS", "400")  # one line per option: no name is wrapped apart
     with pytest.raises(SystemExit) as exit_info:

@@ -53,10 +53,6 @@ def default_run_dir(cfg: Config) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    # lazy: start-up time (the engine loads torch); zeroshot swaps this pair for its own below
-    from fedac.engine.simulator import Simulator
-    from fedac.report import final_table
-
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
@@ -72,8 +68,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             # Re-running a saved config.yaml must not overwrite the run it came from.
             run_dir = default_run_dir(cfg)
         cfg.out = str(run_dir)
+    # lazy, after the settings are checked: a bad setting is refused before torch loads (start-up time)
     if cfg.algorithm == "zeroshot":  # streaming rounds (new users' data every round): their own driver
         from fedac.engine.streams import StreamRunner as Simulator, zeroshot_table as final_table
+    else:
+        from fedac.engine.simulator import Simulator
+        from fedac.report import final_table
     results = Simulator(cfg, run_dir, progress=not args.quiet).run(resume=bool(args.resume), stop_after=args.stop_after)
     if results is None:
         print(f"stopped after round {args.stop_after}; continue with: fedac run --resume {run_dir}")
