@@ -250,8 +250,8 @@ def part_vmap(args) -> dict:
     formulation (models/stacked.py) and a loop over the clients' nn.Modules."""
     from torch.func import functional_call, grad, stack_module_state, vmap
 
-    from fedac.algorithms.local import cross_entropy
-    from fedac.engine.cohort import grads_of, leaves
+    from fedac.training.local import cross_entropy
+    from fedac.training.cohort import grads_of, leaves
     from fedac.models.stacked import stacked_model
 
     out = {}

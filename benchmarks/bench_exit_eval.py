@@ -44,7 +44,7 @@ def workload(kind: str, clips: int, seconds: float):
 
 
 def main() -> None:
-    from fedac.engine.evaluate import evaluate, evaluate_exits
+    from fedac.training.evaluate import evaluate, evaluate_exits
 
     parser = argparse.ArgumentParser()
     parser.add_argument("--clips", type=int, default=256)

@@ -34,7 +34,7 @@ import torch
 
 from fedac.algorithms import zeroshot
 from fedac.config import load_config
-from fedac.engine.cohort import cohort_workers
+from fedac.training.cohort import cohort_workers
 from fedac.engine.streams import StreamRunner
 from fedac.seeding import numpy_rng, torch_generator
 

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cohort import RESULTS, fedac_round, interleave, simulator, summarize  # noqa: E402
 
-from fedac.algorithms.local import cycling_batches  # noqa: E402
+from fedac.training.local import cycling_batches  # noqa: E402
 from fedac.config import load_config  # noqa: E402
 from fedac.engine.data import build_federated_data  # noqa: E402
 from fedac.engine.simulator import sample_cohort  # noqa: E402

@@ -150,6 +150,7 @@ def gsc_settings(gsc_root, tmp_path_factory):
     return tiny_run(gsc_root, None)  # features cached once per session under FEDAC_HOME
 
 
+@pytest.mark.slow
 def test_backdoor_triggers_a_share_of_attacker_clips_and_builds_the_asr_split(gsc_settings):
     overrides = [f"{k}={v}" for k, v in gsc_settings.items()]
     cfg = load_config(overrides=[*overrides, "attack.kind=backdoor", "attack.fraction=0.4", "attack.target=2",

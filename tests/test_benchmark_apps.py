@@ -41,6 +41,7 @@ def events(path: Path) -> list[str]:
     return [event for event, _ in json.loads(path.read_text())]
 
 
+@pytest.mark.slow
 def test_w_app_trains_with_flowers_fedavg_and_marks_every_round(apps, tmp_path):
     marks = tmp_path / "marks.json"
     config = {"workload": "w", "nodes": 20, "rounds": 2, "lr": 0.01, "torch-threads": 1, "marks-file": str(marks)}
@@ -50,6 +51,7 @@ def test_w_app_trains_with_flowers_fedavg_and_marks_every_round(apps, tmp_path):
     assert len(trained) == 2 * apps.W_PER_ROUND  # Flower's FedAvg sampled W's 10 clients per round
 
 
+@pytest.mark.slow
 def test_fedmlac_app_is_the_fedac_flower_app_on_the_benchmark_data(apps, tmp_path):
     marks, run_dir = tmp_path / "marks.json", tmp_path / "run"
     settings = "model.client_model=crnn_tiny;fedmlac.plugin_model=crnn_tiny;train.threads=1;data.num_clients=10"

@@ -38,6 +38,7 @@ def error_of(capsys) -> str:
     return err
 
 
+@pytest.mark.slow
 def test_run_writes_the_run_directory(first_run):
     for name in ("config.yaml", "metrics.csv", "results.json", "curves.png", "checkpoint.pt"):
         assert (first_run / name).is_file(), name
@@ -159,6 +160,7 @@ HAND_COUNTS = {  # 40 features, 35 classes; see test_models.expected_count
 }
 
 
+@pytest.mark.slow
 def test_models_lists_the_zoo(capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out
@@ -166,10 +168,11 @@ def test_models_lists_the_zoo(capsys):
         assert f"{count:,} parameters" in next(line for line in out.splitlines() if line.startswith(name))
 
 
+@pytest.mark.slow
 def test_console_script_models():
     script = Path(sys.executable).with_name("fedac")
     assert script.is_file(), "the fedac console script is not installed in this environment"
-    done = subprocess.run([str(script), "models", "--num-classes", "12"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([str(script), "models", "--num-classes", "12"], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr
     assert all(name in done.stdout for name in HAND_COUNTS)
     assert "12 classes" in done.stdout

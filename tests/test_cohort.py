@@ -14,11 +14,13 @@ from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import ClientData, Task
 from fedac.algorithms.fedavg import FedAvg
 from fedac.config import load_config
-from fedac.engine.cohort import CohortChunk, StackedSGD, plan_chunks, run_clients
-from fedac.engine.simulator import Simulator, train_client
+from fedac.engine.cohort import run_clients
+from fedac.engine.simulator import Simulator
 from fedac.errors import ConfigError
 from fedac.models import MODEL_NAMES, build_model
 from fedac.models.stacked import stack_params, stacked_model, unstack_params
+from fedac.training.cohort import CohortChunk, StackedSGD
+from fedac.training.step import train_client
 
 FEATURES, FRAMES, CLASSES = 8, 21, 5
 # unequal clients: two hold fewer samples than one batch (16), one exactly one batch
@@ -203,7 +205,7 @@ def test_chunking_and_worker_threads_give_the_numbers_of_one_chunk(algorithm):
 
 
 def test_cohort_workers_setting():
-    from fedac.engine.cohort import cohort_workers
+    from fedac.training.cohort import cohort_workers
 
     cfg = load_config(overrides=["train.cohort_workers=3"]).train
     assert cohort_workers(cfg) == 3

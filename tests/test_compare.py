@@ -124,7 +124,7 @@ def test_a_run_another_process_is_training_is_waited_for_not_trained_twice(gsc_r
     worker = threading.Thread(target=lambda: codes.append(main(["compare", *common, "--method", "B=fedprox",
                                                                 "--out", str(out)])))
     worker.start()
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 600  # a safety net: B's run is the event waited for
     while not (out / "B-s0" / "results.json").is_file() and time.monotonic() < deadline:
         time.sleep(0.2)
     time.sleep(1.0)
@@ -133,7 +133,7 @@ def test_a_run_another_process_is_training_is_waited_for_not_trained_twice(gsc_r
     if other_finishes:
         shutil.copy(tmp_path / "other" / "A-s0" / "results.json", out / "A-s0" / "results.json")
     os.close(held)  # the other process ends (or dies without a result)
-    worker.join(timeout=120)
+    worker.join(timeout=600)
     assert codes == [0]
     assert trained == (["B-s0"] if other_finishes else ["B-s0", "A-s0"])  # A read back, or trained here
     summary = json.loads((out / "summary.json").read_text())

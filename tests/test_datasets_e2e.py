@@ -33,6 +33,7 @@ def _run(tmp_path, dataset, root, *extra):
     return json.loads((out / "results.json").read_text())
 
 
+@pytest.mark.slow
 def test_cremad_runs_with_noise_and_label_errors(tmp_path, cremad_root, fedac_home):
     clean = _run(tmp_path / "clean", "cremad", cremad_root)
     before = set((fedac_home / "features").glob("cremad*"))
@@ -43,6 +44,7 @@ def test_cremad_runs_with_noise_and_label_errors(tmp_path, cremad_root, fedac_ho
     assert all(a["train_loss"] != b["train_loss"] for a, b in zip(clean["history"], noisy["history"]))
 
 
+@pytest.mark.slow
 def test_urbansound8k_runs_with_dirichlet_clients(tmp_path, urban_root):
     results = _run(tmp_path, "urbansound8k", urban_root, "--set", "data.num_clients=5",
                    "--set", "data.min_client_size=2", "--set", "data.alpha=1.0")

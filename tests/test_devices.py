@@ -31,7 +31,7 @@ from fedac.engine.simulator import Simulator, sample_cohort  # noqa: E402
 from fedac.errors import ConfigError, DatasetError  # noqa: E402
 from fedac.flower import transport  # noqa: E402
 from fedac.flower.settings import deployment_settings, fedac_config, node_settings  # noqa: E402
-from flower_helpers import Federation, LocalGrid, assert_same_metrics, read_rows, time_limit, use_task_identity  # noqa: E402
+from flower_helpers import PROCESS_WAIT, Federation, LocalGrid, assert_same_metrics, read_rows, use_task_identity  # noqa: E402
 from gsc_fixture import RATE, make_gsc_tree, word_tone  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -64,7 +64,7 @@ def run_config(dataset, run_dir, **extra):
     }
     config = {"algorithm": "fedmlac", "rounds": 2, "fraction": 1.0, "seed": 3, "lr": 0.05, "data-mode": "device",
               "fedac-set": ";".join(f"{k}={v}" for k, v in settings.items()), "run-dir": str(run_dir),
-              "min-nodes": NUM_CLIENTS, "round-timeout": 120.0, "node-wait": 60.0, "poll-interval": 0.2}
+              "min-nodes": NUM_CLIENTS, "round-timeout": 600.0, "node-wait": PROCESS_WAIT, "poll-interval": 0.2}
     config.update(extra)
     return config
 
@@ -214,6 +214,7 @@ def test_directory_of_device_nodes_logs_joins_and_leaves_and_orders_clients_by_n
 
 # --- in process: the ServerApp and device ClientApps on a LocalGrid ------------------------------------
 
+@pytest.mark.slow
 def test_in_process_fedkad_device_nodes_equal_the_simulator(dataset, tmp_path, monkeypatch, caplog):
     """FedKAD (its own models, no global model) on device nodes in one process (a LocalGrid): each node reads
     only its split-devices folder (and, for the final personalized test score, a copy of the dataset's test
@@ -314,7 +315,6 @@ def test_device_mode_errors_reach_the_operator(dataset, tmp_path):
 # --- live: a SuperLink and 3 device SuperNodes -------------------------------------------------------------
 
 @pytest.mark.slow
-@time_limit(300)
 def test_live_device_supernodes_equal_the_simulator(dataset, tmp_path_factory, capsys):
     """3 SuperNodes, each given only its own split-devices folder; client000's folder also lists a clip with a
     label the run does not know and an undecodable one. FedMLAC, 2 rounds: the server reports both skips,
@@ -333,7 +333,7 @@ def test_live_device_supernodes_equal_the_simulator(dataset, tmp_path_factory, c
     started = time.perf_counter()
     try:
         fed.start()
-        fed.run(config, name="flwr-run-devices", timeout=240)
+        fed.run(config, name="flwr-run-devices")
         seconds = time.perf_counter() - started
         results = json.loads((run_dir / "results.json").read_text())
         assert results["rounds"] == 2 and results["clients"] == NUM_CLIENTS and not results["runtime"]["dropped"]

@@ -124,7 +124,7 @@ def test_evaluating_every_exit_equals_each_exit_alone_and_runs_each_layer_once_p
     from transformers import Wav2Vec2Model
 
     from fedac.engine.data import EvalSplit
-    from fedac.engine.evaluate import evaluate, evaluate_exits
+    from fedac.training.evaluate import evaluate, evaluate_exits
 
     torch.manual_seed(0)
     backbone = Wav2Vec2Model(size_config("w2v2_tiny"))
@@ -152,7 +152,7 @@ def test_evaluate_views_reports_every_exit_and_leaves_the_model_at_eval_exit():
     """The headline is eval_exit's; the model goes back to eval_exit, since the simulator then scores
     FA / FR and the clients' held-out accuracy with it."""
     from fedac.engine.data import EvalSplit
-    from fedac.engine.evaluate import evaluate
+    from fedac.training.evaluate import evaluate
 
     algo = _algorithm(**{"earlyexit.mode": "homo", "earlyexit.depth": 6})  # exit 2 of w2v2_tiny's 4
     model = algo.global_model(algo.init_server())
@@ -315,6 +315,7 @@ def _settings(root, cache):
             "train.rounds": 2}
 
 
+@pytest.mark.slow
 def test_resumed_earlyexit_run_equals_the_uninterrupted_one(voxceleb_root, tmp_path):
     cfg = load_config(overrides=[f"{k}={v}" for k, v in _settings(voxceleb_root, tmp_path / "cache").items()])
     data = build_federated_data(cfg, progress=False)
@@ -328,6 +329,7 @@ def test_resumed_earlyexit_run_equals_the_uninterrupted_one(voxceleb_root, tmp_p
     assert params_equal(resumed.state["server"]["params"], whole.state["server"]["params"])
 
 
+@pytest.mark.slow
 def test_flower_deployment_runs_earlyexit_unchanged(voxceleb_root, tmp_path, monkeypatch):
     """The Flower apps move the partial uploads (flat tensor dicts with the depth) as they are: an in-process
     deployment ends with the simulator's global model."""
@@ -413,6 +415,7 @@ def test_table_error_rates_and_methods():
     assert central_epochs(load_config(overrides=["train.rounds=2", "train.fraction=0.1"])) == 1
 
 
+@pytest.mark.slow
 def test_table2_from_the_cli_with_every_exit_evaluated(voxceleb_root, tmp_path):
     """Runs of each method from the CLI: every exit is logged per round and in results.json, and each
     table cell is its run's own result."""
@@ -446,6 +449,7 @@ def test_table2_from_the_cli_with_every_exit_evaluated(voxceleb_root, tmp_path):
         assert "head_norm: true" in config and "head_lr: 0.003" in config
 
 
+@pytest.mark.slow
 def test_table1_centralised_rows_train_their_own_epochs(voxceleb_root, tmp_path, capsys):
     """--central-epochs sets the centralised rows' rounds (one client, every round evaluated) and leaves
     the FL rows at --rounds; other experiments refuse it."""

@@ -9,9 +9,9 @@ import logging
 import pytest
 import torch
 
+from fedac.algorithms import base as base_mod
 from fedac.algorithms.fedavg import FedAvg
 from fedac.config import load_config
-from fedac.engine import evaluate as evaluate_mod
 from fedac.engine import simulator as simulator_mod
 from fedac.engine.checkpoint import load_checkpoint
 from fedac.engine.data import build_federated_data
@@ -64,6 +64,7 @@ def test_federated_data_shapes(data):
     ("fedadam", 3, 3, 3),
     ("fedavg", 3, 4, 3),  # killed between checkpoints: round 4 is replayed
 ])
+@pytest.mark.slow
 def test_resume_gives_the_uninterrupted_result(data, cfg_for, tmp_path, algorithm, checkpoint_every, stop_after, resumed_from):
     cfg = cfg_for(algorithm=algorithm, **{"train.checkpoint_every": checkpoint_every, "fedopt.server_lr": 0.05})
     straight = Simulator(cfg, tmp_path / "straight", data, progress=False)
@@ -107,6 +108,7 @@ def test_resume_errors(data, cfg_for, tmp_path):
 
 # --- evaluation schedule and model selection ----------------------------------------------------
 
+@pytest.mark.slow
 def test_eval_rows_at_eval_every_and_last_round(data, cfg_for, tmp_path):
     cfg = cfg_for(**{"train.rounds": 5, "train.eval_every": 2, "train.checkpoint_every": 2})
     results = Simulator(cfg, tmp_path, data, progress=False).run()
@@ -132,7 +134,7 @@ def spy_evaluate(monkeypatch, data, val_accuracies=()):
         scores = real(model, split, *args, **kwargs)
         return {**scores, "accuracy": next(scripted, scores["accuracy"])} if tag == "val" else scores
 
-    monkeypatch.setattr(evaluate_mod, "evaluate", spy)  # what Algorithm.evaluate_views calls
+    monkeypatch.setattr(base_mod, "evaluate", spy)  # what Algorithm.evaluate_views calls
     monkeypatch.setattr(simulator_mod, "evaluate", spy)  # the test curve's direct call
     return calls
 
@@ -141,6 +143,7 @@ def same_params(a, b) -> bool:
     return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_best_val_selection_never_reads_test(data, cfg_for, tmp_path, monkeypatch):
     # scripted validation scores peak at round 2, so the selected model is not the last one
     calls = spy_evaluate(monkeypatch, data, val_accuracies=[0.5, 0.9, 0.3, 0.2, 0.1])
@@ -185,6 +188,7 @@ def test_final_results_are_the_selected_models_scores(data, cfg_for, tmp_path):
 
 # --- bad clients --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_nan_client_update_is_discarded(data, cfg_for, tmp_path, monkeypatch, caplog):
     bad = data.clients[1].name
     kept: dict[str, tuple[dict, int]] = {}
@@ -219,6 +223,7 @@ def test_nan_client_update_is_discarded(data, cfg_for, tmp_path, monkeypatch, ca
         assert torch.allclose(value.double(), expected, atol=1e-6), name
 
 
+@pytest.mark.slow
 def test_all_clients_nan_keeps_global_state(data, cfg_for, tmp_path, monkeypatch, caplog):
     real = FedAvg.client_update
 

@@ -121,6 +121,7 @@ def _fedmlac_cfg(gsc_root, tmp_path, *extra):
         "fedmlac.plugin_model=crnn_tiny", "train.lr=0.1", f"out={tmp_path}", *extra])
 
 
+@pytest.mark.slow
 def test_personalized_state_persists_between_sampled_rounds_and_unsampled_are_untouched(gsc_root, tmp_path):
     cfg = _fedmlac_cfg(gsc_root, tmp_path)
     sim = Simulator(cfg, tmp_path / "run", progress=False)
@@ -150,6 +151,7 @@ def test_personalized_state_persists_between_sampled_rounds_and_unsampled_are_un
 
 
 @pytest.mark.parametrize("algorithm", ["fedmlac", "fedkad"])
+@pytest.mark.slow
 def test_resume_of_a_killed_run_gives_identical_models(gsc_root, tmp_path, algorithm):
     extra = [f"algorithm={algorithm}", "model.heterogeneous=true", "model.zoo=[crnn_tiny,crnn_lite]"]
     straight = Simulator(_fedmlac_cfg(gsc_root, tmp_path, *extra), tmp_path / "straight", progress=False)
@@ -170,6 +172,7 @@ def test_resume_of_a_killed_run_gives_identical_models(gsc_root, tmp_path, algor
     assert full["final"] == again["final"]
 
 
+@pytest.mark.slow
 def test_fedmlac_reports_global_and_personalized_metrics(gsc_root, tmp_path):
     sim = Simulator(_fedmlac_cfg(gsc_root, tmp_path), tmp_path / "r", progress=False)
     final = sim.run()["final"]

@@ -16,7 +16,7 @@ import torch
 from fedac.algorithms.base import ClientData, Task
 from fedac.algorithms.fedmlac import FedMLAC
 from fedac.config import load_config
-from fedac.engine.simulator import train_client
+from fedac.training.step import train_client
 from fedac.seeding import torch_generator
 
 FEATURES, FRAMES, CLASSES, HIDDEN, CHANNELS = 3, 5, 3, 32, 16

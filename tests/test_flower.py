@@ -2,8 +2,10 @@
 a SuperNode killed mid-run, and fedac's server optimizers against Flower's strategies of the same name.
 
 The process tests start `flower-superlink`, `flower-supernode` and `flwr run` themselves (by PID, output in
-log files printed on failure) and are bounded by per-test timeouts. They skip only when flwr is not
-importable; it is a fedac dependency, so CI runs them.
+log files printed on failure) and wait for events (a log line, a reply, a process exit), not for short
+timeouts a loaded machine could miss; `flower_helpers.PROCESS_WAIT` only guards against a hang. They are
+slow (a federation's start-up, training in subprocesses) and skip only when flwr is not importable; it is
+a fedac dependency, so CI runs them.
 """
 
 from __future__ import annotations
@@ -31,11 +33,14 @@ from fedac.flower import transport  # noqa: E402
 from fedac.flower.settings import deployment_settings, fedac_config, node_settings, split_overrides  # noqa: E402
 from fedac.flower.strategy import FlowerRunError, flower_adam_lr, flower_strategy  # noqa: E402
 from fedac.engine.simulator import sample_cohort  # noqa: E402
-from flower_helpers import (Federation, LocalGrid, assert_same_metrics, read_rows, time_limit,  # noqa: E402
+from flower_helpers import (PROCESS_WAIT, Federation, LocalGrid, assert_same_metrics, read_rows,  # noqa: E402
                             use_task_identity)
 from gsc_fixture import make_gsc_tree  # noqa: E402
 
 NUM_NODES = 3
+# A live run's round timeout: a node that has not answered by then is dropped, so it is far above what a
+# round takes on a loaded machine (a dead node is reported by the SuperLink's heartbeat check instead).
+ROUND_TIMEOUT = 600.0
 
 
 # --- fixtures --------------------------------------------------------------------------------------
@@ -58,7 +63,7 @@ def run_config(dataset, run_dir, num_clients=NUM_NODES, **extra):
     }
     config = {"algorithm": "fedmlac", "rounds": 2, "fraction": 1.0, "seed": 3, "lr": 0.05,
               "fedac-set": ";".join(f"{k}={v}" for k, v in settings.items()), "run-dir": str(run_dir),
-              "min-nodes": NUM_NODES, "round-timeout": 120.0, "node-wait": 60.0, "poll-interval": 0.2}
+              "min-nodes": NUM_NODES, "round-timeout": ROUND_TIMEOUT, "node-wait": PROCESS_WAIT, "poll-interval": 0.2}
     config.update(extra)
     return config
 
@@ -80,14 +85,13 @@ def fedmlac_run(federation, dataset, tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("flower_run") / "run"
     config = run_config(dataset, run_dir)
     started = time.perf_counter()
-    output = federation.run(config, name="flwr-run-fedmlac", timeout=240)
+    output = federation.run(config, name="flwr-run-fedmlac")
     return {"config": config, "run_dir": run_dir, "output": output, "seconds": time.perf_counter() - started}
 
 
 # --- 1. live deployment -------------------------------------------------------------------------------
 
 @pytest.mark.slow
-@time_limit(300)
 def test_fedmlac_on_live_superlink_keeps_personalized_state_on_each_node(fedmlac_run, federation, dataset, capsys):
     run_dir = fedmlac_run["run_dir"]
     try:
@@ -134,7 +138,6 @@ def test_fedmlac_on_live_superlink_keeps_personalized_state_on_each_node(fedmlac
 # --- 2. equivalence with the simulator ------------------------------------------------------------------
 
 @pytest.mark.slow
-@time_limit(300)
 def test_flower_run_matches_the_simulator(fedmlac_run, tmp_path):
     cfg = fedac_config(fedmlac_run["config"])
     sim = Simulator(cfg, tmp_path / "sim", progress=False)
@@ -167,23 +170,25 @@ def test_flower_run_matches_the_simulator(fedmlac_run, tmp_path):
 # --- 3. a SuperNode dies mid-run ----------------------------------------------------------------------------
 
 @pytest.mark.slow
-@time_limit(300)
 def test_run_completes_when_a_supernode_is_killed_mid_run(federation, dataset, tmp_path):
     """Runs on the module's federation after the FedMLAC run (saving a start-up) and kills node 2 for good:
     it must stay the last test that uses `federation`."""
     fed, victim = federation, 2
     run_dir = tmp_path / "run"
-    # min-nodes 2: the run goes on with two; a node that does not answer within round-timeout is dropped.
+    # min-nodes 2: the run goes on with two. The round ends on events, not on a timeout: the survivors' replies,
+    # and the SuperLink's "node unavailable" error for the killed node once it has missed its heartbeats
+    # (Flower: 2 x its 30 s interval). The round timeout (ROUND_TIMEOUT) stays far above both, so a slow
+    # survivor on a loaded machine is waited for, never dropped.
     # FedAvg: no personalized models, so no evaluation exchange with the nodes (the test stays short).
-    config = run_config(dataset, run_dir, **{"algorithm": "fedavg", "min-nodes": 2, "round-timeout": 40.0})
+    config = run_config(dataset, run_dir, **{"algorithm": "fedavg", "min-nodes": 2})
     try:
         victim_id = fed.node_id(victim)
         proc, _ = fed.submit(config, name="flwr-run-fault")
         server_log = run_dir / "server.log"
-        fed.wait_for(lambda: server_log.exists() and "round 2: training" in server_log.read_text(), 200,
+        fed.wait_for(lambda: server_log.exists() and "round 2: training" in server_log.read_text(), PROCESS_WAIT,
                      "round 2 to start")
         fed.kill_node(victim)
-        proc.wait(timeout=200)
+        proc.wait(timeout=PROCESS_WAIT)
         assert proc.returncode == 0, "flwr run failed"
         results = json.loads((run_dir / "results.json").read_text())
         assert results["rounds"] == 2
@@ -225,6 +230,7 @@ def nodes_for(count, num_partitions=None):
     ("fedadam", "fedac", {}),                                        # fedac's FedAdam through the fedac strategy
     ("fedyogi", "flower", {"fraction": 1.0}),                         # Flower's own FedYogi
 ])
+@pytest.mark.slow
 def test_in_process_deployment_equals_the_simulator(dataset, tmp_path, algorithm, strategy, extra):
     """Partial participation (fraction 0.5 of 4 clients): the query round identifies the nodes and the cohorts
     are the simulator's, so the global model, the metrics and the personalized results agree."""
@@ -254,6 +260,8 @@ def test_in_process_deployment_equals_the_simulator(dataset, tmp_path, algorithm
 
 def test_in_process_dead_node_is_dropped_and_named(dataset, tmp_path, caplog):
     caplog.set_level("WARNING", logger="fedac")
+    # A short timeout cannot drop a live node here, however loaded the machine: LocalGrid answers the live
+    # nodes in the first poll, which comes before the deadline is checked; it only bounds the dead node's wait.
     results, grid, _ = run_local(dataset, tmp_path, nodes_for(3), dead=[102], algorithm="fedavg", **{
         "min-nodes": 2, "round-timeout": 0.3, "poll-interval": 0.05})
     assert results["rounds"] == 2 and results["runtime"]["dropped"] == {"1": ["node 102"], "2": ["node 102"]}
@@ -284,8 +292,19 @@ def test_nodes_in_one_process_share_one_dataset(dataset, tmp_path):
     assert [node.client.name for node in nodes] == [client.name for client in nodes[0].data.clients]
 
 
-def test_in_process_nan_updates_are_rejected_as_in_the_simulator(dataset, tmp_path):
-    extra = {"algorithm": "fedavg", "rounds": 1, "lr": float("inf")}
+def test_in_process_nan_updates_are_rejected_as_in_the_simulator(dataset, tmp_path, monkeypatch):
+    # Every client uploads Inf weights (lr=inf once did this; the settings' range check now refuses it),
+    # on both paths: a Flower node's client_update and the simulator's stacked cohort_update.
+    from fedac.algorithms.fedavg import FedAvg
+
+    def poisoned(result):
+        result.upload = {k: torch.full_like(v, float("inf")) if v.is_floating_point() else v for k, v in result.upload.items()}
+        return result
+
+    one, many = FedAvg.client_update, FedAvg.cohort_update
+    monkeypatch.setattr(FedAvg, "client_update", lambda self, *a, **k: poisoned(one(self, *a, **k)))
+    monkeypatch.setattr(FedAvg, "cohort_update", lambda self, *a, **k: [poisoned(r) for r in many(self, *a, **k)])
+    extra = {"algorithm": "fedavg", "rounds": 1}
     results, _, config = run_local(dataset, tmp_path, nodes_for(3), **extra)
     expected = Simulator(fedac_config(config), tmp_path / "sim", progress=False).run()
     row, sim_row = read_rows(tmp_path / "run" / "metrics.csv")[-1], read_rows(tmp_path / "sim" / "metrics.csv")[-1]
@@ -452,17 +471,17 @@ def test_stop_local_superlink_kills_only_that_superlink_and_its_descendants():
     ours = subprocess.Popen([sys.executable, "-c", spawn, "flower-superlink", "--port", str(port)])
     theirs = subprocess.Popen([sys.executable, "-c", spawn, "flower-superlink", "--port", str(other)])
     try:
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + 300  # the python children start up (slowly on a busy host)
         while not (descendants(ours.pid) and descendants(theirs.pid)) and time.monotonic() < deadline:
             time.sleep(0.05)
         child = descendants(ours.pid)[0]
         assert stop_local_superlink(port) == 2
-        assert ours.wait(timeout=10) == -9 and theirs.poll() is None
-        deadline = time.monotonic() + 10
+        assert ours.wait(timeout=300) == -9 and theirs.poll() is None
+        deadline = time.monotonic() + 300
         while running(child):
             assert time.monotonic() < deadline, "the SuperLink's child survived"
             time.sleep(0.05)
         assert stop_local_superlink(port) == 0
     finally:
         stop_local_superlink(other)
-        theirs.wait(timeout=10)
+        theirs.wait(timeout=300)

@@ -39,6 +39,7 @@ def task_identity(monkeypatch):
     ("fedmlac", 3, "attack.kind=sign_flip;attack.fraction=0.4;aggregation.method=multikrum;aggregation.num_malicious=1"),
     ("fedmlac", 3, "attack.kind=backdoor;attack.fraction=0.4;attack.target=1"),  # LPA over the Plug-ins
 ])
+@pytest.mark.slow
 def test_flower_app_with_attack_or_dp_equals_the_simulator(dataset, tmp_path, algorithm, nodes, sets):
     """Every attack kind, every aggregator beside the mean and both DP modes run through the Flower app and
     end where the simulator does: same global model (FedMLAC: the shared Plug-in), accuracy, attackers,

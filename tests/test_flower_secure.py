@@ -21,7 +21,7 @@ from cryptography.x509.oid import NameOID
 from fedac.engine.data import build_federated_data
 from fedac.flower.local import free_port
 from fedac.flower.settings import fedac_config
-from flower_helpers import BIN, Federation, time_limit
+from flower_helpers import BIN, PROCESS_WAIT, Federation
 from test_flower import dataset, run_config  # noqa: F401  (dataset is a fixture)
 
 PEM = serialization.Encoding.PEM
@@ -85,7 +85,7 @@ class SecureFederation(Federation):
                                   "--port", str(free_port()),
                                   "--node-config", f"partition-id={partition} num-partitions={self.num_nodes}"])
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = PROCESS_WAIT) -> None:
         self._start("superlink", [str(BIN / "flower-superlink"), "--ssl-ca-certfile", str(self.folder / "ca.pem"),
                                   "--ssl-certfile", str(self.folder / "server.pem"), "--ssl-keyfile",
                                   str(self.folder / "server.key"), "--enable-supernode-auth", "--host", "127.0.0.1",
@@ -93,7 +93,7 @@ class SecureFederation(Federation):
         self.wait_for(self._healthy, timeout, "the SuperLink's /health to answer over TLS")
         for key in self.keys:
             subprocess.run([str(BIN / "flwr"), "supernode", "register", str(key.with_suffix(".pub"))], env=self.env,
-                           cwd=self.folder, check=True, capture_output=True, timeout=120)
+                           cwd=self.folder, check=True, capture_output=True, timeout=timeout)
         for k, key in enumerate(self.keys):
             self.supernode(f"node{k}", key, k)
         self.wait_for(lambda: all(self.node_id(k) is not None for k in range(self.num_nodes)), timeout,
@@ -112,13 +112,12 @@ def secure_federation(tmp_path_factory, dataset):  # noqa: F811
 
 
 @pytest.mark.slow
-@time_limit(300)
 def test_unregistered_supernode_is_refused(secure_federation):
     fed = secure_federation
     intruder = fed.supernode("intruder", make_node_key(fed.folder / "intruder.key"), 0)
     fed.procs.pop("intruder")  # expected to exit: not a server the federation waits on
     try:
-        code = intruder.wait(timeout=90)
+        code = intruder.wait(timeout=PROCESS_WAIT)  # the event: the refused node exits
     except subprocess.TimeoutExpired:
         intruder.kill()
         pytest.fail(f"the unregistered SuperNode was not refused\n{fed.output()}")
@@ -127,11 +126,10 @@ def test_unregistered_supernode_is_refused(secure_federation):
 
 
 @pytest.mark.slow
-@time_limit(300)
 def test_run_completes_over_tls_with_the_registered_nodes(secure_federation, dataset, tmp_path):  # noqa: F811
     run_dir = tmp_path / "run"
     config = run_config(dataset, run_dir, num_clients=2, **{"algorithm": "fedavg", "rounds": 1, "min-nodes": 2})
-    secure_federation.run(config, name="flwr-run-secure", timeout=240)
+    secure_federation.run(config, name="flwr-run-secure")
     results = json.loads((run_dir / "results.json").read_text())
     assert results["rounds"] == 1 and results["runtime"]["engine"] == "flower"
     assert sorted(results["runtime"]["nodes"].values()) == sorted(secure_federation.node_id(k) for k in range(2))

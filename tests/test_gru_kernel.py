@@ -119,6 +119,7 @@ def _load_kernel_in_subprocess(path_env: str) -> str:
     return done.stderr
 
 
+@pytest.mark.slow
 def test_the_kernel_builds_once_whatever_ninja_path_finds(fused):
     """Issue 43: a checkout used with and without .venv/bin on PATH saw two ninjas take turns rebuilding
     gru.o ("command line changed"). The build folder is keyed by the toolchain and the pip ninja always

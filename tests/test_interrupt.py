@@ -25,7 +25,8 @@ from fedac.algorithms.base import ClientData, Task
 from fedac.cli import main
 from fedac.config import load_config
 from fedac.engine.checkpoint import load_checkpoint
-from fedac.engine.cohort import client_progress, run_clients
+from fedac.engine.cohort import run_clients
+from fedac.training.cohort import client_progress
 from fedac.engine.data import build_federated_data
 from fedac.engine.simulator import Simulator
 from fedac.errors import RunInterrupted

@@ -88,6 +88,7 @@ def test_training_windows_are_augmented_afresh_and_reproducibly(settings):
     assert isinstance(plain.clients[0].x, torch.Tensor)
 
 
+@pytest.mark.slow
 def test_augmented_run_is_resume_exact_and_differs_from_a_clean_one(settings, tmp_path):
     cfg = config(settings)
     full = Simulator(cfg, tmp_path / "full", progress=False)

@@ -67,6 +67,7 @@ def test_seed_curve_averages_the_rounds_every_seed_evaluated(tmp_path):
     assert seed_curve([{"run_dir": str(tmp_path / "v")}], "test_accuracy") == ([], [], [])  # no test curve
 
 
+@pytest.mark.slow
 def test_reduced_fedkws_reproduction_writes_fa_fr_tables_and_curves(gsc_root, tmp_path, capsys):
     out = tmp_path / "repro"
     args = ["reproduce", "fedkws12-scaled", "--seeds", "0", "--rounds", "2", "--out", str(out), "--quiet",

@@ -7,7 +7,7 @@ import torch
 from torch import nn
 
 from fedac.engine.data import EvalSplit
-from fedac.engine.evaluate import kws_rates
+from fedac.training.evaluate import kws_rates
 from fedac.metrics import false_accept_reject
 
 # Classes 0, 1 keywords; 2, 3 negatives (silence, unknown). Pairs (true, predicted):

@@ -38,6 +38,7 @@ def test_kwt_uses_its_class_token_and_rejects_other_sizes():
         model(torch.randn(2, 40, 20))
 
 
+@pytest.mark.slow
 def test_fedac_models_lists_the_kws_networks(capsys):
     assert main(["models", "--num-classes", "12"]) == 0
     out = capsys.readouterr().out

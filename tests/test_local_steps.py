@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from fedac.algorithms.local import cycling_batches, local_steps
+from fedac.training.local import cycling_batches, local_steps
 from fedac.config import load_config
 from test_cohort import assert_same_run, federate, make_algorithm
 
@@ -40,7 +40,7 @@ def test_cohort_path_equals_sequential_with_local_steps():
 
 
 def test_optimizer_and_clipping_settings():
-    from fedac.algorithms.local import make_optimizer
+    from fedac.training.local import make_optimizer
     from fedac.errors import ConfigError
 
     params = [torch.nn.Parameter(torch.ones(2))]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedac.aggregation import LayerPruning, aggregate, layer_groups, layer_deviation, lpa, pruning_bias, spearman
-from fedac.algorithms.local import local_steps
+from fedac.training.local import local_steps
 from fedac.config import AggregationConfig, TrainConfig
 from fedac.errors import ConfigError
 

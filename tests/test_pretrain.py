@@ -33,6 +33,7 @@ def smoke(tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_pretraining_writes_a_loadable_encoder_with_its_record(smoke):
     out = smoke / "straight"
     record = json.loads((out / "pretrain.json").read_text())

@@ -78,6 +78,7 @@ def tamper(state: dict, extra: dict) -> str:
 
 
 @pytest.mark.parametrize("extra", [{}, FEDMLAC], ids=["fedavg", "fedmlac"])
+@pytest.mark.slow
 def test_resume_continues_from_what_the_checkpoint_holds(settings, data, tmp_path, extra):
     cfg = config(settings, **extra, **{"train.fraction": 1.0})  # every client trains again after the stop
     straight = Simulator(cfg, tmp_path / "straight", data, progress=False)
@@ -117,6 +118,7 @@ def wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen, at_least: int, ti
     pytest.fail(f"no checkpoint of round {at_least} after {timeout} s")
 
 
+@pytest.mark.slow
 def test_killed_fedac_run_resumes_to_the_uninterrupted_parameters(settings, data, tmp_path):
     rounds = 12
     flags = {**settings, "train.rounds": rounds, "train.checkpoint_every": 1, "train.eval_every": 4}

@@ -23,6 +23,7 @@ def test_server_f_is_the_row_attacker_count_capped_for_bulyan():
     assert "aggregation.method=lpa" in methods["FedAvg LPA"].overrides
 
 
+@pytest.mark.slow
 def test_reproduce_robustness_writes_table_csv_heatmap_and_resumes(gsc_root, tmp_path, capsys, monkeypatch):
     out = tmp_path / "rob"
     argv = ["reproduce", "robustness", "--seeds", "0", "--rounds", "1", "--methods", "FedAvg",

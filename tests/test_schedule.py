@@ -1,4 +1,4 @@
-"""Chunk planning (engine/schedule.py, engine/cohort.py `plan_chunks`): every client once, in
+"""Chunk planning (training/schedule.py, training/cohort.py `plan_chunks`): every client once, in
 consecutive size order, cut where padding costs more than a chunk, and balanced over workers."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from fedac.config import load_config
-from fedac.engine.cohort import plan_chunks
-from fedac.engine.schedule import CHUNK_ROWS, STEP_ROWS, batch_sizes, partition
+from fedac.training.cohort import plan_chunks
+from fedac.training.schedule import CHUNK_ROWS, STEP_ROWS, batch_sizes, partition
 from tests.test_cohort import make_clients
 
 # one round of the paper schedule on the Speech Commands stand-in (48 clients, a long tail)

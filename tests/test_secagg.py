@@ -82,6 +82,7 @@ def run_secagg(dataset, tmp_path, monkeypatch, sets="", kill_at=None, nodes=3, *
     monkeypatch.setattr(clientapp, "train_client", recording_train)
     monkeypatch.setattr(secagg.SecAggStrategy, "aggregate_secagg", recording_aggregate)
     monkeypatch.setattr(test_flower, "LocalGrid", Grid)
+    # round-timeout 0.5 s only bounds the wait for a killed node: LocalGrid answers the live ones in the first poll
     settings = {"algorithm": "fedavg", "secagg": True, "poll-interval": 0.01, "round-timeout": 0.5, **extra}
     settings["fedac-set"] = run_config(dataset, "x", num_clients=nodes)["fedac-set"] + (";" + sets if sets else "")
     results, grid, config = run_local(dataset, tmp_path, nodes_for(nodes), **{"min-nodes": nodes, **settings})
@@ -102,6 +103,7 @@ def max_gap(a: dict, b: dict) -> float:
     return max(float((a[k].double() - b[k].double()).abs().max()) for k in b)
 
 
+@pytest.mark.slow
 def test_secagg_fedavg_equals_the_weighted_mean_within_the_quantization_error(dataset, tmp_path, monkeypatch):
     """2 rounds of FedAvg through SecAgg+: each round's global model is the n_k-weighted mean of the uploads
     the nodes produced, to within the derived bound; the run ends near the plain simulator's FedAvg."""

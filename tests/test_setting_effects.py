@@ -544,6 +544,7 @@ EFFECTS = {
 
 
 @pytest.mark.parametrize("setting", list(EFFECTS))
+@pytest.mark.slow
 def test_setting_has_its_effect(setting, build, run):
     EFFECTS[setting](build, run)
 

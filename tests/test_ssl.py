@@ -70,6 +70,7 @@ def _copy(src, tmp_path):
 # --------------------------------------------------------------------------- loading and errors
 
 
+@pytest.mark.slow
 def test_pretraining_ctc_and_hubert_checkpoints_load_into_the_bare_encoder(checkpoints):
     root, models = checkpoints
     for name, inner in (("pre", models["pre"].wav2vec2), ("ctc", models["ctc"].wav2vec2), ("hubert", models["hubert"])):
@@ -249,7 +250,7 @@ def test_eer_by_hand():
 
 
 def test_evaluation_dispatches_on_the_split_kind():
-    from fedac.engine.evaluate import evaluate, selection_score
+    from fedac.training.evaluate import evaluate, selection_score
 
     class Fixed(torch.nn.Module):
         def embed(self, x):
@@ -430,7 +431,7 @@ def test_keyword_spotting_on_the_same_encoder(tmp_path, checkpoints):
 def test_adamw_optimizer_setting():
     from fedac.algorithms import build_algorithm
     from fedac.algorithms.base import Task
-    from fedac.algorithms.local import make_optimizer, train_supervised
+    from fedac.training.local import make_optimizer, train_supervised
     from fedac.errors import ConfigError
 
     cfg = load_config(overrides=["train.optimizer=adamw", "train.lr=0.1", "train.local_epochs=1", "train.batch_size=2"])

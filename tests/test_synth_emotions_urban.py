@@ -45,6 +45,7 @@ def us8k(tmp_path_factory):
 # --------------------------------------------------------------------------- CREMA-D stand-in
 
 
+@pytest.mark.slow
 def test_crema_layout(crema):
     root, stats = crema
     files = sorted(p.name for p in (root / "AudioWAV").iterdir())
@@ -78,6 +79,7 @@ def test_crema_loader_reads_stand_in(crema):
     assert {c.client: c.split for c in m.clips} == {"1001": "test", "1002": "val", "1003": "train"}
 
 
+@pytest.mark.slow
 def test_crema_deterministic_across_workers_and_seeds(crema, tmp_path):
     root, _ = crema
     again = emotions.generate(tmp_path / "w1", actors=ACTORS, seed=0, progress=False, workers=1)
@@ -188,6 +190,7 @@ def test_urban_default_size_plan():
     assert {rec.fold for rec in plan} == set(range(1, 11))
 
 
+@pytest.mark.slow
 def test_urban_deterministic_and_marker(us8k, tmp_path):
     root, stats = us8k
     urban.generate(tmp_path / "w1", recordings=RECORDINGS, seed=0, progress=False, workers=1)

@@ -54,6 +54,7 @@ def active_spectrum(x: np.ndarray) -> np.ndarray:
     return np.log10(np.array([b.mean() for b in bands]) + 1e-12)
 
 
+@pytest.mark.slow
 def test_layout_and_lists(gsc):
     root, stats = gsc
     word_dirs = {p.name for p in root.iterdir() if p.is_dir() and not p.name.startswith("_")}
@@ -164,6 +165,7 @@ def test_speakers_sound_different(gsc):
     assert between > 1.5 * within, (between, within)
 
 
+@pytest.mark.slow
 def test_deterministic_by_seed(gsc, tmp_path):
     root, stats = gsc
     # Same seed, other worker count -> byte-identical tree.
@@ -201,6 +203,7 @@ def test_cached_second_call(gsc):
     assert json.loads(marker.read_text())["seed"] == 0
 
 
+@pytest.mark.slow
 def test_partial_generation_is_redone(tmp_path):
     root = tmp_path / "partial"
     first = generate(root, speakers=3, seed=5, workers=1, progress=False)

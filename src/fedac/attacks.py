@@ -34,17 +34,16 @@ import math
 import numpy as np
 import torch
 
-from fedac.algorithms.base import ClientData, Params
 from fedac.config import Config
 from fedac.data.corrupt import corrupt_training_labels
 from fedac.data.features import compute_features, resolve_features
 from fedac.data.manifest import Manifest
 from fedac.data.partition import partition
 from fedac.data.registry import dataset_spec
-from fedac.engine.data import EvalSplit, FederatedData, model_input
-from fedac.engine.evaluate import evaluate
 from fedac.errors import ConfigError
 from fedac.seeding import numpy_rng, torch_generator
+from fedac.training.evaluate import evaluate
+from fedac.training.types import EvalSplit, FederatedData, Params, model_input
 
 DATA_ATTACKS = ("label_flip", "label_permute", "backdoor")
 MODEL_ATTACKS = ("sign_flip", "gaussian", "scale", "little")

@@ -176,7 +176,7 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
     `finished_only` trains nothing: the summary holds the runs that have ended (the rest are left out) and,
     as `wall_seconds`, the sum of their own wall times. Without `wait_for_others` the runs another process
     holds are left out instead of waited for (see `comparison_passes`)."""
-    from fedac.engine.checkpoint import CHECKPOINT
+    from fedac.engine.checkpoint import CHECKPOINT  # lazy: start-up time (the engine imports torch; the parser does not)
     from fedac.engine.data import build_federated_data
     from fedac.engine.simulator import Simulator
 

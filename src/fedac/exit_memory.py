@@ -25,7 +25,7 @@ def measure(model_name: str, encoder_path: str | None, kind: str, classes: int, 
     import torch
     from tqdm import tqdm
 
-    from fedac.algorithms.earlyexit import depth_memory
+    from fedac.algorithms.earlyexit import depth_memory  # lazy: start-up time (torch; the parser feeds --help)
     from fedac.models.early_exit import build_multi_exit
 
     torch.manual_seed(0)

@@ -104,7 +104,7 @@ def grid_rows(entry: dict, root: Path) -> list[str]:
 
 def quotes_of(entry: dict, root: Path) -> list[str]:
     if entry.get("table") == "compare":
-        from fedac.compare import markdown_table
+        from fedac.compare import markdown_table  # lazy: start-up time (as the two below)
 
         summary = json.loads((root / entry["file"]).read_text())
         return markdown_table(summary["runs"]).splitlines()[2:]  # the rows, not the header
@@ -116,7 +116,7 @@ def quotes_of(entry: dict, root: Path) -> list[str]:
     if entry.get("table") == "grid":
         return grid_rows(entry, root)
     if entry.get("table") == "robustness":
-        from fedac.robustness import table_rows
+        from fedac.robustness import table_rows  # lazy: start-up time (attacks import torch)
 
         summary = json.loads((root / entry["file"]).read_text())
         return table_rows(summary, entry["algorithm"], entry["metric"])

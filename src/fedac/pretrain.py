@@ -50,10 +50,10 @@ from fedac.config import FeatureConfig
 from fedac.data.features import FeatureExtractor, cache_root
 from fedac.data.librispeech import load_manifest as load_librispeech
 from fedac.data.waveform import load_waveform
-from fedac.engine.data import normalize
 from fedac.models.ssl import frame_lengths, size_config
 from fedac.pretrain_settings import PretrainSettings
 from fedac.seeding import derive_seed, numpy_rng
+from fedac.training.types import normalize
 
 CORPUS_SEED_OFFSET = 1000
 SAMPLE_RATE = 16000
@@ -65,7 +65,7 @@ def default_out(s: PretrainSettings, cache_dir: str | None = None) -> Path:
 
 def corpus(s: PretrainSettings, cache_dir: str | None = None, progress: bool = True) -> list[np.ndarray]:
     """Normalised waveforms of the pretraining corpus (see the module docstring)."""
-    from fedac.data.synth.librispeech import generate
+    from fedac.data.synth.librispeech import generate  # lazy: start-up time (the synthesiser, only for a missing corpus)
 
     seed = CORPUS_SEED_OFFSET + s.seed
     root = cache_root(cache_dir) / "synthetic" / f"pretrain-speakers{s.speakers}-utterances{s.utterances}-seed{seed}"

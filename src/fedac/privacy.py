@@ -29,10 +29,10 @@ from typing import Any
 import torch
 
 from fedac.aggregation import clip_update
-from fedac.algorithms.base import Params
 from fedac.config import Config
 from fedac.errors import ConfigError
 from fedac.seeding import torch_generator
+from fedac.training.types import Params
 
 MODES = ("none", "central", "client")
 #: Algorithms whose new global model is the aggregate itself, so server noise on it is DP-FedAvg.

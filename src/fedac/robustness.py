@@ -35,6 +35,7 @@ from fedac.attacks import ATTACKS
 from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.metrics import mean_std
+from fedac.reproduce import DATASETS, PROTOCOL
 
 ALGORITHMS = {"FedAvg": "fedavg", "FedMLAC": "fedmlac"}
 #: column label -> (FedAvg settings, FedMLAC settings)
@@ -85,7 +86,6 @@ def run_robustness(seeds: list[int], out: Path, overrides: list[str], attacks: l
                    command: str = "", progress: bool = True, finished_only: bool = False) -> dict:
     """Run (or complete) the grid and write table.md, results.csv and heatmap.png (from the finished runs
     alone with `finished_only`)."""
-    from fedac.reproduce import DATASETS, PROTOCOL  # reproduce registers this command
 
     attacks = _choose(attacks, ROW_ATTACKS, "attack(s)")
     fractions = [float(f) for f in (fractions or FRACTIONS)]

@@ -20,6 +20,8 @@ import subprocess
 from fnmatch import fnmatchcase
 from pathlib import Path
 
+from fedac import __version__
+
 PACKAGE = Path(__file__).resolve().parent
 
 #: Package modules that cannot change a trained number, so editing them leaves every result current.
@@ -94,7 +96,5 @@ def git_state(root: Path = PACKAGE) -> tuple[str | None, bool | None]:
 
 def code_version(root: Path = PACKAGE) -> dict:
     """What results.json records as `code_version`."""
-    from fedac import __version__
-
     commit, dirty = git_state(root)
     return {"fedac": __version__, "source_sha256": source_sha256(root), "git_commit": commit, "git_dirty": dirty}

@@ -35,7 +35,7 @@ HONEST = {"accuracy": "test acc. (all classes)", "macro_f1": "test macro-F1", "a
 
 
 def run_one(cfg, run_dir: Path, progress: bool) -> dict:
-    from fedac.engine.streams import StreamRunner
+    from fedac.engine.streams import StreamRunner  # lazy: start-up time (torch)
 
     done = run_dir / "results.json"
     if done.is_file():

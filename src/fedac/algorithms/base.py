@@ -10,66 +10,20 @@ uploads and states are plain dicts of tensors (or None), so they serialise to an
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
 from fedac.aggregation import LayerPruning, aggregate
-from fedac.algorithms.local import local_steps
 from fedac.config import Config
 from fedac.models import build_model
 from fedac.seeding import derive_seed, numpy_rng
-
-Params = dict[str, torch.Tensor]
-
-
-@dataclass
-class Task:
-    """What an algorithm needs to know about the federated data, not the data itself."""
-
-    num_features: int
-    num_classes: int
-    clients: list[str]
-    class_counts: list[list[int]] | None = None
-    """Training windows per class of each client (aligned with `clients`), for methods that weigh
-    clients by their label distribution (FedKWS-UI's ALT)."""
-    kind: str = "classification"
-    """classification, or ctc (sequence targets, scored by WER / CER); see engine/waveform.py."""
-
-
-@dataclass
-class ClientData:
-    """One client's resident tensors: training windows and its local held-out windows."""
-
-    name: str
-    x: torch.Tensor
-    y: torch.Tensor
-    holdout_x: torch.Tensor
-    holdout_y: torch.Tensor
-
-    @property
-    def num_samples(self) -> int:
-        return int(self.y.shape[0])
-
-
-@dataclass
-class ClientResult:
-    upload: Any
-    """What travels to the server (never the personalized model)."""
-    state: Any = None
-    """The client's new persistent state, kept on the client."""
-    metrics: dict[str, float] = field(default_factory=dict)
-
-
-def clone_params(params: Params) -> Params:
-    return {name: value.detach().clone() for name, value in params.items()}
-
-
-def model_params(model: nn.Module) -> Params:
-    return clone_params(model.state_dict())
-
+from fedac.training.evaluate import evaluate
+from fedac.training.local import local_steps
+from fedac.training.step import train_client
+# The shared types live in training/; algorithms import them from here as well (a downward re-export).
+from fedac.training.types import ClientData, ClientResult, Params, Task, clone_params, model_params  # noqa: F401
 
 def reproduces(client_update):
     """Marks a `cohort_update` as the stacked form of `client_update` (see `Algorithm.cohort_ready`)."""
@@ -151,11 +105,9 @@ class Algorithm(ABC):
     def cohort_update(self, payload: Any, states: list[Any], datas: list[ClientData], round_idx: int,
                       seed: int) -> list[ClientResult]:
         """Optional hook: the updates of a whole cohort, in `datas` order, with each client's randomness
-        fixed by (seed, round, client) exactly as `engine.simulator.train_client` fixes it, so the results
-        equal the sequential ones. Overrides stack clients into one computation (engine/cohort.py) and
+        fixed by (seed, round, client) exactly as `training.step.train_client` fixes it, so the results
+        equal the sequential ones. Overrides stack clients into one computation (training/cohort.py) and
         are marked `@reproduces(client_update)`; this default trains one client after another."""
-        from fedac.engine.simulator import train_client  # engine imports algorithms, not the reverse
-
         return [train_client(self, payload, state, data, round_idx, seed) for state, data in zip(states, datas)]
 
     def cohort_ready(self) -> bool:
@@ -188,8 +140,6 @@ class Algorithm(ABC):
     def evaluate_views(self, model: nn.Module, split, batch_size: int) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
         """The shared `model`'s metrics on a split, and those of its further views by tag, reported as
         val_<tag>_* / <tag>_* (the exits of early-exit models); no views by default."""
-        from fedac.engine.evaluate import evaluate  # engine imports algorithms, not the reverse
-
         return evaluate(model, split, batch_size), {}
 
     def personalized_model(self, client: str, state: Any) -> nn.Module | None:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, Task, model_params
-from fedac.algorithms.local import make_optimizer, train_supervised
+from fedac.training.local import make_optimizer, train_supervised
 from fedac.config import Config
 from fedac.errors import ConfigError
 

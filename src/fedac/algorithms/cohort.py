@@ -1,5 +1,5 @@
 """Stacked client steps: the cohort hooks of the FedAvg family (fedavg.py, so FedProx and FedOPT too) and
-of FedMLAC (fedmlac.py), on the machinery of engine/cohort.py.
+of FedMLAC (fedmlac.py), on the machinery of training/cohort.py.
 
 Each function is its sequential counterpart (`local.train_supervised`, `FedMLAC.client_update`)
 written for a chunk of stacked clients: the same batches, dropout masks, loss functions (called with
@@ -17,9 +17,11 @@ from typing import Any
 
 import torch
 
-from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params
-from fedac.algorithms.local import cross_entropy
-from fedac.engine.cohort import (
+from fedac.algorithms.base import Algorithm
+from fedac.algorithms.mutual import personalized_loss, plugin_loss
+from fedac.errors import ConfigError
+from fedac.models.stacked import StackedCRNN, stack_params, stacked_model
+from fedac.training.cohort import (
     CohortChunk,
     StackedSGD,
     broadcast_params,
@@ -29,8 +31,9 @@ from fedac.engine.cohort import (
     plan_chunks,
     run_chunks,
 )
-from fedac.errors import ConfigError
-from fedac.models.stacked import StackedCRNN, stack_params, stacked_model
+from fedac.training.local import cross_entropy
+from fedac.training.step import train_client
+from fedac.training.types import ClientData, ClientResult, Params
 
 
 class ParameterView:
@@ -58,7 +61,6 @@ def _first(params: Params, active: int) -> Params:
 
 def _sequential(algo: Algorithm, payload: Any, states: list[Any], datas: list[ClientData], positions: list[int],
                 round_idx: int, seed: int, results: list[ClientResult | None]) -> None:
-    from fedac.engine.simulator import train_client  # the engine imports algorithms, not the reverse
 
     for i in positions:
         results[i] = train_client(algo, payload, states[i], datas[i], round_idx, seed)
@@ -103,7 +105,6 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
                   seed: int) -> list[ClientResult]:
     """FedMLAC's client update (Algorithm 1: personalized step, then Plug-in step, per batch) for a whole
     cohort, one stacked group per personalized architecture."""
-    from fedac.algorithms.fedmlac import personalized_loss, plugin_loss
 
     cfg, opts = algo.cfg.train, algo.cfg.fedmlac
     if opts.teacher not in ("pre_update", "post_update"):

@@ -25,12 +25,13 @@ import torch
 
 from fedac.aggregation import EXIT_AGGREGATIONS, exit_aggregate
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, clone_params
-from fedac.algorithms.local import make_optimizer, train_supervised
-from fedac.errors import ConfigError
 from fedac.data.waveform import Padded
+from fedac.errors import ConfigError
 from fedac.models.early_exit import MultiExitSSL, build_multi_exit, scale_depth
 from fedac.models.ssl import is_ssl_model
 from fedac.seeding import numpy_rng
+from fedac.training.evaluate import evaluate_exits
+from fedac.training.local import make_optimizer, train_supervised
 
 MODES = ("hetero", "homo", "budget")
 
@@ -165,8 +166,6 @@ class EarlyExitFL(Algorithm):
 
     def evaluate_views(self, model: MultiExitSSL, split, batch_size: int):
         """The shared model at eval_exit, and every exit as exit<L>, from one encoder pass per batch."""
-        from fedac.engine.evaluate import evaluate_exits  # engine imports algorithms, not the reverse
-
         by_exit = evaluate_exits(model, split, batch_size)
         model.use_exit(self.eval_exit)
         return dict(by_exit[self.eval_exit]), {f"exit{depth}": metrics for depth, metrics in by_exit.items()}
@@ -187,8 +186,6 @@ def depth_memory(model: MultiExitSSL, depth: int, train, batch: int, frames: int
       saved-tensor hooks during a real forward pass, parameters left out (CPU: the allocator keeps no peak);
     - step_seconds: median wall time of a forward + backward + optimizer step.
     """
-    from fedac.algorithms.local import make_optimizer
-
     model.use_exit(depth).train()
     params = dict(model.named_parameters())
     for name, param in params.items():

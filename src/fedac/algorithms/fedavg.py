@@ -11,7 +11,7 @@ from typing import Any
 import torch
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params, reproduces
 from fedac.algorithms.cohort import supervised_cohort
-from fedac.algorithms.local import train_supervised
+from fedac.training.local import train_supervised
 
 
 class FedAvg(Algorithm):

@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params
-from fedac.algorithms.local import client_batches, local_step, make_optimizer
+from fedac.training.local import client_batches, local_step, make_optimizer
 from fedac.seeding import torch_generator
 
 

@@ -46,7 +46,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, Task, model_params
-from fedac.algorithms.local import clip_gradients, cycling_batches, make_optimizer
+from fedac.training.local import clip_gradients, cycling_batches, make_optimizer
 from fedac.errors import ConfigError
 from fedac.models import build_model
 

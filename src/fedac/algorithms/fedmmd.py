@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from fedac.algorithms.base import ClientData, ClientResult, Params, model_params
 from fedac.algorithms.fedavg import FedAvg
-from fedac.algorithms.local import client_batches, local_step, make_optimizer
+from fedac.training.local import client_batches, local_step, make_optimizer
 
 
 def mmd_rbf(source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0, kernel_num: int = 5) -> torch.Tensor:

@@ -64,11 +64,12 @@ import torch
 from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, model_params
-from fedac.algorithms.local import train_supervised
 from fedac.data.streams import NEW_ID
 from fedac.errors import ConfigError
 from fedac.kmedoids import pairwise_distances, pam
+from fedac.models import build_model
 from fedac.seeding import derive_seed, numpy_rng, torch_generator
+from fedac.training.local import train_supervised
 
 DIRICHLET_EPS = 1e-4
 
@@ -343,7 +344,6 @@ class ZeroShotFL(Algorithm):
         return None
 
     def _fresh_model(self, arch: str, outputs: int, *ids: object) -> nn.Module:
-        from fedac.models import build_model
 
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed(self.cfg.seed, "zeroshot-init", *ids))
@@ -412,7 +412,6 @@ class ZeroShotFL(Algorithm):
     def _impressions(self, report: dict[str, Any], round_idx: int) -> tuple[list[torch.Tensor], float, torch.Tensor]:
         """Each new class's impressions from a reporter's model, their self-consistency and the model's
         class-similarity matrix."""
-        from fedac.models import build_model
 
         zs = self.cfg.zeroshot
         K, new = report["num_known"], report["local_ids"]

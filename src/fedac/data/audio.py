@@ -101,7 +101,7 @@ def fit_length(audio: np.ndarray, length: int) -> list[np.ndarray]:
 
     Shorter audio is zero-padded to one window. Longer audio becomes ceil(len / length) windows with
     equal hop, the last one ending at the end of the file, so every sample is seen and no window is
-    mostly padding. Evaluation averages the logits of a clip's windows (see engine.evaluate).
+    mostly padding. Evaluation averages the logits of a clip's windows (see training.evaluate).
     """
     if len(audio) <= length:
         return [np.pad(audio, (0, length - len(audio)))]

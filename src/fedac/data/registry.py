@@ -93,6 +93,13 @@ DATASETS: dict[str, DatasetSpec] = {
         synth_size_arg="speakers",
         synth_kwargs=lambda data: {"speakers": 200},
     ),
+    # natural: metadata.csv's client column, or (without one) training clips dealt IID over data.num_clients
+    "audiofolder": DatasetSpec(
+        "fedac.data.audiofolder:load_manifest",
+        None,
+        "natural",
+        "your own clips: data.root=DIR with DIR/<label>/*.wav or DIR/metadata.csv (file,label[,client][,split])",
+    ),
 }
 
 

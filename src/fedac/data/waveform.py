@@ -3,7 +3,7 @@
 `Padded` is what the waveform data path stores where the feature path stores a fixed-size tensor:
 clients' waveforms (or their cached CNN features) and CTC target sequences. It supports what the
 training loop and the evaluation do with a tensor of samples (`len`, `x[idx]`, `.split(n)`,
-`.shape[0]`), so `algorithms.local` batches it unchanged; a batch is trimmed to its longest member.
+`.shape[0]`), so `training.local` batches it unchanged; a batch is trimmed to its longest member.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from fedac.config import save_config
 from fedac.errors import CheckpointError
 
 CHECKPOINT = "checkpoint.pt"
@@ -39,8 +40,6 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any]:
 def open_run(run_dir: Path, cfg, resume: bool, fresh) -> dict[str, Any]:
     """The state a run starts from: its checkpoint (resume; refused when it is another algorithm's), or
     `fresh()` after writing the resolved config.yaml into a new run directory."""
-    from fedac.config import save_config
-
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:

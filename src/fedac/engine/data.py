@@ -11,14 +11,13 @@ run directory's bad_files.txt (`record_bad_files`).
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from fedac.algorithms import algorithm_class
-from fedac.algorithms.base import ClientData, Task
 from fedac.config import Config
 from fedac.data.corrupt import corrupt_training_labels
 from fedac.data.augment import AugmentedWindows, noise_bank
@@ -27,17 +26,14 @@ from fedac.data.features import (FeatureExtractor, FeatureSet, clip_waveforms, l
 from fedac.data.manifest import Manifest
 from fedac.data.partition import ClientSplit, holdout_split, partition
 from fedac.data.registry import dataset_spec, load_manifest
+from fedac.engine.manifest import usable_manifest
+from fedac.engine.waveform import build_waveform_data
 from fedac.errors import ConfigError, DatasetError
 from fedac.models.ssl import is_ssl_model
+from fedac.training.types import ClientData, EvalSplit, FederatedData, Task, model_input, normalize  # noqa: F401
 
 log = logging.getLogger(__name__)
 BAD_FILES = "bad_files.txt"
-
-
-def usable_manifest(cfg: Config, progress: bool = True) -> tuple[Manifest, dict[str, str]]:
-    """The dataset's manifest and, with data.on_bad_file=skip, without its undecodable clips (see
-    features.screen_manifest): path -> reason of the files left out."""
-    return screen_manifest(load_manifest(cfg, progress), cfg.data.on_bad_file, cfg.data.cache_dir, progress)
 
 
 def record_bad_files(run_dir: str | Path, data: FederatedData) -> None:
@@ -51,59 +47,6 @@ def record_bad_files(run_dir: str | Path, data: FederatedData) -> None:
     path.write_text("".join(f"{file}\t{reason}\n" for file, reason in sorted(data.bad_files.items())))
     log.warning("data.on_bad_file=skip: %d audio file(s) cannot be decoded and are left out of the run; "
                 "the list is in %s", len(data.bad_files), path)
-
-
-@dataclass
-class EvalSplit:
-    """Windows of one evaluation split; `clip` maps each window to its clip (0..num_clips-1)."""
-
-    x: torch.Tensor
-    clip: torch.Tensor
-    labels: torch.Tensor
-    """One label per clip."""
-    kind: str = "classification"
-    """classification, ctc (scored by WER / CER against `texts`) or verification (EER over `trials`)."""
-    texts: list[str] | None = None
-    """ctc: the reference transcript of each clip."""
-    trials: torch.Tensor | None = None
-    """verification: (M, 3) rows (clip a, clip b, 1 = same speaker)."""
-
-    @property
-    def num_clips(self) -> int:
-        return int(self.labels.shape[0])
-
-
-@dataclass
-class FederatedData:
-    task: Task
-    manifest: Manifest
-    clients: list[ClientData]
-    val: EvalSplit
-    test: EvalSplit
-    extra_test: dict[str, EvalSplit] = field(default_factory=dict)
-    """Further test splits reported as `<name>_<metric>` (LibriSpeech test_other, VoxCeleb1 asv trials)."""
-    bad_files: dict[str, str] = field(default_factory=dict)
-    """data.on_bad_file=skip: path -> reason of the audio files left out because they cannot be decoded."""
-
-    def client(self, name: str) -> ClientData:
-        return self._by_name[name]
-
-    def __post_init__(self) -> None:
-        self._by_name = {c.name: c for c in self.clients}
-
-
-def normalize(features: torch.Tensor) -> torch.Tensor:
-    """Per-utterance, per-coefficient mean/variance normalisation (needs no statistics from other clients)."""
-    x = features.float()
-    mean = x.mean(dim=2, keepdim=True)
-    std = x.std(dim=2, keepdim=True, unbiased=False)
-    return ((x - mean) / (std + 1e-5)).contiguous()
-
-
-def model_input(features: torch.Tensor, cfg: Config) -> torch.Tensor:
-    """What the models read: CMVN-normalised features, or FedKWS-UI's scaled MFCCs as they are
-    (`features.style=fedkws`: the official code applies no normalisation)."""
-    return features.float().contiguous() if cfg.features.style == "fedkws" else normalize(features)
 
 
 def _rows_by_clip(feats: FeatureSet, num_clips: int) -> list[torch.Tensor]:
@@ -144,8 +87,6 @@ def default_partition(cfg: Config) -> str:
 
 def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     if is_ssl_model(cfg.model.name):  # SSL encoders read waveforms, not MFCC windows
-        from fedac.engine.waveform import build_waveform_data  # it imports this module
-
         return build_waveform_data(cfg, progress)
     manifest, bad = usable_manifest(cfg, progress)
     if manifest.kind != "classification":

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from fedac.engine.cohort import client_progress
+from fedac.training.cohort import client_progress
 from fedac.errors import RunInterrupted
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
@@ -125,7 +125,7 @@ class RoundLoop:
     @contextmanager
     def round(self, round_idx: int, clients: int) -> Iterator[None]:
         """The computation of one round: a bar of its `clients` (shown once the round takes longer than
-        CLIENT_BAR_DELAY_S; engine/cohort.py `clients_done` advances it) and the window in which a second
+        CLIENT_BAR_DELAY_S; training/cohort.py `clients_done` advances it) and the window in which a second
         signal abandons the round."""
         self._stop_if_asked()
         self.current = round_idx

@@ -20,20 +20,20 @@ import numpy as np
 import torch
 
 from fedac.algorithms import build_algorithm
-from fedac.algorithms.base import Algorithm, ClientData, ClientResult
+from fedac.algorithms.base import Algorithm
 from fedac.attacks import Attack
 from fedac.config import Config, save_config
 from fedac.engine.checkpoint import load_checkpoint, save_checkpoint
-from fedac.engine.cohort import check_execution, clients_done, run_clients
+from fedac.engine.cohort import check_execution, run_clients
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
-from fedac.engine.evaluate import evaluate, kws_rates, selection_score, window_accuracy
 from fedac.engine.rounds import RoundLoop
 from fedac.engine.runtime import configure_process
 from fedac.errors import CheckpointError, ConfigError
 from fedac.metrics import mean_std
 from fedac.privacy import Privacy
 from fedac.report import log_pruning, truncate_pruning_log, write_history, write_results
-from fedac.seeding import derive_seed, numpy_rng, torch_generator
+from fedac.seeding import numpy_rng
+from fedac.training.evaluate import evaluate, kws_rates, selection_score, window_accuracy
 
 log = logging.getLogger(__name__)
 
@@ -69,16 +69,6 @@ def sample_cohort(clients: list[str], fraction: float, seed: int, round_idx: int
     size = max(1, int(round(fraction * len(clients))))
     picked = numpy_rng(seed, "cohort", round_idx).choice(len(clients), size, replace=False)
     return [clients[i] for i in sorted(picked)]
-
-
-def train_client(algorithm: Algorithm, payload: Any, state: Any, data: ClientData, round_idx: int, seed: int) -> ClientResult:
-    """One client's update with its randomness fixed by (seed, round, client): the batch order comes
-    from a derived generator and dropout from the global RNG seeded the same way. Every runtime
-    (simulator, Flower ClientApp) calls this, so they produce the same numbers."""
-    torch.manual_seed(derive_seed(seed, "dropout", round_idx, data.name))
-    result = algorithm.client_update(payload, state, data, round_idx, torch_generator(seed, "batches", round_idx, data.name))
-    clients_done(1)  # the round's progress bar (engine/rounds.py), whichever path called this
-    return result
 
 
 def tagged(views: dict[str, dict[str, float]], prefix: str = "", suffix: str = "") -> dict[str, float]:

@@ -34,14 +34,15 @@ from fedac.data.features import load_features
 from fedac.data.registry import load_manifest
 from fedac.data.streams import NEW_ID, build_stream
 from fedac.engine.checkpoint import open_run, save_checkpoint
-from fedac.engine.cohort import cohort_workers
 from fedac.engine.data import _gather, _rows_by_clip, normalize
 from fedac.engine.rounds import RoundLoop
 from fedac.engine.runtime import configure_process
-from fedac.engine.simulator import all_finite, train_client
+from fedac.engine.simulator import all_finite
 from fedac.errors import ConfigError
 from fedac.metrics import classification_metrics
-from fedac.report import write_history, write_results
+from fedac.report import format_table, write_history, write_results
+from fedac.training.cohort import cohort_workers
+from fedac.training.step import train_client
 
 log = logging.getLogger(__name__)
 
@@ -253,8 +254,6 @@ class StreamRunner:
 
 def zeroshot_table(results: dict[str, Any]) -> str:
     """The CLI's closing table for a zero-shot run."""
-    from fedac.report import format_table
-
     f = results["final"]
     pct = lambda v: "n/a" if v is None or v != v else f"{100 * v:.2f}%"  # noqa: E731
     rows = [("algorithm", "zeroshot"), ("dataset / scenario", f"{results['dataset']} / {f['scenario']}"),

@@ -27,7 +27,6 @@ import torch
 from tqdm import tqdm
 
 from fedac.algorithms import algorithm_class
-from fedac.algorithms.base import ClientData, Task
 from fedac.config import Config
 from fedac.data.corrupt import corrupt_training_labels
 from fedac.data.features import cache_root
@@ -36,10 +35,11 @@ from fedac.data.partition import partition
 from fedac.data.registry import dataset_spec
 from fedac.data.text import encode
 from fedac.data.waveform import Padded, load_waveform
-from fedac.engine.data import EvalSplit, FederatedData, usable_manifest
+from fedac.engine.manifest import usable_manifest
 from fedac.errors import ConfigError, DatasetError
 from fedac.models.ssl import build_encoder, cnn_fingerprint, cnn_frames
 from fedac.seeding import derive_seed
+from fedac.training.types import ClientData, EvalSplit, FederatedData, Task
 
 log = logging.getLogger(__name__)
 CACHE_VERSION = 2  # 2: truncated WAV files are rejected (issue 43); a version-1 cache may hold a cut file's frames

@@ -1,7 +1,7 @@
 """The Flower ClientApp: one fedac client per SuperNode, trained by the fedac client update unchanged.
 
 - `train`: decode the global payload, load this client's persistent state from `context.state` (or
-  create it as the simulator does), call `fedac.engine.simulator.train_client` -- the function every
+  create it as the simulator does), call `fedac.training.step.train_client` -- the function every
   fedac runtime calls, so batch order and dropout masks are those of the simulator -- keep the new
   state in `context.state` and reply with the upload, n_k and the client's metrics. The state (e.g.
   FedMLAC's personalized model) never leaves the node; only its digest is reported, so the server
@@ -33,16 +33,17 @@ from fedac.algorithms.base import Algorithm, ClientData
 from fedac.attacks import Attack
 from fedac.config import Config
 from fedac.engine.data import FederatedData, build_federated_data
-from fedac.engine.evaluate import evaluate as evaluate_split
-from fedac.engine.evaluate import window_accuracy
 from fedac.engine.runtime import configure_process
-from fedac.engine.simulator import all_finite, train_client
+from fedac.engine.simulator import all_finite
 from fedac.errors import ConfigError
 from fedac.flower import transport
 from fedac.flower.devices import device_client, run_classes
 from fedac.flower.secagg import secagg_mod
 from fedac.flower.settings import NodeSettings, apply_node_settings, fedac_config, node_settings
 from fedac.flower.strategy import ARRAYS, CLIENT_INFO, CONFIG, EVAL, METRICS, REJECTED_UPDATE
+from fedac.training.evaluate import evaluate as evaluate_split
+from fedac.training.evaluate import window_accuracy
+from fedac.training.step import train_client
 
 log = logging.getLogger("fedac.flower")
 

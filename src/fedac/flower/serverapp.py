@@ -115,7 +115,7 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
     device = settings.data_mode == "device"
     secure = settings.secagg is not None and settings.secagg.enabled
     if secure:  # before any data is built: SecAgg+ refuses what needs each client's upload
-        from fedac.flower.secagg import SecAggStrategy, refuse_unsupported
+        from fedac.flower.secagg import SecAggStrategy, refuse_unsupported  # lazy: start-up time (SecAgg+ workflow)
 
         refuse_unsupported(cfg, settings)
     if device:

@@ -8,7 +8,7 @@ layers are never computed) and the head at L scores it. The selected head is bou
 holds each head once, under `exit_heads`.
 
 `shared_pass()` lets one batch be scored at every exit for the cost of one encoder pass (evaluation:
-`engine.evaluate.evaluate_exits`): within it, the exits of a batch visited shallow to deep continue the
+`training.evaluate.evaluate_exits`): within it, the exits of a batch visited shallow to deep continue the
 encoder where the previous exit stopped.
 """
 

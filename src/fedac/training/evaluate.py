@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from fedac.data.waveform import Padded
-from fedac.engine.data import EvalSplit
+from fedac.training.types import EvalSplit
 from fedac.metrics import classification_metrics, equal_error_rate, false_accept_reject, transcription_metrics
 
 #: The negative classes of keyword spotting (12-class Speech Commands) for FA / FR.

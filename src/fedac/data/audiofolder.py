@@ -1,0 +1,179 @@
+"""Your own labelled clips, no loader to write: ``--dataset audiofolder --set data.root=DIR``.
+
+Layout: ``DIR/<label>/<name>.<ext>`` (label folders may nest sub-folders), any file soundfile reads
+(WAV, FLAC, OGG, ...) at any sample rate, mono or stereo: decoding and resampling happen later
+(audio.py), this module only lists files. Classes are the sorted label names.
+
+Optional ``DIR/metadata.csv`` (UTF-8, header row) is then the only source of truth: columns ``file``
+(path relative to DIR) and ``label`` are required, ``client`` and ``split`` (train, validation or test)
+optional, other columns are ignored.
+
+Clients: the ``client`` column is the natural client id. Without one, training clips are dealt at
+random over ``data.num_clients`` clients, so the default (natural) partition is IID and
+``data.partition=dirichlet`` / ``iid`` still work. Splits: the ``split`` column, else a seeded
+10% validation / 10% test split, client-disjoint when clients exist, else over clips, announced by a
+warning. The corpus's seed is fixed (0): run seeds vary training, never which clips are tested.
+"""
+
+from __future__ import annotations
+
+import csv
+import functools
+import io
+import logging
+from pathlib import Path
+
+import soundfile
+
+from fedac.config import DataConfig
+from fedac.data.layout import read_text, reject_broken_link, shorten
+from fedac.data.manifest import Clip, Manifest
+from fedac.errors import DatasetError
+from fedac.seeding import numpy_rng
+
+log = logging.getLogger(__name__)
+
+METADATA = "metadata.csv"
+REQUIRED = ("file", "label")
+SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "test": "test"}
+HELD_OUT = 0.1
+"""Share of clients (or clips) drawn for validation, and again for test, when there is no split column."""
+LAYOUT = (f"expected DIR/<label>/<clip>.wav, or DIR/{METADATA} with columns file,label[,client][,split] "
+          "(see docs/datasets.md, 'Your own audio')")
+# File suffixes whose libsndfile format name differs from the suffix itself.
+_SUFFIX_FORMAT = {"AIF": "AIFF", "OGA": "OGG", "OPUS": "OGG", "SND": "AU"}
+
+
+@functools.cache
+def _formats() -> frozenset[str]:
+    return frozenset(soundfile.available_formats())  # asks libsndfile each call: ~80 us, per file of a large corpus
+
+
+def is_audio(path: Path) -> bool:
+    suffix = path.suffix[1:].upper()
+    return not path.name.startswith(".") and _SUFFIX_FORMAT.get(suffix, suffix) in _formats()
+
+
+def _visible(folder: Path) -> list[Path]:
+    return sorted(p for p in folder.iterdir() if not p.name.startswith("."))
+
+
+def scan_folders(root: Path) -> list[tuple[Path, str]]:
+    """(file, label) for every audio file under DIR/<label>/, in path order."""
+    folders = [p for p in _visible(root) if p.is_dir()]
+    if not folders:
+        raise DatasetError(f"audiofolder {root} holds no label folders and no {METADATA}; {LAYOUT}")
+    rows = []
+    for folder in folders:
+        files = sorted(reject_broken_link(p) for p in folder.rglob("*") if is_audio(p) and (p.is_file() or p.is_symlink())
+                       and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+        if not files:
+            others = [p.name for p in _visible(folder)]
+            found = f" (it holds {shorten(others)})" if others else " (it is empty)"
+            raise DatasetError(f"audiofolder label folder {folder} holds no audio file{found}: add .wav/.flac/.ogg "
+                               f"clips or remove the folder")
+        rows.extend((path, folder.name) for path in files)
+    return rows
+
+
+def read_metadata(root: Path) -> tuple[list[tuple[Path, str, str | None, str | None]], set[str]]:
+    """(file, label, client, split) per row of DIR/metadata.csv, checked line by line, and its columns."""
+    path = root / METADATA
+    with io.StringIO(read_text(path), newline="") as handle:
+        reader = csv.reader(handle)
+        header = [h.strip().lstrip("\ufeff") for h in next(reader, [])]  # spreadsheets often write a BOM
+        missing = [c for c in REQUIRED if c not in header]
+        if missing:
+            raise DatasetError(f"{path} line 1: header lacks column(s) {', '.join(missing)} (found "
+                               f"{','.join(header) or 'nothing'}); the header must name file,label[,client][,split]")
+        rows, seen = [], {}
+        for fields in reader:
+            where = f"{path} line {reader.line_num}"
+            if not any(f.strip() for f in fields):
+                continue
+            if len(fields) != len(header):
+                raise DatasetError(f"{where}: {len(fields)} fields, expected {len(header)} ({','.join(header)})")
+            row = dict(zip(header, (f.strip() for f in fields)))
+            for column in ("file", "label", "client"):
+                if column in row and not row[column]:
+                    raise DatasetError(f"{where}: the {column} column is empty; fill it in or remove the line")
+            split = row["split"].lower() if "split" in row else None
+            if split is not None and split not in SPLIT_NAMES:
+                raise DatasetError(f"{where}: split {split!r} is not one of train, validation, test")
+            if row["file"] in seen:
+                raise DatasetError(f"{where}: {row['file']} is already listed on line {seen[row['file']]}")
+            seen[row["file"]] = reader.line_num
+            audio = root / row["file"]
+            if not audio.is_file():
+                raise DatasetError(f"{where} lists {row['file']}, but {audio} does not exist; "
+                                   "fix the path (relative to the data root) or remove the line")
+            rows.append((reject_broken_link(audio), row["label"], row.get("client"),
+                         None if split is None else SPLIT_NAMES[split]))
+    if not rows:
+        raise DatasetError(f"{path} lists no clips; add one line per clip (file,label)")
+    return rows, set(header)
+
+
+def held_out_splits(keys: list[str], what: str, where: Path) -> dict[str, str]:
+    """key (client id or clip path) -> split: a seeded HELD_OUT share each for test and validation
+    (at least one key each, and one left to train)."""
+    keys = sorted(keys)
+    if len(keys) < 3:
+        raise DatasetError(f"audiofolder {where}: {len(keys)} {what} cannot be split into train, validation and test; "
+                           f"add clips, or give every clip a split (train, validation, test) in {METADATA}")
+    order = numpy_rng(0, "audiofolder-split").permutation(len(keys))
+    n = max(1, round(HELD_OUT * len(keys)))
+    n = min(n, (len(keys) - 1) // 2)
+    splits = {keys[k]: "train" for k in order[2 * n:]}
+    splits.update({keys[k]: "test" for k in order[:n]})
+    splits.update({keys[k]: "val" for k in order[n:2 * n]})
+    return splits
+
+
+def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
+    root = Path(root).expanduser().absolute()
+    if not root.is_dir():
+        raise DatasetError(f"audiofolder data.root {root} is not a folder; {LAYOUT}")
+    if (root / METADATA).is_file():
+        rows, columns = read_metadata(root)
+    else:
+        rows, columns = [(path, label, None, None) for path, label in scan_folders(root)], set()
+    classes = sorted({label for _, label, _, _ in rows})
+    if len(classes) < 2:
+        raise DatasetError(f"audiofolder {root} has one label ({classes[0]}); classification needs at least two")
+    paths = [str(path) for path, _, _, _ in rows]
+    clients = [client for _, _, client, _ in rows]
+    notes = []  # what was chosen for the user, said in one warning line
+    if "split" in columns:
+        splits = [split for _, _, _, split in rows]
+        absent = [s for s in ("train", "val", "test") if s not in splits]
+        if absent:
+            names = ", ".join("validation" if s == "val" else s for s in absent)
+            raise DatasetError(f"{root / METADATA}: no clip has split {names}; training needs train, "
+                               "validation and test clips")
+    else:
+        keys = clients if "client" in columns else paths
+        of_key = held_out_splits(list(set(keys)), "clients" if "client" in columns else "clips", root)
+        splits = [of_key[k] for k in keys]
+        notes.append(f"seeded {HELD_OUT:.0%} validation / {HELD_OUT:.0%} test split drawn "
+                     f"{'client-disjoint' if 'client' in columns else 'over clips'} (no split column)")
+    if "client" not in columns:
+        clients = _dealt_clients(splits, cfg.num_clients)
+        if cfg.partition in (None, "natural"):
+            notes.append(f"training clips dealt at random over data.num_clients={cfg.num_clients} clients (no client column)")
+    if notes:
+        log.warning("audiofolder %s: %s; set them in %s (columns split, client)", root, "; ".join(notes), METADATA)
+    index = {label: k for k, label in enumerate(classes)}
+    clips = [Clip(path, index[label], client, split)
+             for path, (_, label, _, _), client, split in zip(paths, rows, clients, splits)]
+    return Manifest("audiofolder", str(root), classes, clips)
+
+
+def _dealt_clients(splits: list[str], num_clients: int) -> list[str]:
+    """Client ids for clips that have none: training clips dealt round-robin in a seeded order over
+    num_clients (an IID partition under the natural scheme); held-out clips belong to no client."""
+    train = [i for i, split in enumerate(splits) if split == "train"]
+    clients = [""] * len(splits)
+    for k, index in enumerate(numpy_rng(0, "audiofolder-clients").permutation(train)):
+        clients[index] = f"client{k % num_clients:03d}"
+    return clients

@@ -1,0 +1,241 @@
+"""Stacked cohort training: the clients of one round that share an architecture train as one computation.
+
+The machinery here knows nothing about losses; `algorithms/cohort.py` writes the FedAvg-family and
+FedMLAC client steps on top of it, and `engine/cohort.py` dispatches a round to them. What it provides:
+
+- `plan_chunks`: each client's batch order, drawn exactly as the sequential path draws it
+  (`torch_generator(seed, "batches", round, client)` through `training.local.client_batches`), laid out
+  step by step. Clients are sorted by sample count (stable), so the clients still training at step s
+  are a prefix of the chunk and every stacked tensor is sliced, never gathered. A client whose batch
+  is smaller than the step's widest one is padded with copies of its own first sample at weight 0.
+- chunking: at most `train.cohort_chunk` clients are stacked at once, which bounds the memory of
+  activations kept for the backward pass; training/schedule.py cuts chunks by modelled cost (padding,
+  per-step overheads, an even share per worker); `run_chunks` trains them on `train.cohort_workers`
+  threads, costliest first.
+- dropout: every client owns a generator seeded with `derive_seed(seed, "dropout", round, client)`,
+  the seed the sequential path gives the global RNG, and draws its masks with the op `nn.Dropout`
+  uses on CPU (`bernoulli_` into a fresh buffer, then `div_(1 - p)`), layer by layer in forward order.
+  So each client sees the masks, and hence the numbers, it would see training alone.
+- `StackedSGD`: torch.optim.SGD's update (momentum, weight decay) on stacked parameters, touching
+  only the clients still training.
+- `client_progress` / `clients_done`: a round's progress (engine/rounds.py) hears of every finished
+  client, whichever path trained it, without the algorithms' hooks passing a callback along.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fedac.config import TrainConfig
+from fedac.errors import ConfigError
+from fedac.seeding import torch_generator
+from fedac.training.local import client_batches
+from fedac.training.schedule import partition
+from fedac.training.types import ClientData
+
+_clients_done: ContextVar[Callable[[int], None] | None] = ContextVar("fedac_clients_done", default=None)
+
+
+@contextmanager
+def client_progress(callback: Callable[[int], None]) -> Iterator[None]:
+    """Within the block, `callback(n)` hears of every n clients that finish their update (one per
+    client on the sequential paths, a chunk's clients at once on the stacked one), in the caller's thread."""
+    token = _clients_done.set(callback)
+    try:
+        yield
+    finally:
+        _clients_done.reset(token)
+
+
+def clients_done(count: int) -> None:
+    """Report `count` finished clients to the `client_progress` in effect (none: nothing to do)."""
+    callback = _clients_done.get()
+    if callback is not None:
+        callback(count)
+
+
+@dataclass
+class Step:
+    """One SGD step of a chunk: the first `active` clients train on batches padded to `width`."""
+
+    active: int
+    width: int
+    sizes: list[int]
+    """Each active client's real batch size."""
+    index: torch.Tensor
+    """(active, width) rows of the chunk's concatenated data."""
+    weight: torch.Tensor
+    """(active, width): 1 / size for a client's real samples, 0 for padding (so sums are batch means)."""
+
+
+class CohortChunk:
+    """Up to `train.cohort_chunk` clients of one architecture, their data and their step schedule."""
+
+    def __init__(self, positions: list[int], datas: list[ClientData], cfg: TrainConfig, round_idx: int, seed: int):
+        self.positions = positions
+        """Where each client of the chunk sits in the caller's list."""
+        self.datas = datas
+        self.x = torch.cat([d.x for d in datas]) if len(datas) > 1 else datas[0].x
+        self.y = torch.cat([d.y for d in datas]) if len(datas) > 1 else datas[0].y
+        offsets = [0]
+        for d in datas[:-1]:
+            offsets.append(offsets[-1] + d.num_samples)
+        batches = [list(client_batches(d.num_samples, cfg, torch_generator(seed, "batches", round_idx, d.name)))
+                   for d in datas]
+        self.client_steps = [len(b) for b in batches]
+        self.steps: list[Step] = []
+        for s in range(max(self.client_steps)):
+            active = sum(1 for n in self.client_steps if n > s)  # a prefix: clients are sorted by size
+            rows = [batches[k][s] + offsets[k] for k in range(active)]
+            sizes = [len(r) for r in rows]
+            width = max(sizes)
+            index = torch.empty(active, width, dtype=torch.long)
+            weight = torch.zeros(active, width)
+            for k, r in enumerate(rows):
+                index[k, :len(r)] = r
+                index[k, len(r):] = offsets[k]
+                weight[k, :len(r)] = 1.0 / len(r)
+            self.steps.append(Step(active, width, sizes, index, weight))
+        self.dropout_generators = [torch_generator(seed, "dropout", round_idx, d.name) for d in datas]
+
+    def __len__(self) -> int:
+        return len(self.datas)
+
+    def batch(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
+        """(active, width, features, frames) inputs and (active, width) labels of one step."""
+        flat = step.index.reshape(-1)
+        x = self.x.index_select(0, flat)
+        return x.view(step.active, step.width, *x.shape[1:]), self.y.index_select(0, flat).view(step.active, step.width)
+
+    def dropout(self, step: Step) -> Callable[[tuple[int, ...], float], torch.Tensor | None]:
+        """Mask source for one forward pass at `step`; each call draws one dropout layer for every active client."""
+
+        def masks(shape: tuple[int, ...], p: float) -> torch.Tensor | None:
+            if p == 0:
+                return None  # F.dropout returns its input untouched and draws nothing
+            if p == 1:
+                return torch.zeros(step.active, step.width, *shape)  # nor here
+            buf = torch.ones(step.active, step.width, *shape)
+            for k, size in enumerate(step.sizes):
+                # buf[k, :size] is contiguous, so this fills it exactly as nn.Dropout fills a fresh tensor
+                buf[k, :size].bernoulli_(1 - p, generator=self.dropout_generators[k])
+            return buf.div_(1 - p)
+
+        return masks
+
+
+def plan_chunks(datas: Sequence[ClientData], positions: Sequence[int], cfg: TrainConfig, round_idx: int,
+                seed: int) -> Iterator[CohortChunk]:
+    """Sort one architecture's clients by training size (largest first, so similar sizes share a chunk
+    and pad little), cut them into chunks by modelled cost (training/schedule.py: little padding, and an
+    even share of the work per chunk when several workers train at once) and build the chunks one at a
+    time (a chunk holds a copy of its data), the costliest first so the workers finish together."""
+    chunk = cfg.cohort_chunk
+    if chunk < 1:
+        raise ConfigError(f"train.cohort_chunk must be >= 1 (clients stacked at once), got {chunk}")
+    order = sorted(range(len(datas)), key=lambda i: -datas[i].num_samples)
+    ranges = partition([datas[i].num_samples for i in order], cfg.batch_size, cfg.local_epochs, chunk,
+                       cohort_workers(cfg))
+    for part, _ in sorted(ranges, key=lambda rc: -rc[1]):
+        picked = [order[i] for i in part]
+        yield CohortChunk([positions[i] for i in picked], [datas[i] for i in picked], cfg, round_idx, seed)
+
+
+def cohort_workers(cfg: TrainConfig) -> int:
+    """`train.cohort_workers`, with 0 (auto) read as one worker per usable core not already taken by
+    torch's intra-op threads."""
+    workers = cfg.cohort_workers
+    if workers < 0:
+        raise ConfigError(f"train.cohort_workers must be >= 0 (0: one per free core), got {workers}")
+    if workers == 0:
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        workers = max(1, cores // max(1, torch.get_num_threads()))
+    return workers
+
+
+def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
+               cfg: TrainConfig) -> Iterator[tuple[int, Any]]:
+    """`train` over the chunks, on `cohort_workers(cfg)` threads: chunks hold different clients and
+    every client's randomness is its own, so the results do not depend on the schedule. torch releases
+    the GIL inside its ops (and the fused GRU inside its whole recurrence), so with one intra-op thread
+    each, two workers keep two cores busy. A worker takes the next chunk as soon as it is free (results
+    come back in completion order, with their positions); at most `workers` chunks (and their
+    activations) are in memory at once."""
+    workers = cohort_workers(cfg)
+    if workers == 1:
+        for chunk in chunks:
+            yield from _reported(train(chunk))
+        return
+    with ThreadPoolExecutor(workers, thread_name_prefix="fedac-cohort") as pool:
+        pending: set[Future] = set()
+        for chunk in chunks:
+            if len(pending) >= workers:
+                done, pending = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    yield from _reported(future.result())
+            pending.add(pool.submit(train, chunk))
+        for future in as_completed(pending):
+            yield from _reported(future.result())
+
+
+def _reported(results: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
+    """A finished chunk's results, its clients counted as done (here, in the caller's thread)."""
+    clients_done(len(results))
+    return results
+
+
+def broadcast_params(params: dict[str, torch.Tensor], count: int) -> dict[str, torch.Tensor]:
+    """One parameter dict copied for `count` clients, as (count, ...) tensors."""
+    return {name: value.detach().unsqueeze(0).expand(count, *value.shape).clone() for name, value in params.items()}
+
+
+def leaves(params: dict[str, torch.Tensor], active: int) -> dict[str, torch.Tensor]:
+    """Gradient leaves over the first `active` clients' parameters (views: the optimizer updates in place)."""
+    return {name: value[:active].detach().requires_grad_() for name, value in params.items()}
+
+
+class StackedSGD:
+    """torch.optim.SGD (dampening 0, no Nesterov) on stacked parameters, one new instance per round as
+    the sequential path builds one optimizer per client update: buffers start at zero, so the first
+    momentum step is buf = d exactly as torch's clone of d."""
+
+    def __init__(self, params: dict[str, torch.Tensor], cfg: TrainConfig):
+        self.params = params
+        self.lr, self.momentum, self.weight_decay = cfg.lr, cfg.momentum, cfg.weight_decay
+        self.buffers: dict[str, torch.Tensor] = {}
+
+    def step(self, grads: dict[str, torch.Tensor | None], active: int) -> None:
+        with torch.no_grad():
+            for name, grad in grads.items():
+                if grad is None:  # as torch.optim.SGD skips parameters without a gradient
+                    continue
+                param = self.params[name][:active]
+                d = grad.add(param, alpha=self.weight_decay) if self.weight_decay != 0 else grad
+                if self.momentum != 0:
+                    if name not in self.buffers:
+                        self.buffers[name] = torch.zeros_like(self.params[name])
+                    buf = self.buffers[name][:active]
+                    buf.mul_(self.momentum).add_(d)
+                    d = buf
+                param.add_(d, alpha=-self.lr)
+
+
+def grads_of(loss: torch.Tensor, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
+    values = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+    return dict(zip(params, values))
+
+
+def group_positions(keys: Sequence[str]) -> dict[str, list[int]]:
+    """Positions of each distinct key (architecture), in first-seen order."""
+    groups: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        groups.setdefault(key, []).append(i)
+    return groups

@@ -1,0 +1,29 @@
+"""One client's update with its randomness fixed: the step every runtime (simulator, Flower ClientApp,
+stream runner, an algorithm's sequential cohort fallback) goes through, so they produce the same numbers."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import torch
+
+from fedac.seeding import derive_seed, torch_generator
+from fedac.training.cohort import clients_done
+from fedac.training.types import ClientData, ClientResult
+
+
+class ClientUpdater(Protocol):
+    """What `train_client` needs of an algorithm (algorithms.base.Algorithm, which sits above this layer)."""
+
+    def client_update(self, payload: Any, state: Any, data: ClientData, round_idx: int,
+                      generator: torch.Generator) -> ClientResult: ...
+
+
+def train_client(algorithm: ClientUpdater, payload: Any, state: Any, data: ClientData, round_idx: int, seed: int) -> ClientResult:
+    """One client's update with its randomness fixed by (seed, round, client): the batch order comes
+    from a derived generator and dropout from the global RNG seeded the same way. Every runtime
+    (simulator, Flower ClientApp) calls this, so they produce the same numbers."""
+    torch.manual_seed(derive_seed(seed, "dropout", round_idx, data.name))
+    result = algorithm.client_update(payload, state, data, round_idx, torch_generator(seed, "batches", round_idx, data.name))
+    clients_done(1)  # the round's progress bar (engine/rounds.py), whichever path called this
+    return result

@@ -1,0 +1,118 @@
+"""The types that algorithms, engine, attacks and the Flower apps pass around, and what the models read.
+
+Plain data, no behaviour beyond accessors: a client's resident tensors (`ClientData`), what a client
+update returns (`ClientResult`), what an algorithm knows of the federation (`Task`), evaluation splits
+and the whole federation's tensors (`EvalSplit`, `FederatedData`), parameter dicts (`Params`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from fedac.config import Config
+from fedac.data.manifest import Manifest
+
+Params = dict[str, torch.Tensor]
+
+
+@dataclass
+class Task:
+    """What an algorithm needs to know about the federated data, not the data itself."""
+
+    num_features: int
+    num_classes: int
+    clients: list[str]
+    class_counts: list[list[int]] | None = None
+    """Training windows per class of each client (aligned with `clients`), for methods that weigh
+    clients by their label distribution (FedKWS-UI's ALT)."""
+    kind: str = "classification"
+    """classification, or ctc (sequence targets, scored by WER / CER); see engine/waveform.py."""
+
+
+@dataclass
+class ClientData:
+    """One client's resident tensors: training windows and its local held-out windows."""
+
+    name: str
+    x: torch.Tensor
+    y: torch.Tensor
+    holdout_x: torch.Tensor
+    holdout_y: torch.Tensor
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.y.shape[0])
+
+
+@dataclass
+class ClientResult:
+    upload: Any
+    """What travels to the server (never the personalized model)."""
+    state: Any = None
+    """The client's new persistent state, kept on the client."""
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def clone_params(params: Params) -> Params:
+    return {name: value.detach().clone() for name, value in params.items()}
+
+
+def model_params(model: nn.Module) -> Params:
+    return clone_params(model.state_dict())
+
+
+@dataclass
+class EvalSplit:
+    """Windows of one evaluation split; `clip` maps each window to its clip (0..num_clips-1)."""
+
+    x: torch.Tensor
+    clip: torch.Tensor
+    labels: torch.Tensor
+    """One label per clip."""
+    kind: str = "classification"
+    """classification, ctc (scored by WER / CER against `texts`) or verification (EER over `trials`)."""
+    texts: list[str] | None = None
+    """ctc: the reference transcript of each clip."""
+    trials: torch.Tensor | None = None
+    """verification: (M, 3) rows (clip a, clip b, 1 = same speaker)."""
+
+    @property
+    def num_clips(self) -> int:
+        return int(self.labels.shape[0])
+
+
+@dataclass
+class FederatedData:
+    task: Task
+    manifest: Manifest
+    clients: list[ClientData]
+    val: EvalSplit
+    test: EvalSplit
+    extra_test: dict[str, EvalSplit] = field(default_factory=dict)
+    """Further test splits reported as `<name>_<metric>` (LibriSpeech test_other, VoxCeleb1 asv trials)."""
+    bad_files: dict[str, str] = field(default_factory=dict)
+    """data.on_bad_file=skip: path -> reason of the audio files left out because they cannot be decoded."""
+
+    def client(self, name: str) -> ClientData:
+        return self._by_name[name]
+
+    def __post_init__(self) -> None:
+        self._by_name = {c.name: c for c in self.clients}
+
+
+def normalize(features: torch.Tensor) -> torch.Tensor:
+    """Per-utterance, per-coefficient mean/variance normalisation (needs no statistics from other clients)."""
+    x = features.float()
+    mean = x.mean(dim=2, keepdim=True)
+    std = x.std(dim=2, keepdim=True, unbiased=False)
+    return ((x - mean) / (std + 1e-5)).contiguous()
+
+
+def model_input(features: torch.Tensor, cfg: Config) -> torch.Tensor:
+    """What the models read: CMVN-normalised features, or FedKWS-UI's scaled MFCCs as they are
+    (`features.style=fedkws`: the official code applies no normalisation)."""
+    return features.float().contiguous() if cfg.features.style == "fedkws" else normalize(features)
