@@ -3,7 +3,7 @@
 An early-exit run evaluates the shared model at `earlyexit.eval_exit` and at every exit, each
 validation round and on every test split at the end. Before, that took one `evaluate` per view (the
 headline exit, then each exit: 9 + 3 + 6 + 9 + 12 = 39 layer passes per batch on a 12-layer encoder
-at eval_exit 9); `evaluate_exits` (engine/evaluate.py) scores all exits on one pass (12 layers).
+at eval_exit 9); `evaluate_exits` (training/evaluate.py) scores all exits on one pass (12 layers).
 
 Workload: `w2v2_s` (12 layers) with a frozen CNN (cached frames, as the runs use), exits 3/6/9/12,
 on a split of `--clips` utterances of `--seconds` s, eval batch 512, one torch thread, for a

@@ -1,4 +1,4 @@
-"""FA / FR of keyword spotting (metrics.false_accept_reject, engine.evaluate.kws_rates) on a hand confusion."""
+"""FA / FR of keyword spotting (metrics.false_accept_reject, training.evaluate.kws_rates) on a hand confusion."""
 
 from __future__ import annotations
 
