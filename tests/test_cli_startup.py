@@ -55,3 +55,30 @@ def test_help_names_every_algorithm_and_dataset(command, capsys, monkeypatch):
 def test_run_help_lists_the_algorithms_in_one_option(capsys, monkeypatch):
     line = next(row for row in _help(capsys, monkeypatch, "run").splitlines() if row.strip().startswith("--algorithm"))
     assert f"one of {', '.join(ALGORITHMS)} (default fedavg)" in line
+
+
+def test_the_cli_never_branches_on_an_algorithm_name():
+    """Issue 44: which driver runs an algorithm is its `streaming` capability (engine/runner.py), not a
+    name the command line knows."""
+    import ast
+    from pathlib import Path
+
+    import fedac.cli
+
+    tree = ast.parse(Path(fedac.cli.__file__).read_text())
+    named = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare)
+             and any(isinstance(side, ast.Constant) and side.value in ALGORITHMS for side in [node.left, *node.comparators])]
+    assert named == []
+
+
+def test_the_driver_follows_the_streaming_capability(monkeypatch):
+    from fedac.algorithms.fedavg import FedAvg
+    from fedac.config import load_config
+    from fedac.engine.runner import runner_for
+    from fedac.engine.simulator import Simulator
+    from fedac.engine.streams import StreamRunner
+
+    assert runner_for(load_config(algorithm="zeroshot"))[0] is StreamRunner
+    assert runner_for(load_config(algorithm="fedavg"))[0] is Simulator
+    monkeypatch.setattr(FedAvg, "streaming", True)
+    assert runner_for(load_config(algorithm="fedavg"))[0] is StreamRunner

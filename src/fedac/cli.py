@@ -68,13 +68,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             # Re-running a saved config.yaml must not overwrite the run it came from.
             run_dir = default_run_dir(cfg)
         cfg.out = str(run_dir)
-    # lazy, after the settings are checked: a bad setting is refused before torch loads (start-up time)
-    if cfg.algorithm == "zeroshot":  # streaming rounds (new users' data every round): their own driver
-        from fedac.engine.streams import StreamRunner as Simulator, zeroshot_table as final_table
-    else:
-        from fedac.engine.simulator import Simulator
-        from fedac.report import final_table
-    results = Simulator(cfg, run_dir, progress=not args.quiet).run(resume=bool(args.resume), stop_after=args.stop_after)
+    from fedac.engine.runner import runner_for  # lazy: start-up time (after the settings are checked)
+
+    runner, final_table = runner_for(cfg)
+    results = runner(cfg, run_dir, progress=not args.quiet).run(resume=bool(args.resume), stop_after=args.stop_after)
     if results is None:
         print(f"stopped after round {args.stop_after}; continue with: fedac run --resume {run_dir}")
         return 0
@@ -145,7 +142,8 @@ def _print_alt_statistics(cfg: Config, manifest, clients) -> None:
     if alt:
         print(f"  FedKWS-UI ALT (training clips, max n_k {alt['max_n_k']:.0f}, cap {alt['size_cap']:g}, "
               f"r0 {alt['r0']:.3f}): r0 * rbar_k min {alt['min']:.3f}, median {alt['median']:.3f}, "
-              f"mean {alt['mean']:.3f}, max {alt['max']:.3f}")
+              f"mean {alt['mean']:.3f}, max {alt['max']:.3f}; ALT steps per client on average "
+              f"{alt['mean_steps']:.2f} of E = {alt['local_steps']:.0f}")
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:

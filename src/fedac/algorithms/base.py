@@ -41,6 +41,8 @@ class Algorithm(ABC):
     name: str = ""
     #: True when clients own models of their own (so heterogeneous architectures are allowed).
     personalized: bool = False
+    #: True when every round brings each user fresh data (engine/streams.py drives it), not a fixed partition.
+    streaming: bool = False
 
     def __init__(self, cfg: Config, task: Task):
         self.cfg = cfg
@@ -129,8 +131,14 @@ class Algorithm(ABC):
         step count for the deviations that need them; LPA's pruning is kept in `last_pruning`."""
         steps = [local_steps(n, self.cfg.train) for _, n in uploads]
         params, metrics, self.last_pruning = aggregate(uploads, self.cfg.aggregation, use_lpa,
-                                                       server.get("params"), steps)
+                                                       server.get("params"), steps, self.server_weighting(self.cfg))
         return params, metrics
+
+    @classmethod
+    def server_weighting(cls, cfg: Config) -> str:
+        """The weighting (`aggregation.weighting`: n_k or uniform) of the means `combine` takes; FedKWS-UI
+        has its own setting. A class method: tables name it without building the algorithm."""
+        return cfg.aggregation.weighting
 
     # --- evaluation ----------------------------------------------------------------------------
     def global_model(self, server: dict[str, Any]) -> nn.Module | None:

@@ -298,6 +298,7 @@ def choose_num_new(points: np.ndarray, anchors: np.ndarray, anchor_labels: np.nd
 class ZeroShotFL(Algorithm):
     name = "zeroshot"
     personalized = True
+    streaming = True
 
     #: Set by the driver before a server update with reports under `zeroshot.num_new=oracle`.
     num_new_hint: int = 0

@@ -26,7 +26,8 @@ from typing import Any
 
 import numpy as np
 import torch
-from fedac.algorithms import build_algorithm
+
+from fedac.algorithms import algorithm_class, build_algorithm
 from fedac.algorithms.base import Task
 from fedac.algorithms.zeroshot import StreamClientData, ZeroShotFL, labelled_accuracy
 from fedac.config import Config
@@ -60,8 +61,8 @@ LEGEND = {
 
 class StreamRunner:
     def __init__(self, cfg: Config, run_dir: str | Path, progress: bool = True):
-        if cfg.algorithm != "zeroshot":
-            raise ConfigError(f"the streaming driver runs --algorithm zeroshot, not '{cfg.algorithm}'")
+        if not algorithm_class(cfg.algorithm).streaming:
+            raise ConfigError(f"the streaming driver runs streaming algorithms (zeroshot), not '{cfg.algorithm}'")
         # Users share score tables, not weights, and the scenario fixes who trains what: settings of the
         # weight-averaging runtimes would be silently ignored here, so they are refused.
         ignored = {"attack.kind": (cfg.attack.kind, "none"), "dp.mode": (cfg.dp.mode, "none"),
