@@ -187,6 +187,24 @@ def test_aggregate_mean_and_lpa_by_config():
     assert plain["l3.bias"].item() == pytest.approx((7 - 12 + 0 + 4 + 10) / 15)
 
 
+def test_uniform_weighting_gives_every_upload_the_same_weight():
+    uploads = [({"w": t(0.0)}, 1), ({"w": t(10.0)}, 2), ({"w": t(-5.0)}, 7)]
+    weighted, _, _ = aggregate(uploads, AggregationConfig())  # n_k, the default: -1.5 (above)
+    uniform, _, _ = aggregate(uploads, AggregationConfig(weighting="uniform"))
+    assert weighted["w"].item() == pytest.approx(-1.5) and uniform["w"].item() == pytest.approx(5 / 3)
+    assert aggregate(uploads, AggregationConfig(), weighting="uniform")[0]["w"].item() == pytest.approx(5 / 3)
+    # LPA's Eq. 14 mean over the trusted clients too; its pruning bias still reads the uploads' n_k
+    cfg = AggregationConfig(method="lpa", v_l=0.2, v_h=0.2, layer_unit="tensor", weighting="uniform")
+    pruned, metrics, pruning = aggregate(five_clients(), cfg)
+    trusted = sorted(pruning["l1.weight"].trusted)
+    values = [five_clients()[k][0]["l1.weight"].item() for k in trusted]
+    assert pruned["l1.weight"].item() == pytest.approx(sum(values) / len(values))
+    assert metrics == aggregate(five_clients(), AggregationConfig(method="lpa", v_l=0.2, v_h=0.2,
+                                                                  layer_unit="tensor"))[1]
+    with pytest.raises(ConfigError, match="aggregation.weighting must be one of n_k, uniform"):
+        aggregate(uploads, AggregationConfig(weighting="equal"))
+
+
 def test_aggregate_unknown_method_names_setting():
     with pytest.raises(ConfigError, match="aggregation.method 'geomed'"):
         aggregate(five_clients(), AggregationConfig(method="geomed"))

@@ -14,7 +14,8 @@ import torch.nn.functional as F
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import ClientData, Task
 from fedac.algorithms.fedkwsui import (
-    TwoHeadModel, adaptive_mu, alo_loss, alt_ratio, alt_steps, distillation_cross_entropy, smoothed_cross_entropy,
+    TwoHeadModel, adaptive_mu, alo_loss, alt_ratio, alt_statistics, alt_steps, distillation_cross_entropy,
+    smoothed_cross_entropy,
 )
 from fedac.cli import main
 from fedac.config import load_config
@@ -62,6 +63,16 @@ def test_code_constants_on_speech_commands_and_paper_rules_elsewhere():
     assert (algorithm(dataset="cremad").size_cap, algorithm(dataset="cremad").r0) == (120.0, paper.r0)
     assert algorithm(**{"fedkwsui.size_cap": 40, "fedkwsui.r0": 2}).client_plan("c0")["steps"] == math.floor(
         2 * alt_ratio(SKEWED, 40) * 50)
+
+
+def test_alt_statistics_report_the_mean_steps_per_client():
+    cfg = load_config(overrides=["fedkwsui.local_steps=50"], dataset="speech_commands")
+    stats = alt_statistics(cfg, 12, ["c0", "c1", "empty"], [SKEWED, BALANCED, [0] * 12])
+    assert (stats["mean_steps"], stats["local_steps"]) == ((57 + 174) / 2, 50)  # the empty client left out
+    # Sec. 4's rule: r0 = K / sum rbar makes the mean r0 rbar_k 1, so the mean steps are E less the flooring
+    cfg = load_config(overrides=["fedkwsui.local_steps=50", "fedkwsui.r0=sum"], dataset="speech_commands")
+    stats = alt_statistics(cfg, 12, ["c0", "c1"], [SKEWED, BALANCED])
+    assert stats["mean"] == pytest.approx(1.0) and 49 <= stats["mean_steps"] <= 50
 
 
 def test_alt_and_adaptive_mu_switches():
@@ -229,6 +240,17 @@ def test_uniform_and_weighted_aggregation():
     weighted, _ = algorithm(**{"fedkwsui.aggregation": "weighted"}).server_update(server, [(a, 1), (b, 3)], 1)
     assert torch.allclose(uniform["params"]["global_head.bias"], torch.full((12,), 0.5))
     assert torch.allclose(weighted["params"]["global_head.bias"], torch.full((12,), 0.75))
+    # own setting wins over the general one; general follows aggregation.weighting (the fedkws protocol)
+    own, _ = algorithm(**{"aggregation.weighting": "n_k"}).server_update(server, [(a, 1), (b, 3)], 1)
+    assert torch.allclose(own["params"]["global_head.bias"], torch.full((12,), 0.5))
+    for weighting, expected in (("n_k", 0.75), ("uniform", 0.5)):
+        general = algorithm(**{"fedkwsui.aggregation": "general", "aggregation.weighting": weighting})
+        new, _ = general.server_update(server, [(a, 1), (b, 3)], 1)
+        assert torch.allclose(new["params"]["global_head.bias"], torch.full((12,), expected)), weighting
+    # every other algorithm's server mean honours aggregation.weighting (FedAvg here)
+    fedavg = algorithm(**{"algorithm": "fedavg", "aggregation.weighting": "uniform"})
+    new, _ = fedavg.server_update({"params": a}, [(a, 1), (b, 3)], 1)
+    assert torch.allclose(new["params"]["global_head.bias"], torch.full((12,), 0.5))
 
 
 @pytest.mark.parametrize("setting,value,message", [
@@ -236,7 +258,8 @@ def test_uniform_and_weighted_aggregation():
     ("fedkwsui.r0", "often", "fedkwsui.r0 must be a positive number or one of auto, sum"),
     ("fedkwsui.size_cap", -3, "fedkwsui.size_cap must be a positive number"),
     ("fedkwsui.adv_lambda", -0.1, "fedkwsui.adv_lambda must be >= 0"),
-    ("fedkwsui.aggregation", "median", "fedkwsui.aggregation must be uniform or weighted"),
+    ("fedkwsui.aggregation", "median", "fedkwsui.aggregation must be uniform, weighted or general"),
+    ("fedkwsui.head_init", "xavier", "fedkwsui.head_init must be one of default, kaiming"),
 ])
 def test_bad_settings_are_named(setting, value, message):
     with pytest.raises(ConfigError, match=message):
@@ -329,3 +352,6 @@ def test_data_stats_prints_alt_statistics(gsc_root, capsys):
     assert "cap 100, r0 3.500" in line  # the code's constants on 12-class Speech Commands
     _, doubled = stats("fedkwsui.r0=7")
     assert doubled == pytest.approx([2 * v for v in code], abs=2e-3)
+    line, rule = stats("fedkwsui.r0=sum", "fedkwsui.local_steps=10")  # Sec. 4: mean r0 rbar_k = 1
+    average, steps = re.search(r"on average ([0-9.]+) of E = (\d+)", line).groups()
+    assert rule[2] == pytest.approx(1.0, abs=1e-3) and steps == "10" and 9 <= float(average) <= 10

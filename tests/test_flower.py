@@ -403,6 +403,8 @@ def test_flower_strategy_refuses_what_it_cannot_reproduce():
         flower_strategy(load_config(None, algorithm="fedmlac"))
     with pytest.raises(ConfigError, match="aggregation.method=lpa needs the fedac strategy"):
         flower_strategy(load_config(None, ["aggregation.method=lpa"], algorithm="fedavg"))
+    with pytest.raises(ConfigError, match="aggregation.weighting=uniform needs the fedac strategy"):
+        flower_strategy(load_config(None, ["aggregation.weighting=uniform"], algorithm="fedavg"))
 
 
 # --- transport and settings (no processes) ----------------------------------------------------------------

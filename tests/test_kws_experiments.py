@@ -10,15 +10,16 @@ import pytest
 from fedac.cli import main
 from fedac.compare import PRESETS, parse_method
 from fedac.config import load_config
-from fedac.reproduce import KWS_EXPERIMENTS as EXPERIMENTS, KWS_PROTOCOL, KWS_SCALED, seed_curve
+from fedac.reproduce import KWS_EXPERIMENTS as EXPERIMENTS, KWS_PROTOCOL, KWS_SCALED, kws_notes, seed_curve
 from helpers import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def resolved(experiment: str, label: str):
+def resolved(experiment: str, label: str, user: list[str] = ()):
     method = next(parse_method(m) for m in EXPERIMENTS[experiment].methods if parse_method(m).label == label)
-    return load_config(overrides=EXPERIMENTS[experiment].protocol + method.overrides, algorithm=method.algorithm)
+    return load_config(overrides=EXPERIMENTS[experiment].protocol + method.overrides + list(user),
+                       algorithm=method.algorithm)
 
 
 def test_fedkws_methods_resolve_to_their_ablations():
@@ -49,6 +50,45 @@ def test_scaled_protocol_changes_only_the_schedule():
     cfg = resolved("fedkws12-scaled", "FedKWS-UI")
     assert (cfg.train.rounds, cfg.data.max_clients, cfg.fedkwsui.local_steps, cfg.train.batch_size) == (40, 100, 10, 32)
     assert resolved("fedkws12-scaled", "FedAvg").train.local_steps == 10
+
+
+def weighting(cfg) -> str:
+    from fedac.algorithms import algorithm_class
+
+    return algorithm_class(cfg.algorithm).server_weighting(cfg)
+
+
+@pytest.mark.parametrize("experiment", ["fedkws12", "fedkws12-scaled", "fedkws-alt"])
+def test_every_method_of_a_kws_table_takes_one_weighting(experiment):
+    """Like for like: the paper's unweighted mean for every method; one `--set` weights them all by n_k.
+    ALT's r0 is Sec. 4's rule over the run's clients (the code's 3.5 was fitted to real Speech Commands)."""
+    labels = [parse_method(m).label for m in EXPERIMENTS[experiment].methods]
+    assert {weighting(resolved(experiment, label)) for label in labels} == {"uniform"}
+    flipped = {weighting(resolved(experiment, label, ["aggregation.weighting=n_k"])) for label in labels}
+    assert flipped == {"n_k"}
+    assert resolved(experiment, "FedKWS-UI").fedkwsui.r0 == "sum"
+    methods = [parse_method(m) for m in EXPERIMENTS[experiment].methods]
+    notes = kws_notes(EXPERIMENTS[experiment].protocol, methods, "speech_commands")
+    assert notes[0] == "Server mean: unweighted (1/|S| per upload) for every method (aggregation.weighting=uniform)."
+    assert "fedkwsui.r0=sum" in notes[1]
+    mixed = kws_notes(EXPERIMENTS[experiment].protocol + ["aggregation.weighting=n_k", "fedkwsui.aggregation=uniform"],
+                      methods, "speech_commands")
+    assert "FedAvg n_k-weighted" in mixed[0] and "FedKWS-UI unweighted" in mixed[0]
+
+
+def test_fedkws_compare_preset_brings_the_uniform_mean(monkeypatch, tmp_path):
+    import fedac.compare as compare
+
+    seen = {}
+    monkeypatch.setattr(compare, "run_comparison", lambda base, methods, seeds, out, overrides, *a, **k: seen.update(
+        overrides=overrides) or {"wall_seconds": 0.0})
+    (tmp_path / "table.md").write_text("")  # what cmd_compare prints
+    for extra, expected in (([], "uniform"), (["--set", "aggregation.weighting=n_k"], "n_k")):
+        assert main(["compare", "--preset", "fedkws", "--out", str(tmp_path), "--quiet", *extra]) == 0
+        cfg = load_config(overrides=seen["overrides"], algorithm="fedkwsui", algorithm_defaults=False)
+        assert weighting(cfg) == expected and weighting(load_config(overrides=seen["overrides"])) == expected
+    assert main(["compare", "--preset", "baselines", "--out", str(tmp_path), "--quiet"]) == 0
+    assert seen["overrides"] == []  # other presets keep fedac's n_k-weighted mean
 
 
 def test_seed_curve_averages_the_rounds_every_seed_evaluated(tmp_path):
@@ -85,3 +125,4 @@ def test_reduced_fedkws_reproduction_writes_fa_fr_tables_and_curves(gsc_root, tm
     assert all(0 <= float(r["test_last5_mean"]) <= 1 for r in rows)  # the protocol's train.test_curve
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # Fig. 2: accuracy per round
     assert "train.rounds=40" in table and "train.rounds=300" not in table  # the protocol line: what ran
+    assert "Server mean: unweighted (1/|S| per upload) for every method" in table

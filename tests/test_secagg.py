@@ -201,6 +201,7 @@ def test_clipping_range_and_max_weight_are_applied(dataset, tmp_path, monkeypatc
     ({"algorithm": "fedmlac"}, "algorithm=fedmlac needs each client's upload on the server.*set secagg=false"),
     ({"sets": "aggregation.method=median"}, "aggregation.method=median compares the clients' uploads.*aggregation.method=mean"),
     ({"sets": "aggregation.method=lpa"}, "aggregation.method=lpa compares"),
+    ({"sets": "aggregation.weighting=uniform"}, "aggregation.weighting=uniform: the secure sum weights.*=n_k"),
     ({"sets": "dp.mode=central;dp.clip=0.5"}, "dp.mode=central clips each client's update on the server.*dp.mode=none"),
     ({"sets": "attack.kind=sign_flip;attack.fraction=0.4"}, "attack.kind=sign_flip alters each upload on the server"),
     ({"strategy": "flower"}, "strategy=flower cannot run with secagg=true.*strategy=\"fedac\""),

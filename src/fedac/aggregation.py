@@ -181,12 +181,26 @@ def spearman(a: torch.Tensor, b: torch.Tensor) -> float:
     return float(spearmanr(a.numpy(), b.numpy()).statistic)
 
 
+WEIGHTINGS = ("n_k", "uniform")
+
+
+def weighted_uploads(uploads: list[tuple[Params, int]], weighting: str) -> list[tuple[Params, int]]:
+    """The uploads with the weights `aggregation.weighting` gives them: n_k as uploaded, or 1 each."""
+    if weighting not in WEIGHTINGS:
+        raise ConfigError(f"aggregation.weighting must be one of {', '.join(WEIGHTINGS)}, got {weighting!r}")
+    return uploads if weighting == "n_k" else [(params, 1) for params, _ in uploads]
+
+
 def aggregate(uploads: list[tuple[Params, int]], cfg: AggregationConfig, use_lpa: bool | None = None,
-              reference: Params | None = None, steps: list[int] | None = None,
+              reference: Params | None = None, steps: list[int] | None = None, weighting: str | None = None,
               ) -> tuple[Params, dict[str, float], dict[str, LayerPruning] | None]:
     """The configured combination (`cfg.method`, or LPA forced on/off by `use_lpa`) with summary metrics
     and, for LPA, each layer's pruning (None for the mean). `reference` (the round's global model) and
-    `steps` (each client's local SGD steps) feed the deviations that need them (`cfg.deviation`)."""
+    `steps` (each client's local SGD steps) feed the deviations that need them (`cfg.deviation`).
+    `weighting` (None: `cfg.weighting`) uniform gives every upload weight 1 in each mean; LPA's pruning
+    bias still reads n_k."""
+    sizes = [n for _, n in uploads]
+    uploads = weighted_uploads(uploads, weighting or cfg.weighting)
     if cfg.method in ROBUST_METHODS:  # an explicitly chosen robust rule also replaces FedMLAC's LPA switch
         metrics = norm_bound_metrics(uploads, reference, cfg.clip_norm) if cfg.method == "norm_bound" else {}
         return robust_aggregate(uploads, cfg, reference), metrics, None
@@ -195,7 +209,7 @@ def aggregate(uploads: list[tuple[Params, int]], cfg: AggregationConfig, use_lpa
         return weighted_mean(uploads), {}, None
     if method == "lpa":
         params, layers = lpa_layers(uploads, cfg.v_l, cfg.v_h, cfg.layer_unit, cfg.deviation, reference, steps)
-        return params, pruning_bias(layers, [n for _, n in uploads]), layers
+        return params, pruning_bias(layers, sizes), layers
     raise ConfigError(f"unknown aggregation.method '{method}'; use mean, lpa or one of {', '.join(ROBUST_METHODS)}")
 
 

@@ -39,12 +39,18 @@ PRESETS: dict[str, list[str]] = {
     "baselines": ["FedAvg=fedavg", "FedProx=fedprox", "FedAdam=fedadam", "FedYogi=fedyogi",
                   "FedAdagrad=fedadagrad", "FedAvgM=fedavgm"],
     # FedKWS-UI's Fig. 2 methods, its ALT-only ablation and the two-head control (FedAvg on the two-head
-    # model, FedKWS-UI's uniform mean, mu = lambda = 0, no ALT); FedOpt as torch's server SGD momentum;
+    # model, mu = lambda = 0, no ALT); FedOpt as torch's server SGD momentum;
     # FedProx in the official code's smooth-L1 form with its script's weight.
     "fedkws": ["FedAvg=fedavg", "FedProx=fedprox:fedprox.form=smooth_l1,fedprox.mu=0.0001", "FedMMD=fedmmd",
                "FedOpt=fedavgm:fedopt.form=torch", "FedKWS-UI=fedkwsui",
                "ALT only=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0",
                "Two-head FedAvg=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false"],
+}
+#: Settings a preset gives every one of its methods, before `--set` (which wins). FedKWS-UI's paper and
+#: code average every method's uploads unweighted: its table does, all methods under one setting
+#: (`--set aggregation.weighting=n_k` weights them all by n_k).
+PRESET_SETTINGS: dict[str, list[str]] = {
+    "fedkws": ["aggregation.weighting=uniform", "fedkwsui.aggregation=general"],
 }
 #: The table's columns: one per kind of model and split, never mixed (report.FINAL_KEYS says what each is).
 COLUMNS = {
@@ -262,9 +268,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not texts:
         raise ConfigError("give --preset NAME or --method LABEL=ALGORITHM[:k=v,...] (repeatable)")
     methods = [parse_method(t) for t in texts]
-    base = load_config(args.config, args.overrides, dataset=args.dataset, **{"train.rounds": args.rounds})
+    overrides = PRESET_SETTINGS.get(args.preset, []) + list(args.overrides)
+    base = load_config(args.config, overrides, dataset=args.dataset, **{"train.rounds": args.rounds})
     out = Path(args.out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
-    summary = run_comparison(base, methods, args.seeds, out, args.overrides, args.config, progress=not args.quiet,
+    summary = run_comparison(base, methods, args.seeds, out, overrides, args.config, progress=not args.quiet,
                              finished_only=args.finished_only)
     print((out / "table.md").read_text())
     print(f"{len(methods)} methods x {len(args.seeds)} seeds in {summary['wall_seconds']:.0f} s; results in {out}")

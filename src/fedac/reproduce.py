@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fedac.compare import (PRESETS, Method, add_grid_arguments, cell_folder, comparison_passes,
+from fedac.compare import (PRESET_SETTINGS, PRESETS, Method, add_grid_arguments, cell_folder, comparison_passes,
                            parse_method, run_comparison)
 from fedac.config import load_config
 from fedac.errors import ConfigError
@@ -139,13 +139,17 @@ def replaced(protocol: list[str], changes: list[str]) -> list[str]:
 # paper's local protocol (batch 32, SGD momentum 0.9, weight decay 1e-5, gradient norm clipped at 50,
 # E = 50 local steps for every method, 300 rounds, test accuracy every 3 rounds, the last model) with 10%
 # of the clients a round (the stand-in has 200 speakers of 5 clips or more, not 2,234). "Two-head FedAvg" is FedAvg on
-# FedKWS-UI's two-head model with its uniform mean (mu = lambda = 0, no ALT): the control for the extra
-# projection layer. The methods are compare.PRESETS["fedkws"].
+# FedKWS-UI's two-head model (mu = lambda = 0, no ALT): the control for the extra projection layer. The
+# methods are compare.PRESETS["fedkws"]. Every method's server takes the unweighted mean, as in the paper
+# and its code (compare.PRESET_SETTINGS; `--set aggregation.weighting=n_k` weights them all by n_k).
+# ALT's r0 is Sec. 4's rule K / sum_k rbar_k over the run's clients (fedkwsui.r0=sum), so
+# sum_k r0 rbar_k E = K E holds on whatever data runs: the code's r0 = 3.5 was fitted to real Speech
+# Commands (mean n_k 20.4) and on the stand-in (mean n_k 14.4) leaves the median client 5 of E = 10 steps.
 KWS_PROTOCOL = ["data.task=12", "data.gsc12=fedkws", "data.min_speaker_clips=5", "train.rounds=300", "train.fraction=0.1",
                 "train.batch_size=32", "train.lr=0.01", "train.weight_decay=1e-5", "train.max_grad_norm=50",
                 "train.local_steps=50", "fedkwsui.local_steps=50", "train.eval_every=3", "train.checkpoint_every=3",
                 "train.select=last", "train.test_curve=true", "features.style=fedkws", "features.augment=true",
-                "features.test_augment=true"]
+                "features.test_augment=true", "fedkwsui.r0=sum", *PRESET_SETTINGS["fedkws"]]
 KWS_NETWORKS = [("DSCNN", ["model.name=dscnn"]), ("MHAttRNN", ["model.name=mhattrnn"]),
                 ("ResNet15", ["model.name=resnet15"]),
                 # the paper trains its Transformer with AdamW (lr grid 0.005 / 0.002 / 0.0008: the middle one)
@@ -190,6 +194,32 @@ KWS_EXPERIMENTS: dict[str, Experiment] = {
                                  ["Centralised=central"], KWS_NETWORKS, ("speech_commands",),
                                  replaced(KWS_PROTOCOL, KWS_CENTRAL), {k: KWS_TABLES[k] for k in ("accuracy", "clean_accuracy")}),
 }
+
+
+def kws_notes(settings: list[str], methods: list[Method], dataset: str) -> list[str]:
+    """A KWS table's notes, from its methods' resolved settings: the weighting of each federated method's
+    server mean (one for all, or each method's) and ALT's r0."""
+    from fedac.algorithms import algorithm_class  # lazy: imports torch
+
+    configs = {m.label: load_config(None, settings + m.overrides, algorithm_defaults=False, algorithm=m.algorithm,
+                                    dataset=dataset) for m in methods}
+    weights = {label: algorithm_class(cfg.algorithm).server_weighting(cfg)
+               for label, cfg in configs.items() if cfg.algorithm != "central"}
+    words = {"uniform": "unweighted (1/|S| per upload)", "n_k": "n_k-weighted"}
+    notes = []
+    if len(set(weights.values())) == 1:
+        weighting = next(iter(weights.values()))
+        notes.append(f"Server mean: {words[weighting]} for every method (aggregation.weighting={weighting}).")
+    elif weights:
+        notes.append("Server mean: " + "; ".join(f"{label} {words[w]}" for label, w in weights.items()) + ".")
+    alt = [cfg.fedkwsui for cfg in configs.values() if cfg.algorithm == "fedkwsui" and cfg.fedkwsui.alt]
+    if alt:
+        r0 = alt[0].r0
+        notes.append(f"ALT: r0 = K / sum_k rbar_k over each run's clients (fedkwsui.r0=sum), so sum_k r0 rbar_k E = "
+                     f"K E and a client takes E = {alt[0].local_steps} steps on average before flooring (`fedac data "
+                     f"stats` with the protocol's data settings prints the mean)." if r0 == "sum" else
+                     f"ALT: r0 = {r0} (fedkwsui.r0; `fedac data stats` prints the mean steps per client).")
+    return notes
 
 
 def experiment_named(name: str) -> Experiment:
@@ -245,9 +275,13 @@ def run_experiment(name: str, seeds: list[int], out: Path, overrides: list[str],
     summaries: dict[str, dict] = {}
     out.mkdir(parents=True, exist_ok=True)
 
+    first = cells(experiment, datasets)[0]
+    notes = kws_notes((experiment.protocol or []) + first.settings + user, methods, first.dataset) \
+        if name in KWS_EXPERIMENTS else []
+
     def write_outputs() -> None:
         write_csv(out / "results.csv", summaries)
-        (out / "table.md").write_text(markdown(experiment, summaries, seeds, command))
+        (out / "table.md").write_text(markdown(experiment, summaries, seeds, command, notes))
         plot(out / "figure.png", experiment, summaries, methods)
         if experiment.curves:
             plot_curves(out / "curves.png", experiment, summaries)
@@ -297,7 +331,8 @@ def _cell_value(runs: list[dict], key: str, seeds: int) -> str:
     return "—" if mean != mean else f"{100 * mean:.2f}{spread}{partial}"
 
 
-def markdown(experiment: Experiment, summaries: dict[str, dict], seeds: list[int], command: str) -> str:
+def markdown(experiment: Experiment, summaries: dict[str, dict], seeds: list[int], command: str,
+             notes: list[str] = ()) -> str:
     first = next(iter(summaries.values()))
     methods = [m["label"] for m in first["methods"]]
     visits = sorted({round(r.get("visits_per_trained_client", 0.0), 1)
@@ -305,7 +340,8 @@ def markdown(experiment: Experiment, summaries: dict[str, dict], seeds: list[int
     lines = [f"# {experiment.title}", "", f"Command: `{command}`" if command else "", "",
              f"Protocol: {', '.join(PROTOCOL if experiment.protocol is None else experiment.protocol)}; "
              f"mean ± std over seeds {seeds}; visits per trained client: "
-             f"{', '.join(str(v) for v in visits)}. '—': the method has no such model.", ""]
+             f"{', '.join(str(v) for v in visits)}. '—': the method has no such model.", "",
+             *(line for note in notes for line in (note, ""))]
     for key, title in (experiment.tables or TABLES).items():
         lines += [f"## {title}", "", "| Method | " + " | ".join(summaries) + " |", "|---" * (len(summaries) + 1) + "|"]
         for method in methods:

@@ -15,7 +15,8 @@ Per sampled client k and round:
        L = CE_ls(g(h), y; mu_k) - lambda * mean_i[ -sum_c pi_ic log softmax(g(h_i))_c ],
    pi = softmax(p(h)) detached (Eq. 2, negative distillation), CE_ls the label-smoothed CE of Eq. 1
    with target (1 - mu_k) onehot + mu_k / C.
-3. Upload the whole model; the server takes the unweighted mean of every entry (Sec. 3).
+3. Upload the whole model; the server takes the unweighted mean of every entry (Sec. 3;
+   `fedkwsui.aggregation`).
 
 ALT (Sec. 4): with class counts c_k, n_k = sum c_k, q = c_k / n_k,
     w1 = min(n_k / cap, 1), w2 = -sum_c q_c ln(q_c + 1e-8) / ln C, rbar_k = 2 w1 w2 / (w1 + w2),
@@ -32,6 +33,8 @@ Other choices: the 1e-8 inside the entropy's log is the code's (it makes 12 equa
 s = 174, not 175); the encoder's gradients in the private phase are never formed (its forward runs
 without autograd), so SGD's weight decay does not touch the encoder there (the code zeroes them, which
 lets a 1e-5 decay through).
+The heads keep PyTorch's default initialisation, as the code's do; `fedkwsui.head_init=kaiming` gives
+them Kaiming-normal weights (config.py says why: the default shrinks the encoder's gradient 4-7x).
 Every step's gradient is clipped at `train.max_grad_norm` (fedkwsui's algorithm default: the code's 50).
 Client updates run on the sequential path (no stacked cohort form).
 """
@@ -53,6 +56,8 @@ from fedac.models import build_model
 #: The code's constants for Speech Commands (fedkwsui.py): classes -> (size cap, r0).
 SPEECH_COMMANDS_ALT = {12: (100.0, 3.5), 35: (300.0, 5.0)}
 PRIVATE = "private_"
+HEAD_INITS = ("default", "kaiming")
+AGGREGATIONS = ("uniform", "weighted", "general")
 
 
 # --- ALT ------------------------------------------------------------------------------------------
@@ -109,7 +114,7 @@ def alo_loss(global_logits: torch.Tensor, private_logits: torch.Tensor, y: torch
 class TwoHeadModel(nn.Module):
     """A network's encoder (`embed`) with FedKWS-UI's global and private heads; `forward` is the global one."""
 
-    def __init__(self, network: nn.Module, num_classes: int, g_ratio: float = 0.6):
+    def __init__(self, network: nn.Module, num_classes: int, g_ratio: float = 0.6, head_init: str = "default"):
         super().__init__()
         network.head = nn.Identity()  # replaced by the two heads (and not counted as parameters)
         self.encoder = network
@@ -122,6 +127,13 @@ class TwoHeadModel(nn.Module):
         self.private_proj = nn.Linear(h, private_width, bias=False)
         self.private_head = nn.Linear(private_width, num_classes)
         self.embedding_dim = h
+        if head_init == "kaiming":  # redrawn from the same (seeded) RNG stream the constructor drew from
+            for layer in (self.global_proj, self.global_head, self.private_proj, self.private_head):
+                nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
+                if layer.bias is not None:
+                    nn.init.zeros_(layer.bias)
+        elif head_init != "default":
+            raise ConfigError(f"fedkwsui.head_init must be one of {', '.join(HEAD_INITS)}, got {head_init!r}")
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         return self.encoder.embed(x)
@@ -157,8 +169,10 @@ class FedKWSUI(Algorithm):
         opts = cfg.fedkwsui
         if opts.private not in ("shared", "persistent"):
             raise ConfigError(f"fedkwsui.private must be shared or persistent, got {opts.private!r}")
-        if opts.aggregation not in ("uniform", "weighted"):
-            raise ConfigError(f"fedkwsui.aggregation must be uniform or weighted, got {opts.aggregation!r}")
+        if opts.aggregation not in AGGREGATIONS:
+            raise ConfigError(f"fedkwsui.aggregation must be uniform, weighted or general, got {opts.aggregation!r}")
+        if opts.head_init not in HEAD_INITS:
+            raise ConfigError(f"fedkwsui.head_init must be one of {', '.join(HEAD_INITS)}, got {opts.head_init!r}")
         if not 0 <= opts.ls_mu <= 1:
             raise ConfigError(f"fedkwsui.ls_mu must lie in [0, 1], got {opts.ls_mu}")
         if opts.adv_lambda < 0:
@@ -191,7 +205,7 @@ class FedKWSUI(Algorithm):
     # --- models ---------------------------------------------------------------------------------
     def make_model(self, name: str) -> nn.Module:
         network = build_model(name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout)
-        return TwoHeadModel(network, self.task.num_classes, self.cfg.fedkwsui.g_ratio)
+        return TwoHeadModel(network, self.task.num_classes, self.cfg.fedkwsui.g_ratio, self.cfg.fedkwsui.head_init)
 
     def init_server(self) -> dict[str, Any]:
         return {"params": self.initial_params(self.cfg.model.name, "global-init")}
@@ -255,10 +269,15 @@ class FedKWSUI(Algorithm):
         return ClientResult(params, new_state, metrics)
 
     # --- server -----------------------------------------------------------------------------------
+    @classmethod
+    def server_weighting(cls, cfg) -> str:
+        """`fedkwsui.aggregation` uniform (1/|S| each, Sec. 3) or weighted (n_k) replaces
+        `aggregation.weighting`; general keeps it (one weighting for every method of a table)."""
+        choice = cfg.fedkwsui.aggregation
+        return {"uniform": "uniform", "weighted": "n_k"}.get(choice, cfg.aggregation.weighting)
+
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
                       round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
-        if self.cfg.fedkwsui.aggregation == "uniform":
-            uploads = [(params, 1) for params, _ in uploads]  # 1/|S| each (Sec. 3)
         params, metrics = self.combine(server, uploads)
         if self.cfg.fedkwsui.private == "persistent":  # private heads stay on the clients
             params.update({k: v for k, v in server["params"].items() if k.startswith(PRIVATE)})
@@ -267,11 +286,16 @@ class FedKWSUI(Algorithm):
 
 def alt_statistics(cfg, num_classes: int, clients: list[str], counts: list[list[int]]) -> dict[str, float]:
     """Paper Fig. 1's colour: r0 * rbar_k over the clients with data, under `cfg.fedkwsui`'s ALT
-    constants, with the max n_k of Table 1 and the resolved cap and r0 (for `fedac data stats`)."""
+    constants, with the max n_k of Table 1, the resolved cap and r0 (for `fedac data stats`), and the
+    mean ALT steps floor(r0 rbar_k E) per client against E: Sec. 4's rule sum_k r0 rbar_k E = K E
+    makes the mean r0 * rbar_k 1 and the mean steps E less the flooring."""
     algo = FedKWSUI(cfg, Task(0, num_classes, clients, counts))
-    values = [algo.r0 * algo.ratios[c] for c, n in zip(clients, counts) if sum(n)]
+    held = [c for c, n in zip(clients, counts) if sum(n)]
+    values = [algo.r0 * algo.ratios[c] for c in held]
     if not values:
         return {}
+    steps = cfg.fedkwsui.local_steps
     return {"size_cap": algo.size_cap, "r0": algo.r0, "max_n_k": float(max(sum(n) for n in counts)),
             "min": min(values), "median": float(torch.tensor(values).median()), "mean": sum(values) / len(values),
-            "max": max(values)}
+            "max": max(values), "local_steps": float(steps),
+            "mean_steps": sum(alt_steps(algo.ratios[c], algo.r0, steps) for c in held) / len(held)}

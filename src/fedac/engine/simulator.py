@@ -22,13 +22,13 @@ import torch
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm
 from fedac.attacks import Attack
-from fedac.config import Config, save_config
-from fedac.engine.checkpoint import load_checkpoint, save_checkpoint
+from fedac.config import Config
+from fedac.engine.checkpoint import open_run, save_checkpoint
 from fedac.engine.cohort import check_execution, run_clients
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
 from fedac.engine.rounds import RoundLoop
 from fedac.engine.runtime import configure_process
-from fedac.errors import CheckpointError, ConfigError
+from fedac.errors import ConfigError
 from fedac.metrics import mean_std
 from fedac.privacy import Privacy
 from fedac.report import log_pruning, truncate_pruning_log, write_history, write_results
@@ -201,16 +201,9 @@ class Simulator:
         with a checkpoint, raising RunInterrupted (engine/rounds.py).
         """
         cfg = self.cfg
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        state = open_run(self.run_dir, cfg, resume, self._fresh_state)
         if resume:
-            state = load_checkpoint(self.run_dir)
-            if state.get("algorithm") != cfg.algorithm:
-                raise CheckpointError(f"checkpoint in {self.run_dir} is for '{state.get('algorithm')}', not '{cfg.algorithm}'")
             truncate_pruning_log(self.run_dir, state["round"])
-        else:
-            state = self._fresh_state()
-            save_config(cfg, self.run_dir / "config.yaml")
-        state["algorithm"] = cfg.algorithm
         # Rounds this process trains, reported so a resumed run shows where it started (tests/test_resume.py).
         self.resumed_from, self.rounds_trained = state["round"], 0
         started = time.perf_counter() - state["wall_seconds"]

@@ -101,6 +101,9 @@ def refuse_unsupported(cfg: Config, settings: DeploymentSettings) -> None:
     if cfg.aggregation.method != "mean":
         raise ConfigError(f"aggregation.method={cfg.aggregation.method} compares the clients' uploads, but {why}; "
                           "set aggregation.method=mean or secagg=false")
+    if cfg.aggregation.weighting != "n_k":  # Flower's SecAgg+ mod weights each update by n_k
+        raise ConfigError(f"aggregation.weighting={cfg.aggregation.weighting}: the secure sum weights each update by "
+                          f"n_k, but {why}; set aggregation.weighting=n_k or secagg=false")
     if cfg.dp.mode != "none":
         raise ConfigError(f"dp.mode={cfg.dp.mode} clips each client's update on the server, but {why}; set "
                           "dp.mode=none or secagg=false")

@@ -447,6 +447,9 @@ momentum (beta_1 fixed at 0); fedac's has Alg. 2's beta1, so it is set on the st
     if cfg.aggregation.method != "mean":
         raise ConfigError(f"Flower's {FLOWER_STRATEGIES[cfg.algorithm]} averages; aggregation.method="
                           f"{cfg.aggregation.method} needs the fedac strategy")
+    if cfg.aggregation.weighting != "n_k":  # Flower's strategies weight every mean by num-examples
+        raise ConfigError(f"Flower's {FLOWER_STRATEGIES[cfg.algorithm]} weights by n_k; aggregation.weighting="
+                          f"{cfg.aggregation.weighting} needs the fedac strategy")
     cls = getattr(flower, FLOWER_STRATEGIES[cfg.algorithm])
     opt = cfg.fedopt
     if cfg.algorithm == "fedprox":
