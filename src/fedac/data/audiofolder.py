@@ -17,16 +17,14 @@ warning. The corpus's seed is fixed (0): run seeds vary training, never which cl
 
 from __future__ import annotations
 
-import csv
 import functools
-import io
 import logging
 from pathlib import Path
 
 import soundfile
 
 from fedac.config import DataConfig
-from fedac.data.layout import read_text, reject_broken_link, shorten
+from fedac.data.layout import csv_rows, reject_broken_link, shorten
 from fedac.data.manifest import Clip, Manifest
 from fedac.errors import DatasetError
 from fedac.seeding import numpy_rng
@@ -79,36 +77,24 @@ def scan_folders(root: Path) -> list[tuple[Path, str]]:
 def read_metadata(root: Path) -> tuple[list[tuple[Path, str, str | None, str | None]], set[str]]:
     """(file, label, client, split) per row of DIR/metadata.csv, checked line by line, and its columns."""
     path = root / METADATA
-    with io.StringIO(read_text(path), newline="") as handle:
-        reader = csv.reader(handle)
-        header = [h.strip().lstrip("\ufeff") for h in next(reader, [])]  # spreadsheets often write a BOM
-        missing = [c for c in REQUIRED if c not in header]
-        if missing:
-            raise DatasetError(f"{path} line 1: header lacks column(s) {', '.join(missing)} (found "
-                               f"{','.join(header) or 'nothing'}); the header must name file,label[,client][,split]")
-        rows, seen = [], {}
-        for fields in reader:
-            where = f"{path} line {reader.line_num}"
-            if not any(f.strip() for f in fields):
-                continue
-            if len(fields) != len(header):
-                raise DatasetError(f"{where}: {len(fields)} fields, expected {len(header)} ({','.join(header)})")
-            row = dict(zip(header, (f.strip() for f in fields)))
-            for column in ("file", "label", "client"):
-                if column in row and not row[column]:
-                    raise DatasetError(f"{where}: the {column} column is empty; fill it in or remove the line")
-            split = row["split"].lower() if "split" in row else None
-            if split is not None and split not in SPLIT_NAMES:
-                raise DatasetError(f"{where}: split {split!r} is not one of train, validation, test")
-            if row["file"] in seen:
-                raise DatasetError(f"{where}: {row['file']} is already listed on line {seen[row['file']]}")
-            seen[row["file"]] = reader.line_num
-            audio = root / row["file"]
-            if not audio.is_file():
-                raise DatasetError(f"{where} lists {row['file']}, but {audio} does not exist; "
-                                   "fix the path (relative to the data root) or remove the line")
-            rows.append((reject_broken_link(audio), row["label"], row.get("client"),
-                         None if split is None else SPLIT_NAMES[split]))
+    header, lines = csv_rows(path, REQUIRED, "the header must name file,label[,client][,split]")
+    rows, seen = [], {}
+    for where, line, row in lines:
+        for column in ("file", "label", "client"):
+            if column in row and not row[column]:
+                raise DatasetError(f"{where}: the {column} column is empty; fill it in or remove the line")
+        split = row["split"].lower() if "split" in row else None
+        if split is not None and split not in SPLIT_NAMES:
+            raise DatasetError(f"{where}: split {split!r} is not one of train, validation, test")
+        if row["file"] in seen:
+            raise DatasetError(f"{where}: {row['file']} is already listed on line {seen[row['file']]}")
+        seen[row["file"]] = line
+        audio = root / row["file"]
+        if not audio.is_file():
+            raise DatasetError(f"{where} lists {row['file']}, but {audio} does not exist; "
+                               "fix the path (relative to the data root) or remove the line")
+        rows.append((reject_broken_link(audio), row["label"], row.get("client"),
+                     None if split is None else SPLIT_NAMES[split]))
     if not rows:
         raise DatasetError(f"{path} lists no clips; add one line per clip (file,label)")
     return rows, set(header)

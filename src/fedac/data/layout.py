@@ -11,13 +11,15 @@ writing and a worker pool whose results do not depend on scheduling.
 
 from __future__ import annotations
 
+import csv
+import io
 import json
 import multiprocessing
 import shutil
 import sys
 import wave
 from pathlib import Path
-from typing import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -52,6 +54,30 @@ def read_text(path: Path) -> str:
         line = data[: exc.start].count(b"\n") + 1
         raise DatasetError(f"{path} line {line} is not UTF-8 text (byte {data[exc.start:exc.start + 1]!r}); "
                            "fix or remove that line, or restore the file from the official archive") from None
+
+
+def csv_rows(path: Path, required: Sequence[str], hint: str) -> tuple[list[str], Iterator[tuple[str, int, dict]]]:
+    """A metadata CSV's header and its rows as (where, line number, {column: stripped field}): the header
+    must name every `required` column (`hint` says what it should hold), blank lines are skipped and a
+    line with another number of fields is an error naming its file and line. A spreadsheet's BOM is dropped."""
+    handle = io.StringIO(read_text(path), newline="")
+    reader = csv.reader(handle)
+    header = [h.strip().lstrip("\ufeff") for h in next(reader, [])]
+    missing = [c for c in required if c not in header]
+    if missing:
+        raise DatasetError(f"{path} line 1: header lacks column(s) {', '.join(missing)} (found "
+                           f"{','.join(header) or 'nothing'}); {hint}")
+
+    def rows() -> Iterator[tuple[str, int, dict]]:
+        for fields in reader:
+            where = f"{path} line {reader.line_num}"
+            if not any(f.strip() for f in fields):
+                continue
+            if len(fields) != len(header):
+                raise DatasetError(f"{where}: {len(fields)} fields, expected {len(header)} ({','.join(header)})")
+            yield where, reader.line_num, dict(zip(header, (f.strip() for f in fields)))
+
+    return header, rows()
 
 
 def reject_broken_link(path: Path) -> Path:

@@ -13,12 +13,10 @@ only; the other eight folds train. Every clip's client and group is its source r
 
 from __future__ import annotations
 
-import csv
-import io
 from pathlib import Path
 
 from fedac.config import DataConfig
-from fedac.data.layout import choose_fold, read_text, require_dir, require_file
+from fedac.data.layout import choose_fold, csv_rows, require_dir, require_file
 from fedac.data.manifest import Clip, Manifest
 from fedac.errors import DatasetError
 
@@ -51,39 +49,28 @@ def _int_field(row: dict, name: str, where: str) -> int:
 def read_metadata(root: Path) -> list[dict]:
     """Rows of UrbanSound8K.csv as dicts with int fsID/fold/classID, checked line by line."""
     path = require_file(root / METADATA, "UrbanSound8K metadata", SOURCE)
-    with io.StringIO(read_text(path), newline="") as handle:
-        reader = csv.reader(handle)
-        header = next(reader, None)
-        missing = [c for c in COLUMNS if c not in (header or [])]
-        if missing:
-            raise DatasetError(f"{path} line 1: header lacks column(s) {', '.join(missing)} (expected {','.join(COLUMNS)})")
-        rows, seen = [], {}
-        for fields in reader:
-            where = f"{path} line {reader.line_num}"
-            if not any(f.strip() for f in fields):
-                continue
-            if len(fields) != len(header):
-                raise DatasetError(f"{where}: {len(fields)} fields, expected {len(header)} ({','.join(header)})")
-            row = dict(zip(header, (f.strip() for f in fields)))
-            for name in ("fsID", "fold", "classID"):
-                row[name] = _int_field(row, name, where)
-            if str(row["fold"]) not in FOLDS:
-                raise DatasetError(f"{where}: fold {row['fold']} is not one of 1..10")
-            if not 0 <= row["classID"] < len(CLASSES):
-                raise DatasetError(f"{where}: classID {row['classID']} is not one of 0..9")
-            if row["class"] != CLASSES[row["classID"]]:
-                raise DatasetError(
-                    f"{where}: classID {row['classID']} is '{CLASSES[row['classID']]}', but the class column says '{row['class']}'"
-                )
-            name = row["slice_file_name"]
-            if name in seen:
-                raise DatasetError(f"{where}: {name} is already listed on line {seen[name]}")
-            seen[name] = reader.line_num
-            audio = root / "audio" / f"fold{row['fold']}" / name
-            if not audio.is_file():
-                raise DatasetError(f"{where} lists {name}, but {audio} does not exist")
-            row["path"], row["line"] = str(audio), reader.line_num
-            rows.append(row)
+    _, lines = csv_rows(path, COLUMNS, f"expected {','.join(COLUMNS)}")
+    rows, seen = [], {}
+    for where, line, row in lines:
+        for name in ("fsID", "fold", "classID"):
+            row[name] = _int_field(row, name, where)
+        if str(row["fold"]) not in FOLDS:
+            raise DatasetError(f"{where}: fold {row['fold']} is not one of 1..10")
+        if not 0 <= row["classID"] < len(CLASSES):
+            raise DatasetError(f"{where}: classID {row['classID']} is not one of 0..9")
+        if row["class"] != CLASSES[row["classID"]]:
+            raise DatasetError(
+                f"{where}: classID {row['classID']} is '{CLASSES[row['classID']]}', but the class column says '{row['class']}'"
+            )
+        name = row["slice_file_name"]
+        if name in seen:
+            raise DatasetError(f"{where}: {name} is already listed on line {seen[name]}")
+        seen[name] = line
+        audio = root / "audio" / f"fold{row['fold']}" / name
+        if not audio.is_file():
+            raise DatasetError(f"{where} lists {name}, but {audio} does not exist")
+        row["path"], row["line"] = str(audio), line
+        rows.append(row)
     if not rows:
         raise DatasetError(f"{path} lists no slices. {SOURCE}")
     return rows
