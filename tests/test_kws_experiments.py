@@ -28,6 +28,11 @@ def test_fedkws_methods_resolve_to_their_ablations():
     assert (full.fedkwsui.ls_mu, full.fedkwsui.adv_lambda, full.fedkwsui.alt) == (0.2, 0.001, True)
     assert (alt.fedkwsui.ls_mu, alt.fedkwsui.adv_lambda, alt.fedkwsui.alt) == (0.0, 0.0, True)
     assert (control.fedkwsui.ls_mu, control.fedkwsui.adv_lambda, control.fedkwsui.alt) == (0.0, 0.0, False)
+    kaiming, kaiming_control = (resolved("fedkws12", m) for m in ("FedKWS-UI (Kaiming heads)",
+                                                                   "Two-head FedAvg (Kaiming heads)"))
+    assert (full.fedkwsui.head_init, control.fedkwsui.head_init) == ("default", "default")
+    assert (kaiming.fedkwsui.head_init, kaiming.fedkwsui.ls_mu, kaiming.fedkwsui.alt) == ("kaiming", 0.2, True)
+    assert (kaiming_control.fedkwsui.head_init, kaiming_control.fedkwsui.alt) == ("kaiming", False)
     assert resolved("fedkws12", "FedMMD").algorithm == "fedmmd" and full.data.task == "12"
     prox = resolved("fedkws12", "FedProx")
     assert (prox.fedprox.form, prox.fedprox.mu) == ("smooth_l1", 1e-4)

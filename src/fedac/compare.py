@@ -44,7 +44,11 @@ PRESETS: dict[str, list[str]] = {
     "fedkws": ["FedAvg=fedavg", "FedProx=fedprox:fedprox.form=smooth_l1,fedprox.mu=0.0001", "FedMMD=fedmmd",
                "FedOpt=fedavgm:fedopt.form=torch", "FedKWS-UI=fedkwsui",
                "ALT only=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0",
-               "Two-head FedAvg=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false"],
+               "Two-head FedAvg=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false",
+               # issue 46: the same two methods with Kaiming-initialised heads (fedkwsui.head_init's docstring)
+               "FedKWS-UI (Kaiming heads)=fedkwsui:fedkwsui.head_init=kaiming",
+               "Two-head FedAvg (Kaiming heads)=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false,"
+               "fedkwsui.head_init=kaiming"],
 }
 #: Settings a preset gives every one of its methods, before `--set` (which wins). FedKWS-UI's paper and
 #: code average every method's uploads unweighted: its table does, all methods under one setting
