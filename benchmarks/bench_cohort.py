@@ -50,16 +50,15 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
-from fedac.algorithms.base import ClientData
 from fedac.engine.simulator import Simulator
 from fedac.flower.local import free_port, stop_local_superlink
 from fedac.models import build_model
-from workloads import (BASE_SETTINGS, CLASSES, FEATURES, FEDMLAC_SETTINGS, FRAMES, W_CLIENTS, W_PER_ROUND, W_SETTINGS,
-                       config, federated, make_clients, uniform_federation)
+from workloads import (BASE_SETTINGS, CLASSES, FEATURES, FEDMLAC_SETTINGS, FRAMES, GSC_CLIENTS, W_CLIENTS, W_PER_ROUND,
+                       W_SETTINGS, MutualFloor, SupervisedFloor, config, federated, gsc_scale_clients,
+                       uniform_federation)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -103,70 +102,6 @@ def interleave(paths: dict, rounds: list[int], warmup: int = 1) -> dict[str, lis
         for name in names[i % len(names):] + names[:i % len(names)]:
             samples[name].append(timed(lambda: paths[name](r)))
     return samples
-
-
-def sample(clients: list[ClientData], per_round: int, round_idx: int) -> list[ClientData]:
-    picked = np.random.default_rng(round_idx).choice(len(clients), per_round, replace=False)
-    return [clients[i] for i in sorted(picked)]
-
-
-# --- the floors: plain torch loops, no fedac code ------------------------------------------------------
-
-class SupervisedFloor:
-    """Workload W's SGD steps back to back: one model, the global weights loaded per client."""
-
-    def __init__(self, clients, per_round, model="crnn_lite", lr=0.01):
-        self.clients, self.per_round, self.lr = clients, per_round, lr
-        self.model = build_model(model, FEATURES, CLASSES, 0.1)
-        self.global_state = {k: v.clone() for k, v in self.model.state_dict().items()}
-
-    def __call__(self, round_idx: int) -> None:
-        model = self.model
-        for client in sample(self.clients, self.per_round, round_idx):
-            model.load_state_dict(self.global_state)
-            model.train()
-            opt = torch.optim.SGD(model.parameters(), lr=self.lr)
-            for idx in torch.randperm(client.num_samples).split(16):
-                loss = F.cross_entropy(model(client.x[idx]), client.y[idx])
-                opt.zero_grad()
-                loss.backward()
-                opt.step()
-
-
-class MutualFloor:
-    """FedMLAC's steps (personalized CE + KL step, then Plug-in KL step, per batch) in a plain loop."""
-
-    def __init__(self, clients, per_round, lr=0.01):
-        self.clients, self.per_round, self.lr = clients, per_round, lr
-        self.omega = build_model("crnn_base", FEATURES, CLASSES, 0.1)
-        self.theta = build_model("crnn_lite", FEATURES, CLASSES, 0.1)
-        self.states = {c.name: {k: v.clone() for k, v in self.omega.state_dict().items()} for c in clients}
-        self.plugin = {k: v.clone() for k, v in self.theta.state_dict().items()}
-
-    def __call__(self, round_idx: int) -> None:
-        omega, theta = self.omega, self.theta
-        for client in sample(self.clients, self.per_round, round_idx):
-            omega.load_state_dict(self.states[client.name])
-            theta.load_state_dict(self.plugin)
-            omega.train(), theta.train()
-            opt_o = torch.optim.SGD(omega.parameters(), lr=self.lr)
-            opt_t = torch.optim.SGD(theta.parameters(), lr=self.lr)
-            for idx in torch.randperm(client.num_samples).split(16):
-                x, y = client.x[idx], client.y[idx]
-                lo = omega(x)
-                with torch.no_grad():
-                    lt = theta(x)
-                kl_o = F.kl_div(F.log_softmax(lo, 1), F.log_softmax(lt, 1), log_target=True, reduction="batchmean")
-                loss = 0.5 * F.cross_entropy(lo, y) + 0.5 * kl_o
-                opt_o.zero_grad()
-                loss.backward()
-                opt_o.step()
-                kl_t = F.kl_div(F.log_softmax(theta(x), 1), F.log_softmax(lo.detach(), 1), log_target=True,
-                                reduction="batchmean")
-                opt_t.zero_grad()
-                kl_t.backward()
-                opt_t.step()
-            self.states[client.name] = {k: v.clone() for k, v in omega.state_dict().items()}
 
 
 def fedac_round(sim: Simulator, state: dict):
@@ -305,13 +240,12 @@ def rss_mb() -> float:
 
 def part_gsc(args, tmp: Path) -> dict:
     """Runs in its own process (see main)."""
-    count = 2618 if not args.quick else 300
+    count = GSC_CLIENTS if not args.quick else 300
     threads, workers = args.gsc_threads, args.gsc_workers
     torch.set_num_threads(threads)
     load_start = os.getloadavg()
-    sizes = np.random.default_rng(0).integers(20, 61, size=count).tolist()
     started = time.perf_counter()
-    clients = make_clients(count, sizes, holdout=0.2)
+    clients = gsc_scale_clients(count)
     data = federated(clients)
     setup = {"data_s": time.perf_counter() - started, "rss_after_data_mb": rss_mb()}
     cfg = config(*FEDMLAC_SETTINGS, f"train.threads={threads}", f"train.cohort_workers={workers}")

@@ -33,10 +33,9 @@ import numpy as np
 import torch
 
 from fedac.algorithms import zeroshot
-from fedac.config import load_config
 from fedac.training.cohort import cohort_workers
-from fedac.engine.streams import StreamRunner
 from fedac.seeding import numpy_rng, torch_generator
+from workloads import capture_reports
 
 BASELINE = "15879bb"
 ROOT = Path(__file__).resolve().parents[1]
@@ -53,23 +52,6 @@ def baseline_module():
     sys.modules[spec.name] = module  # its dataclass looks itself up there
     spec.loader.exec_module(module)
     return module
-
-
-def capture_reports(dataset: str, steps: int) -> tuple[StreamRunner, list[dict]]:
-    """Train round 4 of the homogeneous scenario and keep the reports the server receives."""
-    cfg = load_config(None, ["zeroshot.scenario=homogeneous", f"zeroshot.di_steps={steps}"],
-                      algorithm="zeroshot", dataset=dataset, seed=0)
-    cfg.out = f"/tmp/fedac-bench-impressions-{dataset}"
-    runner = StreamRunner(cfg, cfg.out, progress=False)
-    state = {"round": 0, "server": runner.algorithm.init_server(), "history": [], "wall_seconds": 0.0}
-    payload = runner.algorithm.broadcast(state["server"])
-    reports = []
-    for user in runner.scenario.users:
-        result = runner.algorithm.client_update(payload, None, runner.client_data(user, 4), 4,
-                                                torch_generator(0, "bench", user))
-        if result.upload["kind"] == "report":
-            reports.append(result.upload)
-    return runner, reports
 
 
 def before(module, alg, report: dict, round_idx: int) -> list[torch.Tensor]:

@@ -46,7 +46,7 @@ from fedac.config import load_config  # noqa: E402
 from fedac.engine.data import build_federated_data  # noqa: E402
 from fedac.engine.simulator import sample_cohort  # noqa: E402
 from fedac.models import build_model  # noqa: E402
-from fedac.reproduce import KWS_NETWORKS, KWS_PROTOCOL  # noqa: E402
+from fedac.experiments.fedkws import KWS_NETWORKS, KWS_PROTOCOL  # noqa: E402
 
 NETWORKS = dict(KWS_NETWORKS)
 

@@ -108,8 +108,8 @@ def test_fedac_run_central_writes_a_run_directory(settings, tmp_path, capsys):
 
 
 def test_table2_reproduction_resolves_to_the_central_protocol():
-    from fedac.compare import parse_method
-    from fedac.reproduce import KWS_EXPERIMENTS
+    from fedac.experiments.compare import parse_method
+    from fedac.experiments.fedkws import EXPERIMENTS as KWS_EXPERIMENTS
 
     experiment = KWS_EXPERIMENTS["fedkws-central"]
     method = parse_method(experiment.methods[0])

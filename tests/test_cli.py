@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -178,14 +179,58 @@ def test_console_script_models():
     assert "12 classes" in done.stdout
 
 
-def test_every_other_papers_experiment_resolves_to_its_table_command():
-    import importlib
+def test_reproduce_without_a_name_lists_every_experiment_with_its_paper_and_cost(capsys):
+    """Issue 44: `fedac reproduce` alone lists each spec (name, paper, table, estimated cost, the cost's
+    source), and every listed name resolves to its own spec (aliases to the same one)."""
+    from fedac.experiments.catalog import EXPERIMENTS, SPECS, experiment_named
 
-    from fedac.reproduce import OTHER_EXPERIMENTS
+    assert main(["reproduce"]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split()[0]: line for line in out.splitlines()[1:len(SPECS) + 1]}
+    assert list(rows) == [spec.name for spec in SPECS]
+    for spec in SPECS:
+        assert spec.paper in rows[spec.name] and spec.table in rows[spec.name]
+        assert f"{spec.cost.cpu_minutes / 60:,.1f}" in rows[spec.name] and spec.cost.cpu_minutes > 0
+        assert f"  {spec.name}: {spec.cost.source}" in out
+        for name in (spec.name, *spec.aliases):
+            assert experiment_named(name) is spec
+    assert {"table4", "hetero", "fedkws12-scaled", "robustness", "earlyexit-table1", "zeroshot-table4"} <= set(EXPERIMENTS)
+    # a cost's source names a committed file that exists
+    for source in (spec.cost.source for spec in SPECS):
+        for path in re.findall(r"docs/[\w./-]+\.(?:csv|json|md)", source):
+            assert Path(path).is_file() or (Path(__file__).parents[1] / path).is_file(), path
+    assert main(["reproduce", "nosuch"]) == 2
+    assert "unknown experiment 'nosuch'" in capsys.readouterr().err
 
-    for name, target in OTHER_EXPERIMENTS.items():
-        module, function = target.split(":")
-        loaded = importlib.import_module(module)
-        assert callable(getattr(loaded, function)), name
-        if hasattr(loaded, "EXPERIMENTS"):  # the table modules know the names they are dispatched for
-            assert name in loaded.EXPERIMENTS, name
+
+def test_reproduce_options_are_read_from_the_spec(tmp_path, capsys, monkeypatch):
+    """Which options an experiment reads is its spec's `options`, and what runs is its spec's layout:
+    flipping either changes the answer (no experiment is known to the command by name)."""
+    import dataclasses
+
+    from fedac.experiments import catalog
+    from fedac.experiments.spec import Layout
+
+    assert main(["reproduce", "table4", "--central-epochs", "2", "--out", str(tmp_path / "x")]) == 2
+    assert "table4 does not use --central-epochs" in capsys.readouterr().err
+    seen = []
+    layout = Layout(cells=lambda spec, request: [], write=lambda spec, request, cells, runs: seen.append(
+        request.central_epochs) or (request.out / "table.md").write_text("# written by the spec's layout\n"))
+    spec = catalog.EXPERIMENTS["table4"]
+    monkeypatch.setitem(catalog.EXPERIMENTS, "table4", dataclasses.replace(
+        spec, options=(*spec.options, "--central-epochs"), layout=layout))
+    assert main(["reproduce", "table4", "--central-epochs", "2", "--quiet", "--out", str(tmp_path / "x")]) == 0
+    assert seen == [2] and "written by the spec's layout" in capsys.readouterr().out
+
+
+def test_the_reproduce_command_and_runner_never_name_an_experiment():
+    """Issue 44: dispatch is by the spec (its layout and options), never by an experiment's name string."""
+    import ast
+
+    from fedac.experiments import catalog, reproduce, runner, spec
+
+    for module in (reproduce, runner, catalog, spec):
+        tree = ast.parse(Path(module.__file__).read_text())
+        named = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
+                 and isinstance(node.value, str) and node.value in catalog.EXPERIMENTS]
+        assert named == [], f"{module.__name__} names {named}"

@@ -1,5 +1,5 @@
 """Results record the training code that made them (version.py) and `fedac report` says when a quoted one
-was made by other code (figures.py)."""
+was made by other code (experiments/figures.py)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import yaml
 from fedac import __version__
 from fedac.cli import main
 from fedac.config import Config
-from fedac import figures
-from fedac.figures import RERUN
+from fedac.experiments import figures
+from fedac.experiments.figures import RERUN
 from fedac.report import write_results
 from fedac.version import NOT_TRAINING, PACKAGE, git_state, source_sha256, training_files
 
@@ -32,27 +32,29 @@ def package_copy(dest: Path) -> Path:
 
 def test_the_training_code_is_every_module_but_the_presentation_layer():
     files = training_files()
-    for rel in ("engine/simulator.py", "config.py", "compare.py", "reproduce.py", "robustness.py",
+    for rel in ("engine/simulator.py", "config.py", "experiments/compare.py", "experiments/reproduce.py",
+                "experiments/robustness.py", "experiments/fedmlac.py",
                 "kernels/gru.cpp", "models/pretrained/w2v2_s/pretrain.json", "data/synth/speech_commands.py"):
         assert rel in files, rel
-    for rel in ("cli.py", "report.py", "figures.py", "version.py", "models/pretrained/w2v2_s/README.md",
+    for rel in ("cli.py", "report.py", "experiments/figures.py", "version.py", "models/pretrained/w2v2_s/README.md",
                 "models/pretrained/w2v2_s/model.safetensors"):
         assert rel not in files, rel
     assert not [f for f in files if "__pycache__" in f or "_build" in f]
-    assert set(NOT_TRAINING) <= {p.name for p in PACKAGE.glob("*.py")}  # no stale names in the excluded set
+    assert set(NOT_TRAINING) <= {p.relative_to(PACKAGE).as_posix() for p in PACKAGE.rglob("*.py")}  # no stale names in the excluded set
 
 
 def test_the_hash_changes_with_the_training_code_only(tmp_path):
     root = package_copy(tmp_path / "fedac")
     before = source_sha256(root)
     assert before == source_sha256(root) and len(before) == 64
-    for rel in ("engine/simulator.py", "kernels/gru.cpp", "models/pretrained/w2v2_s/pretrain.json", "compare.py"):
+    for rel in ("engine/simulator.py", "kernels/gru.cpp", "models/pretrained/w2v2_s/pretrain.json",
+                "experiments/compare.py"):
         original = (root / rel).read_bytes()
         (root / rel).write_bytes(original + b"\n")
         assert source_sha256(root) != before, rel
         (root / rel).write_bytes(original)
         assert source_sha256(root) == before, rel
-    for rel in ("cli.py", "report.py", "figures.py"):
+    for rel in ("cli.py", "report.py", "experiments/figures.py"):
         (root / rel).write_text("# another presentation\n")
     for rel in ("NOTES.md", "kernels/_build/cpu/helper.py", "__pycache__/x.py", "models/pretrained/w2v2_s/README.md"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from fedac.cli import main
-from fedac.compare import parse_method
+from fedac.experiments.compare import parse_method
 from fedac.errors import ConfigError
 
 
@@ -47,7 +47,7 @@ def test_compare_rejects_unknown_preset(capsys):
 def test_a_run_directory_is_reused_only_for_its_settings_even_after_new_settings_appear(tmp_path):
     import yaml
 
-    from fedac.compare import check_same_config
+    from fedac.experiments.compare import check_same_config
     from fedac.config import load_config, save_config
 
     cfg = load_config(overrides=["train.rounds=3"])
@@ -79,7 +79,7 @@ def test_a_run_directory_is_reused_only_for_its_settings_even_after_new_settings
 def test_mean_std_over_seeds_leaves_out_runs_without_the_metric():
     """A CTC run reports client_accuracy_mean as None (it has no accuracy): the summary skips it
     instead of failing, and averages the runs that have the value."""
-    from fedac.compare import markdown_table, runs_mean_std
+    from fedac.experiments.compare import markdown_table, runs_mean_std
 
     runs = {"asr": [{"accuracy": None, "client_accuracy_mean": None, "wer": 0.8}],
             "kws": [{"accuracy": 0.5, "client_accuracy_mean": 0.25}, {"accuracy": 0.7}]}

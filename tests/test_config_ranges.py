@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedac.config import Config, Range, load_config, save_config
+from fedac.config import Config, Range, algorithm_sections, load_config, save_config
 from fedac.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -21,8 +21,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 def numeric_settings(cls: type = Config, prefix: str = ""):
     """(key, dataclass field, int or float, is a list) of every int/float setting, found by walking the
-    dataclasses from Config: a setting added later is found without editing this test."""
+    dataclasses from Config and every registered algorithm's settings (plug-ins' too, when installed):
+    a setting added later is found without editing this test."""
     hints = typing.get_type_hints(cls)
+    if cls is Config:  # the algorithms' sections come from the registry, not Config's fields
+        for name, section in algorithm_sections().items():
+            yield from numeric_settings(section, name + ".")
     for f in dataclasses.fields(cls):
         kind, key = hints[f.name], prefix + f.name
         if dataclasses.is_dataclass(kind):

@@ -392,21 +392,20 @@ def test_budget_mode_picks_the_deepest_exit_that_fits():
 # --------------------------------------------------------------------------- tables
 
 def test_table_error_rates_and_methods():
-    from fedac.earlyexit_tables import central_epochs, dataset_settings, error_rates, methods
+    from fedac.experiments.earlyexit import central_epochs, dataset_settings, error_rates, table1_methods
 
     assert error_rates({"accuracy": 0.75, "asv_eer": 0.125}) == {"error": 25.0, "EER": 12.5}
     assert error_rates({"wer": 0.5, "test_other_wer": 0.625, "cer": 0.25, "test_other_cer": 0.375, "accuracy": 0.1}) \
         == {"WER": 50.0, "WER other": 62.5, "CER": 25.0, "CER other": 37.5}
     # T_task (the paper's best FL exit): 6 for keyword spotting, 9 otherwise, for homo FL and the high
     # clients; the pooled-head norm on classification tasks; the user's --set wins
-    t2 = "earlyexit-table2"
-    assert dataset_settings(t2, "speech_commands", []) == ["model.head_norm=true", "earlyexit.depth=6",
+    assert dataset_settings("speech_commands", [], task_depth=True) == ["model.head_norm=true", "earlyexit.depth=6",
                                                           "earlyexit.high_depth=6"]
-    assert dataset_settings(t2, "librispeech", ["train.lr=1"]) == ["earlyexit.depth=9", "earlyexit.high_depth=9"]
-    assert dataset_settings(t2, "voxceleb1", ["earlyexit.depth=12", "model.head_norm=false"]) == ["earlyexit.high_depth=12"]
-    assert dataset_settings(t2, "speech_commands", ["earlyexit.high_depth=12"])[-1] == "earlyexit.depth=6"
-    assert dataset_settings("earlyexit-table1", "cremad", []) == ["model.head_norm=true"]
-    table1 = methods("earlyexit-table1", [3, 12], central_rounds=4)
+    assert dataset_settings("librispeech", ["train.lr=1"], task_depth=True) == ["earlyexit.depth=9", "earlyexit.high_depth=9"]
+    assert dataset_settings("voxceleb1", ["earlyexit.depth=12", "model.head_norm=false"], task_depth=True) == ["earlyexit.high_depth=12"]
+    assert dataset_settings("speech_commands", ["earlyexit.high_depth=12"], task_depth=True)[-1] == "earlyexit.depth=6"
+    assert dataset_settings("cremad", [], task_depth=False) == ["model.head_norm=true"]
+    table1 = table1_methods([3, 12], central_rounds=4)
     assert [m.label for m in table1] == ["central L=3", "homo FL L=3", "central L=12", "homo FL L=12"]
     assert {"data.num_clients=1", "earlyexit.mode=homo", "earlyexit.depth=3", "train.rounds=4"} <= set(table1[0].overrides)
     assert "data.num_clients=1" not in table1[1].overrides and not any("rounds" in o for o in table1[1].overrides)

@@ -10,9 +10,9 @@ import torch
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import ClientData, Task
 from fedac.algorithms.fedkwsui import SPEECH_COMMANDS_ALT
-from fedac.compare import parse_method
+from fedac.experiments.compare import parse_method
 from fedac.config import Config, load_config
-from fedac.reproduce import KWS_EXPERIMENTS
+from fedac.experiments.fedkws import EXPERIMENTS as KWS_EXPERIMENTS
 from fedac.seeding import torch_generator
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -16,7 +16,7 @@ from fedac.cli import main
 from fedac.config import load_config
 from fedac.training.evaluate import window_accuracy
 from fedac.engine.simulator import Simulator, sample_cohort
-from fedac.reproduce import DATASETS, EXPERIMENTS
+from fedac.experiments.fedmlac import DATASETS, EXPERIMENTS
 from test_fedmlac import _client, _fedmlac_cfg, _task
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -131,11 +131,15 @@ def us8k_tree(tmp_path_factory):
     return write_tree(tmp_path_factory.mktemp("us8k"))
 
 
-def test_paper_grids_match_the_papers_tables():
+def test_paper_grids_match_the_papers_tables(tmp_path):
     """Tables 6 and 7 carry the paper's FedMLAC w/o LPA column on the homogeneous models; Table 5 covers the
     paper's three datasets (IEMOCAP always has all its clients active)."""
-    from fedac.compare import parse_method
-    from fedac.reproduce import cells
+    from fedac.experiments.compare import parse_method
+    from fedac.experiments.runner import grid_cells
+    from fedac.experiments.spec import Request
+
+    def cells(spec, datasets):
+        return grid_cells(spec, Request(tmp_path, datasets=datasets))
 
     for name in ("table6", "table7"):
         methods = {m.label: m for m in map(parse_method, EXPERIMENTS[name].methods)}
@@ -300,8 +304,12 @@ def test_a_copy_trains_the_later_cells_before_waiting_for_a_run_another_copy_hol
     import threading
     import time
 
-    from fedac.compare import cell_folder
-    from fedac.reproduce import cells
+    from fedac.experiments.compare import cell_folder
+    from fedac.experiments.runner import grid_cells
+    from fedac.experiments.spec import Request
+
+    def cells(spec, datasets):
+        return grid_cells(spec, Request(tmp_path, datasets=datasets, overrides=[f"data.root={gsc_root}"]))
 
     out = tmp_path / "table6"
     args = ["reproduce", "table6", "--quiet", "--seeds", "0", "--rounds", "1", "--datasets", "speech_commands",

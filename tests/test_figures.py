@@ -12,7 +12,7 @@ import yaml
 
 from fedac.cli import main
 from fedac.errors import ConfigError
-from fedac.figures import FIGURES, collect, lookup, render_value
+from fedac.experiments.figures import FIGURES, collect, lookup, render_value
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -90,7 +90,7 @@ def test_values_ranges_and_keys(tmp_path):
 
 def test_an_early_exit_table_is_tied_row_by_row(tmp_path):
     """`table: earlyexit`: each row rendered from the table's summary.json must be in the document."""
-    from fedac.figures import quotes_of
+    from fedac.experiments.figures import quotes_of
 
     rows = [{"dataset": "speech_commands", "metric": "error", "values": {"homo FL": [30.0, 32.0], "hetero FedAvg": [36.5]}},
             {"dataset": "voxceleb1", "metric": "EER", "values": {"homo FL": [15.25, 14.75], "hetero FedAvg": []}}]
@@ -142,7 +142,7 @@ def test_a_robustness_entry_ties_each_row_of_one_algorithm_and_metric(tmp_path):
     (tmp_path / "README.md").write_text("\n".join(rows[:4]) + "\n| backdoor 30% | 90.00 ± 5.01 | pending |\n")
     assert [q.found for q in collect(tmp_path, Path("figures.yaml"))] == [True, True, True, True, False]
     # Without a backdoor row there is no success-rate table, not even the clean baseline.
-    from fedac.robustness import table_rows
+    from fedac.experiments.robustness import table_rows
 
     no_backdoor = {"seeds": [0, 1], "cells": {row: c for row, c in cells.items() if row != "backdoor 30%"}}
     assert table_rows(no_backdoor, "FedAvg", "attack_success_rate") == []

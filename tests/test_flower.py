@@ -30,7 +30,7 @@ from fedac.engine.data import build_federated_data  # noqa: E402
 from fedac.engine.simulator import Simulator  # noqa: E402
 from fedac.errors import ConfigError  # noqa: E402
 from fedac.flower import transport  # noqa: E402
-from fedac.flower.settings import deployment_settings, fedac_config, node_settings, split_overrides  # noqa: E402
+from fedac.flower.settings import apply_node_settings, deployment_settings, fedac_config, node_settings, split_overrides  # noqa: E402,E501
 from fedac.flower.strategy import FlowerRunError, flower_adam_lr, flower_strategy  # noqa: E402
 from fedac.engine.simulator import sample_cohort  # noqa: E402
 from flower_helpers import (PROCESS_WAIT, Federation, LocalGrid, assert_same_metrics, read_rows,  # noqa: E402
@@ -451,6 +451,12 @@ def test_run_config_maps_onto_fedac_settings():
     with pytest.raises(ConfigError, match="no 'partition-id' in its node-config"):
         node_settings({"num-partitions": 3})
     assert node_settings({"partition-id": 2, "num-partitions": 3, "data-root": "/d"}).data_root == "/d"
+    # node-config device: this node's train.device (one SuperNode per GPU); spelled wrong, a clear error
+    node = node_settings({"partition-id": 0, "device": "cuda:1"})
+    assert apply_node_settings(load_config(None), node).train.device == "cuda:1"
+    assert apply_node_settings(load_config(None), node_settings({"partition-id": 0})).train.device == "auto"
+    with pytest.raises(ConfigError, match="node-config device must be"):
+        node_settings({"partition-id": 0, "device": "gpu1"})
 
 
 def test_stop_local_superlink_kills_only_that_superlink_and_its_descendants():

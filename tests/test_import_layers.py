@@ -12,15 +12,16 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: Lowest layer first: (name, module prefixes). The one place the direction is declared.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("fedac", "fedac.errors", "fedac.seeding", "fedac.config", "fedac.metrics", "fedac.version",
-              "fedac.ssl_sizes", "fedac.kmedoids", "fedac.report", "fedac.pretrain_settings")),
+              "fedac.ssl_sizes", "fedac.kmedoids", "fedac.report", "fedac.pretrain_settings",
+              "fedac.registry", "fedac.algorithms.settings")),  # settings/: no torch, read by config
     ("data", ("fedac.data",)),
     ("models", ("fedac.models", "fedac.kernels")),
     ("training", ("fedac.training",)),
     ("rules", ("fedac.aggregation", "fedac.attacks", "fedac.privacy")),
     ("algorithms", ("fedac.algorithms",)),
     ("engine", ("fedac.engine",)),
-    ("apps", ("fedac.flower", "fedac.compare", "fedac.reproduce", "fedac.robustness", "fedac.earlyexit_tables",
-              "fedac.zeroshot_tables", "fedac.figures", "fedac.kws_stats", "fedac.exit_memory", "fedac.pretrain")),
+    ("flower", ("fedac.flower",)),
+    ("experiments", ("fedac.experiments",)),  # the papers' tables and their commands: nothing below imports them
     ("cli", ("fedac.cli",)),
 ]
 

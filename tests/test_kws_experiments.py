@@ -1,4 +1,4 @@
-"""FedKWS-UI's experiments from the CLI (reproduce.py fedkws*, compare preset fedkws): each method
+"""FedKWS-UI's experiments from the CLI (experiments/fedkws.py, compare preset fedkws): each method
 resolves to the intended settings, and a reduced `fedac reproduce` writes its accuracy and FA / FR tables."""
 
 from __future__ import annotations
@@ -8,9 +8,10 @@ import csv
 import pytest
 
 from fedac.cli import main
-from fedac.compare import PRESETS, parse_method
+from fedac.experiments.compare import PRESETS, parse_method
 from fedac.config import load_config
-from fedac.reproduce import KWS_EXPERIMENTS as EXPERIMENTS, KWS_PROTOCOL, KWS_SCALED, kws_notes, seed_curve
+from fedac.experiments.fedkws import EXPERIMENTS, KWS_PROTOCOL, KWS_SCALED, kws_notes
+from fedac.experiments.runner import seed_curve
 from helpers import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -82,7 +83,7 @@ def test_every_method_of_a_kws_table_takes_one_weighting(experiment):
 
 
 def test_fedkws_compare_preset_brings_the_uniform_mean(monkeypatch, tmp_path):
-    import fedac.compare as compare
+    import fedac.experiments.compare as compare
 
     seen = {}
     monkeypatch.setattr(compare, "run_comparison", lambda base, methods, seeds, out, overrides, *a, **k: seen.update(

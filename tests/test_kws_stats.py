@@ -20,7 +20,7 @@ def test_table1_and_scatter_by_hand(gsc_root, tmp_path, capsys):
     from fedac.config import load_config
     from fedac.data.partition import partition
     from fedac.data.registry import load_manifest
-    from fedac.kws_stats import client_table
+    from fedac.experiments.kws_stats import client_table
 
     cfg = load_config(overrides=[f"data.root={gsc_root}", "data.local_holdout=0"])
     manifest = load_manifest(cfg, progress=False)
@@ -35,7 +35,7 @@ def test_scatter_colour_follows_the_alt_settings(gsc_root):
     from fedac.config import load_config
     from fedac.data.partition import partition
     from fedac.data.registry import load_manifest
-    from fedac.kws_stats import client_table
+    from fedac.experiments.kws_stats import client_table
 
     def r(*overrides):
         cfg = load_config(overrides=[f"data.root={gsc_root}", "data.local_holdout=0", *overrides])

@@ -11,7 +11,7 @@ import torch
 from fedac.cli import main
 from fedac.errors import ConfigError
 from fedac.models.ssl import load_encoder
-from fedac.pretrain import PretrainSettings, pretrain
+from fedac.experiments.pretrain import PretrainSettings, pretrain
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -53,7 +53,7 @@ def test_a_killed_run_resumes_to_the_uninterrupted_weights(smoke):
 
 
 def test_a_finished_folder_is_reused(smoke, monkeypatch):
-    import fedac.pretrain as module
+    import fedac.experiments.pretrain as module
 
     monkeypatch.setattr(module, "corpus", lambda *a, **k: (_ for _ in ()).throw(AssertionError("trained again")))
     assert main(["pretrain", *SMOKE, "--out", str(smoke / "straight")]) == 0
@@ -70,7 +70,7 @@ def test_contrastive_objective_takes_a_step():
     """wav2vec 2.0's contrastive + diversity loss through Wav2Vec2ForPreTraining and its samplers."""
     import numpy as np
 
-    from fedac.pretrain import batch, build, step_loss
+    from fedac.experiments.pretrain import batch, build, step_loss
 
     s = PretrainSettings(model="w2v2_tiny", objective="contrastive", batch_size=2, crop_seconds=1.0)
     model, head = build(s)

@@ -9,6 +9,7 @@ import json
 import pytest
 import torch
 
+from fedac.algorithms import algorithm_class
 from fedac.cli import main
 from fedac.config import load_config
 from fedac.errors import ConfigError
@@ -28,7 +29,7 @@ def test_accountant_matches_the_published_value():
 
 def privacy(mode, *sets, clients=10, cohort=4):
     cfg = load_config(overrides=[f"dp.mode={mode}", "dp.clip=1.0", "dp.noise_multiplier=2.0", *sets])
-    return Privacy(cfg, clients, cohort)
+    return Privacy(cfg, clients, cohort, algorithm_class(cfg.algorithm).dp_compatible)
 
 
 REFERENCE = {"w": torch.zeros(2), "n": torch.tensor(3)}

@@ -9,8 +9,8 @@ import pytest
 
 from fedac.cli import main
 from fedac.engine import simulator
-from fedac import robustness
-from fedac.robustness import grid_methods, server_f, write_outputs
+from fedac.experiments import robustness
+from fedac.experiments.robustness import grid_methods, server_f, write_outputs
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -375,7 +375,7 @@ def test_scale_zero_picks_the_largest_scale_the_pools_allow(tree, tmp_path):
 def test_heterogeneous_round_3_registers_two_different_classes(runner_factory, tmp_path):
     """u4 reports go and u6 stop in round 3: two clusters, two new labels, each report right; the round's
     impressions are saved and Fig. 3 / Fig. 4 drawn from them."""
-    from fedac.zeroshot_tables import impression_rounds, plot_impressions
+    from fedac.experiments.zeroshot import impression_rounds, plot_impressions
 
     runner = runner_factory(tmp_path, "zeroshot.scenario=heterogeneous", "zeroshot.rounds=3", "zeroshot.di_steps=100")
     assert len(runner.scenario.users) == 10

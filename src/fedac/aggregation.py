@@ -18,6 +18,7 @@ import torch
 
 from fedac.config import AggregationConfig
 from fedac.errors import ConfigError
+from fedac.registry import Entry, Registry
 
 Params = dict[str, torch.Tensor]
 log = logging.getLogger(__name__)
@@ -27,7 +28,8 @@ def weighted_mean(uploads: list[tuple[Params, int]]) -> Params:
     """sum_k n_k / n * theta_k for every entry (Eq. 3)."""
     if not uploads:
         raise ValueError("cannot aggregate an empty cohort")
-    weights = torch.tensor([float(n) for _, n in uploads], dtype=torch.float64)
+    device = next(iter(uploads[0][0].values())).device  # the mean is taken where the uploads are
+    weights = torch.tensor([float(n) for _, n in uploads], dtype=torch.float64, device=device)
     weights = weights / weights.sum()
     out: Params = {}
     for name, first in uploads[0][0].items():
@@ -125,7 +127,9 @@ def lpa_layers(uploads: list[tuple[Params, int]], v_l: float, v_h: float, unit: 
     first = uploads[0][0]
     float_names = [name for name, value in first.items() if value.is_floating_point()]
     out: Params = {name: value.clone() for name, value in first.items() if not value.is_floating_point()}
-    step_counts = None if steps is None else torch.tensor([max(float(s), 1.0) for s in steps], dtype=torch.float64)
+    device = first[float_names[0]].device if float_names else None
+    step_counts = None if steps is None else torch.tensor([max(float(s), 1.0) for s in steps], dtype=torch.float64,
+                                                          device=device)
     layers: dict[str, LayerPruning] = {}
     for layer, names in layer_groups(float_names, unit).items():
         stacked = {name: torch.stack([p[name].to(torch.float64) for p, _ in uploads]) for name in names}
@@ -133,7 +137,7 @@ def lpa_layers(uploads: list[tuple[Params, int]], v_l: float, v_h: float, unit: 
         kept = trusted_clients(scores, v_l, v_h)
         layers[layer] = LayerPruning(scores, kept)
         # Eq. 14: n_k-weighted mean over the trusted set of this layer.
-        weights = torch.tensor([float(uploads[k][1]) for k in kept], dtype=torch.float64)
+        weights = torch.tensor([float(uploads[k][1]) for k in kept], dtype=torch.float64, device=device)
         weights = weights / weights.sum()
         for name, s in stacked.items():
             out[name] = torch.tensordot(weights, s[kept], dims=1).to(first[name].dtype)
@@ -151,19 +155,20 @@ def pruning_bias(layers: dict[str, LayerPruning], sizes: list[int]) -> dict[str,
     """Whether LPA prunes the data-rich clients: how much of the round's data the trusted sets keep,
     how often the top quarter of clients by n_k is pruned against the rest, and the Spearman rank
     correlation of n_k with the deviation score (averaged over layers)."""
-    n = torch.tensor([float(s) for s in sizes], dtype=torch.float64)
+    # Diagnostics, computed on the host once per round.
+    n = torch.tensor([float(s) for s in sizes], dtype=torch.float64, device="cpu")
     count = len(sizes)
-    rich = torch.zeros(count, dtype=torch.bool)
+    rich = torch.zeros(count, dtype=torch.bool, device="cpu")
     rich[torch.argsort(n, descending=True, stable=True)[: max(1, count // 4)]] = True
     kept_share, rich_pruned, rest_pruned, corr = [], [], [], []
     for p in layers.values():
-        pruned = torch.ones(count, dtype=torch.bool)
+        pruned = torch.ones(count, dtype=torch.bool, device="cpu")
         pruned[p.trusted] = False
         kept_share.append(float(n[~pruned].sum() / n.sum()))
         rich_pruned.append(float(pruned[rich].double().mean()))
         if (~rich).any():
             rest_pruned.append(float(pruned[~rich].double().mean()))
-        corr.append(spearman(n, p.deviations))
+        corr.append(spearman(n, p.deviations.cpu()))
     mean = lambda v: float(sum(v) / len(v)) if v else float("nan")  # noqa: E731
     out = {"lpa_trusted_fraction": mean([len(p.trusted) / count for p in layers.values()]),
            "lpa_kept_data_share": mean(kept_share), "lpa_rich_pruned": mean(rich_pruned),
@@ -201,7 +206,7 @@ def aggregate(uploads: list[tuple[Params, int]], cfg: AggregationConfig, use_lpa
     bias still reads n_k."""
     sizes = [n for _, n in uploads]
     uploads = weighted_uploads(uploads, weighting or cfg.weighting)
-    if cfg.method in ROBUST_METHODS:  # an explicitly chosen robust rule also replaces FedMLAC's LPA switch
+    if cfg.method not in ("mean", "lpa"):  # any other registered rule also replaces FedMLAC's LPA switch
         metrics = norm_bound_metrics(uploads, reference, cfg.clip_norm) if cfg.method == "norm_bound" else {}
         return robust_aggregate(uploads, cfg, reference), metrics, None
     method = ("lpa" if use_lpa else "mean") if use_lpa is not None else cfg.method
@@ -275,7 +280,7 @@ def krum_scores(flat: torch.Tensor, num_malicious: int) -> torch.Tensor:
     nearest other uploads (at least one, as in Flower)."""
     size = flat.shape[0]
     if size == 1:
-        return torch.zeros(1, dtype=flat.dtype)
+        return flat.new_zeros(1)
     distances = torch.cdist(flat, flat).square()
     distances.fill_diagonal_(float("inf"))
     closest = min(max(1, size - num_malicious - 2), size - 1)
@@ -367,21 +372,61 @@ def clip_update(params: Params, reference: Params, clip_norm: float) -> Params:
             for n, v in params.items()}
 
 
+# --- the aggregator registry (fedac/registry.py; plug-ins: the `fedac.aggregators` entry-point group) -----
+# Every rule is called as rule(uploads, cfg: AggregationConfig, reference) -> Params, where `uploads` are
+# (params, weight) pairs already weighted by `aggregation.weighting` and `reference` is the round's global
+# model (None where a runtime has none). `aggregate` takes mean and LPA itself (LPA also reports pruning).
+
+def mean_rule(uploads: list[tuple[Params, int]], cfg: AggregationConfig, reference: Params | None = None) -> Params:
+    return weighted_mean(uploads)
+
+
+def lpa_rule(uploads: list[tuple[Params, int]], cfg: AggregationConfig, reference: Params | None = None) -> Params:
+    return lpa_layers(uploads, cfg.v_l, cfg.v_h, cfg.layer_unit, cfg.deviation, reference)[0]
+
+
+def median_rule(uploads: list[tuple[Params, int]], cfg: AggregationConfig, reference: Params | None = None) -> Params:
+    return coordinate_median(uploads)
+
+
+def trimmed_mean_rule(uploads: list[tuple[Params, int]], cfg: AggregationConfig, reference: Params | None = None) -> Params:
+    return trimmed_mean(uploads, cfg.trim_fraction)
+
+
+def krum_rule(uploads: list[tuple[Params, int]], cfg: AggregationConfig, reference: Params | None = None) -> Params:
+    return krum(uploads, cfg.num_malicious)
+
+
+def multikrum_rule(uploads: list[tuple[Params, int]], cfg: AggregationConfig, reference: Params | None = None) -> Params:
+    return multikrum(uploads, cfg.num_malicious, cfg.multikrum_keep)
+
+
+def bulyan_rule(uploads: list[tuple[Params, int]], cfg: AggregationConfig, reference: Params | None = None) -> Params:
+    return bulyan(uploads, cfg.num_malicious)
+
+
+def norm_bound_rule(uploads: list[tuple[Params, int]], cfg: AggregationConfig, reference: Params | None = None) -> Params:
+    return norm_bound(uploads, reference, cfg.clip_norm)
+
+
+AGGREGATORS = Registry("aggregator", {
+    "mean": Entry("fedac.aggregation:mean_rule", "n_k-weighted mean of the uploads (FedAvg, fedmlac.md Eq. 3)"),
+    "lpa": Entry("fedac.aggregation:lpa_rule", "Layer-wise Pruning Aggregation: per layer, drop the v_l / v_h "
+                 "least / most deviating clients (Eq. 10-14)"),
+    "median": Entry("fedac.aggregation:median_rule", "coordinate-wise median (Yin et al. 2018)"),
+    "trimmed_mean": Entry("fedac.aggregation:trimmed_mean_rule", "coordinate-wise trimmed mean, trim_fraction cut "
+                          "at each end (Yin et al. 2018)"),
+    "krum": Entry("fedac.aggregation:krum_rule", "Krum: the upload closest to its neighbours (Blanchard et al. 2017)"),
+    "multikrum": Entry("fedac.aggregation:multikrum_rule", "Multi-Krum: the mean of the multikrum_keep best Krum scores"),
+    "bulyan": Entry("fedac.aggregation:bulyan_rule", "Bulyan: Krum selection, then a trimmed mean (El Mhamdi et al. 2018)"),
+    "norm_bound": Entry("fedac.aggregation:norm_bound_rule", "updates scaled to at most clip_norm, then the mean "
+                        "(Sun et al. 2019)"),
+}, setting="aggregation.method")
+
+
 def robust_aggregate(uploads: list[tuple[Params, int]], cfg: AggregationConfig, reference: Params | None = None) -> Params:
-    """The robust rule named by `cfg.method` with its settings."""
-    if cfg.method == "median":
-        return coordinate_median(uploads)
-    if cfg.method == "trimmed_mean":
-        return trimmed_mean(uploads, cfg.trim_fraction)
-    if cfg.method == "krum":
-        return krum(uploads, cfg.num_malicious)
-    if cfg.method == "multikrum":
-        return multikrum(uploads, cfg.num_malicious, cfg.multikrum_keep)
-    if cfg.method == "bulyan":
-        return bulyan(uploads, cfg.num_malicious)
-    if cfg.method == "norm_bound":
-        return norm_bound(uploads, reference, cfg.clip_norm)
-    raise ConfigError(f"unknown robust aggregation.method {cfg.method!r}; use one of {', '.join(ROBUST_METHODS)}")
+    """The rule `cfg.method` names (any registered aggregator, plug-ins included) with its settings."""
+    return AGGREGATORS.load(cfg.method)(uploads, cfg, reference)
 
 
 # --- early-exit aggregation (issue 17) --------------------------------------------------------------
@@ -418,7 +463,7 @@ def exit_aggregate(uploads: list[tuple[Params, int]], reference: Params, mode: s
         if not members or not current.is_floating_point():
             out[name] = current.clone()
             continue
-        weights = torch.tensor([w for _, w in members], dtype=torch.float64)
+        weights = torch.tensor([w for _, w in members], dtype=torch.float64, device=current.device)
         stacked = torch.stack([v.to(torch.float64) for v, _ in members])
         out[name] = torch.tensordot(weights / weights.sum(), stacked, dims=1).to(current.dtype)
     return out

@@ -34,20 +34,20 @@ import math
 import numpy as np
 import torch
 
-from fedac.config import Config
+from fedac.config import AttackConfig, Config
 from fedac.data.corrupt import corrupt_training_labels
 from fedac.data.features import compute_features, resolve_features
 from fedac.data.manifest import Manifest
 from fedac.data.partition import partition
 from fedac.data.registry import dataset_spec
 from fedac.errors import ConfigError
+from fedac.registry import Entry, Registry, describe
 from fedac.seeding import numpy_rng, torch_generator
 from fedac.training.evaluate import evaluate
 from fedac.training.types import EvalSplit, FederatedData, Params, model_input
 
 DATA_ATTACKS = ("label_flip", "label_permute", "backdoor")
 MODEL_ATTACKS = ("sign_flip", "gaussian", "scale", "little")
-ATTACKS = ("none", *DATA_ATTACKS, *MODEL_ATTACKS)
 TRIGGERS = ("tone", "click")
 
 
@@ -106,6 +106,104 @@ def little_z(cohort: int, attackers: int) -> float:
     return float(norm.ppf((cohort - supporters) / cohort))
 
 
+# --- what one malicious client does: the attack registry (plug-ins: the `fedac.attacks` entry-point group) ---
+Update = dict[str, torch.Tensor]
+
+
+class ClientAttack:
+    """An attack kind: made once per run from the `attack` settings and the run seed; `poisons` says which
+    hook `Attack` calls for every malicious client: `update` (model poisoning: what it uploads instead of
+    its honest update), `labels` (data poisoning: its training labels), `audio` (the backdoor's trigger,
+    built into `Attack`) or nothing."""
+
+    poisons: str = "upload"
+
+    def __init__(self, settings: AttackConfig, seed: int):
+        self.settings, self.seed = settings, seed
+
+    def update(self, honest: list[Update], index: int, malicious: list[int], round_idx: int, client: str) -> Update:
+        """The update client `index` sends; `honest` holds every cohort member's honest update (float64
+        deltas to the round's global model) and `malicious` the cohort positions of the attackers."""
+        raise NotImplementedError
+
+    def labels(self, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+        """A malicious client's training labels."""
+        raise NotImplementedError
+
+
+class NoAttack(ClientAttack):
+    """no attack (the default)"""
+
+    poisons = "nothing"
+
+
+class LabelFlip(ClientAttack):
+    """every training label becomes attack.target (all-to-one)"""
+
+    poisons = "labels"
+
+    def labels(self, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+        return torch.full_like(y, self.settings.target)
+
+
+class LabelPermute(ClientAttack):
+    """labels through one seeded permutation of the classes with no fixed point"""
+
+    poisons = "labels"
+
+    def labels(self, y: torch.Tensor, num_classes: int) -> torch.Tensor:
+        return torch.from_numpy(class_permutation(num_classes, self.seed)).to(y.device)[y]
+
+
+class Backdoor(ClientAttack):
+    """a trigger mixed into poison_ratio of the clips, relabelled to attack.target (Bagdasaryan et al. 2020)"""
+
+    poisons = "audio"
+
+
+class SignFlip(ClientAttack):
+    """the honest update negated"""
+
+    def update(self, honest, index, malicious, round_idx, client):
+        return {n: -d for n, d in honest[index].items()}
+
+
+class Gaussian(ClientAttack):
+    """N(0, noise_std^2) per coordinate in place of the update"""
+
+    def update(self, honest, index, malicious, round_idx, client):
+        gen = torch_generator(self.seed, "attack-noise", round_idx, client)
+        # drawn on the CPU (one seeded stream on any device), then moved to the update's device
+        return {n: (torch.randn(d.shape, generator=gen, dtype=torch.float64, device="cpu") * self.settings.noise_std
+                    ).to(d.device) for n, d in honest[index].items()}
+
+
+class Scale(ClientAttack):
+    """model replacement: the update times boost (Bagdasaryan et al. 2020)"""
+
+    def update(self, honest, index, malicious, round_idx, client):
+        boost = len(honest) / len(malicious) if self.settings.boost is None else self.settings.boost
+        return {n: boost * d for n, d in honest[index].items()}
+
+
+class Little(ClientAttack):
+    """"a little is enough": mean - z * std of the cohort's honest updates (Baruch et al. 2019)"""
+
+    def update(self, honest, index, malicious, round_idx, client):
+        if len(honest) == 1:
+            return honest[0]
+        z = little_z(len(honest), len(malicious)) if self.settings.z is None else self.settings.z
+        return {n: torch.stack([h[n] for h in honest]).mean(0) - z * torch.stack([h[n] for h in honest]).std(0)
+                for n in honest[0]}
+
+
+ATTACKS = Registry("attack", {
+    name: Entry(f"fedac.attacks:{cls.__name__}", describe(cls)) for name, cls in {
+        "none": NoAttack, "label_flip": LabelFlip, "label_permute": LabelPermute, "backdoor": Backdoor,
+        "sign_flip": SignFlip, "gaussian": Gaussian, "scale": Scale, "little": Little}.items()
+}, setting="attack.kind")
+
+
 class Attack:
     """The configured attack for one run: who is malicious, their data, their uploads, the ASR."""
 
@@ -114,6 +212,8 @@ class Attack:
         self.kind = cfg.attack.kind
         if self.kind not in ATTACKS:
             raise ConfigError(f"unknown attack.kind {self.kind!r}; use one of {', '.join(ATTACKS)}")
+        self.client_attack: ClientAttack = ATTACKS.load(self.kind)(cfg.attack, cfg.seed)
+        self.poisons = self.client_attack.poisons
         chosen = malicious_clients(clients, cfg.attack.fraction, cfg.seed) if self.kind != "none" else []
         self.malicious: set[str] = set(chosen)
         self.backdoor_test: EvalSplit | None = None
@@ -121,14 +221,12 @@ class Attack:
     # --- data poisoning ----------------------------------------------------------------------------
     def poison_data(self, data: FederatedData) -> FederatedData:
         """The federation with every malicious client's training tensors poisoned (data attacks only)."""
-        if self.kind not in DATA_ATTACKS or not self.malicious:
+        if self.poisons not in ("labels", "audio") or not self.malicious:
             return data
         self._check_target(data.task.num_classes)
-        if self.kind == "backdoor":
+        if self.poisons == "audio":
             return self._backdoor(data)
-        target = self.cfg.attack.target
-        pi = torch.from_numpy(class_permutation(data.task.num_classes, self.cfg.seed))
-        clients = [dataclasses.replace(c, y=torch.full_like(c.y, target) if self.kind == "label_flip" else pi[c.y])
+        clients = [dataclasses.replace(c, y=self.client_attack.labels(c.y, data.task.num_classes))
                    if c.name in self.malicious else c for c in data.clients]
         return dataclasses.replace(data, clients=clients)
 
@@ -157,7 +255,8 @@ class Attack:
             count = max(1, int(round(cfg.attack.poison_ratio * len(split.train))))
             poisoned = set(numpy_rng(cfg.seed, "backdoor-clips", split.name).choice(len(split.train), count, replace=False).tolist())
             x, position = self._triggered(manifest, split.train, poisoned)
-            clip_labels = torch.tensor([target if i in poisoned else int(labels[c]) for i, c in enumerate(split.train)])
+            clip_labels = torch.tensor([target if i in poisoned else int(labels[c]) for i, c in enumerate(split.train)],
+                                       device="cpu")  # data is built on the host; the engine moves it
             poisoned_clients[split.name] = (x, clip_labels[position])
         clients = [dataclasses.replace(c, x=poisoned_clients[c.name][0], y=poisoned_clients[c.name][1])
                    if c.name in poisoned_clients else c for c in data.clients]
@@ -178,40 +277,25 @@ class Attack:
         others = [c for c in manifest.split_indices("test") if manifest.clips[c].label != target]
         if others:
             x, position = self._triggered(manifest, others, set(range(len(others))))
-            self.backdoor_test = EvalSplit(x, position, torch.full((len(others),), target, dtype=torch.long))
+            self.backdoor_test = EvalSplit(x, position, torch.full((len(others),), target, dtype=torch.long, device="cpu"))
 
     # --- model poisoning ---------------------------------------------------------------------------
     def poison_uploads(self, reference, names: list[str], uploads: list[tuple[Params, int]],
                        round_idx: int) -> list[tuple[Params, int]]:
         """The cohort's uploads (in `names` order) with the malicious clients' replaced."""
         bad = [i for i, name in enumerate(names) if name in self.malicious]
-        if self.kind not in MODEL_ATTACKS or not bad:
+        if self.poisons != "upload" or not bad:
             return uploads
         if not isinstance(reference, dict) or any(not isinstance(u, dict) or u.keys() != reference.keys()
                                                   for u, _ in uploads):
             raise ConfigError(f"attack.kind={self.kind} poisons model uploads, but algorithm {self.cfg.algorithm} "
                               "does not upload a model of the broadcast's shape; use a data attack "
                               f"({', '.join(DATA_ATTACKS)}) with it")
-        a = self.cfg.attack
         honest = [_updates(reference, u) for u, _ in uploads]
-        if self.kind == "little":
-            z = little_z(len(uploads), len(bad)) if a.z is None else a.z
-            shifted = {n: torch.stack([h[n] for h in honest]).mean(0) - z * torch.stack([h[n] for h in honest]).std(0)
-                       for n in honest[0]} if len(uploads) > 1 else honest[0]
         out = list(uploads)
         for i in bad:
             upload, n_k = uploads[i]
-            if self.kind == "sign_flip":
-                update = {n: -d for n, d in honest[i].items()}
-            elif self.kind == "scale":
-                boost = len(uploads) / len(bad) if a.boost is None else a.boost
-                update = {n: boost * d for n, d in honest[i].items()}
-            elif self.kind == "gaussian":
-                gen = torch_generator(self.cfg.seed, "attack-noise", round_idx, names[i])
-                update = {n: torch.randn(d.shape, generator=gen, dtype=torch.float64) * a.noise_std
-                          for n, d in honest[i].items()}
-            else:
-                update = shifted
+            update = self.client_attack.update(honest, i, bad, round_idx, names[i])
             out[i] = (_apply(reference, upload, update), n_k)
         return out
 

@@ -1,4 +1,4 @@
-"""The `fedac` command line: run, data, models (and compare, see compare.py; report, see figures.py).
+"""The `fedac` command line: run, data, models, list (and compare, reproduce, report, memory, pretrain: experiments/).
 
 Building the parser loads no torch, scipy, scikit-learn, matplotlib, transformers or Flower (the
 modules imported here are light, tests/test_cli_startup.py checks it): `fedac --help` starts at once,
@@ -17,16 +17,16 @@ from pathlib import Path
 import numpy as np
 
 from fedac.algorithms import ALGORITHMS
-from fedac.compare import add_compare_parser
 from fedac.config import Config, load_config
 from fedac.data.partition import class_entropy, partition
 from fedac.data.registry import DATASETS, dataset_spec, load_manifest, synthesizer
-from fedac.errors import FedacError, RunInterrupted
-from fedac.exit_memory import add_memory_parser
-from fedac.figures import add_report_parser
+from fedac.errors import ConfigError, FedacError, RunInterrupted
+from fedac.experiments.compare import add_compare_parser
+from fedac.experiments.exit_memory import add_memory_parser
+from fedac.experiments.figures import add_report_parser
+from fedac.experiments.reproduce import add_reproduce_parser
 from fedac.pretrain_settings import add_pretrain_parser
 from fedac.report import format_table
-from fedac.reproduce import add_reproduce_parser
 
 
 def _add_experiment_args(parser: argparse.ArgumentParser) -> None:
@@ -81,12 +81,35 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from fedac.models import ALL_MODELS, build_model, count_parameters  # lazy: start-up time
+    from fedac.models import MODELS, build_model, count_parameters  # lazy: start-up time
 
-    rows = [(name, f"{count_parameters(build_model(name, args.num_features, args.num_classes)):,} parameters")
-            for name in ALL_MODELS]
+    counts = {name: f"{count_parameters(build_model(name, args.num_features, args.num_classes)):,}"
+              for name, _ in MODELS.items()}
+    width = max(map(len, counts.values()))
+    rows = [(name, f"{count.rjust(width)} parameters  {MODELS.description(name)}") for name, count in counts.items()]
     print(f"models for {args.num_features} input features and {args.num_classes} classes:")
     print(format_table(rows))
+    return 0
+
+
+#: `fedac list`: each kind's registry, as "module:attribute" (loaded when listed; the models' and rules' load torch).
+REGISTRIES = {"algorithms": "fedac.algorithms:ALGORITHMS", "models": "fedac.models:MODELS",
+              "datasets": "fedac.data.registry:DATASETS", "aggregators": "fedac.aggregation:AGGREGATORS",
+              "attacks": "fedac.attacks:ATTACKS"}
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from fedac.registry import resolve  # lazy: start-up time
+
+    unknown = [kind for kind in args.kinds if kind not in REGISTRIES]
+    if unknown:
+        raise ConfigError(f"fedac list: unknown kind(s) {', '.join(unknown)}; choose from {', '.join(REGISTRIES)}")
+    for kind in args.kinds or list(REGISTRIES):
+        registry = resolve(REGISTRIES[kind])
+        rows = [(name, ("[plug-in] " if registry.is_plugin(name) else "") + registry.description(name))
+                for name, _ in registry.items()]
+        print(f"{kind} (entry-point group {registry.group}):")
+        print("\n".join("  " + line for line in format_table(rows).splitlines()))
     return 0
 
 
@@ -126,7 +149,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
     print(f"  class entropy per client (bits, max {np.log2(manifest.num_classes):.2f}): min {e[0]:.2f}, median {e[1]:.2f}, max {e[2]:.2f}")
     print("  label distribution: " + ", ".join(f"{name} {n}" for name, n in zip(manifest.classes, labels)))
     _print_alt_statistics(cfg, manifest, clients)
-    from fedac.kws_stats import report as kws_report  # lazy: start-up time
+    from fedac.experiments.kws_stats import report as kws_report  # lazy: start-up time
 
     kws_report(cfg, manifest, clients, args.scatter)
     return 0
@@ -170,7 +193,7 @@ def cmd_split_devices(args: argparse.Namespace) -> int:
 def cmd_pretrain(args: argparse.Namespace) -> int:
     import torch  # lazy: start-up time
 
-    from fedac.pretrain import default_out, pretrain  # lazy: start-up time
+    from fedac.experiments.pretrain import default_out, pretrain  # lazy: start-up time
     from fedac.pretrain_settings import settings_from_args
 
     torch.set_num_threads(args.threads)
@@ -209,6 +232,12 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--num-features", type=int, default=40)
     models.add_argument("--num-classes", type=int, default=35)
     models.set_defaults(func=cmd_models)
+
+    listing = sub.add_parser("list", help="what is registered (algorithms, models, datasets, aggregators, attacks), "
+                             "plug-ins included, with a line on each")
+    listing.add_argument("kinds", nargs="*", metavar="KIND",
+                         help=f"only these kinds ({', '.join(REGISTRIES)})")
+    listing.set_defaults(func=cmd_list)
 
     data = sub.add_parser("data", help="synthesize, inspect and prepare datasets")
     data_sub = data.add_subparsers(dest="data_command", required=True)

@@ -7,7 +7,9 @@ Every run saves the resolved config as ``config.yaml`` in its run directory; tha
 from __future__ import annotations
 
 import dataclasses
+import logging
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -16,7 +18,11 @@ from typing import Any
 
 import yaml
 
+from fedac.algorithms.settings import ALGORITHMS
 from fedac.errors import ConfigError
+from fedac.registry import Entry
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,9 @@ def number(default: Any, valid: str) -> Any:
 
 def check_ranges(section: Any, prefix: str = "") -> None:
     """Raise ConfigError naming the first numeric setting outside its declared range (None is always valid)."""
+    if isinstance(section, Config):  # the algorithms' sections are no dataclass fields of Config
+        for name, value in section.sections().items():
+            check_ranges(value, prefix + name + ".")
     for f in dataclasses.fields(section):
         key, value = prefix + f.name, getattr(section, f.name)
         if dataclasses.is_dataclass(value):
@@ -125,6 +134,12 @@ class DataConfig:
     on_bad_file: str = "error"
     """A clip that cannot be decoded (corrupt, truncated, empty): error (stop with a message naming the
     file) or skip (leave it out, list it in the run directory's bad_files.txt and go on)."""
+    audio_column: str = "audio"
+    """--dataset hf: the column holding each clip (datasets Audio: bytes, path or array + sampling_rate)."""
+    label_column: str = "label"
+    """--dataset hf: the class column (ClassLabel, strings or integers)."""
+    speaker_column: str = "speaker_id"
+    """--dataset hf: the natural client column, used when present (none: dealt like audiofolder's clips)."""
 
 
 @dataclass
@@ -231,34 +246,32 @@ class TrainConfig:
     keep_freed_memory: bool = True
     """Let glibc's malloc keep freed memory for reuse instead of unmapping every large tensor (engine/
     runtime.py): 7-9 % faster FedMLAC rounds, same peak RSS. Process-wide; no effect off glibc."""
+    device: str = "auto"
+    """Where models, client data, training, aggregation and evaluation live: auto (the first CUDA GPU when
+    torch sees one, else the CPU), cpu, cuda or cuda:N (training/device.py). Numbers on a GPU equal the
+    CPU's to float rounding, not bitwise; a checkpoint written on one resumes on the other."""
+    precision: str = "fp32"
+    """Arithmetic of training steps and evaluation forwards: fp32 (the default, reproducible), tf32 (CUDA
+    matmuls and convolutions in TensorFloat-32), bf16 or fp16 (torch.autocast around the clients' steps and
+    the evaluations; fp16 has no loss scaling, so bf16 is the safer of the two). Parameters, optimiser
+    state and the server's means stay fp32 / fp64. Tolerances: docs/performance.md."""
     gru_kernel: str = "auto"
     """Cohort path's GRU recurrence: fused (the compiled kernel of fedac/kernels, built by scripts/setup.sh
     or on first use; fail if it does not build), torch (the pure-torch loop, the reference), or auto
     (fused when it builds, else torch and a warning). Same numbers to float rounding. Process-wide."""
 
 
-@dataclass
-class FedProxConfig:
-    mu: float = number(0.01, ">= 0")
-    """Proximal weight: local loss + mu/2 * ||w - w_global||^2."""
-    form: str = "l2"
-    """l2 (Li et al.: mu/2 ||w - w_global||^2) or smooth_l1 (FedKWS-UI's code: mu * the mean over parameter
-    tensors of the mean smooth-L1 distance to the global model)."""
+DEVICE_SYNTAX = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
+PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 
 
-@dataclass
-class FedOptConfig:
-    server_lr: float = number(0.01, "> 0")
-    beta1: float = number(0.9, "[0, 1)")
-    beta2: float = number(0.99, "[0, 1)")
-    tau: float = number(1e-3, "> 0")
-    """Adaptivity (epsilon) of FedAdam/FedYogi/FedAdagrad, Reddi et al. 2021."""
-    momentum: float = number(0.9, "[0, 1)")
-    """FedAvgM server momentum."""
-    avgm_server_lr: float = number(1.0, "> 0")
-    form: str = "reddi"
-    """reddi (Alg. 2 as written: no bias correction, every floating entry stepped) or torch (torch.optim.Adam
-    / SGD-momentum on the parameters, buffers averaged: FedKWS-UI's code)."""
+def check_compute(train: TrainConfig) -> None:
+    """`train.device` and `train.precision` spelled right, before torch loads (whether the GPU exists is
+    asked when the run starts: training/device.py)."""
+    if not DEVICE_SYNTAX.match(str(train.device)):
+        raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {train.device!r}")
+    if train.precision not in PRECISIONS:
+        raise ConfigError(f"train.precision must be one of {', '.join(PRECISIONS)}, got {train.precision!r}")
 
 
 @dataclass
@@ -292,95 +305,6 @@ class AggregationConfig:
     clip_norm: float = number(1.0, "> 0")
     """norm_bound: each update (upload - global model) is scaled to at most this L2 norm before the
     n_k-weighted mean (Sun et al. 2019, "Can you really backdoor federated learning?")."""
-
-
-@dataclass
-class FedMLACConfig:
-    alpha: float = number(0.5, "[0, 1]")
-    """Eq. 8 weight of CE vs KL for the personalized model."""
-    temperature: float = number(1.0, "> 0")
-    """Distillation temperature (1 = Eq. 7/9 as written)."""
-    plugin_ce_weight: float = number(0.0, ">= 0")
-    """Extra CE weight on the Plug-in loss (0 = Eq. 9 as written)."""
-    plugin_model: str = "crnn_lite"
-    teacher: str = "pre_update"
-    """Plug-in teacher logits: pre_update (Alg. 1 line 13 as written) or post_update (after omega's step)."""
-    ml: bool = True
-    """Mutual learning on; false = `w/o ML` ablation (both models trained on CE alone)."""
-    lpa: bool = True
-    """Layer-wise Pruning Aggregation on; false = `w/o LPA` ablation (n_k-weighted mean)."""
-    warmup_rounds: int = number(0, ">= 0")
-    """Beyond the paper: rounds 1..warmup_rounds train both models on CE alone (as `w/o ML`) before
-    mutual learning starts, so the teachers are not pulled toward a near-uniform Plug-in early on."""
-    min_visits: float = number(10.0, ">= 0")
-    """Warn when a client is expected to train in fewer rounds than this (rounds x fraction)."""
-
-
-@dataclass
-class FedKADConfig:
-    proto_dim: int = number(64, ">= 1")
-    """Shared prototype size that every client's penultimate features are projected to."""
-    align_weight: float = number(1.0, ">= 0")
-    """Weight of the feature-alignment loss toward global class prototypes."""
-
-
-@dataclass
-class FedKWSUIConfig:
-    """FedKWS-UI (algorithms/fedkwsui.py). Defaults follow the official code where it and the paper differ."""
-
-    local_steps: int = number(50, ">= 1")
-    """E: local SGD steps of a client with r_k = 1 / r0 (a cycling, reshuffled loader; paper Sec. 5)."""
-    ls_mu: float = number(0.2, "[0, 1]")
-    """Label smoothing mu of Eq. 1."""
-    adv_lambda: float = number(0.001, ">= 0")
-    """lambda of Eq. 3, the weight of the negative distillation of Eq. 2; 0 skips the private phase."""
-    adaptive_mu: bool = True
-    """true (code): mu_k = ls_mu * (1 - rbar_k); false (paper Eq. 1): the constant ls_mu."""
-    alt: bool = True
-    """Adaptive local training: s_k = floor(r0 * rbar_k * E) steps; false: E steps for every client."""
-    r0: str = "auto"
-    """ALT's step ratio: a number, sum (paper: K / sum_k rbar_k) or auto (code: 3.5 / 5.0 on 12- / 35-class
-    Speech Commands, else sum)."""
-    size_cap: str = "auto"
-    """ALT's size normaliser: a number (n_k / cap, capped at 1), max (paper: n_k / max_j n_j) or auto
-    (code: 100 / 300 on 12- / 35-class Speech Commands, else max)."""
-    private_ratio: float = number(0.2, "[0, 1]")
-    """Private phase: floor(private_ratio * E) + 1 steps on the private head (code)."""
-    g_ratio: float = number(0.6, "(0, 1)")
-    """Head widths (code): global projection int(2 h g_ratio), private projection int(2 h (1 - g_ratio))."""
-    private: str = "shared"
-    """shared (code): the private head is averaged and restarts from the aggregate every round;
-    persistent (paper: a private model per client): kept on the client as its persistent state."""
-    aggregation: str = "uniform"
-    """uniform (paper Sec. 3 and code: 1/|S| per client), weighted (n_k-weighted) or general (whatever
-    `aggregation.weighting` gives every other algorithm: the `fedkws` protocol's choice, so one setting
-    weights a whole table)."""
-    head_init: str = "default"
-    """Initialisation of the two heads' projections and linear layers. default (paper and code): PyTorch's
-    (Kaiming-uniform with a = sqrt(5), weight std 1 / sqrt(3 fan_in)). kaiming: Kaiming-normal with ReLU's
-    gain, std sqrt(2 / fan_in), on the projections (ReLU follows) and on the head layers (the rule the KWS
-    networks give their own head, models/kws.py), biases zero. With default, each of the two layers
-    between the encoder and the logits is sqrt(6) times smaller than Kaiming's, and at initialisation the
-    encoder's gradient is 0.13-0.23x that of the single-head network (DSCNN and MHAttRNN, seeds 0-4):
-    MHAttRNN's two-head control then reached 9.7% test accuracy at round 12 of the scaled protocol against
-    plain FedAvg's 29.0%, and 32.0% with kaiming, which makes the ratio 0.86-1.29x
-    (tests/test_fedkwsui_init.py). Drawn right after the default in the model's seeded construction, so
-    the same seed gives the same weights and the encoder's are unchanged."""
-
-
-@dataclass
-class FedMMDConfig:
-    weight: float = number(0.01, ">= 0")
-    """lambda of CE + lambda * MMD^2(local, frozen global penultimate features) (official script: 0.01)."""
-
-
-@dataclass
-class CentralConfig:
-    warmup_epochs: int = number(5, ">= 0")
-    """`--algorithm central` (FedKWS-UI Table 2's trainer): rounds of linear learning-rate warm-up, lr (t+1)/W."""
-    decay_power: float = number(2.0, ">= 0")
-    """After warm-up lr (1 - (t - W) / (T - W))^p over the T = train.rounds rounds: 2 is the official code's
-    quadratic decay, 1 linear, 0 a constant lr."""
 
 
 @dataclass
@@ -435,83 +359,39 @@ class PrivacyConfig:
     """delta at which epsilon is reported."""
 
 
-@dataclass
-class ZeroShotConfig:
-    """Zero-shot FL with new classes (algorithms/zeroshot.py, data/streams.py)."""
-
-    scenario: str = "homogeneous"
-    """homogeneous (3 users x 10 rounds, Table 1 models) or heterogeneous (10 users x 30 rounds, Table 2)."""
-    rounds: int = number(0, ">= 0")
-    """Rounds to run; 0: the scenario's own (10 or 30). For --algorithm zeroshot this and train.rounds are one
-    setting: load_config takes whichever a config file, flag or --set gives last (else the scenario's) and
-    saves the count that runs in both, so a saved config.yaml runs it again (an older config.yaml holding
-    train.rounds 50 beside zeroshot.rounds 0 still runs the scenario's rounds)."""
-    scale: float = number(0.0, ">= 0")
-    """Multiplies every clip count of the scenario (D0 per class, per-round draws, injections); 0: the
-    largest scale <= 1 the dataset's training clips allow (the stand-ins hold fewer clips than the paper)."""
-    score_rule: str = "normalized"
-    """Score tables: normalized (alpha-update and beta-aggregation divide by their weights) or literal
-    (Alg. 1's unnormalised sums)."""
-    choice2: bool = True
-    """Handle reported new classes (Choice 2); false drops unregistered new-class samples on the client."""
-    num_new: str = "oracle"
-    """Clusters of new labels per round: oracle (the number of truly new classes reported, the paper's
-    "number of clusters = number of new labels") or auto (best medoid silhouette over 1..reports)."""
-    di_betas: list[float] = number([1.0, 0.1], "> 0")
-    """Eq. 2 Dirichlet scales; the impressions of a class are split equally between them."""
-    di_tau: float = number(20.0, "> 0")
-    """Eq. 3 temperature."""
-    di_lr: float = number(0.01, "> 0")
-    di_steps: int = number(1500, ">= 1")
-    di_batch: int = number(100, ">= 1")
-    di_per_class: int = number(0, ">= 0")
-    """Impressions per reported new class; 0: D0's clips per class."""
-    di_merge: str = "mean"
-    """mean (the paper's "Average DI": a group's impressions averaged index by index) or concat."""
-    optimizer: str = "adam"
-    """Users' local optimizer at train.lr: adam (the paper used TensorFlow without naming one; with SGD
-    the softmax-activation CNNs stayed at chance on the Speech Commands stand-in) or sgd (train.momentum)."""
-    identity: str = "anonymous"
-    """Who knows which reports share a class: anonymous (the server learns it only by clustering the
-    impressions) or reported (a report names its new classes: one label per name, the clustering is kept
-    as a diagnostic)."""
+_REPORTED: set[str] = set()  # broken plug-ins already warned about
 
 
-@dataclass
-class EarlyExitConfig:
-    """Early-exit federated fine-tuning of SSL encoders (algorithms/earlyexit.py, models/early_exit.py).
-    Depths are given on the 12-layer scale of wav2vec 2.0 Base and scaled to the encoder's depth
-    (round(d * layers / 12), at least 1), so exits 3,6,9,12 are layers 1,2,3,4 of w2v2_tiny."""
-
-    exits: list[int] = number([3, 6, 9, 12], "[1, 12]")
-    """Layers that carry an independent head."""
-    mode: str = "hetero"
-    """hetero (a seeded split: `low_fraction` of the clients at `low_depth`, the rest at `high_depth`),
-    homo (every client at `depth`) or budget (by memory, see `budgets_mb`)."""
-    depth: int = number(12, "[1, 12]")
-    """Every client's depth when mode=homo."""
-    low_depth: int = number(3, "[1, 12]")
-    high_depth: int = number(0, "[0, 12]")
-    """Depth of the high-resource clients; 0: the deepest exit."""
-    low_fraction: float = number(0.5, "[0, 1]")
-    aggregation: str = "depth_weighted"
-    """depth_weighted (the paper's Eq. 1: weights n_i * L_i over the clients that trained a layer),
-    layerwise (weights n_i) or fedavg (full models, untouched layers returned: the paper's baseline)."""
-    eval_exit: int = number(0, "[0, 12]")
-    """The exit of the shared model that selection and the headline test metrics use; 0: the deepest
-    client depth (high_depth when hetero, depth when homo). Every exit is evaluated too (val_exit<L>_*, test exit<L>_*)."""
-    budgets_mb: list[float] = number([], "> 0")
-    """mode=budget: each client draws its memory budget (MB) from this list (seeded, fixed for the run)
-    and trains to the deepest exit whose measured training memory (`fedac memory`) fits it."""
-    budget_seconds: float = number(1.0, "> 0")
-    """mode=budget: clip length of the memory measurement (batch: train.batch_size)."""
-    head_lr: float = number(0.0, ">= 0")
-    """Learning rate of the exit heads (the paper is silent; a fresh head usually takes a larger rate than
-    the pretrained encoder); 0: train.lr, like every other tensor."""
+def algorithm_sections() -> dict[str, type]:
+    """Section name -> settings dataclass of every registered algorithm (built-ins and plug-ins), from the
+    algorithm registry (algorithms/settings/): each algorithm owns its settings in a file of its own."""
+    sections: dict[str, type] = {}
+    for name in ALGORITHMS:
+        try:
+            entry = ALGORITHMS[name]
+        except ConfigError as exc:  # a broken plug-in must not stop every other run; using it names the fault
+            if name not in _REPORTED:
+                _REPORTED.add(name)
+                log.warning("%s", exc)
+            continue
+        cls = entry.settings_class() if isinstance(entry, Entry) else None
+        if cls is None:
+            continue
+        section = entry.section or name
+        if section in {f.name for f in dataclasses.fields(Config)} or sections.get(section, cls) is not cls:
+            raise ConfigError(f"algorithm '{name}' declares settings section '{section}', which another part holds")
+        if not dataclasses.is_dataclass(cls):
+            raise ConfigError(f"algorithm '{name}': its settings {cls!r} must be a dataclass")
+        sections[section] = cls
+    return sections
 
 
-@dataclass
+@dataclass(eq=False)
 class Config:
+    """Every setting of a run. The fields below are shared by all algorithms; each registered algorithm
+    adds its own section (`cfg.fedmlac`, a plug-in's `cfg.mine`), built from the algorithm registry when a
+    Config is made (`algorithm_sections`), so a config.yaml written before keeps loading unchanged."""
+
     algorithm: str = "fedavg"
     dataset: str = "speech_commands"
     seed: int = number(0, ">= 0")
@@ -522,24 +402,33 @@ class Config:
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
-    fedprox: FedProxConfig = field(default_factory=FedProxConfig)
-    fedopt: FedOptConfig = field(default_factory=FedOptConfig)
-    fedmlac: FedMLACConfig = field(default_factory=FedMLACConfig)
-    fedkad: FedKADConfig = field(default_factory=FedKADConfig)
-    fedkwsui: FedKWSUIConfig = field(default_factory=FedKWSUIConfig)
-    fedmmd: FedMMDConfig = field(default_factory=FedMMDConfig)
-    central: CentralConfig = field(default_factory=CentralConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     dp: PrivacyConfig = field(default_factory=PrivacyConfig)
-    zeroshot: ZeroShotConfig = field(default_factory=ZeroShotConfig)
-    earlyexit: EarlyExitConfig = field(default_factory=EarlyExitConfig)
+
+    def __post_init__(self) -> None:
+        for section, cls in algorithm_sections().items():
+            setattr(self, section, cls())
+
+    def sections(self) -> dict[str, Any]:
+        """The algorithms' sections, by name (the shared ones are dataclass fields)."""
+        shared = {f.name for f in dataclasses.fields(self)}
+        return {name: value for name, value in vars(self).items() if name not in shared}
 
     def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        out = dataclasses.asdict(self)
+        out.update({name: dataclasses.asdict(value) for name, value in self.sections().items()})
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Config) and self.to_dict() == other.to_dict()
 
 
-def _field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+def _field_types(obj: Any) -> dict[str, Any]:
+    """The settings `obj` holds, by name: its annotated fields, and on a Config the algorithms' sections."""
+    hints = typing.get_type_hints(type(obj))
+    if isinstance(obj, Config):
+        hints.update({name: type(value) for name, value in obj.sections().items()})
+    return hints
 
 
 def _coerce(value: Any, annotation: Any, key: str) -> Any:
@@ -589,7 +478,7 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
 def _apply(obj: Any, values: dict[str, Any], prefix: str = "", given: dict[str, int] | None = None,
            layer: int = 0) -> None:
     """Set `values` on `obj`; `given` (if any) records the layer that set each key, a later layer a larger number."""
-    hints = _field_types(type(obj))
+    hints = _field_types(obj)
     for name, value in values.items():
         key = f"{prefix}{name}"
         if name not in hints:
@@ -601,7 +490,10 @@ def _apply(obj: Any, values: dict[str, Any], prefix: str = "", given: dict[str, 
                 raise ConfigError(f"setting '{key}' is a section; set its fields as {key}.<field>=...")
             _apply(current, value, key + ".", given, layer)
         else:
-            setattr(obj, name, _coerce(value, hints[name], key))
+            value = _coerce(value, hints[name], key)
+            if key == "algorithm":  # named and loadable before its section is asked for
+                ALGORITHMS[value]  # ConfigError listing the registered algorithms, or naming a broken plug-in
+            setattr(obj, name, value)
             if given is not None:
                 given[key] = layer
 
@@ -638,7 +530,7 @@ def _nest(key: str, value: Any) -> dict[str, Any]:
 ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
     "fedmlac": {"data.max_clients": 24, "train.fraction": 1.0, "train.rounds": 40},
     # FedKWS-UI's code clips every local step's gradient at norm 50 (its whole protocol does; see
-    # reproduce.KWS_PROTOCOL, which sets it for every method of a comparison). Under the shared schedule a
+    # experiments/fedkws.py KWS_PROTOCOL, which sets it for every method of a comparison). Under the shared schedule a
     # round is 24 clients x (ALT's s_k = floor(3.5 rbar_k 50), 46-61 on average, + 11 private steps):
     # ~1,400 steps, 0.35 s each for DSCNN on one core, so 50 rounds take about 7 hours. The default is
     # fedkws12-scaled's E = 10 on 48 of the clients (a seeded choice), 12 a round for 40 rounds (10
@@ -673,6 +565,7 @@ def load_config(
             _apply(base, _nest(key, value))
         cfg = _layered(base, path, overrides, flags, given)
     check_ranges(cfg)
+    check_compute(cfg.train)
     if cfg.algorithm == "zeroshot":
         _resolve_zeroshot_rounds(cfg, given)
     return cfg

@@ -1,6 +1,6 @@
-"""The settings and command line of `fedac pretrain` (the training itself is pretrain.py).
+"""The settings and command line of `fedac pretrain` (the training itself is experiments/pretrain.py).
 
-Kept apart from pretrain.py, which loads torch, transformers and the feature pipeline: building the
+Kept apart from experiments/pretrain.py, which loads torch, transformers and the feature pipeline: building the
 `fedac` parser must not load them (`fedac --help` starts in well under a second).
 """
 

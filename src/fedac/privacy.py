@@ -35,8 +35,6 @@ from fedac.seeding import torch_generator
 from fedac.training.types import Params
 
 MODES = ("none", "central", "client")
-#: Algorithms whose new global model is the aggregate itself, so server noise on it is DP-FedAvg.
-DP_ALGORITHMS = ("fedavg", "fedprox", "fedmlac")
 
 
 def epsilon(noise_multiplier: float, sample_rate: float, rounds: int, delta: float) -> float:
@@ -55,7 +53,8 @@ def epsilon(noise_multiplier: float, sample_rate: float, rounds: int, delta: flo
 class Privacy:
     """The configured DP mechanism of one run (`dp.mode`); a no-op for none."""
 
-    def __init__(self, cfg: Config, num_clients: int, cohort_size: int):
+    def __init__(self, cfg: Config, num_clients: int, cohort_size: int, dp_compatible: bool):
+        """`dp_compatible`: the algorithm's capability (Algorithm.dp_compatible), given by the engine above."""
         self.cfg, dp = cfg, cfg.dp
         if dp.mode not in MODES:
             raise ConfigError(f"unknown dp.mode {dp.mode!r}; use one of {', '.join(MODES)}")
@@ -65,9 +64,10 @@ class Privacy:
         if not dp.clip > 0 or dp.noise_multiplier < 0 or not 0 < dp.delta < 1:
             raise ConfigError(f"dp needs clip > 0, noise_multiplier >= 0 and 0 < delta < 1; got clip={dp.clip}, "
                               f"noise_multiplier={dp.noise_multiplier}, delta={dp.delta}")
-        if cfg.algorithm not in DP_ALGORITHMS:
+        if not dp_compatible:
             raise ConfigError(f"dp.mode={dp.mode} adds noise to the aggregated model, which algorithm {cfg.algorithm} "
-                              f"transforms further; use one of {', '.join(DP_ALGORITHMS)}")
+                              "transforms further; use one whose class sets dp_compatible = True (fedavg, fedprox, "
+                              "fedmlac among the built-ins)")
         lpa = cfg.algorithm == "fedmlac" and cfg.fedmlac.lpa
         if cfg.aggregation.method != "mean" or lpa:
             raise ConfigError(f"dp.mode={dp.mode} is accounted for the plain mean of clipped updates; set "
@@ -94,7 +94,9 @@ class Privacy:
         dp = self.cfg.dp
         std = dp.noise_multiplier * dp.clip / cohort
         gen = torch_generator(self.cfg.seed, "dp-noise", round_idx)
-        params = {name: (value + (torch.randn(value.shape, generator=gen, dtype=torch.float64) * std).to(value.dtype))
+        # drawn on the CPU (the seeded stream is the same whatever the device), added where the model is
+        params = {name: (value + (torch.randn(value.shape, generator=gen, dtype=torch.float64, device="cpu") * std)
+                         .to(value.device, value.dtype))
                   if value.is_floating_point() else value for name, value in server["params"].items()}
         return {**server, "params": params}, {"dp_epsilon": self.epsilon(round_idx)}
 

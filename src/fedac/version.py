@@ -5,7 +5,7 @@
   every module, the GRU kernel's C++ and the shipped encoder's config.json / pretrain.json (the latter
   records its weights' sha256, so the 11 MB weights themselves need not be read). `NOT_TRAINING` lists
   the modules left out. Two results with the same hash were made by the same training code, whatever
-  the commit; `fedac report` compares a quoted result's hash with the current one (figures.py).
+  the commit; `fedac report` compares a quoted result's hash with the current one (experiments/figures.py).
 - `git_commit`: HEAD when the package is a tracked folder of a git checkout, else null (an installed
   wheel, no git); `git_dirty`: whether the training code then differed from that commit.
 
@@ -25,12 +25,12 @@ from fedac import __version__
 PACKAGE = Path(__file__).resolve().parent
 
 #: Package modules that cannot change a trained number, so editing them leaves every result current.
-#: Everything else counts, including the modules of paper tables (compare, reproduce, robustness, the
-#: *_tables): their presets and protocols choose the settings that they train.
+#: Everything else counts, including the paper tables' specs and commands (experiments/): their presets
+#: and protocols choose the settings that they train.
 NOT_TRAINING = {
     "cli.py": "parses the command line into load_config (config.py holds every default) and prints tables",
     "report.py": "writes what a run computed (metrics.csv, results.json, lpa.jsonl, curves.png) and formats it",
-    "figures.py": "reads committed results back and checks the documents that quote them",
+    "experiments/figures.py": "reads committed results back and checks the documents that quote them",
     "version.py": "this record of the code itself",
 }
 

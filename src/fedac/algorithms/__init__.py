@@ -1,38 +1,32 @@
-"""One file per method; `build_algorithm` maps CLI names to classes."""
+"""One file per method; `build_algorithm` maps names to classes through the algorithm registry
+(`ALGORITHMS`, in algorithms/settings/ beside each algorithm's settings: built-ins and plug-ins).
+
+Belongs here: a federated method's client and server sides (base.py's Algorithm), one file each, with
+its own losses (mutual.py), its stacked cohort step (cohort.py), its capabilities as class attributes
+(streaming, centralised, personalized, augmentable, ...), and its registry entry and settings in
+settings/<name>.py. Must not be here: the round loop, client sampling, checkpoints or building data from
+a config (engine/), a runtime's transport (flower/), and no import of fedac.engine, flower, the
+experiment commands or cli; an aggregator or attack that every method can use belongs in aggregation.py
+or attacks.py, not in one method's file.
+"""
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from fedac.config import Config
+from fedac.algorithms.settings import ALGORITHMS
 from fedac.errors import ConfigError
 
 if TYPE_CHECKING:  # base imports torch; the registry's names must load without it (`fedac run --help` lists them)
     from fedac.algorithms.base import Algorithm, Task
+    from fedac.config import Config
 
-ALGORITHMS: dict[str, str] = {
-    "fedavg": "fedac.algorithms.fedavg:FedAvg",
-    "fedprox": "fedac.algorithms.fedprox:FedProx",
-    "fedadam": "fedac.algorithms.fedopt:FedAdam",
-    "fedyogi": "fedac.algorithms.fedopt:FedYogi",
-    "fedadagrad": "fedac.algorithms.fedopt:FedAdagrad",
-    "fedavgm": "fedac.algorithms.fedopt:FedAvgM",
-    "fedmlac": "fedac.algorithms.fedmlac:FedMLAC",
-    "fedkad": "fedac.algorithms.fedkad:FedKAD",
-    "fedkwsui": "fedac.algorithms.fedkwsui:FedKWSUI",
-    "fedmmd": "fedac.algorithms.fedmmd:FedMMD",
-    "zeroshot": "fedac.algorithms.zeroshot:ZeroShotFL",
-    "earlyexit": "fedac.algorithms.earlyexit:EarlyExitFL",
-    "central": "fedac.algorithms.central:Central",
-}
+__all__ = ["ALGORITHMS", "algorithm_class", "build_algorithm"]
 
 
 def algorithm_class(name: str) -> type[Algorithm]:
-    if name not in ALGORITHMS:
-        raise ConfigError(f"unknown algorithm '{name}'. Known algorithms: {', '.join(ALGORITHMS)}")
-    module, attr = ALGORITHMS[name].split(":")
-    return getattr(importlib.import_module(module), attr)
+    """The class registered as `name` (imported now); ConfigError listing the registered names otherwise."""
+    return ALGORITHMS.load(name)
 
 
 def build_algorithm(cfg: Config, task: Task) -> Algorithm:
@@ -40,6 +34,7 @@ def build_algorithm(cfg: Config, task: Task) -> Algorithm:
     if cfg.model.heterogeneous and not cls.personalized:
         raise ConfigError(
             f"algorithm '{cfg.algorithm}' trains one shared model and cannot run heterogeneous clients; "
-            f"set model.heterogeneous=false or use fedmlac / fedkad"
+            f"set model.heterogeneous=false or use one with personalized client models "
+            f"({', '.join(n for n in ALGORITHMS if algorithm_class(n).personalized)})"
         )
     return cls(cfg, task)

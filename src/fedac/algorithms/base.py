@@ -19,6 +19,7 @@ from fedac.aggregation import LayerPruning, aggregate
 from fedac.config import Config
 from fedac.models import build_model
 from fedac.seeding import derive_seed, numpy_rng
+from fedac.training.device import resolve_device
 from fedac.training.evaluate import evaluate
 from fedac.training.local import local_steps
 from fedac.training.step import train_client
@@ -43,18 +44,36 @@ class Algorithm(ABC):
     personalized: bool = False
     #: True when every round brings each user fresh data (engine/streams.py drives it), not a fixed partition.
     streaming: bool = False
+    # Capabilities the layers around an algorithm read from its class (never from a list of names):
+    #: True when the new global model is the aggregate itself, so DP noise on it is DP-FedAvg (privacy.py).
+    dp_compatible: bool = False
+    #: True when it trains one pooled client (engine/data.py gives it the pooled partition by default).
+    centralised: bool = False
+    #: False when it needs each client's windows as one fixed tensor (features.augment draws them per batch).
+    augmentable: bool = True
 
     def __init__(self, cfg: Config, task: Task):
         self.cfg = cfg
         self.task = task
+        #: Where this algorithm's models live (`train.device`); the client data arrives there from the engine.
+        self.device = resolve_device(cfg.train.device)
         self._scratch: dict[tuple[str, str], nn.Module] = {}
         #: LPA's per-layer pruning in the last server update (diagnostics for the engine's log, not state).
         self.last_pruning: dict[str, LayerPruning] | None = None
 
     # --- models -------------------------------------------------------------------------------
-    def make_model(self, name: str) -> nn.Module:
+    def build_network(self, name: str) -> nn.Module:
+        """A new model of architecture `name` as this algorithm trains it (the zoo's; FedKWS-UI wraps it
+        in two heads). Called on the CPU by `make_model`."""
         return build_model(name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout,
                            self.task.kind, self.cfg.model)
+
+    def make_model(self, name: str) -> nn.Module:
+        """A new model on `self.device`, its initial weights drawn on the CPU (so a GPU run starts from
+        the weights a CPU run starts from, and the CPU RNG stream the seeds fix is the one consumed)."""
+        with torch.device("cpu"):
+            model = self.build_network(name)
+        return model.to(self.device)
 
     def scratch_model(self, name: str, params: Params | None = None, role: str = "global") -> nn.Module:
         """A reusable model instance per (role, architecture), loaded in place (no deepcopy per client).

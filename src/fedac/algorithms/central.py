@@ -40,7 +40,6 @@ def scheduled_lr(base_lr: float, round_idx: int, rounds: int, warmup: int, power
 
 class Central(Algorithm):
     name = "central"
-    #: engine/data.py gives this algorithm the pooled partition (one client with all training clips).
     centralised = True
 
     def __init__(self, cfg: Config, task: Task):

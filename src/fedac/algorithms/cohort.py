@@ -79,7 +79,7 @@ def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData],
     def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
         params = broadcast_params(payload, len(chunk))
         optimizer = StackedSGD(params, cfg)
-        loss_sum = torch.zeros(len(chunk), dtype=torch.float64)
+        loss_sum = torch.zeros(len(chunk), dtype=torch.float64, device=chunk.x.device)
         for step in chunk.steps:
             x, y = chunk.batch(step)
             leaf = leaves(params, step.active)
@@ -89,11 +89,10 @@ def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData],
             optimizer.step(grads_of(loss.sum(), leaf), step.active)
             loss_sum[:step.active] += loss.detach()
         out = []
-        for k, position in enumerate(chunk.positions):
+        for k, (position, total) in enumerate(zip(chunk.positions, loss_sum.tolist())):  # one host sync a chunk
             steps = chunk.client_steps[k]
             upload = {name: value[k].clone() for name, value in params.items()}
-            out.append((position, ClientResult(upload, None, {"loss": float(loss_sum[k]) / steps,
-                                                              "steps": float(steps)})))
+            out.append((position, ClientResult(upload, None, {"loss": total / steps, "steps": float(steps)})))
         return out
 
     for position, result in run_chunks(train, plan_chunks(datas, range(len(datas)), cfg, round_idx, seed), cfg):
@@ -117,7 +116,7 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
         omega = stack_params([states[i] for i in chunk.positions])
         theta = broadcast_params(payload, len(chunk))
         opt_omega, opt_theta = StackedSGD(omega, cfg), StackedSGD(theta, cfg)
-        sums = torch.zeros(2, len(chunk), dtype=torch.float64)
+        sums = torch.zeros(2, len(chunk), dtype=torch.float64, device=chunk.x.device)
         for step in chunk.steps:
             x, y = chunk.batch(step)
             active, weight, masks = step.active, step.weight, chunk.dropout(step)
@@ -142,12 +141,13 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
             sums[0, :active] += loss_omega.detach()
             sums[1, :active] += loss_theta.detach()
         out = []
+        losses, plugin_losses = sums.tolist()  # one host sync a chunk
         for k, position in enumerate(chunk.positions):
             steps = chunk.client_steps[k]
             upload = {name: value[k].clone() for name, value in theta.items()}
             state = {name: value[k].clone() for name, value in omega.items()}
-            out.append((position, ClientResult(upload, state, {"loss": float(sums[0, k]) / steps,
-                                                               "plugin_loss": float(sums[1, k]) / steps})))
+            out.append((position, ClientResult(upload, state, {"loss": losses[k] / steps,
+                                                               "plugin_loss": plugin_losses[k] / steps})))
         return out
 
     for arch, positions in group_positions([algo.client_architecture(d.name) for d in datas]).items():

@@ -30,6 +30,7 @@ from fedac.errors import ConfigError
 from fedac.models.early_exit import MultiExitSSL, build_multi_exit, scale_depth
 from fedac.models.ssl import is_ssl_model
 from fedac.seeding import numpy_rng
+from fedac.training.device import to_device
 from fedac.training.evaluate import evaluate_exits
 from fedac.training.local import make_optimizer, train_supervised
 
@@ -118,7 +119,7 @@ class EarlyExitFL(Algorithm):
         return depths
 
     # --- models --------------------------------------------------------------------------------
-    def make_model(self, name: str):
+    def build_network(self, name: str):
         return build_multi_exit(name, self.task.kind, self.task.num_classes, self.cfg.earlyexit.exits,
                                 self.cfg.model, self.cfg.model.dropout)
 
@@ -151,7 +152,7 @@ class EarlyExitFL(Algorithm):
                                    optimizer=make_optimizer(groups, self.cfg.train))
         keep_all = self.cfg.earlyexit.aggregation == "fedavg"  # the baseline returns full models
         upload = {k: v for k, v in clone_params(model.state_dict()).items() if keep_all or self.trained(k, depth)}
-        upload["depth"] = torch.tensor(depth, dtype=torch.int64)
+        upload["depth"] = torch.tensor(depth, dtype=torch.int64, device=self.device)
         return ClientResult(upload, None, {**metrics, "depth": float(depth)})
 
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
@@ -194,11 +195,16 @@ def depth_memory(model: MultiExitSSL, depth: int, train, batch: int, frames: int
     nbytes = lambda tensors: sum(t.numel() * t.element_size() for t in tensors)  # noqa: E731
     states = 2 if train.optimizer == "adamw" else (1 if train.momentum else 0)
     generator = torch.Generator().manual_seed(0)
-    x = Padded(torch.randn(batch, frames, model.config.conv_dim[-1], generator=generator), torch.full((batch,), frames))
+    cpu = torch.device("cpu")  # drawn on the host, then moved to the model's device
+    x = Padded(torch.randn(batch, frames, model.config.conv_dim[-1], generator=generator, device=cpu),
+               torch.full((batch,), frames, device=cpu))
     if model.kind == "ctc":
-        y = Padded(torch.randint(1, 28, (batch, max(1, frames // 4)), generator=generator), torch.full((batch,), max(1, frames // 4)))
+        width = max(1, frames // 4)
+        y = Padded(torch.randint(1, 28, (batch, width), generator=generator, device=cpu), torch.full((batch,), width, device=cpu))
     else:
-        y = torch.randint(0, model.exit_heads[str(depth)].head.out_features, (batch,), generator=generator)
+        y = torch.randint(0, model.exit_heads[str(depth)].head.out_features, (batch,), generator=generator, device=cpu)
+    device = next(model.parameters()).device
+    x, y = to_device(x, device), to_device(y, device)
     saved: dict[int, int] = {}
     weight_storages = {p.untyped_storage().data_ptr() for p in params.values()}  # counted as weights already
 

@@ -16,6 +16,7 @@ from fedac.training.local import train_supervised
 
 class FedAvg(Algorithm):
     name = "fedavg"
+    dp_compatible = True
 
     def init_server(self) -> dict[str, Any]:
         return {"params": self.initial_params(self.cfg.model.name, "global-init")}

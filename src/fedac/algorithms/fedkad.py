@@ -41,7 +41,7 @@ def alignment_loss(projected: torch.Tensor, y: torch.Tensor, prototypes: torch.T
 def class_prototypes(projected: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class mean of projected features (zeros for absent classes) and per-class counts."""
     counts = torch.bincount(y, minlength=num_classes).to(projected.dtype)
-    sums = torch.zeros(num_classes, projected.shape[1], dtype=projected.dtype).index_add_(0, y, projected)
+    sums = projected.new_zeros(num_classes, projected.shape[1]).index_add_(0, y, projected)
     return sums / counts.clamp(min=1).unsqueeze(1), counts
 
 
@@ -70,12 +70,14 @@ class FedKAD(Algorithm):
     def projection(self, dim: int) -> torch.Tensor:
         if dim not in self._projections:
             gen = torch_generator(self.cfg.seed, "fedkad-projection", dim)
-            self._projections[dim] = torch.randn(dim, self.cfg.fedkad.proto_dim, generator=gen) / dim ** 0.5
+            # drawn on the CPU (the seeded stream a CPU run uses), then moved to the models' device
+            draw = torch.randn(dim, self.cfg.fedkad.proto_dim, generator=gen, device="cpu") / dim ** 0.5
+            self._projections[dim] = draw.to(self.device)
         return self._projections[dim]
 
     def init_server(self) -> dict[str, Any]:
         c, d = self.task.num_classes, self.cfg.fedkad.proto_dim
-        return {"prototypes": torch.zeros(c, d), "known": torch.zeros(c, dtype=torch.bool)}
+        return {"prototypes": torch.zeros(c, d, device=self.device), "known": torch.zeros(c, dtype=torch.bool, device=self.device)}
 
     def broadcast(self, server: dict[str, Any]) -> dict[str, torch.Tensor]:
         return {"prototypes": server["prototypes"], "known": server["known"]}
@@ -98,7 +100,7 @@ class FedKAD(Algorithm):
         with torch.no_grad():
             protos, counts = class_prototypes(model.embed(data.x) @ proj, data.y, self.task.num_classes)
         return ClientResult({"prototypes": protos, "counts": counts}, model_params(model),
-                            {"loss": total / max(steps, 1)})
+                            {"loss": float(total) / max(steps, 1)})
 
     def server_update(self, server: dict[str, Any], uploads: list[tuple[dict[str, torch.Tensor], int]],
                       round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:

@@ -203,7 +203,7 @@ class FedKWSUI(Algorithm):
         return float(cap), None if r0 == "sum" else float(r0)
 
     # --- models ---------------------------------------------------------------------------------
-    def make_model(self, name: str) -> nn.Module:
+    def build_network(self, name: str) -> nn.Module:
         network = build_model(name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout)
         return TwoHeadModel(network, self.task.num_classes, self.cfg.fedkwsui.g_ratio, self.cfg.fedkwsui.head_init)
 
@@ -251,7 +251,7 @@ class FedKWSUI(Algorithm):
                     h = model.embed(data.x[idx])
                 loss = F.cross_entropy(model.private_logits(h), data.y[idx])
                 self._step(model, optimizer, loss)
-                private_loss += float(loss.detach())
+                private_loss += loss.detach().double()
                 private_steps += 1
         optimizer = make_optimizer(model.parameters(), self.cfg.train)
         total, steps = 0.0, 0
@@ -259,12 +259,12 @@ class FedKWSUI(Algorithm):
             h = model.embed(data.x[idx])
             loss = alo_loss(model.global_logits(h), model.private_logits(h), data.y[idx], plan["mu"], opts.adv_lambda)
             self._step(model, optimizer, loss)
-            total += float(loss.detach())
+            total += loss.detach().double()
             steps += 1
         params = model_params(model)
         new_state = {k: v for k, v in params.items() if k.startswith(PRIVATE)} if state is not None else None
-        metrics = {"loss": total / steps if steps else float("nan"), "steps": float(steps),
-                   "private_loss": private_loss / max(private_steps, 1), "private_steps": float(private_steps),
+        metrics = {"loss": float(total) / steps if steps else float("nan"), "steps": float(steps),
+                   "private_loss": float(private_loss) / max(private_steps, 1), "private_steps": float(private_steps),
                    "alt_ratio": plan["ratio"], "mu": plan["mu"]}
         return ClientResult(params, new_state, metrics)
 

@@ -65,6 +65,7 @@ def warn_if_few_visits(cfg, num_clients: int) -> None:
 class FedMLAC(Algorithm):
     name = "fedmlac"
     personalized = True
+    dp_compatible = True  # its Plug-in is the aggregate (with fedmlac.lpa=false: the plain mean)
 
     def __init__(self, cfg, task):
         super().__init__(cfg, task)
@@ -117,10 +118,10 @@ class FedMLAC(Algorithm):
             loss_theta.backward()
             clip_gradients(theta, self.cfg.train)
             opt_theta.step()
-            sums["loss"] += float(loss_omega.detach())
-            sums["plugin_loss"] += float(loss_theta.detach())
+            sums["loss"] += loss_omega.detach().double()
+            sums["plugin_loss"] += loss_theta.detach().double()
             steps += 1
-        metrics = {k: v / max(steps, 1) for k, v in sums.items()}
+        metrics = {k: float(v) / max(steps, 1) for k, v in sums.items()}  # read once per update
         return ClientResult(model_params(theta), model_params(omega), metrics)
 
     @reproduces(client_update)

@@ -39,6 +39,7 @@ def mmd_rbf(source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0,
 
 class FedMMD(FedAvg):
     name = "fedmmd"
+    dp_compatible = False  # its DP accounting was never checked: DP runs stay with fedavg, fedprox, fedmlac
 
     def client_update(self, payload: Params, state: Any, data: ClientData, round_idx: int,
                       generator: torch.Generator) -> ClientResult:
@@ -57,8 +58,8 @@ class FedMMD(FedAvg):
                     reference = frozen.embed(x)
                 mmd = mmd_rbf(h, reference)
                 loss = loss + weight * mmd
-                mmd_total += float(mmd.detach())
+                mmd_total += mmd.detach().double()
             total += local_step(model, optimizer, loss, self.cfg.train)
             steps += 1
-        metrics = {"loss": total / max(steps, 1), "mmd": mmd_total / max(steps, 1), "steps": float(steps)}
+        metrics = {"loss": float(total) / max(steps, 1), "mmd": float(mmd_total) / max(steps, 1), "steps": float(steps)}
         return ClientResult(model_params(model), None, metrics)

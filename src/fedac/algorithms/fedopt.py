@@ -69,6 +69,7 @@ class FedOpt(FedAvg):
     """Base for the server-optimizer variants; `rule` picks the update."""
 
     rule = "adam"
+    dp_compatible = False  # the server's optimiser step transforms the noised aggregate further
 
     def init_server(self) -> dict[str, Any]:
         return {**super().init_server(), "moments": {"m": {}, "v": {}}}

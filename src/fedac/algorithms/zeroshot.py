@@ -158,15 +158,18 @@ def batch_sizes(count: int, batch: int) -> list[int]:
     return [min(batch, count - start) for start in range(0, count, batch)]
 
 
-def batch_weights(count: int, batch: int) -> torch.Tensor:
+def batch_weights(count: int, batch: int, device: torch.device | str = "cpu") -> torch.Tensor:
     """w_i = 1 / |batch of row i|: summed, the mean loss of every batch (see `optimize_impressions`)."""
-    return torch.cat([torch.full((n,), 1.0 / n) for n in batch_sizes(count, batch)])
+    return torch.cat([torch.full((n,), 1.0 / n, device=device) for n in batch_sizes(count, batch)])
 
 
-def initial_impressions(count: int, shape: tuple[int, int], batch: int, generator: torch.Generator) -> torch.Tensor:
+def initial_impressions(count: int, shape: tuple[int, int], batch: int, generator: torch.Generator,
+                        device: torch.device | str = "cpu") -> torch.Tensor:
     """Eq. 3's starting points: N(0, 1), z-scored, drawn batch by batch (the draw order of optimising one
-    batch after another, so the batched path starts where the one-by-one path did)."""
-    return torch.cat([zscore(torch.randn((n, *shape), generator=generator)) for n in batch_sizes(count, batch)])
+    batch after another, so the batched path starts where the one-by-one path did). Drawn on the CPU (the
+    seeded stream any device reproduces), then moved to `device`."""
+    draws = [zscore(torch.randn((n, *shape), generator=generator, device="cpu")) for n in batch_sizes(count, batch)]
+    return torch.cat(draws).to(device)
 
 
 def optimize_impressions(model: nn.Module, x0: torch.Tensor, targets: torch.Tensor, weights: torch.Tensor,
@@ -185,7 +188,7 @@ def optimize_impressions(model: nn.Module, x0: torch.Tensor, targets: torch.Tens
         p.requires_grad_(False)
     x = x0.clone().requires_grad_()
     optimizer = torch.optim.Adam([x], lr=lr)
-    first = last = torch.zeros(len(x))
+    first = last = x0.new_zeros(len(x0))
     try:
         for step in range(steps):
             ce = -(targets * torch.log_softmax(model(x) / tau, dim=1)).sum(1)
@@ -209,10 +212,11 @@ def synthesize_impressions(model: nn.Module, targets: torch.Tensor, shape: tuple
     `batch` rows (all batches optimised at once, `optimize_impressions`). Returns the impressions (N, F, T)
     and the mean loss at the first and the last step of each batch."""
     sizes = batch_sizes(len(targets), batch)
-    x0 = initial_impressions(len(targets), shape, batch, generator)
-    x, first, last = optimize_impressions(model, x0, targets, batch_weights(len(targets), batch), tau, lr, steps)
+    device = targets.device
+    x0 = initial_impressions(len(targets), shape, batch, generator, device)
+    x, first, last = optimize_impressions(model, x0, targets, batch_weights(len(targets), batch, device), tau, lr, steps)
     losses = []
-    for f, l in zip(first.split(sizes), last.split(sizes)):
+    for f, l in zip(first.cpu().split(sizes), last.cpu().split(sizes)):
         losses += [float(f.mean()), float(l.mean())]
     return x, losses
 
@@ -328,9 +332,10 @@ class ZeroShotFL(Algorithm):
     def init_server(self) -> dict[str, Any]:
         K = self.task.num_classes
         rows = len(self.eval_x) + len(self.public_x)
-        return {"scores": torch.zeros(rows, K), "is_set": torch.zeros(K, dtype=torch.bool),
+        device = self.device
+        return {"scores": torch.zeros(rows, K, device=device), "is_set": torch.zeros(K, dtype=torch.bool, device=device),
                 "public_x": self.public_x, "public_y": self.public_y,
-                "public_di": torch.zeros(len(self.public_y), dtype=torch.bool), "registry": {}, "names": {}}
+                "public_di": torch.zeros(len(self.public_y), dtype=torch.bool, device=device), "registry": {}, "names": {}}
 
     def broadcast(self, server: dict[str, Any]) -> dict[str, Any]:
         return {**server, "rows": torch.cat([self.eval_x, server["public_x"]])}
@@ -346,9 +351,9 @@ class ZeroShotFL(Algorithm):
 
     def _fresh_model(self, arch: str, outputs: int, *ids: object) -> nn.Module:
 
-        with torch.random.fork_rng():
+        with torch.random.fork_rng(), torch.device("cpu"):  # drawn on the CPU, trained on self.device
             torch.manual_seed(derive_seed(self.cfg.seed, "zeroshot-init", *ids))
-            return build_model(arch, self.task.num_features, outputs)
+            return build_model(arch, self.task.num_features, outputs).to(self.device)
 
     def _optimizer(self, model: nn.Module) -> torch.optim.Optimizer | None:
         """Adam at train.lr (`zeroshot.optimizer=adam`), or None for local.py's SGD."""
@@ -372,23 +377,24 @@ class ZeroShotFL(Algorithm):
         if unknown and self.cfg.zeroshot.choice2:
             outputs = {**{i: m for i, m in mapping.items() if m is not None}, **{i: K + j for j, i in enumerate(unknown)}}
             x = torch.cat([payload["public_x"], data.x])
-            y = torch.cat([payload["public_y"], torch.tensor([outputs[int(i)] for i in data.y])])
+            y = torch.cat([payload["public_y"], torch.tensor([outputs[int(i)] for i in data.y], device=data.y.device)])
             model = self._fresh_model(arch, K + len(unknown), "report", round_idx, data.name)
             metrics = train_supervised(model, x, y, self.cfg.train, generator, optimizer=self._optimizer(model))
             upload = {"kind": "report", "user": data.name, "arch": arch, "state": model_params(model),
                       "num_known": K, "local_ids": unknown, "names": [data.names.get(i) for i in unknown]}
             return ClientResult(upload, None, {**metrics, "reported": float(len(unknown))})
-        keep = torch.tensor([mapping[int(i)] is not None for i in data.y], dtype=torch.bool)
-        mapped = torch.tensor([mapping[int(i)] if mapping[int(i)] is not None else -1 for i in data.y])[keep]
+        device = data.y.device
+        keep = torch.tensor([mapping[int(i)] is not None for i in data.y], dtype=torch.bool, device=device)
+        mapped = torch.tensor([mapping[int(i)] if mapping[int(i)] is not None else -1 for i in data.y], device=device)[keep]
         labels = sorted(set(mapped.tolist()))
         position = {c: j for j, c in enumerate(labels)}
         model = self._fresh_model(arch, len(labels), "local", round_idx, data.name)
-        metrics = train_supervised(model, data.x[keep], torch.tensor([position[int(c)] for c in mapped]),
+        metrics = train_supervised(model, data.x[keep], torch.tensor([position[int(c)] for c in mapped], device=device),
                                    self.cfg.train, generator, optimizer=self._optimizer(model))
         local = self._scores(model, payload["rows"])
         n_public = len(payload["public_y"])
         alpha = int(keep.sum()) / n_public
-        cols = torch.tensor(labels)
+        cols = torch.tensor(labels, device=device)
         updated = alpha_update(payload["scores"][:, cols], local, alpha, payload["is_set"][cols],
                                self.cfg.zeroshot.score_rule)
         rows = len(local) - n_public
@@ -416,23 +422,25 @@ class ZeroShotFL(Algorithm):
 
         zs = self.cfg.zeroshot
         K, new = report["num_known"], report["local_ids"]
-        model = build_model(report["arch"], self.task.num_features, K + len(new))
+        with torch.device("cpu"):
+            model = build_model(report["arch"], self.task.num_features, K + len(new))
+        model = model.to(self.device)
         model.load_state_dict(report["state"])
-        similarity = class_similarity(model.head.weight).numpy()
+        similarity = class_similarity(model.head.weight).cpu().numpy()
         count = zs.di_per_class or int(np.bincount(self.public_y).max())
         shape = tuple(self.public_x.shape[1:])
         targets, x0, weights = [], [], []
         for j, local_id in enumerate(new):  # every class seeded on its own, all optimised in one tensor
             rng = numpy_rng(self.cfg.seed, "zeroshot-dirichlet", round_idx, report["user"], local_id)
-            targets.append(torch.from_numpy(dirichlet_targets(similarity[K + j], count, zs.di_betas, rng)))
+            targets.append(torch.from_numpy(dirichlet_targets(similarity[K + j], count, zs.di_betas, rng)).to(self.device))
             gen = torch_generator(self.cfg.seed, "zeroshot-impressions", round_idx, report["user"], local_id)
-            x0.append(initial_impressions(count, shape, zs.di_batch, gen))
-            weights.append(batch_weights(count, zs.di_batch))
+            x0.append(initial_impressions(count, shape, zs.di_batch, gen, self.device))
+            weights.append(batch_weights(count, zs.di_batch, self.device))
         x, _, _ = optimize_impressions(model, torch.cat(x0), torch.cat(targets), torch.cat(weights), zs.di_tau,
                                        zs.di_lr, zs.di_steps)
         out = list(x.split(count))
         predicted = self._scores(model, x).argmax(1).view(len(new), count)
-        hits = int((predicted == (K + torch.arange(len(new))).view(-1, 1)).sum())
+        hits = int((predicted == (K + torch.arange(len(new), device=predicted.device)).view(-1, 1)).sum())
         return out, hits / max(1, count * len(new)), torch.from_numpy(similarity)
 
     def synthesize_reports(self, reports: list[dict[str, Any]],
@@ -456,11 +464,11 @@ class ZeroShotFL(Algorithm):
             consistency.append(share)
             similarity[(report["user"], report["local_ids"][0])] = matrix
         di_seconds = time.perf_counter() - started
-        points = torch.cat(impressions).flatten(1).numpy()
+        points = torch.cat(impressions).flatten(1).cpu().numpy()  # k-medoids runs on the host
         owner = np.concatenate([np.full(len(x), g) for g, x in enumerate(impressions)])
         is_di = server["public_di"]
-        anchors = server["public_x"][is_di].flatten(1).numpy()
-        anchor_labels = server["public_y"][is_di].numpy()
+        anchors = server["public_x"][is_di].flatten(1).cpu().numpy()
+        anchor_labels = server["public_y"][is_di].cpu().numpy()
         K = server["scores"].shape[1]
         if zs.identity == "reported":
             names = [name for r in reports for name in r["names"]]
@@ -483,18 +491,18 @@ class ZeroShotFL(Algorithm):
         for label in sorted(set(labels)):
             merged = merge_impressions([x for x, lab in zip(impressions, labels) if lab == label], zs.di_merge)
             new_x.append(merged)
-            new_y.append(torch.full((len(merged),), label, dtype=torch.long))
+            new_y.append(torch.full((len(merged),), label, dtype=torch.long, device=merged.device))
         for key, label in zip(keys, labels):
             server["registry"][key] = label
         added = torch.cat(new_x)
         width = max(K, max(labels) + 1)
         server["public_x"] = torch.cat([server["public_x"], added])
         server["public_y"] = torch.cat([server["public_y"], torch.cat(new_y)])
-        server["public_di"] = torch.cat([is_di, torch.ones(len(added), dtype=torch.bool)])
-        scores = torch.zeros(len(server["scores"]) + len(added), width)
+        server["public_di"] = torch.cat([is_di, torch.ones(len(added), dtype=torch.bool, device=is_di.device)])
+        scores = server["scores"].new_zeros(len(server["scores"]) + len(added), width)
         scores[: len(server["scores"]), :K] = server["scores"]
         server["scores"] = scores
-        server["is_set"] = torch.cat([server["is_set"], torch.zeros(width - K, dtype=torch.bool)])
+        server["is_set"] = torch.cat([server["is_set"], server["is_set"].new_zeros(width - K)])
         self.last_grouping = {"keys": keys, "labels": labels, "owner": owner, "cluster": cluster[: len(points)],
                               "points": points, "anchor_cluster": cluster[len(points):], "anchors": anchors,
                               "similarity": similarity}
@@ -504,7 +512,7 @@ class ZeroShotFL(Algorithm):
 
 def labelled_accuracy(scores: torch.Tensor, truth: torch.Tensor, labels: list[int]) -> float:
     """Accuracy of argmax over `labels` (the columns of `scores`) on the rows whose truth is in `labels`."""
-    cols = torch.tensor(labels)
+    cols = torch.tensor(labels, device=truth.device)
     mask = torch.isin(truth, cols)
     if not bool(mask.any()):
         return float("nan")

@@ -24,18 +24,14 @@ from pathlib import Path
 import soundfile
 
 from fedac.config import DataConfig
-from fedac.data.layout import csv_rows, reject_broken_link, shorten
-from fedac.data.manifest import Clip, Manifest
+from fedac.data.layout import SPLIT_NAMES, csv_rows, reject_broken_link, shorten, user_manifest
+from fedac.data.manifest import Manifest
 from fedac.errors import DatasetError
-from fedac.seeding import numpy_rng
 
 log = logging.getLogger(__name__)
 
 METADATA = "metadata.csv"
 REQUIRED = ("file", "label")
-SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "test": "test"}
-HELD_OUT = 0.1
-"""Share of clients (or clips) drawn for validation, and again for test, when there is no split column."""
 LAYOUT = (f"expected DIR/<label>/<clip>.wav, or DIR/{METADATA} with columns file,label[,client][,split] "
           "(see docs/datasets.md, 'Your own audio')")
 # File suffixes whose libsndfile format name differs from the suffix itself.
@@ -100,22 +96,6 @@ def read_metadata(root: Path) -> tuple[list[tuple[Path, str, str | None, str | N
     return rows, set(header)
 
 
-def held_out_splits(keys: list[str], what: str, where: Path) -> dict[str, str]:
-    """key (client id or clip path) -> split: a seeded HELD_OUT share each for test and validation
-    (at least one key each, and one left to train)."""
-    keys = sorted(keys)
-    if len(keys) < 3:
-        raise DatasetError(f"audiofolder {where}: {len(keys)} {what} cannot be split into train, validation and test; "
-                           f"add clips, or give every clip a split (train, validation, test) in {METADATA}")
-    order = numpy_rng(0, "audiofolder-split").permutation(len(keys))
-    n = max(1, round(HELD_OUT * len(keys)))
-    n = min(n, (len(keys) - 1) // 2)
-    splits = {keys[k]: "train" for k in order[2 * n:]}
-    splits.update({keys[k]: "test" for k in order[:n]})
-    splits.update({keys[k]: "val" for k in order[n:2 * n]})
-    return splits
-
-
 def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
     root = Path(root).expanduser().absolute()
     if not root.is_dir():
@@ -127,39 +107,16 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
     classes = sorted({label for _, label, _, _ in rows})
     if len(classes) < 2:
         raise DatasetError(f"audiofolder {root} has one label ({classes[0]}); classification needs at least two")
-    paths = [str(path) for path, _, _, _ in rows]
-    clients = [client for _, _, client, _ in rows]
-    notes = []  # what was chosen for the user, said in one warning line
     if "split" in columns:
-        splits = [split for _, _, _, split in rows]
-        absent = [s for s in ("train", "val", "test") if s not in splits]
+        absent = [s for s in ("train", "val", "test") if s not in {split for _, _, _, split in rows}]
         if absent:
             names = ", ".join("validation" if s == "val" else s for s in absent)
             raise DatasetError(f"{root / METADATA}: no clip has split {names}; training needs train, "
                                "validation and test clips")
-    else:
-        keys = clients if "client" in columns else paths
-        of_key = held_out_splits(list(set(keys)), "clients" if "client" in columns else "clips", root)
-        splits = [of_key[k] for k in keys]
-        notes.append(f"seeded {HELD_OUT:.0%} validation / {HELD_OUT:.0%} test split drawn "
-                     f"{'client-disjoint' if 'client' in columns else 'over clips'} (no split column)")
-    if "client" not in columns:
-        clients = _dealt_clients(splits, cfg.num_clients)
-        if cfg.partition in (None, "natural"):
-            notes.append(f"training clips dealt at random over data.num_clients={cfg.num_clients} clients (no client column)")
+    manifest, notes = user_manifest(
+        "audiofolder", f"audiofolder {root}", str(root), classes,
+        [(str(path), label, client, split) for path, label, client, split in rows], "client" in columns, cfg,
+        "no split column", f"add clips, or give every clip a split (train, validation, test) in {METADATA}")
     if notes:
         log.warning("audiofolder %s: %s; set them in %s (columns split, client)", root, "; ".join(notes), METADATA)
-    index = {label: k for k, label in enumerate(classes)}
-    clips = [Clip(path, index[label], client, split)
-             for path, (_, label, _, _), client, split in zip(paths, rows, clients, splits)]
-    return Manifest("audiofolder", str(root), classes, clips)
-
-
-def _dealt_clients(splits: list[str], num_clients: int) -> list[str]:
-    """Client ids for clips that have none: training clips dealt round-robin in a seeded order over
-    num_clients (an IID partition under the natural scheme); held-out clips belong to no client."""
-    train = [i for i, split in enumerate(splits) if split == "train"]
-    clients = [""] * len(splits)
-    for k, index in enumerate(numpy_rng(0, "audiofolder-clients").permutation(train)):
-        clients[index] = f"client{k % num_clients:03d}"
-    return clients
+    return manifest

@@ -51,16 +51,17 @@ def shift_and_noise(wave: torch.Tensor, noise: tuple[np.ndarray, ...], sample_ra
     batch, length = wave.shape
     pad = int(round(SHIFT_SECONDS * sample_rate))
     padded = torch.nn.functional.pad(wave, (pad, pad))
-    starts = torch.randint(0, 2 * pad + 1, (batch,), generator=generator)
+    # Host-side draws (explicitly on the CPU, like the waveforms): the CPU RNG stream fixes them.
+    starts = torch.randint(0, 2 * pad + 1, (batch,), generator=generator, device="cpu")
     out = torch.stack([padded[i, s : s + length] for i, s in enumerate(starts.tolist())])
-    mix = torch.rand(batch, generator=generator) < NOISE_PROB
-    volume = torch.rand(batch, generator=generator) * NOISE_VOLUME
-    files = torch.randint(0, len(noise), (batch,), generator=generator)
+    mix = torch.rand(batch, generator=generator, device="cpu") < NOISE_PROB
+    volume = torch.rand(batch, generator=generator, device="cpu") * NOISE_VOLUME
+    files = torch.randint(0, len(noise), (batch,), generator=generator, device="cpu")
     for i in torch.nonzero(mix).flatten().tolist():
         source = noise[int(files[i])]
         if len(source) < length:  # a short noise file: repeated to one window
             source = np.tile(source, -(-length // len(source)))
-        start = int(torch.randint(0, len(source) - length + 1, (1,), generator=generator))
+        start = int(torch.randint(0, len(source) - length + 1, (1,), generator=generator, device="cpu"))
         out[i] += float(volume[i]) * torch.from_numpy(source[start : start + length])
     return out
 
@@ -71,8 +72,8 @@ def spec_augment(features: torch.Tensor, generator: torch.Generator | None = Non
     for axis, most in ((1, FREQ_MASK), (2, TIME_MASK)):
         size = out.shape[axis]
         for i in range(out.shape[0]):
-            width = float(torch.rand(1, generator=generator)) * most
-            start = float(torch.rand(1, generator=generator)) * (size - width)
+            width = float(torch.rand(1, generator=generator, device="cpu")) * most
+            start = float(torch.rand(1, generator=generator, device="cpu")) * (size - width)
             lo, hi = int(start), int(start + width)
             if axis == 1:
                 out[i, lo:hi, :] = 0.0
@@ -85,17 +86,24 @@ class AugmentedWindows:
     """A client's training windows kept as waveforms; indexing returns freshly augmented model inputs.
 
     Stands in for ClientData.x on the sequential path: `x[idx]` is shift + noise -> features (the run's
-    extractor) -> `finish` (CMVN or FedKWS-UI's scaling) -> SpecAugment, drawn from the global RNG."""
+    extractor) -> `finish` (CMVN or FedKWS-UI's scaling) -> SpecAugment, drawn from the global RNG. The
+    waveforms and the augmentation stay on the CPU (its RNG stream fixes the draws); each batch is then
+    moved to `device` (`.to`, as the engine moves every client's data)."""
 
-    def __init__(self, waves: torch.Tensor, extractor, finish, noise: tuple[np.ndarray, ...]):
+    def __init__(self, waves: torch.Tensor, extractor, finish, noise: tuple[np.ndarray, ...],
+                 device: torch.device | str = "cpu"):
         self.waves, self.extractor, self.finish, self.noise = waves, extractor, finish, noise
-        frames = extractor(torch.zeros(1, waves.shape[1])).shape[-1]
+        self.device = torch.device(device)
+        frames = extractor(torch.zeros(1, waves.shape[1], device="cpu")).shape[-1]
         self.shape = torch.Size((waves.shape[0], extractor.num_features, frames))
 
     def __len__(self) -> int:
         return int(self.waves.shape[0])
 
+    def to(self, device: torch.device | str) -> "AugmentedWindows":
+        return AugmentedWindows(self.waves, self.extractor, self.finish, self.noise, device)
+
     def __getitem__(self, idx: torch.Tensor) -> torch.Tensor:
-        wave = shift_and_noise(self.waves[idx], self.noise, self.extractor.cfg.sample_rate)
+        wave = shift_and_noise(self.waves[idx.cpu()], self.noise, self.extractor.cfg.sample_rate)
         with torch.no_grad():
-            return spec_augment(self.finish(self.extractor(wave)))
+            return spec_augment(self.finish(self.extractor(wave))).to(self.device, non_blocking=True)

@@ -23,7 +23,9 @@ from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from fedac.data.manifest import Clip, Manifest
 from fedac.errors import ConfigError, DatasetError
+from fedac.seeding import numpy_rng
 
 MARKER = ".fedac_complete"
 IN_PROGRESS = ".fedac_incomplete"
@@ -101,6 +103,81 @@ def shorten(names: Sequence[str], limit: int = 5) -> str:
     """'a, b, c ... (12 in all)' for error messages that would otherwise list thousands of files."""
     head = ", ".join(names[:limit])
     return head if len(names) <= limit else f"{head} ... ({len(names)} in all)"
+
+
+# --------------------------------------------------------------------------- user datasets (audiofolder, hf)
+
+HELD_OUT = 0.1
+"""Share of clients (or clips) drawn for validation, and again for test, when a user dataset has no such split."""
+SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "test": "test"}
+"""A user's split names -> manifest splits."""
+
+
+def held_out_splits(keys: list[str], what: str, where: str, remedy: str) -> dict[str, str]:
+    """key (client id or clip path) -> split: a seeded HELD_OUT share each for test and validation
+    (at least one key each, and one left to train). The corpus's seed is fixed (0): run seeds vary
+    training, never which clips are tested."""
+    keys = sorted(keys)
+    if len(keys) < 3:
+        raise DatasetError(f"{where}: {len(keys)} {what} cannot be split into train, validation and test; {remedy}")
+    order = numpy_rng(0, "audiofolder-split").permutation(len(keys))
+    n = max(1, round(HELD_OUT * len(keys)))
+    n = min(n, (len(keys) - 1) // 2)
+    splits = {keys[k]: "train" for k in order[2 * n:]}
+    splits.update({keys[k]: "test" for k in order[:n]})
+    splits.update({keys[k]: "val" for k in order[n:2 * n]})
+    return splits
+
+
+def dealt_clients(splits: list[str], num_clients: int) -> list[str]:
+    """Client ids for clips that have none: training clips dealt round-robin in a seeded order over
+    num_clients (an IID partition under the natural scheme); held-out clips belong to no client."""
+    train = [i for i, split in enumerate(splits) if split == "train"]
+    clients = [""] * len(splits)
+    for k, index in enumerate(numpy_rng(0, "audiofolder-clients").permutation(train)):
+        clients[index] = f"client{k % num_clients:03d}"
+    return clients
+
+
+def user_manifest(name: str, where: str, root: str, classes: list[str],
+                  rows: list[tuple[str, str, str | None, str | None]], has_clients: bool, cfg,
+                  why_no_split: str, remedy: str) -> tuple[Manifest, list[str]]:
+    """A user dataset's (path, label, client, split) rows -> Manifest, and notes on what was chosen for
+    the user (the caller warns with them). A split of None is train; validation and test, when no row has
+    them, are drawn from the training keys (clients when `has_clients`, else clips) by `held_out_splits`.
+    Without clients, training clips are dealt over `cfg.num_clients` (`dealt_clients`); a training row
+    with an empty client among clients is given a seeded training client."""
+    paths = [path for path, _, _, _ in rows]
+    splits = [split or "train" for _, _, _, split in rows]
+    clients = [client or "" for _, _, client, _ in rows]
+    has_clients = has_clients and any(clients)
+    notes = []
+    missing = [s for s in ("val", "test") if s not in splits]
+    if "train" not in splits:
+        raise DatasetError(f"{where}: no clip is in the train split; {remedy}")
+    if missing:
+        keys = {i: (clients[i] or paths[i]) if has_clients else paths[i] for i, s in enumerate(splits) if s == "train"}
+        of_key = held_out_splits(list(set(keys.values())), "clients" if has_clients else "clips", where, remedy)
+        for i, key in keys.items():
+            if of_key[key] in missing:  # a split the data has keeps its clips; only the missing ones are drawn
+                splits[i] = of_key[key]
+        drawn = " / ".join(f"{HELD_OUT:.0%} {'validation' if m == 'val' else m}" for m in missing)
+        notes.append(f"seeded {drawn} split drawn {'client-disjoint' if has_clients else 'over clips'} ({why_no_split})")
+    if not has_clients:
+        clients = dealt_clients(splits, cfg.num_clients)
+        if cfg.partition in (None, "natural"):
+            notes.append(f"training clips dealt at random over data.num_clients={cfg.num_clients} clients (no client column)")
+    else:
+        orphans = [i for i, (c, s) in enumerate(zip(clients, splits)) if not c and s == "train"]
+        if orphans:
+            owners = sorted({c for c, s in zip(clients, splits) if c and s == "train"})
+            for i, k in zip(orphans, numpy_rng(0, "orphan-clients").integers(len(owners), size=len(orphans))):
+                clients[i] = owners[k]
+            notes.append(f"{len(orphans)} training clip(s) without a client given to seeded training clients")
+    index = {label: k for k, label in enumerate(classes)}
+    clips = [Clip(path, index[label], client, split)
+             for path, (_, label, _, _), client, split in zip(paths, rows, clients, splits)]
+    return Manifest(name, root, list(classes), clips), notes
 
 
 # --------------------------------------------------------------------------- generators

@@ -11,6 +11,7 @@ from typing import Callable
 from fedac.config import Config, DataConfig
 from fedac.data.manifest import Manifest
 from fedac.errors import ConfigError
+from fedac.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,8 @@ def _resolve(target: str) -> Callable:
     return getattr(importlib.import_module(module), name)
 
 
-DATASETS: dict[str, DatasetSpec] = {
+#: The dataset registry (fedac/registry.py): built-ins here, plug-ins from the `fedac.datasets` entry points.
+DATASETS = Registry("dataset", {
     "speech_commands": DatasetSpec(
         "fedac.data.gsc:load_manifest",
         "fedac.data.synth.speech_commands:generate",
@@ -100,13 +102,18 @@ DATASETS: dict[str, DatasetSpec] = {
         "natural",
         "your own clips: data.root=DIR with DIR/<label>/*.wav or DIR/metadata.csv (file,label[,client][,split])",
     ),
-}
+    # natural: the speaker column (data.speaker_column), or (without one) training clips dealt IID like audiofolder's
+    "hf": DatasetSpec(
+        "fedac.data.hf:load_manifest",
+        None,
+        "natural",
+        "a Hugging Face datasets folder: data.root=DIR from save_to_disk or parquet files (needs fedac[hf])",
+    ),
+})
 
 
 def dataset_spec(name: str) -> DatasetSpec:
-    if name not in DATASETS:
-        raise ConfigError(f"unknown dataset '{name}'. Known datasets: {', '.join(sorted(DATASETS))}")
-    return DATASETS[name]
+    return DATASETS[name]  # a ConfigError naming the registered datasets when `name` is none of them
 
 
 def synthetic_root(cfg: Config) -> Path:

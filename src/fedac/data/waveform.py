@@ -49,11 +49,11 @@ class Padded:
 
     def split(self, size: int) -> Iterator["Padded"]:
         for start in range(0, len(self), size):
-            yield self[torch.arange(start, min(start + size, len(self)))]
+            yield self[torch.arange(start, min(start + size, len(self)), device=self.lengths.device)]
 
     def mask(self) -> torch.Tensor:
         """(N, T) True on valid positions."""
-        return torch.arange(self.values.shape[1]) < self.lengths[:, None]
+        return torch.arange(self.values.shape[1], device=self.lengths.device) < self.lengths[:, None]
 
     def rows(self) -> list[torch.Tensor]:
         return [self.values[i, : int(n)] for i, n in enumerate(self.lengths)]

@@ -57,12 +57,14 @@ def _rows_by_clip(feats: FeatureSet, num_clips: int) -> list[torch.Tensor]:
 
 def _gather(x: torch.Tensor, rows_of: list[torch.Tensor], clips: list[int], labels: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Windows of `clips` with their label and their position in `clips`."""
+    device = x.device  # the windows' device (the host while data is built; the stream runner's device)
     if not clips:
-        return x.new_zeros((0, *x.shape[1:])), torch.zeros(0, dtype=torch.long), torch.zeros(0, dtype=torch.long)
+        return x.new_zeros((0, *x.shape[1:])), torch.zeros(0, dtype=torch.long, device=device), \
+            torch.zeros(0, dtype=torch.long, device=device)
     rows = [rows_of[c] for c in clips]
-    position = torch.cat([torch.full((len(r),), i, dtype=torch.long) for i, r in enumerate(rows)])
-    window_labels = torch.tensor(labels, dtype=torch.long)[position]
-    return x[torch.cat(rows)], window_labels, position
+    position = torch.cat([torch.full((len(r),), i, dtype=torch.long, device=device) for i, r in enumerate(rows)])
+    window_labels = torch.tensor(labels, dtype=torch.long, device=device)[position]
+    return x[torch.cat(rows).to(device)], window_labels, position
 
 
 def _eval_split(x, rows_of, manifest: Manifest, split: str) -> EvalSplit:
@@ -82,7 +84,7 @@ def _client_data(x: torch.Tensor, rows_of: list[torch.Tensor], split: ClientSpli
 
 def default_partition(cfg: Config) -> str:
     """The partition when data.partition is unset: pooled for centralised algorithms, else the dataset's."""
-    return "pooled" if getattr(algorithm_class(cfg.algorithm), "centralised", False) else dataset_spec(cfg.dataset).default_partition
+    return "pooled" if algorithm_class(cfg.algorithm).centralised else dataset_spec(cfg.dataset).default_partition
 
 
 def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
@@ -106,7 +108,7 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     task = Task(int(x.shape[1]), manifest.num_classes, [c.name for c in clients],
                 [torch.bincount(c.y, minlength=manifest.num_classes).tolist() for c in clients])
     if cfg.features.augment:
-        if not getattr(algorithm_class(cfg.algorithm), "augmentable", True):
+        if not algorithm_class(cfg.algorithm).augmentable:
             raise ConfigError(f"features.augment draws new windows for every training batch, which algorithm "
                               f"{cfg.algorithm} does not train on; set features.augment=false")
         clients = [_augmented(c, split, manifest, cfg) for c, split in zip(clients, splits)]

@@ -33,6 +33,7 @@ from fedac.metrics import mean_std
 from fedac.privacy import Privacy
 from fedac.report import log_pruning, truncate_pruning_log, write_history, write_results
 from fedac.seeding import numpy_rng
+from fedac.training.device import autocast, configure_precision, device_name, place, resolve_device, to_device
 from fedac.training.evaluate import evaluate, kws_rates, selection_score, window_accuracy
 
 log = logging.getLogger(__name__)
@@ -86,6 +87,8 @@ class Simulator:
         self.progress = progress
         configure_process(cfg.train)
         check_execution(cfg.train.execution)
+        self.device = resolve_device(cfg.train.device)  # before the data is built: a missing GPU fails at once
+        configure_precision(cfg.train.precision, self.device)
         self.data = data or build_federated_data(cfg, progress)
         record_bad_files(self.run_dir, self.data)  # data.on_bad_file=skip: the files left out
         self.algorithm: Algorithm = build_algorithm(cfg, self.data.task)
@@ -96,9 +99,13 @@ class Simulator:
         self.attack = Attack(cfg, [c.name for c in self.data.clients])
         self.data = self.attack.poison_data(self.data)
         self.attack.prepare_success_rate(self.data)
+        # Built on the host, then resident on the run's device for every round (training/device.py).
+        self.data = place(self.data, self.device)
+        self.attack.backdoor_test = to_device(self.attack.backdoor_test, self.device)
         # the clients of every round (the size depends on the fraction and the client count only)
         self.cohort_size = len(sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, 1)) if self.trainable else 0
-        self.privacy = Privacy(cfg, len(self.trainable), self.cohort_size)  # (a device-mode server holds no clients)
+        self.privacy = Privacy(cfg, len(self.trainable), self.cohort_size,  # (a device-mode server holds no clients)
+                               type(self.algorithm).dp_compatible)
 
     # --- state ---------------------------------------------------------------------------------
     def _fresh_state(self) -> dict[str, Any]:
@@ -118,7 +125,8 @@ class Simulator:
         names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
         datas = [self.data.client(name) for name in names]
         states = [self._client_state(state, name) for name in names]
-        results = run_clients(self.algorithm, payload, states, datas, round_idx, cfg.seed)
+        with autocast(cfg.train.precision, self.device):  # the clients' steps only: the server means stay fp32/fp64
+            results = run_clients(self.algorithm, payload, states, datas, round_idx, cfg.seed)
         for name, data, result in zip(names, datas, results):
             if not all_finite(result.upload) or not all_finite(result.state):
                 log.warning("round %d: client %s returned NaN/Inf parameters; its update is discarded", round_idx, name)
@@ -201,7 +209,9 @@ class Simulator:
         with a checkpoint, raising RunInterrupted (engine/rounds.py).
         """
         cfg = self.cfg
-        state = open_run(self.run_dir, cfg, resume, self._fresh_state)
+        state = to_device(open_run(self.run_dir, cfg, resume, self._fresh_state), self.device)
+        if self.progress:
+            log.info("%s on %s (train.device=%s)", cfg.algorithm, device_name(self.device), cfg.train.device)
         if resume:
             truncate_pruning_log(self.run_dir, state["round"])
         # Rounds this process trains, reported so a resumed run shows where it started (tests/test_resume.py).
@@ -215,7 +225,8 @@ class Simulator:
                 with loop.round(round_idx, self.cohort_size):  # (a second signal abandons the round in here)
                     row = {"round": float(round_idx), **self.run_round(state, round_idx)}
                     if evaluated:
-                        self._evaluate_round(state, round_idx, row)
+                        with autocast(cfg.train.precision, self.device):
+                            self._evaluate_round(state, round_idx, row)
                 self.rounds_trained += 1
                 if evaluated:
                     row["wall_seconds"] = time.perf_counter() - started
@@ -225,15 +236,17 @@ class Simulator:
                     loop.bar.set_postfix(shown)
                 state["round"] = round_idx
                 state["wall_seconds"] = time.perf_counter() - started
-                loop.end_round(round_idx, lambda: save_checkpoint(self.run_dir, state),
+                loop.end_round(round_idx, lambda: save_checkpoint(self.run_dir, to_device(state, "cpu")),
                                boundary=round_idx % cfg.train.checkpoint_every == 0 or round_idx == rounds)
                 if stop_after is not None and round_idx >= stop_after:
                     return None
             loop.finishing()
             self.state = state
-            results = self.final_results(state)
+            with autocast(cfg.train.precision, self.device):
+                results = self.final_results(state)
         results["wall_seconds"] = time.perf_counter() - started
         results["resumed_from"], results["rounds_trained"] = self.resumed_from, self.rounds_trained
+        results["device"] = device_name(self.device)
         write_results(self.run_dir, results, cfg)
         return results
 

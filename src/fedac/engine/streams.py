@@ -43,6 +43,7 @@ from fedac.errors import ConfigError
 from fedac.metrics import classification_metrics
 from fedac.report import format_table, write_history, write_results
 from fedac.training.cohort import cohort_workers
+from fedac.training.device import configure_precision, device_name, resolve_device, to_device
 from fedac.training.step import train_client
 
 log = logging.getLogger(__name__)
@@ -74,9 +75,11 @@ class StreamRunner:
                                   f"on D0, not weights; zeroshot.scenario fixes the users and their models): leave it at {default}")
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         configure_process(cfg.train)
+        self.device = resolve_device(cfg.train.device)
+        configure_precision(cfg.train.precision, self.device)
         manifest = load_manifest(cfg, progress)
         feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
-        self.x = normalize(feats.features)
+        self.x = normalize(feats.features).to(self.device)  # every user's windows resident on the run's device
         self.rows_of = _rows_by_clip(feats, len(manifest.clips))
         self.stream = stream = build_stream(cfg, manifest)
         self.scenario = stream.scenario
@@ -84,7 +87,7 @@ class StreamRunner:
         self.splits = {}
         for name, clips in (("val", stream.val), ("test", stream.test)):
             wx, _, position = _gather(self.x, self.rows_of, clips, [0] * len(clips))
-            self.splits[name] = (wx, position, torch.tensor([stream.task_label[c] for c in clips]))
+            self.splits[name] = (wx, position, torch.tensor([stream.task_label[c] for c in clips], device=wx.device))
         task = Task(int(self.x.shape[1]), self.scenario.num_old, list(self.scenario.users))
         self.algorithm: ZeroShotFL = build_algorithm(cfg, task)
         self.algorithm.workers = cohort_workers(cfg.train)  # one report's impressions per free core
@@ -97,7 +100,7 @@ class StreamRunner:
         names = {}
         if self.cfg.zeroshot.identity == "reported":  # the user knows what it recorded; anonymous mode hides it
             names = {i: self.scenario.classes[self.stream.truth[(user, i)]] for i in set(ids) if i >= NEW_ID}
-        return StreamClientData(user, x, y, empty, torch.zeros(0, dtype=torch.long),
+        return StreamClientData(user, x, y, empty, y.new_zeros(0),
                                 self.scenario.architecture(user, round_idx), names)
 
     # --- truth-side helpers (metrics only) -------------------------------------------------------
@@ -121,10 +124,10 @@ class StreamRunner:
         start = 0 if split == "val" else E_val
         wx, position, labels = self.splits[split]
         table = server["scores"][start: start + len(wx)]
-        clip_scores = torch.zeros(len(labels), table.shape[1]).index_add_(0, position, table)
+        clip_scores = table.new_zeros(len(labels), table.shape[1]).index_add_(0, position, table).cpu()
         mapping = self.label_truth(server["registry"])
         predicted = np.array([mapping.get(int(p), -1) for p in clip_scores.argmax(1)])
-        truth = labels.numpy()
+        truth = labels.cpu().numpy()
         out = classification_metrics(truth, predicted)
         old = truth < self.scenario.num_old
         out["accuracy_old"] = float((predicted[old] == truth[old]).mean()) if old.any() else float("nan")
@@ -196,8 +199,8 @@ class StreamRunner:
         """All rounds of the scenario (from the checkpoint when resume); None when stopped by stop_after.
         SIGINT / SIGTERM end it at a round boundary, raising RunInterrupted (engine/rounds.py)."""
         cfg = self.cfg
-        state = open_run(self.run_dir, cfg, resume, lambda: {"round": 0, "server": self.algorithm.init_server(),
-                                                             "history": [], "wall_seconds": 0.0})
+        state = to_device(open_run(self.run_dir, cfg, resume, lambda: {"round": 0, "server": self.algorithm.init_server(),
+                                                             "history": [], "wall_seconds": 0.0}), self.device)
         resumed_from = state["round"]
         started = time.perf_counter() - state["wall_seconds"]
         rounds = self.scenario.rounds
@@ -212,13 +215,14 @@ class StreamRunner:
                 write_history(self.run_dir, state["history"])
                 state["round"], state["wall_seconds"] = round_idx, time.perf_counter() - started
                 loop.bar.set_postfix({k: f"{row[k]:.3f}" for k in ("local_acc", "global_acc", "test_accuracy")})
-                loop.end_round(round_idx, lambda: save_checkpoint(self.run_dir, state), boundary=True)
+                loop.end_round(round_idx, lambda: save_checkpoint(self.run_dir, to_device(state, "cpu")), boundary=True)
                 if stop_after is not None and round_idx >= stop_after:
                     return None
             loop.finishing()
             results = self.final_results(state)
         results["wall_seconds"] = time.perf_counter() - started
         results["resumed_from"], results["rounds_trained"] = resumed_from, rounds - resumed_from
+        results["device"] = device_name(self.device)
         write_results(self.run_dir, results, cfg)
         return results
 

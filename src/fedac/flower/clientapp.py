@@ -41,6 +41,7 @@ from fedac.flower.devices import device_client, run_classes
 from fedac.flower.secagg import secagg_mod
 from fedac.flower.settings import NodeSettings, apply_node_settings, fedac_config, node_settings
 from fedac.flower.strategy import ARRAYS, CLIENT_INFO, CONFIG, EVAL, METRICS, REJECTED_UPDATE
+from fedac.training.device import place, to_device
 from fedac.training.evaluate import evaluate as evaluate_split
 from fedac.training.evaluate import window_accuracy
 from fedac.training.step import train_client
@@ -102,7 +103,8 @@ def run_data(context: Context, node: NodeSettings) -> RunData:
         configure_process(cfg.train)
         data = build_federated_data(cfg, progress=False)
         data = Attack(cfg, [c.name for c in data.clients]).poison_data(data)  # a malicious node's poisoned data
-        _RUNS[key] = RunData(cfg, data, build_algorithm(cfg, data.task))
+        algorithm = build_algorithm(cfg, data.task)
+        _RUNS[key] = RunData(cfg, place(data, algorithm.device), algorithm)
     return _RUNS[key]
 
 
@@ -115,7 +117,8 @@ def node_client(context: Context, content: RecordDict | None = None) -> NodeClie
     if node.data_mode == "device":
         own = device_client(context, node, run_classes(content if content is not None else RecordDict()))
         pid = -1 if node.partition_id is None else node.partition_id
-        _CLIENTS[key] = NodeClient(own.cfg, own.data, own.algorithm, own.client, pid, own.info)
+        data = place(own.data, own.algorithm.device)  # its one client, val and test on the node's device
+        _CLIENTS[key] = NodeClient(own.cfg, data, own.algorithm, data.clients[0], pid, own.info)
         return _CLIENTS[key]
     run = run_data(context, node)
     count = len(run.data.clients)
@@ -138,7 +141,7 @@ def load_state(context: Context, node: NodeClient) -> tuple[Any, int]:
         if str(info["client"]) != node.client.name:
             raise ConfigError(f"this node's stored state belongs to client {info['client']}, not {node.client.name}: "
                               "was the node's partition-id changed during the run?")
-        return transport.get(context.state, STATE), int(info["round"])
+        return to_device(transport.get(context.state, STATE), node.algorithm.device), int(info["round"])
     return node.algorithm.init_client_state(node.client.name), 0
 
 
@@ -169,7 +172,7 @@ def train(msg: Message, context: Context) -> Message:
     if node.client.num_samples == 0:  # as in the simulator, a client without training data never trains
         return Message(RecordDict({METRICS: _metric_record({"num-examples": 0}), CLIENT_INFO: _client_info(node)}),
                        reply_to=msg)
-    payload = transport.get(msg.content, ARRAYS)
+    payload = to_device(transport.get(msg.content, ARRAYS), node.algorithm.device)
     state, state_round = load_state(context, node)
     state_digest = transport.digest(state) if state is not None else ""
     result = train_client(node.algorithm, payload, state, node.client, round_idx, node.cfg.seed)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from fedac.config import Config, load_config
+from fedac.config import DEVICE_SYNTAX, Config, load_config
 from fedac.errors import ConfigError
 
 #: run-config key -> fedac setting.
@@ -128,6 +128,9 @@ class NodeSettings:
     """device mode: the client's name (default: the split-devices folder's, else node<node id>)."""
     test_root: str | None = None
     """device mode: a copy of the dataset whose test split the node's own model is scored on at the end."""
+    device: str | None = None
+    """node-config `device` (cpu, cuda, cuda:N): where this node trains, in place of the run's train.device
+    (one SuperNode per GPU: `device="cuda:1"`; docs/flower.md)."""
 
 
 def node_settings(node_config: Mapping[str, Any]) -> NodeSettings:
@@ -147,7 +150,7 @@ def node_settings(node_config: Mapping[str, Any]) -> NodeSettings:
         raise ConfigError(f"node-config partition-id / num-partitions must be integers, got {dict(node_config)}") from None
     root = str(node_config.get("data-root", "") or "").strip() or None
     cache = str(node_config.get("cache-dir", "") or "").strip() or None
-    return NodeSettings(partition_id, num_partitions, root, cache)
+    return NodeSettings(partition_id, num_partitions, root, cache, device=_device(node_config))
 
 
 def _node_choice(node_config: Mapping[str, Any], key: str, options: tuple[str, ...]) -> str:
@@ -174,7 +177,15 @@ def _device_node_settings(node_config: Mapping[str, Any]) -> NodeSettings:
         raise ConfigError(f"node-config partition-id must be an integer, got {node_config.get('partition-id')!r}") from None
     return NodeSettings(partition_id, None, root, _text(node_config, "cache-dir"), "device",
                         _node_choice(node_config, "data-layout", ("auto", "csv", "folders", "official")),
-                        _text(node_config, "labels-csv"), _text(node_config, "client"), _text(node_config, "test-root"))
+                        _text(node_config, "labels-csv"), _text(node_config, "client"), _text(node_config, "test-root"),
+                        _device(node_config))
+
+
+def _device(node_config: Mapping[str, Any]) -> str | None:
+    device = _text(node_config, "device")
+    if device is not None and not DEVICE_SYNTAX.match(device):
+        raise ConfigError(f"node-config device must be auto, cpu, cuda or cuda:N, got {device!r}")
+    return device
 
 
 def apply_node_settings(cfg: Config, node: NodeSettings) -> Config:
@@ -184,6 +195,8 @@ def apply_node_settings(cfg: Config, node: NodeSettings) -> Config:
         cfg.data.root = node.data_root
     if node.cache_dir is not None:
         cfg.data.cache_dir = node.cache_dir
+    if node.device is not None:
+        cfg.train.device = node.device
     return cfg
 
 

@@ -8,6 +8,11 @@ whichever one PATH finds first: two ninjas read each other's build logs as "comm
 rebuilt the same checkout back and forth (about two minutes each way). Where it cannot be built (no compiler, a CPU without AVX2), the pure-torch GRU of
 models/stacked.py runs instead, with the same results, and a warning says so. `train.gru_kernel`
 chooses: auto (fused when it builds), fused (fail if it does not), torch (never build or use it).
+
+Belongs here: compiled kernels and their build, in the models layer (models/stacked.py calls them,
+engine/runtime.py chooses the mode). Must not be here: a model, a training step or anything that
+changes results (each kernel has a pure-torch reference that gives the same numbers), and no import of
+fedac.training or any layer above.
 """
 
 from __future__ import annotations

@@ -1,4 +1,15 @@
-"""Model families, one file each; `build_model` is the single way algorithms create models."""
+"""Model families, one file each; `build_model` is the single way algorithms create models.
+
+`MODELS` is the model registry (fedac/registry.py): each name -> a builder ("module:function", imported
+when the model is built) and a one-line description (`fedac list`); plug-ins add models through the
+`fedac.models` entry-point group (docs/extending.md).
+
+Belongs here: a network family in its own file with its builder and registry entries below, the stacked
+forms of the CRNNs for cohort training, the SSL encoders with their heads, and the shipped pretrained
+encoder (pretrained/, package data). Must not be here: training loops, a method's losses or federated
+logic (training/, algorithms/), and no import of fedac.training, algorithms, engine or flower; never a
+download (the SSL encoders load local checkpoints only).
+"""
 
 from __future__ import annotations
 
@@ -9,12 +20,48 @@ from fedac.models.crnn import CRNN, CRNN_SPECS
 from fedac.models.kws import KWS_MODELS
 from fedac.models.kws_cnn import KWS_CNN_SPECS, KWSCNN
 from fedac.models.ssl import SIZES as SSL_SIZES, build_ssl_model  # transformers loads only when one is built
+from fedac.registry import Entry, Registry
 
 MODEL_NAMES = tuple(CRNN_SPECS)
 SSL_NAMES = tuple(SSL_SIZES)
-#: Every model `build_model` knows; MODEL_NAMES is the CRNN zoo (the stacked cohort path's models),
-#: then FedKWS-UI's networks, the zero-shot paper's small CNNs and the SSL encoders.
+#: Every built-in model; MODEL_NAMES is the CRNN zoo (the stacked cohort path's models), then FedKWS-UI's
+#: networks, the zero-shot paper's small CNNs and the SSL encoders. `MODELS` adds the plug-ins.
 ALL_MODELS = MODEL_NAMES + tuple(KWS_MODELS) + tuple(KWS_CNN_SPECS) + SSL_NAMES
+
+
+def build_crnn(name: str, num_features: int, num_classes: int, dropout: float, **_) -> nn.Module:
+    return CRNN(CRNN_SPECS[name], num_features, num_classes, dropout)
+
+
+def build_kws(name: str, num_features: int, num_classes: int, **_) -> nn.Module:
+    return KWS_MODELS[name](num_features, num_classes)  # FedKWS-UI's networks use no dropout (models/kws.py)
+
+
+def build_kws_cnn(name: str, num_features: int, num_classes: int, **_) -> nn.Module:
+    return KWSCNN(KWS_CNN_SPECS[name], num_features, num_classes)  # the zero-shot paper lists no dropout
+
+
+def build_ssl(name: str, num_classes: int, dropout: float, kind: str, options=None, **_) -> nn.Module:
+    o = options
+    return build_ssl_model(name, kind, num_classes, o and o.encoder_path, o.freeze_cnn if o else True,
+                           o.encoder_depth if o else 0, o.ctc_hidden if o else 0, dropout, bool(o and o.head_norm))
+
+
+def _crnn_line(name: str) -> str:
+    spec = CRNN_SPECS[name]
+    return (f"CRNN-{name.split('_')[1].title()} (FedMLAC Table 3): conv {'-'.join(map(str, spec.conv_channels))}, "
+            f"{'Bi' if spec.bidirectional else ''}GRU {spec.hidden}")
+
+
+MODELS = Registry("model", {
+    **{name: Entry("fedac.models:build_crnn", _crnn_line(name)) for name in CRNN_SPECS},
+    **{name: Entry("fedac.models:build_kws", f"FedKWS-UI's {cls.__name__} keyword spotter (models/kws.py)")
+       for name, cls in KWS_MODELS.items()},
+    **{name: Entry("fedac.models:build_kws_cnn", f"zero-shot paper's small {spec.kind.upper()}: channels "
+                   f"{'-'.join(map(str, spec.channels))}, {spec.activation}") for name, spec in KWS_CNN_SPECS.items()},
+    **{name: Entry("fedac.models:build_ssl", f"wav2vec 2.0 / HuBERT encoder, {size.hidden} wide, {size.layers} "
+                   "layers (waveform input; local checkpoints only)") for name, size in SSL_SIZES.items()},
+})
 
 
 def build_model(name: str, num_features: int, num_classes: int, dropout: float = 0.1,
@@ -23,17 +70,10 @@ def build_model(name: str, num_features: int, num_classes: int, dropout: float =
     head_norm."""
     if options is not None and options.head_norm and name not in SSL_NAMES:
         raise ConfigError(f"model.head_norm applies to the SSL models' pooled heads, not to {name}")
-    if name in CRNN_SPECS:
-        return CRNN(CRNN_SPECS[name], num_features, num_classes, dropout)
-    if name in KWS_MODELS:  # FedKWS-UI's networks use no dropout (models/kws.py)
-        return KWS_MODELS[name](num_features, num_classes)
-    if name in KWS_CNN_SPECS:  # the zero-shot paper's small CNNs (no dropout listed)
-        return KWSCNN(KWS_CNN_SPECS[name], num_features, num_classes)
-    if name in SSL_NAMES:
-        o = options
-        return build_ssl_model(name, kind, num_classes, o and o.encoder_path, o.freeze_cnn if o else True,
-                               o.encoder_depth if o else 0, o.ctc_hidden if o else 0, dropout, bool(o and o.head_norm))
-    raise ConfigError(f"unknown model '{name}'. Known models: {', '.join(ALL_MODELS)} (see `fedac models`)")
+    if name not in MODELS:
+        raise ConfigError(f"unknown model '{name}'. Registered models: {', '.join(MODELS)} (see `fedac list`)")
+    return MODELS.load(name)(name=name, num_features=num_features, num_classes=num_classes, dropout=dropout,
+                             kind=kind, options=options)
 
 
 def count_parameters(model: nn.Module) -> int:

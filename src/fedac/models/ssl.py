@@ -270,7 +270,7 @@ class SSLModel(nn.Module):
             lengths = frame_lengths(self.config, x.lengths)
         else:  # cached CNN frames (N, T, C)
             feats, lengths = x.values.float(), x.lengths
-        mask = torch.arange(feats.shape[1]) < lengths[:, None]
+        mask = torch.arange(feats.shape[1], device=feats.device) < lengths[:, None]
         hidden = self.projection(feats)
         hidden = hidden[0] if isinstance(hidden, tuple) else hidden  # wav2vec2 also returns the normed input
         return hidden, mask

@@ -100,9 +100,10 @@ def _recurrence_backward(grad_out, out, gates, news, w_hh, reverse: bool):
     return grad_gates, grad_n
 
 
-def _recurrence():
-    """(forward, backward) of the recurrence: the compiled kernel when in use (fedac/kernels), else torch's."""
-    fused = fused_gru()
+def _recurrence(device: torch.device):
+    """(forward, backward) of the recurrence: the compiled kernel when in use (fedac/kernels; a CPU kernel),
+    else torch's, which is also what runs on a GPU (the reference recurrence, device-agnostic)."""
+    fused = fused_gru() if device.type == "cpu" else None
     if fused is None:
         return _recurrence_forward, _recurrence_backward
     return fused.forward, fused.backward
@@ -129,7 +130,7 @@ class _GRULayer(torch.autograd.Function):
         k, rows, _ = frames.shape
         b, hidden = rows // t_len, w_hh.shape[2]
         gi = torch.baddbmm(b_ih.unsqueeze(1), frames, w_ih.transpose(1, 2)).view(k, t_len, b, 3 * hidden)
-        forward, ctx.recur_backward = _recurrence()
+        forward, ctx.recur_backward = _recurrence(frames.device)
         out, gates, news = forward(gi, w_hh.transpose(1, 2).contiguous(), b_hh.contiguous(), reverse)
         ctx.save_for_backward(frames, w_ih, w_hh, out, gates, news)
         ctx.reverse = reverse
@@ -247,6 +248,12 @@ class StackedCRNN:
         self.kernel = kernel
 
     def __call__(self, params: Params, x: torch.Tensor, masks: MaskFn | None = None) -> torch.Tensor:
+        # fp32 whatever train.precision says: the hand-written backward passes below (and the fused GRU
+        # kernel) are written for fp32 tensors, so autocast is switched off for the stacked model.
+        with torch.autocast(x.device.type, enabled=False):
+            return self._forward(params, x.float(), masks)
+
+    def _forward(self, params: Params, x: torch.Tensor, masks: MaskFn | None) -> torch.Tensor:
         k = x.shape[0]
         h = x  # (K, B, features, frames); activations are channels-last (K, B, T, C) from the first conv on
         for layer, _ in enumerate(self.spec.conv_channels):

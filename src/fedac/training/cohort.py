@@ -85,6 +85,7 @@ class CohortChunk:
         self.datas = datas
         self.x = torch.cat([d.x for d in datas]) if len(datas) > 1 else datas[0].x
         self.y = torch.cat([d.y for d in datas]) if len(datas) > 1 else datas[0].y
+        device = self.x.device
         offsets = [0]
         for d in datas[:-1]:
             offsets.append(offsets[-1] + d.num_samples)
@@ -97,14 +98,18 @@ class CohortChunk:
             rows = [batches[k][s] + offsets[k] for k in range(active)]
             sizes = [len(r) for r in rows]
             width = max(sizes)
-            index = torch.empty(active, width, dtype=torch.long)
-            weight = torch.zeros(active, width)
+            # planned on the host (the batch order comes from CPU generators), then moved to the data
+            index = torch.empty(active, width, dtype=torch.long, device="cpu")
+            weight = torch.zeros(active, width, device="cpu")
             for k, r in enumerate(rows):
                 index[k, :len(r)] = r
                 index[k, len(r):] = offsets[k]
                 weight[k, :len(r)] = 1.0 / len(r)
-            self.steps.append(Step(active, width, sizes, index, weight))
-        self.dropout_generators = [torch_generator(seed, "dropout", round_idx, d.name) for d in datas]
+            self.steps.append(Step(active, width, sizes, index.to(device, non_blocking=True),
+                                   weight.to(device, non_blocking=True)))
+        # Masks are drawn where the activations are: on a GPU from a GPU generator with the same seed
+        # (a stream of its own, so a GPU run's dropout masks differ from the CPU's).
+        self.dropout_generators = [torch_generator(seed, "dropout", round_idx, d.name, device=device) for d in datas]
 
     def __len__(self) -> int:
         return len(self.datas)
@@ -122,8 +127,8 @@ class CohortChunk:
             if p == 0:
                 return None  # F.dropout returns its input untouched and draws nothing
             if p == 1:
-                return torch.zeros(step.active, step.width, *shape)  # nor here
-            buf = torch.ones(step.active, step.width, *shape)
+                return step.weight.new_zeros(step.active, step.width, *shape)  # nor here
+            buf = step.weight.new_ones(step.active, step.width, *shape)
             for k, size in enumerate(step.sizes):
                 # buf[k, :size] is contiguous, so this fills it exactly as nn.Dropout fills a fresh tensor
                 buf[k, :size].bernoulli_(1 - p, generator=self.dropout_generators[k])
@@ -229,7 +234,10 @@ class StackedSGD:
 
 
 def grads_of(loss: torch.Tensor, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
-    values = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+    # Backward outside autocast (train.precision), as torch recommends: each op's backward follows its
+    # forward's dtype, and the stacked models' hand-written backward passes are fp32.
+    with torch.autocast(loss.device.type, enabled=False):
+        values = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
     return dict(zip(params, values))
 
 

@@ -19,13 +19,14 @@ KWS_NEGATIVES = ("_silence_", "_unknown_")
 def logits(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
     model.eval()
     if len(x) == 0:
-        return torch.zeros(0)
+        return torch.zeros(0, device=next(model.parameters()).device)
     return torch.cat([model(chunk) for chunk in x.split(batch_size)])
 
 
 def clip_argmax(split: EvalSplit, out: torch.Tensor) -> torch.Tensor:
     """Predicted class per clip: the argmax of the mean logits `out` over the clip's windows."""
-    summed = torch.zeros(split.num_clips, out.shape[1]).index_add_(0, split.clip, out)
+    out = out.float()  # (bf16 / fp16 logits under train.precision: averaged in fp32)
+    summed = out.new_zeros(split.num_clips, out.shape[1]).index_add_(0, split.clip, out)
     counts = torch.bincount(split.clip, minlength=split.num_clips).clamp(min=1).unsqueeze(1)
     return (summed / counts).argmax(dim=1)
 
@@ -49,8 +50,9 @@ def split_metrics(split: EvalSplit, outputs: list) -> dict[str, float]:
     if split.kind == "verification":  # trials scored by the cosine of the two clips' embeddings
         emb = nn.functional.normalize(torch.cat(outputs), dim=1)
         a, b, target = split.trials.unbind(1)
-        return {"eer": equal_error_rate((emb[a] * emb[b]).sum(1).numpy(), target.numpy())}
-    return classification_metrics(split.labels.numpy(), clip_argmax(split, torch.cat(outputs)).numpy())
+        return {"eer": equal_error_rate((emb[a] * emb[b]).sum(1).cpu().numpy(), target.cpu().numpy())}
+    # metrics are computed on the host, once per split (one transfer, not one per batch)
+    return classification_metrics(split.labels.cpu().numpy(), clip_argmax(split, torch.cat(outputs)).cpu().numpy())
 
 
 @torch.no_grad()
@@ -90,4 +92,5 @@ def kws_rates(model: nn.Module, split: EvalSplit, classes: list[str], batch_size
     negatives = [i for i, name in enumerate(classes) if name in KWS_NEGATIVES]
     if not negatives:
         return {}
-    return false_accept_reject(split.labels.numpy(), clip_predictions(model, split, batch_size).numpy(), negatives)
+    return false_accept_reject(split.labels.cpu().numpy(), clip_predictions(model, split, batch_size).cpu().numpy(),
+                               negatives)

@@ -14,7 +14,7 @@ from fedac.errors import ConfigError
 def batch_indices(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
     """Shuffled mini-batches for `epochs` passes; the last partial batch of an epoch is kept."""
     for _ in range(epochs):
-        order = torch.randperm(num_samples, generator=generator)
+        order = torch.randperm(num_samples, generator=generator, device="cpu")  # the CPU stream fixes the order
         yield from order.split(batch_size)
 
 
@@ -22,7 +22,7 @@ def cycling_batches(num_samples: int, batch_size: int, steps: int, generator: to
     """Exactly `steps` mini-batches of a loader that is reshuffled whenever it runs out (partial last
     batch kept), as step-based local training (FedKWS-UI's protocol) reads it. No data: no batches."""
     while steps > 0 and num_samples > 0:
-        for idx in torch.randperm(num_samples, generator=generator).split(batch_size)[:steps]:
+        for idx in torch.randperm(num_samples, generator=generator, device="cpu").split(batch_size)[:steps]:
             yield idx
             steps -= 1
 
@@ -64,13 +64,14 @@ def clip_gradients(model: nn.Module, cfg: TrainConfig) -> None:
         nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
 
 
-def local_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, cfg: TrainConfig) -> float:
-    """One local step of any method: backward, the optional gradient clip, the update; returns the loss."""
+def local_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
+    """One local step of any method: backward, the optional gradient clip, the update; returns the loss as
+    a float64 tensor where it was computed, so callers sum it without a host round-trip per step."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     clip_gradients(model, cfg)
     optimizer.step()
-    return float(loss.detach())
+    return loss.detach().double()
 
 
 def train_supervised(
@@ -93,4 +94,4 @@ def train_supervised(
             loss = loss + regularizer(model)
         total += local_step(model, optimizer, loss, cfg)
         steps += 1
-    return {"loss": total / max(steps, 1), "steps": float(steps)}
+    return {"loss": float(total) / max(steps, 1), "steps": float(steps)}  # read once per update

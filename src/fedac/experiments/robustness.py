@@ -1,12 +1,14 @@
-"""`fedac reproduce robustness`: attacks x malicious fractions (rows) against aggregators (columns), for
-FedAvg and FedMLAC, with the clean accuracy as the first row and the backdoor's attack success rate.
+"""Robustness (fedac's own table, docs/robustness.md) as a spec: attacks x malicious fractions (rows) against
+aggregators (columns), for FedAvg and FedMLAC, with the clean accuracy as the first row and the backdoor's
+attack success rate.
 
-Every row is a cell of `reproduce`'s protocol (24 clients of the dataset, all active, 5 local epochs,
-40 rounds) run as one `fedac compare` grid (compare.py) in its own folder, so a killed table is
-completed by running the same command again. Outputs: table.md (one table per algorithm and metric,
-mean ± std over seeds, with the command line), results.csv (one line per run), heatmap.png and
-summary.json (each cell's mean, std and seed count; per algorithm `runs`, the finished runs, and
-`run_seconds`, their summed wall time).
+Every row is a cell of the FedMLAC tables' protocol (fedmlac.PROTOCOL: 24 clients of the dataset, all
+active, 5 local epochs, 40 rounds) run as one `fedac compare` grid (compare.py) in its own folder, so a
+killed table is completed by running the same command again. Outputs: table.md (one table per algorithm
+and metric, mean ± std over seeds, with the command line), results.csv (one line per run), heatmap.png
+and summary.json (each cell's mean, std and seed count; per algorithm `runs`, the finished runs, and
+`run_seconds`, their summed wall time). The spec's layout (`LAYOUT`) builds the rows (`row_cells`) and
+writes these files (`write_outputs`); runner.py runs them.
 
 Choices:
 - Columns: mean (FedAvg's n_k-weighted mean; FedMLAC with fedmlac.lpa=false), LPA (FedAvg with
@@ -18,24 +20,23 @@ Choices:
 - The malicious clients of a seed are the same in every column (a seeded choice of the run seed).
 - The clean row sets `attack.measure_backdoor`: its success rate, the share of triggered clips that a
   model which never saw the trigger sends to the target, is the baseline of the backdoor rows' rate.
+- `--methods` chooses the algorithms (FedAvg, FedMLAC), `--attacks`, `--fractions` and `--aggregators`
+  the rest of the grid; one dataset (`--datasets NAME`, default speech_commands).
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import math
-import shlex
-import time
 from pathlib import Path
 
-from fedac.compare import Method, cell_folder, comparison_passes, run_comparison
-from fedac.attacks import ATTACKS
 from fedac.config import load_config
 from fedac.errors import ConfigError
+from fedac.experiments.compare import Method, cell_folder
+from fedac.experiments.fedmlac import DATASETS, PROTOCOL
+from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
 from fedac.metrics import mean_std
-from fedac.reproduce import DATASETS, PROTOCOL
 
 ALGORITHMS = {"FedAvg": "fedavg", "FedMLAC": "fedmlac"}
 #: column label -> (FedAvg settings, FedMLAC settings)
@@ -48,9 +49,7 @@ AGGREGATORS = {
     "Bulyan": (["aggregation.method=bulyan"],) * 2,
     "norm bounding": (["aggregation.method=norm_bound"],) * 2,
 }
-ROW_ATTACKS = [a for a in ATTACKS if a != "none"]
 FRACTIONS = (0.1, 0.2, 0.3)
-PARTIAL_WRITE_SECONDS = 30.0  # while training, table.md / results.csv / heatmap.png are rewritten this often
 METRICS = {"accuracy": "Shared model on the test split: accuracy",
            "attack_success_rate": "Backdoor attack success rate (triggered test clips of other classes sent to the target; "
                                   "on the clean row by a model that never saw the trigger)"}
@@ -80,54 +79,47 @@ def _choose(given: list | None, known, what: str) -> list:
     return chosen
 
 
-def run_robustness(seeds: list[int], out: Path, overrides: list[str], attacks: list[str] | None = None,
-                   fractions: list[float] | None = None, aggregators: list[str] | None = None,
-                   algorithms: list[str] | None = None, dataset: str = "speech_commands", rounds: int | None = None,
-                   command: str = "", progress: bool = True, finished_only: bool = False) -> dict:
-    """Run (or complete) the grid and write table.md, results.csv and heatmap.png (from the finished runs
-    alone with `finished_only`)."""
+def row_attacks() -> list[str]:
+    """Every registered attack but `none` (plug-ins included): the default rows."""
+    from fedac.attacks import ATTACKS  # lazy: start-up time (attacks import torch; the parser lists this spec)
 
-    attacks = _choose(attacks, ROW_ATTACKS, "attack(s)")
-    fractions = [float(f) for f in (fractions or FRACTIONS)]
+    return [a for a in ATTACKS if a != "none"]
+
+
+def row_cells(spec: Experiment, request: Request) -> list[Cell]:
+    """The clean row, then every attack x fraction; each row's methods are algorithms x aggregators."""
+    fractions = [float(f) for f in (request.fractions or FRACTIONS)]
     if any(not 0 < f <= 1 for f in fractions):
         raise ConfigError(f"--fractions must lie in (0, 1], got {fractions}")
-    aggregators = _choose(aggregators, list(AGGREGATORS), "aggregator(s)")
-    algorithms = _choose(algorithms, list(ALGORITHMS), "algorithm(s)")
-    if dataset not in DATASETS:
-        raise ConfigError(f"unknown dataset {dataset}; choose from {', '.join(DATASETS)}")
-    user = list(overrides) + ([f"train.rounds={rounds}"] if rounds is not None else [])
-    settings = PROTOCOL + DATASETS[dataset]
-    base = load_config(None, settings + user, dataset=dataset)
+    known_attacks = row_attacks()
+    attacks = _choose(request.attacks, known_attacks, "attack(s)")
+    aggregators = _choose(request.aggregators, list(AGGREGATORS), "aggregator(s)")
+    algorithms = _choose(request.methods, list(ALGORITHMS), "algorithm(s)")
+    datasets = request.datasets or list(spec.datasets)
+    if len(datasets) != 1:
+        raise ConfigError("reproduce robustness runs on one dataset; give --datasets NAME once")
+    dataset = datasets[0]
+    if dataset not in spec.dataset_settings:
+        raise ConfigError(f"unknown dataset {dataset}; choose from {', '.join(spec.dataset_settings)}")
+    settings = spec.protocol + spec.dataset_settings[dataset]
+    base = load_config(None, settings + request.user, dataset=dataset)
     clients = base.data.max_clients or 24
     rows = [("clean", "none", 0.0)] + [(f"{a} {int(round(100 * f))}%", a, f) for a in attacks for f in fractions]
-    started = time.perf_counter()
-    out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, dict[str, list[dict]]] = {}
-    last_written = started  # when the outputs were last written
-    for wait_for_others in comparison_passes(finished_only):
-        for label, kind, fraction in rows:
-            if progress:
-                print(f"=== robustness: {label}")
-            methods = grid_methods(algorithms, aggregators, fraction, clients)
-            # The clean row also measures the trigger's success rate: the backdoor rows' baseline.
-            attack = [f"attack.kind={kind}", f"attack.fraction={fraction}"] + \
-                (["attack.measure_backdoor=true"] if kind == "none" else [])
-            results.setdefault(label, {m.label: [] for m in methods})  # a row with no run yet shows, as pending
+    cells = []
+    for label, kind, fraction in rows:
+        # The clean row also measures the trigger's success rate: the backdoor rows' baseline.
+        attack = [f"attack.kind={kind}", f"attack.fraction={fraction}"] + \
+            (["attack.measure_backdoor=true"] if kind == "none" else [])
+        cells.append(Cell(label, dataset, request.out / cell_folder(label), base, settings + attack,
+                          grid_methods(algorithms, aggregators, fraction, clients), request.user))
+    return cells
 
-            def on_run(runs: dict[str, list[dict]], label: str = label) -> None:
-                nonlocal last_written
-                results[label] = runs
-                # Partial tables while training, at most every PARTIAL_WRITE_SECONDS: the heat-map takes
-                # about a second, and writing after each run read back made --finished-only take minutes.
-                if not finished_only and time.perf_counter() - last_written >= PARTIAL_WRITE_SECONDS:
-                    write_outputs(out, results, algorithms, aggregators, seeds, command)
-                    last_written = time.perf_counter()
 
-            run_comparison(base, methods, seeds, out / cell_folder(label),
-                           settings + attack, None, progress, last=user, on_run=on_run, finished_only=finished_only,
-                           wait_for_others=wait_for_others)
-    write_outputs(out, results, algorithms, aggregators, seeds, command)
-    return {"rows": [r[0] for r in rows], "wall_seconds": time.perf_counter() - started}
+def write_table(spec: Experiment, request: Request, cells: list[Cell], runs: dict[str, dict[str, list[dict]]]) -> None:
+    """The layout's writer: the grid's algorithms and aggregators, as the request chose them."""
+    algorithms = _choose(request.methods, list(ALGORITHMS), "algorithm(s)")
+    aggregators = _choose(request.aggregators, list(AGGREGATORS), "aggregator(s)")
+    write_outputs(request.out, runs, algorithms, aggregators, request.seeds, request.command)
 
 
 def _stats(runs: list[dict], key: str) -> tuple[float, float, int]:
@@ -227,15 +219,14 @@ def heatmap(path: Path, summary: dict) -> None:
     plt.close(fig)
 
 
-def cmd_robustness(args: argparse.Namespace) -> int:
-    out = Path(args.out or "runs/reproduce-robustness")
-    command = "fedac " + " ".join(shlex.quote(a) for a in args.argv)
-    datasets = args.datasets or ["speech_commands"]
-    if len(datasets) != 1:
-        raise ConfigError("reproduce robustness runs on one dataset; give --datasets NAME once")
-    summary = run_robustness(args.seeds, out, args.overrides, args.attacks, args.fractions, args.aggregators,
-                             args.methods, datasets[0], args.rounds, command, progress=not args.quiet,
-                             finished_only=args.finished_only)
-    print((out / "table.md").read_text())
-    print(f"{len(summary['rows'])} rows in {summary['wall_seconds']:.0f} s; table.md, results.csv, heatmap.png in {out}")
-    return 0
+#: Partial tables while training at most every 30 s: the heat-map takes about a second, and writing after
+#: each run read back made --finished-only take minutes.
+LAYOUT = Layout(cells=row_cells, write=write_table, figure="heatmap.png", partial_seconds=30.0)
+SPECS = [Experiment(
+    "robustness", "fedac (robustness.md)", "-", "Robustness: attacks x malicious fraction against aggregators",
+    Cost(round(89760 / 60), "docs/results/reproduce-robustness/summary.json run_seconds: 924 runs "
+         "(FedAvg 15,976 s, FedMLAC 73,784 s), the default grid"),
+    methods=[f"{label}={name}" for label, name in ALGORITHMS.items()], datasets=("speech_commands",),
+    dataset_settings=DATASETS, protocol=PROTOCOL, tables=dict(METRICS),
+    options=("--methods", "--finished-only", "--attacks", "--fractions", "--aggregators"), layout=LAYOUT)]
+EXPERIMENTS: dict[str, Experiment] = {spec.name: spec for spec in SPECS}

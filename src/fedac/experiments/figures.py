@@ -9,10 +9,10 @@ The figures are declared in `docs/results/figures.yaml`, one entry per quote:
       quote: "reached {} test accuracy"           # the document's words around it; {} is the value
 
 or, for a `fedac compare` table, `table: compare` with `file:` its summary.json: every row that
-`fedac.compare.markdown_table` renders from the file must appear in the document verbatim (`table:
-earlyexit` likewise for an early-exit table's summary.json, `fedac.earlyexit_tables.markdown_table`;
+`fedac.experiments.compare.markdown_table` renders from the file must appear in the document verbatim (`table:
+earlyexit` likewise for an early-exit table's summary.json, `fedac.experiments.earlyexit.markdown_table`;
 `table: robustness` for one table of `fedac reproduce robustness`'s summary.json, chosen by `algorithm:`
-and `metric:`, `accuracy` or `attack_success_rate`: the rows of `fedac.robustness.table_rows`).
+and `metric:`, `accuracy` or `attack_success_rate`: the rows of `fedac.experiments.robustness.table_rows`).
 
 A table of one figure per cell, such as a reproduction's mean ± std per method and column, is one
 `table: grid` entry rather than a quote per cell:
@@ -104,19 +104,19 @@ def grid_rows(entry: dict, root: Path) -> list[str]:
 
 def quotes_of(entry: dict, root: Path) -> list[str]:
     if entry.get("table") == "compare":
-        from fedac.compare import markdown_table  # lazy: start-up time (as the two below)
+        from fedac.experiments.compare import markdown_table  # lazy: start-up time (as the two below)
 
         summary = json.loads((root / entry["file"]).read_text())
         return markdown_table(summary["runs"]).splitlines()[2:]  # the rows, not the header
     if entry.get("table") == "earlyexit":
-        from fedac.earlyexit_tables import markdown_table as exit_table
+        from fedac.experiments.earlyexit import markdown_table as exit_table
 
         summary = json.loads((root / entry["file"]).read_text())
         return exit_table([(r["dataset"], r["metric"], r["values"]) for r in summary["rows"]])[2:]
     if entry.get("table") == "grid":
         return grid_rows(entry, root)
     if entry.get("table") == "robustness":
-        from fedac.robustness import table_rows  # lazy: start-up time (attacks import torch)
+        from fedac.experiments.robustness import table_rows  # lazy: start-up time (attacks import torch)
 
         summary = json.loads((root / entry["file"]).read_text())
         return table_rows(summary, entry["algorithm"], entry["metric"])

@@ -1,46 +1,74 @@
-"""`fedac reproduce zeroshot-table3 | zeroshot-table4`: the zero-shot paper's Tables 3 and 4 (and its
-Fig. 2 curves) on the stand-ins, one command each, mean ± std over seeds.
+"""The zero-shot paper's Tables 3 and 4 (and its Figs. 2-4; docs/zeroshot.md) as specs, on the stand-ins,
+mean ± std over seeds.
 
-Each (dataset, seed) is one streaming run (engine/streams.py) in its own run directory under the output
-folder; a finished run is read back and a killed one resumes from its checkpoint, so running the same
-command again completes a killed reproduction. Writes table.md (the paper's D0 numbers per user, and
-the honest test numbers, never mixed), results.csv, summary.json (mean and std per dataset), figure.png
-(per-round local and global D0 accuracy of every user, the paper's Fig. 2), and from each dataset's
-first run fig3.png (PCA of the impressions by cluster) and fig4.png (a class-similarity matrix).
+A cell is a dataset; each of its seeds is one streaming run (engine/streams.py) in its own run directory
+`<out>/<dataset>-s<seed>`; a finished run is read back and a killed one resumes from its checkpoint, so
+running the same command again completes a killed reproduction. Writes table.md (the paper's D0 numbers
+per user, and the honest test numbers, never mixed), results.csv, summary.json (mean and std per
+dataset), figure.png (per-round local and global D0 accuracy of every user, the paper's Fig. 2), and from
+each dataset's first run fig3.png (PCA of the impressions by cluster) and fig4.png (a class-similarity
+matrix). The scenario (`zeroshot.scenario`) is the spec's protocol; `--rounds` sets `zeroshot.rounds`.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
-import shlex
-import time
+from functools import partial
 from pathlib import Path
 
 from fedac.config import load_config
-from fedac.engine.checkpoint import CHECKPOINT
-from fedac.errors import ConfigError
+from fedac.experiments.compare import Method
+from fedac.experiments.runner import chosen_datasets
+from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
 from fedac.metrics import mean_std
 
-EXPERIMENTS = {
-    "zeroshot-table3": ("Table 3: homogeneous (3 users, 10 rounds), averages over rounds", "homogeneous"),
-    "zeroshot-table4": ("Table 4: heterogeneous (10 users, 30 rounds), last round", "heterogeneous"),
-}
+PAPER = "zero-shot KWS"
 DATASETS = ("speech_commands", "urbansound8k")
 OPTIONAL_DATASETS = ("cremad",)  # the CREMA-D variant (not in the paper): run with --datasets cremad
 HONEST = {"accuracy": "test acc. (all classes)", "macro_f1": "test macro-F1", "accuracy_old": "test acc. old",
           "accuracy_new": "test acc. new", "forgetting_old": "forgetting (old)", "ari": "ARI of reports",
           "registration_correct": "reports registered right", "labels": "labels at the end"}
+#: The one "method" of a cell: the zero-shot algorithm under the spec's scenario.
+ZEROSHOT = Method("zeroshot", "zeroshot", [])
+
+
+def dataset_cells(spec: Experiment, request: Request) -> list[Cell]:
+    """One cell per dataset; its runs are `<out>/<dataset>-s<seed>` (no cell folder)."""
+    rounds = [f"zeroshot.rounds={request.rounds}"] if request.rounds else []
+    settings = [*spec.protocol, *request.overrides, *rounds]
+    return [Cell(dataset, dataset, request.out, load_config(None, settings, algorithm="zeroshot", dataset=dataset),
+                 settings, [ZEROSHOT]) for dataset in chosen_datasets(spec, request)]
+
+
+def run_cell(cell: Cell, request: Request, on_run, wait_for_others: bool) -> None:
+    """Every seed of the cell's dataset, one streaming run each, in turn."""
+    runs: list[dict] = []
+    for seed in request.seeds:
+        cfg = load_config(None, cell.settings, algorithm="zeroshot", dataset=cell.dataset, seed=seed)
+        run_dir = cell.folder / f"{cell.dataset}-s{seed}"
+        cfg.out = str(run_dir)
+        if request.progress:
+            print(f"== {cell.dataset} seed {seed}")
+        runs.append({**run_one(cfg, run_dir, request.progress), "run_dir": str(run_dir)})
+        on_run({ZEROSHOT.label: runs})
 
 
 def run_one(cfg, run_dir: Path, progress: bool) -> dict:
-    from fedac.engine.streams import StreamRunner  # lazy: start-up time (torch)
+    from fedac.engine.checkpoint import CHECKPOINT  # lazy: start-up time (the engine imports torch)
+    from fedac.engine.streams import StreamRunner
 
     done = run_dir / "results.json"
     if done.is_file():
         return json.loads(done.read_text())
     return StreamRunner(cfg, run_dir, progress).run(resume=(run_dir / CHECKPOINT).is_file())
+
+
+def write_table(spec: Experiment, request: Request, cells: list[Cell], runs: dict[str, dict[str, list[dict]]],
+                last_round: bool) -> None:
+    """The layout's writer: each dataset's runs; `last_round` (Table 4) reports the last round alone."""
+    write(request.out, spec.title, request.command, {d: by.get(ZEROSHOT.label, []) for d, by in runs.items()},
+          request.seeds, last_round)
 
 
 def _fmt(values: list[float | None], pct: bool = True) -> str:
@@ -170,34 +198,6 @@ def plot_impressions(out: Path, runs: dict[str, list[dict]]) -> list[str]:
     return written
 
 
-def reproduce(args: argparse.Namespace) -> int:
-    title, scenario = EXPERIMENTS[args.experiment]
-    datasets = args.datasets or list(DATASETS)
-    unknown = [d for d in datasets if d not in DATASETS + OPTIONAL_DATASETS]
-    if unknown:
-        raise ConfigError(f"{args.experiment} runs on {', '.join(DATASETS + OPTIONAL_DATASETS)}, not {', '.join(unknown)}")
-    out = Path(args.out or f"runs/reproduce-{args.experiment}")
-    out.mkdir(parents=True, exist_ok=True)
-    command = "fedac " + " ".join(shlex.quote(a) for a in args.argv)
-    started = time.perf_counter()
-    runs: dict[str, list[dict]] = {d: [] for d in datasets}
-    rounds = [f"zeroshot.rounds={args.rounds}"] if args.rounds else []
-    for dataset in datasets:
-        for seed in args.seeds:
-            cfg = load_config(None, [f"zeroshot.scenario={scenario}", *args.overrides, *rounds],
-                              algorithm="zeroshot", dataset=dataset, seed=seed)
-            run_dir = out / f"{dataset}-s{seed}"
-            cfg.out = str(run_dir)
-            if args.progress:
-                print(f"== {dataset} seed {seed}")
-            runs[dataset].append({**run_one(cfg, run_dir, args.progress), "run_dir": str(run_dir)})
-            write(out, title, command, runs, args.seeds, scenario == "heterogeneous")
-    print((out / "table.md").read_text())
-    print(f"{sum(map(len, runs.values()))} runs in {time.perf_counter() - started:.0f} s; table.md, results.csv, "
-          f"figure.png in {out}")
-    return 0
-
-
 def write(out: Path, title: str, command: str, runs: dict[str, list[dict]], seeds: list[int], last: bool) -> None:
     (out / "table.md").write_text(markdown(title, command, runs, seeds, last))
     keys = ["local_acc", "global_acc", "increase", "final_local_acc", "final_global_acc", "final_increase",
@@ -216,3 +216,27 @@ def write(out: Path, title: str, command: str, runs: dict[str, list[dict]], seed
     summary = {d: {"n": len(rs), **{k: stats([r["final"].get(k) for r in rs]) for k in keys},
                    "wall_seconds": stats([r["wall_seconds"] for r in rs])} for d, rs in runs.items() if rs}
     (out / "summary.json").write_text(json.dumps(summary, indent=2))
+
+
+def _measured(name: str, seconds: dict[str, float]) -> Cost:
+    """Three seeds of each default dataset at the mean run time of the committed tables."""
+    total = 3 * sum(seconds.values())
+    return Cost(round(total / 60), " and ".join(f"docs/results/{name}-{d}/summary.json wall_seconds mean {s:,.0f} s"
+                                                 for d, s in seconds.items()) + " x 3 seeds")
+
+
+def _spec(name: str, table: str, title: str, scenario: str, cost: Cost, last_round: bool) -> Experiment:
+    layout = Layout(cells=dataset_cells, write=partial(write_table, last_round=last_round), run_cell=run_cell,
+                    two_passes=False)
+    return Experiment(name, PAPER, table, title, cost, datasets=DATASETS,
+                      dataset_settings={d: [] for d in DATASETS + OPTIONAL_DATASETS},
+                      protocol=[f"zeroshot.scenario={scenario}"], options=(), layout=layout)
+
+
+SPECS = [
+    _spec("zeroshot-table3", "Table 3, Fig. 2", "Table 3: homogeneous (3 users, 10 rounds), averages over rounds",
+          "homogeneous", _measured("zeroshot-table3", {"speech_commands": 1907, "urbansound8k": 1955}), False),
+    _spec("zeroshot-table4", "Table 4", "Table 4: heterogeneous (10 users, 30 rounds), last round",
+          "heterogeneous", _measured("zeroshot-table4", {"speech_commands": 997, "urbansound8k": 1033}), True),
+]
+EXPERIMENTS: dict[str, Experiment] = {spec.name: spec for spec in SPECS}

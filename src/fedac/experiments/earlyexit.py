@@ -1,36 +1,37 @@
-"""`fedac reproduce earlyexit-table1 / earlyexit-table2`: the early-exit paper's result tables as error
-rates (classification error, WER, EER, in %) of the shared model, mean ± std over seeds, written as
-table.md, results.csv and figure.png (the memory table is `fedac memory`).
+"""The early-exit paper's result tables (docs/earlyexit.md) as specs: error rates (classification error,
+WER, EER, in %) of the shared model, mean ± std over seeds, written as table.md, results.csv, figure.png
+and summary.json (the memory table is `fedac memory`, exit_memory.py).
 
-- table1: every exit depth, centralised (one client holding all the training data) against
+- earlyexit-table1: every exit depth, centralised (one client holding all the training data) against
   homogeneous FL (every client at that depth); each row is trained to its depth and evaluated there.
-  The centralised rows train as many epochs as an FL row's clients do in all (`central_epochs`).
-- table2: homogeneous FL at the task's best depth T_task against heterogeneous FL (half the clients
-  at depth 3, half at T_task) with the FedAvg baseline and with the depth-weighted aggregation
+  The centralised rows train as many epochs as an FL row's clients do in all (`central_epochs`;
+  `--central-epochs` sets it).
+- earlyexit-table2: homogeneous FL at the task's best depth T_task against heterogeneous FL (half the
+  clients at depth 3, half at T_task) with the FedAvg baseline and with the depth-weighted aggregation
   (Eq. 1). T_task is the paper's Table 1 FL optimum (§3.3: 6 for keyword spotting, 9 for ASR, emotion
   and speaker ID; `TASK_DEPTH`); `--set earlyexit.depth=D` sets it for both, and
   `--set earlyexit.high_depth=D` the heterogeneous clients' alone.
 
-Runs go through `compare.run_comparison` (one run directory per method and seed, data built once per
-seed, a killed table completed by running the same command again).
+A cell is a dataset; its methods come from the configured exits (table 1, `table1_methods`) or the spec
+(table 2). Runs go through runner.py and compare.run_comparison (one run directory per method and seed,
+data built once per seed, a killed table completed by running the same command again).
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import json
 import re
-import shlex
+from functools import partial
 from pathlib import Path
 
-from fedac.compare import Method, comparison_passes, run_comparison, runs_wall_seconds
 from fedac.config import load_config
 from fedac.errors import ConfigError
+from fedac.experiments.compare import Method, parse_method, runs_wall_seconds
+from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
 from fedac.metrics import mean_std
 
-EXPERIMENTS = {"earlyexit-table1": "Error per exit depth: centralised vs homogeneous FL",
-               "earlyexit-table2": "Homogeneous FL vs heterogeneous FedAvg vs heterogeneous depth-weighted"}
+PAPER = "early-exit SSL"
 DATASETS = ("speech_commands", "voxceleb1", "librispeech")
 #: Settings every table run starts from (the user's --set come after): AdamW as the paper's recipe, the
 #: fresh heads at a larger rate than the pretrained encoder (the paper gives no rates).
@@ -44,6 +45,9 @@ CTC_DATASETS = ("librispeech",)
 TASK_DEPTH = {"speech_commands": 6}
 DEFAULT_TASK_DEPTH = 9  # ASR, emotion recognition, speaker identification and verification
 CENTRAL = "earlyexit.mode=homo,data.partition=iid,data.num_clients=1,train.fraction=1"
+TABLE2_METHODS = ["homo FL=earlyexit:earlyexit.mode=homo",
+                  "hetero FedAvg=earlyexit:earlyexit.mode=hetero,earlyexit.aggregation=fedavg",
+                  "hetero depth-weighted=earlyexit:earlyexit.mode=hetero,earlyexit.aggregation=depth_weighted"]
 
 
 def central_epochs(cfg) -> int:
@@ -53,30 +57,52 @@ def central_epochs(cfg) -> int:
     return max(1, round(cfg.train.rounds * cfg.train.fraction))
 
 
-def methods(experiment: str, exits: list[int], central_rounds: int = 1) -> list[Method]:
+def table1_methods(exits: list[int], central_rounds: int = 1) -> list[Method]:
     """Table 1: centralised and homo FL rows per exit (the centralised ones `central_rounds` rounds of
-    train.local_epochs epochs, evaluated and checkpointed every round); table 2: its three columns."""
-    if experiment == "earlyexit-table1":
-        rows = []
-        central = [*CENTRAL.split(","), f"train.rounds={central_rounds}", "train.eval_every=1", "train.checkpoint_every=1"]
-        for depth in exits:
-            rows.append(Method(f"central L={depth}", "earlyexit", [*central, f"earlyexit.depth={depth}"]))
-            rows.append(Method(f"homo FL L={depth}", "earlyexit", ["earlyexit.mode=homo", f"earlyexit.depth={depth}"]))
-        return rows
-    return [Method("homo FL", "earlyexit", ["earlyexit.mode=homo"]),
-            Method("hetero FedAvg", "earlyexit", ["earlyexit.mode=hetero", "earlyexit.aggregation=fedavg"]),
-            Method("hetero depth-weighted", "earlyexit", ["earlyexit.mode=hetero", "earlyexit.aggregation=depth_weighted"])]
+    train.local_epochs epochs, evaluated and checkpointed every round)."""
+    rows = []
+    central = [*CENTRAL.split(","), f"train.rounds={central_rounds}", "train.eval_every=1", "train.checkpoint_every=1"]
+    for depth in exits:
+        rows.append(Method(f"central L={depth}", "earlyexit", [*central, f"earlyexit.depth={depth}"]))
+        rows.append(Method(f"homo FL L={depth}", "earlyexit", ["earlyexit.mode=homo", f"earlyexit.depth={depth}"]))
+    return rows
 
 
-def dataset_settings(experiment: str, dataset: str, overrides: list[str]) -> list[str]:
+def dataset_settings(dataset: str, overrides: list[str], task_depth: bool) -> list[str]:
     """A dataset's own table settings, each unless the user's --set already chose it: the pooled-head
-    norm on classification tasks, and for table2 homo FL and the high-resource clients at T_task."""
+    norm on classification tasks, and with `task_depth` (table 2) homo FL and the high-resource clients at
+    T_task."""
     chosen = dict(o.split("=", 1) for o in overrides if "=" in o)
     settings = [] if dataset in CTC_DATASETS else list(CLASSIFICATION)
-    if experiment == "earlyexit-table2":
+    if task_depth:
         depth = chosen.get("earlyexit.depth", TASK_DEPTH.get(dataset, DEFAULT_TASK_DEPTH))
         settings += [f"earlyexit.depth={depth}", f"earlyexit.high_depth={depth}"]
     return [s for s in settings if s.split("=", 1)[0] not in chosen]
+
+
+def dataset_cells(spec: Experiment, request: Request, per_depth: bool) -> list[Cell]:
+    """One cell per dataset (folder `<out>/<dataset>`); `per_depth` (table 1): a centralised and a homo FL
+    method per configured exit, else the spec's methods at T_task."""
+    if request.central_epochs is not None and request.central_epochs < 1:
+        raise ConfigError(f"--central-epochs must be at least 1, got {request.central_epochs}")
+    cells = []
+    for dataset in request.datasets or list(spec.datasets):
+        overrides = [*spec.protocol, *dataset_settings(dataset, request.overrides, not per_depth), *request.overrides]
+        cfg = load_config(None, overrides, algorithm="earlyexit", dataset=dataset, **{"train.rounds": request.rounds})
+        methods = (table1_methods(cfg.earlyexit.exits, request.central_epochs or central_epochs(cfg)) if per_depth
+                   else [parse_method(m) for m in spec.methods])
+        if request.methods:
+            methods = [m for m in methods if m.label in request.methods]
+            if not methods:
+                raise ConfigError(f"--methods {request.methods} names none of {spec.name}'s methods")
+        cells.append(Cell(dataset, dataset, request.out / dataset, cfg, overrides, methods))
+    return cells
+
+
+def write_table(spec: Experiment, request: Request, cells: list[Cell], runs: dict[str, dict[str, list[dict]]]) -> None:
+    """The layout's writer; each dataset's wall time is its runs' own (a resumed or --finished-only table
+    still reports it)."""
+    write(request.out, spec.title, request.command, runs, {d: runs_wall_seconds(rs) for d, rs in runs.items()})
 
 
 def error_rates(final: dict) -> dict[str, float]:
@@ -172,27 +198,22 @@ def write(out: Path, title: str, command: str, runs: dict[str, dict[str, list[di
                                                  indent=2))
 
 
-def reproduce(args: argparse.Namespace) -> int:
-    title = EXPERIMENTS[args.experiment]
-    datasets = args.datasets or list(DATASETS)
-    out = Path(args.out or f"runs/reproduce-{args.experiment}")
-    command = "fedac " + " ".join(shlex.quote(a) for a in args.argv)
-    runs: dict[str, dict[str, list[dict]]] = {}
-    walls: dict[str, float] = {}
-    for wait_for_others in comparison_passes(args.finished_only):
-        for dataset in datasets:
-            overrides = [*BASE, *dataset_settings(args.experiment, dataset, args.overrides), *args.overrides]
-            cfg = load_config(None, overrides, algorithm="earlyexit", dataset=dataset, **{"train.rounds": args.rounds})
-            table_methods = methods(args.experiment, cfg.earlyexit.exits, args.central_epochs or central_epochs(cfg))
-            if args.methods:
-                table_methods = [m for m in table_methods if m.label in args.methods]
-                if not table_methods:
-                    raise ConfigError(f"--methods {args.methods} names none of {args.experiment}'s methods")
-            summary = run_comparison(cfg, table_methods, args.seeds, out / dataset, overrides, None, not args.quiet,
-                                     finished_only=args.finished_only, wait_for_others=wait_for_others)
-            runs[dataset] = summary["runs"]
-            walls[dataset] = runs_wall_seconds(runs[dataset])  # a resumed or --finished-only table still reports it
-            write(out, title, command, runs, walls)
-    print((out / "table.md").read_text())
-    print(f"table.md, results.csv, figure.png in {out}")
-    return 0
+TABLE1 = Layout(cells=partial(dataset_cells, per_depth=True), write=write_table)
+TABLE2 = Layout(cells=partial(dataset_cells, per_depth=False), write=write_table)
+_COMMITTED = "at the committed command's --rounds 30 --set data.task=12"
+SPECS = [
+    Experiment("earlyexit-table1", PAPER, "Table 1", "Error per exit depth: centralised vs homogeneous FL",
+               Cost(round(3207 * (3690 + 11590 + 10724) / 3690 * 3 / 60),
+                    "docs/results/reproduce-earlyexit-table1/summary.json: 3,207 s for Speech Commands, seed 0; "
+                    "x 7.05 for the three datasets (their ratio in earlyexit-table2's wall_seconds) x 3 seeds, "
+                    + _COMMITTED),
+               datasets=DATASETS, protocol=BASE, options=("--methods", "--finished-only", "--central-epochs"),
+               layout=TABLE1),
+    Experiment("earlyexit-table2", PAPER, "Table 2",
+               "Homogeneous FL vs heterogeneous FedAvg vs heterogeneous depth-weighted",
+               Cost(round((3690 + 11590 + 10724) / 60),
+                    "docs/results/reproduce-earlyexit-table2/summary.json wall_seconds: 26,004 s for the default "
+                    "grid (3 datasets, 3 seeds), " + _COMMITTED),
+               TABLE2_METHODS, datasets=DATASETS, protocol=BASE, layout=TABLE2),
+]
+EXPERIMENTS: dict[str, Experiment] = {spec.name: spec for spec in SPECS}

@@ -98,7 +98,7 @@ def finished_results(run_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-HOW_TO_COMPUTE = ("threads", "execution", "cohort_chunk", "cohort_workers", "keep_freed_memory", "gru_kernel",
+HOW_TO_COMPUTE = ("threads", "execution", "cohort_chunk", "cohort_workers", "keep_freed_memory", "gru_kernel", "device",
                   "checkpoint_every")
 """`train` settings documented (config.py) to leave a run's numbers unchanged, to float rounding."""
 

@@ -1,0 +1,165 @@
+"""One registry pattern for every kind of part fedac can be extended with (docs/extending.md).
+
+A `Registry` maps a name to what is registered under it: an `Entry` (a "module:attr" target imported only
+when the part is used, a one-line description, and for algorithms the class of their settings), or a
+ready object (a dataset's `DatasetSpec`). Built-in names come from a table in the part's own layer;
+third-party packages add names through Python entry points, one group per kind:
+
+    [project.entry-points."fedac.algorithms"]
+    mine = "my_package.registry:MINE"        # an Entry (or the object itself)
+
+Only names are read to list them (`fedac list`, `--help`, an unknown-name error); an entry point is
+loaded when its name is used. No torch here: settings are resolved and checked before torch loads.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import logging
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any, Iterator
+
+from fedac.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+#: The entry-point group of each kind, in the order `fedac list` shows them.
+GROUPS = {"algorithm": "fedac.algorithms", "model": "fedac.models", "dataset": "fedac.datasets",
+          "aggregator": "fedac.aggregators", "attack": "fedac.attacks"}
+
+
+def resolve(target: str) -> Any:
+    """The object a "module:attr" string names, imported now."""
+    module, _, attr = target.partition(":")
+    if not attr:
+        raise ConfigError(f"registry target {target!r} must read 'module:attr'")
+    try:
+        obj = importlib.import_module(module)
+        for part in attr.split("."):
+            obj = getattr(obj, part)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f"cannot load {target!r}: {exc}") from None
+    return obj
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered part, imported lazily."""
+
+    target: str
+    """"module:attr" of the class or function (imported on first use)."""
+    description: str = ""
+    """One line for `fedac list`."""
+    settings: str | type | None = None
+    """Algorithms: their settings dataclass, or its "module:Class" in a module that imports no torch
+    (settings are read and checked before torch loads). None: the algorithm has no settings."""
+    section: str | None = None
+    """Algorithms: the config section that holds those settings; None: the algorithm's name. Several
+    algorithms may share one (fedadam, fedyogi, ... all read `fedopt`)."""
+
+    def load(self) -> Any:
+        return resolve(self.target)
+
+    def settings_class(self) -> type | None:
+        return resolve(self.settings) if isinstance(self.settings, str) else self.settings
+
+
+def describe(value: Any) -> str:
+    """The one-line description of a registered value: its `description`, else its docstring's first
+    paragraph (an Entry without one: its target's, imported now)."""
+    if isinstance(value, Entry):
+        return value.description or describe(value.load())
+    text = getattr(value, "description", None) or getattr(value, "__doc__", None) or ""
+    return " ".join(text.strip().split("\n\n")[0].split())
+
+
+@functools.lru_cache(maxsize=1)
+def _installed_entry_points() -> metadata.EntryPoints:
+    """Every installed entry point, read once per process (one scan of the installed distributions)."""
+    return metadata.entry_points()
+
+
+class Registry:
+    """Name -> registered value (`Entry` or a ready object) for one kind: built-ins, then plug-ins."""
+
+    def __init__(self, kind: str, builtins: dict[str, Any], setting: str | None = None):
+        """`setting`: the config key that names a part of this kind (aggregation.method), for error messages."""
+        if kind not in GROUPS:
+            raise ValueError(f"unknown registry kind {kind!r}; one of {', '.join(GROUPS)}")
+        self.kind, self.group, self.setting = kind, GROUPS[kind], setting or kind
+        self._values: dict[str, Any] = dict(builtins)
+        self._plugins: dict[str, metadata.EntryPoint] | None = None
+
+    # --- names ------------------------------------------------------------------------------------
+    def plugins(self) -> dict[str, metadata.EntryPoint]:
+        """The entry points of this kind's group, by name (a built-in name is never replaced)."""
+        if self._plugins is None:
+            found = {}
+            for point in _installed_entry_points().select(group=self.group):
+                if point.name in self._values:
+                    log.warning("entry point %s = %s in group %s is ignored: %s is a built-in %s",
+                                point.name, point.value, self.group, point.name, self.kind)
+                else:
+                    found.setdefault(point.name, point)
+            self._plugins = found
+        return self._plugins
+
+    def names(self) -> list[str]:
+        """Built-ins in their table's order, then plug-ins by name."""
+        return [*(n for n in self._values if n not in self.plugins()), *sorted(self.plugins())]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.names())
+
+    def __len__(self) -> int:
+        return len(self.names())
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._values or name in self.plugins()
+
+    def is_plugin(self, name: str) -> bool:
+        return name in self.plugins()  # (built-in names are never among them)
+
+    # --- values -----------------------------------------------------------------------------------
+    def __getitem__(self, name: str) -> Any:
+        """The registered value (a plug-in's entry point is loaded the first time); ConfigError naming
+        the registered names when `name` is not one of them."""
+        if name not in self._values:
+            point = self.plugins().get(name)
+            if point is None:
+                raise ConfigError(f"unknown {self.setting} '{name}'. Registered {self.kind}s: {', '.join(self.names())}")
+            try:
+                value = point.load()
+            except Exception as exc:  # a broken plug-in names itself, not a traceback deep in importlib
+                raise ConfigError(f"{self.kind} '{name}' (entry point {point.value} in group {self.group}) does "
+                                  f"not load: {type(exc).__name__}: {exc}") from exc
+            # An entry point may name the part itself instead of an Entry: it is then loaded already.
+            self._values[name] = value
+        return self._values[name]
+
+    def items(self) -> list[tuple[str, Any]]:
+        """(name, value) of every part that loads; a broken plug-in is left out with a warning (naming it
+        in a run still gives its error)."""
+        out = []
+        for name in self.names():
+            try:
+                out.append((name, self[name]))
+            except ConfigError as exc:
+                log.warning("%s", exc)
+        return out
+
+    def load(self, name: str) -> Any:
+        """The registered class / function / object itself (an Entry's target imported now)."""
+        value = self[name]
+        return value.load() if isinstance(value, Entry) else value
+
+    def description(self, name: str) -> str:
+        return describe(self[name])
+
+    def register(self, name: str, value: Any) -> None:
+        """Add a part at run time (a notebook, a test); a name already registered is refused."""
+        if name in self:
+            raise ConfigError(f"{self.kind} '{name}' is registered already")
+        self._values[name] = value

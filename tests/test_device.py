@@ -1,0 +1,152 @@
+"""train.device: every tensor of a round follows the run's device (issue 45).
+
+CI has no GPU, so the plumbing is checked with torch's *default* device set to `meta` while a run trains
+on the CPU: a tensor created without following the data or the model's device (a factory call that lost
+its `device=`, a model built outside `Algorithm.make_model`) lands on `meta`, and the first operation
+that meets the run's CPU tensors raises. On a GPU the same mistake would put a tensor on the CPU next to
+CUDA ones. The run is built (data loading, features) with the ordinary default; from its first round to
+its final evaluation the default is `meta`.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedac.config import load_config
+from fedac.engine.simulator import Simulator
+from fedac.errors import ConfigError
+from fedac.training.device import resolve_device, to_device
+from gsc_fixture import make_gsc_tree
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+#: One round of each algorithm, on its default (stacked where it has one) path, plus the layers the
+#: engine applies over uploads: robust rules, DP noise and a model-poisoning attack.
+CASES = {
+    "fedavg": ("fedavg", []),
+    "fedavg-sequential": ("fedavg", ["train.execution=sequential"]),
+    "fedadam-median-dp": ("fedadam", ["aggregation.method=median", "dp.noise_multiplier=0.5", "dp.clip=1.0"]),
+    "fedprox-attack": ("fedprox", ["attack.kind=gaussian", "attack.fraction=0.3"]),
+    "fedmlac-lpa": ("fedmlac", ["fedmlac.lpa=true"]),
+    "fedkad": ("fedkad", []),
+    "fedkwsui-augmented": ("fedkwsui", ["model.name=dscnn", "data.task=12", "features.style=fedkws",
+                                        "features.augment=true"]),
+    "fedmmd": ("fedmmd", ["model.name=dscnn", "data.task=12"]),
+    "central": ("central", ["central.warmup_epochs=0"]),
+    "earlyexit": ("earlyexit", ["model.name=w2v2_tiny", "train.batch_size=4"]),
+}
+
+
+@pytest.fixture(scope="module")
+def tree(tmp_path_factory):
+    return make_gsc_tree(tmp_path_factory.mktemp("device_gsc"), speakers=8, clips=2)
+
+
+def simulator(tree, out, algorithm, extra):
+    cfg = load_config(overrides=[f"data.root={tree}", f"data.cache_dir={tree}/../cache", "model.name=crnn_tiny",
+                                 "train.fraction=0.5", "train.rounds=1", "train.local_epochs=1",
+                                 "train.cohort_workers=1", "train.device=cpu", *extra], algorithm=algorithm)
+    return Simulator(cfg, out, progress=False)
+
+
+def run_on_meta_default(runner):
+    """`runner.run()` with torch's default device set to meta (the module docstring says why)."""
+    torch.set_default_device("meta")
+    try:
+        return runner.run()
+    finally:
+        torch.set_default_device(None)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_round_creates_every_tensor_on_the_runs_device(case, tree, tmp_path):
+    algorithm, extra = CASES[case]
+    results = run_on_meta_default(simulator(tree, tmp_path / case, algorithm, extra))
+    assert results["rounds"] == 1 and results["device"] == "cpu"
+    assert json.loads((tmp_path / case / "results.json").read_text())["device"] == "cpu"
+
+
+def test_zeroshot_rounds_create_every_tensor_on_the_runs_device(tmp_path):
+    """The streaming driver and zero-shot's score tables, impressions and k-medoids (a registration round)."""
+    from fedac.engine.streams import StreamRunner
+    from test_zeroshot import WORDS_10
+
+    root = tmp_path / "gsc"
+    make_gsc_tree(root, speakers=8, clips=1)
+    make_gsc_tree(root, speakers=8, words=WORDS_10, clips=6)
+    cfg = load_config(overrides=["algorithm=zeroshot", f"data.root={root}", f"data.cache_dir={tmp_path / 'cache'}",
+                                 "zeroshot.scale=0.05", "zeroshot.rounds=5", "zeroshot.di_steps=5",
+                                 "zeroshot.di_per_class=4", "train.local_epochs=1", "train.device=cpu"])
+    runner = StreamRunner(cfg, tmp_path / "run", progress=False)
+    results = run_on_meta_default(runner)
+    assert results["device"] == "cpu"
+    assert any(row.get("new_labels", 0) > 0 for row in results["history"]), "no registration round ran"
+
+
+def test_a_lost_device_argument_fails_the_check(tree, tmp_path, monkeypatch):
+    """The check can fail: the stacked FedAvg step with its loss accumulator created without `device=`
+    (what deleting that argument in algorithms/cohort.py does) stops the run."""
+    import fedac.algorithms.cohort as cohort
+
+    def zeros(*size, device=None, **kwargs):  # drops the device argument, as the mutation would
+        return torch.zeros(*size, **kwargs)
+
+    monkeypatch.setattr(cohort, "torch", types.SimpleNamespace(**{**vars(torch), "zeros": zeros}))
+    with pytest.raises((RuntimeError, NotImplementedError)):
+        run_on_meta_default(simulator(tree, tmp_path / "mutant", "fedavg", []))
+
+
+def test_device_setting_is_checked(monkeypatch):
+    with pytest.raises(ConfigError, match="train.device must be auto, cpu, cuda or cuda:N"):
+        load_config(overrides=["train.device=gpu"])
+    with pytest.raises(ConfigError, match="train.precision must be one of"):
+        load_config(overrides=["train.precision=fp8"])
+    monkeypatch.delenv("FEDAC_DEVICE")
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    monkeypatch.setenv("FEDAC_DEVICE", "cpu")
+    assert resolve_device("auto") == torch.device("cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error of a machine without CUDA")
+def test_cuda_without_a_gpu_is_a_clear_error(tmp_path):
+    """`--set train.device=cuda` on a machine without CUDA: exit 2 at once, one line naming the setting."""
+    script = Path(sys.executable).with_name("fedac")
+    done = subprocess.run([str(script), "run", "--rounds", "1", "--set", "train.device=cuda", "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 2, done.stderr
+    assert "train.device=cuda" in done.stderr and "no CUDA GPU" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_to_device_moves_nested_state_and_keeps_the_rest():
+    state = {"round": 3, "server": {"params": {"w": torch.ones(2)}, "known": [torch.zeros(1, dtype=torch.bool)]},
+             "history": [{"loss": 0.5}], "name": "x"}
+    moved = to_device(state, "meta")
+    assert moved["server"]["params"]["w"].device.type == "meta"
+    assert moved["server"]["known"][0].device.type == "meta" and moved["server"]["known"][0].dtype == torch.bool
+    assert moved["round"] == 3 and moved["history"] == [{"loss": 0.5}] and moved["name"] == "x"
+    assert state["server"]["params"]["w"].device.type == "cpu"  # the original is untouched
+
+
+def test_precision_bf16_autocasts_the_sequential_steps_and_leaves_the_stacked_crnn_in_fp32(tree, tmp_path):
+    """train.precision=bf16 changes a sequentially trained model (autocast is in effect) but stays near
+    fp32; the stacked CRNN path, whose hand-written backward is fp32, trains exactly as in fp32."""
+    def trained(name, *extra):
+        sim = simulator(tree, tmp_path / name, "fedavg", ["train.select=last", *extra])
+        sim.run()
+        return sim.state["server"]["params"]
+
+    fp32 = trained("fp32", "train.execution=sequential")
+    bf16 = trained("bf16", "train.execution=sequential", "train.precision=bf16")
+    changed = max(float((fp32[k] - bf16[k]).abs().max()) for k in fp32 if fp32[k].is_floating_point())
+    assert 0 < changed < 0.1
+    stacked, stacked_bf16 = trained("stacked"), trained("stacked-bf16", "train.precision=bf16")
+    assert all(torch.equal(stacked[k], stacked_bf16[k]) for k in stacked)

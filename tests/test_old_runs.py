@@ -1,0 +1,85 @@
+"""Run directories and config.yaml files written by older fedac still load and resume with today's code.
+
+tests/data/old_runs/ holds config.yaml files committed to docs/results at points across the history (the
+oldest, zero-shot ones from before zero-shot read train.rounds, FedKWS-UI, early exit, the last before the
+layer refactor) and three small run directories that old code stopped after round 2 (README.md there
+says which commit wrote each, and the exact commands). Nothing here may be regenerated with today's code:
+the point is what the old code wrote."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from fedac.cli import main
+from fedac.config import Config, load_config
+
+OLD = Path(__file__).parent / "data" / "old_runs"
+CONFIGS = sorted((OLD / "configs").glob("*.yaml"))
+RUNS = sorted(path.parent for path in OLD.glob("*/checkpoint.pt"))
+#: The round count each old zero-shot file means: it holds train.rounds 50 (the then unused global
+#: default) beside zeroshot.rounds 0 ("the scenario's rounds"), and keeps meaning the scenario's.
+ZEROSHOT_ROUNDS = {"homogeneous": 10, "heterogeneous": 30}
+
+
+def leaves(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out.update(leaves(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def test_the_committed_old_files_are_there():
+    assert len(CONFIGS) >= 5 and len(RUNS) >= 3
+    assert sum(p.stat().st_size for p in OLD.rglob("*") if p.is_file()) < 2_000_000  # keep the clone small
+
+
+@pytest.mark.parametrize("path", CONFIGS + [run / "config.yaml" for run in RUNS],
+                         ids=lambda p: p.parent.name + "/" + p.name)
+def test_an_old_config_loads_to_what_it_says(path):
+    raw = yaml.safe_load(path.read_text())
+    said, cfg = leaves(raw), load_config(path)
+    got, builtin = leaves(cfg.to_dict()), leaves(Config().to_dict())
+    assert cfg.algorithm == raw["algorithm"] and cfg.dataset == raw["dataset"] and cfg.seed == raw["seed"]
+    assert cfg.model.name == raw["model"]["name"] and cfg.train.lr == raw["train"]["lr"]
+    if cfg.algorithm == "zeroshot" and raw["zeroshot"]["rounds"] == 0:
+        rounds = ZEROSHOT_ROUNDS[raw["zeroshot"]["scenario"]]
+        assert (cfg.train.rounds, cfg.zeroshot.rounds) == (rounds, rounds)
+        del said["train.rounds"], said["zeroshot.rounds"]
+    # Every setting the file holds is loaded as written (a setting renamed or dropped since would fail to load).
+    assert {key: got[key] for key in said} == said
+    # A setting added since takes its built-in default, never an algorithm's own default
+    # (config.ALGORITHM_DEFAULTS): the file's run trained without it.
+    added = {key: got[key] for key in got if key not in said and key not in ("train.rounds", "zeroshot.rounds")}
+    assert added == {key: builtin[key] for key in added}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("old", RUNS, ids=lambda p: p.name)
+def test_an_old_run_directory_resumes_to_its_end(old, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)  # config.yaml's `out` is relative: nothing may land there but the copy
+    run = tmp_path / "copy"
+    shutil.copytree(old, run)
+    stopped_at = len((old / "metrics.csv").read_text().splitlines()) - 1
+    assert main(["run", "--resume", str(run), "--quiet"]) == 0, capsys.readouterr().err
+    results = json.loads((run / "results.json").read_text())
+    rounds = load_config(old / "config.yaml").train.rounds
+    trained = (results["rounds"], results["resumed_from"], results["rounds_trained"])
+    assert trained == (rounds, stopped_at, rounds - stopped_at)  # resumed at its checkpoint, not restarted
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]
+    if torch.cuda.is_available():  # train.device auto trains there on the GPU: equal to float rounding, not bitwise
+        return
+    # The old code's own uninterrupted run of the same settings (on the CPU): resuming across versions changed
+    # nothing.
+    expected = json.loads((OLD / "expected" / f"{old.name}.json").read_text())
+    history = [{k: v for k, v in row.items() if k != "wall_seconds"} for row in results["history"]]
+    assert history == expected["history"], "today's code trains the old run's rounds differently (see README.md there)"
+    assert {key: results["final"].get(key) for key in expected["final"]} == expected["final"]
