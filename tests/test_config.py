@@ -149,7 +149,7 @@ def test_paper_config_keeps_every_client_under_fedmlac():
 
 
 def test_committed_run_configs_still_load_with_every_algorithm_section():
-    """Algorithm sections come from the registry now (algorithms/settings/): a sample of the config.yaml
+    """Algorithm sections come from the registry now (settings/): a sample of the config.yaml
     files committed under docs/results, from every experiment, loads to a config holding each of its sections."""
     import yaml
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from fedac.config import Config, Range, algorithm_sections, load_config, save_config
+from fedac.config import Config, algorithm_sections, load_config, save_config
+from fedac.fields import Range
 from fedac.errors import ConfigError
 
 REPO = Path(__file__).resolve().parents[1]

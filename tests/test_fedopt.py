@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from fedac.algorithms.fedopt import server_step
-from fedac.algorithms.settings.fedopt import FedOptConfig
+from fedac.settings.fedopt import FedOptConfig
 
 OPT = FedOptConfig(server_lr=0.1, beta1=0.9, beta2=0.99, tau=0.01, momentum=0.5, avgm_server_lr=2.0)
 

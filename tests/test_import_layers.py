@@ -13,7 +13,7 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("core", ("fedac", "fedac.errors", "fedac.seeding", "fedac.config", "fedac.metrics", "fedac.version",
               "fedac.ssl_sizes", "fedac.kmedoids", "fedac.report", "fedac.pretrain_settings",
-              "fedac.registry", "fedac.algorithms.settings")),  # settings/: no torch, read by config
+              "fedac.registry", "fedac.fields", "fedac.settings")),  # settings/: no torch, read by config
     ("data", ("fedac.data",)),
     ("models", ("fedac.models", "fedac.kernels")),
     ("training", ("fedac.training",)),

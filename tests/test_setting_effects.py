@@ -23,7 +23,7 @@ import torch
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import ClientData, Task
 from fedac.algorithms.fedopt import server_step
-from fedac.algorithms.settings.fedopt import FedOptConfig
+from fedac.settings.fedopt import FedOptConfig
 from fedac.config import load_config
 from fedac.data.partition import partition
 from fedac.data.registry import dataset_spec

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import math
 import re
 import types
 import typing
@@ -18,59 +17,12 @@ from typing import Any
 
 import yaml
 
-from fedac.algorithms.settings import ALGORITHMS
+from fedac.settings import ALGORITHMS
 from fedac.errors import ConfigError
+from fedac.fields import number  # (also importable from here, as settings written before fields.py do)
 from fedac.registry import Entry
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class Range:
-    """The valid values of a numeric setting: finite numbers between optional bounds, each end closed or open."""
-
-    low: float | None = None
-    high: float | None = None
-    low_open: bool = False
-    high_open: bool = False
-
-    @classmethod
-    def parse(cls, text: str) -> Range:
-        """`>= 1`, `> 0`, an interval such as `[0, 1)` or `(0, 1]`, or `finite` (any finite number)."""
-        text = text.strip()
-        if text == "finite":
-            return cls()
-        for op in (">=", ">"):
-            if text.startswith(op):
-                return cls(low=float(text[len(op):]), low_open=op == ">")
-        if text[:1] in "[(" and text[-1:] in "])" and text.count(",") == 1:
-            low, high = (float(v) for v in text[1:-1].split(","))
-            return cls(low, high, text[0] == "(", text[-1] == ")")
-        raise ValueError(f"unknown range {text!r}: use '>= x', '> x', '[a, b]' (either end open) or 'finite'")
-
-    def __contains__(self, value: float) -> bool:
-        if not math.isfinite(value):  # NaN would pass every comparison below; inf is meaningful nowhere
-            return False
-        if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
-            return False
-        return self.high is None or value < self.high or (not self.high_open and value == self.high)
-
-    def __str__(self) -> str:
-        if self.low is None:
-            return "a finite number"
-        if self.high is None:
-            return f"{'>' if self.low_open else '>='} {self.low:g}"
-        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
-
-
-def number(default: Any, valid: str) -> Any:
-    """A numeric setting (int or float, a list of them, or None where None means unset) and its valid values,
-    checked by `check_ranges` once every layer of a config is applied. Special values a docstring gives
-    (e.g. 0 = "the scenario's") lie inside the range."""
-    meta = {"valid": Range.parse(valid)}
-    if isinstance(default, list):
-        return field(default_factory=lambda: list(default), metadata=meta)
-    return field(default=default, metadata=meta)
 
 
 def check_ranges(section: Any, prefix: str = "") -> None:
@@ -364,7 +316,7 @@ _REPORTED: set[str] = set()  # broken plug-ins already warned about
 
 def algorithm_sections() -> dict[str, type]:
     """Section name -> settings dataclass of every registered algorithm (built-ins and plug-ins), from the
-    algorithm registry (algorithms/settings/): each algorithm owns its settings in a file of its own."""
+    algorithm registry (settings/): each algorithm owns its settings in a file of its own."""
     sections: dict[str, type] = {}
     for name in ALGORITHMS:
         try:

@@ -1,5 +1,5 @@
 """One file per method; `build_algorithm` maps names to classes through the algorithm registry
-(`ALGORITHMS`, in algorithms/settings/ beside each algorithm's settings: built-ins and plug-ins).
+(`ALGORITHMS`, in settings/ beside each algorithm's settings: built-ins and plug-ins).
 
 Belongs here: a federated method's client and server sides (base.py's Algorithm), one file each, with
 its own losses (mutual.py), its stacked cohort step (cohort.py), its capabilities as class attributes
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from fedac.algorithms.settings import ALGORITHMS
+from fedac.settings import ALGORITHMS
 from fedac.errors import ConfigError
 
 if TYPE_CHECKING:  # base imports torch; the registry's names must load without it (`fedac run --help` lists them)

@@ -3,7 +3,7 @@
 
 from dataclasses import dataclass
 
-from fedac.config import number
+from fedac.fields import number
 
 
 @dataclass

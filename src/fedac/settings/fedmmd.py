@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from fedac.config import number
+from fedac.fields import number
 
 
 @dataclass

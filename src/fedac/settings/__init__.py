@@ -1,17 +1,18 @@
-"""The algorithm registry: each name -> its class ("module:Class", imported when a run builds it) and its
-settings dataclass, one light module per algorithm here (`settings/<name>.py`, no torch).
+"""Each algorithm's settings, one light module per algorithm (`settings/<name>.py`, named like its class
+file in algorithms/), and the algorithm registry: each name -> its class ("module:Class", imported when a
+run builds it) and its settings dataclass.
 
-Settings sit in the core layer (tests/test_import_layers.py) although the folder is under algorithms/:
-`Config` builds one section per registered algorithm from this table and checks every setting before
-torch loads, so an algorithm's settings file lies beside its class file but imports nothing above core.
-Plug-ins add algorithms through the `fedac.algorithms` entry-point group (docs/extending.md).
+Core layer (tests/test_import_layers.py): `Config` builds one section per registered algorithm from this
+table and checks every setting before torch loads, so nothing here imports torch or any layer above
+core; no training code belongs here. Plug-ins add algorithms through the `fedac.algorithms` entry-point
+group (docs/extending.md).
 """
 
 from __future__ import annotations
 
 from fedac.registry import Entry, Registry
 
-_S = "fedac.algorithms.settings"
+_S = "fedac.settings"
 _OPT = f"{_S}.fedopt:FedOptConfig"  # FedAdam, FedYogi, FedAdagrad and FedAvgM share one section
 
 ALGORITHMS = Registry("algorithm", {
