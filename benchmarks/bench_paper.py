@@ -46,7 +46,7 @@ BASELINE = "218ccd0"
 SETTINGS = ["algorithm=fedmlac", "train.checkpoint_every=1000000", "train.eval_every=1000000",
             "data.max_clients=null", "train.fraction=0.2"]
 """configs/paper.yaml as it was measured in issue 18 (all 240 clients, 48 per round), pinned against later
-algorithm defaults (config.ALGORITHM_DEFAULTS gives FedMLAC 24 clients)."""
+algorithm defaults (settings/fedmlac.py RUN_DEFAULTS give FedMLAC 24 clients)."""
 PATHS = {  # name: (code, overrides)
     "baseline": ("baseline", []),
     "default": ("current", []),

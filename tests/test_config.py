@@ -119,10 +119,10 @@ def test_saved_config_reloads_identically(tmp_path):
 
 
 def test_algorithm_defaults_are_a_layer_under_file_flags_and_overrides(tmp_path):
-    from fedac.config import ALGORITHM_DEFAULTS
+    from fedac.config import algorithm_defaults
 
     shared = Config().train
-    fedmlac = ALGORITHM_DEFAULTS["fedmlac"]
+    fedmlac = algorithm_defaults("fedmlac")
     cfg = load_config(algorithm="fedmlac")
     assert (cfg.data.max_clients, cfg.train.fraction, cfg.train.rounds) == (
         fedmlac["data.max_clients"], fedmlac["train.fraction"], fedmlac["train.rounds"])

@@ -1,4 +1,4 @@
-"""FedKWS-UI and FedMMD's own default schedule (config.ALGORITHM_DEFAULTS, issue 43): a bound on the
+"""FedKWS-UI and FedMMD's own default schedule (RUN_DEFAULTS in settings/fedkwsui.py and fedmmd.py, issue 43): a bound on the
 local steps a default run takes, the paper protocol untouched behind `fedac reproduce`, and the private
 phase's encoder forward that runs without a backward pass."""
 

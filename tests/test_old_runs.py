@@ -57,7 +57,7 @@ def test_an_old_config_loads_to_what_it_says(path):
     # Every setting the file holds is loaded as written (a setting renamed or dropped since would fail to load).
     assert {key: got[key] for key in said} == said
     # A setting added since takes its built-in default, never an algorithm's own default
-    # (config.ALGORITHM_DEFAULTS): the file's run trained without it.
+    # (RUN_DEFAULTS in settings/<name>.py): the file's run trained without it.
     added = {key: got[key] for key in got if key not in said and key not in ("train.rounds", "zeroshot.rounds")}
     assert added == {key: builtin[key] for key in added}
 

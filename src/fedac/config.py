@@ -20,7 +20,7 @@ import yaml
 from fedac.settings import ALGORITHMS
 from fedac.errors import ConfigError
 from fedac.fields import number  # (also importable from here, as settings written before fields.py do)
-from fedac.registry import Entry
+from fedac.registry import Entry, resolve
 
 log = logging.getLogger(__name__)
 
@@ -472,86 +472,39 @@ def _nest(key: str, value: Any) -> dict[str, Any]:
     return out
 
 
-#: Settings an algorithm changes in the built-in defaults: a layer between those defaults and the config
-#: file, flags and --set (which still win). FedMLAC's Plug-in learns the labels only from the clients'
-#: own models (Eq. 9), which must first become confident teachers: with the shared schedule (each of the
-#: 240 clients trains about 5 times) it stays at chance, so FedMLAC's default trains 24 of the clients
-#: (a seeded choice) in every one of its 40 rounds (README, FedMLAC section, for the measurements).
-#: `fedac compare` and `fedac reproduce` skip this layer: every method of a comparison runs under one
-#: schedule.
-ALGORITHM_DEFAULTS: dict[str, dict[str, Any]] = {
-    "fedmlac": {"data.max_clients": 24, "train.fraction": 1.0, "train.rounds": 40},
-    # FedKWS-UI's code clips every local step's gradient at norm 50 (its whole protocol does; see
-    # experiments/fedkws.py KWS_PROTOCOL, which sets it for every method of a comparison). Under the shared schedule a
-    # round is 24 clients x (ALT's s_k = floor(3.5 rbar_k 50), 46-61 on average, + 11 private steps):
-    # ~1,400 steps, 0.35 s each for DSCNN on one core, so 50 rounds take about 7 hours. The default is
-    # fedkws12-scaled's E = 10 on 48 of the clients (a seeded choice), 12 a round for 40 rounds (10
-    # visits each): ~6,000 steps, about 2 minutes on CRNN-Lite, about 30 on DSCNN. FedMMD, the KWS
-    # baseline, shares the cohort and rounds. `fedac reproduce fedkws*` runs the paper's protocol.
-    "fedkwsui": {"train.max_grad_norm": 50.0, "fedkwsui.local_steps": 10, "data.max_clients": 48,
-                 "train.fraction": 0.25, "train.rounds": 40},
-    "fedmmd": {"data.max_clients": 48, "train.fraction": 0.25, "train.rounds": 40},
-    # The zero-shot paper's features (10 MFCC, 50 ms windows and hop: 10 x 21 per 1 s) and local schedule
-    # (10 epochs, batch 32; zeroshot.optimizer=adam at lr 0.01), evaluated every round.
-    "zeroshot": {"features.n_mfcc": 10, "features.win_ms": 50.0, "features.hop_ms": 50.0,
-                 "train.local_epochs": 10, "train.batch_size": 32, "train.lr": 0.01,
-                 "train.eval_every": 1, "train.checkpoint_every": 1, "train.select": "last"},
-}
-
-
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
     algorithm_defaults: bool = True,
     **flags: Any,
 ) -> Config:
-    """Resolve defaults, the algorithm's defaults (`ALGORITHM_DEFAULTS`, unless `algorithm_defaults` is
-    false), then a YAML file, then keyword flags (e.g. rounds=...), then `key=value` overrides. Every numeric
-    setting is checked against its declared range before anything runs (ConfigError naming the key)."""
+    """Resolve defaults, the algorithm's run defaults (its registry entry's `defaults`, e.g. RUN_DEFAULTS in
+    settings/fedmlac.py; unless `algorithm_defaults` is false), then a YAML file, then keyword flags (e.g.
+    rounds=...), then `key=value` overrides, then the algorithm's `finish` hook. Every numeric setting is
+    checked against its declared range before anything runs (ConfigError naming the key)."""
     given: dict[str, int] = {}
     cfg = _layered(Config(), path, overrides, flags, given)
-    if algorithm_defaults and cfg.algorithm in ALGORITHM_DEFAULTS:
+    entry = ALGORITHMS[cfg.algorithm]
+    entry = entry if isinstance(entry, Entry) else None  # (a plug-in may register its class itself)
+    run_defaults = entry.run_defaults() if entry is not None and algorithm_defaults else {}
+    if run_defaults:
         # The algorithm is known only once every layer is read: start again with its defaults underneath.
         base = Config()
-        for key, value in ALGORITHM_DEFAULTS[cfg.algorithm].items():
+        for key, value in run_defaults.items():
             _apply(base, _nest(key, value))
+        given.clear()
         cfg = _layered(base, path, overrides, flags, given)
     check_ranges(cfg)
     check_compute(cfg.train)
-    if cfg.algorithm == "zeroshot":
-        _resolve_zeroshot_rounds(cfg, given)
+    if entry is not None and entry.finish:
+        resolve(entry.finish)(cfg, given)
     return cfg
 
 
-#: The paper's round count of each zero-shot scenario (Tables 3 and 4): what a zero-shot run trains unless
-#: train.rounds or zeroshot.rounds is given (load_config resolves it into train.rounds).
-SCENARIO_ROUNDS = {"homogeneous": 10, "heterogeneous": 30}
-
-
-def scenario_rounds(name: str) -> int:
-    if name not in SCENARIO_ROUNDS:
-        raise ConfigError(f"zeroshot.scenario must be {' or '.join(SCENARIO_ROUNDS)}, got {name!r}")
-    return SCENARIO_ROUNDS[name]
-
-
-def _resolve_zeroshot_rounds(cfg: Config, given: dict[str, int]) -> None:
-    """Zero-shot runs as many rounds as train.rounds or zeroshot.rounds (not 0) says, whichever the later layer
-    gives, else the scenario's; the count is written back to both so the saved config.yaml repeats it."""
-    zs = cfg.zeroshot
-    asked = {key: value for key, value in (("train.rounds", cfg.train.rounds), ("zeroshot.rounds", zs.rounds))
-             if key in given and value}
-    if not asked:
-        rounds = scenario_rounds(zs.scenario)
-    else:
-        last = max(given[key] for key in asked)
-        counts = {value for key, value in asked.items() if given[key] == last}
-        if len(counts) > 1:
-            where = "one config file" if last == 0 else "the flags"
-            raise ConfigError(f"train.rounds={cfg.train.rounds} and zeroshot.rounds={zs.rounds} disagree in {where}; "
-                              "for --algorithm zeroshot they are one setting: keep one or make them equal")
-        rounds = counts.pop()
-    # Both hold the count, so a saved config.yaml is unambiguous (see _layered on older files).
-    cfg.train.rounds = zs.rounds = rounds
+def algorithm_defaults(name: str) -> dict[str, Any]:
+    """The run defaults algorithm `name` sets under a config file, flags and --set ({} for none)."""
+    entry = ALGORITHMS[name]
+    return entry.run_defaults() if isinstance(entry, Entry) else {}
 
 
 def _layered(cfg: Config, path: str | Path | None, overrides: list[str] | None, flags: dict[str, Any],
@@ -568,11 +521,6 @@ def _layered(cfg: Config, path: str | Path | None, overrides: list[str] | None, 
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of settings")
         _apply(cfg, loaded, given=given, layer=0)
-        section = loaded.get("zeroshot")
-        if isinstance(section, dict) and section.get("rounds") == 0 and given.get("train.rounds") == 0:
-            # A config.yaml saved before zero-shot read train.rounds holds the unused global default there
-            # (50) beside zeroshot.rounds 0 ("the scenario's"): it keeps meaning the scenario's rounds.
-            given.pop("train.rounds")
     for key, value in flags.items():
         if value is not None:
             _apply(cfg, _nest(key, value), given=given, layer=1)

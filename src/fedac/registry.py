@@ -58,12 +58,21 @@ class Entry:
     section: str | None = None
     """Algorithms: the config section that holds those settings; None: the algorithm's name. Several
     algorithms may share one (fedadam, fedyogi, ... all read `fedopt`)."""
+    defaults: str | dict | None = None
+    """Algorithms: their run defaults, {"train.rounds": 40, ...} or its "module:attr" (no torch): a layer
+    between the built-in defaults and a config file, flags and --set (config.load_config)."""
+    finish: str | None = None
+    """Algorithms: "module:function" called as function(cfg, given) once every layer is applied, for
+    settings that resolve one another (zero-shot's rounds); `given` maps a dotted key to its layer."""
 
     def load(self) -> Any:
         return resolve(self.target)
 
     def settings_class(self) -> type | None:
         return resolve(self.settings) if isinstance(self.settings, str) else self.settings
+
+    def run_defaults(self) -> dict:
+        return dict(resolve(self.defaults) if isinstance(self.defaults, str) else self.defaults or {})
 
 
 def describe(value: Any) -> str:

@@ -29,7 +29,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedac.config import Config, scenario_rounds
+from fedac.config import Config
+from fedac.settings.zeroshot import scenario_rounds
 from fedac.data.manifest import Manifest
 from fedac.errors import ConfigError, DatasetError
 from fedac.seeding import numpy_rng

@@ -51,3 +51,14 @@ class FedKWSUIConfig:
     plain FedAvg's 29.0%, and 32.0% with kaiming, which makes the ratio 0.86-1.29x
     (tests/test_fedkwsui_init.py). Drawn right after the default in the model's seeded construction, so
     the same seed gives the same weights and the encoder's are unchanged."""
+
+
+#: FedKWS-UI's run defaults (the layer `fedac compare` / `reproduce` skip). Its code clips every local
+#: step's gradient at norm 50 (its whole protocol does; experiments/fedkws.py KWS_PROTOCOL sets it for every
+#: method of a comparison). Under the shared schedule a round is 24 clients x (ALT's s_k = floor(3.5 rbar_k
+#: 50), 46-61 on average, + 11 private steps): ~1,400 steps, 0.35 s each for DSCNN on one core, so 50 rounds
+#: take about 7 hours. The default is fedkws12-scaled's E = 10 on 48 of the clients (a seeded choice), 12 a
+#: round for 40 rounds (10 visits each): ~6,000 steps, about 2 minutes on CRNN-Lite, about 30 on DSCNN.
+#: `fedac reproduce fedkws*` runs the paper's protocol.
+RUN_DEFAULTS = {"train.max_grad_norm": 50.0, "fedkwsui.local_steps": 10, "data.max_clients": 48,
+                "train.fraction": 0.25, "train.rounds": 40}

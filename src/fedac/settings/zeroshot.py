@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from fedac.errors import ConfigError
 from fedac.fields import number
 
 
@@ -49,3 +50,43 @@ class ZeroShotConfig:
     """Who knows which reports share a class: anonymous (the server learns it only by clustering the
     impressions) or reported (a report names its new classes: one label per name, the clustering is kept
     as a diagnostic)."""
+
+
+#: The zero-shot paper's features (10 MFCC, 50 ms windows and hop: 10 x 21 per 1 s) and local schedule
+#: (10 epochs, batch 32; zeroshot.optimizer=adam at lr 0.01), evaluated every round: its run defaults.
+RUN_DEFAULTS = {"features.n_mfcc": 10, "features.win_ms": 50.0, "features.hop_ms": 50.0,
+                "train.local_epochs": 10, "train.batch_size": 32, "train.lr": 0.01,
+                "train.eval_every": 1, "train.checkpoint_every": 1, "train.select": "last"}
+
+#: The paper's round count of each scenario (Tables 3 and 4): what a zero-shot run trains unless
+#: train.rounds or zeroshot.rounds is given (`finish` resolves it into train.rounds).
+SCENARIO_ROUNDS = {"homogeneous": 10, "heterogeneous": 30}
+
+
+def scenario_rounds(name: str) -> int:
+    if name not in SCENARIO_ROUNDS:
+        raise ConfigError(f"zeroshot.scenario must be {' or '.join(SCENARIO_ROUNDS)}, got {name!r}")
+    return SCENARIO_ROUNDS[name]
+
+
+def finish(cfg, given: dict[str, int]) -> None:
+    """Zero-shot runs as many rounds as train.rounds or zeroshot.rounds (not 0) says, whichever the later
+    layer gives, else the scenario's; the count is written back to both so the saved config.yaml repeats it.
+    A config.yaml saved before zero-shot read train.rounds holds the unused global default there (50) beside
+    zeroshot.rounds 0 ("the scenario's"), both from the file (layer 0): it keeps meaning the scenario's rounds."""
+    zs = cfg.zeroshot
+    if given.get("train.rounds") == 0 and given.get("zeroshot.rounds") == 0 and zs.rounds == 0:
+        given = {k: v for k, v in given.items() if k != "train.rounds"}
+    asked = {key: value for key, value in (("train.rounds", cfg.train.rounds), ("zeroshot.rounds", zs.rounds))
+             if key in given and value}
+    if not asked:
+        rounds = scenario_rounds(zs.scenario)
+    else:
+        last = max(given[key] for key in asked)
+        counts = {value for key, value in asked.items() if given[key] == last}
+        if len(counts) > 1:
+            where = "one config file" if last == 0 else "the flags"
+            raise ConfigError(f"train.rounds={cfg.train.rounds} and zeroshot.rounds={zs.rounds} disagree in {where}; "
+                              "for --algorithm zeroshot they are one setting: keep one or make them equal")
+        rounds = counts.pop()
+    cfg.train.rounds = zs.rounds = rounds
