@@ -150,3 +150,24 @@ def test_precision_bf16_autocasts_the_sequential_steps_and_leaves_the_stacked_cr
     assert 0 < changed < 0.1
     stacked, stacked_bf16 = trained("stacked"), trained("stacked-bf16", "train.precision=bf16")
     assert all(torch.equal(stacked[k], stacked_bf16[k]) for k in stacked)
+
+
+def test_train_client_runs_every_runtime_under_the_precisions_autocast():
+    """train_client (the step the simulator, the stream runner and the Flower ClientApp share) applies
+    train.precision, so no runtime can forget it."""
+    from fedac.training.step import train_client
+    from fedac.training.types import ClientData, ClientResult
+
+    class Recorder:
+        def __init__(self, precision):
+            self.cfg = load_config(overrides=[f"train.precision={precision}"])
+            self.device = torch.device("cpu")
+
+        def client_update(self, payload, state, data, round_idx, generator):
+            return ClientResult(None, None, {"autocast": torch.is_autocast_enabled("cpu"),
+                                             "dtype": str(torch.get_autocast_dtype("cpu"))})
+
+    data = ClientData("c0", torch.zeros(1, 2, 3), torch.zeros(1, dtype=torch.long), torch.zeros(0, 2, 3),
+                      torch.zeros(0, dtype=torch.long))
+    assert train_client(Recorder("bf16"), None, None, data, 1, 0).metrics == {"autocast": True, "dtype": "torch.bfloat16"}
+    assert train_client(Recorder("fp32"), None, None, data, 1, 0).metrics["autocast"] is False

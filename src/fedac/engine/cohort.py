@@ -7,6 +7,7 @@ from typing import Any
 
 from fedac.algorithms.base import Algorithm
 from fedac.errors import ConfigError
+from fedac.training.device import autocast
 from fedac.training.step import train_client
 from fedac.training.types import ClientData, ClientResult
 
@@ -25,5 +26,6 @@ def run_clients(algorithm: Algorithm, payload: Any, states: list[Any], datas: li
     mode = algorithm.cfg.train.execution
     check_execution(mode)
     if mode != "sequential" and algorithm.cohort_ready():
-        return algorithm.cohort_update(payload, states, datas, round_idx, seed)
+        with autocast(algorithm.cfg.train.precision, algorithm.device):  # as train_client has it
+            return algorithm.cohort_update(payload, states, datas, round_idx, seed)
     return [train_client(algorithm, payload, state, data, round_idx, seed) for state, data in zip(states, datas)]

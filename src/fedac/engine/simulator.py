@@ -125,8 +125,7 @@ class Simulator:
         names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
         datas = [self.data.client(name) for name in names]
         states = [self._client_state(state, name) for name in names]
-        with autocast(cfg.train.precision, self.device):  # the clients' steps only: the server means stay fp32/fp64
-            results = run_clients(self.algorithm, payload, states, datas, round_idx, cfg.seed)
+        results = run_clients(self.algorithm, payload, states, datas, round_idx, cfg.seed)  # (autocast inside)
         for name, data, result in zip(names, datas, results):
             if not all_finite(result.upload) or not all_finite(result.state):
                 log.warning("round %d: client %s returned NaN/Inf parameters; its update is discarded", round_idx, name)
