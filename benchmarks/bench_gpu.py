@@ -29,6 +29,8 @@ peak GPU memory is its own plus what the process holds between paths):
   another, the model zoo's nn.Modules with their cuDNN layers (nn.Conv1d, nn.GRU, ...), no fedac code in the
   loop; for w2v2 a Hugging Face Wav2Vec2Model's projection and encoder with a stats-pool head at exit 12);
   the same clients each round and the same samples;
+- fedac_chunk16 (gsc, on CUDA): fedac with `train.cohort_chunk=16`, the CPU's chunk, against auto's chunks
+  packed from free GPU memory (training/packing.py): whether packing pays;
 - fedac_cpu: fedac with `train.device=cpu` (its CPU default: fused kernel, cohort workers per core), on fewer
   rounds and, where a round is long on a CPU, fewer clients (its samples/s is the figure to compare); left
   out when --device is cpu (it is the fedac path then).
@@ -342,10 +344,14 @@ def workload_gsc(args, tmp: Path) -> dict:
     clients = gsc_scale_clients(count)
     names = [c.name for c in clients]
     flops = step_flops(MutualFloor(clients[:1]), torch.randn(4, FEATURES, FRAMES), torch.zeros(4, dtype=torch.long))
-    paths = with_cpu(args, {
-        "fedac": fedac_path(cfg, data, tmp / "gsc", resident=True),
-        "plain": floor_path(lambda: MutualFloor(clients, device=args.device, pick=cohort(cfg, names)))},
-        lambda: fedac_path(load_config(overrides=[*settings, "train.device=cpu"]), data, tmp / "gsc-cpu", resident=True))
+    paths = {"fedac": fedac_path(cfg, data, tmp / "gsc", resident=True)}
+    if args.device.type == "cuda":  # packing's choice (auto: chunks from free memory) against the CPU's 16
+        paths["fedac_chunk16"] = fedac_path(load_config(overrides=[*settings, *device_settings(args),
+                                                                   "train.cohort_chunk=16"]), data, tmp / "gsc16",
+                                            resident=True)
+    paths["plain"] = floor_path(lambda: MutualFloor(clients, device=args.device, pick=cohort(cfg, names)))
+    paths = with_cpu(args, paths, lambda: fedac_path(load_config(overrides=[*settings, "train.device=cpu"]), data,
+                                                     tmp / "gsc-cpu", resident=True))
     return {"clients": count, "per_round": len(cohort(cfg, names)(1)), "flop_per_sample": flops,
             "paths": run_paths(args, paths, flops)}
 

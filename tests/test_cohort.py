@@ -319,7 +319,7 @@ def test_bad_execution_settings_are_named():
     with pytest.raises(ConfigError, match="train.execution"):
         run_clients(algo, algo.broadcast(algo.init_server()), [None] * len(clients), clients, 1, 0)
     algo, clients = make_algorithm("train.execution=cohort")
-    algo.cfg.train.cohort_chunk = 0  # load_config refuses it; the runtime's own guard still holds
+    algo.packing.chunk = -1  # load_config refuses it; the runtime's own guard still holds
     with pytest.raises(ConfigError, match="train.cohort_chunk"):
         run_clients(algo, algo.broadcast(algo.init_server()), [None] * len(clients), clients, 1, 0)
     cfg = load_config(overrides=["train.execution=fast"])

@@ -188,13 +188,14 @@ class TrainConfig:
     """How a round's clients train: cohort (clients of one architecture stacked into one computation,
     engine/cohort.py), sequential (one client after another), or auto (cohort wherever the algorithm
     has a cohort path, the faster one; see benchmarks/README.md). Both give the same numbers."""
-    cohort_chunk: int = number(16, ">= 1")
-    """Cohort path: at most this many clients stacked at once. Bounds activation memory; 16 keeps each
-    step's tensors in cache and was fastest on CRNN-Base + CRNN-Lite (benchmarks/README.md)."""
+    cohort_chunk: int = number(0, ">= 0")
+    """Cohort path: at most this many clients stacked at once, which bounds activation memory; 0 (auto): 16
+    on the CPU (each step's tensors stay in cache; fastest on CRNN-Base + CRNN-Lite, benchmarks/README.md),
+    and on a GPU as many as fit in the free memory, measured on a probe chunk (training/packing.py)."""
     cohort_workers: int = number(0, ">= 0")
     """Cohort path: chunks trained at once on this many threads, each running torch ops on `threads`
-    intra-op threads; 0: one per usable core left by `threads`. Numbers do not depend on it. On 2 free
-    cores 2 workers ran 1.8x faster than 1, where threads=2 gave 1.36x (benchmarks/README.md)."""
+    intra-op threads; 0: one per usable core left by `threads`, or one on a GPU. Numbers do not depend on
+    it. On 2 free cores 2 workers ran 1.8x faster than 1, where threads=2 gave 1.36x (benchmarks/README.md)."""
     keep_freed_memory: bool = True
     """Let glibc's malloc keep freed memory for reuse instead of unmapping every large tensor (engine/
     runtime.py): 7-9 % faster FedMLAC rounds, same peak RSS. Process-wide; no effect off glibc."""

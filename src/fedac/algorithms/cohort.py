@@ -95,7 +95,8 @@ def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData],
             out.append((position, ClientResult(upload, None, {"loss": total / steps, "steps": float(steps)})))
         return out
 
-    for position, result in run_chunks(train, plan_chunks(datas, range(len(datas)), cfg, round_idx, seed), cfg):
+    chunks = plan_chunks(datas, range(len(datas)), cfg, round_idx, seed, algo.packing, algo.cfg.model.name)
+    for position, result in run_chunks(train, chunks, cfg, algo.device):
         results[position] = result
     return results  # type: ignore[return-value]
 
@@ -155,7 +156,7 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
         if omega_model is None or theta_model is None:
             _sequential(algo, payload, states, datas, positions, round_idx, seed, results)
             continue
-        chunks = plan_chunks([datas[i] for i in positions], positions, cfg, round_idx, seed)
-        for position, result in run_chunks(partial(train, omega_model), chunks, cfg):
+        chunks = plan_chunks([datas[i] for i in positions], positions, cfg, round_idx, seed, algo.packing, arch)
+        for position, result in run_chunks(partial(train, omega_model), chunks, cfg, algo.device):
             results[position] = result
     return results  # type: ignore[return-value]

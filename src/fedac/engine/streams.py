@@ -90,7 +90,7 @@ class StreamRunner:
             self.splits[name] = (wx, position, torch.tensor([stream.task_label[c] for c in clips], device=wx.device))
         task = Task(int(self.x.shape[1]), self.scenario.num_old, list(self.scenario.users))
         self.algorithm: ZeroShotFL = build_algorithm(cfg, task)
-        self.algorithm.workers = cohort_workers(cfg.train)  # one report's impressions per free core
+        self.algorithm.workers = cohort_workers(cfg.train, self.algorithm.device)  # one report's impressions per free core
         self.algorithm.attach(public_x, public_y, torch.cat([self.splits["val"][0], self.splits["test"][0]]))
 
     def client_data(self, user: str, round_idx: int) -> StreamClientData:

@@ -11,7 +11,7 @@ FedMLAC client steps on top of it, and `engine/cohort.py` dispatches a round to 
 - chunking: at most `train.cohort_chunk` clients are stacked at once, which bounds the memory of
   activations kept for the backward pass; training/schedule.py cuts chunks by modelled cost (padding,
   per-step overheads, an even share per worker); `run_chunks` trains them on `train.cohort_workers`
-  threads, costliest first.
+  threads, costliest first. On a GPU auto packs chunks by free memory instead (training/packing.py).
 - dropout: every client owns a generator seeded with `derive_seed(seed, "dropout", round, client)`,
   the seed the sequential path gives the global RNG, and draws its masks with the op `nn.Dropout`
   uses on CPU (`bernoulli_` into a fresh buffer, then `div_(1 - p)`), layer by layer in forward order.
@@ -38,6 +38,7 @@ from fedac.config import TrainConfig
 from fedac.errors import ConfigError
 from fedac.seeding import torch_generator
 from fedac.training.local import client_batches
+from fedac.training.packing import Packing
 from fedac.training.schedule import partition
 from fedac.training.types import ClientData
 
@@ -138,43 +139,53 @@ class CohortChunk:
 
 
 def plan_chunks(datas: Sequence[ClientData], positions: Sequence[int], cfg: TrainConfig, round_idx: int,
-                seed: int) -> Iterator[CohortChunk]:
-    """Sort one architecture's clients by training size (largest first, so similar sizes share a chunk
-    and pad little), cut them into chunks by modelled cost (training/schedule.py: little padding, and an
-    even share of the work per chunk when several workers train at once) and build the chunks one at a
-    time (a chunk holds a copy of its data), the costliest first so the workers finish together."""
-    chunk = cfg.cohort_chunk
-    if chunk < 1:
-        raise ConfigError(f"train.cohort_chunk must be >= 1 (clients stacked at once), got {chunk}")
+                seed: int, packing: Packing | None = None, key: str = "") -> Iterator[CohortChunk]:
+    """Sort one architecture's clients (`key`) by training size (largest first, so similar sizes share a
+    chunk and pad little) and build their chunks one at a time (a chunk holds a copy of its data). With a
+    chunk size (a fixed `train.cohort_chunk`, or auto on the CPU) training/schedule.py cuts them by
+    modelled cost (little padding, and an even share of the work per chunk when several workers train at
+    once), the costliest first so the workers finish together; auto on a GPU packs each chunk as full as
+    the free memory allows (training/packing.py)."""
+    packing = packing if packing is not None else Packing(cfg.cohort_chunk, torch.device("cpu"))
+    if packing.chunk < 0:
+        raise ConfigError(f"train.cohort_chunk must be >= 0 (clients stacked at once; 0: auto), got {packing.chunk}")
     order = sorted(range(len(datas)), key=lambda i: -datas[i].num_samples)
-    ranges = partition([datas[i].num_samples for i in order], cfg.batch_size, cfg.local_epochs, chunk,
-                       cohort_workers(cfg))
+
+    def build(picked: list[int]) -> CohortChunk:
+        return CohortChunk([positions[i] for i in picked], [datas[i] for i in picked], cfg, round_idx, seed)
+
+    if packing.by_memory:
+        yield from packing.chunks(order, key, build)
+        return
+    ranges = partition([datas[i].num_samples for i in order], cfg.batch_size, cfg.local_epochs, packing.fixed_chunk,
+                       cohort_workers(cfg, packing.device))
     for part, _ in sorted(ranges, key=lambda rc: -rc[1]):
-        picked = [order[i] for i in part]
-        yield CohortChunk([positions[i] for i in picked], [datas[i] for i in picked], cfg, round_idx, seed)
+        yield build([order[i] for i in part])
 
 
-def cohort_workers(cfg: TrainConfig) -> int:
+def cohort_workers(cfg: TrainConfig, device: torch.device | None = None) -> int:
     """`train.cohort_workers`, with 0 (auto) read as one worker per usable core not already taken by
-    torch's intra-op threads."""
+    torch's intra-op threads, or one on a GPU (its chunks queue on one device; packing fills it)."""
     workers = cfg.cohort_workers
     if workers < 0:
         raise ConfigError(f"train.cohort_workers must be >= 0 (0: one per free core), got {workers}")
     if workers == 0:
+        if device is not None and device.type != "cpu":
+            return 1
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
         workers = max(1, cores // max(1, torch.get_num_threads()))
     return workers
 
 
 def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
-               cfg: TrainConfig) -> Iterator[tuple[int, Any]]:
+               cfg: TrainConfig, device: torch.device | None = None) -> Iterator[tuple[int, Any]]:
     """`train` over the chunks, on `cohort_workers(cfg)` threads: chunks hold different clients and
     every client's randomness is its own, so the results do not depend on the schedule. torch releases
     the GIL inside its ops (and the fused GRU inside its whole recurrence), so with one intra-op thread
     each, two workers keep two cores busy. A worker takes the next chunk as soon as it is free (results
     come back in completion order, with their positions); at most `workers` chunks (and their
     activations) are in memory at once."""
-    workers = cohort_workers(cfg)
+    workers = cohort_workers(cfg, device)
     if workers == 1:
         for chunk in chunks:
             yield from _reported(train(chunk))

@@ -1,0 +1,107 @@
+"""Chunk sizing (training/packing.py): auto is the CPU's 16 on the CPU; on a GPU the first chunk is a probe
+whose measured memory per client sizes every later chunk from the memory free at that moment. The GPU's
+allocator counters are faked here (CI has no GPU); the last test reads the real ones on a CUDA device."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedac.training.cohort import cohort_workers, plan_chunks
+from fedac.training.packing import CPU_CHUNK, MEMORY_FRACTION, PROBE_CLIENTS, Packing
+from tests.test_cohort import assert_same_run, federate, make_algorithm, make_clients
+
+SIZES = [37, 16, 5, 23, 40, 9, 12, 30, 18, 7, 26, 33, 3, 21, 15, 11, 28, 8, 19, 24, 6, 14, 35, 10, 17, 22, 4, 29, 13, 20]
+
+
+class FakeGauge:
+    """A device whose probe chunk peaks at `per_client` bytes per client above `base`, and whose free memory
+    reads `free` in turn (the last value repeating), as uploads left on the device shrink it."""
+
+    def __init__(self, per_client: int, free: list[int], base: int = 10_000):
+        self.per_client, self.free_values, self.base = per_client, list(free), base
+        self.probes: list[int] = []
+        self.probe_size = PROBE_CLIENTS
+
+    def free(self) -> int:
+        return self.free_values.pop(0) if len(self.free_values) > 1 else self.free_values[0]
+
+    def begin(self) -> int:
+        self.probes.append(1)
+        return self.base
+
+    def peak(self) -> int:
+        return self.base + self.per_client * self.probe_size
+
+
+def gpu_packing(gauge: FakeGauge) -> Packing:
+    return Packing(0, torch.device("cpu"), gauge=gauge)
+
+
+def test_the_probe_sizes_later_chunks_from_the_memory_free_then():
+    clients = make_clients(SIZES)
+    cfg = make_algorithm()[0].cfg.train
+    per_client = 1_000
+    gauge = FakeGauge(per_client, free=[int(16 * per_client / MEMORY_FRACTION) + 1, int(4 * per_client / MEMORY_FRACTION)])
+    packing = gpu_packing(gauge)
+    chunks = list(plan_chunks(clients, range(len(clients)), cfg, 1, 0, packing, "crnn_lite"))
+    assert [len(c) for c in chunks] == packing.last_sizes == [PROBE_CLIENTS, 16, 4, 2]
+    assert packing.bytes_per_client == {"crnn_lite": per_client}
+    sizes = [d.num_samples for c in chunks for d in c.datas]
+    assert sizes == sorted(SIZES, reverse=True)  # every client once, largest first, the probe the largest
+    # the next round reuses the measurement: no probe, every chunk sized from the free memory
+    chunks = list(plan_chunks(clients, range(len(clients)), cfg, 2, 0, packing, "crnn_lite"))
+    assert len(gauge.probes) == 1 and [len(c) for c in chunks] == [4] * 7 + [2]
+    # another architecture is probed on its own
+    list(plan_chunks(clients, range(len(clients)), cfg, 2, 0, packing, "crnn_tiny"))
+    assert len(gauge.probes) == 2 and set(packing.bytes_per_client) == {"crnn_lite", "crnn_tiny"}
+
+
+def test_a_chunk_holds_one_client_when_memory_is_short():
+    packing = gpu_packing(FakeGauge(1_000, free=[10]))
+    clients = make_clients(SIZES[:12])
+    chunks = list(plan_chunks(clients, range(12), make_algorithm()[0].cfg.train, 1, 0, packing, "m"))
+    assert [len(c) for c in chunks] == [PROBE_CLIENTS] + [1] * 4
+
+
+def test_auto_on_the_cpu_is_the_cost_models_chunks_of_at_most_16():
+    clients = make_clients([16] * 40)  # equal clients, one worker: nothing to gain from smaller chunks
+    cfg = make_algorithm("train.cohort_workers=1")[0].cfg.train
+    assert cfg.cohort_chunk == 0  # the default is auto
+    packing = Packing(0, torch.device("cpu"))
+    assert not packing.by_memory and packing.fixed_chunk == CPU_CHUNK
+    sizes = [len(c) for c in plan_chunks(clients, range(len(clients)), cfg, 1, 0, packing, "m")]
+    assert sum(sizes) == len(clients) and max(sizes) == CPU_CHUNK
+    fixed = Packing(5, torch.device("cpu"), gauge=FakeGauge(1, free=[10**12]))  # a fixed size wins on a GPU too
+    assert not fixed.by_memory
+    assert max(len(c) for c in plan_chunks(clients, range(len(clients)), cfg, 1, 0, fixed, "m")) == 5
+
+
+def test_one_worker_per_gpu_when_auto():
+    cfg = make_algorithm()[0].cfg.train
+    assert cohort_workers(cfg, torch.device("cuda")) == 1
+    cfg.cohort_workers = 3
+    assert cohort_workers(cfg, torch.device("cuda")) == 3  # a setting is a setting
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedmlac"])
+def test_packed_chunks_give_the_numbers_of_one_chunk(algorithm):
+    clients = make_clients(SIZES)
+    one = make_algorithm(f"algorithm={algorithm}", "train.cohort_chunk=64", "train.execution=cohort")
+    expected = federate(one[0], clients, rounds=2)
+    algo, _ = make_algorithm(f"algorithm={algorithm}", "train.execution=cohort")
+    algo.packing = gpu_packing(FakeGauge(1_000, free=[int(6 * 1_000 / MEMORY_FRACTION)]))
+    assert_same_run(expected, federate(algo, clients, rounds=2), tol=1e-6)
+    assert algo.packing.last_sizes == [6] * 5  # the last round: 30 clients, 6 a chunk
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="reads the CUDA allocator (benchmarks/gpu/check.sh)")
+def test_on_a_gpu_auto_measures_the_probe_and_packs_the_rest_together():
+    from fedac.training.device import to_device
+
+    clients = [to_device(c, "cuda") for c in make_clients(SIZES)]
+    algo, _ = make_algorithm("algorithm=fedmlac", "train.execution=cohort", "train.device=cuda")
+    federate(algo, clients, rounds=1)
+    (per_client,) = algo.packing.bytes_per_client.values()
+    assert 1e4 < per_client < 1e9  # a CRNN client of a chunk: more than nothing, less than a GB
+    assert algo.packing.last_sizes == [PROBE_CLIENTS, len(SIZES) - PROBE_CLIENTS]
