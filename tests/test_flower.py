@@ -11,6 +11,7 @@ a fedac dependency, so CI runs them.
 from __future__ import annotations
 
 import json
+import os
 import math
 import re
 import time
@@ -256,6 +257,23 @@ def test_in_process_deployment_equals_the_simulator(dataset, tmp_path, algorithm
     if algorithm == "fedmlac":
         for key in ("personalized_accuracy_mean", "personalized_local_accuracy_mean"):
             assert results["final"][key] == pytest.approx(expected["final"][key], abs=1e-6), key
+
+
+def test_one_supernode_per_device_trains_where_its_node_config_says(dataset, tmp_path):
+    """Several GPUs beyond one process: one SuperNode per GPU, each with node-config `device` (docs/flower.md).
+    Here every node names the test device (cpu in CI, FEDAC_TEST_DEVICE on a GPU machine); the nodes train
+    there and the run equals the simulator's."""
+    from fedac.flower import clientapp
+    from fedac.training.device import resolve_device
+
+    device = os.environ.get("FEDAC_TEST_DEVICE", "cpu")
+    nodes = {node: {**config, "device": device} for node, config in nodes_for(3).items()}
+    results, grid, config = run_local(dataset, tmp_path, nodes, algorithm="fedavg")
+    trained = [c for key, c in clientapp._CLIENTS.items() if str(tmp_path / "run") in str(key)] or \
+        list(clientapp._CLIENTS.values())
+    assert trained and all(c.algorithm.device == resolve_device(device) for c in trained)
+    expected = Simulator(fedac_config(config), tmp_path / "sim", progress=False).run()
+    assert results["final"]["accuracy"] == pytest.approx(expected["final"]["accuracy"], abs=1e-6)
 
 
 def test_in_process_dead_node_is_dropped_and_named(dataset, tmp_path, caplog):

@@ -105,3 +105,45 @@ def test_on_a_gpu_auto_measures_the_probe_and_packs_the_rest_together():
     (per_client,) = algo.packing.bytes_per_client.values()
     assert 1e4 < per_client < 1e9  # a CRNN client of a chunk: more than nothing, less than a GB
     assert algo.packing.last_sizes == [PROBE_CLIENTS, len(SIZES) - PROBE_CLIENTS]
+
+
+# --- residency: the clients' data and personalized models on the device or the host ---------------------
+
+def test_residency_auto_keeps_clients_on_the_gpu_while_half_its_free_memory_holds_them():
+    from fedac.training.packing import RESIDENT_FRACTION, client_home
+
+    gpu, cpu = torch.device("cuda"), torch.device("cpu")
+    gauge = FakeGauge(1, free=[1_000])
+    fits, spills = (lambda: int(1_000 * RESIDENT_FRACTION)), (lambda: int(1_000 * RESIDENT_FRACTION) + 1)
+    assert client_home("auto", gpu, fits, gauge) == gpu
+    assert client_home("auto", gpu, spills, gauge) == cpu
+    assert client_home("host", gpu, fits, gauge) == cpu
+    assert client_home("device", gpu, spills, gauge) == gpu
+    never = lambda: pytest.fail("the CPU asks for no size")  # noqa: E731
+    assert client_home("auto", cpu, never, gauge) == cpu and client_home("host", cpu, never, gauge) == cpu
+
+
+def test_residency_host_gives_the_numbers_of_resident_clients_and_resumes(gsc_root, tmp_path):
+    """On a GPU (FEDAC_TEST_DEVICE=cuda) the host's clients are page-locked CPU tensors copied in every
+    round; on the CPU the run's device is their home too, and the same code runs without copies."""
+    from fedac.config import load_config
+    from fedac.engine.data import build_federated_data
+    from fedac.engine.simulator import Simulator
+    from helpers import tiny_run
+
+    settings = {**tiny_run(gsc_root, tmp_path / "cache"), "algorithm": "fedmlac", "model.client_model": "crnn_tiny",
+                "fedmlac.plugin_model": "crnn_tiny", "train.rounds": 3, "train.local_epochs": 1}
+    config = lambda **extra: load_config(overrides=[f"{k}={v}" for k, v in {**settings, **extra}.items()])  # noqa: E731
+    data = build_federated_data(config(), progress=False)
+    resident = Simulator(config(**{"train.client_memory": "device"}), tmp_path / "resident", data, progress=False).run()
+    host = config(**{"train.client_memory": "host"})
+    assert Simulator(host, tmp_path / "host", data, progress=False).run(stop_after=2) is None
+    sim = Simulator(host, tmp_path / "host", data, progress=False)
+    results = sim.run(resume=True)
+    assert sim.resumed_from == 2 and sim.client_home.type == "cpu"
+    on_gpu = sim.device.type == "cuda"
+    states = [v for state in sim.state["clients"].values() for v in state.values()]
+    assert states and all(v.device.type == "cpu" and v.is_pinned() == on_gpu for v in states)
+    assert all(c.x.device.type == "cpu" for c in sim.data.clients) and sim.data.test.x.device == sim.device
+    for key in ("accuracy", "personalized_accuracy_mean", "personalized_local_accuracy_mean"):
+        assert results["final"][key] == pytest.approx(resident["final"][key], abs=1e-6), key

@@ -203,6 +203,12 @@ class TrainConfig:
     """Where models, client data, training, aggregation and evaluation live: auto (the first CUDA GPU when
     torch sees one, else the CPU), cpu, cuda or cuda:N (training/device.py). Numbers on a GPU equal the
     CPU's to float rounding, not bitwise; a checkpoint written on one resumes on the other."""
+    client_memory: str = "auto"
+    """Where the clients' data and personalized models live between rounds: device (resident on
+    `train.device`: a round copies nothing), host (CPU memory, page-locked on a GPU: each round copies its
+    cohort's data and models to the device and the updated models back), or auto (device when both fit in
+    half the GPU's free memory, the other half left to the stacked chunks; on the CPU the two are one).
+    Numbers do not depend on it (training/packing.py)."""
     precision: str = "fp32"
     """Arithmetic of training steps and evaluation forwards: fp32 (the default, reproducible), tf32 (CUDA
     matmuls and convolutions in TensorFloat-32), bf16 or fp16 (torch.autocast around the clients' steps and
@@ -216,6 +222,7 @@ class TrainConfig:
 
 DEVICE_SYNTAX = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
+CLIENT_MEMORY = ("auto", "device", "host")
 
 
 def check_compute(train: TrainConfig) -> None:
@@ -225,6 +232,8 @@ def check_compute(train: TrainConfig) -> None:
         raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {train.device!r}")
     if train.precision not in PRECISIONS:
         raise ConfigError(f"train.precision must be one of {', '.join(PRECISIONS)}, got {train.precision!r}")
+    if train.client_memory not in CLIENT_MEMORY:
+        raise ConfigError(f"train.client_memory must be one of {', '.join(CLIENT_MEMORY)}, got {train.client_memory!r}")
 
 
 @dataclass

@@ -33,8 +33,10 @@ from fedac.metrics import mean_std
 from fedac.privacy import Privacy
 from fedac.report import log_pruning, truncate_pruning_log, write_history, write_results
 from fedac.seeding import numpy_rng
-from fedac.training.device import autocast, configure_precision, device_name, place, resolve_device, to_device
+from fedac.training.device import autocast, configure_precision, device_name, nbytes, place, resolve_device, to_device
 from fedac.training.evaluate import evaluate, kws_rates, selection_score, window_accuracy
+from fedac.training.packing import client_home
+from fedac.training.types import ClientData
 
 log = logging.getLogger(__name__)
 
@@ -99,8 +101,10 @@ class Simulator:
         self.attack = Attack(cfg, [c.name for c in self.data.clients])
         self.data = self.attack.poison_data(self.data)
         self.attack.prepare_success_rate(self.data)
-        # Built on the host, then resident on the run's device for every round (training/device.py).
-        self.data = place(self.data, self.device)
+        # Built on the host, then on the run's device for every round (training/device.py); the clients'
+        # data and models stay on the host instead when they do not fit there (`train.client_memory`).
+        self.client_home = client_home(cfg.train.client_memory, self.device, self._resident_bytes)
+        self.data = place(self.data, self.device, clients_on=self.client_home)
         self.attack.backdoor_test = to_device(self.attack.backdoor_test, self.device)
         # the clients of every round (the size depends on the fraction and the client count only)
         self.cohort_size = len(sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, 1)) if self.trainable else 0
@@ -113,9 +117,27 @@ class Simulator:
                 "best": None, "wall_seconds": 0.0}
 
     def _client_state(self, state: dict[str, Any], name: str) -> Any:
+        """The client's persistent state where it lives between rounds (`self.client_home`)."""
         if name not in state["clients"]:
-            state["clients"][name] = self.algorithm.init_client_state(name)
+            state["clients"][name] = self._homed(self.algorithm.init_client_state(name))
         return state["clients"][name]
+
+    def _homed(self, obj: Any) -> Any:
+        return to_device(obj, self.client_home, pin=self.client_home != self.device)
+
+    def _resident_bytes(self) -> int:
+        """Bytes of every client's data and persistent state (one state measured per architecture)."""
+        per_arch: dict[str, int] = {}
+        for name in self.trainable:
+            arch = self.algorithm.client_architecture(name)
+            if arch not in per_arch:
+                per_arch[arch] = nbytes(self.algorithm.init_client_state(name))
+        states = sum(per_arch[self.algorithm.client_architecture(name)] for name in self.trainable)
+        return states + sum(nbytes(c) for c in self.data.clients)
+
+    def _client_data(self, name: str) -> ClientData:
+        """A client's data on the run's device (a copy when it lives on the host)."""
+        return to_device(self.data.client(name), self.device)
 
     # --- one round -----------------------------------------------------------------------------
     def run_round(self, state: dict[str, Any], round_idx: int) -> dict[str, float]:
@@ -123,8 +145,8 @@ class Simulator:
         payload = self.algorithm.broadcast(state["server"])
         uploads, losses, rejected, uploaded = [], [], [], []
         names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
-        datas = [self.data.client(name) for name in names]
-        states = [self._client_state(state, name) for name in names]
+        datas = [self._client_data(name) for name in names]
+        states = [to_device(self._client_state(state, name), self.device) for name in names]
         results = run_clients(self.algorithm, payload, states, datas, round_idx, cfg.seed)  # (autocast inside)
         for name, data, result in zip(names, datas, results):
             if not all_finite(result.upload) or not all_finite(result.state):
@@ -132,7 +154,7 @@ class Simulator:
                 rejected.append(name)
                 continue
             if result.state is not None:
-                state["clients"][name] = result.state
+                state["clients"][name] = self._homed(result.state)
             uploads.append((result.upload, data.num_samples))
             uploaded.append(name)
             visits = state.setdefault("visits", {})
@@ -167,7 +189,7 @@ class Simulator:
                 continue
             own = self.algorithm.personalized_model(client.name, self._client_state(state, client.name))
             if own is not None:
-                yield client, own
+                yield to_device(client, self.device), own
 
     def _personalized_local_accuracy(self, state: dict[str, Any]) -> list[float]:
         """Each client's own model on its local held-out windows (empty for non-personalized methods)."""
@@ -208,7 +230,10 @@ class Simulator:
         with a checkpoint, raising RunInterrupted (engine/rounds.py).
         """
         cfg = self.cfg
-        state = to_device(open_run(self.run_dir, cfg, resume, self._fresh_state), self.device)
+        state = open_run(self.run_dir, cfg, resume, self._fresh_state)
+        clients, state["clients"] = state["clients"], {}
+        state = to_device(state, self.device)
+        state["clients"] = {name: self._homed(value) for name, value in clients.items()}
         if self.progress:
             log.info("%s on %s (train.device=%s)", cfg.algorithm, device_name(self.device), cfg.train.device)
         if resume:
@@ -276,7 +301,8 @@ class Simulator:
                 final.update({f"{name}_{k}": v for k, v in metrics.items()})
                 final.update(tagged(views, suffix=f"{name}_"))
             final["selected_round"] = state["best"]["round"] if self.cfg.train.select == "best_val" and state["best"] else state["round"]
-            local = [window_accuracy(model, c.holdout_x, c.holdout_y, batch) for c in self.data.clients]
+            local = [window_accuracy(model, c.holdout_x, c.holdout_y, batch)
+                     for c in (to_device(c, self.device) for c in self.data.clients)]
             final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)
         personal = self._personalized_test_results(state)
         if personal:

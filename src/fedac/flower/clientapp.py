@@ -97,7 +97,8 @@ def _key(*parts: Any) -> str:
 
 
 def run_data(context: Context, node: NodeSettings) -> RunData:
-    key = _key(context.run_id, sorted(context.run_config.items()), node.data_root, node.cache_dir)
+    # the device too: simulated nodes of one process may each name their own GPU (node-config `device`)
+    key = _key(context.run_id, sorted(context.run_config.items()), node.data_root, node.cache_dir, node.device)
     if key not in _RUNS:
         cfg = apply_node_settings(fedac_config(context.run_config), node)
         configure_process(cfg.train)

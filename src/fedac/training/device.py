@@ -51,20 +51,22 @@ def device_name(device: torch.device) -> str:
     return f"cuda:{index} ({torch.cuda.get_device_name(index)})"
 
 
-def to_device(obj: Any, device: torch.device | str) -> Any:
+def to_device(obj: Any, device: torch.device | str, pin: bool = False) -> Any:
     """`obj` with every tensor inside (dicts, lists, tuples, dataclasses and objects with a `.to`, such as
     data.waveform.Padded or data.augment.AugmentedWindows) moved to `device`; other values unchanged.
     Checkpoints go through it twice: to the CPU when written, to the run's device when resumed, so a GPU
-    checkpoint resumes on the CPU and the reverse."""
+    checkpoint resumes on the CPU and the reverse. `pin`: tensors that land on the CPU are page-locked
+    (what makes copies to a GPU asynchronous; needs CUDA), those of `.to` objects excepted."""
     if isinstance(obj, torch.Tensor):
-        return obj.to(device)
+        moved = obj.to(device, non_blocking=torch.device(device).type != "cpu")  # host to GPU only: no race
+        return moved.pin_memory() if pin and moved.device.type == "cpu" and not moved.is_pinned() else moved
     if isinstance(obj, dict):
-        return {k: to_device(v, device) for k, v in obj.items()}
+        return {k: to_device(v, device, pin) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return type(obj)(to_device(v, device) for v in obj)
+        return type(obj)(to_device(v, device, pin) for v in obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
-        moved = {name: to_device(value, device) for name, value in fields.items()}
+        moved = {name: to_device(value, device, pin) for name, value in fields.items()}
         if all(moved[name] is value for name, value in fields.items()):
             return obj  # already there: the same object (callers may compare splits by identity)
         return dataclasses.replace(obj, **moved)
@@ -73,16 +75,33 @@ def to_device(obj: Any, device: torch.device | str) -> Any:
     return obj
 
 
-def place(data: FederatedData, device: torch.device) -> FederatedData:
+def place(data: FederatedData, device: torch.device, clients_on: torch.device | None = None) -> FederatedData:
     """The federation's client data and evaluation splits moved to `device` (the manifest, task and file
-    lists stay as they are). Resident there for the whole run: rounds copy nothing from the host."""
-    clients = [to_device(c, device) for c in data.clients]
+    lists stay as they are), resident there for the whole run. `clients_on`: the clients' data goes there
+    instead (the host, pinned, when it does not fit on a GPU: `train.client_memory`); each round then
+    copies its cohort's data to `device`."""
+    home = clients_on if clients_on is not None else device
+    pin = home.type == "cpu" and device.type == "cuda"
+    clients = [to_device(c, home, pin) for c in data.clients]
     val, test = to_device(data.val, device), to_device(data.test, device)
     extra = {name: to_device(split, device) for name, split in data.extra_test.items()}
     if val is data.val and test is data.test and all(a is b for a, b in zip(clients, data.clients)) \
             and all(extra[name] is split for name, split in data.extra_test.items()):
         return data  # already resident there (a CPU run): nothing copied, the same object
     return dataclasses.replace(data, clients=clients, val=val, test=test, extra_test=extra)
+
+
+def nbytes(obj: Any) -> int:
+    """Bytes of every tensor inside `obj` (the containers `to_device` walks, and the attributes of objects)."""
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(nbytes(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(nbytes(v) for v in obj)
+    if hasattr(obj, "__dict__") and not isinstance(obj, (type, torch.nn.Module)):
+        return sum(nbytes(v) for v in vars(obj).values())
+    return 0
 
 
 def check_precision(precision: str, device: torch.device) -> None:

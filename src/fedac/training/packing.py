@@ -1,4 +1,5 @@
-"""How many clients one stacked chunk holds (`train.cohort_chunk`; 0, the default, is auto).
+"""How a GPU's memory is shared: how many clients one stacked chunk holds (`train.cohort_chunk`; 0, the
+default, is auto), and whether the clients' data and models stay on the device (`train.client_memory`).
 
 On the CPU, auto is 16 clients and training/schedule.py's cost model cuts the chunks: the stacked
 step's tensors then stay in cache, and 16 was the fastest size measured on two cores
@@ -17,6 +18,10 @@ packs as many clients into a chunk as fit in the free memory:
 The measurement is kept for the run, per architecture (the probe runs once, in the first round).
 Chunking does not change the numbers (every client's computation in a stacked step is its own), so
 the size is chosen on speed and memory alone. A fixed `train.cohort_chunk` > 0 is honoured everywhere.
+
+`client_home`: the federation's client data and personalized models (FedMLAC keeps one model per client:
+2,618 at GSC scale) stay resident on the GPU when they fit in `RESIDENT_FRACTION` of its free memory,
+else they live in page-locked host memory and each round copies its cohort in and the updated models out.
 """
 
 from __future__ import annotations
@@ -34,6 +39,10 @@ to fit on any card that holds the run)."""
 MEMORY_FRACTION = 0.8
 """Share of the free GPU memory a chunk may take: the rest absorbs the allocator's fragmentation and the
 memory a chunk's peak briefly exceeds its average per client."""
+
+
+RESIDENT_FRACTION = 0.5
+"""Share of the free GPU memory the clients' data and models may take resident (the rest: the chunks)."""
 
 
 class MemoryGauge(Protocol):
@@ -114,3 +123,15 @@ class Packing:
                 yield build(picked)
             self.last_sizes.append(len(picked))
             start += len(picked)
+
+
+def client_home(setting: str, device: torch.device, resident_bytes: Callable[[], int],
+                gauge: MemoryGauge | None = None) -> torch.device:
+    """Where clients' data and personalized models live between rounds (`train.client_memory`): `device`, or
+    the host. auto asks `resident_bytes()` (the data and every client's model) only on a GPU."""
+    if setting == "device" or device.type == "cpu":
+        return device
+    if setting == "host":
+        return torch.device("cpu")
+    gauge = gauge if gauge is not None else CudaGauge(device)
+    return device if resident_bytes() <= gauge.free() * RESIDENT_FRACTION else torch.device("cpu")
