@@ -32,6 +32,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 CASES = {
     "fedavg": ("fedavg", []),
     "fedavg-sequential": ("fedavg", ["train.execution=sequential"]),
+    "fedmlac-two-devices-host": ("fedmlac", ["train.devices=cpu,cpu", "train.cohort_chunk=1",
+                                             "train.client_memory=host"]),
     "fedadam-median-dp": ("fedadam", ["aggregation.method=median", "dp.noise_multiplier=0.5", "dp.clip=1.0"]),
     "fedprox-attack": ("fedprox", ["attack.kind=gaussian", "attack.fraction=0.3"]),
     "fedmlac-lpa": ("fedmlac", ["fedmlac.lpa=true"]),

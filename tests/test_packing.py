@@ -147,3 +147,48 @@ def test_residency_host_gives_the_numbers_of_resident_clients_and_resumes(gsc_ro
     assert all(c.x.device.type == "cpu" for c in sim.data.clients) and sim.data.test.x.device == sim.device
     for key in ("accuracy", "personalized_accuracy_mean", "personalized_local_accuracy_mean"):
         assert results["final"][key] == pytest.approx(resident["final"][key], abs=1e-6), key
+
+
+# --- train.devices: one run's chunks spread over several devices ------------------------------------------
+
+def test_devices_setting_names_what_it_cannot_use():
+    from fedac.config import load_config
+    from fedac.errors import ConfigError
+    from fedac.training.device import resolve_devices
+
+    cpu = torch.device("cpu")
+    assert resolve_devices("", cpu) == [cpu] and resolve_devices("cpu, cpu", cpu) == [cpu, cpu]
+    for bad in ("gpu", "cuda:0,,cpu", "auto,cpu"):
+        with pytest.raises(ConfigError, match="train.devices"):
+            load_config(overrides=[f"train.devices={bad}"])
+    if not torch.cuda.is_available():
+        for missing in ("all", "cuda:0,cpu"):
+            with pytest.raises(ConfigError, match="train.devices"):
+                resolve_devices(missing, cpu)
+
+
+def spread_devices() -> str:
+    """Two devices this machine has: the GPU and the CPU where there is a GPU (real copies both ways),
+    else the CPU twice (the dispatch and bookkeeping, without copies)."""
+    return "cuda:0,cpu" if torch.cuda.is_available() else "cpu,cpu"
+
+
+@pytest.mark.parametrize("algorithm", ["fedprox", "fedmlac"])
+def test_chunks_spread_over_devices_give_the_numbers_of_one_device(algorithm, monkeypatch):
+    import threading
+
+    from fedac.training.cohort import CohortChunk
+
+    clients = make_clients(SIZES)
+    settings = [f"algorithm={algorithm}", "model.dropout=0", "train.cohort_chunk=4", "train.execution=cohort",
+                "fedprox.mu=0.5"]
+    expected = federate(make_algorithm(*settings)[0], clients, rounds=2)
+    algo, _ = make_algorithm(*settings, f"train.devices={spread_devices()}")
+    assert len(algo.devices) == 2
+    moves, real_to = [], CohortChunk.to
+    monkeypatch.setattr(CohortChunk, "to", lambda chunk, device: moves.append(
+        (torch.device(device), threading.current_thread().name, len(chunk))) or real_to(chunk, device))
+    assert_same_run(expected, federate(algo, clients, rounds=2), tol=1e-5)
+    assert sum(size for *_, size in moves) == 2 * len(SIZES)  # every client of both rounds, once
+    assert {device for device, *_ in moves} == set(algo.devices)
+    assert any(name.startswith("fedac-device") for _, name, _ in moves)  # chunks trained on the device workers

@@ -203,6 +203,12 @@ class TrainConfig:
     """Where models, client data, training, aggregation and evaluation live: auto (the first CUDA GPU when
     torch sees one, else the CPU), cpu, cuda or cuda:N (training/device.py). Numbers on a GPU equal the
     CPU's to float rounding, not bitwise; a checkpoint written on one resumes on the other."""
+    devices: str = ""
+    """Several devices for one run's stacked cohort path: all (every CUDA GPU torch sees) or a comma list
+    (cuda:0,cuda:1); empty (the default): `train.device` alone. Each chunk of stacked clients trains on
+    the next free device (its data, payload and models copied there, its results back); the data, the
+    server, aggregation and evaluation stay on `train.device`, and the sequential path uses it alone.
+    Results equal one device's to float rounding, with dropout masks drawn per device type."""
     client_memory: str = "auto"
     """Where the clients' data and personalized models live between rounds: device (resident on
     `train.device`: a round copies nothing), host (CPU memory, page-locked on a GPU: each round copies its
@@ -232,6 +238,9 @@ def check_compute(train: TrainConfig) -> None:
         raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {train.device!r}")
     if train.precision not in PRECISIONS:
         raise ConfigError(f"train.precision must be one of {', '.join(PRECISIONS)}, got {train.precision!r}")
+    if str(train.devices).strip() not in ("", "all") and not all(
+            DEVICE_SYNTAX.match(name.strip()) and name.strip() != "auto" for name in str(train.devices).split(",")):
+        raise ConfigError(f"train.devices must be empty, all, or a comma list of cpu, cuda or cuda:N, got {train.devices!r}")
     if train.client_memory not in CLIENT_MEMORY:
         raise ConfigError(f"train.client_memory must be one of {', '.join(CLIENT_MEMORY)}, got {train.client_memory!r}")
 

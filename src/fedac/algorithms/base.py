@@ -19,7 +19,7 @@ from fedac.aggregation import LayerPruning, aggregate
 from fedac.config import Config
 from fedac.models import build_model
 from fedac.seeding import derive_seed, numpy_rng
-from fedac.training.device import resolve_device
+from fedac.training.device import resolve_device, resolve_devices
 from fedac.training.packing import Packing
 from fedac.training.evaluate import evaluate
 from fedac.training.local import local_steps
@@ -58,8 +58,11 @@ class Algorithm(ABC):
         self.task = task
         #: Where this algorithm's models live (`train.device`); the client data arrives there from the engine.
         self.device = resolve_device(cfg.train.device)
-        #: How many clients a stacked chunk holds (`train.cohort_chunk`; on a GPU, measured per architecture).
-        self.packing = Packing(cfg.train.cohort_chunk, self.device)
+        #: Where the cohort path's stacked chunks train (`train.devices`; by default `self.device` alone).
+        self.devices = resolve_devices(cfg.train.devices, self.device)
+        #: How many clients a stacked chunk holds (`train.cohort_chunk`; on a GPU, measured per architecture,
+        #: on the first of `devices`).
+        self.packing = Packing(cfg.train.cohort_chunk, self.devices[0])
         self._scratch: dict[tuple[str, str], nn.Module] = {}
         #: LPA's per-layer pruning in the last server update (diagnostics for the engine's log, not state).
         self.last_pruning: dict[str, LayerPruning] | None = None

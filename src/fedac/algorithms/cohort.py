@@ -23,6 +23,7 @@ from fedac.errors import ConfigError
 from fedac.models.stacked import StackedCRNN, stack_params, stacked_model
 from fedac.training.cohort import (
     CohortChunk,
+    OnDevices,
     StackedSGD,
     broadcast_params,
     grads_of,
@@ -67,9 +68,12 @@ def _sequential(algo: Algorithm, payload: Any, states: list[Any], datas: list[Cl
 
 
 def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData], round_idx: int, seed: int,
-                      regularizer: Callable[[Any], torch.Tensor] | None = None) -> list[ClientResult]:
-    """FedAvg's client update (`local.train_supervised` from the global model) for a whole cohort."""
+                      regularizer: Callable[[Params], Callable[[Any], torch.Tensor] | None] | None = None
+                      ) -> list[ClientResult]:
+    """FedAvg's client update (`local.train_supervised` from the global model) for a whole cohort;
+    `regularizer(global_params)` gives the extra loss term of a client (FedProx's), built per device."""
     cfg = algo.cfg.train
+    payloads = OnDevices(payload)
     model = stacked_model(algo.cfg.model.name, algo.cfg.model.dropout)
     results: list[ClientResult | None] = [None] * len(datas)
     if model is None:
@@ -77,15 +81,17 @@ def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData],
         return results  # type: ignore[return-value]
 
     def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
-        params = broadcast_params(payload, len(chunk))
+        start = payloads(chunk.device)
+        penalty = regularizer(start) if regularizer is not None else None
+        params = broadcast_params(start, len(chunk))
         optimizer = StackedSGD(params, cfg)
         loss_sum = torch.zeros(len(chunk), dtype=torch.float64, device=chunk.x.device)
         for step in chunk.steps:
             x, y = chunk.batch(step)
             leaf = leaves(params, step.active)
             loss = cross_entropy(model(leaf, x, chunk.dropout(step)), y, step.weight)
-            if regularizer is not None:
-                loss = loss + torch.stack([regularizer(view) for view in _client_views(leaf, step.active)])
+            if penalty is not None:
+                loss = loss + torch.stack([penalty(view) for view in _client_views(leaf, step.active)])
             optimizer.step(grads_of(loss.sum(), leaf), step.active)
             loss_sum[:step.active] += loss.detach()
         out = []
@@ -96,7 +102,7 @@ def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData],
         return out
 
     chunks = plan_chunks(datas, range(len(datas)), cfg, round_idx, seed, algo.packing, algo.cfg.model.name)
-    for position, result in run_chunks(train, chunks, cfg, algo.device):
+    for position, result in run_chunks(train, chunks, cfg, algo.device, algo.devices):
         results[position] = result
     return results  # type: ignore[return-value]
 
@@ -112,10 +118,12 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
     theta_model = stacked_model(opts.plugin_model, algo.cfg.model.dropout)
     mutual = algo.mutual(round_idx)
     results: list[ClientResult | None] = [None] * len(datas)
+    payloads = OnDevices(payload)
 
     def train(omega_model: StackedCRNN, chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
         omega = stack_params([states[i] for i in chunk.positions])
-        theta = broadcast_params(payload, len(chunk))
+        omega = {name: value.to(chunk.device) for name, value in omega.items()}  # (no copy on the states' device)
+        theta = broadcast_params(payloads(chunk.device), len(chunk))
         opt_omega, opt_theta = StackedSGD(omega, cfg), StackedSGD(theta, cfg)
         sums = torch.zeros(2, len(chunk), dtype=torch.float64, device=chunk.x.device)
         for step in chunk.steps:
@@ -157,6 +165,6 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
             _sequential(algo, payload, states, datas, positions, round_idx, seed, results)
             continue
         chunks = plan_chunks([datas[i] for i in positions], positions, cfg, round_idx, seed, algo.packing, arch)
-        for position, result in run_chunks(partial(train, omega_model), chunks, cfg, algo.device):
+        for position, result in run_chunks(partial(train, omega_model), chunks, cfg, algo.device, algo.devices):
             results[position] = result
     return results  # type: ignore[return-value]

@@ -34,7 +34,7 @@ class FedAvg(Algorithm):
     @reproduces(client_update)
     def cohort_update(self, payload: Params, states: list[Any], datas: list[ClientData], round_idx: int,
                       seed: int) -> list[ClientResult]:
-        return supervised_cohort(self, payload, datas, round_idx, seed, self.regularizer(payload))
+        return supervised_cohort(self, payload, datas, round_idx, seed, self.regularizer)
 
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
                       round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:

@@ -24,12 +24,13 @@ FedMLAC client steps on top of it, and `engine/cohort.py` dispatches a round to 
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -37,6 +38,7 @@ import torch
 from fedac.config import TrainConfig
 from fedac.errors import ConfigError
 from fedac.seeding import torch_generator
+from fedac.training.device import to_device
 from fedac.training.local import client_batches
 from fedac.training.packing import Packing
 from fedac.training.schedule import partition
@@ -110,7 +112,23 @@ class CohortChunk:
                                    weight.to(device, non_blocking=True)))
         # Masks are drawn where the activations are: on a GPU from a GPU generator with the same seed
         # (a stream of its own, so a GPU run's dropout masks differ from the CPU's).
-        self.dropout_generators = [torch_generator(seed, "dropout", round_idx, d.name, device=device) for d in datas]
+        self._dropout_ids = [(seed, "dropout", round_idx, d.name) for d in datas]
+        self.dropout_generators = [torch_generator(*ids, device=device) for ids in self._dropout_ids]
+
+    @property
+    def device(self) -> torch.device:
+        return self.x.device
+
+    def to(self, device: torch.device) -> CohortChunk:
+        """This chunk with its data and step schedule on `device` (`train.devices`), its dropout generators
+        seeded anew there (every GPU draws the same masks; the CPU draws its own stream)."""
+        if torch.device(device) == self.device:
+            return self
+        moved = copy.copy(self)
+        moved.x, moved.y = self.x.to(device), self.y.to(device)
+        moved.steps = [replace(s, index=s.index.to(device), weight=s.weight.to(device)) for s in self.steps]
+        moved.dropout_generators = [torch_generator(*ids, device=device) for ids in self._dropout_ids]
+        return moved
 
     def __len__(self) -> int:
         return len(self.datas)
@@ -178,13 +196,18 @@ def cohort_workers(cfg: TrainConfig, device: torch.device | None = None) -> int:
 
 
 def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
-               cfg: TrainConfig, device: torch.device | None = None) -> Iterator[tuple[int, Any]]:
+               cfg: TrainConfig, device: torch.device | None = None,
+               devices: Sequence[torch.device] = ()) -> Iterator[tuple[int, Any]]:
     """`train` over the chunks, on `cohort_workers(cfg)` threads: chunks hold different clients and
     every client's randomness is its own, so the results do not depend on the schedule. torch releases
     the GIL inside its ops (and the fused GRU inside its whole recurrence), so with one intra-op thread
     each, two workers keep two cores busy. A worker takes the next chunk as soon as it is free (results
     come back in completion order, with their positions); at most `workers` chunks (and their
-    activations) are in memory at once."""
+    activations) are in memory at once. Several `devices` (`train.devices`): one worker per device, each
+    chunk trained where its worker sits and its results brought back to `device`."""
+    if len(devices) > 1:
+        yield from _spread(train, chunks, devices, device if device is not None else devices[0])
+        return
     workers = cohort_workers(cfg, device)
     if workers == 1:
         for chunk in chunks:
@@ -200,6 +223,47 @@ def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: It
             pending.add(pool.submit(train, chunk))
         for future in as_completed(pending):
             yield from _reported(future.result())
+
+
+def _spread(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
+            devices: Sequence[torch.device], home: torch.device) -> Iterator[tuple[int, Any]]:
+    """`run_chunks` over several devices: the next chunk goes to the first device that is free. The first
+    chunk trains alone on the first device (auto chunking measures its memory there: training/packing.py)."""
+
+    def on(device: torch.device, chunk: CohortChunk) -> list[tuple[int, Any]]:
+        with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
+            return to_device(train(chunk.to(device)), home)
+
+    chunks = iter(chunks)
+    first = next(chunks, None)
+    if first is None:
+        return
+    yield from _reported(on(devices[0], first))
+    with ThreadPoolExecutor(len(devices), thread_name_prefix="fedac-device") as pool:
+        free, running = list(devices), {}
+        for chunk in chunks:
+            if not free:
+                done, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in done:
+                    free.append(running.pop(future))
+                    yield from _reported(future.result())
+            device = free.pop(0)
+            running[pool.submit(on, device, chunk)] = device
+        for future in as_completed(running):
+            yield from _reported(future.result())
+
+
+class OnDevices:
+    """A value every chunk of a round reads (the broadcast payload), copied once to each device asking."""
+
+    def __init__(self, value: Any):
+        self.value = value
+        self._copies: dict[torch.device, Any] = {}
+
+    def __call__(self, device: torch.device) -> Any:
+        if device not in self._copies:
+            self._copies[device] = to_device(self.value, device)
+        return self._copies[device]
 
 
 def _reported(results: list[tuple[int, Any]]) -> list[tuple[int, Any]]:

@@ -43,6 +43,27 @@ def resolve_device(setting: str) -> torch.device:
     return device
 
 
+def resolve_devices(setting: str, device: torch.device) -> list[torch.device]:
+    """`train.devices` as the list of devices the cohort path spreads its chunks over: empty, the run's
+    `device` alone; `all`, every CUDA GPU torch sees; else a comma list of `train.device` values (each
+    checked as `resolve_device` checks it; `cpu` may appear, so a one-GPU machine or a test can mix)."""
+    setting = str(setting).strip()
+    if not setting:
+        return [device]
+    if setting == "all":
+        if not torch.cuda.is_available():
+            raise ConfigError("train.devices=all: this torch sees no CUDA GPU; leave train.devices empty to train on "
+                              "train.device alone")
+        return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
+    names = [name.strip() for name in setting.split(",")]
+    if not all(names) or "auto" in names:
+        raise ConfigError(f"train.devices must be empty, all, or a comma list of cpu, cuda or cuda:N, got {setting!r}")
+    try:
+        return [resolve_device(name) for name in names]
+    except ConfigError as err:
+        raise ConfigError(f"train.devices={setting}: {err}") from None
+
+
 def device_name(device: torch.device) -> str:
     """What results.json and a run's first line say: `cpu`, or `cuda:0 (NVIDIA H100 80GB HBM3)`."""
     if device.type != "cuda":
