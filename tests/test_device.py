@@ -173,3 +173,26 @@ def test_train_client_runs_every_runtime_under_the_precisions_autocast():
                       torch.zeros(0, dtype=torch.long))
     assert train_client(Recorder("bf16"), None, None, data, 1, 0).metrics == {"autocast": True, "dtype": "torch.bfloat16"}
     assert train_client(Recorder("fp32"), None, None, data, 1, 0).metrics["autocast"] is False
+
+
+def test_features_are_computed_on_the_runs_device_and_a_gpus_are_cached_apart(tree, tmp_path, monkeypatch):
+    """Feature extraction runs its STFT, mel and DCT on `train.device` (FEDAC_TEST_DEVICE on a GPU machine,
+    the CPU in CI); a GPU's features (equal to the CPU's to float rounding) get a cache file of their own."""
+    import os
+
+    from fedac.data import features as feats
+    from fedac.data.registry import load_manifest
+
+    device = resolve_device(os.environ.get("FEDAC_TEST_DEVICE", "cpu"))
+    cfg = load_config(overrides=[f"data.root={tree}"])
+    manifest = load_manifest(cfg, False)
+    assert feats._fingerprint(manifest, cfg.features, 100.0, 0, "cuda") != feats._fingerprint(manifest, cfg.features, 100.0, 0)
+    seen, call = [], feats.FeatureExtractor.__call__
+    monkeypatch.setattr(feats.FeatureExtractor, "__call__", lambda self, waves: seen.append(
+        (waves.device, self.window.device, self.mel.device)) or call(self, waves))
+    on_cpu = feats.load_features(manifest, cfg.features, str(tmp_path), progress=False)
+    on_device = feats.load_features(manifest, cfg.features, str(tmp_path), progress=False, device=device)
+    assert {devices for devices in seen} == {(torch.device("cpu"),) * 3, (device,) * 3}
+    assert on_device.features.device.type == "cpu" and on_device.features.dtype == torch.float16
+    torch.testing.assert_close(on_device.features.float(), on_cpu.features.float(), atol=2e-2, rtol=1e-2)
+    assert len(list((tmp_path / "features").glob("*.pt"))) == (1 if device.type == "cpu" else 2)

@@ -18,6 +18,7 @@ interpolation, so the features match the code's to the resampler's difference, n
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import math
@@ -98,6 +99,15 @@ class FeatureExtractor:
                 raise ValueError("features.n_mfcc cannot exceed features.n_mels")
             basis = dct(np.eye(cfg.n_mels), type=2, norm="ortho", axis=0)[: cfg.n_mfcc]
             self.dct = torch.from_numpy(basis.astype(np.float32))
+
+    def to(self, device: torch.device | str) -> FeatureExtractor:
+        """This extractor with its window, mel and DCT matrices on `device` (itself when already there)."""
+        if self.window.device == torch.device(device):
+            return self
+        moved = copy.copy(self)
+        moved.window, moved.mel = self.window.to(device), self.mel.to(device)
+        moved.dct = None if self.dct is None else self.dct.to(device)
+        return moved
 
     @property
     def num_features(self) -> int:
@@ -193,7 +203,8 @@ def screen_manifest(manifest: Manifest, on_bad_file: str, cache_dir: str | None,
     return replace(manifest, clips=clips, trials=trials), bad
 
 
-def _fingerprint(manifest: Manifest, cfg: FeatureConfig, snr_db: float, noise_seed: int) -> str:
+def _fingerprint(manifest: Manifest, cfg: FeatureConfig, snr_db: float, noise_seed: int,
+                 device: torch.device | str = "cpu") -> str:
     digest = hashlib.sha256()
     settings = asdict(cfg)
     settings.pop("augment")  # training augmentation happens per batch, never in the cache
@@ -204,6 +215,8 @@ def _fingerprint(manifest: Manifest, cfg: FeatureConfig, snr_db: float, noise_se
         settings["test_augment_seed"] = noise_seed
     head = {"v": CACHE_VERSION, "name": manifest.name, "root": str(Path(manifest.root).resolve()),
             "features": settings, "snr_db": snr_db, "noise_seed": noise_seed if snr_db < 100 else None}
+    if torch.device(device).type != "cpu":  # a GPU's STFT differs from the CPU's by float rounding: its own
+        head["computed_on"] = torch.device(device).type  # cache, so a CPU run never reads a GPU's features
     digest.update(json.dumps(head, sort_keys=True).encode())
     for clip in manifest.clips:
         stat = os.stat(clip.path)
@@ -243,10 +256,14 @@ def compute_features(
     batch_size: int = 256,
     progress: bool = True,
     audio_hook=None,
+    device: torch.device | str = "cpu",
 ) -> FeatureSet:
-    """Features for every clip of `manifest` (no cache). Audio decoding runs on a small thread pool.
-    `audio_hook(audio, clip_index)`, when given, transforms each clip's audio before windowing."""
-    extractor = FeatureExtractor(cfg)
+    """Features for every clip of `manifest` (no cache). Audio decoding runs on a small thread pool;
+    the STFT, mel and DCT of each batch of windows run on `device` (a run's `train.device`), and the
+    features come back to the host. `audio_hook(audio, clip_index)`, when given, transforms each clip's
+    audio before windowing."""
+    device = torch.device(device)
+    extractor = FeatureExtractor(cfg).to(device)
     cfg = extractor.cfg  # the style's settings (sample rate of the decoded audio)
     chunks, owners = [], []
     indices = range(len(manifest.clips))
@@ -260,7 +277,10 @@ def compute_features(
                 waves.extend(clip_windows)
                 owner.extend([clip_id] * len(clip_windows))
             with torch.no_grad():
-                chunks.append(extractor(torch.from_numpy(np.stack(waves))).to(torch.float16))
+                batch_waves = torch.from_numpy(np.stack(waves))
+                if device.type == "cuda":
+                    batch_waves = batch_waves.pin_memory()
+                chunks.append(extractor(batch_waves.to(device, non_blocking=True)).to("cpu", torch.float16))
             owners.append(torch.tensor(owner, dtype=torch.long))
             bar.update(len(batch))
     bar.close()
@@ -276,13 +296,16 @@ def load_features(
     snr_db: float = 100.0,
     noise_seed: int = 0,
     progress: bool = True,
+    device: torch.device | str = "cpu",
 ) -> FeatureSet:
-    """Cached `compute_features`: the cache file is written atomically and keyed by `_fingerprint`."""
-    path = cache_root(cache_dir) / "features" / f"{manifest.name}-{cfg.kind}-{_fingerprint(manifest, cfg, snr_db, noise_seed)}.pt"
+    """Cached `compute_features` (on `device`): the cache file is written atomically and keyed by
+    `_fingerprint`, which names a GPU when one computed it."""
+    key = _fingerprint(manifest, cfg, snr_db, noise_seed, device)
+    path = cache_root(cache_dir) / "features" / f"{manifest.name}-{cfg.kind}-{key}.pt"
     if path.is_file():
         stored = torch.load(path, weights_only=True)
         return FeatureSet(stored["features"], stored["clip_index"])
-    feats = compute_features(manifest, cfg, snr_db, noise_seed, progress=progress)
+    feats = compute_features(manifest, cfg, snr_db, noise_seed, progress=progress, device=device)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     torch.save({"features": feats.features, "clip_index": feats.clip_index}, tmp)

@@ -30,6 +30,7 @@ from fedac.engine.manifest import usable_manifest
 from fedac.engine.waveform import build_waveform_data
 from fedac.errors import ConfigError, DatasetError
 from fedac.models.ssl import is_ssl_model
+from fedac.training.device import resolve_device
 from fedac.training.types import ClientData, EvalSplit, FederatedData, Task, model_input, normalize  # noqa: F401
 
 log = logging.getLogger(__name__)
@@ -87,6 +88,11 @@ def default_partition(cfg: Config) -> str:
     return "pooled" if algorithm_class(cfg.algorithm).centralised else dataset_spec(cfg.dataset).default_partition
 
 
+def feature_device(cfg: Config) -> torch.device:
+    """Where features are computed: the run's `train.device` (the cache keeps a GPU's apart from the CPU's)."""
+    return resolve_device(cfg.train.device)
+
+
 def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     if is_ssl_model(cfg.model.name):  # SSL encoders read waveforms, not MFCC windows
         return build_waveform_data(cfg, progress)
@@ -94,7 +100,8 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     if manifest.kind != "classification":
         raise ConfigError(f"dataset {cfg.dataset} is a {manifest.kind} task, which needs an SSL encoder: "
                           f"--set model.name=w2v2_tiny (or w2v2_s, w2v2_m, w2v2_base); model.name={cfg.model.name} is a classifier")
-    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
+    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress,
+                          feature_device(cfg))
     x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     splits = partition(manifest, cfg.data, cfg.seed, default_partition(cfg))
@@ -115,7 +122,7 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     extra = {}
     if cfg.features.test_augment:  # the clean test set beside the augmented one (clean_* results)
         clean = load_features(manifest, replace(cfg.features, test_augment=False), cfg.data.cache_dir,
-                              cfg.data.snr_db, cfg.seed, progress)
+                              cfg.data.snr_db, cfg.seed, progress, feature_device(cfg))
         extra["clean"] = _eval_split(model_input(clean.features, cfg), _rows_by_clip(clean, len(manifest.clips)),
                                      manifest, "test")
     return FederatedData(task, manifest, clients, _eval_split(x, rows_of, manifest, "val"),
@@ -139,7 +146,8 @@ def build_eval_data(cfg: Config, progress: bool = True) -> FederatedData:
     full = load_manifest(cfg, progress)
     manifest = Manifest(full.name, full.root, full.classes, [c for c in full.clips if c.split in ("val", "test")])
     manifest, bad = screen_manifest(manifest, cfg.data.on_bad_file, cfg.data.cache_dir, progress)
-    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
+    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress,
+                          feature_device(cfg))
     x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     task = Task(int(x.shape[1]), manifest.num_classes, [])
@@ -152,7 +160,8 @@ def build_device_client(cfg: Config, manifest: Manifest, name: str, progress: bo
     built as `build_federated_data` builds that client: features cached under data.cache_dir, the local
     hold-out drawn by `holdout_split` over the clips in manifest order, training labels corrupted by
     the client's transition matrix when data.label_error > 0."""
-    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
+    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress,
+                          feature_device(cfg))
     x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     split = holdout_split(name, list(range(len(manifest.clips))), cfg.data.local_holdout, cfg.seed)

@@ -78,7 +78,8 @@ class StreamRunner:
         self.device = resolve_device(cfg.train.device)
         configure_precision(cfg.train.precision, self.device)
         manifest = load_manifest(cfg, progress)
-        feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress)
+        feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress,
+                              self.device)
         self.x = normalize(feats.features).to(self.device)  # every user's windows resident on the run's device
         self.rows_of = _rows_by_clip(feats, len(manifest.clips))
         self.stream = stream = build_stream(cfg, manifest)
