@@ -31,6 +31,8 @@ peak GPU memory is its own plus what the process holds between paths):
   the same clients each round and the same samples;
 - fedac_chunk16 (gsc, on CUDA): fedac with `train.cohort_chunk=16`, the CPU's chunk, against auto's chunks
   packed from free GPU memory (training/packing.py): whether packing pays;
+- fedac_gru_torch (gsc, on CUDA): fedac with `train.gru_kernel=torch`, the pure-torch recurrence, against
+  auto's Triton kernel (kernels/gru_triton.py): whether the kernel pays;
 - fedac_cpu: fedac with `train.device=cpu` (its CPU default: fused kernel, cohort workers per core), on fewer
   rounds and, where a round is long on a CPU, fewer clients (its samples/s is the figure to compare); left
   out when --device is cpu (it is the fedac path then).
@@ -349,6 +351,10 @@ def workload_gsc(args, tmp: Path) -> dict:
         paths["fedac_chunk16"] = fedac_path(load_config(overrides=[*settings, *device_settings(args),
                                                                    "train.cohort_chunk=16"]), data, tmp / "gsc16",
                                             resident=True)
+        # the stacked GRU's recurrence: the Triton kernel (auto's choice on a GPU) against the pure-torch loop
+        paths["fedac_gru_torch"] = fedac_path(load_config(overrides=[*settings, *device_settings(args),
+                                                                     "train.gru_kernel=torch"]), data, tmp / "gsc-gru",
+                                              resident=True)
     paths["plain"] = floor_path(lambda: MutualFloor(clients, device=args.device, pick=cohort(cfg, names)))
     paths = with_cpu(args, paths, lambda: fedac_path(load_config(overrides=[*settings, "train.device=cpu"]), data,
                                                      tmp / "gsc-cpu", resident=True))

@@ -156,3 +156,93 @@ def test_a_missing_build_is_announced(monkeypatch, tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="fedac.kernels"):
         assert kernels._build() == "module"
     assert "building the fused GRU kernel" in caplog.text
+
+
+# --- the GPU's kernel (kernels/gru_triton.py), run by Triton's interpreter on the CPU --------------------
+
+TRITON_CHECK = r"""
+import torch
+from fedac import kernels
+from fedac.kernels import gru_triton
+from fedac.models.stacked import StackedCRNN, _recurrence_backward, _recurrence_forward
+from fedac.models.crnn import CRNN_SPECS
+
+torch.manual_seed(0)
+for k, t, b, hidden in ((3, 5, 4, 10), (2, 3, 2, 300)):  # 300 hidden units: two thread blocks a row
+    for reverse in (False, True):
+        gi, w_hh, b_hh = torch.randn(k, t, b, 3 * hidden), torch.randn(k, 3 * hidden, hidden) * 0.3, torch.randn(k, 3 * hidden)
+        w_t = w_hh.transpose(1, 2).contiguous()
+        ref = _recurrence_forward(gi, w_t, b_hh, reverse)
+        got = gru_triton.forward(gi, w_t, b_hh, reverse)
+        grad_out = torch.randn(k, t, b, hidden)
+        for a, e in zip(got + gru_triton.backward(grad_out, *ref, w_hh, reverse),
+                        ref + _recurrence_backward(grad_out, *ref, w_hh, reverse)):
+            torch.testing.assert_close(a, e, atol=2e-6, rtol=1e-5)
+
+# a stacked CRNN's logits and gradients with the kernel picked by train.gru_kernel=triton, against torch's
+spec = CRNN_SPECS["crnn_tiny"]
+model = StackedCRNN(spec, dropout=0.0)
+from fedac.models import build_model
+modules = [build_model("crnn_tiny", 8, 5, 0.0) for _ in range(3)]
+params = {n: torch.stack([dict(m.named_parameters())[n].detach() for m in modules]).requires_grad_()
+          for n, _ in modules[0].named_parameters()}
+x = torch.randn(3, 4, 8, 21)
+results = {}
+for mode in ("torch", "triton"):
+    kernels.set_gru_kernel(mode)
+    logits = model(params, x)
+    grads = torch.autograd.grad(logits.square().sum(), list(params.values()))
+    results[mode] = (logits, grads)
+torch.testing.assert_close(results["triton"][0], results["torch"][0], atol=1e-5, rtol=1e-5)
+for a, e in zip(results["triton"][1], results["torch"][1]):
+    torch.testing.assert_close(a, e, atol=1e-4, rtol=1e-4)
+assert kernels.recurrence_kernel("cpu") is gru_triton
+print("ok")
+"""
+
+
+def test_triton_recurrence_equals_the_pure_torch_one_under_the_interpreter():
+    pytest.importorskip("triton")
+    import os
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-c", TRITON_CHECK], capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
+
+
+def test_triton_mode_picks_the_gpu_kernel_and_names_what_is_missing(monkeypatch):
+    monkeypatch.setitem(kernels._state, "mode", "auto")
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    if pytest.importorskip("triton"):
+        from fedac.kernels import gru_triton
+
+        assert kernels.recurrence_kernel("cuda") is gru_triton  # auto on a GPU: Triton
+        kernels.set_gru_kernel("triton")
+        assert kernels.recurrence_kernel("cpu") is kernels.fused_gru()  # no interpreter: the CPU keeps its own
+        kernels.set_gru_kernel("torch")
+        assert kernels.recurrence_kernel("cuda") is None and kernels.recurrence_kernel("cpu") is None
+    monkeypatch.setitem(kernels._state, "triton", None)
+    monkeypatch.setitem(kernels._state, "triton_error", "ModuleNotFoundError: No module named 'triton'")
+    kernels.set_gru_kernel("auto")
+    assert kernels.recurrence_kernel("cuda") is None  # the pure-torch recurrence
+    with pytest.raises(ConfigError, match="train.gru_kernel=triton, but Triton is not usable here"):
+        kernels.set_gru_kernel("triton")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="compiles the Triton kernel for a GPU (benchmarks/gpu/check.sh)")
+@pytest.mark.parametrize("reverse", [False, True])
+def test_triton_recurrence_on_the_gpu_equals_the_pure_torch_one(reverse):
+    from fedac.kernels import gru_triton
+
+    torch.manual_seed(0)
+    k, t, b, hidden = 64, 25, 16, 128
+    gi, w_hh, b_hh = (torch.randn(k, t, b, 3 * hidden, device="cuda"), torch.randn(k, 3 * hidden, hidden, device="cuda") * 0.1,
+                      torch.randn(k, 3 * hidden, device="cuda"))
+    w_t = w_hh.transpose(1, 2).contiguous()
+    ref = _recurrence_forward(gi, w_t, b_hh, reverse)
+    grad_out = torch.randn(k, t, b, hidden, device="cuda")
+    for a, e in zip(gru_triton.forward(gi, w_t, b_hh, reverse) + gru_triton.backward(grad_out, *ref, w_hh, reverse),
+                    ref + _recurrence_backward(grad_out, *ref, w_hh, reverse)):
+        torch.testing.assert_close(a, e, atol=1e-4, rtol=1e-4)

@@ -221,9 +221,11 @@ class TrainConfig:
     the evaluations; fp16 has no loss scaling, so bf16 is the safer of the two). Parameters, optimiser
     state and the server's means stay fp32 / fp64. Tolerances: docs/performance.md."""
     gru_kernel: str = "auto"
-    """Cohort path's GRU recurrence: fused (the compiled kernel of fedac/kernels, built by scripts/setup.sh
-    or on first use; fail if it does not build), torch (the pure-torch loop, the reference), or auto
-    (fused when it builds, else torch and a warning). Same numbers to float rounding. Process-wide."""
+    """Cohort path's GRU recurrence: fused (the compiled CPU kernel of fedac/kernels, built by scripts/setup.sh
+    or on first use; fail if it does not build), triton (the GPU kernel of kernels/gru_triton.py; fail if
+    Triton does not import), torch (the pure-torch loop, the reference), or auto (the CPU: fused when it
+    builds, else torch and a warning; a GPU: triton when it imports, else torch). Same numbers to float
+    rounding. Process-wide."""
 
 
 DEVICE_SYNTAX = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")

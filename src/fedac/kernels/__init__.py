@@ -7,7 +7,8 @@ first use (about a minute) and says so. The ninja is always the pip package's (a
 whichever one PATH finds first: two ninjas read each other's build logs as "command line changed" and
 rebuilt the same checkout back and forth (about two minutes each way). Where it cannot be built (no compiler, a CPU without AVX2), the pure-torch GRU of
 models/stacked.py runs instead, with the same results, and a warning says so. `train.gru_kernel`
-chooses: auto (fused when it builds), fused (fail if it does not), torch (never build or use it).
+chooses: auto (fused when it builds), fused (fail if it does not), torch (never build or use it), and
+on a GPU triton, the recurrence of gru_triton.py (auto's choice there when Triton imports).
 
 Belongs here: compiled kernels and their build, in the models layer (models/stacked.py calls them,
 engine/runtime.py chooses the mode). Must not be here: a model, a training step or anything that
@@ -31,11 +32,11 @@ from fedac.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-GRU_KERNEL_MODES = ("auto", "fused", "torch")
+GRU_KERNEL_MODES = ("auto", "fused", "torch", "triton")
 _SOURCE = Path(__file__).with_name("gru.cpp")
 _CAPABILITIES = ("AVX2", "AVX512")  # gru.cpp is compiled for AVX2; AVX-512 CPUs run AVX2 code too
 _lock = threading.Lock()
-_state: dict = {"mode": "auto", "module": None, "error": None, "tried": False}
+_state: dict = {"mode": "auto", "module": None, "error": None, "tried": False, "triton": None, "triton_error": None}
 
 
 # CPU_CAPABILITY_AVX2 selects ATen's AVX2 Vectorized<float> (and its Sleef exp / tanh, as torch's kernels)
@@ -91,6 +92,38 @@ def set_gru_kernel(mode: str) -> None:
     _state["mode"] = mode
     if mode == "fused" and fused_gru() is None:
         raise ConfigError(f"train.gru_kernel=fused, but the fused GRU kernel did not build: {_state['error']}")
+    if mode == "triton" and _triton() is None:
+        raise ConfigError(f"train.gru_kernel=triton, but Triton is not usable here: {_state['triton_error']} "
+                          "(it ships with CUDA builds of torch: pip install triton)")
+
+
+def _triton() -> ModuleType | None:
+    """kernels/gru_triton.py, or None where Triton does not import (the reason kept for the message)."""
+    if _state["triton"] is None and _state["triton_error"] is None:
+        try:
+            from fedac.kernels import gru_triton
+
+            _state["triton"] = gru_triton
+        except Exception as exc:  # not installed, or no backend: the pure-torch recurrence
+            _state["triton_error"] = f"{type(exc).__name__}: {str(exc).strip()[-300:]}"
+    return _state["triton"]
+
+
+def recurrence_kernel(device_type: str) -> ModuleType | None:
+    """The kernel module (`forward`, `backward`) that runs the stacked GRU's recurrence on a device type, or
+    None for models/stacked.py's pure-torch one. The CPU: the fused C++ kernel (auto, fused). A GPU: the
+    Triton kernel (auto when Triton imports, triton). triton on the CPU runs Triton's interpreter, which
+    only TRITON_INTERPRET=1 enables (tests); otherwise the CPU keeps its own choice."""
+    mode = _state["mode"]
+    if mode == "torch":
+        return None
+    if device_type == "cpu":
+        if mode == "triton" and os.environ.get("TRITON_INTERPRET") == "1":
+            return _triton()
+        return fused_gru()
+    if device_type == "cuda" and mode in ("auto", "triton"):
+        return _triton()
+    return None
 
 
 def fused_gru() -> ModuleType | None:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from fedac.kernels import fused_gru
+from fedac.kernels import recurrence_kernel
 from fedac.models.crnn import CRNN_SPECS, CRNNSpec
 
 Params = dict[str, torch.Tensor]
@@ -101,12 +101,12 @@ def _recurrence_backward(grad_out, out, gates, news, w_hh, reverse: bool):
 
 
 def _recurrence(device: torch.device):
-    """(forward, backward) of the recurrence: the compiled kernel when in use (fedac/kernels; a CPU kernel),
-    else torch's, which is also what runs on a GPU (the reference recurrence, device-agnostic)."""
-    fused = fused_gru() if device.type == "cpu" else None
-    if fused is None:
+    """(forward, backward) of the recurrence: the kernel `train.gru_kernel` picks for this device (fedac/
+    kernels: the fused C++ one on the CPU, the Triton one on a GPU), else torch's (the reference)."""
+    kernel = recurrence_kernel(device.type)
+    if kernel is None:
         return _recurrence_forward, _recurrence_backward
-    return fused.forward, fused.backward
+    return kernel.forward, kernel.backward
 
 
 class _GRULayer(torch.autograd.Function):
