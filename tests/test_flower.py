@@ -511,3 +511,21 @@ def test_stop_local_superlink_kills_only_that_superlink_and_its_descendants():
     finally:
         stop_local_superlink(other)
         theirs.wait(timeout=300)
+
+
+@pytest.mark.parametrize("precision, expected", [("bf16", True), ("fp32", False)])
+def test_a_nodes_personalized_evaluation_runs_under_the_precisions_autocast(monkeypatch, precision, expected):
+    """Flower nodes evaluate their own models in `train.precision`, as the simulator does."""
+    import types
+
+    from fedac.flower import clientapp
+
+    seen = []
+    monkeypatch.setattr(clientapp, "window_accuracy", lambda *a: seen.append(torch.is_autocast_enabled("cpu")) or 0.5)
+    cfg = load_config(overrides=[f"train.precision={precision}"])
+    node = types.SimpleNamespace(cfg=cfg, client=types.SimpleNamespace(name="c", holdout_x=None, holdout_y=torch.zeros(3)),
+                                 algorithm=types.SimpleNamespace(device=torch.device("cpu"),
+                                                                 personalized_model=lambda name, state: object()),
+                                 data=types.SimpleNamespace(test=None))
+    assert clientapp.personal_metrics(node, None, final=False)["local_accuracy"] == 0.5
+    assert seen == [expected]

@@ -41,7 +41,7 @@ from fedac.flower.devices import device_client, run_classes
 from fedac.flower.secagg import secagg_mod
 from fedac.flower.settings import NodeSettings, apply_node_settings, fedac_config, node_settings
 from fedac.flower.strategy import ARRAYS, CLIENT_INFO, CONFIG, EVAL, METRICS, REJECTED_UPDATE
-from fedac.training.device import place, to_device
+from fedac.training.device import autocast, place, to_device
 from fedac.training.evaluate import evaluate as evaluate_split
 from fedac.training.evaluate import window_accuracy
 from fedac.training.step import train_client
@@ -206,10 +206,16 @@ def personal_metrics(node: NodeClient, state: Any, final: bool) -> dict[str, Any
     metrics: dict[str, Any] = {"num-examples": int(node.client.holdout_y.shape[0])}
     own = node.algorithm.personalized_model(node.client.name, state)
     if own is not None:
-        metrics["local_accuracy"] = window_accuracy(own, node.client.holdout_x, node.client.holdout_y, batch)
-        if final and node.data.test is not None:  # (a device node without test-root holds no test split)
-            metrics.update({f"test_{k}": v for k, v in evaluate_split(own, node.data.test, batch).items()})
+        with _precision(node):
+            metrics["local_accuracy"] = window_accuracy(own, node.client.holdout_x, node.client.holdout_y, batch)
+            if final and node.data.test is not None:  # (a device node without test-root holds no test split)
+                metrics.update({f"test_{k}": v for k, v in evaluate_split(own, node.data.test, batch).items()})
     return metrics
+
+
+def _precision(node: NodeClient):
+    """`train.precision`'s autocast for a node's evaluations, as the simulator evaluates."""
+    return autocast(node.cfg.train.precision, node.algorithm.device)
 
 
 @app.evaluate()
@@ -227,7 +233,8 @@ def evaluate(msg: Message, context: Context) -> Message:
         # A global model sent along (Flower's built-in strategies do): its accuracy on the local held-out data.
         model = node.algorithm.global_model({"params": transport.get(msg.content, ARRAYS)})
         if model is not None:
-            metrics["accuracy"] = window_accuracy(model, node.client.holdout_x, node.client.holdout_y, batch)
+            with _precision(node):
+                metrics["accuracy"] = window_accuracy(model, node.client.holdout_x, node.client.holdout_y, batch)
     reply = RecordDict({METRICS: _metric_record(metrics), CLIENT_INFO: _client_info(node, **{"state-round": state_round})})
     return Message(reply, reply_to=msg)
 
