@@ -36,6 +36,9 @@ peak GPU memory is its own plus what the process holds between paths):
 - fedac_cpu: fedac with `train.device=cpu` (its CPU default: fused kernel, cohort workers per core), on fewer
   rounds and, where a round is long on a CPU, fewer clients (its samples/s is the figure to compare); left
   out when --device is cpu (it is the fedac path then).
+Each fedac path also records what auto chose: the last round's chunk sizes and the measured memory per
+client of a chunk (training/packing.py), where the clients' data and models live (train.client_memory)
+and train.gru_kernel.
 Timing: torch.cuda.synchronize() before and after every timed round on CUDA; median seconds of the timed
 rounds after `warmup` untimed ones. Peak GPU memory: torch.cuda.max_memory_allocated over the timed rounds
 (reset after the warm-up); null on the CPU. TFLOP/s: useful FLOPs (torch's FlopCounterMode over one training
@@ -211,6 +214,7 @@ def measure(build, rounds: list[int], warmup: int, device: torch.device, flop_pe
         if flop_per_sample:
             out["tflop_per_s"] = out["samples_per_s"] * flop_per_sample / 1e12
             out["of_peak"] = out["tflop_per_s"] / peak if peak else None
+        out.update(getattr(run, "layout", dict)())  # a fedac path: its chunking and where its clients live
         out["peak_gpu_mb"] = torch.cuda.max_memory_allocated(device) / 2 ** 20 if device.type == "cuda" else None
         out["resident_gpu_mb_before"] = resident / 2 ** 20 if device.type == "cuda" else None
     except Exception:  # noqa: BLE001 - a benchmark reports a broken path and goes on
@@ -267,7 +271,17 @@ def fedac_path(cfg, make_data, run_dir: Path, resident: bool = False):
 
         def samples(r: int) -> int:
             return sum(counts[n] for n in sample_cohort(sim.trainable, t.fraction, cfg.seed, r))
-        return (lambda r: sim.run_round(state, r)), samples
+
+        def run(r: int) -> None:
+            sim.run_round(state, r)
+
+        def layout() -> dict:  # what auto chose: training/packing.py
+            packing = sim.algorithm.packing
+            return {"chunk_sizes_last_round": packing.last_sizes if packing.by_memory else None,
+                    "mb_per_client_in_a_chunk": {k: v / 2 ** 20 for k, v in packing.bytes_per_client.items()},
+                    "clients_live_on": str(sim.client_home), "gru_kernel": cfg.train.gru_kernel}
+        run.layout = layout
+        return run, samples
     return build
 
 
