@@ -13,6 +13,10 @@ Workloads (--only NAME, comma-separated):
   48 a round, CRNN-Base personalized models, CRNN-Lite Plug-in, 1 epoch of batch 16).
 - gsc: bench_cohort.py's GSC scale (2,618 clients of 20-60 random 40 x 101 windows, 524 a round, FedMLAC as
   above, every personalized model resident from the start).
+- gru: the stacked GRU's recurrence alone (issue 45, item 2): one direction of CRNN-Base's GRU, forward and
+  backward, for a GSC round's 524 clients in one chunk (batch 16, 25 frames), each way a GPU can run it:
+  fedac's pure-torch recurrence, the Triton kernel, the torch recurrence replayed from a CUDA graph, and
+  (plain) one cuDNN GRU call per client; `fastest` names the winner.
 - kws: FedAvg on each KWS network (dscnn, mhattrnn, resnet15, kwt) with FedKWS-UI's local settings
   (experiments/fedkws.py KWS_PROTOCOL: batch 32, clipping at 50; KWT with AdamW) for `kws steps` local steps, 100 of 200
   clients a round (random 40 x 101 windows, 12 classes).
@@ -84,11 +88,12 @@ from fedac.data.waveform import Padded  # noqa: E402
 from fedac.engine.data import FederatedData, build_federated_data  # noqa: E402
 from fedac.engine.simulator import Simulator, sample_cohort  # noqa: E402
 from fedac.models import build_model  # noqa: E402
+from fedac.models.crnn import CRNN_SPECS  # noqa: E402
 from fedac.experiments.fedkws import KWS_NETWORKS, KWS_PROTOCOL  # noqa: E402
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
-WORKLOADS = ("paper", "gsc", "kws", "w2v2", "impressions")
+WORKLOADS = ("paper", "gsc", "gru", "kws", "w2v2", "impressions")
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 NO_EVAL = ["train.eval_every=1000000", "train.checkpoint_every=1000000"]
 #: workload W's schedule without its one-thread pinning: the fedac paths run with fedac's own defaults.
@@ -113,6 +118,7 @@ SCALES = {  # name: (full, quick on a GPU, quick on the CPU)
     "ssl_clients": (20, 8, 4),  # half of them a round, 16 clips each
     "ssl_cpu_per_round": (2, 1, 0),
     "di_steps": (1500, 100, 5),
+    "gru_clients": (524, 524, 8),  # a GSC round's cohort, packed into one chunk (quick CPU: 8)
 }
 SSL_CLIPS, SSL_FRAMES, SSL_CLASSES = 16, 49, 35
 
@@ -561,8 +567,88 @@ def workload_impressions(args, tmp: Path) -> dict:
             "sample": "one impression for one Adam step", "paths": result}
 
 
+def gru_case(args, clients: int):
+    """One direction of CRNN-Base's GRU for a packed chunk at GSC scale: its input frames (K, T * B, C),
+    stacked weights and an upstream gradient, on the run's device (frames after two poolings of 101)."""
+    spec, b, t = CRNN_SPECS["crnn_base"], 16, FRAMES // 4
+    c, hidden = spec.conv_channels[-1], spec.hidden
+    gen = torch.Generator().manual_seed(0)
+
+    def rand(*shape, scale=1.0):
+        return (torch.randn(*shape, generator=gen) * scale).to(args.device).requires_grad_()
+    inputs = (rand(clients, t * b, c), rand(clients, 3 * hidden, c, scale=0.1), rand(clients, 3 * hidden, scale=0.1),
+              rand(clients, 3 * hidden, hidden, scale=0.1), rand(clients, 3 * hidden, scale=0.1))
+    return inputs, torch.randn(clients, t, b, hidden, generator=gen).to(args.device), t, b
+
+
+def workload_gru(args, tmp: Path) -> dict:
+    """The stacked GRU's recurrence, forward and backward of one layer direction for a packed chunk (a "round"
+    is 5 of them), each way a GPU can run it (issue 45, item 2): fedac's pure-torch recurrence (`torch`), the
+    Triton kernel (`triton`), the torch recurrence replayed from a CUDA graph (`torch_graph`), and `plain`:
+    one cuDNN GRU call per client (torch.gru with that client's weights), what a per-client loop runs."""
+    from fedac import kernels
+    from fedac.models.stacked import _GRULayer
+
+    clients = scale(args, "gru_clients")
+    reps = 5
+
+    def layer_path(mode: str):
+        def build():
+            kernels.set_gru_kernel(mode)
+            inputs, grad, t, _ = gru_case(args, clients)
+
+            def once() -> None:
+                out = _GRULayer.apply(*inputs, t, False)
+                torch.autograd.grad(out, inputs, grad)
+            return (lambda r: [once() for _ in range(reps)]), (lambda r: clients * reps)
+        return build
+
+    def graph_path():
+        kernels.set_gru_kernel("torch")
+        inputs, grad, t, _ = gru_case(args, clients)
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):  # warm-up outside the graph, as capture requires
+            for _ in range(2):
+                torch.autograd.grad(_GRULayer.apply(*inputs, t, False), inputs, grad)
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_grads = torch.autograd.grad(_GRULayer.apply(*inputs, t, False), inputs, grad)  # noqa: F841
+        return (lambda r: [graph.replay() for _ in range(reps)]), (lambda r: clients * reps)
+
+    def plain_path():
+        inputs, grad, t, b = gru_case(args, clients)
+        frames, w_ih, b_ih, w_hh, b_hh = inputs
+        x = frames.detach().view(clients, t, b, -1).transpose(1, 2).contiguous().requires_grad_()  # (K, B, T, C)
+        weights = [w_ih, w_hh, b_ih, b_hh]
+        grads = grad.transpose(1, 2).contiguous()
+
+        def once() -> None:
+            outs = [torch.gru(x[k], x.new_zeros(1, b, w_hh.shape[2]), [w[k] for w in weights], True, 1, 0.0, True,
+                              False, True)[0] for k in range(clients)]
+            torch.autograd.grad(outs, [x, *weights], list(grads.unbind(0)))
+        return (lambda r: [once() for _ in range(reps)]), (lambda r: clients * reps)
+
+    paths = {"torch": layer_path("torch")}
+    if args.device.type == "cuda":
+        paths["triton"] = layer_path("triton")
+        paths["torch_graph"] = graph_path
+    paths["plain"] = plain_path
+    try:
+        result = run_paths(args, paths, None)
+    finally:
+        kernels.set_gru_kernel("auto")
+    timed = {name: r["s_per_round"] / reps for name, r in result.items() if "s_per_round" in r}
+    return {"clients": clients, "shape": dict(zip(("K", "T", "B", "C", "H"), (clients, FRAMES // 4, 16,
+                                                                           CRNN_SPECS["crnn_base"].conv_channels[-1],
+                                                                           CRNN_SPECS["crnn_base"].hidden))),
+            "sample": "one client's forward and backward of the layer", "s_per_layer": timed,
+            "fastest": min(timed, key=timed.get) if timed else None, "paths": result}
+
+
 RUNS = {"paper": workload_paper, "gsc": workload_gsc, "kws": workload_kws, "w2v2": workload_w2v2,
-        "impressions": workload_impressions}
+        "impressions": workload_impressions, "gru": workload_gru}
 
 
 # --- targets and the table ------------------------------------------------------------------------------------

@@ -19,13 +19,16 @@ def run(*args, env=None):
 
 @pytest.mark.slow
 def test_quick_cpu_run_writes_the_report_to_out(tmp_path):
-    done = run("--device", "cpu", "--quick", "--only", "gsc", env={"OUT": str(tmp_path)})
+    done = run("--device", "cpu", "--quick", "--only", "gsc,gru", env={"OUT": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads((tmp_path / "bench_gpu.json").read_text())
     assert {"card", "torch", "cuda", "matmul_peak_tflops", "workloads", "targets", "quick"} <= set(report)
     assert report["device"] == "cpu" and report["card"].startswith("CPU") and report["errors"] == [] and report["finished"]
     assert report["matmul_peak_tflops"]["fp32"] > 0 and "tf32" not in report["matmul_peak_tflops"]  # CUDA only
-    assert list(report["workloads"]) == ["gsc"]
+    assert list(report["workloads"]) == ["gsc", "gru"]
+    gru = report["workloads"]["gru"]  # the recurrence each way the device runs it: torch's, and the plain per-client GRU
+    assert set(gru["paths"]) == {"torch", "plain"} and gru["fastest"] in gru["s_per_layer"]
+    assert gru["s_per_layer"]["plain"] == pytest.approx(gru["paths"]["plain"]["s_per_round"] / 5)
     paths = report["workloads"]["gsc"]["paths"]
     assert set(paths) == {"fedac", "plain"}  # on the CPU, fedac is fedac's CPU default: no fedac_cpu path
     for name, result in paths.items():
