@@ -31,7 +31,7 @@ def _step_forward(g_ptr, i_ptr, h_ptr, n_ptr, out_ptr, rows_per_client, hidden,
                   g_sk, i_sk, h_sk, n_sk, out_sk, BLOCK: tl.constexpr):
     """One step for row (client k, sample b): g (W_hh h + b_hh) gets the activated r and z in place, n and
     the new h are written: r = s(g_r + i_r), z = s(g_z + i_z), n = tanh(i_n + r g_n), h' = (h - n) z + n."""
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a packed chunk's tensors pass 2**31 elements
     k, b = row // rows_per_client, row % rows_per_client
     j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = j < hidden
@@ -53,7 +53,7 @@ def _step_backward(dh_ptr, go_ptr, g_ptr, n_ptr, hp_ptr, dg_ptr, dn_ptr, dhz_ptr
     """The chain rule through `_step_forward` for one row: dh = carried dh + grad_out; writes the gradient of
     (r_pre, z_pre, g_n) to dg, that of n's input gate to dn, and dh z (the part of the previous step's dh
     that skips W_hh) to dhz."""
-    row = tl.program_id(0)
+    row = tl.program_id(0).to(tl.int64)  # 64-bit offsets: a packed chunk's tensors pass 2**31 elements
     k, b = row // rows_per_client, row % rows_per_client
     j = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     mask = j < hidden
