@@ -115,6 +115,12 @@ def test_device_setting_is_checked(monkeypatch):
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
     monkeypatch.setenv("FEDAC_DEVICE", "cpu")
     assert resolve_device("auto") == torch.device("cpu")
+    # `cuda` and auto name the current GPU with its index, as its tensors report it (so devices compare equal)
+    monkeypatch.delenv("FEDAC_DEVICE")
+    for name, value in {"is_available": True, "device_count": 2, "current_device": 1}.items():
+        monkeypatch.setattr(torch.cuda, name, lambda value=value: value)
+    assert resolve_device("cuda") == resolve_device("auto") == torch.device("cuda", 1)
+    assert resolve_device("cuda:0") == torch.device("cuda", 0)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error of a machine without CUDA")

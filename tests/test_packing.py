@@ -188,7 +188,8 @@ def test_chunks_spread_over_devices_give_the_numbers_of_one_device(algorithm, mo
     moves, real_to = [], CohortChunk.to
     monkeypatch.setattr(CohortChunk, "to", lambda chunk, device: moves.append(
         (torch.device(device), threading.current_thread().name, len(chunk))) or real_to(chunk, device))
-    assert_same_run(expected, federate(algo, clients, rounds=2), tol=1e-5)
+    # a GPU's and the CPU's float rounding differ (and their GRU kernels): a looser tolerance across them
+    assert_same_run(expected, federate(algo, clients, rounds=2), tol=1e-4 if torch.cuda.is_available() else 1e-5)
     assert sum(size for *_, size in moves) == 2 * len(SIZES)  # every client of both rounds, once
     assert {device for device, *_ in moves} == set(algo.devices)
     assert any(name.startswith("fedac-device") for _, name, _ in moves)  # chunks trained on the device workers

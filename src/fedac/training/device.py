@@ -31,7 +31,7 @@ def resolve_device(setting: str) -> torch.device:
         chosen = os.environ.get("FEDAC_DEVICE", "")
         if chosen and chosen != "auto":
             return resolve_device(chosen)
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        return resolve_device("cuda") if torch.cuda.is_available() else torch.device("cpu")
     device = torch.device(setting)
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -40,6 +40,8 @@ def resolve_device(setting: str) -> torch.device:
                               "CUDA build of torch (README, Quick start)")
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ConfigError(f"train.device={setting}: only {torch.cuda.device_count()} CUDA GPU(s) are visible")
+        if device.index is None:  # `cuda` is the current GPU, named with its index: tensors report cuda:N
+            device = torch.device("cuda", torch.cuda.current_device())
     return device
 
 
