@@ -20,6 +20,7 @@ from fedac.errors import ConfigError
 from fedac.models import MODEL_NAMES, build_model
 from fedac.models.stacked import stack_params, stacked_model, unstack_params
 from fedac.training.cohort import CohortChunk, StackedSGD
+from fedac.training.device import resolve_device, to_device
 from fedac.training.step import train_client
 
 FEATURES, FRAMES, CLASSES = 8, 21, 5
@@ -29,9 +30,11 @@ TOL = 1e-5
 
 
 def make_clients(sizes=SIZES, seed=1) -> list[ClientData]:
+    """Clients drawn on the CPU, then on the test device (FEDAC_TEST_DEVICE, where train.device=auto runs)."""
     g = torch.Generator().manual_seed(seed)
-    return [ClientData(f"c{i}", torch.randn(n, FEATURES, FRAMES, generator=g), torch.randint(0, CLASSES, (n,), generator=g),
-                       torch.zeros(0, FEATURES, FRAMES), torch.zeros(0, dtype=torch.long)) for i, n in enumerate(sizes)]
+    clients = [ClientData(f"c{i}", torch.randn(n, FEATURES, FRAMES, generator=g), torch.randint(0, CLASSES, (n,), generator=g),
+                          torch.zeros(0, FEATURES, FRAMES), torch.zeros(0, dtype=torch.long)) for i, n in enumerate(sizes)]
+    return to_device(clients, resolve_device("auto"))
 
 
 def make_algorithm(*overrides: str):
