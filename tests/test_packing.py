@@ -193,3 +193,26 @@ def test_chunks_spread_over_devices_give_the_numbers_of_one_device(algorithm, mo
     assert sum(size for *_, size in moves) == 2 * len(SIZES)  # every client of both rounds, once
     assert {device for device, *_ in moves} == set(algo.devices)
     assert any(name.startswith("fedac-device") for _, name, _ in moves)  # chunks trained on the device workers
+
+
+def test_over_several_devices_each_gets_an_equal_share_and_the_probe_trains_alone(monkeypatch):
+    import threading
+
+    from fedac.training.cohort import CohortChunk
+
+    clients = make_clients(SIZES)
+    settings = ["algorithm=fedavg", "model.dropout=0", "train.execution=cohort"]
+    expected = federate(make_algorithm(*settings, "train.cohort_chunk=64")[0], clients, rounds=2)
+    algo, _ = make_algorithm(*settings, f"train.devices={spread_devices()}")
+    algo.packing = Packing(0, algo.devices[0], gauge=FakeGauge(1_000, free=[10 ** 9]), spread=2)
+    moves, real_to = [], CohortChunk.to
+    monkeypatch.setattr(CohortChunk, "to", lambda chunk, device: moves.append(
+        (threading.current_thread().name, len(chunk))) or real_to(chunk, device))
+    assert_same_run(expected, federate(algo, clients, rounds=2), tol=1e-4 if torch.cuda.is_available() else 1e-5)
+    half = (len(SIZES) - PROBE_CLIENTS + 1) // 2
+    # round 1: the probe alone in the caller's thread, then the rest in two equal chunks on the device workers
+    assert moves[0] == (threading.current_thread().name, PROBE_CLIENTS)
+    assert sorted(size for _, size in moves[1:3]) == [len(SIZES) - PROBE_CLIENTS - half, half]
+    # round 2: measured, so the round's clients in two equal chunks, one per device, trained at once
+    assert [size for _, size in moves[3:]] == [len(SIZES) // 2] * 2 and algo.packing.last_sizes == [15, 15]
+    assert all(name.startswith("fedac-device") for name, _ in moves[1:])

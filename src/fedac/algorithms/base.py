@@ -62,7 +62,7 @@ class Algorithm(ABC):
         self.devices = resolve_devices(cfg.train.devices, self.device)
         #: How many clients a stacked chunk holds (`train.cohort_chunk`; on a GPU, measured per architecture,
         #: on the first of `devices`).
-        self.packing = Packing(cfg.train.cohort_chunk, self.devices[0])
+        self.packing = Packing(cfg.train.cohort_chunk, self.devices[0], spread=len(self.devices))
         self._scratch: dict[tuple[str, str], nn.Module] = {}
         #: LPA's per-layer pruning in the last server update (diagnostics for the engine's log, not state).
         self.last_pruning: dict[str, LayerPruning] | None = None

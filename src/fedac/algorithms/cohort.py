@@ -101,8 +101,10 @@ def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData],
             out.append((position, ClientResult(upload, None, {"loss": total / steps, "steps": float(steps)})))
         return out
 
-    chunks = plan_chunks(datas, range(len(datas)), cfg, round_idx, seed, algo.packing, algo.cfg.model.name)
-    for position, result in run_chunks(train, chunks, cfg, algo.device, algo.devices):
+    key = algo.cfg.model.name
+    probing = algo.packing.probing(key)
+    chunks = plan_chunks(datas, range(len(datas)), cfg, round_idx, seed, algo.packing, key)
+    for position, result in run_chunks(train, chunks, cfg, algo.device, algo.devices, probing):
         results[position] = result
     return results  # type: ignore[return-value]
 
@@ -164,7 +166,9 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
         if omega_model is None or theta_model is None:
             _sequential(algo, payload, states, datas, positions, round_idx, seed, results)
             continue
+        probing = algo.packing.probing(arch)
         chunks = plan_chunks([datas[i] for i in positions], positions, cfg, round_idx, seed, algo.packing, arch)
-        for position, result in run_chunks(partial(train, omega_model), chunks, cfg, algo.device, algo.devices):
+        for position, result in run_chunks(partial(train, omega_model), chunks, cfg, algo.device, algo.devices,
+                                           probing):
             results[position] = result
     return results  # type: ignore[return-value]

@@ -196,17 +196,18 @@ def cohort_workers(cfg: TrainConfig, device: torch.device | None = None) -> int:
 
 
 def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
-               cfg: TrainConfig, device: torch.device | None = None,
-               devices: Sequence[torch.device] = ()) -> Iterator[tuple[int, Any]]:
+               cfg: TrainConfig, device: torch.device | None = None, devices: Sequence[torch.device] = (),
+               first_alone: bool = False) -> Iterator[tuple[int, Any]]:
     """`train` over the chunks, on `cohort_workers(cfg)` threads: chunks hold different clients and
     every client's randomness is its own, so the results do not depend on the schedule. torch releases
     the GIL inside its ops (and the fused GRU inside its whole recurrence), so with one intra-op thread
     each, two workers keep two cores busy. A worker takes the next chunk as soon as it is free (results
     come back in completion order, with their positions); at most `workers` chunks (and their
     activations) are in memory at once. Several `devices` (`train.devices`): one worker per device, each
-    chunk trained where its worker sits and its results brought back to `device`."""
+    chunk trained where its worker sits and its results brought back to `device`; `first_alone`: the first
+    chunk trains before the next is planned (packing's probe, whose memory is measured on the first device)."""
     if len(devices) > 1:
-        yield from _spread(train, chunks, devices, device if device is not None else devices[0])
+        yield from _spread(train, chunks, devices, device if device is not None else devices[0], first_alone)
         return
     workers = cohort_workers(cfg, device)
     if workers == 1:
@@ -226,19 +227,20 @@ def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: It
 
 
 def _spread(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
-            devices: Sequence[torch.device], home: torch.device) -> Iterator[tuple[int, Any]]:
-    """`run_chunks` over several devices: the next chunk goes to the first device that is free. The first
-    chunk trains alone on the first device (auto chunking measures its memory there: training/packing.py)."""
+            devices: Sequence[torch.device], home: torch.device, first_alone: bool) -> Iterator[tuple[int, Any]]:
+    """`run_chunks` over several devices: the next chunk goes to the first device that is free (the first
+    one alone on the first device when `first_alone`)."""
 
     def on(device: torch.device, chunk: CohortChunk) -> list[tuple[int, Any]]:
         with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
             return to_device(train(chunk.to(device)), home)
 
     chunks = iter(chunks)
-    first = next(chunks, None)
-    if first is None:
-        return
-    yield from _reported(on(devices[0], first))
+    if first_alone:
+        first = next(chunks, None)
+        if first is None:
+            return
+        yield from _reported(on(devices[0], first))
     with ThreadPoolExecutor(len(devices), thread_name_prefix="fedac-device") as pool:
         free, running = list(devices), {}
         for chunk in chunks:

@@ -13,7 +13,9 @@ packs as many clients into a chunk as fit in the free memory:
    its data copy, stacked parameters, gradients, momentum, one step's activations and its upload.
 2. Every later chunk takes as many clients as `MEMORY_FRACTION` of the memory free at that moment
    allows (the CUDA driver's free memory plus what torch's caching allocator holds unused), so the
-   round's earlier uploads, which stay on the device, are counted as they accumulate.
+   round's earlier uploads, which stay on the device, are counted as they accumulate. Over several
+   devices (`train.devices`) a chunk takes at most an equal share of the round's clients per device, so
+   every device gets one.
 
 The measurement is kept for the run, per architecture (the probe runs once, in the first round).
 Chunking does not change the numbers (every client's computation in a stacked step is its own), so
@@ -81,9 +83,11 @@ class Packing:
     """One run's chunk sizing on one device: `train.cohort_chunk` and, for auto on a GPU, the memory per
     client measured by each architecture's probe chunk."""
 
-    def __init__(self, chunk: int, device: torch.device, gauge: MemoryGauge | None = None):
+    def __init__(self, chunk: int, device: torch.device, gauge: MemoryGauge | None = None, spread: int = 1):
         self.chunk = chunk
         self.device = device
+        #: Devices the chunks are spread over (`train.devices`): a round's clients are shared out among them.
+        self.spread = spread
         self.gauge = gauge if gauge is not None else (CudaGauge(device) if device.type == "cuda" else None)
         #: Measured bytes per client of a chunk, per architecture (kept for the run).
         self.bytes_per_client: dict[str, float] = {}
@@ -100,6 +104,10 @@ class Packing:
         """The cost model's cap on clients per chunk (a fixed setting, or auto's CPU size)."""
         return self.chunk if self.chunk > 0 else CPU_CHUNK
 
+    def probing(self, key: str) -> bool:
+        """True while architecture `key`'s next chunk is the probe (its memory not measured yet)."""
+        return self.by_memory and key not in self.bytes_per_client
+
     def capacity(self, key: str) -> int:
         """Clients of architecture `key` the next chunk can hold, from the memory free now."""
         assert self.gauge is not None
@@ -111,7 +119,7 @@ class Packing:
         trains each chunk before asking for the next, so the probe's peak covers its training."""
         assert self.gauge is not None
         self.last_sizes = []
-        start = 0
+        start, share = 0, 0
         while start < len(order):
             if key not in self.bytes_per_client:
                 picked = list(order[start:start + PROBE_CLIENTS])
@@ -119,7 +127,8 @@ class Packing:
                 yield build(picked)
                 self.bytes_per_client[key] = max(1.0, (self.gauge.peak() - before) / len(picked))
             else:
-                picked = list(order[start:start + self.capacity(key)])
+                share = share or -(-(len(order) - start) // self.spread)  # each device an equal part
+                picked = list(order[start:start + min(share, self.capacity(key))])
                 yield build(picked)
             self.last_sizes.append(len(picked))
             start += len(picked)
