@@ -233,6 +233,18 @@ PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 CLIENT_MEMORY = ("auto", "device", "host")
 
 
+def device_names(setting: str) -> list[str]:
+    """`train.devices` spelled right, as its names: [] (empty: `train.device` alone), ["all"], or the comma
+    list's cpu / cuda / cuda:N entries (training/device.py resolves them)."""
+    setting = str(setting).strip()
+    if setting in ("", "all"):
+        return [setting] if setting else []
+    names = [name.strip() for name in setting.split(",")]
+    if not all(DEVICE_SYNTAX.match(name) and name != "auto" for name in names):
+        raise ConfigError(f"train.devices must be empty, all, or a comma list of cpu, cuda or cuda:N, got {setting!r}")
+    return names
+
+
 def check_compute(train: TrainConfig) -> None:
     """`train.device` and `train.precision` spelled right, before torch loads (whether the GPU exists is
     asked when the run starts: training/device.py)."""
@@ -240,9 +252,7 @@ def check_compute(train: TrainConfig) -> None:
         raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {train.device!r}")
     if train.precision not in PRECISIONS:
         raise ConfigError(f"train.precision must be one of {', '.join(PRECISIONS)}, got {train.precision!r}")
-    if str(train.devices).strip() not in ("", "all") and not all(
-            DEVICE_SYNTAX.match(name.strip()) and name.strip() != "auto" for name in str(train.devices).split(",")):
-        raise ConfigError(f"train.devices must be empty, all, or a comma list of cpu, cuda or cuda:N, got {train.devices!r}")
+    device_names(train.devices)
     if train.client_memory not in CLIENT_MEMORY:
         raise ConfigError(f"train.client_memory must be one of {', '.join(CLIENT_MEMORY)}, got {train.client_memory!r}")
 

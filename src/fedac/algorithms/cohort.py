@@ -67,6 +67,15 @@ def _sequential(algo: Algorithm, payload: Any, states: list[Any], datas: list[Cl
         results[i] = train_client(algo, payload, states[i], datas[i], round_idx, seed)
 
 
+def _chunks_trained(algo: Algorithm, train: Callable[[CohortChunk], list[tuple[int, ClientResult]]],
+                    datas: list[ClientData], positions, arch: str, round_idx: int, seed: int):
+    """(position, result) of every client of architecture `arch`: its chunks planned by the algorithm's
+    packing and trained on its devices (the probe, while `arch` is unmeasured, alone first)."""
+    probing = algo.packing.probing(arch)  # asked before planning: planning the probe measures it
+    chunks = plan_chunks(datas, positions, algo.cfg.train, round_idx, seed, algo.packing, arch)
+    return run_chunks(train, chunks, algo.cfg.train, algo.device, algo.devices, probing)
+
+
 def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData], round_idx: int, seed: int,
                       regularizer: Callable[[Params], Callable[[Any], torch.Tensor] | None] | None = None
                       ) -> list[ClientResult]:
@@ -101,10 +110,8 @@ def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData],
             out.append((position, ClientResult(upload, None, {"loss": total / steps, "steps": float(steps)})))
         return out
 
-    key = algo.cfg.model.name
-    probing = algo.packing.probing(key)
-    chunks = plan_chunks(datas, range(len(datas)), cfg, round_idx, seed, algo.packing, key)
-    for position, result in run_chunks(train, chunks, cfg, algo.device, algo.devices, probing):
+    for position, result in _chunks_trained(algo, train, datas, range(len(datas)), algo.cfg.model.name, round_idx,
+                                            seed):
         results[position] = result
     return results  # type: ignore[return-value]
 
@@ -166,9 +173,7 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
         if omega_model is None or theta_model is None:
             _sequential(algo, payload, states, datas, positions, round_idx, seed, results)
             continue
-        probing = algo.packing.probing(arch)
-        chunks = plan_chunks([datas[i] for i in positions], positions, cfg, round_idx, seed, algo.packing, arch)
-        for position, result in run_chunks(partial(train, omega_model), chunks, cfg, algo.device, algo.devices,
-                                           probing):
+        for position, result in _chunks_trained(algo, partial(train, omega_model), [datas[i] for i in positions],
+                                                positions, arch, round_idx, seed):
             results[position] = result
     return results  # type: ignore[return-value]

@@ -27,7 +27,7 @@ from __future__ import annotations
 import copy
 import os
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, as_completed, wait
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, as_completed, wait
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
@@ -214,16 +214,7 @@ def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: It
         for chunk in chunks:
             yield from _reported(train(chunk))
         return
-    with ThreadPoolExecutor(workers, thread_name_prefix="fedac-cohort") as pool:
-        pending: set[Future] = set()
-        for chunk in chunks:
-            if len(pending) >= workers:
-                done, pending = wait(pending, return_when=FIRST_COMPLETED)
-                for future in done:
-                    yield from _reported(future.result())
-            pending.add(pool.submit(train, chunk))
-        for future in as_completed(pending):
-            yield from _reported(future.result())
+    yield from _pooled(lambda _, chunk: train(chunk), chunks, range(workers), "fedac-cohort")
 
 
 def _spread(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
@@ -241,16 +232,24 @@ def _spread(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Itera
         if first is None:
             return
         yield from _reported(on(devices[0], first))
-    with ThreadPoolExecutor(len(devices), thread_name_prefix="fedac-device") as pool:
-        free, running = list(devices), {}
+    yield from _pooled(on, chunks, devices, "fedac-device")
+
+
+def _pooled(work: Callable[[Any, CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
+            slots: Sequence[Any], prefix: str) -> Iterator[tuple[int, Any]]:
+    """`work(slot, chunk)` for every chunk on one thread per slot (a worker, a device): a chunk waits for
+    the first slot that is free, so at most len(slots) chunks are in memory at once; results come back
+    in completion order."""
+    with ThreadPoolExecutor(len(slots), thread_name_prefix=prefix) as pool:
+        free, running = list(slots), {}
         for chunk in chunks:
             if not free:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)
                 for future in done:
                     free.append(running.pop(future))
                     yield from _reported(future.result())
-            device = free.pop(0)
-            running[pool.submit(on, device, chunk)] = device
+            slot = free.pop(0)
+            running[pool.submit(work, slot, chunk)] = slot
         for future in as_completed(running):
             yield from _reported(future.result())
 

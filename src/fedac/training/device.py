@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from fedac.config import DEVICE_SYNTAX, PRECISIONS
+from fedac.config import DEVICE_SYNTAX, PRECISIONS, device_names
 from fedac.errors import ConfigError
 from fedac.training.types import FederatedData
 
@@ -49,17 +49,14 @@ def resolve_devices(setting: str, device: torch.device) -> list[torch.device]:
     """`train.devices` as the list of devices the cohort path spreads its chunks over: empty, the run's
     `device` alone; `all`, every CUDA GPU torch sees; else a comma list of `train.device` values (each
     checked as `resolve_device` checks it; `cpu` may appear, so a one-GPU machine or a test can mix)."""
-    setting = str(setting).strip()
-    if not setting:
+    names = device_names(setting)
+    if not names:
         return [device]
-    if setting == "all":
+    if names == ["all"]:
         if not torch.cuda.is_available():
             raise ConfigError("train.devices=all: this torch sees no CUDA GPU; leave train.devices empty to train on "
                               "train.device alone")
         return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
-    names = [name.strip() for name in setting.split(",")]
-    if not all(names) or "auto" in names:
-        raise ConfigError(f"train.devices must be empty, all, or a comma list of cpu, cuda or cuda:N, got {setting!r}")
     try:
         return [resolve_device(name) for name in names]
     except ConfigError as err:
