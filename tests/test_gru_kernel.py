@@ -212,15 +212,20 @@ def test_triton_recurrence_equals_the_pure_torch_one_under_the_interpreter():
     assert done.returncode == 0 and done.stdout.strip().endswith("ok"), done.stderr[-3000:]
 
 
-def test_triton_mode_picks_the_gpu_kernel_and_names_what_is_missing(monkeypatch):
+def test_triton_mode_picks_the_gpu_kernel_and_names_what_is_missing(monkeypatch, caplog):
     monkeypatch.setitem(kernels._state, "mode", "auto")
+    monkeypatch.setitem(kernels._state, "warned_cpu_triton", False)
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     if pytest.importorskip("triton"):
         from fedac.kernels import gru_triton
 
         assert kernels.recurrence_kernel("cuda") is gru_triton  # auto on a GPU: Triton
         kernels.set_gru_kernel("triton")
-        assert kernels.recurrence_kernel("cpu") is kernels.fused_gru()  # no interpreter: the CPU keeps its own
+        with caplog.at_level("WARNING", logger="fedac.kernels"):
+            assert kernels.recurrence_kernel("cpu") is kernels.fused_gru()  # no interpreter: the CPU keeps its own
+            assert kernels.recurrence_kernel("cpu") is kernels.fused_gru()
+        said = [r.getMessage() for r in caplog.records if "gru_kernel=triton" in r.getMessage()]
+        assert len(said) == 1 and "CPU's own GRU recurrence" in said[0]  # said once, not per step
         kernels.set_gru_kernel("torch")
         assert kernels.recurrence_kernel("cuda") is None and kernels.recurrence_kernel("cpu") is None
     monkeypatch.setitem(kernels._state, "triton", None)

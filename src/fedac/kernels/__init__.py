@@ -36,7 +36,8 @@ GRU_KERNEL_MODES = ("auto", "fused", "torch", "triton")
 _SOURCE = Path(__file__).with_name("gru.cpp")
 _CAPABILITIES = ("AVX2", "AVX512")  # gru.cpp is compiled for AVX2; AVX-512 CPUs run AVX2 code too
 _lock = threading.Lock()
-_state: dict = {"mode": "auto", "module": None, "error": None, "tried": False, "triton": None, "triton_error": None}
+_state: dict = {"mode": "auto", "module": None, "error": None, "tried": False, "triton": None, "triton_error": None,
+                "warned_cpu_triton": False}
 
 
 # CPU_CAPABILITY_AVX2 selects ATen's AVX2 Vectorized<float> (and its Sleef exp / tanh, as torch's kernels)
@@ -113,13 +114,19 @@ def recurrence_kernel(device_type: str) -> ModuleType | None:
     """The kernel module (`forward`, `backward`) that runs the stacked GRU's recurrence on a device type, or
     None for models/stacked.py's pure-torch one. The CPU: the fused C++ kernel (auto, fused). A GPU: the
     Triton kernel (auto when Triton imports, triton). triton on the CPU runs Triton's interpreter, which
-    only TRITON_INTERPRET=1 enables (tests); otherwise the CPU keeps its own choice."""
+    only TRITON_INTERPRET=1 enables (tests); otherwise the CPU keeps its own choice and says so once, so a
+    run on CPU tensors with train.gru_kernel=triton is never silently timed as the GPU kernel."""
     mode = _state["mode"]
     if mode == "torch":
         return None
     if device_type == "cpu":
         if mode == "triton" and os.environ.get("TRITON_INTERPRET") == "1":
             return _triton()
+        if mode == "triton" and not _state["warned_cpu_triton"]:
+            _state["warned_cpu_triton"] = True
+            log.warning("train.gru_kernel=triton runs on a GPU; these CPU tensors use the CPU's own GRU "
+                        "recurrence (%s); TRITON_INTERPRET=1 runs the Triton kernel in its (slow) interpreter",
+                        "fused" if fused_gru() is not None else "pure torch")
         return fused_gru()
     if device_type == "cuda" and mode in ("auto", "triton"):
         return _triton()
