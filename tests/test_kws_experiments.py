@@ -132,3 +132,13 @@ def test_reduced_fedkws_reproduction_writes_fa_fr_tables_and_curves(gsc_root, tm
     assert (out / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"  # Fig. 2: accuracy per round
     assert "train.rounds=40" in table and "train.rounds=300" not in table  # the protocol line: what ran
     assert "Server mean: unweighted (1/|S| per upload) for every method" in table
+    # ALT's mean steps per client in the notes equal the steps the run's own FedKWS-UI planned for its
+    # clients (built here from the engine's data, not from the notes' manifest-and-partition path)
+    from fedac.algorithms.fedkwsui import FedKWSUI
+    from fedac.engine.data import build_federated_data
+
+    cfg = load_config(rows[0]["run_dir"] + "/config.yaml")
+    task = build_federated_data(cfg, progress=False).task
+    algo = FedKWSUI(cfg, task)
+    planned = [algo.client_plan(c)["steps"] for c, n in zip(task.clients, task.class_counts) if sum(n)]
+    assert f"ALT steps per client on average {sum(planned) / len(planned):.2f} of E = 2 (seeds 0;" in table

@@ -157,11 +157,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 def _print_alt_statistics(cfg: Config, manifest, clients) -> None:
     """FedKWS-UI's ALT over the training clips: max n_k and r0 * rbar_k (paper Table 1 and Fig. 1)."""
-    from fedac.algorithms.fedkwsui import alt_statistics  # lazy: start-up time
+    from fedac.experiments.kws_stats import alt_summary  # lazy: start-up time
 
-    counts = [np.bincount([manifest.clips[i].label for i in c.train], minlength=manifest.num_classes).tolist()
-              for c in clients]
-    alt = alt_statistics(cfg, manifest.num_classes, [c.name for c in clients], counts)
+    alt = alt_summary(cfg, manifest, clients)
     if alt:
         print(f"  FedKWS-UI ALT (training clips, max n_k {alt['max_n_k']:.0f}, cap {alt['size_cap']:g}, "
               f"r0 {alt['r0']:.3f}): r0 * rbar_k min {alt['min']:.3f}, median {alt['median']:.3f}, "

@@ -59,13 +59,18 @@ KWS_TABLES = {"accuracy": "Shared model on the test split (accuracy)",
               "clean_accuracy": "Shared model on the clean test split (accuracy; the tables above use the fixed augmented one)"}
 
 
-def kws_notes(settings: list[str], methods: list[Method], dataset: str) -> list[str]:
+def kws_notes(settings: list[str], methods: list[Method], dataset: str, seeds: list[int] = ()) -> list[str]:
     """A KWS table's notes, from its methods' resolved settings: the weighting of each federated method's
-    server mean (one for all, or each method's) and ALT's r0."""
+    server mean (one for all, or each method's), ALT's r0 and, per seed, the mean ALT steps per client
+    after flooring (the run's own clients: data.max_clients draws them with the seed)."""
     from fedac.algorithms import algorithm_class  # lazy: start-up time (imports torch)
+    from fedac.experiments.kws_stats import mean_alt_steps
 
-    configs = {m.label: load_config(None, settings + m.overrides, algorithm_defaults=False, algorithm=m.algorithm,
-                                    dataset=dataset) for m in methods}
+    def resolved(method: Method, extra: list[str] = ()):
+        return load_config(None, settings + method.overrides + list(extra), algorithm_defaults=False,
+                           algorithm=method.algorithm, dataset=dataset)
+
+    configs = {m.label: resolved(m) for m in methods}
     weights = {label: algorithm_class(cfg.algorithm).server_weighting(cfg)
                for label, cfg in configs.items() if cfg.algorithm != "central"}
     words = {"uniform": "unweighted (1/|S| per upload)", "n_k": "n_k-weighted"}
@@ -75,13 +80,14 @@ def kws_notes(settings: list[str], methods: list[Method], dataset: str) -> list[
         notes.append(f"Server mean: {words[weighting]} for every method (aggregation.weighting={weighting}).")
     elif weights:
         notes.append("Server mean: " + "; ".join(f"{label} {words[w]}" for label, w in weights.items()) + ".")
-    alt = [cfg.fedkwsui for cfg in configs.values() if cfg.algorithm == "fedkwsui" and cfg.fedkwsui.alt]
+    alt = [m for m in methods if configs[m.label].algorithm == "fedkwsui" and configs[m.label].fedkwsui.alt]
     if alt:
-        r0 = alt[0].r0
+        r0, steps = configs[alt[0].label].fedkwsui.r0, configs[alt[0].label].fedkwsui.local_steps
+        means = [mean_alt_steps(resolved(alt[0], [f"seed={seed}"])) for seed in seeds]
+        measured = (f"; ALT steps per client on average {', '.join(f'{m:.2f}' for m in means)} of E = {steps} "
+                    f"(seeds {', '.join(map(str, seeds))}; s_k = floor(r0 rbar_k E))") if means else ""
         notes.append(f"ALT: r0 = K / sum_k rbar_k over each run's clients (fedkwsui.r0=sum), so sum_k r0 rbar_k E = "
-                     f"K E and a client takes E = {alt[0].local_steps} steps on average before flooring (`fedac data "
-                     f"stats` with the protocol's data settings prints the mean)." if r0 == "sum" else
-                     f"ALT: r0 = {r0} (fedkwsui.r0; `fedac data stats` prints the mean steps per client).")
+                     f"K E before flooring{measured}." if r0 == "sum" else f"ALT: r0 = {r0} (fedkwsui.r0){measured}.")
     return notes
 
 

@@ -13,16 +13,35 @@ from pathlib import Path
 import numpy as np
 
 from fedac.algorithms.base import Task
-from fedac.algorithms.fedkwsui import FedKWSUI, normalized_entropy
+from fedac.algorithms.fedkwsui import FedKWSUI, alt_statistics, normalized_entropy
 from fedac.config import Config
 from fedac.data.manifest import Manifest
-from fedac.data.partition import ClientSplit
+from fedac.data.partition import ClientSplit, partition
+from fedac.data.registry import dataset_spec, load_manifest
+
+
+def training_counts(manifest: Manifest, clients: list[ClientSplit]) -> list[list[int]]:
+    """Each client's training clips per class (after the local hold-out): ALT's n_k and class mix."""
+    return [np.bincount([manifest.clips[i].label for i in c.train], minlength=manifest.num_classes).tolist()
+            for c in clients]
+
+
+def alt_summary(cfg: Config, manifest: Manifest, clients: list[ClientSplit]) -> dict[str, float]:
+    """fedkwsui.alt_statistics over the clients' training clips (`fedac data stats`, KWS table notes)."""
+    return alt_statistics(cfg, manifest.num_classes, [c.name for c in clients], training_counts(manifest, clients))
+
+
+def mean_alt_steps(cfg: Config) -> float:
+    """The mean of ALT's s_k = floor(r0 rbar_k E) over the clients a run with `cfg` (its seed included:
+    data.max_clients draws them) holds: what its table's notes report next to E."""
+    manifest = load_manifest(cfg, progress=False)
+    clients = partition(manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition)
+    return alt_summary(cfg, manifest, clients)["mean_steps"]
 
 
 def client_table(cfg: Config, manifest: Manifest, clients: list[ClientSplit]) -> dict[str, np.ndarray]:
     """Per client with training clips: n_k, normalised class entropy and r0 * rbar_k."""
-    counts = [np.bincount([manifest.clips[i].label for i in c.train], minlength=manifest.num_classes).tolist()
-              for c in clients if c.train]
+    counts = [n for n, c in zip(training_counts(manifest, clients), clients) if c.train]
     names = [c.name for c in clients if c.train]
     alt = FedKWSUI(cfg, Task(0, manifest.num_classes, names, counts))
     return {"n_k": np.array([sum(n) for n in counts]),

@@ -108,7 +108,8 @@ def write_grid(spec: Experiment, request: Request, cells: list[Cell], runs: dict
     figure.png (bars per cell and method) and, for `spec.curves`, curves.png."""
     out = request.out
     methods = cells[0].methods if cells else []
-    notes = spec.notes(cells[0].settings + cells[0].last, methods, cells[0].dataset) if spec.notes and cells else []
+    notes = (spec.notes(cells[0].settings + cells[0].last, methods, cells[0].dataset, request.seeds)
+             if spec.notes and cells else [])
     write_csv(out / "results.csv", runs)
     (out / "table.md").write_text(markdown(spec, runs, [m.label for m in methods], request.seeds, request.command, notes))
     plot(out / "figure.png", spec, runs, methods)

@@ -128,8 +128,8 @@ class Experiment:
     """The table kinds written: result key -> title."""
     curves: bool = False
     """Also write curves.png: each run's validation (and test) accuracy per round."""
-    notes: Callable[[list[str], list[Method], str], list[str]] | None = None
-    """(settings, methods, dataset) -> lines written under the table's protocol line."""
+    notes: Callable[[list[str], list[Method], str, list[int]], list[str]] | None = None
+    """(settings, methods, dataset, seeds) -> lines written under the table's protocol line."""
     options: tuple[str, ...] = GRID_OPTIONS
     """The `OPTIONS` this experiment reads."""
     layout: Layout | None = None
