@@ -13,6 +13,6 @@ PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" -e ".[test,ssl,hf]"
 .venv/bin/python -c "import torch, fedac; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 # The fused GRU kernel (src/fedac/kernels/gru.cpp, g++ + ninja, about a minute once). If it cannot be
-# built, fedac runs the pure-torch GRU (same numbers, slower) and says so, here and in every run.
+# built, fedac runs the pure-torch GRU (equal to float rounding, slower) and says so, here and in every run.
 .venv/bin/python -c "import logging; logging.basicConfig(level=logging.INFO, format='%(message)s')
 import fedac.kernels as k; print('fedac kernels:', k.status())"

@@ -114,7 +114,8 @@ class _GRULayer(torch.autograd.Function):
 
     Forward, per step, exactly torch's CPU GRU (input gates for all steps first, then `gru_cell`, the
     same operations in the same order, so the pure-torch recurrence's outputs are bit-identical to
-    nn.GRU's; the fused kernel does the same math per element, to float rounding):
+    nn.GRU's; the fused kernels do the same math per element and equal it to float rounding per step,
+    not bit for bit, so a long run's metrics move slightly with `train.gru_kernel`: fedac/kernels):
         i = W_ih x + b_ih;  g = W_hh h + b_hh;  r = sigmoid(g_r + i_r);  z = sigmoid(g_z + i_z)
         n = tanh(i_n + r * g_n);  h' = (h - n) * z + n
     Backward: the chain rule through those equations step by step; the weight gradients (W_hh, W_ih)
