@@ -15,16 +15,29 @@ from fedac.errors import ConfigError
 from fedac.models.stacked import _GRULayer, _recurrence_backward, _recurrence_forward
 
 SUPPORTED = torch.backends.cpu.get_cpu_capability() in ("AVX2", "AVX512")
+#: Every build this CPU runs (an AVX-512 CPU runs the AVX2 build too): each is checked, not only the one
+#: a run here would pick, so an AVX2 machine's build is tested on an AVX-512 one.
+BUILDS = {"AVX2": ["AVX2"], "AVX512": ["AVX512", "AVX2"]}.get(torch.backends.cpu.get_cpu_capability(), [])
 
 
 @pytest.fixture
 def fused(monkeypatch):
+    """The build a run here uses (`train.gru_kernel=fused`)."""
     if not SUPPORTED:
-        pytest.skip("the fused GRU is built for AVX2 CPUs; this one runs the pure-torch path")
+        pytest.skip("the fused GRU is built for AVX2 and AVX-512 CPUs; this one runs the pure-torch path")
     monkeypatch.setitem(kernels._state, "mode", "fused")
     module = kernels.fused_gru()
     assert module is not None, kernels._state["error"]  # it must build where it is supported
     return module
+
+
+@pytest.fixture(params=["AVX2", "AVX512"])
+def build(request):
+    """Each build of gru.cpp this CPU can run (the AVX2 one compiles on first use here, about a minute)."""
+    if request.param not in BUILDS:
+        pytest.skip(f"torch reports CPU capability {torch.backends.cpu.get_cpu_capability()}: "
+                    f"no {request.param} build here")
+    return kernels._build(capability=request.param)
 
 
 def stacked_gru(grus: list[nn.GRU], x: torch.Tensor):
@@ -43,10 +56,11 @@ def stacked_gru(grus: list[nn.GRU], x: torch.Tensor):
 @pytest.mark.parametrize("k,b,t,c,hidden,bidirectional", [
     (3, 4, 13, 8, 128, True),   # CRNN-Base's hidden size
     (2, 16, 26, 32, 64, False),  # CRNN-Lite's
-    (2, 3, 7, 5, 20, True),     # hidden not a multiple of the 8 vector lanes
+    (2, 3, 7, 5, 20, True),     # hidden not a multiple of the 8 (AVX2) or 16 (AVX-512) vector lanes
     (1, 2, 1, 4, 12, True),     # one step
 ])
 def test_fused_gru_matches_nn_gru_values_and_gradients(fused, k, b, t, c, hidden, bidirectional):
+    assert kernels.recurrence_kernel("cpu") is fused  # what _GRULayer runs below
     torch.manual_seed(k * 100 + t)
     grus = [nn.GRU(c, hidden, batch_first=True, bidirectional=bidirectional) for _ in range(k)]
     x = torch.randn(k, b, t, c)
@@ -66,11 +80,15 @@ def test_fused_gru_matches_nn_gru_values_and_gradients(fused, k, b, t, c, hidden
             assert torch.allclose(got[1 + list(params).index(key)][i], r, atol=1e-5, rtol=1e-4), name
 
 
+@pytest.mark.parametrize("h", [24, 128])  # a partial last vector in both builds; CRNN-Base's hidden size
 @pytest.mark.parametrize("reverse", [False, True])
-def test_fused_recurrence_equals_the_pure_torch_one(fused, reverse):
+def test_fused_recurrence_equals_the_pure_torch_one(build, reverse, h):
+    fused = build
     torch.manual_seed(3)
-    k, t, b, h = 3, 9, 5, 24
-    gi, w_hh, b_hh = torch.randn(k, t, b, 3 * h), torch.randn(k, 3 * h, h) * 0.3, torch.randn(k, 3 * h)
+    k, t, b = 3, 9, 5
+    # recurrent weights scaled ~ 1 / sqrt(h), as nn.GRU initializes them (0.3 at h = 24)
+    gi, b_hh = torch.randn(k, t, b, 3 * h), torch.randn(k, 3 * h)
+    w_hh = torch.randn(k, 3 * h, h) * 0.3 * (24 / h) ** 0.5
     w_t = w_hh.transpose(1, 2).contiguous()
     ref = _recurrence_forward(gi, w_t, b_hh, reverse)
     got = fused.forward(gi, w_t, b_hh, reverse)
@@ -81,6 +99,24 @@ def test_fused_recurrence_equals_the_pure_torch_one(fused, reverse):
         assert torch.allclose(a, e, atol=1e-5, rtol=1e-5)
     gi[0, 0, 0, 0] = float("nan")  # NaN propagates (the engine rejects non-finite uploads)
     assert torch.isnan(fused.forward(gi, w_t, b_hh, reverse)[0][0]).any()
+
+
+@pytest.mark.skipif("AVX512" not in BUILDS, reason="needs a CPU that runs both builds")
+def test_the_avx2_and_avx512_builds_agree_bit_for_bit():
+    """The two widths run the same per-element code (Sleef's 8- and 16-lane exp / tanh are one algorithm,
+    the same fused multiply-adds), so a machine's choice of build does not move a run's numbers; only
+    the ATen matmuls around them may differ between machines."""
+    avx2, avx512 = kernels._build(capability="AVX2"), kernels._build(capability="AVX512")
+    torch.manual_seed(5)
+    k, t, b, h = 2, 11, 3, 40  # 40: two full AVX-512 vectors and a partial one, five AVX2 vectors
+    gi, w_hh, b_hh = torch.randn(k, t, b, 3 * h), torch.randn(k, 3 * h, h) * 0.2, torch.randn(k, 3 * h)
+    w_t = w_hh.transpose(1, 2).contiguous()
+    grad_out = torch.randn(k, t, b, h)
+    for reverse in (False, True):
+        fwd = [m.forward(gi, w_t, b_hh, reverse) for m in (avx2, avx512)]
+        bwd = [m.backward(grad_out, *f, w_hh, reverse) for m, f in zip((avx2, avx512), fwd)]
+        for x, y in zip(fwd[0] + bwd[0], fwd[1] + bwd[1]):
+            assert torch.equal(x, y)
 
 
 def test_kernel_modes_and_the_fallback_when_the_build_fails(monkeypatch, caplog):
@@ -128,7 +164,8 @@ def test_the_kernel_builds_once_whatever_ninja_path_finds(fused):
     import os
     import sys
 
-    so = kernels.build_dir() / "fedac_gru.so"
+    capability = kernels.status()["capability"]
+    so = kernels.build_dir(capability) / f"{kernels.module_name(capability)}.so"
     assert so.is_file()
     before = so.stat().st_mtime_ns
     venv_bin = os.path.dirname(sys.executable)
@@ -143,7 +180,7 @@ def test_the_kernel_builds_once_whatever_ninja_path_finds(fused):
 
 def test_a_missing_build_is_announced(monkeypatch, tmp_path, caplog):
     """Every real build says so (not only the first): an empty key folder means a build and a message."""
-    monkeypatch.setattr(kernels, "build_dir", lambda: tmp_path / "empty-key")
+    monkeypatch.setattr(kernels, "build_dir", lambda capability=None: tmp_path / "empty-key")
 
     def fake_load(name, sources, build_directory, verbose, extra_cflags):
         return "module"
@@ -152,10 +189,71 @@ def test_a_missing_build_is_announced(monkeypatch, tmp_path, caplog):
 
     monkeypatch.setattr(ext, "load", fake_load)
     if not SUPPORTED:
-        pytest.skip("the fused GRU is built for AVX2 CPUs")
+        pytest.skip("the fused GRU is built for AVX2 and AVX-512 CPUs")
     with caplog.at_level(logging.WARNING, logger="fedac.kernels"):
         assert kernels._build() == "module"
     assert "building the fused GRU kernel" in caplog.text
+
+
+def test_the_build_follows_torchs_cpu_capability(monkeypatch):
+    """AVX-512 where torch's kernels run AVX-512 (an AVX2-only build ran the gate passes at half width
+    there), AVX2 where torch says AVX2 or FEDAC_GRU_CAPABILITY=avx2 asks for it, none for DEFAULT; each
+    build with the flags torch compiles that capability with, under its own name and key."""
+    loads = []
+
+    def fake_load(name, sources, build_directory, verbose, extra_cflags):
+        loads.append((name, build_directory, extra_cflags))
+        return name
+
+    import torch.utils.cpp_extension as ext
+
+    monkeypatch.setattr(ext, "load", fake_load)
+    monkeypatch.delenv(kernels.CAPABILITY_ENV, raising=False)
+    for reported, forced, expected in [("AVX512", None, "AVX512"), ("AVX2", None, "AVX2"), ("AVX512", "avx2", "AVX2"),
+                                       ("AVX2", "avx512", "AVX2"), ("AVX512", "default", "DEFAULT"),
+                                       ("DEFAULT", "avx2", "DEFAULT")]:
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: reported)
+        if forced:
+            monkeypatch.setenv(kernels.CAPABILITY_ENV, forced)
+        else:
+            monkeypatch.delenv(kernels.CAPABILITY_ENV, raising=False)
+        assert kernels.cpu_capability() == expected, (reported, forced)
+        if expected == "DEFAULT":
+            with pytest.raises(RuntimeError, match="needs AVX2 or AVX-512; torch reports CPU capability DEFAULT"):
+                kernels._build()
+        else:
+            assert kernels._build() == f"fedac_gru_{expected.lower()}"
+            assert f"-DCPU_CAPABILITY_{expected}" in loads[-1][2] and "-mfma" in loads[-1][2]
+            assert ("-mavx512f" in loads[-1][2]) == (expected == "AVX512")
+    monkeypatch.setenv(kernels.CAPABILITY_ENV, "sse4")
+    with pytest.raises(ConfigError, match="FEDAC_GRU_CAPABILITY=sse4: expected one of default, avx2, avx512"):
+        kernels.cpu_capability()
+    assert kernels.build_dir("AVX2") != kernels.build_dir("AVX512")  # each build keeps its own folder
+
+
+def test_each_build_runs_its_vector_width(build):
+    """The CPU_CAPABILITY_* macro took effect: ATen's Vectorized<float> has 16 lanes in the AVX-512
+    build and 8 in the AVX2 one (the -m flags alone would leave 8)."""
+    assert build.lanes() == (16 if build.__name__.endswith("avx512") else 8)
+
+
+def test_a_fresh_process_builds_what_aten_cpu_capability_says():
+    """torch's own switch reaches the kernel: ATEN_CPU_CAPABILITY=avx2 loads the AVX2 build (on an AVX-512
+    CPU), =default the pure-torch GRU with a warning."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import logging; logging.basicConfig(level=logging.WARNING)\n"
+            "import fedac.kernels as k; m = k.fused_gru(); print(k.status()['capability'], m.lanes() if m else 0)")
+    cases = {"default": "None 0", **({"avx2": "AVX2 8"} if "AVX2" in BUILDS else {})}
+    for value, expected in cases.items():
+        env = {**os.environ, "ATEN_CPU_CAPABILITY": value}
+        env.pop(kernels.CAPABILITY_ENV, None)
+        done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+        assert done.stdout.split() == expected.split(), done.stderr
+        if value == "default":
+            assert "using the pure-torch GRU" in done.stderr and "capability DEFAULT" in done.stderr
 
 
 # --- the GPU's kernel (kernels/gru_triton.py), run by Triton's interpreter on the CPU --------------------

@@ -2,7 +2,8 @@
 // and backward over all timesteps in one call. Per step: one batched matmul (ATen) and one fused pass
 // over the gates, instead of ~10 torch ops dispatched from Python per step. The gate math is the one
 // models/stacked.py's pure-torch loop does (torch's CPU GRU), with the same vectorized sigmoid / tanh
-// (ATen's Vectorized<float>, Sleef) as torch's own kernels. Built by fedac/kernels/__init__.py.
+// (ATen's Vectorized<float>, Sleef) as torch's own kernels: 8 lanes in the AVX2 build, 16 in the AVX-512
+// one (CPU_CAPABILITY_* and -m flags from fedac/kernels/__init__.py, which builds it).
 #include <torch/extension.h>
 #include <ATen/cpu/vec/vec.h>
 
@@ -129,4 +130,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // Released GIL: cohort worker threads run chunks in parallel (engine/cohort.py `run_chunks`).
   m.def("forward", &forward, py::call_guard<py::gil_scoped_release>());
   m.def("backward", &backward, py::call_guard<py::gil_scoped_release>());
+  m.def("lanes", [] { return kLanes; });  // floats per vector: 8 in the AVX2 build, 16 in the AVX-512 one
 }
