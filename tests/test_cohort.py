@@ -237,11 +237,27 @@ def test_heterogeneous_cohort_runs_one_stacked_group_per_architecture(monkeypatc
     assert sorted(a for g in groups for a in g) == archs
 
 
-def test_architecture_without_stacked_forward_trains_one_by_one(monkeypatch):
-    algo, clients = make_algorithm("algorithm=fedmlac", "train.execution=cohort")
-    expected = federate(make_algorithm("algorithm=fedmlac", "train.execution=sequential")[0], clients, rounds=1)
-    monkeypatch.setattr(cohort_steps, "stacked_model", lambda name, dropout: None)
-    assert_same_run(expected, federate(algo, clients, rounds=1), tol=0.0)
+class _WithLSTM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rnn = nn.LSTM(FEATURES, 4, batch_first=True)
+        self.head = nn.Linear(4, CLASSES)
+
+    def forward(self, x):
+        return self.head(self.rnn(x.transpose(1, 2))[0].mean(1))
+
+
+def test_architecture_without_stacked_forward_is_named_and_cohort_mode_refuses_it(monkeypatch):
+    """Issue 56: no silent fallback. A network vmap cannot batch (an LSTM) trains one client at a time
+    under auto, with the reason in the path; train.execution=cohort refuses it."""
+    algo, clients = make_algorithm("algorithm=fedavg", "model.name=crnn_tiny")
+    monkeypatch.setattr(algo, "build_network", lambda name: _WithLSTM())
+    reason = "model crnn_tiny has no stacked forward (holds an LSTM, which vmap cannot batch)"
+    assert algo.execution_path() == f"sequential: {reason}" and not algo.cohort_ready()
+    federate(algo, clients, rounds=1)  # auto: sequential, and it trains
+    algo.cfg.train.execution = "cohort"
+    with pytest.raises(ConfigError, match=r"train.execution=cohort.*holds an LSTM"):
+        run_clients(algo, algo.broadcast(algo.init_server()), [None] * len(clients), clients, 1, 0)
 
 
 # --- padding, masks and the step schedule -------------------------------------------------------------
@@ -304,17 +320,22 @@ def test_auto_uses_the_cohort_path_unless_client_update_was_replaced(monkeypatch
 
     monkeypatch.setattr(FedAvg, "client_update", patched)
     assert not algo.cohort_ready()
+    assert algo.execution_path() == "sequential: FedAvg overrides client_update"
     federate(algo, clients, rounds=1)
     assert calls == [c.name for c in clients]  # sequential, so the patch is honoured
 
 
-def test_fedkad_has_no_cohort_path_and_cohort_mode_falls_back():
-    algo, clients = make_algorithm("algorithm=fedkad", "train.execution=cohort")
+def test_fedkad_has_no_cohort_path_auto_says_so_and_cohort_mode_fails():
+    algo, clients = make_algorithm("algorithm=fedkad")
     assert not algo.cohort_ready()
+    assert algo.execution_path() == "sequential: FedKAD has no stacked cohort_update"
     results = federate(algo, clients, rounds=1)[2]
     payload = algo.broadcast(algo.init_server())
     alone = train_client(algo, payload, algo.init_client_state(clients[0].name), clients[0], 1, 0)
     assert len(results) == len(clients) and alone.upload.keys() == results[0].upload.keys()
+    algo.cfg.train.execution = "cohort"
+    with pytest.raises(ConfigError, match="FedKAD has no stacked cohort_update"):
+        federate(algo, clients, rounds=1)
 
 
 def test_bad_execution_settings_are_named():

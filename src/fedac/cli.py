@@ -82,12 +82,17 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def cmd_models(args: argparse.Namespace) -> int:
     from fedac.models import MODELS, build_model, count_parameters  # lazy: start-up time
+    from fedac.training.functional import stacked_support
 
-    counts = {name: f"{count_parameters(build_model(name, args.num_features, args.num_classes)):,}"
-              for name, _ in MODELS.items()}
-    width = max(map(len, counts.values()))
-    rows = [(name, f"{count.rjust(width)} parameters  {MODELS.description(name)}") for name, count in counts.items()]
-    print(f"models for {args.num_features} input features and {args.num_classes} classes:")
+    models = {name: build_model(name, args.num_features, args.num_classes) for name, _ in MODELS.items()}
+    counts = {name: f"{count_parameters(model):,}" for name, model in models.items()}
+    # the stacked cohort path: crnn (hand-written), vmap (torch.func, any nn.Module) or no (why)
+    stacked = {name: stacked_support(name, model) for name, model in models.items()}
+    width, kind_width = max(map(len, counts.values())), max(len(k) for k in stacked.values() if not k.startswith("no"))
+    rows = [(name, f"{count.rjust(width)} parameters  stacked: {stacked[name].ljust(kind_width)}  "
+                   f"{MODELS.description(name)}") for name, count in counts.items()]
+    print(f"models for {args.num_features} input features and {args.num_classes} classes "
+          "(stacked: how the cohort path trains each; docs/extending.md):")
     print(format_table(rows))
     return 0
 

@@ -166,12 +166,12 @@ class TrainConfig:
     20% active, 5000 rounds)."""
     weight_decay: float = number(0.0, ">= 0")
     optimizer: str = "sgd"
-    """Local optimiser, new every round: sgd (lr, momentum, weight_decay) or adamw (torch AdamW with lr and
-    weight_decay; FedKWS-UI's protocol trains its Transformer so, the early-exit paper its SSL encoders). The
-    stacked cohort path is SGD only: adamw trains one client after another."""
+    """Local optimiser, new every round: sgd (lr, momentum, weight_decay), adam or adamw (torch Adam / AdamW
+    with lr and weight_decay; FedKWS-UI's protocol trains its Transformer with adamw, the early-exit paper its
+    SSL encoders). The stacked cohort path has all three (training/functional.py)."""
     max_grad_norm: float = number(0.0, ">= 0")
-    """Clip every local step's gradient to this L2 norm (FedKWS-UI's protocol: 50); 0: no clipping. Set, it
-    trains one client after another (the stacked cohort path does not clip)."""
+    """Clip every local step's gradient to this L2 norm (FedKWS-UI's protocol: 50); 0: no clipping. The
+    stacked cohort path clips each client's gradient on its own."""
     eval_every: int = number(5, ">= 1")
     """Evaluate on the validation split every k rounds (and after the last round)."""
     checkpoint_every: int = number(5, ">= 1")
@@ -186,8 +186,11 @@ class TrainConfig:
     fastest on one thread (see benchmarks/)."""
     execution: str = "auto"
     """How a round's clients train: cohort (clients of one architecture stacked into one computation,
-    engine/cohort.py), sequential (one client after another), or auto (cohort wherever the algorithm
-    has a cohort path, the faster one; see benchmarks/README.md). Both give the same numbers."""
+    engine/cohort.py; a configuration that cannot stack is an error naming why), sequential (one client
+    after another), or auto (stacked where the algorithm has a stacked path, except a vmapped network on
+    the CPU, slower there than one client at a time). Both give the same numbers to float rounding. The
+    run's first line and results.json's `execution` name the path taken (`stacked` or `sequential:
+    <reason>`)."""
     cohort_chunk: int = number(0, ">= 0")
     """Cohort path: at most this many clients stacked at once, which bounds activation memory; 0 (auto): 16
     on the CPU (each step's tensors stay in cache; fastest on CRNN-Base + CRNN-Lite, benchmarks/README.md),
@@ -395,7 +398,7 @@ class Config:
     def sections(self) -> dict[str, Any]:
         """The algorithms' sections, by name (the shared ones are dataclass fields)."""
         shared = {f.name for f in dataclasses.fields(self)}
-        return {name: value for name, value in vars(self).items() if name not in shared}
+        return {name: value for name, value in vars(self).items() if name not in shared and not name.startswith("_")}
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -529,6 +532,7 @@ def load_config(
     check_compute(cfg.train)
     if entry is not None and entry.finish:
         resolve(entry.finish)(cfg, given)
+    cfg._given = dict(given)  # the keys a file, flag or --set gave: defaults adapted to the data never override them
     return cfg
 
 

@@ -17,6 +17,7 @@ from torch import nn
 
 from fedac.aggregation import LayerPruning, aggregate
 from fedac.config import Config
+from fedac.errors import ConfigError
 from fedac.models import build_model
 from fedac.seeding import derive_seed, numpy_rng
 from fedac.training.device import resolve_device, resolve_devices
@@ -64,6 +65,7 @@ class Algorithm(ABC):
         #: on the first of `devices`).
         self.packing = Packing(cfg.train.cohort_chunk, self.devices[0], spread=len(self.devices))
         self._scratch: dict[tuple[str, str], nn.Module] = {}
+        self._stacked: dict[tuple[str, str], Any] = {}  # per architecture: its stacked kind and forward
         #: LPA's per-layer pruning in the last server update (diagnostics for the engine's log, not state).
         self.last_pruning: dict[str, LayerPruning] | None = None
 
@@ -138,12 +140,80 @@ class Algorithm(ABC):
         return [train_client(self, payload, state, data, round_idx, seed) for state, data in zip(states, datas)]
 
     def cohort_ready(self) -> bool:
-        """True when `cohort_update` is a stacked version of the `client_update` in effect. A subclass or
-        a patch that replaces client_update alone sends the engine back to the sequential path."""
+        """True when `cohort_update` can train this configuration stacked (`train.execution=cohort` would
+        run it): it is marked `@reproduces` the `client_update` in effect, and every setting and model it
+        meets has a stacked form (`sequential_reason`)."""
+        return self.sequential_reason("cohort") is None
+
+    def execution_path(self) -> str:
+        """The path a round's clients take under `train.execution`: "stacked", or "sequential: <reason>"
+        (the run's first log line and results.json name it; engine/cohort.py runs it)."""
+        mode = self.cfg.train.execution
+        if mode == "sequential":
+            return "sequential: train.execution=sequential"
+        reason = self.sequential_reason(mode)
+        return "stacked" if reason is None else f"sequential: {reason}"
+
+    def sequential_reason(self, mode: str = "auto") -> str | None:
+        """Why the clients cannot (cohort) or should not (auto) train stacked; None when they do."""
+        cls = type(self).__name__
         target = getattr(type(self).cohort_update, "reproduces", None)
-        stackable = self.cfg.train.optimizer == "sgd" and not self.cfg.train.max_grad_norm  # StackedSGD, no clipping
-        stackable = stackable and not self.cfg.features.augment  # per-batch augmentation: ClientData.x is no tensor
-        return target is not None and getattr(self.client_update, "__func__", None) is target and stackable
+        if target is None:
+            return f"{cls} has no stacked cohort_update"
+        current = getattr(self.client_update, "__func__", None)
+        if current is not target:
+            owner = next((k.__name__ for k in type(self).__mro__ if k.__dict__.get("client_update") is current), None)
+            return f"{owner} overrides client_update" if owner else f"{cls}.client_update was replaced"
+        train = self.cfg.train
+        from fedac.training.functional import OPTIMIZERS  # lazy: torch.func loads with the stacked path
+        if train.optimizer not in OPTIMIZERS:
+            return f"train.optimizer={train.optimizer} has no stacked form"
+        if self.cfg.features.augment:  # ClientData.x is no tensor: each batch is drawn on the sequential path
+            return "features.augment draws every batch afresh (the stacked path needs the windows as one tensor)"
+        for arch in self.stacked_architectures():
+            kind = self.stacked_kind(arch)
+            if kind.startswith("none"):
+                return f"model {arch} has no stacked forward ({kind[len('none: '):]})"
+            if mode == "auto" and kind == "vmap" and self.device.type == "cpu":
+                # Measured (issue 56): torch.func's vmapped convolutions lose to per-client MKL-DNN ones.
+                return (f"model {arch}'s stacked path (vmap) is slower than one client at a time on the CPU "
+                        "(train.execution=cohort forces it)")
+        return None
+
+    def stacked_architectures(self) -> list[str]:
+        """The architectures `cohort_update` stacks: the clients' own (personalized methods) or the shared model."""
+        if self.personalized:
+            return list(dict.fromkeys(self.cfg.model.zoo if self.cfg.model.heterogeneous else [self.cfg.model.client_model]))
+        return [self.cfg.model.name]
+
+    def stacked_kind(self, arch: str) -> str:
+        """How `arch`, as this algorithm builds it, trains stacked: "crnn" (models/stacked.py's hand-written
+        forward, the zoo model itself), "vmap" (training/functional.py, any other nn.Module) or "none: why"."""
+        if ("kind", arch) not in self._stacked:
+            from fedac.training.functional import unstackable_reason
+            from fedac.models.stacked import stacked_model
+            with torch.device("cpu"), torch.random.fork_rng():
+                network = self.build_network(arch)
+            own = type(network).__module__.startswith("fedac.models.crnn")  # the zoo model, not wrapped
+            reason = unstackable_reason(network)
+            self._stacked[("kind", arch)] = ("crnn" if own and stacked_model(arch, 0.0) is not None else
+                                             "vmap" if reason is None else f"none: {reason}")
+        return self._stacked[("kind", arch)]
+
+    def stacked_forward(self, arch: str):
+        """The stacked forward of `arch` (`stacked_kind`): a `training.functional.StackedModule` or the
+        hand-written CRNN behind its interface; one per architecture, reused every round."""
+        if ("stacked", arch) not in self._stacked:
+            from fedac.models.stacked import stacked_model
+            from fedac.training.functional import HandWritten, StackedModule
+            kind = self.stacked_kind(arch)
+            if kind.startswith("none"):
+                raise ConfigError(f"model {arch} has no stacked forward ({kind[6:]}): set train.execution=sequential")
+            model = self.scratch_model(arch)
+            names = [name for name, _ in model.named_parameters()]
+            self._stacked[("stacked", arch)] = (HandWritten(stacked_model(arch, self.cfg.model.dropout), names)
+                                                if kind == "crnn" else StackedModule(model))
+        return self._stacked[("stacked", arch)]
 
     @abstractmethod
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Any, int]],

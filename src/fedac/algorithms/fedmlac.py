@@ -124,6 +124,9 @@ class FedMLAC(Algorithm):
         metrics = {k: float(v) / max(steps, 1) for k, v in sums.items()}  # read once per update
         return ClientResult(model_params(theta), model_params(omega), metrics)
 
+    def stacked_architectures(self) -> list[str]:
+        return [*super().stacked_architectures(), self.cfg.fedmlac.plugin_model]  # the clients' and the Plug-in
+
     @reproduces(client_update)
     def cohort_update(self, payload: Params, states: list[Params], datas: list[ClientData], round_idx: int,
                       seed: int) -> list[ClientResult]:

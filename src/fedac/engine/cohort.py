@@ -19,13 +19,23 @@ def check_execution(mode: str) -> None:
         raise ConfigError(f"train.execution must be one of {', '.join(EXECUTION_MODES)}, got {mode!r}")
 
 
-def run_clients(algorithm: Algorithm, payload: Any, states: list[Any], datas: list[ClientData], round_idx: int,
-                seed: int) -> list[ClientResult]:
-    """The round's client updates, in `datas` order: through the algorithm's cohort hook when it has one
-    that reproduces its `client_update` (`train.execution` auto or cohort), else one client at a time."""
+def check_path(algorithm: Algorithm) -> str:
+    """The path `run_clients` takes (`Algorithm.execution_path`); `train.execution=cohort` on a
+    configuration that cannot train stacked is an error naming the reason, never a silent fallback."""
     mode = algorithm.cfg.train.execution
     check_execution(mode)
-    if mode != "sequential" and algorithm.cohort_ready():
+    path = algorithm.execution_path()
+    if mode == "cohort" and path != "stacked":
+        raise ConfigError(f"train.execution=cohort, but the clients cannot train stacked: {path[len('sequential: '):]}; "
+                          "set train.execution=auto or sequential")
+    return path
+
+
+def run_clients(algorithm: Algorithm, payload: Any, states: list[Any], datas: list[ClientData], round_idx: int,
+                seed: int) -> list[ClientResult]:
+    """The round's client updates, in `datas` order: through the algorithm's cohort hook when `check_path`
+    says stacked, else one client at a time."""
+    if check_path(algorithm) == "stacked":
         with autocast(algorithm.cfg.train.precision, algorithm.device):  # as train_client has it
             return algorithm.cohort_update(payload, states, datas, round_idx, seed)
     return [train_client(algorithm, payload, state, data, round_idx, seed) for state, data in zip(states, datas)]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import logging
 import math
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -24,7 +25,7 @@ from fedac.algorithms.base import Algorithm
 from fedac.attacks import Attack
 from fedac.config import Config
 from fedac.engine.checkpoint import open_run, save_checkpoint
-from fedac.engine.cohort import check_execution, run_clients
+from fedac.engine.cohort import check_execution, check_path, run_clients
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
 from fedac.engine.rounds import RoundLoop
 from fedac.engine.runtime import configure_process
@@ -94,6 +95,8 @@ class Simulator:
         self.data = data or build_federated_data(cfg, progress)
         record_bad_files(self.run_dir, self.data)  # data.on_bad_file=skip: the files left out
         self.algorithm: Algorithm = build_algorithm(cfg, self.data.task)
+        #: "stacked" or "sequential: <reason>" (train.execution=cohort that cannot stack fails here, at start)
+        self.execution = check_path(self.algorithm)
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
         if self.holds_clients and not self.trainable:
             raise ConfigError(f"no client holds training data for dataset {cfg.dataset}")
@@ -234,8 +237,11 @@ class Simulator:
         clients, state["clients"] = state["clients"], {}
         state = to_device(state, self.device)
         state["clients"] = {name: self._homed(value) for name, value in clients.items()}
+        line = (f"{cfg.algorithm} on {device_name(self.device)} (train.device={cfg.train.device}); "
+                f"clients train {self.execution}")
+        log.info(line)
         if self.progress:
-            log.info("%s on %s (train.device=%s)", cfg.algorithm, device_name(self.device), cfg.train.device)
+            print(f"fedac: {line}", file=sys.stderr, flush=True)  # the run's first line (cli logs warnings only)
         if resume:
             truncate_pruning_log(self.run_dir, state["round"])
         # Rounds this process trains, reported so a resumed run shows where it started (tests/test_resume.py).
@@ -271,6 +277,7 @@ class Simulator:
         results["wall_seconds"] = time.perf_counter() - started
         results["resumed_from"], results["rounds_trained"] = self.resumed_from, self.rounds_trained
         results["device"] = device_name(self.device)
+        results["execution"] = self.execution
         write_results(self.run_dir, results, cfg)
         return results
 

@@ -53,8 +53,10 @@ def cross_entropy(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | 
 def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
     if cfg.optimizer == "adamw":
         return torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if cfg.optimizer == "adam":
+        return torch.optim.Adam(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
     if cfg.optimizer != "sgd":
-        raise ConfigError(f"train.optimizer must be sgd or adamw, got {cfg.optimizer!r}")
+        raise ConfigError(f"train.optimizer must be sgd, adam or adamw, got {cfg.optimizer!r}")
     return torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
 
 

@@ -1,0 +1,334 @@
+"""A stacked path for any nn.Module: the clients of a chunk as one computation through
+`torch.func.functional_call` under `vmap`, with parameters and buffers stacked along a leading client
+axis (as `models.stacked.stack_params` stacks them), plus the stacked optimizers and per-client gradient
+clipping every stacked path shares.
+
+How each client keeps the numbers it gets training alone (`training.step.train_client`):
+- gradients: the forward is vmapped, the backward is autograd's on the stacked leaves (one backward for
+  the chunk). `vmap(grad(...))` was measured too; autograd on the stacked leaves keeps one graph and lets
+  the caller's loss mix several forwards (FedKWS-UI's two heads), so it is the one used.
+- BatchNorm: each client's running statistics are its own rows of the stacked buffers, updated in place
+  by the module's own batch-norm op under vmap. A step whose clients' batches differ in size pads the
+  shorter ones (training/cohort.py); padding must not enter a client's batch statistics, so in such a
+  step BatchNorm computes them over the client's real samples only (`_masked_batch_norm`, equal to the
+  op to float rounding).
+- dropout: under vmap, `randomness="different"` draws every client's mask from the one global RNG, so a
+  client's masks would depend on its chunk. Instead each `nn.Dropout` is replayed: its per-sample shape
+  is recorded once, and its masks are drawn outside vmap from the client's own generator seeded by
+  (seed, "dropout", round, client), the seed `train_client` gives the global RNG, with the op
+  `nn.Dropout` uses (`CohortChunk.dropout`). A client therefore sees the masks it draws alone. Random
+  ops anywhere else raise (vmap's `randomness="error"`), so nothing random is drawn silently.
+- `nn.GRU` has no vmap batching rule: its forward is written out as torch's GRU equations.
+
+`StackedSGD` lives in training/cohort.py (the hand-written CRNN path uses it); `StackedAdam` here gives
+torch.optim.Adam's and AdamW's update; `clip_stacked` gives `nn.utils.clip_grad_norm_` per client.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import threading
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call, vmap
+
+from fedac.config import TrainConfig
+from fedac.errors import ConfigError
+from fedac.training.cohort import StackedSGD
+
+Params = dict[str, torch.Tensor]
+OPTIMIZERS = ("sgd", "adam", "adamw")
+
+
+@dataclass
+class _Replay:
+    """What the replayed modules of one vmapped forward read: the dropout masks still to use (in forward
+    order), each client's sample weights and whether the step pads (BatchNorm's statistics then mask)."""
+
+    masks: list[torch.Tensor]
+    weight: torch.Tensor | None
+    padded: bool
+    record: list[tuple[tuple[int, ...], float]] | None = None
+
+
+_REPLAY: ContextVar[_Replay | None] = ContextVar("fedac_stacked_replay", default=None)
+
+
+def _dropout_forward(module: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
+    replay = _REPLAY.get()
+    if replay is None:  # outside a stacked forward: nn.Dropout's own behaviour
+        return F.dropout(x, module.p, module.training, module.inplace)
+    if not module.training or module.p == 0:
+        return x
+    if replay.record is not None:  # the shape pass: a batch of 2 outside vmap
+        if x.shape[0] != 2:
+            raise ConfigError(f"the stacked path replays dropout on batch-first tensors; {type(module).__name__} "
+                              f"got shape {tuple(x.shape)}: set train.execution=sequential")
+        replay.record.append((tuple(x.shape[1:]), float(module.p)))
+        return x
+    return x * replay.masks.pop(0)
+
+
+def _masked_batch_norm(module: nn.modules.batchnorm._BatchNorm, x: torch.Tensor) -> torch.Tensor:
+    """Training-mode batch norm over the samples of weight > 0 only (one client, under vmap)."""
+    replay = _REPLAY.get()
+    if not (module.training and replay is not None and replay.padded and replay.record is None):
+        return type(module).forward(module, x)
+    if module.track_running_stats and module.momentum is None:
+        raise ConfigError("the stacked path needs BatchNorm's momentum (cumulative averages read a count per "
+                          "client): set train.execution=sequential")
+    real = (replay.weight > 0).to(x.dtype).view(-1, *[1] * (x.dim() - 1))
+    dims = [0, *range(2, x.dim())]
+    count = real.sum() * math.prod(x.shape[2:])
+    shape = [1, -1] + [1] * (x.dim() - 2)
+    mean = (x * real).sum(dims) / count
+    centred = x - mean.view(shape)
+    var = (centred.pow(2) * real).sum(dims) / count
+    if module.track_running_stats:
+        with torch.no_grad():
+            module.num_batches_tracked.add_(1)
+            m = module.momentum
+            module.running_mean.mul_(1 - m).add_(mean.detach() * m)
+            module.running_var.mul_(1 - m).add_(var.detach() * (count / (count - 1)) * m)
+    out = centred * torch.rsqrt(var + module.eps).view(shape)
+    if module.affine:
+        out = out * module.weight.view(shape) + module.bias.view(shape)
+    return out
+
+
+def _gru_forward(module: nn.GRU, x: torch.Tensor, hx: torch.Tensor | None = None):
+    """torch's GRU equations (r, z, n gates; h' = (1 - z) n + z h), layer by layer and direction by
+    direction, so vmap can batch it; zero initial state only."""
+    if hx is not None or module.proj_size or not module.bias:
+        raise ConfigError("the stacked path writes out nn.GRU with bias, no projection and a zero initial state")
+    if module.training and module.dropout and module.num_layers > 1:
+        raise ConfigError("the stacked path does not draw nn.GRU's inter-layer dropout: set train.execution=sequential")
+    seq = x if module.batch_first else x.transpose(0, 1)  # (B, T, C)
+    finals = []
+    for layer in range(module.num_layers):
+        outs = []
+        for direction in range(2 if module.bidirectional else 1):
+            sfx = f"_l{layer}" + ("_reverse" if direction else "")
+            w_ih, w_hh = getattr(module, "weight_ih" + sfx), getattr(module, "weight_hh" + sfx)
+            b_ih, b_hh = getattr(module, "bias_ih" + sfx), getattr(module, "bias_hh" + sfx)
+            gi = F.linear(seq, w_ih, b_ih)
+            hidden = w_hh.shape[1]
+            h = seq.new_zeros(seq.shape[0], hidden)
+            steps = range(seq.shape[1] - 1, -1, -1) if direction else range(seq.shape[1])
+            out = [None] * seq.shape[1]
+            for t in steps:
+                gh = F.linear(h, w_hh, b_hh)
+                i_r, i_z, i_n = gi[:, t].chunk(3, -1)
+                h_r, h_z, h_n = gh.chunk(3, -1)
+                r, z = torch.sigmoid(i_r + h_r), torch.sigmoid(i_z + h_z)
+                n = torch.tanh(i_n + r * h_n)
+                h = (h - n) * z + n
+                out[t] = h
+            outs.append(torch.stack(out, 1))
+            finals.append(h)
+        seq = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
+    out = seq if module.batch_first else seq.transpose(0, 1)
+    return out, torch.stack(finals)
+
+
+def _bind(module: nn.Module, function) -> None:
+    module.forward = function.__get__(module)  # an instance attribute of the template copy only
+
+
+class _Calls(nn.Module):
+    """functional_call only calls `forward`: this forwards a method name to the wrapped model."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.m = model
+
+    def forward(self, method: str, *args):
+        return getattr(self.m, method)(*args)
+
+
+class StackedModule:
+    """The stacked forward of any nn.Module, for a chunk's first `active` clients:
+    `module(state, x, masks, weight, method)` with `state` the (active, ...) parameters and buffers,
+    `x` (active, width, ...), `masks` a `CohortChunk.dropout(step)` source, `weight` (active, width)
+    the per-sample weights (0 on padding), `method` the model's method to call (forward by default)."""
+
+    def __init__(self, model: nn.Module):
+        self.param_names = [name for name, _ in model.named_parameters()]
+        self.buffer_names = [name for name, _ in model.named_buffers()]
+        self._prototype = _replayable(copy.deepcopy(model).cpu())
+        self._local = threading.local()  # functional_call swaps a module's tensors: one template per thread
+        self._shapes: dict[tuple, list[tuple[tuple[int, ...], float]]] = {}
+
+    def _template(self, device: torch.device) -> _Calls:
+        templates = self._local.__dict__.setdefault("templates", {})
+        if device not in templates:
+            templates[device] = _Calls(copy.deepcopy(self._prototype).to(device)).train()
+        return templates[device]
+
+    def _dropout_shapes(self, template: _Calls, method: str, x: torch.Tensor) -> list[tuple[tuple[int, ...], float]]:
+        key = (method, tuple(x.shape[2:]), x.dtype)
+        if key not in self._shapes:
+            record: list = []
+            token = _REPLAY.set(_Replay([], None, False, record))
+            try:
+                with torch.no_grad():
+                    sample = x[0, :1].expand(2, *x.shape[2:])
+                    template(method, sample)
+            finally:
+                _REPLAY.reset(token)
+            self._shapes[key] = record
+        return self._shapes[key]
+
+    def __call__(self, state: Params, x: torch.Tensor, masks=None, weight: torch.Tensor | None = None,
+                 method: str = "forward", padded: bool | None = None) -> torch.Tensor:
+        template = self._template(x.device)
+        drawn = []
+        if masks is not None and template.training:
+            for shape, p in self._dropout_shapes(template, method, x):
+                mask = masks(shape, p)
+                drawn.append(mask if mask is not None else x.new_ones(x.shape[0], x.shape[1], *shape))
+        if padded is None:
+            padded = weight is not None and bool((weight == 0).any())
+        params = {"m." + name: state[name] for name in self.param_names if name in state}
+        buffers = {"m." + name: state[name] for name in self.buffer_names if name in state}
+
+        def one(p: Params, b: Params, inputs: torch.Tensor, ms: list[torch.Tensor], w: torch.Tensor | None):
+            token = _REPLAY.set(_Replay(list(ms), w, padded))
+            try:
+                return functional_call(template, (p, b), (method, inputs), strict=False)
+            finally:
+                _REPLAY.reset(token)
+
+        if weight is None:
+            return vmap(lambda p, b, i, ms: one(p, b, i, ms, None), randomness="error")(params, buffers, x, drawn)
+        return vmap(one, randomness="error")(params, buffers, x, drawn, weight)
+
+
+def _replayable(model: nn.Module) -> nn.Module:
+    """The model with dropout replayed, BatchNorm masked on padded steps and GRUs written out."""
+    for module in model.modules():
+        if isinstance(module, nn.Dropout):
+            _bind(module, _dropout_forward)
+        elif isinstance(module, nn.modules.batchnorm._BatchNorm):
+            _bind(module, _masked_batch_norm)
+        elif isinstance(module, nn.GRU):
+            _bind(module, _gru_forward)
+        elif isinstance(module, (nn.RNNBase,)):
+            raise ConfigError(f"the stacked path has no form of {type(module).__name__}: set "
+                              "train.execution=sequential")
+    return model
+
+
+def unstackable_reason(model: nn.Module) -> str | None:
+    """Why `model` has no generic stacked forward (None: it has one)."""
+    if hasattr(model, "task_loss"):
+        return "has its own task_loss (padded waveform batches)"
+    for module in model.modules():
+        if isinstance(module, nn.RNNBase) and not isinstance(module, nn.GRU):
+            return f"holds an {type(module).__name__}, which vmap cannot batch"
+        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.track_running_stats \
+                and module.momentum is None:
+            return "holds a BatchNorm with cumulative running statistics (momentum None)"
+    return None
+
+
+def stacked_support(name: str, model: nn.Module) -> str:
+    """How zoo model `name` (built as `model`) trains on the stacked path, for `fedac models`: crnn
+    (models/stacked.py's hand-written forward), vmap (this module) or "no: <reason>"."""
+    from fedac.models.stacked import stacked_model
+
+    if stacked_model(name, 0.0) is not None:
+        return "crnn"
+    reason = unstackable_reason(model)
+    return "vmap" if reason is None else f"no: {reason}"
+
+
+# --- stacked optimizers --------------------------------------------------------------------------------
+class StackedAdam:
+    """torch.optim.Adam (`decoupled=False`) or AdamW (True) with torch's defaults (betas 0.9 / 0.999,
+    eps 1e-8, no amsgrad) on stacked parameters, new every client update as the sequential path's is.
+    The active clients of a step have all taken the same number of steps (they are a prefix of the
+    chunk), so one step count per parameter serves them."""
+
+    def __init__(self, params: Params, cfg: TrainConfig, decoupled: bool, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.params = params
+        self.lr, self.weight_decay, self.decoupled = cfg.lr, cfg.weight_decay, decoupled
+        self.betas, self.eps = betas, eps
+        self.state: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.steps: dict[str, int] = {}
+
+    def step(self, grads: dict[str, torch.Tensor | None], active: int) -> None:
+        beta1, beta2 = self.betas
+        with torch.no_grad():
+            for name, grad in grads.items():
+                if grad is None:  # torch skips a parameter without a gradient (its step count too)
+                    continue
+                param = self.params[name][:active]
+                if name not in self.state:
+                    self.state[name] = (torch.zeros_like(self.params[name]), torch.zeros_like(self.params[name]))
+                self.steps[name] = self.steps.get(name, 0) + 1
+                exp_avg, exp_avg_sq = (s[:active] for s in self.state[name])
+                if self.weight_decay != 0:
+                    if self.decoupled:
+                        param.mul_(1 - self.lr * self.weight_decay)
+                    else:
+                        grad = grad.add(param, alpha=self.weight_decay)
+                exp_avg.lerp_(grad, 1 - beta1)
+                exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                step = self.steps[name]
+                step_size = self.lr / (1 - beta1 ** step)
+                denom = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** step)).add_(self.eps)
+                param.addcdiv_(exp_avg, denom, value=-step_size)
+
+
+def stacked_optimizer(params: Params, cfg: TrainConfig):
+    """The stacked form of `training.local.make_optimizer(cfg)`."""
+    if cfg.optimizer == "sgd":
+        return StackedSGD(params, cfg)
+    if cfg.optimizer in ("adam", "adamw"):
+        return StackedAdam(params, cfg, decoupled=cfg.optimizer == "adamw")
+    raise ConfigError(f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {cfg.optimizer!r}")
+
+
+def clip_stacked(grads: dict[str, torch.Tensor | None], max_norm: float) -> None:
+    """`nn.utils.clip_grad_norm_` for every client at once: each client's gradients (its rows) scaled in
+    place to at most `max_norm` in L2 over all its parameters; 0: nothing."""
+    present = [g for g in grads.values() if g is not None]
+    if max_norm <= 0 or not present:
+        return
+    with torch.no_grad():
+        norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), 2, dim=1) for g in present])
+        total = torch.linalg.vector_norm(norms, 2, dim=0)
+        coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+        for g in present:
+            g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
+
+
+class HandWritten:
+    """A hand-written stacked forward (models/stacked.py's CRNNs) behind `StackedModule`'s interface:
+    no buffers, no other method than forward, no need of the sample weights (no batch statistics)."""
+
+    def __init__(self, model, param_names: list[str]):
+        self.model, self.param_names, self.buffer_names = model, param_names, []
+
+    def __call__(self, state: Params, x: torch.Tensor, masks=None, weight: torch.Tensor | None = None,
+                 method: str = "forward", padded: bool | None = None) -> torch.Tensor:
+        if method != "forward":
+            raise ConfigError(f"the hand-written stacked CRNN has no method {method!r}")
+        return self.model(state, x, masks)
+
+
+def param_leaves(params: Params, active: int, names: list[str]) -> Params:
+    """Gradient leaves over the first `active` clients' trainable entries `names` (views: updated in place)."""
+    return {name: params[name][:active].detach().requires_grad_() for name in names}
+
+
+def with_buffers(leaf: Params, params: Params, active: int, names: list[str]) -> Params:
+    """The leaves plus the first `active` clients' buffers (views: BatchNorm updates them in place)."""
+    return {**leaf, **{name: params[name][:active] for name in names}}

@@ -1,0 +1,155 @@
+"""The stacked path for any network (training/functional.py, issue 56): every registered feature model
+trains stacked under SGD, Adam and AdamW, with per-client gradient clipping, padded steps (BatchNorm's
+statistics over a client's real samples) and per-client dropout, and gives the sequential numbers to
+float tolerance; the stacked optimizers and clipping against torch's own on each client."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from fedac.algorithms import build_algorithm
+from fedac.algorithms.base import ClientData, Task
+from fedac.config import load_config
+from fedac.engine.cohort import run_clients
+from fedac.models import KWS_CNN_SPECS, KWS_MODELS
+from fedac.seeding import torch_generator
+from fedac.training.functional import StackedAdam, clip_stacked
+
+FEATURES, FRAMES, CLASSES = 8, 21, 4
+# unequal clients and batch 4: steps of widths 4, 4 and 3 pad the short clients (BatchNorm masks them)
+SIZES = [7, 5, 3]
+#: float32 sums in another order (vmapped convolutions, the written-out GRU, masked BatchNorm) after two
+#: optimiser steps; Adam divides by sqrt(v) ~ |g|, so a relative error of the gradient stays relative.
+TOL = 2e-4
+
+MODELS = [*KWS_MODELS, *KWS_CNN_SPECS]
+
+
+def clients_for(model: str, sizes=SIZES, seed=0) -> list[ClientData]:
+    frames = 101 if model == "kwt" else FRAMES  # KWT's learned positions fix the frame count
+    g = torch.Generator().manual_seed(seed)
+    return [ClientData(f"c{i}", torch.randn(n, FEATURES, frames, generator=g), torch.randint(0, CLASSES, (n,), generator=g),
+                       torch.zeros(0, FEATURES, frames), torch.zeros(0, dtype=torch.long)) for i, n in enumerate(sizes)]
+
+
+def algorithm(model: str, *overrides: str, algo: str = "fedavg"):
+    cfg = load_config(overrides=[f"algorithm={algo}", f"model.name={model}", "train.batch_size=4", "train.local_epochs=1",
+                                 "train.lr=0.01", "train.device=cpu", "model.dropout=0", *overrides])
+    clients = clients_for(model)
+    return build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients])), clients
+
+
+def one_round(model: str, execution: str, *overrides: str, algo: str = "fedavg"):
+    alg, clients = algorithm(model, f"train.execution={execution}", *overrides, algo=algo)
+    assert alg.execution_path() == ("stacked" if execution == "cohort" else "sequential: train.execution=sequential")
+    payload = alg.broadcast(alg.init_server())
+    states = [alg.init_client_state(c.name) for c in clients]
+    return run_clients(alg, payload, states, clients, 1, 0)
+
+
+def assert_close(a, b, tol=TOL, free=(), free_tol=0.0):
+    """Uploads and losses equal to `tol` (relative to each tensor's size); entries named in `free` to `free_tol`."""
+    for ra, rb in zip(a, b):
+        for name, value in ra.upload.items():
+            other = rb.upload[name]
+            if value.is_floating_point():
+                scale = max(1.0, float(value.abs().max()))
+                assert float((value - other).abs().max()) <= (free_tol if name in free else tol) * scale, name
+            else:
+                assert torch.equal(value, other), name
+        assert ra.metrics["loss"] == pytest.approx(rb.metrics["loss"], rel=tol, abs=tol)
+
+
+def zero_gradient_entries(model: str, *settings: str) -> set[str]:
+    """Parameters whose exact gradient is zero (a convolution's bias right before BatchNorm, which the
+    batch mean cancels): SGD leaves them where they were, to float noise."""
+    alg, clients = algorithm(model, "train.execution=sequential", "train.optimizer=sgd", *settings)
+    start = alg.init_server()["params"]
+    moved = one_round(model, "sequential", "train.optimizer=sgd", *settings)[0].upload
+    return {n for n, _ in alg.scratch_model(model).named_parameters() if float((moved[n] - start[n]).abs().max()) < 1e-8}
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw"])
+@pytest.mark.parametrize("model", MODELS)
+def test_every_feature_model_trains_stacked_as_it_trains_alone(model, optimizer):
+    settings = [f"train.optimizer={optimizer}", "train.max_grad_norm=0.5", "train.weight_decay=0.01"]
+    free, free_tol = set(), 0.0
+    if optimizer != "sgd":
+        # Adam moves every parameter by about lr a step whatever the gradient's size, so a gradient that is
+        # float noise (zero in exact arithmetic) moves it by a noise-signed lr on either path: those entries
+        # agree to 2 lr per step, the rest (and what the noise feeds downstream, at this small lr) to TOL.
+        settings.append("train.lr=0.0001")
+        free, free_tol = zero_gradient_entries(model, "train.lr=0.0001"), 2 * 2 * 1e-4
+    assert_close(one_round(model, "cohort", *settings), one_round(model, "sequential", *settings), free=free,
+                 free_tol=free_tol)
+
+
+class _DropoutNet(nn.Module):
+    """A plug-in-like network with dropout between two layers (no zoo model of the vmap path has any)."""
+
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Flatten(), nn.Linear(FEATURES * FRAMES, 16), nn.ReLU(), nn.Dropout(0.5))
+        self.head = nn.Linear(16, CLASSES)
+
+    def forward(self, x):
+        return self.head(self.body(x))
+
+
+def test_dropout_masks_are_each_clients_own_and_repeat_with_the_seed(monkeypatch):
+    from fedac.algorithms.fedavg import FedAvg
+
+    monkeypatch.setattr(FedAvg, "build_network", lambda self, name: _DropoutNet())
+    stacked = one_round("dscnn", "cohort", "train.lr=0.1")
+    assert_close(stacked, one_round("dscnn", "sequential", "train.lr=0.1"))  # the masks a lone client draws
+    assert_close(stacked, one_round("dscnn", "cohort", "train.lr=0.1"), tol=0.0)  # repeat with the seed
+    # Two clients with the same data and batch order would end equal without dropout; their own masks part them.
+    alg, clients = algorithm("dscnn", "train.execution=cohort", "train.lr=0.1", "train.batch_size=8")
+    twins = [ClientData(name, clients[0].x, clients[0].y, clients[0].holdout_x, clients[0].holdout_y)
+             for name in ("a", "b")]
+    monkeypatch.setattr("fedac.training.cohort.torch_generator", _same_batches(torch_generator))
+    a, b = run_clients(alg, alg.broadcast(alg.init_server()), [None, None], twins, 1, 0)
+    assert float((a.upload["head.weight"] - b.upload["head.weight"]).abs().max()) > 1e-4
+
+
+def _same_batches(real):
+    """torch_generator with one batch order for every client (dropout streams stay per client)."""
+    return lambda seed, purpose, *ids, **kw: real(seed, purpose, *(ids[:1] if purpose == "batches" else ids), **kw)
+
+
+@pytest.mark.parametrize("decoupled", [False, True])
+def test_stacked_adam_is_torchs_adam_on_each_client(decoupled):
+    cfg = load_config(overrides=["train.lr=0.01", "train.weight_decay=0.1"]).train
+    g = torch.Generator().manual_seed(0)
+    params = {"w": torch.randn(3, 4, generator=g)}
+    start = params["w"].clone()
+    grads = [torch.randn(3, 4, generator=g) for _ in range(3)]
+    opt = StackedAdam(params, cfg, decoupled)
+    for step, grad in enumerate(grads):
+        opt.step({"w": grad[:3 - step // 2].clone()}, active=3 - step // 2)  # the last client stops after 2 steps
+    for k in range(3):
+        w = nn.Parameter(start[k].clone())
+        torch_opt = (torch.optim.AdamW if decoupled else torch.optim.Adam)([w], lr=0.01, weight_decay=0.1)
+        for step, grad in enumerate(grads):
+            if k < 3 - step // 2:
+                w.grad = grad[k].clone()
+                torch_opt.step()
+        assert torch.allclose(params["w"][k], w.detach(), atol=1e-7, rtol=0)
+
+
+def test_clipping_is_clip_grad_norm_on_each_client():
+    g = torch.Generator().manual_seed(0)
+    grads = {"a": torch.randn(3, 5, generator=g) * torch.tensor([[0.01], [1.0], [10.0]]), "b": torch.randn(3, 2, 2, generator=g),
+             "unused": None}
+    expected = []
+    for k in range(3):
+        ps = [nn.Parameter(torch.zeros(5)), nn.Parameter(torch.zeros(2, 2))]
+        ps[0].grad, ps[1].grad = grads["a"][k].clone(), grads["b"][k].clone()
+        nn.utils.clip_grad_norm_(ps, 1.5)
+        expected.append([p.grad for p in ps])
+    clip_stacked(grads, 1.5)
+    for k in range(3):
+        assert torch.allclose(grads["a"][k], expected[k][0], atol=1e-7) and torch.allclose(grads["b"][k], expected[k][1], atol=1e-7)
+    assert float(grads["a"][0].norm()) < 1.5 * 0.1  # the small client is not scaled up
