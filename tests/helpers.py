@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+import os
 from contextlib import contextmanager
 
 import pytest
@@ -28,3 +30,42 @@ def no_generation():
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(layout, "run_tasks", rendered)
         yield
+
+
+#: Tests that compare with numbers written elsewhere apply these settings to the runs they make:
+#: FEDAC_TEST_COMPUTE="train.threads=2,train.gru_kernel=fused". tests/test_portability.py sets it to rerun
+#: them under other kernel choices; unset, runs keep the settings they were written with.
+COMPUTE_ENV = "FEDAC_TEST_COMPUTE"
+
+
+def compute_overrides() -> dict[str, str]:
+    """$FEDAC_TEST_COMPUTE as {"train.threads": "2", ...}. Only settings documented to leave a run's numbers
+    unchanged to float rounding (experiments/compare.py HOW_TO_COMPUTE) are accepted, so a variant can
+    change how a run computes, never what."""
+    from fedac.experiments.compare import HOW_TO_COMPUTE
+
+    pairs = [item.split("=", 1) for item in os.environ.get(COMPUTE_ENV, "").split(",") if item.strip()]
+    allowed = {f"train.{name}" for name in HOW_TO_COMPUTE}
+    for pair in pairs:
+        if len(pair) != 2 or pair[0].strip() not in allowed:
+            raise ValueError(f"{COMPUTE_ENV}: {'='.join(pair)!r} is not KEY=VALUE with KEY one of {sorted(allowed)}")
+    return {key.strip(): value.strip() for key, value in pairs}
+
+
+def numbers_differ(actual, expected, rel: float, path: str = "") -> list[str]:
+    """Where `actual` differs from `expected` (nested dicts and lists of JSON values): keys, lengths and
+    every non-float value exactly, floats to `rel` relative (math.isclose, abs_tol 1e-12 for zeros).
+    Empty when they agree."""
+    if isinstance(expected, dict) and isinstance(actual, dict):
+        if set(actual) != set(expected):
+            return [f"{path or '.'}: keys {sorted(actual)} != {sorted(expected)}"]
+        return [line for key in expected for line in numbers_differ(actual[key], expected[key], rel, f"{path}.{key}")]
+    if isinstance(expected, list) and isinstance(actual, list):
+        if len(actual) != len(expected):
+            return [f"{path}: {len(actual)} items != {len(expected)}"]
+        return [line for i, (a, e) in enumerate(zip(actual, expected)) for line in numbers_differ(a, e, rel, f"{path}[{i}]")]
+    if isinstance(expected, float) and isinstance(actual, (int, float)) and not isinstance(actual, bool):
+        same = math.isclose(actual, expected, rel_tol=rel, abs_tol=1e-12) or (math.isnan(actual) and math.isnan(expected))
+    else:
+        same = type(actual) is type(expected) and actual == expected
+    return [] if same else [f"{path}: {actual!r} != {expected!r}"]
