@@ -153,3 +153,35 @@ def test_clipping_is_clip_grad_norm_on_each_client():
     for k in range(3):
         assert torch.allclose(grads["a"][k], expected[k][0], atol=1e-7) and torch.allclose(grads["b"][k], expected[k][1], atol=1e-7)
     assert float(grads["a"][0].norm()) < 1.5 * 0.1  # the small client is not scaled up
+
+
+@pytest.mark.parametrize("model, overrides", [
+    ("dscnn", []), ("mhattrnn", ["fedkwsui.private=persistent"]), ("kwt", ["train.optimizer=adamw", "train.lr=0.0001"]),
+    ("resnet15", ["fedkwsui.adv_lambda=0"]),
+])
+def test_fedkwsui_trains_stacked_as_it_trains_alone(model, overrides):
+    """FedKWS-UI's protocol (clipping, private phase, ALT's per-client step counts, per-client mu_k) stacked."""
+    sizes = [9, 6, 3, 7]
+
+    def run(execution):
+        clients = clients_for(model, sizes)
+        counts = [torch.bincount(c.y, minlength=CLASSES).tolist() for c in clients]
+        cfg = load_config(overrides=["algorithm=fedkwsui", f"model.name={model}", "train.batch_size=4", "train.device=cpu",
+                                     "fedkwsui.local_steps=3", "fedkwsui.size_cap=8", "fedkwsui.r0=1.5",
+                                     "train.max_grad_norm=0.5", "train.lr=0.01", f"train.execution={execution}", *overrides])
+        alg = build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients], counts))
+        if execution == "cohort":
+            assert alg.execution_path() == "stacked"
+            assert len({alg.client_plan(c.name)["steps"] for c in clients}) > 1  # ALT: unequal step counts
+        return run_clients(alg, alg.broadcast(alg.init_server()), [alg.init_client_state(c.name) for c in clients],
+                           clients, 1, 0)
+
+    stacked, alone = run("cohort"), run("sequential")
+    adam = "train.optimizer=adamw" in overrides
+    free = zero_gradient_entries(model, "train.lr=0.0001") if adam else set()
+    assert_close(stacked, alone, free={f"encoder.{n}" for n in free}, free_tol=2 * 4 * 1e-4)
+    for a, b in zip(stacked, alone):
+        assert a.metrics["steps"] == b.metrics["steps"] and a.metrics["private_steps"] == b.metrics["private_steps"]
+        assert (a.state is None) == (b.state is None)
+        if a.state is not None:
+            assert a.state.keys() == b.state.keys()

@@ -36,7 +36,8 @@ lets a 1e-5 decay through).
 The heads keep PyTorch's default initialisation, as the code's do; `fedkwsui.head_init=kaiming` gives
 them Kaiming-normal weights (config.py says why: the default shrinks the encoder's gradient 4-7x).
 Every step's gradient is clipped at `train.max_grad_norm` (fedkwsui's algorithm default: the code's 50).
-Client updates run on the sequential path (no stacked cohort form).
+The stacked cohort form is `algorithms.cohort.fedkwsui_cohort` (any of the four networks, through
+training/functional.py; ALT's per-client step counts as a chunk whose active clients shrink).
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, Task, model_params
+from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, Task, model_params, reproduces
+from fedac.algorithms.cohort import fedkwsui_cohort
 from fedac.training.local import clip_gradients, cycling_batches, make_optimizer
 from fedac.errors import ConfigError
 from fedac.models import build_model
@@ -267,6 +269,11 @@ class FedKWSUI(Algorithm):
                    "private_loss": float(private_loss) / max(private_steps, 1), "private_steps": float(private_steps),
                    "alt_ratio": plan["ratio"], "mu": plan["mu"]}
         return ClientResult(params, new_state, metrics)
+
+    @reproduces(client_update)
+    def cohort_update(self, payload: Params, states: list[Params | None], datas: list[ClientData], round_idx: int,
+                      seed: int) -> list[ClientResult]:
+        return fedkwsui_cohort(self, payload, states, datas, round_idx, seed)
 
     # --- server -----------------------------------------------------------------------------------
     @classmethod

@@ -82,7 +82,8 @@ class Step:
 class CohortChunk:
     """Up to `train.cohort_chunk` clients of one architecture, their data and their step schedule."""
 
-    def __init__(self, positions: list[int], datas: list[ClientData], cfg: TrainConfig, round_idx: int, seed: int):
+    def __init__(self, positions: list[int], datas: list[ClientData], cfg: TrainConfig, round_idx: int, seed: int,
+                 batches: list[list[torch.Tensor]] | None = None):
         self.positions = positions
         """Where each client of the chunk sits in the caller's list."""
         self.datas = datas
@@ -92,8 +93,9 @@ class CohortChunk:
         offsets = [0]
         for d in datas[:-1]:
             offsets.append(offsets[-1] + d.num_samples)
-        batches = [list(client_batches(d.num_samples, cfg, torch_generator(seed, "batches", round_idx, d.name)))
-                   for d in datas]
+        if batches is None:  # (a method with its own step plan, FedKWS-UI's, gives each client's batches, longest first)
+            batches = [list(client_batches(d.num_samples, cfg, torch_generator(seed, "batches", round_idx, d.name)))
+                       for d in datas]
         self.client_steps = [len(b) for b in batches]
         self.steps: list[Step] = []
         for s in range(max(self.client_steps)):
