@@ -4,15 +4,20 @@
     .venv/bin/python benchmarks/bench_gpu.py --device cuda --quick         # fewer rounds: <= 3 min on one H100
     .venv/bin/python benchmarks/bench_gpu.py --device cpu --quick          # the harness on a CPU (~2 min, small)
     .venv/bin/python benchmarks/bench_gpu.py --device cuda --only gsc,kws  # some workloads
+    .venv/bin/python benchmarks/bench_gpu.py --device cuda --only gsc --paths fedac,plain  # some paths
 
-benchmarks/gpu/check.sh runs the quick form on a lent GPU machine. JSON goes to $OUT/bench_gpu.json when OUT
-is set, else benchmarks/results/bench_gpu.json (or --out); a table is printed last.
+benchmarks/gpu/check.sh runs the quick form on a lent GPU machine, the GSC workload first. JSON goes to
+$OUT/bench_gpu.json when OUT is set, else benchmarks/results/bench_gpu.json (or --out), rewritten after every
+path (so a run stopped by a time limit keeps every path it measured; `running` names the workload under way);
+a table is printed last. `--summary FILE` keeps the GSC round's one-line summary (fedac and plain s/round,
+their ratio, the targets) in FILE from the moment fedac's round is measured.
 
 Workloads (--only NAME, comma-separated):
 - paper: bench_paper.py's workload, configs/paper.yaml on the embedded Speech Commands stand-in (240 clients,
   48 a round, CRNN-Base personalized models, CRNN-Lite Plug-in, 1 epoch of batch 16).
 - gsc: bench_cohort.py's GSC scale (2,618 clients of 20-60 random 40 x 101 windows, 524 a round, FedMLAC as
-  above, every personalized model resident from the start).
+  above, every personalized model resident from the start); fedac and plain are timed first, then the
+  variants below.
 - gru: the stacked GRU's recurrence alone (issue 45, item 2): one direction of CRNN-Base's GRU, forward and
   backward, for a GSC round's 524 clients in one chunk (batch 16, 25 frames), each way a GPU can run it:
   fedac's pure-torch recurrence, the Triton kernel, the torch recurrence replayed from a CUDA graph, and
@@ -64,6 +69,7 @@ import gc
 import json
 import os
 import platform
+import signal
 import statistics
 import sys
 import tempfile
@@ -94,6 +100,8 @@ from fedac.experiments.fedkws import KWS_NETWORKS, KWS_PROTOCOL  # noqa: E402
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 WORKLOADS = ("paper", "gsc", "gru", "kws", "w2v2", "impressions")
+PATHS = ("fedac", "plain", "fedac_chunk16", "fedac_gru_torch", "fedac_cpu", "torch", "triton", "torch_graph")
+"""Every path name a workload may time (--paths picks some)."""
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
 NO_EVAL = ["train.eval_every=1000000", "train.checkpoint_every=1000000"]
 #: workload W's schedule without its one-thread pinning: the fedac paths run with fedac's own defaults.
@@ -303,24 +311,36 @@ def cohort(cfg, names: list[str]):
     return lambda r: sample_cohort(names, cfg.train.fraction, cfg.seed, r)
 
 
-def run_paths(args, paths: dict, flop_per_sample: float | None, cpu_rounds: int | None = None) -> dict:
-    """Each path of `paths` (name: build) in turn; fedac_cpu on the CPU's rounds. Adds vs_plain ratios."""
+def run_paths(args, paths: dict, flop_per_sample: float | None, cpu_rounds: int | None = None,
+              into: dict | None = None) -> dict:
+    """Each path of `paths` (name: build) in turn; fedac_cpu on the CPU's rounds. Adds vs_plain ratios.
+    Results go into `into` (the report's node of the workload, when given) and the report is saved after
+    every path, so a run stopped by a time limit keeps every path it measured."""
     rounds = list(range(1, scale(args, "rounds") + 1))
-    out = {}
+    out = {} if into is None else into
     for name, build in paths.items():
+        if args.paths and name not in args.paths:
+            continue
         on_cpu = name == "fedac_cpu"
         device = torch.device("cpu") if on_cpu else args.device
         peak = args.peaks_cpu.get("fp32") if on_cpu else args.peaks.get(args.precision)
         use = rounds[: cpu_rounds or scale(args, "cpu_rounds")] if on_cpu else rounds
         print(f"    {name} ...", flush=True)
         out[name] = measure(build, use, scale(args, "warmup"), device, flop_per_sample, peak)
+        out[name]["measured_after_s"] = time.perf_counter() - args.started  # since bench_gpu.py's main() began
+        against_plain(out)
+        args.save()
+    return out
+
+
+def against_plain(out: dict) -> None:
+    """Each measured path's samples/s against the plain loop's, and its speed-up where the work is the same."""
     plain = out.get("plain", {})
     for name, result in out.items():
         if "s_per_round" in plain and "s_per_round" in result and name != "plain":
             result["samples_per_s_vs_plain"] = result["samples_per_s"] / plain["samples_per_s"]
             if result["samples_per_round"] == plain["samples_per_round"]:  # the same clients: the same work
                 result["speedup_vs_plain"] = plain["s_per_round"] / result["s_per_round"]
-    return out
 
 
 def device_settings(args) -> list[str]:
@@ -354,8 +374,10 @@ def workload_paper(args, tmp: Path) -> dict:
     paths = with_cpu(args, {"fedac": fedac_path(cfg, data, tmp / "paper"),
                             "plain": floor_path(lambda: floor(args.device))},
                      lambda: fedac_path(cpu_cfg(), data, tmp / "paper-cpu"))
-    return {"clients": len(names), "per_round": len(cohort(cfg, names)(1)), "flop_per_sample": flops,
-            "paths": run_paths(args, paths, flops)}
+    out = args.live({"clients": len(names), "per_round": len(cohort(cfg, names)(1)), "flop_per_sample": flops,
+                     "paths": {}})
+    run_paths(args, paths, flops, into=out["paths"])
+    return out
 
 
 def workload_gsc(args, tmp: Path) -> dict:
@@ -366,7 +388,9 @@ def workload_gsc(args, tmp: Path) -> dict:
     clients = gsc_scale_clients(count)
     names = [c.name for c in clients]
     flops = step_flops(MutualFloor(clients[:1]), torch.randn(4, FEATURES, FRAMES), torch.zeros(4, dtype=torch.long))
-    paths = {"fedac": fedac_path(cfg, data, tmp / "gsc", resident=True)}
+    # fedac and the plain loop first: their ratio is the number a lent machine's check waits for
+    paths = {"fedac": fedac_path(cfg, data, tmp / "gsc", resident=True),
+             "plain": floor_path(lambda: MutualFloor(clients, device=args.device, pick=cohort(cfg, names)))}
     if args.device.type == "cuda":  # packing's choice (auto: chunks from free memory) against the CPU's 16
         paths["fedac_chunk16"] = fedac_path(load_config(overrides=[*settings, *device_settings(args),
                                                                    "train.cohort_chunk=16"]), data, tmp / "gsc16",
@@ -375,11 +399,11 @@ def workload_gsc(args, tmp: Path) -> dict:
         paths["fedac_gru_torch"] = fedac_path(load_config(overrides=[*settings, *device_settings(args),
                                                                      "train.gru_kernel=torch"]), data, tmp / "gsc-gru",
                                               resident=True)
-    paths["plain"] = floor_path(lambda: MutualFloor(clients, device=args.device, pick=cohort(cfg, names)))
     paths = with_cpu(args, paths, lambda: fedac_path(load_config(overrides=[*settings, "train.device=cpu"]), data,
                                                      tmp / "gsc-cpu", resident=True))
-    return {"clients": count, "per_round": len(cohort(cfg, names)(1)), "flop_per_sample": flops,
-            "paths": run_paths(args, paths, flops)}
+    out = args.live({"clients": count, "per_round": len(cohort(cfg, names)(1)), "flop_per_sample": flops, "paths": {}})
+    run_paths(args, paths, flops, into=out["paths"])
+    return out
 
 
 KWS_CLASSES = 12
@@ -395,7 +419,7 @@ def workload_kws(args, tmp: Path) -> dict:
     data = lambda: federated(gsc_scale_clients(count, KWS_CLASSES), classes=KWS_CLASSES)  # noqa: E731
     clients = gsc_scale_clients(count, KWS_CLASSES)
     names = [c.name for c in clients]
-    out: dict = {"clients": count, "per_round": count // 2, "local_steps": steps, "networks": {}}
+    out: dict = args.live({"clients": count, "per_round": count // 2, "local_steps": steps, "networks": {}})
     for label, network in KWS_NETWORKS:
         print(f"  {label}", flush=True)
         base = ["algorithm=fedavg", *KWS_TRAIN, *network, f"train.local_steps={steps}",
@@ -416,7 +440,8 @@ def workload_kws(args, tmp: Path) -> dict:
                          (lambda cpu_cfg=cpu_cfg, label=label: fedac_path(cpu_cfg(), data, tmp / f"kws-{label}-cpu"))
                          if cpu_per_round else None)
         out["networks"][label] = {"model": cfg.model.name, "optimizer": t.optimizer, "flop_per_sample": flops,
-                                  "paths": run_paths(args, paths, flops)}
+                                  "paths": {}}
+        run_paths(args, paths, flops, into=out["networks"][label]["paths"])
     return out
 
 
@@ -467,8 +492,8 @@ def workload_w2v2(args, tmp: Path) -> dict:
     plain_clients = [ClientData(n, x, y, x[:0], y[:0]) for n, x, y in zip(names, frames, labels)]
     base = ["algorithm=earlyexit", f"model.name={size}", "model.encoder_path=random", "earlyexit.mode=homo",
             "train.batch_size=8", "train.local_epochs=1", "train.local_steps=0", *NO_EVAL]
-    out: dict = {"size": size, "clients": count, "per_round": count // 2, "clips_per_client": SSL_CLIPS,
-                 "frames_per_clip": SSL_FRAMES, "depths": {}}
+    out: dict = args.live({"size": size, "clients": count, "per_round": count // 2, "clips_per_client": SSL_CLIPS,
+                           "frames_per_clip": SSL_FRAMES, "depths": {}})
     last = SIZES[size].layers
     for depth in (3, 6, 9, 12):
         print(f"  exit {depth}", flush=True)
@@ -489,9 +514,9 @@ def workload_w2v2(args, tmp: Path) -> dict:
             cpu_cfg = lambda settings=settings: load_config(  # noqa: E731
                 overrides=[*settings, f"train.fraction={cpu_per_round / count}", "train.device=cpu"])
             with_cpu(args, paths, (lambda: fedac_path(cpu_cfg(), data, tmp / "w2v2-cpu")) if cpu_per_round else None)
-        result = run_paths(args, paths, flops)
-        out["depths"][str(depth)] = {"layer": layer, "flop_per_sample": flops, "paths": result,
-                                     "peak_gpu_mb": result["fedac"].get("peak_gpu_mb")}
+        node = out["depths"][str(depth)] = {"layer": layer, "flop_per_sample": flops, "paths": {}}
+        result = run_paths(args, paths, flops, into=node["paths"])
+        node["peak_gpu_mb"] = result["fedac"].get("peak_gpu_mb")
     return out
 
 
@@ -558,13 +583,13 @@ def workload_impressions(args, tmp: Path) -> dict:
     paths = with_cpu(args, {"fedac": fedac(runner, reports),
                             "plain": floor_path(lambda: ImpressionFloor(reports, zs, count, shape, alg.task.num_features,
                                                                         args.device))}, cpu_side)
-    result = run_paths(args, paths, flops, cpu_rounds=1)
-    for r in result.values():  # a "round" synthesizes every class of the round's reports
-        if "s_per_round" in r:
+    out = args.live({"reports": [(r["user"], r["arch"], len(r["local_ids"])) for r in reports], "classes": classes,
+                     "impressions_per_class": count, "di_steps": steps, "di_batch": zs.di_batch, "flop_per_sample": flops,
+                     "sample": "one impression for one Adam step", "paths": {}})
+    for r in run_paths(args, paths, flops, cpu_rounds=1, into=out["paths"]).values():
+        if "s_per_round" in r:  # a "round" synthesizes every class of the round's reports
             r["s_per_class"] = r["s_per_round"] / classes
-    return {"reports": [(r["user"], r["arch"], len(r["local_ids"])) for r in reports], "classes": classes,
-            "impressions_per_class": count, "di_steps": steps, "di_batch": zs.di_batch, "flop_per_sample": flops,
-            "sample": "one impression for one Adam step", "paths": result}
+    return out
 
 
 def gru_case(args, clients: int):
@@ -635,16 +660,17 @@ def workload_gru(args, tmp: Path) -> dict:
         paths["triton"] = layer_path("triton")
         paths["torch_graph"] = graph_path
     paths["plain"] = plain_path
+    out = args.live({"clients": clients, "shape": dict(zip(("K", "T", "B", "C", "H"),
+                                                           (clients, FRAMES // 4, 16, CRNN_SPECS["crnn_base"].conv_channels[-1],
+                                                            CRNN_SPECS["crnn_base"].hidden))),
+                     "sample": "one client's forward and backward of the layer", "paths": {}})
     try:
-        result = run_paths(args, paths, None)
+        run_paths(args, paths, None, into=out["paths"])
     finally:
         kernels.set_gru_kernel("auto")
-    timed = {name: r["s_per_round"] / reps for name, r in result.items() if "s_per_round" in r}
-    return {"clients": clients, "shape": dict(zip(("K", "T", "B", "C", "H"), (clients, FRAMES // 4, 16,
-                                                                           CRNN_SPECS["crnn_base"].conv_channels[-1],
-                                                                           CRNN_SPECS["crnn_base"].hidden))),
-            "sample": "one client's forward and backward of the layer", "s_per_layer": timed,
-            "fastest": min(timed, key=timed.get) if timed else None, "paths": result}
+    timed = {name: r["s_per_round"] / reps for name, r in out["paths"].items() if "s_per_round" in r}
+    out.update({"s_per_layer": timed, "fastest": min(timed, key=timed.get) if timed else None})
+    return out
 
 
 RUNS = {"paper": workload_paper, "gsc": workload_gsc, "kws": workload_kws, "w2v2": workload_w2v2,
@@ -691,6 +717,29 @@ def targets(report: dict, args) -> list[dict]:
         out.append(target("w2v2 exit 12 vs plain HF", "fedac s/round <= 1.2x the plain HF loop's", ratio,
                           None if ratio is None else ratio <= 1.2, w["w2v2"].get("size") == "w2v2_base", gpu))
     return out
+
+
+def gsc_line(report: dict) -> str | None:
+    """The GSC round in one line (what a lent machine's check waits for): fedac's s/round, the plain loop's,
+    their ratio and the two targets, with whatever other paths are measured so far; None before fedac's."""
+    gsc = report["workloads"].get("gsc", {})
+    paths = gsc.get("paths", {})
+    if "fedac" not in paths:
+        return None
+    verdicts = {t["target"]: t for t in report["targets"]}
+
+    def verdict(name: str) -> str:
+        t = verdicts.get(name)
+        return "n/a" if t is None or t["pass"] is None else "PASS" if t["pass"] else "FAIL"
+    measured = ", ".join(f"{name} {fmt(r.get('s_per_round'), '.4f')} s" if "error" not in r else f"{name} error"
+                         for name, r in paths.items())
+    speedup = paths["fedac"].get("speedup_vs_plain")
+    known = max(paths[name].get("measured_after_s", 0) for name in ("fedac", "plain") if name in paths)
+    deciding = any(t["decides"] for name, t in verdicts.items() if name.startswith("gsc"))
+    return (f"gsc on {report['card']} ({gsc.get('clients')} clients, {gsc.get('per_round')} a round): {measured}"
+            f" a round; fedac vs plain {fmt(speedup, '.2f')}x; targets <= 0.3 s {verdict('gsc round')}, >= 10x "
+            f"{verdict('gsc vs plain')} ({'deciding' if deciding else 'not deciding'}); "
+            f"{'fedac and plain' if 'plain' in paths else 'fedac'} measured {known:.0f} s into bench_gpu.py")
 
 
 def rows(report: dict) -> list[tuple]:
@@ -742,15 +791,22 @@ def parse(argv=None):
     parser.add_argument("--device", default="auto", help="auto (CUDA when torch sees it), cpu, cuda or cuda:N")
     parser.add_argument("--quick", action="store_true", help="fewer rounds (GPU) / small workloads (CPU)")
     parser.add_argument("--only", default=",".join(WORKLOADS), help=f"comma list of {','.join(WORKLOADS)}")
+    parser.add_argument("--paths", default="", help=f"comma list of the paths to time (default: every path of each "
+                                                   f"workload): {','.join(PATHS)}")
     parser.add_argument("--precision", default="fp32", choices=PRECISIONS, help="fedac paths' train.precision")
     parser.add_argument("--out", type=Path, default=None, help="JSON path (default $OUT/bench_gpu.json or "
                                                                "benchmarks/results/bench_gpu.json)")
+    parser.add_argument("--summary", type=Path, default=None,
+                        help="also keep the GSC round's one-line summary here, rewritten after every path")
     args = parser.parse_args(argv)
     only = [w.strip() for w in args.only.split(",") if w.strip()]
     unknown = [w for w in only if w not in WORKLOADS]
     if unknown or not only:
         parser.error(f"--only: unknown workload(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(WORKLOADS)}")
     args.only = only
+    args.paths = {p.strip() for p in args.paths.split(",") if p.strip()}
+    if args.paths - set(PATHS):
+        parser.error(f"--paths: unknown path(s) {', '.join(sorted(args.paths - set(PATHS)))}; choose from {', '.join(PATHS)}")
     setting = args.device
     if setting == "auto":
         setting = "cuda" if torch.cuda.is_available() else "cpu"
@@ -768,7 +824,9 @@ def parse(argv=None):
 
 def main(argv=None) -> int:
     args = parse(argv)
-    started = time.perf_counter()
+    # check.sh stops a section with SIGINT: a traceback of where it was, even when started with SIGINT ignored
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    started = args.started = time.perf_counter()
     print(f"bench_gpu on {args.device} ({'quick' if args.quick else 'full'}): {', '.join(args.only)}", flush=True)
     args.peaks = matmul_peaks(args.device, args.quick)
     args.peaks_cpu = args.peaks if args.device.type == "cpu" else matmul_peaks(torch.device("cpu"), True)
@@ -782,26 +840,37 @@ def main(argv=None) -> int:
                        BENCH / "results" / "bench_gpu.json")
     out.parent.mkdir(parents=True, exist_ok=True)
 
-    def write() -> None:  # after every workload, so a run stopped by a time limit keeps what it measured
+    def write() -> None:  # after every path, so a run stopped by a time limit keeps what it measured
         report["targets"] = targets(report, args)
         report["wall_s"] = time.perf_counter() - started
         report["errors"] = [f"{label}/{path}" for label, path, r in rows(report) if "error" in r]
-        out.write_text(json.dumps(report, indent=2, default=str))
+        out.with_name(out.name + ".tmp").write_text(json.dumps(report, indent=2, default=str))
+        out.with_name(out.name + ".tmp").replace(out)  # never a half-written file, even when killed
+        line = gsc_line(report)
+        if args.summary and line:
+            args.summary.write_text(line + "\n")
 
+    args.save = write
     with tempfile.TemporaryDirectory(prefix="fedac-bench-gpu-") as tmp:
         for name in args.only:
             print(f"{name} ...", flush=True)
             t0 = time.perf_counter()
+            report["running"] = name
+            # a workload's node joins the report as soon as it is built, each path's result when measured
+            args.live = lambda node, name=name: report["workloads"].setdefault(name, node)
             try:
-                report["workloads"][name] = RUNS[name](args, Path(tmp))
+                RUNS[name](args, Path(tmp))
             except Exception:  # noqa: BLE001 - the other workloads still run
-                report["workloads"][name] = {"error": traceback.format_exc()[-4000:]}
+                report["workloads"].setdefault(name, {})["error"] = traceback.format_exc()[-4000:]
                 print(report["workloads"][name]["error"], file=sys.stderr, flush=True)
             report["workloads"][name]["wall_s"] = time.perf_counter() - t0
+            del report["running"]
             release(args.device)
             write()
     report["finished"] = True
     write()
+    if gsc_line(report):
+        print(gsc_line(report), flush=True)
     print(f"wrote {out}", flush=True)
     print(table(report), flush=True)
     return 1 if report["errors"] else 0

@@ -2,8 +2,10 @@
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,130 @@ def test_bad_arguments_are_refused_with_exit_2():
     assert done.returncode == 2 and "unknown workload(s) nope" in done.stderr
     done = run("--device", "tpu")
     assert done.returncode == 2 and "--device tpu" in done.stderr
+
+
+# --- benchmarks/gpu: bench_gpu.py's incremental report, pytest_guard.py, check.sh's dry run ---------------------
+
+GPU = ROOT / "benchmarks" / "gpu"
+
+
+def bench_module():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import bench_gpu
+    return bench_gpu
+
+
+def test_run_paths_saves_the_report_after_every_path_and_keeps_only_the_asked_paths():
+    import argparse
+
+    import torch
+    bench = bench_module()
+    seconds = {"plain": 0.02, "fedac": 0.005, "other": 0.001}
+
+    def path(name):  # a path whose round sleeps a known time, over 10 samples
+        return lambda: ((lambda r: __import__("time").sleep(seconds[name])), (lambda r: 10))
+    node, saved = {}, []
+    args = argparse.Namespace(device=torch.device("cpu"), quick=True, paths={"fedac", "plain"}, peaks={"fp32": 1.0},
+                              peaks_cpu={"fp32": 1.0}, precision="fp32", started=0.0,
+                              save=lambda: saved.append({k: dict(v) for k, v in node.items()}))
+    out = bench.run_paths(args, {"fedac": path("fedac"), "other": path("other"), "plain": path("plain")}, None,
+                          into=node)
+    assert out is node and list(node) == ["fedac", "plain"]  # "other" is not among --paths
+    assert [list(s) for s in saved] == [["fedac"], ["fedac", "plain"]]  # written after each path, as measured
+    assert "speedup_vs_plain" not in saved[0]["fedac"]  # no plain yet
+    assert node["fedac"]["speedup_vs_plain"] == pytest.approx(node["plain"]["s_per_round"] / node["fedac"]["s_per_round"])
+    assert node["fedac"]["speedup_vs_plain"] > 1.5  # 20 ms against 5 ms, a loaded machine's jitter aside
+    assert 0 < node["fedac"]["measured_after_s"] <= node["plain"]["measured_after_s"]
+
+
+def test_gsc_line_reports_fedac_then_the_ratio_and_the_targets():
+    bench = bench_module()
+    report = {"card": "NVIDIA H100", "workloads": {"gsc": {"clients": 2618, "per_round": 524, "paths": {}}},
+              "targets": []}
+    assert bench.gsc_line(report) is None  # nothing measured yet
+    paths = report["workloads"]["gsc"]["paths"]
+    paths["fedac"] = {"s_per_round": 0.25, "measured_after_s": 40.0}
+    line = bench.gsc_line(report)
+    assert "fedac 0.2500 s" in line and "vs plain -x" in line and "fedac measured 40 s" in line
+    paths["plain"] = {"s_per_round": 3.0, "measured_after_s": 70.0}
+    paths["fedac"]["speedup_vs_plain"] = 12.0
+    report["targets"] = [bench.target("gsc round", "", 0.25, True, True, True),
+                         bench.target("gsc vs plain", "", 12.0, True, True, True)]
+    line = bench.gsc_line(report)
+    assert line.startswith("gsc on NVIDIA H100 (2618 clients, 524 a round): fedac 0.2500 s, plain 3.0000 s a round")
+    assert "12.00x" in line and "<= 0.3 s PASS, >= 10x PASS (deciding)" in line and "plain measured 70 s" in line
+
+
+def guard(tmp_path, *args, **kwargs):
+    return subprocess.run([sys.executable, str(GPU / "pytest_guard.py"), "-q", "-p", "no:cacheprovider", *args],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=120, **kwargs)
+
+
+def test_guard_skips_missing_optional_imports_keeps_other_errors_and_fails_a_hung_test(tmp_path):
+    (tmp_path / "test_optional.py").write_text("import nosuch_optional_pkg\n\ndef test_a():\n    pass\n")
+    (tmp_path / "test_itself.py").write_text("import pytest\npytest.importorskip('nosuch_other', reason='other is "
+                                             "absent')\n\ndef test_b():\n    pass\n")
+    (tmp_path / "test_ok.py").write_text("import time\n\ndef test_ok():\n    pass\n\ndef test_hung():\n    time.sleep(60)\n")
+    common = ["--continue-on-collection-errors", "--optional-imports", "nosuch_optional_pkg", "--skipped-file", "skipped.txt"]
+    done = guard(tmp_path, *common, "--test-timeout", "1", "-o", "faulthandler_timeout=1")
+    assert done.returncode == 1, done.stdout  # the hung test failed, after 1 s, with where it hung
+    assert "test_ok.py::test_hung ran past --test-timeout 1 s" in done.stdout and "time.sleep(60)" in done.stdout
+    assert "Timeout (0:00:01)!" in done.stderr  # faulthandler's dump of every thread
+    assert "1 failed, 1 passed, 2 skipped" in done.stdout
+    assert ("skipped for missing imports: test_itself.py (other is absent), test_optional.py (missing import "
+            "nosuch_optional_pkg)") in done.stdout  # in collection order
+    assert (tmp_path / "skipped.txt").read_text().splitlines() == [
+        "test_itself.py\tother is absent", "test_optional.py\tmissing import nosuch_optional_pkg"]
+    # everything that can run passes: exit 0; a package not named optional stays a collection error
+    assert guard(tmp_path, *common, "-k", "not hung").returncode == 0
+    (tmp_path / "test_broken.py").write_text("import nosuch_required_pkg\n")
+    done = guard(tmp_path, *common, "-k", "not hung")
+    assert done.returncode == 1 and "ERROR test_broken.py" in done.stdout and "nosuch_required_pkg" not in (
+        tmp_path / "skipped.txt").read_text()
+
+
+def test_guard_prints_the_traceback_and_summary_on_sigint_even_when_started_ignoring_it(tmp_path):
+    (tmp_path / "test_slow.py").write_text("import pathlib, time\n\ndef test_fast():\n    pass\n\ndef test_slow():\n"
+                                           "    pathlib.Path('started').touch()\n    time.sleep(60)\n")
+    # started by a parent that ignores SIGINT (a shell's background job), then sent SIGINT as `timeout -s INT`
+    # sends it when check.sh stops a section
+    proc = subprocess.Popen([sys.executable, str(GPU / "pytest_guard.py"), "-q", "-p", "no:cacheprovider"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "started").exists() and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.1)
+        proc.send_signal(signal.SIGINT)
+        out = proc.communicate(timeout=30)[0]
+    finally:
+        proc.kill()
+    assert proc.returncode == 2, out  # pytest's "interrupted"
+    assert "KeyboardInterrupt" in out and "test_slow.py:8" in out and "1 passed" in out
+
+
+def installed() -> set[tuple[str, str]]:
+    from importlib.metadata import distributions
+    return {(d.metadata["Name"], d.version) for d in distributions()}
+
+
+@pytest.mark.slow
+def test_check_dry_run_writes_the_gsc_number_first_then_the_rest_and_installs_nothing(tmp_path):
+    before = installed()
+    done = subprocess.run(["bash", str(GPU / "check.sh"), "--dry-run"], capture_output=True, text=True, cwd=tmp_path,
+                          env={**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable}, timeout=600)
+    log = done.stdout
+    assert done.returncode == 0, log[-4000:] + done.stderr[-2000:]
+    assert "still missing: nothing" in log and not (tmp_path / "pip.log").exists() and installed() == before
+    # the sections in order, the GSC number printed as soon as its section ends
+    starts = [log.index(f"== {name} (") for name in ("gsc", "bench", "tests")]
+    assert starts == sorted(starts) and starts[0] < log.index("== GSC: gsc on CPU") < starts[1]
+    assert "exit codes: gsc 0, bench 0, tests 0" in log
+    line = (tmp_path / "gsc.txt").read_text()
+    assert line.startswith("gsc on CPU") and "fedac vs plain" in line and line.count("\n") == 1
+    gsc = json.loads((tmp_path / "bench_gsc.json").read_text())
+    assert list(gsc["workloads"]) == ["gsc"] and list(gsc["workloads"]["gsc"]["paths"]) == ["fedac", "plain"]
+    assert gsc["finished"] and gsc["errors"] == []
+    assert list(json.loads((tmp_path / "bench_gpu.json").read_text())["workloads"]) == ["gru"]
+    tests = (tmp_path / "tests.log").read_text()
+    assert "skipped for missing imports: none" in tests and " passed" in tests and "failed" not in tests

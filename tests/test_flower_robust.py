@@ -9,13 +9,16 @@ import json
 import numpy as np
 import pytest
 import torch
-from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv
 
-from fedac.aggregation import clip_update
-from fedac.engine.simulator import Simulator
-from fedac.flower.settings import fedac_config
-from flower_helpers import use_task_identity
-from test_flower import dataset, nodes_for, run_local  # noqa: F401  (dataset is a fixture)
+pytest.importorskip("flwr", reason="flwr is not installed (pip install 'flwr>=1.41,<1.42'); Flower tests skipped")
+
+from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv  # noqa: E402
+
+from fedac.aggregation import clip_update  # noqa: E402
+from fedac.engine.simulator import Simulator  # noqa: E402
+from fedac.flower.settings import fedac_config  # noqa: E402
+from flower_helpers import use_task_identity  # noqa: E402
+from test_flower import dataset, nodes_for, run_local  # noqa: F401,E402  (dataset is a fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -13,16 +13,19 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
-from fedac.engine.data import build_federated_data
-from fedac.flower.local import free_port
-from fedac.flower.settings import fedac_config
-from flower_helpers import BIN, PROCESS_WAIT, Federation
-from test_flower import dataset, run_config  # noqa: F401  (dataset is a fixture)
+pytest.importorskip("cryptography", reason="cryptography is not installed (flwr brings it); secured Flower tests skipped")
+
+from cryptography import x509  # noqa: E402
+from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
+from cryptography.x509.oid import NameOID  # noqa: E402
+
+from fedac.engine.data import build_federated_data  # noqa: E402
+from fedac.flower.local import free_port  # noqa: E402
+from fedac.flower.settings import fedac_config  # noqa: E402
+from flower_helpers import BIN, PROCESS_WAIT, Federation  # noqa: E402
+from test_flower import dataset, run_config  # noqa: F401,E402  (dataset is a fixture)
 
 PEM = serialization.Encoding.PEM
 

@@ -6,7 +6,6 @@ import re
 import sys
 from pathlib import Path
 
-import datasets
 import numpy as np
 import pytest
 
@@ -21,6 +20,8 @@ from fedac.data.partition import partition
 from fedac.data.registry import load_manifest as load_configured
 from fedac.data.synth.speech_commands import generate
 from fedac.errors import DatasetError
+
+datasets = pytest.importorskip("datasets", reason="datasets is not installed (pip install -e '.[hf]'); --dataset hf tests skipped")
 
 WORDS = ("yes", "no", "stop", "go")  # 16-20 clips each in the 6-speaker stand-in
 NAMES = [*WORDS_35, "_silence_"]  # the datasets library's speech_commands v0.02 ClassLabel

@@ -1,70 +1,159 @@
 #!/usr/bin/env bash
 # The GPU check of a lent machine (benchmarks/gpu/README.md), run from the repository root of a copy of the
-# working tree: installs what the machine's image lacks from the wheels carried in benchmarks/gpu/wheels/,
-# fedac itself without dependencies (so the image's CUDA torch stays), runs the CUDA tests, then the quick
-# GPU benchmark, whose table comes last. Logs and bench_gpu.json go to $OUT (a temporary folder if unset).
-# About 8 minutes on one H100, most of it the tests.
+# working tree:
+#
+#   bash benchmarks/gpu/check.sh                  # set-up, then the sections gsc, bench, tests in that order
+#   bash benchmarks/gpu/check.sh tests            # set-up, then only the named sections (SECTIONS="..." too)
+#   bash benchmarks/gpu/check.sh --dry-run        # the same on the CPU, small: DRY_RUN=1 does the same
+#
+# Set-up: what the machine is, then what its image lacks, each package on its own from the wheels carried in
+# benchmarks/gpu/wheels/, and fedac without dependencies (so the image's CUDA torch stays), PYTHONPATH=src
+# where that install fails. Nothing is installed when everything imports already.
+# Sections (each bounded by its own timeout; every result is written to $OUT the moment it is measured):
+#   gsc       the GSC-scale FedMLAC round, fedac against the plain sequential loop: $OUT/gsc.txt, bench_gsc.json
+#   bench     the other workloads of bench_gpu.py --quick: $OUT/bench_gpu.json
+#   tests     the CUDA tests, a per-test time limit, modules lacking an optional package skipped: tests.log
+#   variants  (not run by default) the GSC round's variants: chunks of 16, the pure-torch GRU, fedac on the
+#             CPU, against fedac in the same process: $OUT/bench_gsc_variants.json
+# It exits 0 when every section it ran succeeded, and prints each section's exit code last.
 set -euo pipefail
 
-TESTS='(device or stacked or resume or packing or residency or supernode or triton) and not killed_mid_run and not live_device and not unregistered'   # the CUDA test selection (pytest -k; the live Flower federations, CPU-bound, left out)
-TESTS_MARK=${TESTS_MARK:-}            # pytest -m expression, used instead of TESTS when set
-TEST_TIMEOUT=${TEST_TIMEOUT:-240}     # seconds for the tests, so the benchmark always gets its turn
-BENCH_TIMEOUT=${BENCH_TIMEOUT:-330}   # seconds for the benchmark (its JSON is written after every workload)
-BENCH_ARGS=${BENCH_ARGS:---quick}     # e.g. BENCH_ARGS="--quick --only gsc,kws"
+sections=()
+for arg in "$@"; do
+    case $arg in
+        --dry-run) DRY_RUN=1 ;;
+        gsc|bench|tests|variants) sections+=("$arg") ;;
+        *) echo "check.sh: unknown argument '$arg' (sections: gsc bench tests variants; --dry-run)" >&2; exit 2 ;;
+    esac
+done
+[ ${#sections[@]} = 0 ] && read -r -a sections <<<"${SECTIONS:-gsc bench tests}"
+DRY_RUN=${DRY_RUN:-0}
+
+# Settings (environment). The timeouts sum to about 7.5 minutes with the set-up: README.md has the budget.
+TESTS=${TESTS:-'(device or stacked or resume or packing or residency or supernode or triton) and not killed_mid_run and not live_device and not unregistered'}   # pytest -k (the live Flower federations, CPU-bound, left out)
+TESTS_MARK=${TESTS_MARK:-}           # pytest -m expression, used instead of TESTS when set
+TEST_FILES=${TEST_FILES:-}           # test files or node ids (default: pyproject's testpaths)
+TEST_EACH=${TEST_EACH:-90}           # seconds one test may run before it fails with its traceback
+TEST_TIMEOUT=${TEST_TIMEOUT:-150}    # seconds for the tests section (then SIGINT: tracebacks and the summary)
+GSC_TIMEOUT=${GSC_TIMEOUT:-180}      # seconds for the gsc section
+BENCH_TIMEOUT=${BENCH_TIMEOUT:-150}  # seconds for the bench section
+VARIANTS_TIMEOUT=${VARIANTS_TIMEOUT:-240}
+BENCH_ARGS=${BENCH_ARGS:---quick}    # bench_gpu.py's scale arguments for every section
+BENCH_ONLY=${BENCH_ONLY:-paper,gru,kws,w2v2,impressions}   # the bench section's workloads, in order
+DEVICE=${DEVICE:-cuda}
+if [ "$DRY_RUN" = 1 ]; then  # the same order and files on the CPU, at the CPU's quick sizes, a tiny test selection
+    DEVICE=cpu
+    BENCH_ONLY=${DRY_BENCH_ONLY:-gru}
+    TEST_FILES=${DRY_TEST_FILES:-tests/test_bench_gpu.py}
+    TESTS=${DRY_TESTS:-guard}
+    TESTS_MARK=
+fi
 
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python3}
 WHEELS=benchmarks/gpu/wheels
 LOGS=${OUT:-$(mktemp -d)}
+mkdir -p "$LOGS"
 export OUT=$LOGS PYTHONUNBUFFERED=1
 started=$(date +%s)
+since() { echo "$(( $(date +%s) - started )) s"; }
+declare -A rc=()
+
+echo "== check.sh: sections ${sections[*]}$([ "$DRY_RUN" = 1 ] && echo ' (dry run on the CPU)'); files in $LOGS"
 echo "== $($PY -V) ($(command -v "$PY")); $(nproc) CPUs"
-nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader || echo "nvidia-smi: none"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
 $PY -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'GPU', torch.cuda.is_available())"
 
-echo "== installing what the image lacks (pip log: $LOGS/pip.log)"
+echo "== set-up: what the image lacks (pip log: $LOGS/pip.log)"
 missing() {  # the pip names of the given import:pip pairs whose module cannot be found
     $PY - "$@" <<'PYEOF'
 import importlib.util, sys
 print(" ".join(pair.split(":")[1] for pair in sys.argv[1:] if importlib.util.find_spec(pair.split(":")[0]) is None))
 PYEOF
 }
-core=$(missing soundfile:soundfile espeakng_loader:espeakng-loader jiwer:jiwer)
-if [ -n "$core" ]; then
-    $PY -m pip install --no-index --find-links "$WHEELS" $core >>"$LOGS/pip.log" 2>&1 \
-        || { echo "could not install $core from $WHEELS (prepare it: benchmarks/gpu/README.md)"; tail -5 "$LOGS/pip.log"; }
-fi
-if [ -n "$(missing opacus:opacus)" ]; then  # --no-deps: its dependencies (torch above all) are the image's
-    $PY -m pip install --no-index --no-deps --find-links "$WHEELS" opacus >>"$LOGS/pip.log" 2>&1 \
-        || echo "could not install opacus from $WHEELS"
-fi
+install() {  # PACKAGE [pip options]: one package from the carried wheels, on its own, so a failure stops only it
+    local package=$1
+    shift
+    if [ ! -d "$WHEELS" ]; then
+        echo "  $package: missing, and no $WHEELS to install it from (benchmarks/gpu/README.md, section 1)"
+        return 1
+    fi
+    if $PY -m pip install --no-index --find-links "$WHEELS" "$@" "$package" >>"$LOGS/pip.log" 2>&1; then
+        echo "  installed $package"
+    else
+        echo "  could not install $package from $WHEELS; the end of pip.log:"
+        tail -4 "$LOGS/pip.log" | sed 's/^/    /'
+        return 1
+    fi
+}
+for package in $(missing soundfile:soundfile espeakng_loader:espeakng-loader jiwer:jiwer); do
+    install "$package" || true
+done
+# opacus without its dependencies: they are torch, numpy, scipy and opt-einsum, all the image's
+[ -n "$(missing opacus:opacus)" ] && { install opacus --no-deps || true; }
 if [ -n "$(missing flwr:flwr)" ] && ls "$WHEELS"/flwr-*.whl >/dev/null 2>&1; then
     # flwr without uv (only its own dependency installs use it), then the rest of what it requires
-    $PY -m pip install --no-index --no-deps --find-links "$WHEELS" flwr >>"$LOGS/pip.log" 2>&1
-    needs=$($PY -c "import re; from importlib.metadata import requires; print(' '.join(r.split(';')[0].replace(' ', '') for r in requires('flwr') if 'extra ==' not in r and re.split(r'[<>=!~ \[;]', r)[0] != 'uv'))")
-    $PY -m pip install --no-index --find-links "$WHEELS" $needs >>"$LOGS/pip.log" 2>&1 \
-        || { echo "flwr's dependencies did not install: Flower tests are left out"; tail -3 "$LOGS/pip.log";
-             $PY -m pip uninstall -y flwr >>"$LOGS/pip.log" 2>&1; }
+    if install flwr --no-deps; then
+        needs=$($PY -c "import re; from importlib.metadata import requires; print(' '.join(r.split(';')[0].replace(' ', '') for r in requires('flwr') if 'extra ==' not in r and re.split(r'[<>=!~ \[;]', r)[0] != 'uv'))")
+        for need in $needs; do install "$need" || true; done
+        $PY -c "import flwr.app, flwr.serverapp" 2>/dev/null \
+            || { echo "  flwr does not import: uninstalled, its tests skip"; $PY -m pip uninstall -y flwr >>"$LOGS/pip.log" 2>&1; }
+    fi
 fi
-$PY -m pip install --no-index --no-deps --no-build-isolation -e . >>"$LOGS/pip.log" 2>&1 \
-    || { echo "pip install -e . failed"; tail -5 "$LOGS/pip.log"; }
+# fedac itself, unless this tree's src/fedac already imports (an editable install of this checkout)
+here=$($PY -c "import importlib.util, os; s = importlib.util.find_spec('fedac'); print(os.path.realpath(s.origin) if s else '')")
+if [ "$here" = "$(realpath src/fedac/__init__.py)" ]; then
+    echo "  fedac: this checkout's src/ already imports"
+elif $PY -m pip install --no-index --no-deps --no-build-isolation -e . >>"$LOGS/pip.log" 2>&1; then
+    echo "  installed fedac (editable)"
+else  # setuptools < 77 cannot read pyproject's `license = "..."`; the tests and benchmarks need no install
+    export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+    echo "  pip install -e . failed (the end of pip.log below): using PYTHONPATH=src (no \`fedac\` command)"
+    tail -3 "$LOGS/pip.log" | sed 's/^/    /'
+fi
 still=$(missing soundfile:soundfile espeakng_loader:espeakng-loader jiwer:jiwer opacus:opacus flwr:flwr fedac:fedac)
-echo "still missing: ${still:-nothing}"
+echo "still missing: ${still:-nothing} ($(since) so far)"
+[ -s "$LOGS/pip.log" ] || rm -f "$LOGS/pip.log"
 
-echo "== CUDA tests"
-select=(-k "$TESTS")
-[ -n "$TESTS_MARK" ] && select=(-m "$TESTS_MARK")
-# without flwr, Flower's test modules skip or fail to import; the others still run
-set +e
-FEDAC_TEST_DEVICE=cuda timeout "$TEST_TIMEOUT" $PY -m pytest -q -p no:cacheprovider --continue-on-collection-errors "${select[@]}" 2>&1 | tee "$LOGS/tests.log"
-tests_rc=${PIPESTATUS[0]}
-set -e
-echo "tests exit code $tests_rc ($(( $(date +%s) - started )) s so far)"
-
-echo "== benchmark: bench_gpu.py $BENCH_ARGS --device cuda"
-set +e
-timeout "$BENCH_TIMEOUT" $PY benchmarks/bench_gpu.py $BENCH_ARGS --device cuda 2>&1 | tee "$LOGS/bench.log"
-bench_rc=${PIPESTATUS[0]}
-set -e
-echo "exit codes: tests $tests_rc, bench $bench_rc ($(( $(date +%s) - started )) s in all; logs in $LOGS)"
-[ "$tests_rc" = 0 ] && [ "$bench_rc" = 0 ]
+run_section() {  # NAME TIMEOUT COMMAND...: under `timeout` (SIGINT first, KILL 20 s later), output teed to NAME.log
+    local name=$1 limit=$2
+    shift 2
+    echo "== $name ($(since) after the start; at most $limit s): $*"
+    set +e
+    timeout -s INT -k 20 "$limit" "$@" 2>&1 | tee "$LOGS/$name.log"
+    rc[$name]=${PIPESTATUS[0]}
+    set -e
+    echo "== $name: exit code ${rc[$name]} ($(since) after the start)"
+}
+bench=("$PY" benchmarks/bench_gpu.py $BENCH_ARGS --device "$DEVICE")
+for section in "${sections[@]}"; do
+    case $section in
+        gsc)
+            rm -f "$LOGS/gsc.txt"
+            run_section gsc "$GSC_TIMEOUT" "${bench[@]}" --only gsc --paths fedac,plain \
+                --out "$LOGS/bench_gsc.json" --summary "$LOGS/gsc.txt"
+            echo "== GSC: $(cat "$LOGS/gsc.txt" 2>/dev/null || echo 'no GSC number (see gsc.log)')" ;;
+        bench)
+            run_section bench "$BENCH_TIMEOUT" "${bench[@]}" --only "$BENCH_ONLY" --out "$LOGS/bench_gpu.json" ;;
+        variants)
+            run_section variants "$VARIANTS_TIMEOUT" "${bench[@]}" --only gsc \
+                --paths fedac,fedac_chunk16,fedac_gru_torch,fedac_cpu --out "$LOGS/bench_gsc_variants.json" ;;
+        tests)
+            select=(-k "$TESTS")
+            [ -n "$TESTS_MARK" ] && select=(-m "$TESTS_MARK")
+            # pytest_guard.py: a test past TEST_EACH fails with its traceback, modules lacking an optional
+            # package skip (listed at the end and in tests_skipped.txt), SIGINT prints the summary
+            FEDAC_TEST_DEVICE=$DEVICE run_section tests "$TEST_TIMEOUT" "$PY" -X faulthandler benchmarks/gpu/pytest_guard.py \
+                -q -p no:cacheprovider --continue-on-collection-errors -o faulthandler_timeout="$TEST_EACH" \
+                --test-timeout "$TEST_EACH" --skipped-file "$LOGS/tests_skipped.txt" "${select[@]}" $TEST_FILES ;;
+    esac
+done
+codes=""
+ok=1
+for section in "${sections[@]}"; do
+    codes+="$section ${rc[$section]}, "
+    [ "${rc[$section]}" = 0 ] || ok=0
+done
+echo "exit codes: ${codes%, } ($(since) in all; files in $LOGS)"
+[ -f "$LOGS/gsc.txt" ] && echo "GSC: $(cat "$LOGS/gsc.txt")"
+[ "$ok" = 1 ]
