@@ -126,17 +126,21 @@ def test_signalled_fedac_run_checkpoints_its_round_and_resumes_exactly(settings,
         [{k: v for k, v in row.items() if k != "wall_seconds"} for row in expected["history"]]
 
 
-def signal_in_round(patch: pytest.MonkeyPatch, at: int, times: int, sig: int = signal.SIGINT) -> None:
-    """Every simulator sends itself `sig` `times` times while computing round `at`, as a user's Ctrl-C would."""
+def signals_in_rounds(patch: pytest.MonkeyPatch, sent: dict[int, list[int]]) -> None:
+    """Every simulator sends itself the signals `sent[r]` while computing round r, as a user's Ctrl-C or kill would."""
     real = Simulator.run_round
 
     def run_round(self, state, round_idx):
-        if round_idx == at:
-            for _ in range(times):
-                os.kill(os.getpid(), sig)
+        for sig in sent.get(round_idx, []):
+            os.kill(os.getpid(), sig)
         return real(self, state, round_idx)
 
     patch.setattr(Simulator, "run_round", run_round)
+
+
+def signal_in_round(patch: pytest.MonkeyPatch, at: int, times: int, sig: int = signal.SIGINT) -> None:
+    """`sig` `times` times while computing round `at`."""
+    signals_in_rounds(patch, {at: [sig] * times})
 
 
 def test_second_signal_abandons_the_round_and_keeps_the_last_checkpoint(settings, data, tmp_path, monkeypatch):
@@ -182,6 +186,34 @@ def test_interrupted_comparison_says_to_rerun_it_and_rerunning_resumes(settings,
                      "the same command again (runs that ended are read back, this one resumes from its checkpoint)"]
     assert main(argv) == 0
     assert json.loads((tmp_path / "A-s0" / "results.json").read_text())["resumed_from"] == 2
+
+
+def test_a_background_job_keeps_sigint_ignored_and_stops_cleanly_on_sigterm(settings, data, tmp_path, monkeypatch, capsys):
+    """`fedac run ... &` in a script starts with SIGINT ignored: the rounds leave it ignored (engine/rounds.py
+    says why), the estimate names `kill PID` instead of Ctrl-C, and SIGTERM still stops at the end of the
+    round with a checkpoint."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (conftest.py's process_state gives the default back after)
+    signals_in_rounds(monkeypatch, {2: [signal.SIGINT], 3: [signal.SIGTERM]})
+    monkeypatch.setattr(rounds_module, "ESTIMATE_ABOVE_S", 0.0)  # every run counts as slow
+    with pytest.raises(RunInterrupted) as caught:
+        Simulator(config(settings), tmp_path, data, progress=True).run()
+    assert (caught.value.round, caught.value.signum, caught.value.exit_status) == (3, signal.SIGTERM, 143)
+    assert load_checkpoint(tmp_path)["round"] == 3 and metrics_rounds(tmp_path) == [2]
+    assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
+    assert f"(kill {os.getpid()} stops cleanly at the end of a round" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_the_signal_tests_pass_in_a_pytest_started_with_sigint_ignored(tmp_path):
+    """A background `python -m pytest` (SIGINT ignored, as a script's `cmd &` or `nohup cmd &` starts it) runs
+    the tests that send themselves SIGINT as a foreground one does: conftest.py's process_state installs
+    Python's handler for every test instead of inheriting SIG_IGN."""
+    tests = ["test_second_signal_abandons_the_round_and_keeps_the_last_checkpoint",
+             "test_interrupted_comparison_says_to_rerun_it_and_rerunning_resumes"]
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--basetemp={tmp_path / 'tmp'}",
+                           *[f"{__file__}::{name}" for name in tests]], cwd=Path(__file__).parents[1], capture_output=True,
+                          text=True, timeout=600, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    assert proc.returncode == 0 and f"{len(tests)} passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]
 
 
 def test_ctrl_c_outside_the_rounds_is_one_line_and_status_130(settings, tmp_path, monkeypatch, capsys):

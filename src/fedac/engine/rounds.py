@@ -14,8 +14,17 @@ Python runs signal handlers in the main thread between bytecodes: the cohort's w
 torch's intra-op threads never see them, and a stop request only sets a flag that the loop reads at the
 round boundary. Abandoning waits for the cohort chunks already on worker threads (threads cannot be
 killed); further signals meanwhile only say so, and the one-line message stays the last word. The
-previous handlers come back when the loop closes (a signal that was ignored when it opened, e.g. SIGINT
-of a background job, stays ignored).
+previous handlers come back when the loop closes.
+
+A signal that is ignored when the loop opens stays ignored (a choice). A shell without job control (a
+script's `fedac run ... &` or `nohup fedac run ... &`, `bash -c '... &'`) starts its background jobs with
+SIGINT ignored so that a Ctrl-C at the terminal, which reaches the script's whole process group, leaves
+them running; Python itself then installs no KeyboardInterrupt, and fedac keeps that contract instead of
+turning the Ctrl-C meant for the script into a stop of every job it started. Such a job stops just as
+cleanly with SIGTERM (`kill PID`: checkpoint, exit 143), which shells leave alone; the estimate after the
+first round then names that instead of Ctrl-C. From an interactive shell `nohup fedac run ... &` keeps
+SIGINT (nohup ignores SIGHUP only), so `kill -INT PID` stops it too. A SIGTERM ignored by the parent stays
+ignored by the same rule.
 """
 
 from __future__ import annotations
@@ -153,8 +162,12 @@ class RoundLoop:
             took = time.perf_counter() - self._round_started
             left = self.rounds - round_idx
             if took * left > ESTIMATE_ABOVE_S:
-                tqdm.write(f"round {round_idx} took {took:.1f} s; {left} more round{'s' if left > 1 else ''}: about {_duration(took * left)} "
-                           f"(Ctrl-C stops cleanly at the end of a round; the run resumes from there)")
+                # the signal this process stops cleanly on (SIGINT ignored: see above; none off the main thread)
+                stop = ("Ctrl-C" if signal.SIGINT in self._previous else
+                        f"kill {os.getpid()}" if signal.SIGTERM in self._previous else None)
+                how = f" ({stop} stops cleanly at the end of a round; the run resumes from there)" if stop else ""
+                tqdm.write(f"round {round_idx} took {took:.1f} s; {left} more round{'s' if left > 1 else ''}: "
+                           f"about {_duration(took * left)}{how}")
         self._stop_if_asked()
 
     def finishing(self) -> None:
