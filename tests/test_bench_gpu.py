@@ -154,6 +154,39 @@ def test_guard_prints_the_traceback_and_summary_on_sigint_even_when_started_igno
     assert "KeyboardInterrupt" in out and "test_slow.py:8" in out and "1 passed" in out
 
 
+def test_check_setup_installs_each_missing_package_on_its_own_and_falls_back_to_pythonpath(tmp_path):
+    """check.sh's set-up on an image lacking soundfile, jiwer, opacus and fedac, with a pip that fails jiwer and
+    the editable install of fedac (an old setuptools): the other packages still install, fedac runs from src/.
+    No real pip runs: the python it is given records its pip calls and hides the packages (sys.modules[name] =
+    None makes them unimportable and unfindable)."""
+    (tmp_path / "hide").mkdir()
+    (tmp_path / "hide" / "sitecustomize.py").write_text(
+        "import os, sys\nfor name in os.environ['HIDE'].split(','):\n    sys.modules[name] = None\n")
+    python = tmp_path / "python"
+    python.write_text(f"""#!/usr/bin/env bash
+if [ "$1" = -m ] && [ "$2" = pip ]; then
+    echo "${{*:3}}" >> {tmp_path}/pip-calls
+    case "$*" in *jiwer*|*" -e ."*) echo "ERROR: failed on purpose"; exit 1 ;; esac
+    exit 0
+fi
+exec {sys.executable} "$@"
+""")
+    python.chmod(0o755)
+    (tmp_path / "wheels").mkdir()
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": str(python), "WHEELS": str(tmp_path / "wheels"),
+           "PYTHONPATH": str(tmp_path / "hide"), "HIDE": "soundfile,jiwer,opacus,fedac"}
+    done = subprocess.run(["bash", str(GPU / "check.sh"), "setup"], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = (tmp_path / "pip-calls").read_text().splitlines()
+    assert [c.split()[-1] for c in calls] == ["soundfile", "jiwer", "opacus", "."]  # one pip call each
+    assert all("--no-index" in c for c in calls) and "--no-deps" in calls[2] and "-e ." in calls[3]
+    out = done.stdout
+    assert "installed soundfile" in out and "could not install jiwer" in out and "failed on purpose" in out
+    assert "installed opacus" in out and "using PYTHONPATH=src" in out
+    assert "still missing: soundfile jiwer opacus fedac" in out  # (hidden still; a real pip would have installed)
+    assert "exit codes: setup 0" in out
+
+
 def installed() -> set[tuple[str, str]]:
     from importlib.metadata import distributions
     return {(d.metadata["Name"], d.version) for d in distributions()}

@@ -20,14 +20,14 @@ pin() { "$PY" -c "import sys; from importlib.metadata import version; print(' '.
 
 # soundfile (cffi, pycparser), espeakng-loader (the stand-ins' speech), jiwer (rapidfuzz) with their dependencies
 "$PY" -m pip download -q "${PLATFORM[@]}" -d "$W" $(pin soundfile espeakng-loader jiwer)
-# opacus without its dependencies: they are torch, numpy, scipy and opt-einsum, all in the GPU image
-"$PY" -m pip download -q --no-deps "${PLATFORM[@]}" -d "$W" $(pin opacus)
+# opacus without its dependencies (torch, numpy, scipy: the GPU image's) but opt-einsum, which images may lack
+"$PY" -m pip download -q --no-deps "${PLATFORM[@]}" -d "$W" $(pin opacus opt-einsum)
 if [ "${FLOWER:-0}" = 1 ]; then
     "$PY" -m pip download -q "${PLATFORM[@]}" -d "$W" $(pin flwr)
     rm -f "$W"/uv-*.whl  # 17 MB, used only by Flower's own dependency installs (check.sh installs flwr without it)
 fi
-# packages the GPU machine's image already holds: not carried
-for p in numpy typing_extensions click pyyaml PyYAML pygments charset_normalizer urllib3 certifi idna anyio h11 \
+# packages the GPU machine's image already holds: not carried (click is: jiwer needs a newer one than some images')
+for p in numpy typing_extensions pyyaml PyYAML pygments charset_normalizer urllib3 certifi idna anyio h11 \
          markupsafe MarkupSafe mdurl markdown_it_py shellingham annotated_doc uvloop; do
     rm -f "$W/$p"-[0-9]*.whl
 done
