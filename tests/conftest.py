@@ -1,7 +1,5 @@
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 
 import pytest
@@ -9,6 +7,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 
 from gsc_fixture import make_gsc_tree  # noqa: E402
+from helpers import terminal_process_state  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -22,28 +21,12 @@ def fedac_home(tmp_path_factory, monkeypatch):
     return home
 
 
-#: The dispositions a foreground `python -m pytest` in a terminal starts with. A background job of a shell
-#: without job control (`cmd &` or `nohup cmd &` in a script, `bash -c 'cmd &'`) starts with SIGINT ignored,
-#: and Python then installs no KeyboardInterrupt handler: tests that rely on Ctrl-C would inherit that.
-SIGNAL_DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
-
-
 @pytest.fixture(autouse=True)
 def process_state():
-    """Every test starts with SIGNAL_DEFAULTS, whatever this process inherited, and leaves the process as it
-    found it: the signal handlers, the working directory and torch's thread count (runs set it to
-    train.threads)."""
-    import torch
-
-    cwd, threads = os.getcwd(), torch.get_num_threads()
-    main = threading.current_thread() is threading.main_thread()  # (signal.signal works there only)
-    previous = {sig: signal.signal(sig, handler) for sig, handler in SIGNAL_DEFAULTS.items()} if main else {}
-    yield
-    for sig, handler in previous.items():
-        if handler is not None:  # (None: set outside Python, cannot be reinstalled from here)
-            signal.signal(sig, handler)
-    os.chdir(cwd)
-    torch.set_num_threads(threads)
+    """Every test starts with the signal dispositions of a foreground pytest whatever this process inherited,
+    and leaves the process as it found it (helpers.terminal_process_state)."""
+    with terminal_process_state():
+        yield
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 import os
+import signal
+import threading
 from contextlib import contextmanager
 
 import pytest
@@ -16,6 +18,32 @@ def tiny_run(root, cache) -> dict:
         "data.root": root, "data.cache_dir": cache, "model.name": "crnn_tiny", "train.fraction": 0.5,
         "train.eval_every": 1, "train.checkpoint_every": 1,
     }
+
+
+#: The dispositions a foreground `python -m pytest` in a terminal starts with. A background job of a shell
+#: without job control (`cmd &` or `nohup cmd &` in a script, `bash -c 'cmd &'`) starts with SIGINT ignored,
+#: and Python then installs no KeyboardInterrupt handler: tests that rely on Ctrl-C would inherit that.
+SIGNAL_DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: signal.SIG_DFL}
+
+
+@contextmanager
+def terminal_process_state():
+    """SIGNAL_DEFAULTS inside the block (in the main thread, where signal.signal works); after it the signal
+    handlers, the working directory and torch's thread count (runs set it to train.threads) as they were
+    before. conftest.py wraps every test in it."""
+    import torch
+
+    cwd, threads = os.getcwd(), torch.get_num_threads()
+    main = threading.current_thread() is threading.main_thread()
+    previous = {sig: signal.signal(sig, handler) for sig, handler in SIGNAL_DEFAULTS.items()} if main else {}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            if handler is not None:  # (None: set outside Python, cannot be reinstalled from here)
+                signal.signal(sig, handler)
+        os.chdir(cwd)
+        torch.set_num_threads(threads)
 
 
 @contextmanager

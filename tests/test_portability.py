@@ -1,22 +1,30 @@
-"""The tests that compare with numbers written on another machine hold under other kernel choices on this one.
+"""The suite holds on any machine and from any shell.
+
+Tests that compare with numbers written on another machine hold under other kernel choices on this one.
 
 Those numbers are only reproducible to float rounding away from the machine, thread count and kernels that
 wrote them, so such a test states a tolerance (tests/test_old_runs.py REL). Each variant here reruns them in
 a fresh pytest with one kernel choice changed: a test that passes only with the writer's kernels (a
 bit-exact comparison with a stored number) fails here, on any machine. Bit-exact comparisons stay where
-both sides run in one process (resume against an uninterrupted run, stacked against sequential).
+both sides run in one process (resume against an uninterrupted run).
+
+Tests set the process state they need instead of inheriting it: conftest.py runs each one inside
+helpers.terminal_process_state (a foreground pytest's signal handlers; cwd and thread count restored).
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from helpers import COMPUTE_ENV
+import torch
+
+from helpers import COMPUTE_ENV, terminal_process_state
 
 REPO = Path(__file__).parents[1]
 #: Every test that compares with numbers computed elsewhere: the old code's runs (tests/data/old_runs)
@@ -53,3 +61,22 @@ def test_numeric_tests_hold_under_another_kernel_choice(name, tmp_path):
                            *NUMERIC], env=env, cwd=REPO, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, f"{name} {changes}:\n{proc.stdout[-4000:]}{proc.stderr[-2000:]}"
     assert " passed" in proc.stdout and "skipped" not in proc.stdout, proc.stdout[-2000:]
+
+
+def state() -> tuple:
+    return os.getcwd(), torch.get_num_threads(), signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+
+
+def test_each_test_starts_with_a_terminals_signal_handlers_and_leaves_no_state_behind(tmp_path):
+    before = state()
+    assert before[2:] == (signal.default_int_handler, signal.SIG_DFL)  # conftest.py's process_state
+    with terminal_process_state():
+        # what a background job inherits, and what a test may change
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.chdir(tmp_path)
+        torch.set_num_threads(before[1] + 1)
+        with terminal_process_state():
+            assert state()[2:] == (signal.default_int_handler, signal.SIG_DFL)
+        assert state() == (str(tmp_path), before[1] + 1, signal.SIG_IGN, signal.SIG_IGN)
+    assert state() == before
