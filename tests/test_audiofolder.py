@@ -70,7 +70,9 @@ def test_folders_without_metadata_split_clips_and_deal_clients(audio_root, caplo
     assert manifest.counts() == {"train": 28, "val": 4, "test": 4}  # 10% each, drawn over clips
     warning = [r.getMessage() for r in caplog.records if r.name == "fedac.data.audiofolder"]
     assert len(warning) == 1 and "10% validation / 10% test" in warning[0] and "over clips" in warning[0]
-    assert "data.num_clients=4" in warning[0]
+    dealt = [r.getMessage() for r in caplog.records if r.name == "fedac.data.registry"]
+    assert len(dealt) == 1 and "28 training clips dealt at random (IID) over data.num_clients=4 clients" in dealt[0]
+    assert "train.fraction 0.1 -> 1" in dealt[0] and "data.num_clients 50" not in dealt[0]  # 4 is the user's
     assert load_manifest(audio_root, cfg.data) == manifest  # seeded: the same split every time
     # default (natural) partition: training clips dealt IID over data.num_clients
     clients = partition(manifest, cfg.data, seed=0)
@@ -162,7 +164,7 @@ def test_bad_folders_are_refused_with_the_folder_named(tmp_path, audio_root):
 
 def test_run_stats_and_split_devices_from_the_cli(tmp_path, audio_root, fedac_home, capsys):
     assert main(["data", "stats", "audiofolder", "--root", str(audio_root), "--set", "data.num_clients=4", "--quiet"]) == 0
-    assert "clients (natural): 4" in capsys.readouterr().out
+    assert "clients: 4, dealt at random (IID) over 4 clients" in capsys.readouterr().out
     out = tmp_path / "run"
     assert main(["run", "--dataset", "audiofolder", "--set", f"data.root={audio_root}", "--rounds", "2", "--quiet",
                  "--set", "data.num_clients=4", "--set", "model.name=crnn_tiny", "--set", "train.local_epochs=1",
@@ -174,3 +176,71 @@ def test_run_stats_and_split_devices_from_the_cli(tmp_path, audio_root, fedac_ho
     assert main(["data", "split-devices", "audiofolder", "--root", str(audio_root), "--out", str(devices),
                  "--set", "data.num_clients=4", "--quiet"]) == 0
     assert sorted(p.name for p in devices.iterdir() if p.is_dir()) == [f"client{k:03d}" for k in range(4)]
+
+
+def test_unreadable_media_files_are_named_in_one_warning(tmp_path, audio_root, caplog):
+    root = tmp_path / "data"
+    shutil.copytree(audio_root, root)
+    for name in ("bird/ann_9.m4a", "dog/sub/bob_9.m4a", "dog/cid_9.mp4"):
+        (root / name).parent.mkdir(exist_ok=True)
+        (root / name).write_bytes(b"\x00\x00\x00\x20ftypM4A ")
+    with caplog.at_level(logging.WARNING):
+        manifest = load_manifest(root, cfg_for(root).data)
+    assert len(manifest.clips) == 36  # left out, as before
+    warning = [r.getMessage() for r in caplog.records if "cannot read" in r.getMessage()]
+    assert len(warning) == 1, caplog.text
+    assert "3 file(s)" in warning[0] and "2 .m4a, 1 .mp4" in warning[0] and "ffmpeg" in warning[0]
+    assert all(name in warning[0] for name in ("bird/ann_9.m4a", "dog/cid_9.mp4", "dog/sub/bob_9.m4a"))
+    assert "notes.txt" not in caplog.text  # a file that is no audio is passed over in silence
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_manifest(audio_root, cfg_for(audio_root).data)
+    assert "cannot read" not in caplog.text
+
+
+def test_labels_that_differ_only_in_case_are_named(tmp_path, audio_root, caplog):
+    root = tmp_path / "data"
+    shutil.copytree(audio_root, root)
+    shutil.copytree(audio_root / "dog", root / "Dog")
+    shutil.copytree(audio_root / "bird", root / "BIRD")
+    with caplog.at_level(logging.WARNING):
+        manifest = load_manifest(root, cfg_for(root).data)
+    assert manifest.classes == ["BIRD", "Dog", "bird", "car", "dog"]  # still separate classes, as the folders say
+    warning = [r.getMessage() for r in caplog.records if "differ only in case" in r.getMessage()]
+    assert len(warning) == 1 and "BIRD / bird; Dog / dog" in warning[0]
+    rows = "".join(f"{f},{label.upper() if label == 'car' and f.endswith('_0.wav') else label}\n"
+                   for f, label, _ in clip_rows(audio_root))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_manifest(with_metadata(tmp_path / "meta", audio_root, "file,label\n" + rows), cfg_for(root).data)
+    assert "labels CAR / car differ only in case and are 2 classes" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        load_manifest(audio_root, cfg_for(audio_root).data)
+    assert "differ only in case" not in caplog.text
+
+
+def test_long_clips_are_named_with_how_they_are_cut(tmp_path, audio_root, fedac_home, caplog):
+    from fedac.engine.data import build_federated_data
+
+    root = tmp_path / "data"
+    shutil.copytree(audio_root, root)
+    rng = np.random.default_rng(1)
+    for name, seconds in (("dog/long.wav", 60.0), ("car/sub/longer.flac", 2.5)):
+        (root / name).parent.mkdir(exist_ok=True)
+        sf.write(root / name, 0.1 * rng.standard_normal(int(16000 * seconds)), 16000)
+    cfg = cfg_for(root, "data.num_clients=4")
+    with caplog.at_level(logging.WARNING):
+        data = build_federated_data(cfg, progress=False)
+    warning = [r.getMessage() for r in caplog.records if "longer than" in r.getMessage()]
+    assert len(warning) == 1, caplog.text
+    assert "2 clip(s) are longer than features.clip_seconds=1 s" in warning[0]
+    assert "dog/long.wav (60 windows), car/sub/longer.flac (3 windows)" in warning[0]
+    assert "equal hop" in warning[0] and "averaged" in warning[0]
+    windows = sum(c.num_samples for c in data.clients) + sum(len(c.holdout_y) for c in data.clients) \
+        + len(data.val.x) + len(data.test.x)
+    assert windows == 36 + 60 + 3  # what the warning says: one window per short clip, 60 and 3 for the long ones
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        build_federated_data(cfg_for(audio_root, "data.num_clients=4"), progress=False)
+    assert "longer than" not in caplog.text

@@ -147,7 +147,12 @@ def cmd_stats(args: argparse.Namespace) -> int:
     labels = np.bincount([c.label for c in manifest.clips], minlength=manifest.num_classes)
     print(f"dataset {manifest.name} at {manifest.root}")
     print(f"  classes: {manifest.num_classes}; clips: train {counts['train']}, val {counts['val']}, test {counts['test']}")
-    print(f"  clients ({cfg.data.partition or dataset_spec(cfg.dataset).default_partition}): {len(clients)}")
+    scheme = cfg.data.partition or dataset_spec(cfg.dataset).default_partition
+    if manifest.dealt and scheme == "natural":  # no client ids in the data: not natural clients
+        print(f"  clients: {len(clients)}, dealt at random (IID) over {cfg.data.num_clients} clients "
+              "(the data names no clients; data.num_clients)")
+    else:
+        print(f"  clients ({scheme}): {len(clients)}")
     q = np.percentile(sizes, [0, 25, 50, 75, 100])
     print(f"  samples per client: min {q[0]:.0f}, q1 {q[1]:.0f}, median {q[2]:.0f}, q3 {q[3]:.0f}, max {q[4]:.0f}, mean {sizes.mean():.1f}")
     e = np.percentile(entropy, [0, 50, 100])

@@ -98,10 +98,36 @@ FINAL_KEYS = {
 }
 
 
+#: Final keys measured on the clients' local held-out windows (data.local_holdout of each client's clips).
+HELD_OUT_KEYS = ("client_accuracy_mean", "personalized_local_accuracy_mean")
+
+
+def unavailable(results: dict[str, Any], cfg: Config) -> dict[str, str]:
+    """Why each of HELD_OUT_KEYS that is NaN has no value, with the setting that gives it one."""
+    final, why = results["final"], {}
+    for key in (k for k in HELD_OUT_KEYS if isinstance(final.get(k), float) and math.isnan(final[k])):
+        holdout = cfg.data.local_holdout
+        if "wer" in final:
+            why[key] = "a CTC task has no clip accuracy"
+        elif results.get("clients") == 0:
+            why[key] = "this server holds no client's clips (the devices do)"
+        elif holdout == 0:
+            why[key] = "data.local_holdout=0 holds back no clip; set it in (0, 1), e.g. 0.2"
+        else:  # NaN only when no client holds back a clip: floor(holdout * clips) = 0 for every client
+            why[key] = (f"no client holds back a clip: each keeps floor(data.local_holdout={holdout:g} x its clips), "
+                        f"none below {math.ceil(1 / holdout - 1e-9)} clips; give clients more clips (fewer "
+                        f"data.num_clients where clips are dealt) or raise data.local_holdout")
+    return why
+
+
 def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
     """results.json, with the code that made it (version.py); `results` gains that `code_version` too, so
-    what the caller keeps of the run (compare's summary.json) says the same as the file."""
+    what the caller keeps of the run (compare's summary.json) says the same as the file. A held-out
+    metric that is NaN (null in the file) gets its reason under `unavailable` (shown by `final_table`)."""
     results["code_version"] = code_version()
+    why = unavailable(results, cfg)
+    if why:
+        results["unavailable"] = why
     legend = {k: v for k, v in FINAL_KEYS.items() if k in results.get("final", {})}
     _atomic_write(Path(run_dir) / "results.json", json.dumps(_clean({**results, "legend": legend}), indent=2))
     plot_curves(run_dir, results["history"], f"{cfg.algorithm} on {cfg.dataset} (seed {cfg.seed})")
@@ -141,6 +167,15 @@ SPEECH_ROWS = (("wer", "shared model: test WER"), ("cer", "shared model: test CE
                ("asv_eer", "shared model: verification EER"))
 
 
+def _spread(results: dict[str, Any], key: str) -> str:
+    """'mean ± std' of a per-client metric, or 'n/a (why)' when it is NaN (`unavailable`)."""
+    final = results["final"]
+    mean, std = final[key], final[key.replace("_mean", "_std")]
+    if mean is None or math.isnan(mean):
+        return f"n/a ({results.get('unavailable', {}).get(key, 'no client holds back a clip (data.local_holdout)')})"
+    return f"{mean:.4f} ± {std:.4f}"
+
+
 def final_table(results: dict[str, Any]) -> str:
     final = results["final"]
     rows = [("algorithm", results["algorithm"]), ("dataset", results["dataset"])]
@@ -155,7 +190,7 @@ def final_table(results: dict[str, Any]) -> str:
     if final["has_global_model"]:
         rows += [
             ("selected round (val)", str(final["selected_round"])),
-            ("shared model: client held-out acc.", f"{final['client_accuracy_mean']:.4f} ± {final['client_accuracy_std']:.4f}"),
+            ("shared model: client held-out acc.", _spread(results, "client_accuracy_mean")),
         ]
     rows.append(("rounds", str(results["rounds"])))
     if "clients_trained" in final:
@@ -163,6 +198,6 @@ def final_table(results: dict[str, Any]) -> str:
     if "personalized_accuracy_mean" in final:
         n = final["personalized_clients"]
         rows.append((f"own models ({n}): test acc.", f"{final['personalized_accuracy_mean']:.4f} ± {final['personalized_accuracy_std']:.4f}"))
-        rows.append((f"own models ({n}): held-out acc.", f"{final['personalized_local_accuracy_mean']:.4f} ± {final['personalized_local_accuracy_std']:.4f}"))
+        rows.append((f"own models ({n}): held-out acc.", _spread(results, "personalized_local_accuracy_mean")))
     rows.append(("wall time", f"{results['wall_seconds']:.1f} s"))
     return format_table(rows)

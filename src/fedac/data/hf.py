@@ -16,7 +16,8 @@ changed dataset gets new clip files, and thereby a new feature-cache key.
 
 Splits and clients follow audiofolder's rules (`layout.user_manifest`): a dataset without a validation
 or test split gets a seeded client-disjoint 10% one, announced by a warning; without a speaker column
-training clips are dealt over ``data.num_clients`` (``data.partition=dirichlet`` / ``iid`` still work).
+training clips are dealt over ``data.num_clients`` (``data.partition=dirichlet`` / ``iid`` still work),
+fitted to a small dataset when left at its default as audiofolder's (registry.fit_dealt_clients).
 Speech Commands as the datasets library writes it (file, audio, label, is_unknown, speaker_id,
 utterance_id) thus trains on its own train / validation / test splits, client = speaker; its
 ``_silence_`` rows, which have no speaker, are given to seeded training speakers.
@@ -39,7 +40,7 @@ import soundfile as sf
 
 from fedac.config import DataConfig
 from fedac.data.audio import REMEDY, load_audio
-from fedac.data.layout import SPLIT_NAMES, cached_stats, finish, shorten, user_manifest
+from fedac.data.layout import SPLIT_NAMES, cached_stats, case_twins, finish, shorten, user_manifest
 from fedac.data.manifest import Manifest
 from fedac.errors import AudioError, DatasetError
 
@@ -309,6 +310,10 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
         classes = sorted(present, key=lambda x: (int(x), x) if re.fullmatch(r"-?\d+", x) else (float("inf"), x))
     if len(classes) < 2:
         raise DatasetError(f"hf {root} has one label ({', '.join(classes)}); classification needs at least two")
+    twins = case_twins(classes)
+    if twins:
+        log.warning("hf %s: labels %s differ only in case and are separate classes; if they are one word, give them "
+                    "one spelling in column %r", root, "; ".join(" / ".join(g) for g in twins), cfg.label_column)
     has_splits = any(part.split for part in parts)
     manifest, notes = user_manifest(
         "hf", f"hf {root}", str(root), classes, rows, has_speakers, cfg,

@@ -18,6 +18,7 @@ import multiprocessing
 import shutil
 import sys
 import wave
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -139,14 +140,41 @@ def dealt_clients(splits: list[str], num_clients: int) -> list[str]:
     return clients
 
 
+MIN_DEALT_CLIPS = 40
+"""Training clips per dealt client at the least when data.num_clients is left at its default: after
+data.local_holdout=0.2, two batches of train.batch_size=16 per local epoch and 8 held-out clips."""
+
+
+def dealt_client_count(train_clips: int, num_clients: int) -> int:
+    """Clients to deal `train_clips` over when data.num_clients was not set: one per MIN_DEALT_CLIPS
+    clips, at least 2 and at most `num_clients` (the default 50 from 2000 training clips on)."""
+    return max(2, min(num_clients, train_clips // MIN_DEALT_CLIPS))
+
+
+def redeal(manifest: Manifest, num_clients: int) -> Manifest:
+    """A dealt manifest (`Manifest.dealt`) dealt again over `num_clients`: the clients `user_manifest`
+    would have dealt with that count."""
+    clients = dealt_clients([clip.split for clip in manifest.clips], num_clients)
+    return replace(manifest, clips=[replace(clip, client=client) for clip, client in zip(manifest.clips, clients)])
+
+
+def case_twins(labels: Iterable[str]) -> list[list[str]]:
+    """Groups of labels that differ only in case (Yes, yes): each group is as many classes."""
+    groups: dict[str, list[str]] = {}
+    for label in sorted(set(labels)):
+        groups.setdefault(label.casefold(), []).append(label)
+    return [group for group in groups.values() if len(group) > 1]
+
+
 def user_manifest(name: str, where: str, root: str, classes: list[str],
                   rows: list[tuple[str, str, str | None, str | None]], has_clients: bool, cfg,
                   why_no_split: str, remedy: str) -> tuple[Manifest, list[str]]:
     """A user dataset's (path, label, client, split) rows -> Manifest, and notes on what was chosen for
     the user (the caller warns with them). A split of None is train; validation and test, when no row has
     them, are drawn from the training keys (clients when `has_clients`, else clips) by `held_out_splits`.
-    Without clients, training clips are dealt over `cfg.num_clients` (`dealt_clients`); a training row
-    with an empty client among clients is given a seeded training client."""
+    Without clients, training clips are dealt over `cfg.num_clients` (`dealt_clients`) and the manifest
+    is marked `dealt` (registry.load_manifest may deal them again over fewer clients, and says how
+    many); a training row with an empty client among clients is given a seeded training client."""
     paths = [path for path, _, _, _ in rows]
     splits = [split or "train" for _, _, _, split in rows]
     clients = [client or "" for _, _, client, _ in rows]
@@ -165,8 +193,6 @@ def user_manifest(name: str, where: str, root: str, classes: list[str],
         notes.append(f"seeded {drawn} split drawn {'client-disjoint' if has_clients else 'over clips'} ({why_no_split})")
     if not has_clients:
         clients = dealt_clients(splits, cfg.num_clients)
-        if cfg.partition in (None, "natural"):
-            notes.append(f"training clips dealt at random over data.num_clients={cfg.num_clients} clients (no client column)")
     else:
         orphans = [i for i, (c, s) in enumerate(zip(clients, splits)) if not c and s == "train"]
         if orphans:
@@ -177,7 +203,7 @@ def user_manifest(name: str, where: str, root: str, classes: list[str],
     index = {label: k for k, label in enumerate(classes)}
     clips = [Clip(path, index[label], client, split)
              for path, (_, label, _, _), client, split in zip(paths, rows, clients, splits)]
-    return Manifest(name, root, list(classes), clips), notes
+    return Manifest(name, root, list(classes), clips, dealt=not has_clients), notes
 
 
 # --------------------------------------------------------------------------- generators

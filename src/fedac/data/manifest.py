@@ -46,6 +46,9 @@ class Manifest:
     """classification (a label per clip) or ctc (a transcript per clip; `classes` is the character vocabulary)."""
     trials: list[tuple[str, str, int]] = field(default_factory=list)
     """Speaker-verification trials (path a, path b, 1 = same speaker), e.g. VoxCeleb1's veri_test2.txt."""
+    dealt: bool = False
+    """The data names no clients: training clips were dealt at random (IID) over data.num_clients
+    (audiofolder / hf without a client column, layout.user_manifest), so the clients are not natural."""
 
     @property
     def num_classes(self) -> int:

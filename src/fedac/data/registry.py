@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import fcntl
 import importlib
-from dataclasses import dataclass
+import logging
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Callable
 
 from fedac.config import Config, DataConfig
+from fedac.data.layout import MIN_DEALT_CLIPS, dealt_client_count, redeal
 from fedac.data.manifest import Manifest
 from fedac.errors import ConfigError
 from fedac.registry import Registry
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -149,4 +153,73 @@ def synthesizer(spec: DatasetSpec) -> Callable:
 
 
 def load_manifest(cfg: Config, progress: bool = True) -> Manifest:
-    return dataset_spec(cfg.dataset).load_fn()(resolve_root(cfg, progress), cfg.data)
+    """The dataset's manifest; when its loader dealt the clients (no client column), fitted to its size
+    by `fit_dealt_clients`, which may change cfg.data.num_clients and cfg.train.fraction."""
+    manifest = dataset_spec(cfg.dataset).load_fn()(resolve_root(cfg, progress), cfg.data)
+    return fit_dealt_clients(cfg, manifest) if manifest.dealt else manifest
+
+
+MIN_COHORT = 5
+"""Clients a round trains at the least (all of them when fewer) when train.fraction is left at its
+default and the clients are dealt: the 5 that the defaults (train.fraction=0.1 of 50) sample."""
+
+
+def fit_user_data(cfg: Config) -> None:
+    """`cfg` fitted to its dataset as a run of it will be (`fit_dealt_clients`), before any run: for a user's
+    dataset (no stand-in: audiofolder, hf) by listing its clips; built-in datasets are not fitted."""
+    if dataset_spec(cfg.dataset).synthesizer is None and cfg.data.root is not None:
+        load_manifest(cfg, progress=False)
+
+
+def explicit(cfg: Config, key: str) -> bool:
+    """Whether setting `key` (e.g. "data.num_clients") was given by a config file, a flag or --set to
+    load_config; for a Config built by hand, whether it differs from its default."""
+    given = getattr(cfg, "_given", None)
+    if given is not None:
+        return key in given
+    section, name = key.split(".")
+    default = next(f for f in fields(type(getattr(cfg, section))) if f.name == name).default
+    return getattr(getattr(cfg, section), name) != default
+
+
+def fit_dealt_clients(cfg: Config, manifest: Manifest) -> Manifest:
+    """Defaults fitted to a dataset whose training clips are dealt at random (IID) because it names no
+    clients (audiofolder, hf), so that a small one learns at the defaults; never a value the user set:
+
+    - data.num_clients, left at its default: `layout.dealt_client_count` (one client per 40 training
+      clips, 2 to 50), the clips dealt again over that many (`layout.redeal`). 50 clients of 180 clips
+      would hold 2-3 clips each: one SGD step per local epoch, and no clip for the local hold-out.
+    - train.fraction, left at its default: raised so that each round trains at least MIN_COHORT clients
+      (all when there are fewer).
+    - train.rounds is not changed: a small dataset's rounds are cheap, and fewer rounds are the user's choice.
+
+    Writes the values into `cfg` (the run's config.yaml records them, a resumed run reads them back) and
+    logs one line saying what was dealt, what was changed and why. Natural clients are never touched."""
+    if (cfg.data.partition or "natural") == "pooled":  # one client holds everything (central training)
+        return manifest
+    train = len(manifest.split_indices("train"))
+    where, changed = f"{cfg.dataset} {manifest.root}", []
+    if not explicit(cfg, "data.num_clients"):
+        count = dealt_client_count(train, cfg.data.num_clients)
+        if count != cfg.data.num_clients:
+            changed.append(f"data.num_clients {cfg.data.num_clients} -> {count} (left at its default; a dealt client "
+                           f"holds at least {MIN_DEALT_CLIPS} training clips, {cfg.data.num_clients} clients would hold "
+                           f"{train // cfg.data.num_clients}-{-(-train // cfg.data.num_clients)} each)")
+            cfg.data.num_clients = count
+            manifest = redeal(manifest, count)
+    clients = min(cfg.data.num_clients, train, cfg.data.max_clients or train)
+    cohort = min(clients, MIN_COHORT)
+    if not explicit(cfg, "train.fraction") and max(1, round(cfg.train.fraction * clients)) < cohort:
+        fraction = cohort / clients
+        changed.append(f"train.fraction {cfg.train.fraction:g} -> {fraction:.4g} (left at its default; every round "
+                       f"trains at least {cohort} of the {clients} clients)")
+        cfg.train.fraction = fraction
+    scheme = cfg.data.partition or "natural"
+    what = (f"{train} training clips dealt at random (IID) over data.num_clients={cfg.data.num_clients} clients"
+            if scheme == "natural" else f"data.partition={scheme} over data.num_clients={cfg.data.num_clients} clients")
+    if changed:
+        log.warning("%s: the data names no clients; %s, adapted to its size: %s; set a value yourself to keep it "
+                    "(docs/datasets.md, 'Small datasets')", where, what, "; ".join(changed))
+    elif scheme == "natural":
+        log.warning("%s: the data names no clients; %s; a client column gives natural ones", where, what)
+    return manifest

@@ -23,6 +23,7 @@ from fedac.data.corrupt import corrupt_training_labels
 from fedac.data.augment import AugmentedWindows, noise_bank
 from fedac.data.features import (FeatureExtractor, FeatureSet, clip_waveforms, load_features, resolve_features,
                                  screen_manifest)
+from fedac.data.layout import shorten
 from fedac.data.manifest import Manifest
 from fedac.data.partition import ClientSplit, holdout_split, partition
 from fedac.data.registry import dataset_spec, load_manifest
@@ -83,6 +84,21 @@ def _client_data(x: torch.Tensor, rows_of: list[torch.Tensor], split: ClientSpli
     return ClientData(split.name, tx, ty, hx, hy)
 
 
+def warn_long_clips(manifest: Manifest, rows_of: list[torch.Tensor], clip_seconds: float) -> None:
+    """One warning naming the clips longer than the model input (more than one window; data/audio.py's
+    `fit_length`) and saying how they are cut; a dataset of official clips knows its lengths, a user's may not."""
+    long = [(len(rows), manifest.clips[i].path) for i, rows in enumerate(rows_of) if len(rows) > 1]
+    if not long:
+        return
+    names = [f"{Path(path).relative_to(manifest.root) if Path(path).is_relative_to(manifest.root) else path} "
+             f"({n} windows)" for n, path in sorted(long, key=lambda item: (-item[0], item[1]))]
+    log.warning("%s %s: %d clip(s) are longer than features.clip_seconds=%g s: %s. Each is cut into ceil(length / "
+                "%g s) windows of %g s at an equal hop (the last ending at the clip's end); every window trains as "
+                "one example with the clip's label, and a validation or test clip's windows are averaged into one "
+                "prediction. Trim the clips to the sound, or set features.clip_seconds to their length",
+                manifest.name, manifest.root, len(long), clip_seconds, shorten(names, 3), clip_seconds, clip_seconds)
+
+
 def default_partition(cfg: Config) -> str:
     """The partition when data.partition is unset: pooled for centralised algorithms, else the dataset's."""
     return "pooled" if algorithm_class(cfg.algorithm).centralised else dataset_spec(cfg.dataset).default_partition
@@ -104,6 +120,8 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
                           feature_device(cfg))
     x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
+    if dataset_spec(cfg.dataset).synthesizer is None:  # a user's own clips (audiofolder, hf): any length
+        warn_long_clips(manifest, rows_of, resolve_features(cfg.features).clip_seconds)
     splits = partition(manifest, cfg.data, cfg.seed, default_partition(cfg))
     # One label per clip: training clips drawn through their client's transition matrix, every other
     # clip (local hold-outs included) keeps its true label.

@@ -21,7 +21,7 @@ import yaml
 
 from fedac.algorithms import ALGORITHMS
 from fedac.config import Config, load_config, parse_override
-from fedac.data.registry import DATASETS
+from fedac.data.registry import DATASETS, fit_user_data
 from fedac.errors import ConfigError, RunInterrupted
 from fedac.metrics import mean_std
 
@@ -228,6 +228,7 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
                               dataset=base.dataset, seed=seed, **{"train.rounds": base.train.rounds})
             run_dir = out / f"{method.label.replace(' ', '_').replace('/', '')}-s{seed}"
             cfg.out = str(run_dir)
+            fit_user_data(cfg)  # the clients and fraction its run will fit to a small dataset, as config.yaml has them
             check_same_config(cfg, run_dir)
             results = finished_results(run_dir)
             if results is None and finished_only:
