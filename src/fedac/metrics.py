@@ -72,3 +72,47 @@ def equal_error_rate(scores, targets) -> float:
     d0, d1 = far[k - 1] - frr[k - 1], far[k] - frr[k]
     t = d0 / (d0 - d1) if d0 != d1 else 0.0
     return float(far[k - 1] + t * (far[k] - far[k - 1]))
+
+
+def confusion(y_true, y_pred, num_classes: int) -> np.ndarray:
+    """Counts[true, predicted] over `num_classes` classes (int64)."""
+    y_true, y_pred = np.asarray(y_true, dtype=np.int64), np.asarray(y_pred, dtype=np.int64)
+    flat = np.bincount(y_true * num_classes + y_pred, minlength=num_classes * num_classes)
+    return flat.reshape(num_classes, num_classes)
+
+
+def confusion_metrics(counts: np.ndarray) -> dict[str, float]:
+    """`classification_metrics` from a confusion matrix, without scikit-learn's per-call cost (a run scores
+    every client at every evaluation): macro-F1 over the classes present in truth or prediction (F1 0
+    where a class has no true positive), UAR over the classes present in truth."""
+    counts = np.asarray(counts, dtype=np.float64)
+    total = counts.sum()
+    if total == 0:
+        return {"accuracy": float("nan"), "macro_f1": float("nan"), "uar": float("nan")}
+    hits, true, pred = np.diag(counts), counts.sum(1), counts.sum(0)
+    present = (true + pred) > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        f1 = np.where(hits > 0, 2 * hits / (true + pred), 0.0)
+        recall = hits[true > 0] / true[true > 0]
+    return {"accuracy": float(hits.sum() / total), "macro_f1": float(f1[present].mean()), "uar": float(recall.mean())}
+
+
+#: The share of clients whose mean is the "worst" figure of a spread (the lowest 10 % of scores).
+WORST_SHARE = 0.1
+
+
+def spread(values, weights=None) -> dict[str, float]:
+    """How a per-client metric is spread over clients: mean, n_k-weighted mean (`weights`), population
+    std, 10th / 50th / 90th percentiles (linear interpolation) and the mean of the worst 10 % (the
+    ceil(0.1 n) lowest values: a score where higher is better), over the finite values."""
+    values = np.asarray(values, dtype=float)
+    weights = np.ones_like(values) if weights is None else np.asarray(weights, dtype=float)
+    keep = np.isfinite(values)
+    values, weights = values[keep], weights[keep]
+    if values.size == 0:
+        return dict.fromkeys(("mean", "weighted_mean", "std", "p10", "p50", "p90", "worst10_mean"), float("nan"))
+    worst = np.sort(values)[:int(np.ceil(WORST_SHARE * values.size))]
+    p10, p50, p90 = np.percentile(values, [10, 50, 90])
+    weighted = float(np.average(values, weights=weights)) if weights.sum() > 0 else float("nan")
+    return {"mean": float(values.mean()), "weighted_mean": weighted, "std": float(values.std()),
+            "p10": float(p10), "p50": float(p50), "p90": float(p90), "worst10_mean": float(worst.mean())}

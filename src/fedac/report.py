@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import os
+import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -46,11 +47,7 @@ def write_history(run_dir: Path, history: list[dict[str, float]]) -> None:
 
 
 def plot_curves(run_dir: Path, history: list[dict[str, float]], title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     rounds = [row["round"] for row in history]
     fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
     for key, label in (("val_accuracy", "val accuracy"), ("val_macro_f1", "val macro-F1")):
@@ -102,21 +99,31 @@ FINAL_KEYS = {
 HELD_OUT_KEYS = ("client_accuracy_mean", "personalized_local_accuracy_mean")
 
 
+def no_holdout_reason(cfg: Config, ctc: bool, holds_clients: bool, any_holdout: bool) -> str:
+    """Why a client (every client, when not `any_holdout`) has no held-out score, with the setting that
+    gives it one."""
+    holdout = cfg.data.local_holdout
+    if ctc:
+        return "a CTC task has no clip accuracy"
+    if not holds_clients:
+        return "this server holds no client's clips (the devices do)"
+    if holdout == 0:
+        return "data.local_holdout=0 holds back no clip; set it in (0, 1), e.g. 0.2"
+    fewest = math.ceil(1 / holdout - 1e-9)  # floor(holdout * clips) = 0 below this many clips
+    if any_holdout:
+        return (f"fewer than {fewest} clips: a client keeps floor(data.local_holdout={holdout:g} x its clips) "
+                f"for held-out scoring")
+    return (f"no client holds back a clip: each keeps floor(data.local_holdout={holdout:g} x its clips), "
+            f"none below {fewest} clips; give clients more clips (fewer "
+            f"data.num_clients where clips are dealt) or raise data.local_holdout")
+
+
 def unavailable(results: dict[str, Any], cfg: Config) -> dict[str, str]:
     """Why each of HELD_OUT_KEYS that is NaN has no value, with the setting that gives it one."""
     final, why = results["final"], {}
     for key in (k for k in HELD_OUT_KEYS if isinstance(final.get(k), float) and math.isnan(final[k])):
-        holdout = cfg.data.local_holdout
-        if "wer" in final:
-            why[key] = "a CTC task has no clip accuracy"
-        elif results.get("clients") == 0:
-            why[key] = "this server holds no client's clips (the devices do)"
-        elif holdout == 0:
-            why[key] = "data.local_holdout=0 holds back no clip; set it in (0, 1), e.g. 0.2"
-        else:  # NaN only when no client holds back a clip: floor(holdout * clips) = 0 for every client
-            why[key] = (f"no client holds back a clip: each keeps floor(data.local_holdout={holdout:g} x its clips), "
-                        f"none below {math.ceil(1 / holdout - 1e-9)} clips; give clients more clips (fewer "
-                        f"data.num_clients where clips are dealt) or raise data.local_holdout")
+        # NaN only when no client holds back a clip
+        why[key] = no_holdout_reason(cfg, "wer" in final, results.get("clients") != 0, any_holdout=False)
     return why
 
 
@@ -130,7 +137,12 @@ def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
         results["unavailable"] = why
     legend = {k: v for k, v in FINAL_KEYS.items() if k in results.get("final", {})}
     _atomic_write(Path(run_dir) / "results.json", json.dumps(_clean({**results, "legend": legend}), indent=2))
-    plot_curves(run_dir, results["history"], f"{cfg.algorithm} on {cfg.dataset} (seed {cfg.seed})")
+    title = f"{cfg.algorithm} on {cfg.dataset} (seed {cfg.seed})"
+    plot_curves(run_dir, results["history"], title)
+    plot_clients(run_dir, read_client_rows(run_dir), title, results.get("per_client", {}).get("without_holdout_reason"))
+    if "confusion" in results:
+        plot_confusion(run_dir, results["confusion"]["counts"], results["confusion"]["classes"],
+                       f"{title}\nshared model (round {results['final'].get('selected_round')}) on the test split")
 
 
 PRUNING_LOG = "lpa.jsonl"
@@ -201,3 +213,109 @@ def final_table(results: dict[str, Any]) -> str:
         rows.append((f"own models ({n}): held-out acc.", _spread(results, "personalized_local_accuracy_mean")))
     rows.append(("wall time", f"{results['wall_seconds']:.1f} s"))
     return format_table(rows)
+
+
+CLIENTS_CSV = "clients.csv"
+
+
+def append_client_rows(run_dir: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
+    """Append one evaluation's per-client rows to clients.csv (its header written with the first rows).
+    A cell left empty is a score the client has not got: an own model not trained yet."""
+    path = Path(run_dir) / CLIENTS_CSV
+    new = not path.is_file()
+    with open(path, "a", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns, restval="")
+        if new:
+            writer.writeheader()
+        writer.writerows(rows)
+
+
+def read_client_rows(run_dir: Path) -> list[dict[str, Any]]:
+    """clients.csv's rows with numbers as numbers (an empty cell left out of its row)."""
+    path = Path(run_dir) / CLIENTS_CSV
+    if not path.is_file():
+        return []
+    with open(path, newline="") as handle:
+        return [{k: (v if k == "client" else float(v)) for k, v in row.items() if v != ""}
+                for row in csv.DictReader(handle)]
+
+
+def truncate_client_rows(run_dir: Path, last_round: int) -> None:
+    """On resume, drop clients.csv's rows after the checkpoint (those rounds are evaluated again)."""
+    path = Path(run_dir) / CLIENTS_CSV
+    if path.is_file():
+        lines = path.read_text().splitlines(keepends=True)
+        kept = lines[:1] + [line for line in lines[1:] if int(line.split(",", 1)[0]) <= last_round]
+        _atomic_write(path, "".join(kept))
+
+
+def _pyplot():
+    import matplotlib  # lazy: start-up time
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_confusion(run_dir: Path, counts: list[list[int]], classes: list[str], title: str) -> None:
+    """confusion.png: the shared model's test-split confusion matrix, each row (true class) as shares of
+    its clips, class names on both axes."""
+    import numpy as np
+
+    plt = _pyplot()
+    counts = np.asarray(counts, dtype=float)
+    shares = counts / np.maximum(counts.sum(1, keepdims=True), 1)
+    size = min(4 + 0.25 * len(classes), 11)
+    fig, ax = plt.subplots(figsize=(size + 1.5, size))
+    image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1)
+    ticks = range(len(classes))
+    font = 8 if len(classes) <= 20 else 6
+    ax.set_xticks(ticks, classes, rotation=90, fontsize=font)
+    ax.set_yticks(ticks, classes, fontsize=font)
+    ax.set_xlabel("predicted class"), ax.set_ylabel("true class")
+    fig.colorbar(image, ax=ax, label="share of the true class's test clips")
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(Path(run_dir) / "confusion.png", dpi=100)
+    plt.close(fig)
+
+
+def plot_clients(run_dir: Path, rows: list[dict[str, Any]], title: str, why_empty: str | None = None) -> None:
+    """clients.png from clients.csv's rows: per evaluated round, the clients' held-out accuracy as
+    percentile bands (10-90 and 25-75) around the median, with the worst-10 % mean dashed; the shared
+    model, and next to it the clients' own models where the method keeps them. Without any client
+    score the picture says why (`why_empty`)."""
+    import numpy as np
+
+    from fedac.metrics import spread
+
+    panels = [(key, label) for key, label in (("accuracy", "shared model"), ("own_accuracy", "each client's own model"))
+              if any(key in r for r in rows)]
+    plt = _pyplot()
+    if not panels:
+        fig, ax = plt.subplots(figsize=(7, 2.5))
+        ax.axis("off")
+        text = why_empty or "this run scores no client on held-out data"
+        ax.text(0.5, 0.5, "No per-client scores:\n" + "\n".join(textwrap.wrap(text, 70)), ha="center", va="center")
+        ax.set_title(title)
+        fig.savefig(Path(run_dir) / "clients.png", dpi=100)
+        plt.close(fig)
+        return
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), sharey=True, squeeze=False)
+    for ax, (key, label) in zip(axes[0], panels):
+        rounds = sorted({r["round"] for r in rows if key in r})
+        values = [np.asarray([r[key] for r in rows if r["round"] == t and key in r]) for t in rounds]
+        p10, p25, p50, p75, p90 = np.stack([np.percentile(v, [10, 25, 50, 75, 90]) for v in values]).T
+        ax.fill_between(rounds, p10, p90, alpha=0.2, color="tab:blue", label="10th-90th percentile")
+        ax.fill_between(rounds, p25, p75, alpha=0.35, color="tab:blue", label="25th-75th percentile")
+        ax.plot(rounds, p50, marker="o", color="tab:blue", label="median")
+        ax.plot(rounds, [spread(v)["worst10_mean"] for v in values], ls="--", color="tab:red", label="worst 10 % mean")
+        ax.set_title(f"{label} ({len(values[-1])} clients)")
+        ax.set_xlabel("round"), ax.grid(alpha=0.3)
+    axes[0][0].set_ylabel("held-out accuracy per client")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(Path(run_dir) / "clients.png", dpi=100)
+    plt.close(fig)

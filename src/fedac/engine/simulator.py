@@ -25,6 +25,7 @@ from fedac.algorithms.base import Algorithm
 from fedac.attacks import Attack
 from fedac.config import Config
 from fedac.engine.checkpoint import open_run, save_checkpoint
+from fedac.engine.clients import ByteLedger, client_summary, log_clients, test_confusion
 from fedac.engine.cohort import check_execution, check_path, run_clients
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
 from fedac.engine.rounds import RoundLoop
@@ -32,7 +33,7 @@ from fedac.engine.runtime import configure_process
 from fedac.errors import ConfigError
 from fedac.metrics import mean_std
 from fedac.privacy import Privacy
-from fedac.report import log_pruning, truncate_pruning_log, write_history, write_results
+from fedac.report import log_pruning, truncate_client_rows, truncate_pruning_log, write_history, write_results
 from fedac.seeding import numpy_rng
 from fedac.training.device import autocast, configure_precision, device_name, nbytes, place, resolve_device, to_device
 from fedac.training.evaluate import evaluate, kws_rates, selection_score, window_accuracy
@@ -164,6 +165,7 @@ class Simulator:
             visits[name] = visits.get(name, 0) + 1
             losses.append(result.metrics.get("loss", float("nan")))
         metrics: dict[str, float] = {"clients": float(len(uploads)), "rejected": float(len(rejected))}
+        metrics.update(ByteLedger(state).round(payload, {n: r.upload for n, r in zip(names, results)}))
         uploads = self.poison_and_clip(payload, uploaded, uploads, round_idx)
         if uploads:
             self.algorithm.last_pruning = None
@@ -207,7 +209,8 @@ class Simulator:
 
     def _evaluate_round(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
         """Validation metrics of the global model (kept as `best` when they improve); personalized
-        methods also log their clients' mean local held-out accuracy."""
+        methods also log their clients' mean local held-out accuracy. Every client's scores go to clients.csv."""
+        log_clients(self, state, round_idx)
         local = self._personalized_local_accuracy(state)
         if local:
             row["local_accuracy"] = mean_std(local)[0]
@@ -244,6 +247,7 @@ class Simulator:
             print(f"fedac: {line}", file=sys.stderr, flush=True)  # the run's first line (cli logs warnings only)
         if resume:
             truncate_pruning_log(self.run_dir, state["round"])
+            truncate_client_rows(self.run_dir, state["round"])
         # Rounds this process trains, reported so a resumed run shows where it started (tests/test_resume.py).
         self.resumed_from, self.rounds_trained = state["round"], 0
         started = time.perf_counter() - state["wall_seconds"]
@@ -326,7 +330,10 @@ class Simulator:
         if visits:  # the simulator's count (a Flower deployment's nodes keep their own)
             final["clients_trained"] = len(visits)
             final["visits_per_trained_client"] = float(np.mean(visits))
+        extra = {"per_client": client_summary(self, state, server)}  # (spreads and cohort counts)
+        if (counts := test_confusion(self, model)) is not None:
+            extra["confusion"] = counts
         return {"algorithm": self.cfg.algorithm, "dataset": self.cfg.dataset, "seed": self.cfg.seed,
                 "final": final, "history": state["history"], "rounds": state["round"],
-                "clients": len(self.data.clients), "num_classes": self.data.task.num_classes}
+                "clients": len(self.data.clients), "num_classes": self.data.task.num_classes, **extra}
 

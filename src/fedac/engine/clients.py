@@ -1,0 +1,140 @@
+"""Every client, not only their mean: each client's metrics at every evaluation (clients.csv) and the
+bytes each client receives and uploads (metrics.csv's totals, clients.csv's per-client sums).
+
+Evaluation only runs models in eval mode on resident tensors: it draws from no random generator, so a
+run's trained numbers are the same with or without it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+from torch import nn
+
+from fedac.data.waveform import Padded
+from fedac.metrics import confusion, confusion_metrics, spread
+from fedac.report import append_client_rows, no_holdout_reason
+from fedac.training.device import nbytes, to_device
+from fedac.training.evaluate import clip_predictions, logits
+from fedac.training.types import ClientData
+
+#: The per-client metrics, each as the shared model's (<key>) and, for personalized methods, the
+#: client's own model's (own_<key>), on the client's local held-out windows.
+CLIENT_METRICS = ("accuracy", "macro_f1", "uar")
+
+
+def holdout_metrics(model: nn.Module, data: ClientData, num_classes: int, batch_size: int) -> dict[str, float]:
+    """`model` on the client's held-out windows; {} when it holds none (or a CTC task's, which have no
+    classes). Accuracy is computed as `window_accuracy` does, so it equals that number bit for bit."""
+    y = data.holdout_y
+    if isinstance(y, Padded) or len(y) == 0:
+        return {}
+    pred = logits(model, data.holdout_x, batch_size).argmax(dim=1)
+    scores = confusion_metrics(confusion(y.cpu().numpy(), pred.cpu().numpy(), num_classes))
+    scores["accuracy"] = float((pred == y).float().mean())
+    return scores
+
+
+def spreads(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    """metrics.spread of every metric column of one evaluation's rows, weighted by n_k."""
+    keys = [k for k in (*CLIENT_METRICS, *(f"own_{k}" for k in CLIENT_METRICS)) if any(k in r for r in rows)]
+    out = {}
+    for key in keys:
+        held = [r for r in rows if key in r]
+        out[key] = {**spread([r[key] for r in held], [r["n_k"] for r in held]), "clients": len(held)}
+    return out
+
+
+class ByteLedger:
+    """Bytes each client received (the round's broadcast payload) and uploaded (its upload), counted from
+    the tensors themselves (`nbytes`: numel x element size over nested dicts / lists). Kept in the run's
+    state, so a resumed run's totals continue; a checkpoint written before the ledger existed has no
+    count of its earlier rounds, and its cumulative totals are NaN (unknown) rather than too small."""
+
+    def __init__(self, state: dict[str, Any]):
+        if "bytes" not in state:
+            known = state.get("round", 0) == 0
+            state["bytes"] = {"down": 0 if known else math.nan, "up": 0 if known else math.nan, "clients": {}}
+        self.book = state["bytes"]
+
+    def round(self, payload: Any, uploads: dict[str, Any]) -> dict[str, float]:
+        """Count one round: every client in `uploads` (name -> its upload) received `payload`. Returns
+        metrics.csv's columns: the round's sums, the mean per client and the cumulative totals."""
+        down = nbytes(payload)
+        ups = {name: nbytes(upload) for name, upload in uploads.items()}
+        for name, up in ups.items():
+            pair = self.book["clients"].setdefault(name, [0, 0])
+            pair[0] += down
+            pair[1] += up
+        self.book["down"] += down * len(ups)
+        self.book["up"] += sum(ups.values())
+        per_client = float(np.mean(list(ups.values()))) if ups else math.nan
+        return {"download_bytes": float(down * len(ups)), "upload_bytes": float(sum(ups.values())),
+                "upload_bytes_per_client": per_client, "download_bytes_total": float(self.book["down"]),
+                "upload_bytes_total": float(self.book["up"])}
+
+    @property
+    def clients(self) -> dict[str, list[int]]:
+        return self.book["clients"]
+
+
+def columns(personalized: bool) -> list[str]:
+    """clients.csv's header."""
+    own = [f"own_{k}" for k in CLIENT_METRICS] if personalized else []
+    return ["round", "client", "n_k", "holdout", *CLIENT_METRICS, *own, "bytes_down", "bytes_up"]
+
+
+def evaluate_clients(sim, state: dict[str, Any], round_idx: int, server: dict[str, Any]) -> list[dict[str, Any]]:
+    """clients.csv's rows of one evaluation by a Simulator `sim`: the shared model of `server` and each
+    trained client's own model on every client's held-out windows. Own models are scored as they are
+    yielded (they share one scratch model), before the shared model is loaded."""
+    batch, num_classes = sim.cfg.train.eval_batch_size, sim.data.task.num_classes
+    own = {data.name: holdout_metrics(model, data, num_classes, batch) for data, model in sim._personalized_models(state)}
+    shared = sim.algorithm.global_model(server)
+    rows = []
+    for data in sim.data.clients:
+        scores = holdout_metrics(shared, to_device(data, sim.device), num_classes, batch) if shared is not None else {}
+        mine = own.get(data.name, {})
+        if not scores and not mine:
+            continue
+        down, up = ByteLedger(state).clients.get(data.name, (0, 0))
+        rows.append({"round": round_idx, "client": data.name, "n_k": data.num_samples,
+                     "holdout": len(data.holdout_y), **scores, **{f"own_{k}": v for k, v in mine.items()},
+                     "bytes_down": down, "bytes_up": up})
+    return rows
+
+
+def log_clients(sim, state: dict[str, Any], round_idx: int) -> None:
+    """Append this evaluation's rows to the run's clients.csv."""
+    rows = evaluate_clients(sim, state, round_idx, state["server"])
+    if rows:
+        append_client_rows(sim.run_dir, columns(type(sim.algorithm).personalized), rows)
+
+
+def client_summary(sim, state: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:
+    """results.json's `clients`: every per-client metric's spread (metrics.spread, n_k-weighted mean
+    included) for the selected shared model and the last own models, and the cohort counts: clients
+    scored, and those that could not be, with the reason."""
+    rows = evaluate_clients(sim, state, state["round"], server)
+    total = len(sim.data.clients)
+    out: dict[str, Any] = {"spreads": spreads(rows), "evaluated": len(rows), "without_holdout": total - len(rows)}
+    if total > len(rows):
+        ctc = any(isinstance(c.holdout_y, Padded) for c in sim.data.clients)
+        out["without_holdout_reason"] = no_holdout_reason(sim.cfg, ctc, sim.holds_clients, any_holdout=bool(rows))
+    return out
+
+
+def test_confusion(sim, model: nn.Module) -> dict[str, Any] | None:
+    """results.json's `confusion`: the shared model's clip predictions on the test split against the
+    truth (counts[true][predicted]) with the class names; None for tasks without classes."""
+    split = sim.data.test
+    if model is None or split.kind != "classification":
+        return None
+    num = sim.data.task.num_classes
+    pred = clip_predictions(model, split, sim.cfg.train.eval_batch_size)
+    counts = confusion(split.labels.cpu().numpy(), pred.cpu().numpy(), num)
+    manifest = sim.data.manifest
+    classes = list(manifest.classes) if manifest is not None else [str(k) for k in range(num)]
+    return {"classes": classes, "counts": counts.tolist()}

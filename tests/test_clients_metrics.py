@@ -1,0 +1,221 @@
+"""Every client, not only their mean (issue 57): the per-client metrics (clients.csv), their spreads and
+cohort counts in results.json, the bytes each client receives and uploads (metrics.csv), and the
+pictures of them (clients.png, confusion.png)."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from fedac.config import load_config
+from fedac.engine.clients import ByteLedger
+from fedac.engine.data import build_federated_data
+from fedac.engine.simulator import Simulator
+from fedac.metrics import classification_metrics, confusion, confusion_metrics, spread
+from fedac.models import build_model
+from fedac.report import plot_clients, plot_confusion
+from fedac.training.device import nbytes
+from helpers import tiny_run
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+# --- the numbers, against independent references ---------------------------------------------------
+
+@pytest.mark.parametrize("seed", range(6))
+def test_confusion_metrics_equal_scikit_learns(seed):
+    rng = np.random.default_rng(seed)
+    classes = 7
+    y_true = rng.integers(0, classes - 2, 40)  # two classes never true: predicted-only classes count in macro-F1
+    y_pred = np.where(rng.random(40) < 0.5, y_true, rng.integers(0, classes, 40))
+    ours = confusion_metrics(confusion(y_true, y_pred, classes))
+    reference = classification_metrics(y_true, y_pred)
+    assert ours.keys() == reference.keys()
+    for key in ours:
+        assert ours[key] == pytest.approx(reference[key], rel=1e-12, abs=1e-12), key
+
+
+def test_confusion_counts_by_hand():
+    assert confusion([0, 0, 1, 2], [0, 1, 1, 1], 3).tolist() == [[1, 1, 0], [0, 1, 0], [0, 1, 0]]
+    assert all(math.isnan(v) for v in confusion_metrics(np.zeros((3, 3))).values())
+
+
+def test_spread_by_hand():
+    values = [0.9, 0.1, 0.5, math.nan, 0.3, 0.7, 0.2, 0.8, 0.4, 0.6, 1.0, 0.0]  # 11 finite, one NaN skipped
+    weights = [1, 3, 1, 100, 1, 1, 1, 1, 1, 1, 1, 1]
+    got = spread(values, weights)
+    finite = sorted(v for v in values if not math.isnan(v))
+    assert got["mean"] == pytest.approx(sum(finite) / 11)
+    assert got["weighted_mean"] == pytest.approx((sum(finite) + 2 * 0.1) / 13)  # 0.1 weighs 3
+    assert got["std"] == pytest.approx(float(np.sqrt(np.mean((np.array(finite) - sum(finite) / 11) ** 2))))
+    # 11 values 0.0, 0.1, ..., 1.0: linear-interpolation percentiles fall on the grid
+    assert (got["p10"], got["p50"], got["p90"]) == pytest.approx((0.1, 0.5, 0.9))
+    assert got["worst10_mean"] == pytest.approx((0.0 + 0.1) / 2)  # ceil(0.1 x 11) = 2 lowest
+    assert all(math.isnan(v) for v in spread([math.nan]).values())
+
+
+def test_byte_ledger_counts_the_tensors_it_is_given():
+    state = {"round": 0}
+    ledger = ByteLedger(state)
+    payload = {"w": torch.zeros(10, 3), "b": torch.zeros(3, dtype=torch.float64)}  # 120 + 24 bytes
+    row = ledger.round(payload, {"a": [torch.zeros(5, dtype=torch.int8)], "b": {"x": torch.zeros(2, 2)}})
+    assert row == {"download_bytes": 288.0, "upload_bytes": 21.0, "upload_bytes_per_client": 10.5,
+                   "download_bytes_total": 288.0, "upload_bytes_total": 21.0}
+    row = ByteLedger(state).round(payload, {"a": [torch.zeros(1, dtype=torch.int8)]})  # kept in the state
+    assert (row["download_bytes_total"], row["upload_bytes_total"]) == (432.0, 22.0)
+    assert state["bytes"]["clients"] == {"a": [288, 6], "b": [144, 16]}
+    # a checkpoint made before the ledger existed: its earlier rounds' bytes are unknown, not zero
+    assert math.isnan(ByteLedger({"round": 3}).round(payload, {"a": payload})["upload_bytes_total"])
+
+
+# --- a run -----------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("clients_cache")
+
+
+@pytest.fixture
+def cfg_for(gsc_root, cache_dir):
+    def make(**settings):
+        base = {**tiny_run(gsc_root, cache_dir), "train.rounds": 2, "train.lr": 0.1, "train.batch_size": 16}
+        return load_config(None, [f"{k}={v}" for k, v in {**base, **settings}.items()])
+    return make
+
+
+def rows_of(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+def test_a_run_writes_every_clients_scores_spreads_and_bytes(cfg_for, tmp_path):
+    cfg = cfg_for(**{"train.select": "last"})
+    sim = Simulator(cfg, tmp_path, progress=False)
+    results = sim.run()
+    held = [c for c in sim.data.clients if len(c.holdout_y)]
+    assert held, "the fixture's clients hold back clips"
+    rows = rows_of(tmp_path / "clients.csv")
+    # one row per client with held-out windows per evaluation (every round here)
+    assert [(int(r["round"]), r["client"]) for r in rows] == [(t, c.name) for t in (1, 2) for c in held]
+    assert {r["client"]: int(r["n_k"]) for r in rows} == {c.name: c.num_samples for c in held}
+    assert {r["client"]: int(r["holdout"]) for r in rows} == {c.name: len(c.holdout_y) for c in held}
+    # the last evaluation's rows are the final (select=last) model's: the same mean as results' own figure
+    last = [float(r["accuracy"]) for r in rows if r["round"] == "2"]
+    assert np.mean(last) == pytest.approx(results["final"]["client_accuracy_mean"], abs=1e-12)
+    spreads = json.loads((tmp_path / "results.json").read_text())["per_client"]
+    acc = spreads["spreads"]["accuracy"]
+    assert acc["mean"] == pytest.approx(np.mean(last), abs=1e-12)
+    assert acc["weighted_mean"] == pytest.approx(np.average(last, weights=[c.num_samples for c in held]), abs=1e-12)
+    assert acc["worst10_mean"] == pytest.approx(min(last), abs=1e-12)  # < 10 clients: the worst one
+    assert acc["p10"] <= acc["p50"] <= acc["p90"]
+    assert (spreads["evaluated"], spreads["without_holdout"]) == (len(held), len(sim.data.clients) - len(held))
+    # bytes: each cohort client received the model and uploaded it (FedAvg), counted per round and in total
+    model_bytes = nbytes(dict(build_model("crnn_tiny", sim.data.task.num_features, sim.data.task.num_classes).state_dict()))
+    history = rows_of(tmp_path / "metrics.csv")
+    for row in history:
+        assert float(row["upload_bytes_per_client"]) == model_bytes
+        assert float(row["upload_bytes"]) == float(row["download_bytes"]) == model_bytes * float(row["clients"])
+    assert float(history[-1]["upload_bytes_total"]) == sum(float(r["upload_bytes"]) for r in history)
+    trained = {c: up for c, (down, up) in sim.state["bytes"]["clients"].items()}
+    assert {r["client"]: int(r["bytes_up"]) for r in rows if r["round"] == "2"} == \
+        {c.name: trained.get(c.name, 0) for c in held}
+    assert sum(trained.values()) == float(history[-1]["upload_bytes_total"])
+    for picture in ("clients.png", "confusion.png"):
+        assert (tmp_path / picture).stat().st_size > 10_000
+
+
+def test_fedmlac_uploads_only_its_plugin(cfg_for, tmp_path):
+    """FedMLAC's clients train CRNN-Lite but send only the CRNN-Tiny Plug-in: fewer bytes than FedAvg's
+    CRNN-Lite per client, and exactly the Plug-in's."""
+    per_client = {}
+    for name, settings in {"fedavg": {"model.name": "crnn_lite"},
+                           "fedmlac": {"algorithm": "fedmlac", "model.client_model": "crnn_lite",
+                                       "fedmlac.plugin_model": "crnn_tiny"}}.items():
+        sim = Simulator(cfg_for(**{"train.rounds": 1, **settings}), tmp_path / name, progress=False)
+        sim.run()
+        per_client[name] = float(rows_of(tmp_path / name / "metrics.csv")[0]["upload_bytes_per_client"])
+        task = sim.data.task
+    tiny = nbytes(dict(build_model("crnn_tiny", task.num_features, task.num_classes).state_dict()))
+    assert per_client["fedmlac"] == tiny < per_client["fedavg"]
+    # a personalized method's clients.csv has the clients' own models next to the shared model
+    header = rows_of(tmp_path / "fedmlac" / "clients.csv")[0]
+    assert {"accuracy", "own_accuracy", "own_macro_f1", "own_uar"} <= header.keys()
+
+
+def test_resumed_run_writes_the_uninterrupted_runs_clients_csv(cfg_for, tmp_path):
+    cfg = cfg_for(**{"train.rounds": 4, "train.checkpoint_every": 2})
+    data = build_federated_data(cfg, progress=False)
+    Simulator(cfg, tmp_path / "straight", data, progress=False).run()
+    Simulator(cfg, tmp_path / "resumed", data, progress=False).run(stop_after=3)  # killed after round 3
+    assert {r["round"] for r in rows_of(tmp_path / "resumed" / "clients.csv")} == {"1", "2", "3"}
+    Simulator(cfg, tmp_path / "resumed", data, progress=False).run(resume=True)  # from round 2's checkpoint
+    straight, resumed = rows_of(tmp_path / "straight" / "clients.csv"), rows_of(tmp_path / "resumed" / "clients.csv")
+    assert resumed == straight  # round 3's rows written once, not twice
+    assert {r["round"] for r in resumed} == {"1", "2", "3", "4"}
+    history = [{k: v for k, v in r.items() if k != "wall_seconds"} for r in rows_of(tmp_path / "straight" / "metrics.csv")]
+    again = [{k: v for k, v in r.items() if k != "wall_seconds"} for r in rows_of(tmp_path / "resumed" / "metrics.csv")]
+    assert again == history  # the byte totals continue from the checkpoint
+
+
+def test_no_holdout_is_counted_with_its_reason(cfg_for, tmp_path):
+    results = Simulator(cfg_for(**{"train.rounds": 1, "data.local_holdout": 0}), tmp_path, progress=False).run()
+    counts = results["per_client"]
+    assert counts["evaluated"] == 0 and counts["without_holdout"] == results["clients"] > 0
+    assert "data.local_holdout=0" in counts["without_holdout_reason"]
+    assert not (tmp_path / "clients.csv").exists()
+    assert (tmp_path / "clients.png").stat().st_size > 5_000  # says why there is nothing to draw
+
+
+# --- the pictures ----------------------------------------------------------------------------------
+
+def _pixels(path):
+    import matplotlib.image
+
+    return matplotlib.image.imread(path)
+
+
+def test_pictures_are_drawn_and_follow_their_numbers(tmp_path):
+    rows = [{"round": t, "client": f"c{k}", "n_k": 10, "accuracy": (k + t) / 12, "own_accuracy": k / 12}
+            for t in (1, 2, 3) for k in range(8)]
+    plot_clients(tmp_path, rows, "title")
+    first = _pixels(tmp_path / "clients.png")
+    assert first.std() > 0.01  # not blank
+    plot_clients(tmp_path, [{**r, "accuracy": r["accuracy"] / 2} for r in rows], "title")
+    assert not np.array_equal(first, _pixels(tmp_path / "clients.png"))
+    counts = [[5, 1, 0], [0, 6, 0], [2, 0, 4]]
+    plot_confusion(tmp_path, counts, ["yes", "no", "up"], "title")
+    first = _pixels(tmp_path / "confusion.png")
+    assert first.std() > 0.01
+    plot_confusion(tmp_path, [[0, 6, 0], [0, 6, 0], [2, 0, 4]], ["yes", "no", "up"], "title")
+    assert not np.array_equal(first, _pixels(tmp_path / "confusion.png"))
+
+
+@pytest.fixture(scope="module")
+def voxceleb_root(tmp_path_factory):
+    from fedac.data.synth.voxceleb1 import generate
+
+    out = tmp_path_factory.mktemp("voxceleb1")
+    generate(out, speakers=4, utterances=6, trial_speakers=3, trials=12, workers=1, progress=False)
+    return out
+
+
+def test_an_early_exit_client_at_layer_3_uploads_fewer_bytes_than_one_at_12(voxceleb_root, tmp_path):
+    """Early exit, hetero: half the clients stop at exit 3, half at 12; each uploads only what it trained."""
+    settings = {"algorithm": "earlyexit", "dataset": "voxceleb1", "data.root": voxceleb_root,
+                "data.cache_dir": tmp_path / "cache", "data.num_clients": 4, "model.name": "w2v2_tiny",
+                "train.local_epochs": 1, "train.batch_size": 4, "train.fraction": 1.0, "train.rounds": 1,
+                "earlyexit.mode": "hetero", "earlyexit.low_depth": 3, "earlyexit.high_depth": 12}
+    sim = Simulator(load_config(overrides=[f"{k}={v}" for k, v in settings.items()]), tmp_path / "run", progress=False)
+    sim.run()
+    depths = sim.algorithm.depths  # layers of w2v2_tiny: exit 3 -> 1, exit 12 -> 4
+    uploaded = {client: up for client, (down, up) in sim.state["bytes"]["clients"].items()}
+    shallow = {uploaded[c] for c, d in depths.items() if d == 1 and c in uploaded}
+    deep = {uploaded[c] for c, d in depths.items() if d == 4 and c in uploaded}
+    assert shallow and deep and max(shallow) < min(deep)
+    received = {down for down, up in sim.state["bytes"]["clients"].values()}
+    assert len(received) == 1 and received.pop() > min(deep)  # every client received the whole model
