@@ -59,17 +59,16 @@ def test_bad_arguments_are_refused_with_exit_2():
 GPU = ROOT / "benchmarks" / "gpu"
 
 
-def bench_module():
+def bench_module(name="bench_gpu"):
     sys.path.insert(0, str(ROOT / "benchmarks"))
-    import bench_gpu
-    return bench_gpu
+    return __import__(name)
 
 
 def test_run_paths_saves_the_report_after_every_path_and_keeps_only_the_asked_paths():
     import argparse
 
     import torch
-    bench = bench_module()
+    timing = bench_module("gpu_timing")
     seconds = {"plain": 0.02, "fedac": 0.005, "other": 0.001}
 
     def path(name):  # a path whose round sleeps a known time, over 10 samples
@@ -78,7 +77,7 @@ def test_run_paths_saves_the_report_after_every_path_and_keeps_only_the_asked_pa
     args = argparse.Namespace(device=torch.device("cpu"), quick=True, paths={"fedac", "plain"}, peaks={"fp32": 1.0},
                               peaks_cpu={"fp32": 1.0}, precision="fp32", started=0.0,
                               save=lambda: saved.append({k: dict(v) for k, v in node.items()}))
-    out = bench.run_paths(args, {"fedac": path("fedac"), "other": path("other"), "plain": path("plain")}, None,
+    out = timing.run_paths(args, {"fedac": path("fedac"), "other": path("other"), "plain": path("plain")}, None,
                           into=node)
     assert out is node and list(node) == ["fedac", "plain"]  # "other" is not among --paths
     assert [list(s) for s in saved] == [["fedac"], ["fedac", "plain"]]  # written after each path, as measured
@@ -115,13 +114,19 @@ def test_guard_skips_missing_optional_imports_keeps_other_errors_and_fails_a_hun
     (tmp_path / "test_optional.py").write_text("import nosuch_optional_pkg\n\ndef test_a():\n    pass\n")
     (tmp_path / "test_itself.py").write_text("import pytest\npytest.importorskip('nosuch_other', reason='other is "
                                              "absent')\n\ndef test_b():\n    pass\n")
-    (tmp_path / "test_ok.py").write_text("import time\n\ndef test_ok():\n    pass\n\ndef test_hung():\n    time.sleep(60)\n")
+    (tmp_path / "test_ok.py").write_text(
+        "import signal, time\n\ndef test_ok():\n    pass\n\ndef test_hung():\n    time.sleep(60)\n\n"
+        "def test_stuck():  # as if in C code: the alarm waits until the test unblocks it\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n    time.sleep(3)\n"
+        "    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})\n")
     common = ["--continue-on-collection-errors", "--optional-imports", "nosuch_optional_pkg", "--skipped-file", "skipped.txt"]
-    done = guard(tmp_path, *common, "--test-timeout", "1", "-o", "faulthandler_timeout=1")
-    assert done.returncode == 1, done.stdout  # the hung test failed, after 1 s, with where it hung
+    done = guard(tmp_path, *common, "--test-timeout", "1", "-o", "faulthandler_timeout=2")
+    assert done.returncode == 1, done.stdout + done.stderr  # both failed, with where they were
     assert "test_ok.py::test_hung ran past --test-timeout 1 s" in done.stdout and "time.sleep(60)" in done.stdout
-    assert "Timeout (0:00:01)!" in done.stderr  # faulthandler's dump of every thread
-    assert "1 failed, 1 passed, 2 skipped" in done.stdout
+    assert "test_ok.py::test_stuck ran past --test-timeout 1 s" in done.stdout
+    # faulthandler's dump of every thread: for the stuck test only (the hung one had failed at 1 s)
+    assert done.stderr.count("Timeout (0:00:02)!") == 1 and "in test_stuck" in done.stderr
+    assert "2 failed, 1 passed, 2 skipped" in done.stdout
     assert ("skipped for missing imports: test_itself.py (other is absent), test_optional.py (missing import "
             "nosuch_optional_pkg)") in done.stdout  # in collection order
     assert (tmp_path / "skipped.txt").read_text().splitlines() == [

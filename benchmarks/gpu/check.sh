@@ -145,10 +145,11 @@ for section in "${sections[@]}"; do
         tests)
             select=(-k "$TESTS")
             [ -n "$TESTS_MARK" ] && select=(-m "$TESTS_MARK")
-            # pytest_guard.py: a test past TEST_EACH fails with its traceback, modules lacking an optional
+            # pytest_guard.py: a test past TEST_EACH fails with its traceback (one stuck in C code: faulthandler
+            # dumps every thread 10 s later, when the alarm could not interrupt it), modules lacking an optional
             # package skip (listed at the end and in tests_skipped.txt), SIGINT prints the summary
             FEDAC_TEST_DEVICE=$DEVICE run_section tests "$TEST_TIMEOUT" "$PY" -X faulthandler benchmarks/gpu/pytest_guard.py \
-                -q -p no:cacheprovider --continue-on-collection-errors -o faulthandler_timeout="$TEST_EACH" \
+                -q -p no:cacheprovider --continue-on-collection-errors -o faulthandler_timeout=$((TEST_EACH + 10)) \
                 --test-timeout "$TEST_EACH" --skipped-file "$LOGS/tests_skipped.txt" "${select[@]}" $TEST_FILES ;;
     esac
 done

@@ -5,8 +5,10 @@ stopped, and test modules that cannot import an optional package reported apart 
         [--optional-imports soundfile,flwr,...] [--skipped-file PATH]
 
 - `--test-timeout S`: a test still running after S seconds fails with a traceback of where it was (SIGALRM,
-  raised when Python code next runs) and the run goes on; pass `-o faulthandler_timeout=S` as well, so a test
-  stuck inside C code (a CUDA call, a lock) still dumps every thread's stack. pytest-timeout does this better,
+  raised when Python code next runs) and the run goes on; pass `-o faulthandler_timeout=S2` too, S2 a few
+  seconds over S, so a test stuck inside C code (a CUDA call, a lock), which the alarm cannot interrupt, still
+  dumps every thread's stack. Not S2 = S: faulthandler's dump of a thread that is unwinding the alarm's
+  exception can crash the process. pytest-timeout does this better,
   but the machine's image may lack it and this needs nothing but pytest.
 - SIGINT raises KeyboardInterrupt even when the parent started this process with SIGINT ignored (a shell's
   background job): `timeout -s INT` then makes pytest print the interrupted test's traceback and the summary.
