@@ -345,6 +345,20 @@ class PrivacyConfig:
     """delta at which epsilon is reported."""
 
 
+@dataclass
+class LogConfig:
+    """Experiment trackers (fedac/tracking.py), written when a run ends, next to the run directory's own files."""
+
+    tensorboard: bool = False
+    """Write TensorBoard event files into <run directory>/tensorboard: metrics.csv's columns per round, each
+    evaluation's per-client accuracies as histograms, confusion.png and clients.png. Needs the optional
+    extra: pip install 'fedac[tensorboard]'."""
+    mlflow: str | None = None
+    """Log the run to MLflow: a directory (a local file store, created if missing) or a tracking URI
+    (sqlite:///..., http://...); params (every setting), metrics per round, final metrics and the run
+    directory's files as artifacts. None: off. Needs the optional extra: pip install 'fedac[mlflow]'."""
+
+
 _REPORTED: set[str] = set()  # broken plug-ins already warned about
 
 
@@ -390,6 +404,7 @@ class Config:
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     dp: PrivacyConfig = field(default_factory=PrivacyConfig)
+    log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
         for section, cls in algorithm_sections().items():

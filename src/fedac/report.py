@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedac.config import Config
+from fedac.tracking import track
 from fedac.version import code_version
 
 
@@ -139,10 +140,12 @@ def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
     _atomic_write(Path(run_dir) / "results.json", json.dumps(_clean({**results, "legend": legend}), indent=2))
     title = f"{cfg.algorithm} on {cfg.dataset} (seed {cfg.seed})"
     plot_curves(run_dir, results["history"], title)
-    plot_clients(run_dir, read_client_rows(run_dir), title, results.get("per_client", {}).get("without_holdout_reason"))
+    rows = read_client_rows(run_dir)
+    plot_clients(run_dir, rows, title, results.get("per_client", {}).get("without_holdout_reason"))
     if "confusion" in results:
         plot_confusion(run_dir, results["confusion"]["counts"], results["confusion"]["classes"],
                        f"{title}\nshared model (round {results['final'].get('selected_round')}) on the test split")
+    track(run_dir, cfg, results, rows)  # log.tensorboard, log.mlflow
 
 
 PRUNING_LOG = "lpa.jsonl"

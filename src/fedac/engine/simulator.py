@@ -35,6 +35,7 @@ from fedac.metrics import mean_std
 from fedac.privacy import Privacy
 from fedac.report import log_pruning, truncate_client_rows, truncate_pruning_log, write_history, write_results
 from fedac.seeding import numpy_rng
+from fedac.tracking import check_trackers
 from fedac.training.device import autocast, configure_precision, device_name, nbytes, place, resolve_device, to_device
 from fedac.training.evaluate import evaluate, kws_rates, selection_score, window_accuracy
 from fedac.training.packing import client_home
@@ -90,6 +91,7 @@ class Simulator:
         self.run_dir = Path(run_dir)
         self.progress = progress
         configure_process(cfg.train)
+        check_trackers(cfg.log)  # a missing tracker extra fails here, not after training
         check_execution(cfg.train.execution)
         self.device = resolve_device(cfg.train.device)  # before the data is built: a missing GPU fails at once
         configure_precision(cfg.train.precision, self.device)

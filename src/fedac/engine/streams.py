@@ -42,6 +42,7 @@ from fedac.engine.simulator import all_finite
 from fedac.errors import ConfigError
 from fedac.metrics import classification_metrics
 from fedac.report import format_table, write_history, write_results
+from fedac.tracking import check_trackers
 from fedac.training.cohort import cohort_workers
 from fedac.training.device import configure_precision, device_name, resolve_device, to_device
 from fedac.training.step import train_client
@@ -75,6 +76,7 @@ class StreamRunner:
                                   f"on D0, not weights; zeroshot.scenario fixes the users and their models): leave it at {default}")
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         configure_process(cfg.train)
+        check_trackers(cfg.log)  # a missing tracker extra fails here, not after training
         self.device = resolve_device(cfg.train.device)
         configure_precision(cfg.train.precision, self.device)
         manifest = load_manifest(cfg, progress)
