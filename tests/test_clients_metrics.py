@@ -219,3 +219,23 @@ def test_an_early_exit_client_at_layer_3_uploads_fewer_bytes_than_one_at_12(voxc
     assert shallow and deep and max(shallow) < min(deep)
     received = {down for down, up in sim.state["bytes"]["clients"].values()}
     assert len(received) == 1 and received.pop() > min(deep)  # every client received the whole model
+
+
+def test_compare_adds_the_worst_clients_column_and_plots_accuracy_against_upload(gsc_root, tmp_path, capsys):
+    from fedac.cli import main
+
+    out = tmp_path / "cmp"
+    assert main(["compare", "--quiet", "--seeds", "0", "--rounds", "2", "--out", str(out), "--worst", "--plot-bytes",
+                 "--method", "A=fedavg", "--method", "B=fedmlac:fedmlac.plugin_model=crnn_tiny,model.client_model=crnn_tiny",
+                 "--set", f"data.root={gsc_root}", "--set", "model.name=crnn_tiny", "--set", "train.local_epochs=1"]) == 0
+    table = (out / "table.md").read_text().splitlines()
+    header = [c.strip() for c in table[0].strip("|").split("|")]
+    assert header[-2:] == ["Shared model: worst 10 % clients' held-out acc.", "Own models: worst 10 % clients' held-out acc."]
+    for line, label in zip(table[2:], ("A", "B")):
+        results = json.loads((out / f"{label}-s0" / "results.json").read_text())
+        spreads = results["per_client"]["spreads"]
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        assert cells[-2] == f"{100 * spreads['accuracy']['worst10_mean']:.2f} ± 0.00"
+        assert cells[-1] == ("n/a" if label == "A" else f"{100 * spreads['own_accuracy']['worst10_mean']:.2f} ± 0.00")
+    assert _pixels(out / "accuracy_vs_upload.png").std() > 0.01
+    assert "accuracy_vs_upload.png" in capsys.readouterr().out

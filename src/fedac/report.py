@@ -48,7 +48,7 @@ def write_history(run_dir: Path, history: list[dict[str, float]]) -> None:
 
 
 def plot_curves(run_dir: Path, history: list[dict[str, float]], title: str) -> None:
-    plt = _pyplot()
+    plt = pyplot()
     rounds = [row["round"] for row in history]
     fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
     for key, label in (("val_accuracy", "val accuracy"), ("val_macro_f1", "val macro-F1")):
@@ -252,7 +252,8 @@ def truncate_client_rows(run_dir: Path, last_round: int) -> None:
         _atomic_write(path, "".join(kept))
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend (files only, no display)."""
     import matplotlib  # lazy: start-up time
 
     matplotlib.use("Agg")
@@ -266,7 +267,7 @@ def plot_confusion(run_dir: Path, counts: list[list[int]], classes: list[str], t
     its clips, class names on both axes."""
     import numpy as np
 
-    plt = _pyplot()
+    plt = pyplot()
     counts = np.asarray(counts, dtype=float)
     shares = counts / np.maximum(counts.sum(1, keepdims=True), 1)
     size = min(4 + 0.25 * len(classes), 11)
@@ -295,7 +296,7 @@ def plot_clients(run_dir: Path, rows: list[dict[str, Any]], title: str, why_empt
 
     panels = [(key, label) for key, label in (("accuracy", "shared model"), ("own_accuracy", "each client's own model"))
               if any(key in r for r in rows)]
-    plt = _pyplot()
+    plt = pyplot()
     if not panels:
         fig, ax = plt.subplots(figsize=(7, 2.5))
         ax.axis("off")

@@ -67,7 +67,16 @@ COLUMNS = {
 METRICS = tuple(COLUMNS)
 #: Further results.json `final` keys that summary.json's mean_std also averages, for the runs that have
 #: them (FedKWS-UI's FA / FR, last-5 mean and clean-test accuracy; UAR for emotion sets).
-EXTRA_METRICS = ("uar", "fa", "fr", "test_last5_mean", "clean_accuracy")
+EXTRA_METRICS = ("uar", "fa", "fr", "test_last5_mean", "clean_accuracy", "client_accuracy_worst10",
+                 "personalized_local_accuracy_worst10")
+#: `fedac compare --worst`: columns of the worst 10 % of clients' held-out accuracy (results.json's
+#: per_client spreads, metrics.spread), after the columns of their means.
+WORST_COLUMNS = {
+    "client_accuracy_worst10": "Shared model: worst 10 % clients' held-out acc.",
+    "personalized_local_accuracy_worst10": "Own models: worst 10 % clients' held-out acc.",
+}
+#: per_client spread -> the run's key for it
+WORST_SOURCES = {"accuracy": "client_accuracy_worst10", "own_accuracy": "personalized_local_accuracy_worst10"}
 
 
 @dataclass
@@ -212,7 +221,9 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
             raise
 
     def record(label: str, cfg: Config, run_dir: Path, results: dict) -> None:
-        runs[label].append({"seed": cfg.seed, "run_dir": str(run_dir), **results["final"],
+        spreads = results.get("per_client", {}).get("spreads", {})  # (runs written before issue 57 have none)
+        worst = {key: spreads[metric]["worst10_mean"] for metric, key in WORST_SOURCES.items() if metric in spreads}
+        runs[label].append({"seed": cfg.seed, "run_dir": str(run_dir), **results["final"], **worst,
                             "wall_seconds": results["wall_seconds"],
                             "source_sha256": results.get("code_version", {}).get("source_sha256")})
         runs[label].sort(key=lambda r: seeds.index(r["seed"]))
@@ -256,12 +267,43 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
     return summary
 
 
-def markdown_table(runs: dict[str, list[dict]]) -> str:
-    lines = ["| Method | " + " | ".join(COLUMNS.values()) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+def markdown_table(runs: dict[str, list[dict]], worst: bool = False) -> str:
+    """The table of every METRICS column (mean ± std over seeds); `worst` adds the WORST_COLUMNS that
+    some run has (n/a for a method whose runs have none)."""
+    columns = dict(COLUMNS)
+    if worst:
+        columns.update({k: v for k, v in WORST_COLUMNS.items() if any(r.get(k) is not None for rs in runs.values() for r in rs)})
+    lines = ["| Method | " + " | ".join(columns.values()) + " |", "|---" * (len(columns) + 1) + "|"]
     for label, stats in runs_mean_std(runs).items():  # the same cells as summary.json's mean_std
-        cells = [_format(*stats[k]) for k in METRICS]
+        cells = [_format(*stats.get(k, (float("nan"), float("nan")))) for k in columns]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
+
+
+UPLOAD_PLOT = "accuracy_vs_upload.png"
+
+
+def plot_accuracy_vs_upload(runs: dict[str, list[dict]], out: Path) -> Path:
+    """`fedac compare --plot-bytes`: each run's validation accuracy at every evaluated round against the
+    bytes its clients had uploaded by then (metrics.csv's upload_bytes_total), one colour per method."""
+    import csv
+
+    from fedac.report import pyplot
+
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for index, (label, rs) in enumerate(runs.items()):
+        for k, run in enumerate(rs):
+            with open(Path(run["run_dir"]) / "metrics.csv", newline="") as handle:
+                rows = [r for r in csv.DictReader(handle) if r.get("upload_bytes_total") and r.get("val_accuracy")]
+            ax.plot([float(r["upload_bytes_total"]) / 2**20 for r in rows], [float(r["val_accuracy"]) for r in rows],
+                    marker="o", ms=3, color=f"C{index % 10}", alpha=0.8, label=label if k == 0 else None)
+    ax.set_xlabel("cumulative upload (MiB, all clients)"), ax.set_ylabel("validation accuracy")
+    ax.grid(alpha=0.3), ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(out / UPLOAD_PLOT, dpi=100)
+    plt.close(fig)
+    return out / UPLOAD_PLOT
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -278,6 +320,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     out = Path(args.out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
     summary = run_comparison(base, methods, args.seeds, out, overrides, args.config, progress=not args.quiet,
                              finished_only=args.finished_only)
+    if args.worst:
+        (out / "table.md").write_text(markdown_table(summary["runs"], worst=True))
+    if args.plot_bytes:
+        print(f"accuracy against upload bytes: {plot_accuracy_vs_upload(summary['runs'], out)}")
     print((out / "table.md").read_text())
     print(f"{len(methods)} methods x {len(args.seeds)} seeds in {summary['wall_seconds']:.0f} s; results in {out}")
     return 0
@@ -303,4 +349,8 @@ def add_compare_parser(sub) -> None:
     p.add_argument("--config")
     p.add_argument("--dataset", metavar="NAME", help=f"one of {', '.join(DATASETS)} (default {Config.dataset})")
     add_grid_arguments(p, "output folder (default runs/compare-<time>); rerun to complete a killed comparison")
+    p.add_argument("--worst", action="store_true",
+                   help="table.md adds the worst 10 %% of clients' held-out accuracy (mean ± std over seeds)")
+    p.add_argument("--plot-bytes", action="store_true",
+                   help=f"also draw {UPLOAD_PLOT}: validation accuracy against cumulative upload bytes")
     p.set_defaults(func=cmd_compare)
