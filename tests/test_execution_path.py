@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from fedac.cli import main
 from fedac.config import load_config
@@ -21,8 +22,6 @@ def settings(gsc_root, tmp_path, *overrides):
 @pytest.mark.parametrize("overrides, path", [
     (["model.name=crnn_tiny"], "stacked"),
     (["model.name=cnn1_softmax", "train.execution=cohort"], "stacked"),
-    (["model.name=cnn1_softmax"], "sequential: model cnn1_softmax's stacked path (vmap) is slower than one client "
-                                  "at a time on the CPU (train.execution=cohort forces it)"),
     (["model.name=crnn_tiny", "train.execution=sequential"], "sequential: train.execution=sequential"),
     (["algorithm=fedmmd", "model.name=crnn_tiny"], "sequential: FedMMD overrides client_update"),
 ])
@@ -53,3 +52,36 @@ def test_fedac_models_shows_each_models_stacked_support(capsys):
     assert "stacked: crnn " in lines["crnn_lite"]
     assert all("stacked: vmap " in lines[name] for name in ("dscnn", "mhattrnn", "resnet15", "kwt", "cnn3_relu"))
     assert "stacked: no: has its own task_loss" in lines["w2v2_tiny"]
+
+
+def test_auto_measures_a_vmapped_network_in_the_first_round_and_a_resume_keeps_the_choice(gsc_root, tmp_path, capsys):
+    cfg = settings(gsc_root, tmp_path, "model.name=cnn1_softmax", "train.rounds=2", "train.checkpoint_every=1")
+    killed = Simulator(cfg, tmp_path / "run", progress=True)
+    assert killed.algorithm.needs_probe()
+    killed.run(stop_after=1)
+    assert "clients train auto: stacked or sequential" in capsys.readouterr().err
+    (choice,) = killed.algorithm.auto_choice.values()
+    assert choice["path"] in ("stacked", "sequential") and choice["clients"] >= 1
+    resumed = Simulator(cfg, tmp_path / "run", killed.data, progress=True)
+    results = resumed.run(resume=True)
+    assert resumed.algorithm.auto_choice == killed.algorithm.auto_choice  # not measured again
+    first = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("fedac: "))
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert saved["execution"] == results["execution"] and first.endswith(f"clients train {saved['execution']}")
+    assert saved["execution"] == "stacked" if choice["path"] == "stacked" else saved["execution"].startswith(
+        "sequential: auto measured model cnn1_softmax's stacked path (vmap) slower on")
+    assert saved["execution_probe"] == killed.algorithm.auto_choice
+
+
+@pytest.mark.parametrize("algorithm", ["fedkwsui", "fedavg"])
+def test_a_resumed_stacked_run_ends_exactly_like_an_uninterrupted_one(gsc_root, tmp_path, algorithm):
+    cfg = settings(gsc_root, tmp_path, f"algorithm={algorithm}", "model.name=cnn1_softmax", "train.rounds=2",
+                   "train.checkpoint_every=1", "train.execution=cohort", "fedkwsui.local_steps=2")
+    straight = Simulator(cfg, tmp_path / "straight", progress=False)
+    straight.run()
+    Simulator(cfg, tmp_path / "resumed", straight.data, progress=False).run(stop_after=1)
+    resumed = Simulator(cfg, tmp_path / "resumed", straight.data, progress=False)
+    resumed.run(resume=True)
+    assert resumed.rounds_trained == 1 and resumed.execution == "stacked"
+    for name, value in straight.state["server"]["params"].items():
+        assert torch.equal(value, resumed.state["server"]["params"][name]), name

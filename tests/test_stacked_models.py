@@ -185,3 +185,17 @@ def test_fedkwsui_trains_stacked_as_it_trains_alone(model, overrides):
         assert (a.state is None) == (b.state is None)
         if a.state is not None:
             assert a.state.keys() == b.state.keys()
+
+
+@pytest.mark.parametrize("chosen", ["stacked", "sequential"])
+def test_auto_probe_keeps_the_chosen_paths_results_and_says_which(chosen, monkeypatch):
+    alg, clients = algorithm("cnn1_softmax", "train.execution=auto")
+    assert alg.needs_probe() and alg.execution_path().startswith("auto: ")
+    real = alg.record_probe
+    monkeypatch.setattr(alg, "record_probe", lambda s, q, n: real(*((0.1, 1.0) if chosen == "stacked" else (1.0, 0.1)), n))
+    probed = run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
+    reference = one_round("cnn1_softmax", "cohort" if chosen == "stacked" else "sequential")
+    assert_close(probed, reference, tol=0.0)  # the kept results are the chosen path's, bit for bit
+    assert not alg.needs_probe()
+    path = alg.execution_path()
+    assert path == "stacked" if chosen == "stacked" else path.startswith("sequential: auto measured model cnn1_softmax")

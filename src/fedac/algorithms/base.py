@@ -20,7 +20,7 @@ from fedac.config import Config
 from fedac.errors import ConfigError
 from fedac.models import build_model
 from fedac.seeding import derive_seed, numpy_rng
-from fedac.training.device import resolve_device, resolve_devices
+from fedac.training.device import device_name, resolve_device, resolve_devices
 from fedac.training.packing import Packing
 from fedac.training.evaluate import evaluate
 from fedac.training.local import local_steps
@@ -66,6 +66,9 @@ class Algorithm(ABC):
         self.packing = Packing(cfg.train.cohort_chunk, self.devices[0], spread=len(self.devices))
         self._scratch: dict[tuple[str, str], nn.Module] = {}
         self._stacked: dict[tuple[str, str], Any] = {}  # per architecture: its stacked kind and forward
+        #: `train.execution=auto` with a vmapped network: the path measured faster on a probe chunk in the
+        #: first round, per (architectures, device) (engine/cohort.py measures; the checkpoint keeps it).
+        self.auto_choice: dict[str, dict[str, Any]] = {}
         #: LPA's per-layer pruning in the last server update (diagnostics for the engine's log, not state).
         self.last_pruning: dict[str, LayerPruning] | None = None
 
@@ -152,7 +155,25 @@ class Algorithm(ABC):
         if mode == "sequential":
             return "sequential: train.execution=sequential"
         reason = self.sequential_reason(mode)
+        if reason is None and self.needs_probe():
+            return "auto: stacked or sequential, whichever a probe chunk of the first round trains faster"
         return "stacked" if reason is None else f"sequential: {reason}"
+
+    def _probe_key(self) -> str:
+        return f"{','.join(self.stacked_architectures())}@{self.device}"
+
+    def needs_probe(self) -> bool:
+        """True under `train.execution=auto` while a vmapped network's speed against the sequential path
+        is unmeasured on this device (a hand-written CRNN is always faster stacked: no probe)."""
+        return (self.cfg.train.execution == "auto" and self._probe_key() not in self.auto_choice
+                and any(self.stacked_kind(arch) == "vmap" for arch in self.stacked_architectures()))
+
+    def record_probe(self, stacked_s: float, sequential_s: float, clients: int) -> str:
+        """The probe's timings (engine/cohort.py): the faster path (returned) is this run's from now on."""
+        path = "stacked" if stacked_s <= sequential_s else "sequential"
+        self.auto_choice[self._probe_key()] = {"path": path, "stacked_s": stacked_s, "sequential_s": sequential_s,
+                                               "clients": clients}
+        return path
 
     def sequential_reason(self, mode: str = "auto") -> str | None:
         """Why the clients cannot (cohort) or should not (auto) train stacked; None when they do."""
@@ -174,10 +195,12 @@ class Algorithm(ABC):
             kind = self.stacked_kind(arch)
             if kind.startswith("none"):
                 return f"model {arch} has no stacked forward ({kind[len('none: '):]})"
-            if mode == "auto" and kind == "vmap" and self.device.type == "cpu":
-                # Measured (issue 56): torch.func's vmapped convolutions lose to per-client MKL-DNN ones.
-                return (f"model {arch}'s stacked path (vmap) is slower than one client at a time on the CPU "
-                        "(train.execution=cohort forces it)")
+            choice = self.auto_choice.get(self._probe_key())
+            if mode == "auto" and kind == "vmap" and choice is not None and choice["path"] == "sequential":
+                # On a CPU vmapped convolutions can lose to per-client MKL-DNN ones (issue 56): measured, not assumed.
+                return (f"auto measured model {arch}'s stacked path (vmap) slower on {device_name(self.device)}: "
+                        f"{choice['stacked_s']:.2f} s against {choice['sequential_s']:.2f} s for a probe of "
+                        f"{choice['clients']} clients (train.execution=cohort forces it)")
         return None
 
     def stacked_architectures(self) -> list[str]:

@@ -3,10 +3,12 @@ client after another) and an algorithm's stacked cohort hook (training/cohort.py
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from fedac.algorithms.base import Algorithm
 from fedac.errors import ConfigError
+from fedac.training.cohort import client_progress
 from fedac.training.device import autocast
 from fedac.training.step import train_client
 from fedac.training.types import ClientData, ClientResult
@@ -34,8 +36,33 @@ def check_path(algorithm: Algorithm) -> str:
 def run_clients(algorithm: Algorithm, payload: Any, states: list[Any], datas: list[ClientData], round_idx: int,
                 seed: int) -> list[ClientResult]:
     """The round's client updates, in `datas` order: through the algorithm's cohort hook when `check_path`
-    says stacked, else one client at a time."""
-    if check_path(algorithm) == "stacked":
+    says stacked, else one client at a time; under auto, a vmapped network first measures both paths on a
+    probe chunk (`probe`)."""
+    path = check_path(algorithm)
+    if path.startswith("auto"):
+        return probe(algorithm, payload, states, datas, round_idx, seed)
+    if path == "stacked":
         with autocast(algorithm.cfg.train.precision, algorithm.device):  # as train_client has it
             return algorithm.cohort_update(payload, states, datas, round_idx, seed)
     return [train_client(algorithm, payload, state, data, round_idx, seed) for state, data in zip(states, datas)]
+
+
+def probe(algorithm: Algorithm, payload: Any, states: list[Any], datas: list[ClientData], round_idx: int,
+          seed: int) -> list[ClientResult]:
+    """`train.execution=auto` with a vmapped network, first round: the first chunk's clients (at most
+    `train.cohort_chunk`, 16 on the CPU) train both ways and are timed; the faster path's results are kept
+    and it trains the rest of the run (`Algorithm.record_probe`; the checkpoint keeps the choice, so a
+    resumed run takes the same path). The first stacked call carries its one-off setup (templates, dropout
+    shapes), which counts against it."""
+    count = min(len(datas), algorithm.packing.fixed_chunk)
+    started = time.perf_counter()
+    with autocast(algorithm.cfg.train.precision, algorithm.device):
+        stacked = algorithm.cohort_update(payload, states[:count], datas[:count], round_idx, seed)
+    stacked_s = time.perf_counter() - started
+    started = time.perf_counter()
+    with client_progress(lambda done: None):  # the probe's second pass is not progress
+        alone = [train_client(algorithm, payload, state, data, round_idx, seed)
+                 for state, data in zip(states[:count], datas[:count])]
+    chosen = algorithm.record_probe(stacked_s, time.perf_counter() - started, count)
+    kept = stacked if chosen == "stacked" else alone
+    return kept + (run_clients(algorithm, payload, states[count:], datas[count:], round_idx, seed) if count < len(datas) else [])

@@ -26,7 +26,8 @@ from fedac.attacks import Attack
 from fedac.config import Config
 from fedac.engine.checkpoint import open_run, save_checkpoint
 from fedac.engine.clients import ByteLedger, client_summary, log_clients, test_confusion
-from fedac.engine.cohort import check_execution, check_path, run_clients
+from fedac.engine.cohort import check_execution, check_path
+from fedac.engine.distributed import current_world, run_shared
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
 from fedac.engine.rounds import RoundLoop
 from fedac.engine.runtime import configure_process
@@ -90,6 +91,7 @@ class Simulator:
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.progress = progress
+        self.world = current_world()  # several processes (torchrun): engine/distributed.py
         configure_process(cfg.train)
         check_trackers(cfg.log)  # a missing tracker extra fails here, not after training
         check_execution(cfg.train.execution)
@@ -153,7 +155,9 @@ class Simulator:
         names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
         datas = [self._client_data(name) for name in names]
         states = [to_device(self._client_state(state, name), self.device) for name in names]
-        results = run_clients(self.algorithm, payload, states, datas, round_idx, cfg.seed)  # (autocast inside)
+        # (autocast inside; over several processes each trains its share and all get every result)
+        results = run_shared(self.world, self.algorithm, payload, states, datas, round_idx, cfg.seed)
+        state["auto_choice"] = dict(self.algorithm.auto_choice)  # auto's measured path, kept for a resume
         for name, data, result in zip(names, datas, results):
             if not all_finite(result.upload) or not all_finite(result.state):
                 log.warning("round %d: client %s returned NaN/Inf parameters; its update is discarded", round_idx, name)
@@ -242,6 +246,8 @@ class Simulator:
         clients, state["clients"] = state["clients"], {}
         state = to_device(state, self.device)
         state["clients"] = {name: self._homed(value) for name, value in clients.items()}
+        self.algorithm.auto_choice.update(state.get("auto_choice", {}))  # a resumed run keeps auto's choice
+        self.execution = self.algorithm.execution_path()
         line = (f"{cfg.algorithm} on {device_name(self.device)} (train.device={cfg.train.device}); "
                 f"clients train {self.execution}")
         log.info(line)
@@ -260,7 +266,7 @@ class Simulator:
                 evaluated = round_idx % cfg.train.eval_every == 0 or round_idx == rounds
                 with loop.round(round_idx, self.cohort_size):  # (a second signal abandons the round in here)
                     row = {"round": float(round_idx), **self.run_round(state, round_idx)}
-                    if evaluated:
+                    if evaluated and self.world.writes:  # (rank 0 evaluates: engine/distributed.py)
                         with autocast(cfg.train.precision, self.device):
                             self._evaluate_round(state, round_idx, row)
                 self.rounds_trained += 1
@@ -276,6 +282,8 @@ class Simulator:
                                boundary=round_idx % cfg.train.checkpoint_every == 0 or round_idx == rounds)
                 if stop_after is not None and round_idx >= stop_after:
                     return None
+            if not self.world.writes:
+                return None  # (rank 0 alone evaluates and writes the results)
             loop.finishing()
             self.state = state
             with autocast(cfg.train.precision, self.device):
@@ -283,7 +291,9 @@ class Simulator:
         results["wall_seconds"] = time.perf_counter() - started
         results["resumed_from"], results["rounds_trained"] = self.resumed_from, self.rounds_trained
         results["device"] = device_name(self.device)
-        results["execution"] = self.execution
+        results["execution"] = self.algorithm.execution_path()  # (auto: what the probe chose)
+        if self.algorithm.auto_choice:
+            results["execution_probe"] = dict(self.algorithm.auto_choice)
         write_results(self.run_dir, results, cfg)
         return results
 

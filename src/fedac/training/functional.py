@@ -187,27 +187,39 @@ class StackedModule:
 
     def __call__(self, state: Params, x: torch.Tensor, masks=None, weight: torch.Tensor | None = None,
                  method: str = "forward", padded: bool | None = None) -> torch.Tensor:
+        return self.map(lambda forward, params, inputs, w: forward(inputs, method), state, x, masks, weight,
+                        method=method, padded=padded)
+
+    def map(self, fn, state: Params, x: torch.Tensor, masks=None, weight: torch.Tensor | None = None, *extras,
+            method: str = "forward", padded: bool | None = None):
+        """vmap over the clients of `fn(forward, params, x_k, weight_k, *extras_k)`, where `forward(inputs,
+        method="forward")` is client k's model (parameters and buffers bound), `params` its trainable
+        parameters by name, and each of `extras` a tensor or dict of tensors with a leading client axis.
+        Dropout masks are drawn for one call of `method` per step (see the module's docstring)."""
         template = self._template(x.device)
         drawn = []
         if masks is not None and template.training:
             for shape, p in self._dropout_shapes(template, method, x):
                 mask = masks(shape, p)
                 drawn.append(mask if mask is not None else x.new_ones(x.shape[0], x.shape[1], *shape))
-        if padded is None:
-            padded = weight is not None and bool((weight == 0).any())
+        if weight is None:
+            weight, padded = x.new_ones(x.shape[:2]), False
+        elif padded is None:
+            padded = bool((weight == 0).any())
         params = {"m." + name: state[name] for name in self.param_names if name in state}
         buffers = {"m." + name: state[name] for name in self.buffer_names if name in state}
 
-        def one(p: Params, b: Params, inputs: torch.Tensor, ms: list[torch.Tensor], w: torch.Tensor | None):
+        def one(p: Params, b: Params, inputs: torch.Tensor, ms: list[torch.Tensor], w: torch.Tensor, *ex):
             token = _REPLAY.set(_Replay(list(ms), w, padded))
             try:
-                return functional_call(template, (p, b), (method, inputs), strict=False)
+                def forward(data: torch.Tensor, name: str = "forward"):
+                    return functional_call(template, (p, b), (name, data), strict=False)
+
+                return fn(forward, {name[2:]: value for name, value in p.items()}, inputs, w, *ex)
             finally:
                 _REPLAY.reset(token)
 
-        if weight is None:
-            return vmap(lambda p, b, i, ms: one(p, b, i, ms, None), randomness="error")(params, buffers, x, drawn)
-        return vmap(one, randomness="error")(params, buffers, x, drawn, weight)
+        return vmap(one, randomness="error")(params, buffers, x, drawn, weight, *extras)
 
 
 def _replayable(model: nn.Module) -> nn.Module:

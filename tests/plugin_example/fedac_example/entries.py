@@ -7,6 +7,8 @@ from fedac.registry import Entry
 
 ALGORITHM = Entry("fedac_example.algorithm:FedAvgLR", "FedAvg with a server learning rate (example plug-in)",
                   settings="fedac_example.settings:FedAvgLRSettings")
+SCAFFOLD = Entry("fedac_example.scaffold:Scaffold", "SCAFFOLD option II, trains stacked (example plug-in)",
+                 defaults={"train.momentum": 0.0})
 MODEL = Entry("fedac_example.model:build", "time-averaged features, then a two-layer MLP (example plug-in)")
 DATASET = DatasetSpec("fedac_example.dataset:load_manifest", "fedac_example.dataset:generate", "natural",
                       "pure tones, one pitch per class, one client per timbre (example plug-in)",
