@@ -105,6 +105,8 @@ def test_a_run_writes_every_clients_scores_spreads_and_bytes(cfg_for, tmp_path):
     assert {r["client"]: int(r["n_k"]) for r in rows} == {c.name: c.num_samples for c in held}
     assert {r["client"]: int(r["holdout"]) for r in rows} == {c.name: len(c.holdout_y) for c in held}
     # the last evaluation's rows are the final (select=last) model's: the same mean as results' own figure
+    # (computed client by client there, in batches across clients here: equal unless float rounding of
+    # the logits flips an arg-max, which these runs never do)
     last = [float(r["accuracy"]) for r in rows if r["round"] == "2"]
     assert np.mean(last) == pytest.approx(results["final"]["client_accuracy_mean"], abs=1e-12)
     spreads = json.loads((tmp_path / "results.json").read_text())["per_client"]
@@ -209,7 +211,8 @@ def test_an_early_exit_client_at_layer_3_uploads_fewer_bytes_than_one_at_12(voxc
     settings = {"algorithm": "earlyexit", "dataset": "voxceleb1", "data.root": voxceleb_root,
                 "data.cache_dir": tmp_path / "cache", "data.num_clients": 4, "model.name": "w2v2_tiny",
                 "train.local_epochs": 1, "train.batch_size": 4, "train.fraction": 1.0, "train.rounds": 1,
-                "earlyexit.mode": "hetero", "earlyexit.low_depth": 3, "earlyexit.high_depth": 12}
+                "earlyexit.mode": "hetero", "earlyexit.low_depth": 3, "earlyexit.high_depth": 12,
+                "data.local_holdout": 0.5}
     sim = Simulator(load_config(overrides=[f"{k}={v}" for k, v in settings.items()]), tmp_path / "run", progress=False)
     sim.run()
     depths = sim.algorithm.depths  # layers of w2v2_tiny: exit 3 -> 1, exit 12 -> 4
@@ -219,6 +222,13 @@ def test_an_early_exit_client_at_layer_3_uploads_fewer_bytes_than_one_at_12(voxc
     assert shallow and deep and max(shallow) < min(deep)
     received = {down for down, up in sim.state["bytes"]["clients"].values()}
     assert len(received) == 1 and received.pop() > min(deep)  # every client received the whole model
+    # clients.csv: each client's own exit and the shared model at every exit ("accuracy": at eval_exit)
+    rows = rows_of(tmp_path / "run" / "clients.csv")
+    assert rows and {r["client"]: int(r["depth"]) for r in rows} == {r["client"]: depths[r["client"]] for r in rows}
+    exits = sim.algorithm.exits
+    for r in rows:
+        assert all(f"exit{d}_accuracy" in r for d in exits)
+        assert r["accuracy"] == r[f"exit{sim.algorithm.eval_exit}_accuracy"]
 
 
 def test_compare_adds_the_worst_clients_column_and_plots_accuracy_against_upload(gsc_root, tmp_path, capsys):
@@ -239,3 +249,52 @@ def test_compare_adds_the_worst_clients_column_and_plots_accuracy_against_upload
         assert cells[-1] == ("n/a" if label == "A" else f"{100 * spreads['own_accuracy']['worst10_mean']:.2f} ± 0.00")
     assert _pixels(out / "accuracy_vs_upload.png").std() > 0.01
     assert "accuracy_vs_upload.png" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def tones(tmp_path_factory):
+    """Speech Commands tones for the zero-shot driver: every word one clip per speaker, the 10 task words six."""
+    from fedac.data.gsc import WORDS_10
+    from gsc_fixture import make_gsc_tree
+
+    root = tmp_path_factory.mktemp("zs_gsc")
+    make_gsc_tree(root, speakers=8, clips=1)
+    return make_gsc_tree(root, speakers=8, words=WORDS_10, clips=6)
+
+
+def test_zeroshot_writes_one_row_per_user_and_round_with_its_bytes(tones, tmp_path):
+    from fedac.engine.streams import StreamRunner
+
+    cfg = load_config(overrides=["algorithm=zeroshot", f"data.root={tones}", f"data.cache_dir={tmp_path / 'cache'}",
+                                 "zeroshot.scale=0.05", "zeroshot.rounds=2", "zeroshot.di_steps=20",
+                                 "zeroshot.di_per_class=10", "train.local_epochs=1"])
+    runner = StreamRunner(cfg, tmp_path / "run", progress=False)
+    results = runner.run()
+    rows = rows_of(tmp_path / "run" / "clients.csv")
+    users = list(runner.scenario.users)
+    assert [(int(r["round"]), r["client"]) for r in rows] == [(t, u) for t in (1, 2) for u in users]
+    for r in rows:
+        history = results["history"][int(r["round"]) - 1]
+        for key in ("local_acc", "global_acc", "increase"):
+            assert float(r[key]) == pytest.approx(history[f"{key}/{r['client']}"])
+        assert int(r["bytes_up"]) > 0 and int(r["bytes_down"]) >= 0
+    last = [float(r["global_acc"]) for r in rows if r["round"] == "2"]
+    assert results["per_client"]["spreads"]["global_acc"]["mean"] == pytest.approx(np.mean(last))
+    assert results["history"][-1]["upload_bytes_total"] == sum(int(r["bytes_up"]) for r in rows if r["round"] == "2")
+    assert _pixels(tmp_path / "run" / "clients.png").std() > 0.01
+
+
+def test_batched_scoring_across_clients_equals_scoring_each_client_alone():
+    from fedac.engine.clients import batched_holdout_metrics, holdout_metrics
+    from fedac.training.types import ClientData
+
+    torch.manual_seed(0)
+    model = build_model("crnn_tiny", 40, 5)
+    clients = [ClientData(f"c{k}", torch.zeros(0, 40, 101), torch.zeros(0, dtype=torch.long),
+                          torch.randn(n, 40, 101), torch.randint(0, 5, (n,))) for k, n in enumerate((3, 0, 7, 1, 4))]
+    alone = {c.name: holdout_metrics(model, c, 5, 512) for c in clients if len(c.holdout_y)}
+    for batch in (2, 4, 512):  # flushes inside a client group, between groups, and once at the end
+        batched = batched_holdout_metrics(model, clients, 5, batch, "cpu")
+        assert batched.keys() == alone.keys()
+        for name, scores in alone.items():
+            assert batched[name] == pytest.approx(scores, abs=1e-12), (batch, name)

@@ -226,6 +226,9 @@ def append_client_rows(run_dir: Path, columns: list[str], rows: list[dict[str, A
     A cell left empty is a score the client has not got: an own model not trained yet."""
     path = Path(run_dir) / CLIENTS_CSV
     new = not path.is_file()
+    if not new:  # (the header the file began with: a resumed run appends under it)
+        with open(path, newline="") as handle:
+            columns = next(csv.reader(handle), columns)
     with open(path, "a", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, restval="")
         if new:
@@ -285,6 +288,11 @@ def plot_confusion(run_dir: Path, counts: list[list[int]], classes: list[str], t
     plt.close(fig)
 
 
+#: clients.png's panels: a clients.csv column and what it scores, each drawn when the run has it.
+CLIENT_PANELS = (("accuracy", "shared model"), ("own_accuracy", "each client's own model"),
+                 ("global_acc", "shared score table, each user's labels"), ("local_acc", "each user's own model"))
+
+
 def plot_clients(run_dir: Path, rows: list[dict[str, Any]], title: str, why_empty: str | None = None) -> None:
     """clients.png from clients.csv's rows: per evaluated round, the clients' held-out accuracy as
     percentile bands (10-90 and 25-75) around the median, with the worst-10 % mean dashed; the shared
@@ -294,8 +302,7 @@ def plot_clients(run_dir: Path, rows: list[dict[str, Any]], title: str, why_empt
 
     from fedac.metrics import spread
 
-    panels = [(key, label) for key, label in (("accuracy", "shared model"), ("own_accuracy", "each client's own model"))
-              if any(key in r for r in rows)]
+    panels = [(key, label) for key, label in CLIENT_PANELS if any(key in r for r in rows)]
     plt = pyplot()
     if not panels:
         fig, ax = plt.subplots(figsize=(7, 2.5))
@@ -317,7 +324,7 @@ def plot_clients(run_dir: Path, rows: list[dict[str, Any]], title: str, why_empt
         ax.plot(rounds, [spread(v)["worst10_mean"] for v in values], ls="--", color="tab:red", label="worst 10 % mean")
         ax.set_title(f"{label} ({len(values[-1])} clients)")
         ax.set_xlabel("round"), ax.grid(alpha=0.3)
-    axes[0][0].set_ylabel("held-out accuracy per client")
+    axes[0][0].set_ylabel("accuracy per client")
     axes[0][0].legend(fontsize=8)
     fig.suptitle(title)
     fig.tight_layout()

@@ -41,7 +41,8 @@ from fedac.engine.runtime import configure_process
 from fedac.engine.simulator import all_finite
 from fedac.errors import ConfigError
 from fedac.metrics import classification_metrics
-from fedac.report import format_table, write_history, write_results
+from fedac.engine.clients import ByteLedger, log_users, user_summary
+from fedac.report import format_table, truncate_client_rows, write_history, write_results
 from fedac.tracking import check_trackers
 from fedac.training.cohort import cohort_workers
 from fedac.training.device import configure_precision, device_name, resolve_device, to_device
@@ -156,10 +157,11 @@ class StreamRunner:
     def run_round(self, state: dict[str, Any], round_idx: int) -> dict[str, float]:
         alg, cfg = self.algorithm, self.cfg
         payload = alg.broadcast(state["server"])
-        uploads, row, users = [], {}, {}
+        uploads, row, users, sent = [], {}, {}, {}
         for user in self.scenario.users:
             data = self.client_data(user, round_idx)
             result = train_client(alg, payload, None, data, round_idx, cfg.seed)
+            sent[user] = result.upload
             if not all_finite(result.upload):
                 log.warning("round %d: user %s returned NaN/Inf scores or weights; its update is discarded", round_idx, user)
                 continue
@@ -179,6 +181,7 @@ class StreamRunner:
             values = [v for k, v in row.items() if k.startswith(key + "/") and np.isfinite(v)]
             row[key] = float(np.mean(values)) if values else float("nan")
         row.update(metrics)
+        row.update(ByteLedger(state).round(payload, sent))
         row.update({f"val_{k}": v for k, v in self.split_metrics(server, "val").items()})
         row.update({f"test_{k}": v for k, v in self.split_metrics(server, "test").items()})
         row.update(self.grouping_metrics(server))
@@ -205,6 +208,8 @@ class StreamRunner:
         state = to_device(open_run(self.run_dir, cfg, resume, lambda: {"round": 0, "server": self.algorithm.init_server(),
                                                              "history": [], "wall_seconds": 0.0}), self.device)
         resumed_from = state["round"]
+        if resume:
+            truncate_client_rows(self.run_dir, state["round"])
         started = time.perf_counter() - state["wall_seconds"]
         rounds = self.scenario.rounds
         with RoundLoop(self.run_dir, rounds, state["round"], f"zeroshot {self.scenario.name}", self.progress,
@@ -213,6 +218,7 @@ class StreamRunner:
                 with loop.round(round_idx, len(self.scenario.users)):
                     row = {"round": float(round_idx), **self.run_round(state, round_idx)}
                 self.save_impressions(round_idx)  # (with the round's writes, which a signal does not cut)
+                log_users(self.run_dir, state, round_idx, row)  # clients.csv: one row per user
                 row["wall_seconds"] = time.perf_counter() - started
                 state["history"].append(row)
                 write_history(self.run_dir, state["history"])
@@ -257,7 +263,8 @@ class StreamRunner:
         final["labels"] = int(last["labels"])
         return {"algorithm": self.cfg.algorithm, "dataset": self.cfg.dataset, "seed": self.cfg.seed,
                 "final": final, "history": history, "rounds": state["round"], "clients": len(users),
-                "num_classes": len(self.scenario.classes), "zeroshot_legend": LEGEND}
+                "num_classes": len(self.scenario.classes), "zeroshot_legend": LEGEND,
+                "per_client": user_summary(state)}
 
 
 def zeroshot_table(results: dict[str, Any]) -> str:
