@@ -117,15 +117,16 @@ def test_guard_skips_missing_optional_imports_keeps_other_errors_and_fails_a_hun
     (tmp_path / "test_ok.py").write_text(
         "import signal, time\n\ndef test_ok():\n    pass\n\ndef test_hung():\n    time.sleep(60)\n\n"
         "def test_stuck():  # as if in C code: the alarm waits until the test unblocks it\n"
-        "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n    time.sleep(3)\n"
+        "    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGALRM})\n    time.sleep(6)\n"
         "    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGALRM})\n")
     common = ["--continue-on-collection-errors", "--optional-imports", "nosuch_optional_pkg", "--skipped-file", "skipped.txt"]
-    done = guard(tmp_path, *common, "--test-timeout", "1", "-o", "faulthandler_timeout=2")
+    # faulthandler 3 s after the alarm, as check.sh sets it 10 s after: time for the hung test to end first
+    done = guard(tmp_path, *common, "--test-timeout", "1", "-o", "faulthandler_timeout=4")
     assert done.returncode == 1, done.stdout + done.stderr  # both failed, with where they were
     assert "test_ok.py::test_hung ran past --test-timeout 1 s" in done.stdout and "time.sleep(60)" in done.stdout
     assert "test_ok.py::test_stuck ran past --test-timeout 1 s" in done.stdout
     # faulthandler's dump of every thread: for the stuck test only (the hung one had failed at 1 s)
-    assert done.stderr.count("Timeout (0:00:02)!") == 1 and "in test_stuck" in done.stderr
+    assert done.stderr.count("Timeout (0:00:04)!") == 1 and "in test_stuck" in done.stderr
     assert "2 failed, 1 passed, 2 skipped" in done.stdout
     assert ("skipped for missing imports: test_itself.py (other is absent), test_optional.py (missing import "
             "nosuch_optional_pkg)") in done.stdout  # in collection order

@@ -21,13 +21,15 @@ set -euo pipefail
 
 sections=()
 for arg in "$@"; do
-    case $arg in
-        --dry-run) DRY_RUN=1 ;;
-        setup|gsc|bench|tests|variants) sections+=("$arg") ;;
-        *) echo "check.sh: unknown argument '$arg' (sections: setup gsc bench tests variants; --dry-run)" >&2; exit 2 ;;
-    esac
+    [ "$arg" = --dry-run ] && DRY_RUN=1 || sections+=("$arg")
 done
 [ ${#sections[@]} = 0 ] && read -r -a sections <<<"${SECTIONS:-gsc bench tests}"
+for section in "${sections[@]}"; do
+    case $section in
+        setup|gsc|bench|tests|variants) ;;
+        *) echo "check.sh: unknown section '$section' (setup gsc bench tests variants; or --dry-run)" >&2; exit 2 ;;
+    esac
+done
 DRY_RUN=${DRY_RUN:-0}
 
 # Settings (environment). With the set-up, the default sections take at most 9.5 minutes (the device tool's
@@ -143,6 +145,7 @@ for section in "${sections[@]}"; do
             run_section variants "$VARIANTS_TIMEOUT" "${bench[@]}" --only gsc \
                 --paths fedac,fedac_chunk16,fedac_gru_torch,fedac_cpu --out "$LOGS/bench_gsc_variants.json" ;;
         tests)
+            [ -n "$(missing soundfile:soundfile)" ] && echo "soundfile is missing: tests/conftest.py imports it, so no test runs"
             select=(-k "$TESTS")
             [ -n "$TESTS_MARK" ] && select=(-m "$TESTS_MARK")
             # pytest_guard.py: a test past TEST_EACH fails with its traceback (one stuck in C code: faulthandler
