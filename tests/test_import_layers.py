@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine", ("fedac.engine",)),
     ("flower", ("fedac.flower",)),
     ("experiments", ("fedac.experiments",)),  # the papers' tables and their commands: nothing below imports them
-    ("cli", ("fedac.cli",)),
+    ("cli", ("fedac.cli", "fedac.__main__")),
 ]
 
 

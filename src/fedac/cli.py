@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -68,10 +69,27 @@ def cmd_run(args: argparse.Namespace) -> int:
             # Re-running a saved config.yaml must not overwrite the run it came from.
             run_dir = default_run_dir(cfg)
         cfg.out = str(run_dir)
-    from fedac.engine.runner import runner_for  # lazy: start-up time (after the settings are checked)
+    from fedac.engine import distributed  # lazy: start-up time (after the settings are checked)
+    from fedac.engine.runner import runner_for
 
-    runner, final_table = runner_for(cfg)
-    results = runner(cfg, run_dir, progress=not args.quiet).run(resume=bool(args.resume), stop_after=args.stop_after)
+    # torchrun: every rank trains its share of each round; rank 0 alone writes and prints (engine/distributed.py)
+    world = distributed.start(cfg.train.dist_timeout, cfg.train.device)
+    try:
+        if not world.writes:
+            logging.getLogger().setLevel(logging.ERROR)  # (rank 0 logs the run's warnings)
+        elif world.distributed and not args.quiet:
+            print(f"fedac: {world.size} processes ({world.backend}); rank 0 writes {run_dir}", file=sys.stderr)
+        runner, final_table = runner_for(cfg)
+        where = distributed.scratch_run_dir(world, run_dir)
+        try:
+            results = runner(cfg, where, progress=not args.quiet and world.writes).run(
+                resume=bool(args.resume), stop_after=args.stop_after)
+        finally:
+            distributed.cleanup(world, where)
+    finally:
+        distributed.stop()
+    if not world.writes:
+        return 0
     if results is None:
         print(f"stopped after round {args.stop_after}; continue with: fedac run --resume {run_dir}")
         return 0
@@ -289,6 +307,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for records of a run
     try:
+        if args.command != "run" and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+            raise ConfigError(f"fedac {args.command} runs in one process; torchrun starts `fedac run` only "
+                              "(docs/performance.md, 'Several processes: torchrun')")
         return args.func(args)
     except RunInterrupted as exc:  # SIGINT / SIGTERM in a run's rounds: a checkpoint and the way on, no traceback
         print(f"fedac: {exc}", file=sys.stderr)

@@ -229,6 +229,11 @@ class TrainConfig:
     Triton does not import), torch (the pure-torch loop, the reference), or auto (the CPU: fused when it
     builds, else torch and a warning; a GPU: triton when it imports, else torch). Same numbers to float
     rounding. Process-wide."""
+    dist_timeout: float = number(1800.0, "> 0")
+    """Several processes (torchrun, engine/distributed.py): seconds a rank waits in a collective (the gather
+    of a round's results) for the others before it stops with an error naming its rank and the round. It
+    must exceed the longest gap between two ranks reaching a collective: a round's training on the slowest
+    rank plus rank 0's evaluation and checkpoint."""
 
 
 DEVICE_SYNTAX = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")

@@ -193,7 +193,9 @@ def cohort_workers(cfg: TrainConfig, device: torch.device | None = None) -> int:
         if device is not None and device.type != "cpu":
             return 1
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        workers = max(1, cores // max(1, torch.get_num_threads()))
+        # (torchrun's processes on this node share its cores: LOCAL_WORLD_SIZE, engine/distributed.py)
+        processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+        workers = max(1, cores // max(1, torch.get_num_threads()) // processes)
     return workers
 
 

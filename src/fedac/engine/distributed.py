@@ -1,0 +1,214 @@
+"""One run over several processes started by torchrun (`torchrun --nproc-per-node N -m fedac run ...`).
+
+Design (the simplest one that gives one process's numbers for every method):
+- every rank builds the same data and samples the same cohort from the run's seed (nothing random depends
+  on the rank);
+- a round's clients are shared out by their modelled cost (`training/schedule.py`'s rows: steps x
+  STEP_ROWS + samples), costliest first onto the least loaded rank, so each rank trains about 1/N of the
+  round, stacked where the algorithm is;
+- one all-gather brings every client's result (upload, new persistent state, metrics) to every rank, in
+  cohort order; every rank then runs the same server update on the same ordered list: the robust rules,
+  LPA, DP noise drawn from the run's seed and FedOpt's server optimiser see exactly what one process sees;
+- rank 0 alone evaluates and writes the run directory and the checkpoints; the other ranks write into a
+  scratch folder of their own that is removed at the end (`scratch_run_dir`);
+- every rank holds the whole run state (the global model and every client's persistent state, updated
+  from the gathered results), so a checkpoint needs no gathering and a run resumes on any number of
+  processes, one included: rank 0 reads the checkpoint and sends it to the others (`share_state`).
+
+A client's training does not depend on which rank trains it (its batches and dropout masks derive from
+(seed, round, client) only). One-client-at-a-time training therefore gives one process's numbers bit for
+bit; the stacked path groups a rank's share into different chunks than one process would, which moves
+numbers at float rounding only (docs/performance.md, "Several processes: torchrun").
+
+A collective that fails (a rank died: its sockets close) or waits longer than `train.dist_timeout`
+(a rank hangs) raises `DistributedError` on every surviving rank, naming the rank and the round; rank 0's
+last checkpoint stays as it was.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from fedac.errors import ConfigError, FedacError
+from fedac.training.device import to_device
+from fedac.training.schedule import STEP_ROWS, batch_sizes
+
+log = logging.getLogger(__name__)
+
+#: What torchrun sets for every worker; WORLD_SIZE above 1 makes a run distributed.
+ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+
+
+class DistributedError(FedacError):
+    """A collective of a run over several processes failed or timed out."""
+
+
+@dataclass
+class World:
+    """This process's place in the run: rank `rank` of `size` (1: one process, today's path)."""
+    rank: int = 0
+    size: int = 1
+    local_rank: int = 0
+    timeout_s: float = 0.0
+    backend: str = ""
+    group: Any = field(default=None, repr=False)
+    """The process group of the object collectives (gloo: results travel through the host)."""
+
+    @property
+    def distributed(self) -> bool:
+        return self.size > 1
+
+    @property
+    def writes(self) -> bool:
+        """Rank 0 alone evaluates and writes the run directory, the checkpoints, progress and logs."""
+        return self.rank == 0
+
+    def _collective(self, what: str, round_idx: int | None, call: Callable[[], None]) -> None:
+        started = time.monotonic()
+        try:
+            call()
+        except Exception as exc:  # gloo raises RuntimeError / DistBackendError subclasses
+            when = f"round {round_idx}" if round_idx is not None else "start"
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise DistributedError(
+                f"rank {self.rank} of {self.size}, {when}: {what} failed after {time.monotonic() - started:.1f} s "
+                f"(train.dist_timeout={self.timeout_s:g} s): another rank stopped or did not reach it ({first}). "
+                "Rank 0's last checkpoint is kept: continue with `fedac run --resume RUN_DIR` on any number of "
+                "processes") from None
+
+    def gather(self, obj: Any, what: str, round_idx: int | None = None) -> list[Any]:
+        """Every rank's `obj`, in rank order, on every rank."""
+        if not self.distributed:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.size
+        self._collective(what, round_idx, lambda: dist.all_gather_object(out, obj, group=self.group))
+        return out
+
+    def from_rank0(self, obj: Any, what: str, round_idx: int | None = None) -> Any:
+        """Rank 0's `obj` on every rank."""
+        if not self.distributed:
+            return obj
+        import torch.distributed as dist
+
+        box = [obj if self.rank == 0 else None]
+        self._collective(what, round_idx, lambda: dist.broadcast_object_list(box, src=0, group=self.group))
+        return box[0]
+
+
+_world = World()
+
+
+def current_world() -> World:
+    """The world `start` joined (one process when torchrun did not start this one)."""
+    return _world
+
+
+def start(timeout_s: float, device_setting: str) -> World:
+    """Join torchrun's process group when WORLD_SIZE > 1 (else: one process, nothing changes). Each rank
+    takes LOCAL_RANK's GPU when `train.device` is auto or cuda and a GPU is there; the backend is NCCL
+    when every local rank has a GPU of its own, gloo otherwise (CPUs, or several ranks sharing one GPU,
+    which NCCL refuses). Results always travel through a gloo group (they are gathered on the host)."""
+    global _world
+    size = int(os.environ.get("WORLD_SIZE", "1") or 1)
+    if size <= 1:
+        _world = World()
+        return _world
+    missing = [name for name in ENV if name not in os.environ]
+    if missing:
+        raise ConfigError(f"WORLD_SIZE={size} but {', '.join(missing)} unset: start several processes with torchrun "
+                          "(docs/performance.md, 'Several processes: torchrun')")
+    if timeout_s <= 0:
+        raise ConfigError(f"train.dist_timeout must be > 0 seconds, got {timeout_s}")
+    import torch.distributed as dist
+
+    rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])
+    local_size = int(os.environ.get("LOCAL_WORLD_SIZE", size))
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    own_gpu = device_setting in ("auto", "cuda") and gpus > 0 and not os.environ.get("FEDAC_DEVICE")
+    if own_gpu:
+        torch.cuda.set_device(local_rank % gpus)  # `auto` / `cuda` then resolve to this rank's GPU
+    backend = "nccl" if own_gpu and local_size <= gpus else "gloo"
+    timeout = datetime.timedelta(seconds=timeout_s)
+    dist.init_process_group(backend, timeout=timeout)
+    group = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
+    _world = World(rank, size, local_rank, timeout_s, backend, group)
+    return _world
+
+
+def stop() -> None:
+    """Leave the process group (a no-op in one process)."""
+    global _world
+    if _world.distributed:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    _world = World()
+
+
+def scratch_run_dir(world: World, run_dir: Path) -> Path:
+    """Where this rank writes: the run directory on rank 0, a private temporary folder on the others (their
+    copies of metrics.csv and the like are never read; `cleanup` removes the folder)."""
+    if world.writes:
+        return run_dir
+    return Path(tempfile.mkdtemp(prefix=f"fedac-rank{world.rank}-"))
+
+
+def cleanup(world: World, run_dir: Path) -> None:
+    if not world.writes:
+        shutil.rmtree(run_dir, ignore_errors=True)
+
+
+# --- sharing a round's clients ------------------------------------------------------------------
+def client_cost(samples: int, cfg) -> float:
+    """A client's modelled training cost in padded rows (training/schedule.py): STEP_ROWS per step plus
+    the rows of its batches."""
+    steps = [cfg.batch_size] * cfg.local_steps if cfg.local_steps else batch_sizes(samples, cfg.batch_size,
+                                                                                   cfg.local_epochs)
+    return STEP_ROWS * len(steps) + float(sum(steps))
+
+
+def shares(costs: list[float], size: int) -> list[list[int]]:
+    """Positions of the cohort per rank: costliest client first onto the least loaded rank (ties: the
+    earlier position, the lower rank), each share in cohort order. Every rank computes the same shares."""
+    loads, out = [0.0] * size, [[] for _ in range(size)]
+    for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
+        rank = min(range(size), key=lambda r: (loads[r], r))
+        out[rank].append(i)
+        loads[rank] += costs[i]
+    return [sorted(share) for share in out]
+
+
+def run_shared(world: World, algorithm, payload: Any, states: list[Any], datas: list, round_idx: int,
+               seed: int) -> list:
+    """engine/cohort.py's `run_clients` over the ranks: this rank trains its share, and every rank gets
+    every client's result in `datas` order. Under `train.execution=auto` every rank then follows rank 0's
+    measured path (each rank timed its own share)."""
+    from fedac.engine.cohort import run_clients
+
+    if not world.distributed:
+        return run_clients(algorithm, payload, states, datas, round_idx, seed)
+    mine = shares([client_cost(d.num_samples, algorithm.cfg.train) for d in datas], world.size)[world.rank]
+    results = run_clients(algorithm, payload, [states[i] for i in mine], [datas[i] for i in mine], round_idx,
+                          seed) if mine else []
+    sent = (mine, to_device(results, "cpu"), dict(algorithm.auto_choice))
+    gathered = world.gather(sent, "gathering the clients' results", round_idx)
+    out: list = [None] * len(datas)
+    for rank, (positions, theirs, _) in enumerate(gathered):
+        for i, result in zip(positions, results if rank == world.rank else theirs):
+            out[i] = result if rank == world.rank else to_device(result, algorithm.device)
+    algorithm.auto_choice.clear()
+    algorithm.auto_choice.update(gathered[0][2])
+    return out

@@ -1,0 +1,203 @@
+"""Several processes (engine/distributed.py): the sharing of a round's clients, and real `torchrun` runs
+of 2 CPU processes (gloo) against one process. Every rank runs the same server update on the same ordered
+uploads and a client's training does not depend on its rank; only the stacked path's chunks differ (a
+rank stacks its own share), which moves numbers at float rounding. results.json is therefore compared
+key by key, integers and strings exactly and floats to TOLERANCE (measured: bit-identical for these
+runs; FedKWS-UI's train_loss, summed per chunk, moved by 3e-9 relative), clock readings aside. A killed
+rank stops the run with its last checkpoint kept, which one process resumes; a hung rank makes the
+others fail after `train.dist_timeout` naming the rank and the round."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from fedac.cli import main
+from fedac.config import load_config
+from fedac.engine.checkpoint import load_checkpoint
+from fedac.engine.distributed import World, client_cost, current_world, shares
+from helpers import tiny_run
+
+ROOT = Path(__file__).resolve().parents[1]
+#: Relative tolerance of a float in results.json: the stacked path's documented agreement (architecture.md).
+TOLERANCE = 1e-5
+FEDMLAC = ["--algorithm", "fedmlac", "--set", "model.client_model=crnn_tiny", "--set", "fedmlac.plugin_model=crnn_tiny"]
+
+
+# --- sharing ------------------------------------------------------------------------------------
+def test_shares_cover_the_cohort_once_and_balance_the_modelled_cost():
+    costs = [client_cost(n, load_config().train) for n in (120, 7, 33, 64, 16, 16, 90, 2, 41)]
+    for size in (1, 2, 3, 4):
+        split = shares(costs, size)
+        assert sorted(i for share in split for i in share) == list(range(len(costs)))
+        assert all(share == sorted(share) for share in split)  # each share in cohort order
+        loads = [sum(costs[i] for i in share) for share in split]
+        assert max(loads) - min(loads) <= max(costs)  # greedy costliest-first: within one client's cost
+    assert shares(costs, 2) == shares(list(costs), 2)  # deterministic: every rank computes the same
+    assert shares([5.0], 3) == [[0], [], []]  # a cohort smaller than the world: rank 0 trains
+
+
+def test_client_cost_follows_the_schedule():
+    train = load_config().train  # batch 16, 5 epochs, STEP_ROWS 4 per step
+    assert client_cost(33, train) == 5 * (3 * 4.0 + 33)
+    steps = load_config(overrides=["train.local_steps=7"]).train
+    assert client_cost(33, steps) == client_cost(1000, steps) == 7 * (4.0 + 16)
+
+
+def test_one_process_is_todays_path(monkeypatch):
+    """Without torchrun's environment no process group is made and collectives are the identity."""
+    from fedac.engine import distributed
+
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    world = distributed.start(1800.0, "cpu")
+    assert (world.size, world.rank, world.distributed, world.writes) == (1, 0, False, True)
+    assert current_world() is world and world.gather("x", "test") == ["x"] and world.from_rank0(3, "test") == 3
+    assert distributed.scratch_run_dir(world, Path("somewhere")) == Path("somewhere")
+
+
+def test_a_partial_torchrun_environment_is_an_error(monkeypatch):
+    from fedac.engine import distributed
+    from fedac.errors import ConfigError
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
+    with pytest.raises(ConfigError, match="LOCAL_RANK"):
+        distributed.start(1800.0, "cpu")
+    assert current_world() == World()
+
+
+# --- real processes -----------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def settings(gsc_root, tmp_path_factory):
+    run = {**tiny_run(gsc_root, tmp_path_factory.mktemp("dist_cache")), "train.local_epochs": 1, "train.threads": 1}
+    return [arg for k, v in run.items() for arg in ("--set", f"{k}={v}")]
+
+
+def torchrun(args: list[str], **kwargs) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("FEDAC_DEVICE", None)
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+
+
+#: results.json's clock readings (auto's probe timings included) and the code's hash, which is taken as each
+#: run writes (a checkout edited while the test runs would otherwise fail it; test_code_version.py tests it).
+NOT_COMPARED = ("wall_seconds", "execution_probe", "code_version")
+
+
+def results(run_dir: Path) -> dict:
+    def clean(obj):
+        if isinstance(obj, dict):
+            return {k: clean(v) for k, v in obj.items() if k not in NOT_COMPARED}
+        return [clean(v) for v in obj] if isinstance(obj, list) else obj
+    return clean(json.loads((run_dir / "results.json").read_text()))
+
+
+def assert_same(a, b, where: str = "results.json") -> None:
+    if isinstance(a, float) and isinstance(b, float):
+        assert math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b)), \
+            f"{where}: {a} != {b}"
+    elif isinstance(a, dict) and isinstance(b, dict):
+        assert a.keys() == b.keys(), f"{where}: keys {sorted(a.keys() ^ b.keys())}"
+        for key in a:
+            assert_same(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, list) and isinstance(b, list):
+        assert len(a) == len(b), f"{where}: {len(a)} != {len(b)} items"
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_same(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("extra", [[], FEDMLAC, ["--set", "aggregation.method=multikrum"],
+                                   ["--set", "dp.mode=central"]],
+                         ids=["fedavg", "fedmlac_lpa", "multikrum", "dp_fedavg"])
+def test_two_processes_give_one_process_results(settings, tmp_path, extra):
+    args = ["run", "--rounds", "3", "--seed", "1", *settings, *extra, "--quiet"]
+    two = torchrun(["-m", "fedac", *args, "--out", str(tmp_path / "two")])
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0  # (one process, meanwhile)
+    out, _ = two.communicate(timeout=300)
+    assert two.returncode == 0, out
+    one = results(tmp_path / "one")
+    assert one["final"]["clients_trained"] > 1 and len(one["history"]) == 3
+    assert_same(results(tmp_path / "two"), one)
+    # rank 0 alone wrote: one run directory, with every file one process writes
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
+
+
+def rank_pid(parent: int, rank: int) -> int | None:
+    """The pid of torchrun's worker of `rank` (a child of the agent `parent`, RANK in its environment)."""
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+                if f"RANK={rank}".encode() in (entry / "environ").read_bytes().split(b"\0"):
+                    return int(entry.name)
+        except (OSError, ValueError, IndexError):
+            continue
+    return None
+
+
+@pytest.mark.slow
+def test_a_killed_rank_stops_the_run_and_one_process_resumes_it(settings, tmp_path):
+    rounds = 24
+    args = ["run", "--rounds", str(rounds), "--seed", "1", *settings, "--quiet"]
+    run_dir = tmp_path / "two"
+    two = torchrun(["--max-restarts", "0", "-m", "fedac", *args, "--out", str(run_dir)])
+    deadline = time.monotonic() + 240
+    while not (run_dir / "checkpoint.pt").exists():
+        assert two.poll() is None and time.monotonic() < deadline, "no checkpoint before the run ended"
+        time.sleep(0.02)
+    victim = rank_pid(two.pid, 1)
+    assert victim is not None
+    os.kill(victim, signal.SIGKILL)
+    out, _ = two.communicate(timeout=120)
+    assert two.returncode != 0, out
+    kept = load_checkpoint(run_dir)["round"]
+    assert 1 <= kept < rounds, out
+    assert not (run_dir / "results.json").exists()
+    # one process continues the killed run to the numbers of a run never killed
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 0
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    resumed = results(run_dir)
+    assert resumed.pop("resumed_from") == kept and resumed.pop("rounds_trained") == rounds - kept
+    one = results(tmp_path / "one")
+    one.pop("resumed_from"), one.pop("rounds_trained")
+    assert_same(resumed, one)
+
+
+HANG = textwrap.dedent("""
+    import os, sys, time
+    from fedac.engine import distributed
+    world = distributed.start(float(sys.argv[1]), "cpu")
+    if world.rank == 1:
+        time.sleep(float(sys.argv[2]))  # never reaches the gather in time
+    try:
+        world.gather(world.rank, "gathering the clients' results", round_idx=7)
+    except distributed.DistributedError as exc:
+        print(f"ERROR {exc}", flush=True)
+        os._exit(3)
+    print("GATHERED", flush=True)
+""")
+
+
+@pytest.mark.slow
+def test_a_hung_rank_times_out_naming_the_rank_and_round(tmp_path):
+    script = tmp_path / "hang.py"
+    script.write_text(HANG)
+    started = time.monotonic()
+    proc = torchrun(["--max-restarts", "0", str(script), "3", "12"])
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode != 0, out
+    assert "ERROR rank 0 of 2, round 7: gathering the clients' results failed after" in out, out
+    assert "train.dist_timeout=3 s" in out and "fedac run --resume" in out
+    assert time.monotonic() - started < 60
