@@ -138,8 +138,9 @@ def columns(rows: list[dict[str, Any]], personalized: bool) -> list[str]:
     (empty until a client has trained)."""
     own = [f"own_{k}" for k in CLIENT_METRICS] if personalized else []
     scores = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in NOT_SCORES]
-    fixed = ["round", "client", "n_k", "holdout"] + (["depth"] if any("depth" in r for r in rows) else [])
-    return fixed + list(dict.fromkeys(scores + own)) + ["bytes_down", "bytes_up"]
+    fixed = [k for k in ("round", "client", "n_k", "holdout", "depth") if any(k in r for r in rows)]
+    sent = [k for k in ("bytes_down", "bytes_up") if any(k in r for r in rows)]
+    return fixed + list(dict.fromkeys(scores + own)) + sent
 
 
 def evaluate_clients(sim, state: dict[str, Any], round_idx: int, server: dict[str, Any]) -> list[dict[str, Any]]:
@@ -159,12 +160,20 @@ def evaluate_clients(sim, state: dict[str, Any], round_idx: int, server: dict[st
         mine = own.get(data.name, {})
         if not scores and not mine:
             continue
-        down, up = ByteLedger(state).clients.get(data.name, (0, 0))
         where = {"depth": depths[data.name]} if data.name in depths else {}
         rows.append({"round": round_idx, "client": data.name, "n_k": data.num_samples,
                      "holdout": len(data.holdout_y), **where, **scores, **{f"own_{k}": v for k, v in mine.items()},
-                     "bytes_down": down, "bytes_up": up})
+                     **client_bytes(state, data.name)})
     return rows
+
+
+def client_bytes(state: dict[str, Any], client: str) -> dict[str, int]:
+    """clients.csv's bytes_down / bytes_up of a client so far; none where the driver counts no bytes
+    (the Flower ServerApp: its messages travel through Flower, not through `ByteLedger`)."""
+    if "bytes" not in state:
+        return {}
+    down, up = state["bytes"]["clients"].get(client, (0, 0))
+    return {"bytes_down": down, "bytes_up": up}
 
 
 def log_clients(sim, state: dict[str, Any], round_idx: int) -> None:
@@ -210,10 +219,9 @@ def user_rows(state: dict[str, Any], round_idx: int, row: dict[str, float]) -> l
     """clients.csv's rows of a streaming (zero-shot) round: one per user that reported scores, from the
     round's history row, with the bytes the user has received and uploaded so far."""
     users = [key.split("/", 1)[1] for key in row if key.startswith(f"{USER_SCORES[0]}/")]
-    sent = ByteLedger(state).clients
     return [{"round": round_idx, "client": user,
              **{key: row[f"{key}/{user}"] for key in USER_SCORES if f"{key}/{user}" in row},
-             "bytes_down": sent.get(user, (0, 0))[0], "bytes_up": sent.get(user, (0, 0))[1]} for user in users]
+             **client_bytes(state, user)} for user in users]
 
 
 def log_users(run_dir, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:

@@ -142,6 +142,7 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
         round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731
     else:
         strategy = FedacStrategy(side.algorithm, state["server"], directory, cfg)
+        strategy.ledger_state = state  # the bytes per client, for clients.csv (engine/clients.py)
         side.strategy = strategy
         strategy.layers = side  # attacks and DP over the uploads, as in the simulator
         round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731

@@ -33,6 +33,7 @@ from flwr.serverapp.strategy import Strategy
 
 from fedac.algorithms.base import Algorithm
 from fedac.config import Config
+from fedac.engine.clients import ByteLedger
 from fedac.engine.simulator import all_finite, sample_cohort
 from fedac.errors import ConfigError, FedacError
 from fedac.flower import transport
@@ -256,6 +257,8 @@ class FedacStrategy(Strategy):
         self._sent: dict[int, str] = {}
         self._messages: list[Message] = []
         self._skip_eval: set[int] = set()
+        self.ledger_state: dict[str, Any] = {"round": 0}
+        """Where the bytes sent are counted (engine/clients.py ByteLedger): the ServerApp's run state."""
 
     # --- helpers -------------------------------------------------------------------------------
     def payload_record(self) -> RecordDict:
@@ -304,6 +307,7 @@ class FedacStrategy(Strategy):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         received: list[tuple[int, Any, int, ClientReport]] = []
         rejected, failed = [], []
+        payload, sent = self.algorithm.broadcast(self.server), {}  # (the bytes each client received and sent back)
         answered = set()
         first_error = ""
         for reply in replies:
@@ -327,6 +331,7 @@ class FedacStrategy(Strategy):
                 log.info("round %d: client %s holds no training data; it is left out of later cohorts", server_round, client)
                 continue
             upload = transport.get(reply.content, ARRAYS)
+            sent[client] = upload
             if not all_finite(upload):
                 log.warning("round %d: client %s returned NaN/Inf parameters; its update is discarded", server_round, client)
                 rejected.append(client)
@@ -354,6 +359,7 @@ class FedacStrategy(Strategy):
         if failed and not received and not rejected and len(failed) == len(self._sent):
             raise FlowerRunError(f"round {server_round}: every sampled SuperNode failed; the first said: {first_error}")
         metrics: dict[str, float] = {"clients": float(len(received)), "rejected": float(len(rejected))}
+        metrics.update(ByteLedger(self.ledger_state).round(payload, sent))
         if received:
             uploads, names = [(upload, n) for _, upload, n, _ in received], [r.client for *_, r in received]
             if self.layers is not None:  # attacks.py's model poisoning and privacy.py's clipping, as the simulator
