@@ -21,6 +21,7 @@ from fedac.models import build_model
 from fedac.report import plot_clients, plot_confusion
 from fedac.training.device import nbytes
 from helpers import tiny_run
+from test_earlyexit import voxceleb_root  # noqa: F401 (a fixture: the synthetic VoxCeleb1 tree)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -197,15 +198,6 @@ def test_pictures_are_drawn_and_follow_their_numbers(tmp_path):
     assert not np.array_equal(first, _pixels(tmp_path / "confusion.png"))
 
 
-@pytest.fixture(scope="module")
-def voxceleb_root(tmp_path_factory):
-    from fedac.data.synth.voxceleb1 import generate
-
-    out = tmp_path_factory.mktemp("voxceleb1")
-    generate(out, speakers=4, utterances=6, trial_speakers=3, trials=12, workers=1, progress=False)
-    return out
-
-
 def test_an_early_exit_client_at_layer_3_uploads_fewer_bytes_than_one_at_12(voxceleb_root, tmp_path):
     """Early exit, hetero: half the clients stop at exit 3, half at 12; each uploads only what it trained."""
     settings = {"algorithm": "earlyexit", "dataset": "voxceleb1", "data.root": voxceleb_root,
@@ -298,3 +290,17 @@ def test_batched_scoring_across_clients_equals_scoring_each_client_alone():
         assert batched.keys() == alone.keys()
         for name, scores in alone.items():
             assert batched[name] == pytest.approx(scores, abs=1e-12), (batch, name)
+
+
+def test_the_final_table_shows_the_clients_percentiles():
+    from fedac.report import final_table
+
+    spreads = {"accuracy": {**spread([0.1, 0.5, 0.9, 0.7]), "clients": 4}}
+    results = {"algorithm": "fedavg", "dataset": "d", "rounds": 1, "wall_seconds": 1.0,
+               "final": {"has_global_model": True, "accuracy": 0.5, "macro_f1": 0.4, "uar": 0.5, "selected_round": 1,
+                         "client_accuracy_mean": 0.55, "client_accuracy_std": 0.3},
+               "per_client": {"spreads": spreads}}
+    row = next(line for line in final_table(results).splitlines() if "worst 10 %" in line)
+    assert row.split("  ")[-1].strip() == "0.2200 / 0.6000 / 0.1000 (4 clients)"
+    del results["per_client"]  # a run written before per-client spreads: no row, no NaN
+    assert "worst 10 %" not in final_table(results)

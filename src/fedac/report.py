@@ -191,6 +191,15 @@ def _spread(results: dict[str, Any], key: str) -> str:
     return f"{mean:.4f} ± {std:.4f}"
 
 
+def _percentile_row(results: dict[str, Any], key: str, who: str) -> list[tuple[str, str]]:
+    """The clients' held-out accuracy spread beyond mean ± std (results.json's per_client), when scored."""
+    spread = results.get("per_client", {}).get("spreads", {}).get(key)
+    if not spread or spread["p50"] is None or math.isnan(spread["p50"]):
+        return []
+    return [(f"{who}: clients' p10 / median / worst 10 %",
+             f"{spread['p10']:.4f} / {spread['p50']:.4f} / {spread['worst10_mean']:.4f} ({spread['clients']} clients)")]
+
+
 def final_table(results: dict[str, Any]) -> str:
     final = results["final"]
     rows = [("algorithm", results["algorithm"]), ("dataset", results["dataset"])]
@@ -207,6 +216,7 @@ def final_table(results: dict[str, Any]) -> str:
             ("selected round (val)", str(final["selected_round"])),
             ("shared model: client held-out acc.", _spread(results, "client_accuracy_mean")),
         ]
+        rows += _percentile_row(results, "accuracy", "shared model")
     rows.append(("rounds", str(results["rounds"])))
     if "clients_trained" in final:
         rows.append(("clients trained (mean visits)", f"{final['clients_trained']} ({final['visits_per_trained_client']:.1f})"))
@@ -214,6 +224,7 @@ def final_table(results: dict[str, Any]) -> str:
         n = final["personalized_clients"]
         rows.append((f"own models ({n}): test acc.", f"{final['personalized_accuracy_mean']:.4f} ± {final['personalized_accuracy_std']:.4f}"))
         rows.append((f"own models ({n}): held-out acc.", _spread(results, "personalized_local_accuracy_mean")))
+        rows += _percentile_row(results, "own_accuracy", f"own models ({n})")
     rows.append(("wall time", f"{results['wall_seconds']:.1f} s"))
     return format_table(rows)
 
