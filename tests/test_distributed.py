@@ -78,13 +78,14 @@ def test_a_partial_torchrun_environment_is_an_error(monkeypatch):
 # --- real processes -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def settings(gsc_root, tmp_path_factory):
-    run = {**tiny_run(gsc_root, tmp_path_factory.mktemp("dist_cache")), "train.local_epochs": 1, "train.threads": 1}
+    # (the CPU and gloo, whatever FEDAC_DEVICE points the suite at: both sides must run on one device)
+    run = {**tiny_run(gsc_root, tmp_path_factory.mktemp("dist_cache")), "train.local_epochs": 1, "train.threads": 1,
+           "train.device": "cpu"}
     return [arg for k, v in run.items() for arg in ("--set", f"{k}={v}")]
 
 
 def torchrun(args: list[str], **kwargs) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    env.pop("FEDAC_DEVICE", None)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
 
@@ -162,6 +163,8 @@ def test_a_killed_rank_stops_the_run_and_one_process_resumes_it(settings, tmp_pa
     os.kill(victim, signal.SIGKILL)
     out, _ = two.communicate(timeout=120)
     assert two.returncode != 0, out
+    # rank 0 says how to go on: its gather failed (the usual case) or torchrun's SIGTERM came first
+    assert f"fedac run --resume {run_dir}" in out, out
     kept = load_checkpoint(run_dir)["round"]
     assert 1 <= kept < rounds, out
     assert not (run_dir / "results.json").exists()

@@ -74,6 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # torchrun: every rank trains its share of each round; rank 0 alone writes and prints (engine/distributed.py)
     world = distributed.start(cfg.train.dist_timeout, cfg.train.device)
+    world.run_dir = str(run_dir)  # (named in its errors; rank 0 writes it, the other ranks a scratch folder)
     try:
         if not world.writes:
             logging.getLogger().setLevel(logging.ERROR)  # (rank 0 logs the run's warnings)

@@ -63,6 +63,8 @@ class World:
     backend: str = ""
     group: Any = field(default=None, repr=False)
     """The process group of the object collectives (gloo: results travel through the host)."""
+    run_dir: str = "RUN_DIR"
+    """Rank 0's run directory (named in the errors; set by the command)."""
 
     @property
     def distributed(self) -> bool:
@@ -83,8 +85,8 @@ class World:
             raise DistributedError(
                 f"rank {self.rank} of {self.size}, {when}: {what} failed after {time.monotonic() - started:.1f} s "
                 f"(train.dist_timeout={self.timeout_s:g} s): another rank stopped or did not reach it ({first}). "
-                "Rank 0's last checkpoint is kept: continue with `fedac run --resume RUN_DIR` on any number of "
-                "processes") from None
+                f"Rank 0's last checkpoint is kept: continue with `fedac run --resume {self.run_dir}` on any "
+                "number of processes") from None
 
     def gather(self, obj: Any, what: str, round_idx: int | None = None) -> list[Any]:
         """Every rank's `obj`, in rank order, on every rank."""
