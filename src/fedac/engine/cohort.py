@@ -1,5 +1,11 @@
 """The engine's dispatch of a round's client updates: between the sequential path (`train_client` one
-client after another) and an algorithm's stacked cohort hook (training/cohort.py, algorithms/cohort.py)."""
+client after another) and an algorithm's stacked cohort hook (training/cohort.py, algorithms/cohort.py).
+
+Never silent (issue 56): `Algorithm.execution_path` names the path ("stacked" or "sequential: <reason>"),
+the simulator prints it first and writes it to results.json, and `train.execution=cohort` on a
+configuration with no stacked form is a ConfigError naming the reason. Under auto a network stacked
+through torch.func's vmap is timed both ways on a probe chunk in the first round (`probe`): on a CPU
+per-client convolutions can beat vmapped ones, on a GPU batching usually wins, so it is measured."""
 
 from __future__ import annotations
 
