@@ -84,10 +84,12 @@ def settings(gsc_root, tmp_path_factory):
     return [arg for k, v in run.items() for arg in ("--set", f"{k}={v}")]
 
 
-def torchrun(args: list[str], **kwargs) -> subprocess.Popen:
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+def torchrun(args: list[str], tmp: Path) -> subprocess.Popen:
+    """2 processes of `args`; their temporary files (rank 1's scratch run directory) under `tmp`, so a
+    killed rank's leftovers go with the test's folder."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TMPDIR": str(tmp)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kwargs)
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
 #: results.json's clock readings (auto's probe timings included) and the code's hash, which is taken as each
@@ -125,7 +127,7 @@ def assert_same(a, b, where: str = "results.json") -> None:
                          ids=["fedavg", "fedmlac_lpa", "multikrum", "dp_fedavg"])
 def test_two_processes_give_one_process_results(settings, tmp_path, extra):
     args = ["run", "--rounds", "3", "--seed", "1", *settings, *extra, "--quiet"]
-    two = torchrun(["-m", "fedac", *args, "--out", str(tmp_path / "two")])
+    two = torchrun(["-m", "fedac", *args, "--out", str(tmp_path / "two")], tmp_path)
     assert main([*args, "--out", str(tmp_path / "one")]) == 0  # (one process, meanwhile)
     out, _ = two.communicate(timeout=300)
     assert two.returncode == 0, out
@@ -134,6 +136,7 @@ def test_two_processes_give_one_process_results(settings, tmp_path, extra):
     assert_same(results(tmp_path / "two"), one)
     # rank 0 alone wrote: one run directory, with every file one process writes
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert not list(tmp_path.glob("fedac-rank*"))  # rank 1's scratch folder is gone
 
 
 def rank_pid(parent: int, rank: int) -> int | None:
@@ -153,7 +156,7 @@ def test_a_killed_rank_stops_the_run_and_one_process_resumes_it(settings, tmp_pa
     rounds = 24
     args = ["run", "--rounds", str(rounds), "--seed", "1", *settings, "--quiet"]
     run_dir = tmp_path / "two"
-    two = torchrun(["--max-restarts", "0", "-m", "fedac", *args, "--out", str(run_dir)])
+    two = torchrun(["--max-restarts", "0", "-m", "fedac", *args, "--out", str(run_dir)], tmp_path)
     deadline = time.monotonic() + 240
     while not (run_dir / "checkpoint.pt").exists():
         assert two.poll() is None and time.monotonic() < deadline, "no checkpoint before the run ended"
@@ -198,7 +201,7 @@ def test_a_hung_rank_times_out_naming_the_rank_and_round(tmp_path):
     script = tmp_path / "hang.py"
     script.write_text(HANG)
     started = time.monotonic()
-    proc = torchrun(["--max-restarts", "0", str(script), "3", "12"])
+    proc = torchrun(["--max-restarts", "0", str(script), "3", "12"], tmp_path)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, out
     assert "ERROR rank 0 of 2, round 7: gathering the clients' results failed after" in out, out
