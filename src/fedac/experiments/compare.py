@@ -108,7 +108,7 @@ def finished_results(run_dir: Path) -> dict | None:
 
 
 HOW_TO_COMPUTE = ("threads", "execution", "cohort_chunk", "cohort_workers", "keep_freed_memory", "gru_kernel", "device",
-                  "devices", "client_memory", "checkpoint_every")
+                  "devices", "client_memory", "checkpoint_every", "dist_timeout")
 """`train` settings documented (config.py) to leave a run's numbers unchanged, to float rounding."""
 
 
