@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import statistics
 import subprocess
@@ -57,7 +56,7 @@ from fedac.engine.simulator import Simulator
 from fedac.flower.local import free_port, stop_local_superlink
 from fedac.models import build_model
 from workloads import (BASE_SETTINGS, CLASSES, FEATURES, FEDMLAC_SETTINGS, FRAMES, GSC_CLIENTS, W_CLIENTS, W_PER_ROUND,
-                       W_SETTINGS, MutualFloor, SupervisedFloor, config, federated, gsc_scale_clients,
+                       W_SETTINGS, MutualFloor, SupervisedFloor, config, cpu_info, federated, gsc_scale_clients,
                        uniform_federation)
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -127,7 +126,9 @@ def run_child(*flags: str, env: dict | None = None, script: str = __file__) -> d
     """`script` (this one) in a fresh process with `flags`; its result is the JSON on the last line it prints."""
     done = subprocess.run([sys.executable, script, *flags], capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        raise RuntimeError(f"child {' '.join(flags)} failed: {done.stderr[-3000:]}")
+        how = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit {done.returncode}"
+        raise RuntimeError(f"child {' '.join(flags)} failed ({how}; 9 is often the out-of-memory killer): "
+                           f"{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -419,10 +420,7 @@ def part_flower(args, tmp: Path) -> dict:
 
 
 def machine() -> dict:
-    model = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), "?")
-    return {"cpu_model": model, "logical_cpus": os.cpu_count(), "usable_cpus": len(os.sched_getaffinity(0)),
-            "torch": torch.__version__, "torch_threads_default": torch.get_num_threads(),
-            "torch_threads_used": 1, "python": platform.python_version(), "platform": platform.platform(),
+    return {**cpu_info(), "torch_threads_default": torch.get_num_threads(), "torch_threads_used": 1,
             "load_average_start": os.getloadavg()}
 
 

@@ -81,6 +81,32 @@ def config(*overrides: str) -> Config:
     return load_config(overrides=[*BASE_SETTINGS, *overrides])
 
 
+def cpu_info() -> dict:
+    """The CPU a benchmark ran on, for its JSON: the model name (`lscpu`'s, from /proc/cpuinfo), the vector
+    width torch's kernels and the fused GRU's build use (torch's CPU capability, which honours
+    ATEN_CPU_CAPABILITY) and the CPU's own AVX2 / AVX-512 flags, so figures from different machines are
+    never compared unawares."""
+    import os
+    import platform
+
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as info:
+            for line in info:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())  # the first CPU's
+    except OSError:  # not Linux: the capability still says what ran
+        pass
+    flags = set(fields.get("flags", "").split())
+    # a VM may name only "AMD EPYC": vendor, family and model still tell the generation (25/17: Zen 4)
+    return {"cpu_model": fields.get("model name", "?"), "cpu_vendor": fields.get("vendor_id", "?"),
+            "cpu_family_model": f"{fields.get('cpu family', '?')}/{fields.get('model', '?')}",
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "cpu_avx2": "avx2" in flags, "cpu_avx512f": "avx512f" in flags, "logical_cpus": os.cpu_count(),
+            "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+            "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform()}
+
+
 # --- the floors: plain torch loops, no fedac code in the loop ----------------------------------------------
 
 def sample(clients: list[ClientData], per_round: int, round_idx: int) -> list[ClientData]:
