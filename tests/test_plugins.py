@@ -5,6 +5,7 @@ through the public CLI. The plug-in is made visible the way an installed package
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import re
@@ -107,7 +108,8 @@ def test_the_docs_commands_run_the_plugin_and_its_setting_changes_the_result(tmp
     assert [r["final"]["malicious_clients"] for r in results] == [2, 2]  # the attack picked its clients
     assert [yaml.safe_load(text)["fedavg_lr"]["server_lr"] for text in settings] == [0.5, 1.5]
     # The setting reaches the server's step: the same seed, clients and data, another model.
-    losses = [[row.split(",")[3] for row in (run / "metrics.csv").read_text().splitlines()[1:]] for run in runs]
+    losses = [[row["train_loss"] for row in csv.DictReader((run / "metrics.csv").open())] for run in runs]
+    assert all(losses)
     assert losses[0] != losses[1]
     assert results[0]["final"]["accuracy"] != results[1]["final"]["accuracy"]
 
