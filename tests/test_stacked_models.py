@@ -192,10 +192,28 @@ def test_auto_probe_keeps_the_chosen_paths_results_and_says_which(chosen, monkey
     alg, clients = algorithm("cnn1_softmax", "train.execution=auto")
     assert alg.needs_probe() and alg.execution_path().startswith("auto: ")
     real = alg.record_probe
-    monkeypatch.setattr(alg, "record_probe", lambda s, q, n: real(*((0.1, 1.0) if chosen == "stacked" else (1.0, 0.1)), n))
+    monkeypatch.setattr(alg, "record_probe",
+                        lambda s, q, n, error: real(*((0.1, 1.0) if chosen == "stacked" else (1.0, 0.1)), n, error))
     probed = run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
     reference = one_round("cnn1_softmax", "cohort" if chosen == "stacked" else "sequential")
     assert_close(probed, reference, tol=0.0)  # the kept results are the chosen path's, bit for bit
     assert not alg.needs_probe()
     path = alg.execution_path()
     assert path == "stacked" if chosen == "stacked" else path.startswith("sequential: auto measured model cnn1_softmax")
+
+
+class _FunctionalDropoutNet(_DropoutNet):
+    """Dropout as a function call, which the stacked path cannot replay (vmap refuses the random op)."""
+
+    def forward(self, x):
+        return self.head(nn.functional.dropout(self.body(x), 0.5, self.training))
+
+
+def test_a_network_that_cannot_run_under_vmap_leaves_auto_sequential_with_the_error(monkeypatch):
+    from fedac.algorithms.fedavg import FedAvg
+
+    monkeypatch.setattr(FedAvg, "build_network", lambda self, name: _FunctionalDropoutNet())
+    alg, clients = algorithm("dscnn", "train.execution=auto")
+    probed = run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
+    assert alg.execution_path().startswith("sequential: model dscnn's stacked path (vmap) failed on the probe chunk: ")
+    assert_close(probed, one_round("dscnn", "sequential"), tol=0.0)  # every client trained sequentially

@@ -168,11 +168,12 @@ class Algorithm(ABC):
         return (self.cfg.train.execution == "auto" and self._probe_key() not in self.auto_choice
                 and any(self.stacked_kind(arch) == "vmap" for arch in self.stacked_architectures()))
 
-    def record_probe(self, stacked_s: float, sequential_s: float, clients: int) -> str:
-        """The probe's timings (engine/cohort.py): the faster path (returned) is this run's from now on."""
-        path = "stacked" if stacked_s <= sequential_s else "sequential"
+    def record_probe(self, stacked_s: float, sequential_s: float, clients: int, error: str | None = None) -> str:
+        """The probe's timings (engine/cohort.py): the faster path (returned) is this run's from now on;
+        a stacked probe that raised (`error`) leaves the sequential path, with the error as its reason."""
+        path = "stacked" if error is None and stacked_s <= sequential_s else "sequential"
         self.auto_choice[self._probe_key()] = {"path": path, "stacked_s": stacked_s, "sequential_s": sequential_s,
-                                               "clients": clients}
+                                               "clients": clients, **({"error": error} if error else {})}
         return path
 
     def sequential_reason(self, mode: str = "auto") -> str | None:
@@ -196,6 +197,8 @@ class Algorithm(ABC):
             if kind.startswith("none"):
                 return f"model {arch} has no stacked forward ({kind[len('none: '):]})"
             choice = self.auto_choice.get(self._probe_key())
+            if mode == "auto" and kind == "vmap" and choice is not None and "error" in choice:
+                return f"model {arch}'s stacked path (vmap) failed on the probe chunk: {choice['error']}"
             if mode == "auto" and kind == "vmap" and choice is not None and choice["path"] == "sequential":
                 # On a CPU vmapped convolutions can lose to per-client MKL-DNN ones (issue 56): measured, not assumed.
                 return (f"auto measured model {arch}'s stacked path (vmap) slower on {device_name(self.device)}: "

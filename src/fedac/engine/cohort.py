@@ -61,14 +61,17 @@ def probe(algorithm: Algorithm, payload: Any, states: list[Any], datas: list[Cli
     resumed run takes the same path). The first stacked call carries its one-off setup (templates, dropout
     shapes), which counts against it."""
     count = min(len(datas), algorithm.packing.fixed_chunk)
-    started = time.perf_counter()
-    with autocast(algorithm.cfg.train.precision, algorithm.device):
-        stacked = algorithm.cohort_update(payload, states[:count], datas[:count], round_idx, seed)
-    stacked_s = time.perf_counter() - started
+    started, error = time.perf_counter(), None
+    try:
+        with autocast(algorithm.cfg.train.precision, algorithm.device):
+            stacked = algorithm.cohort_update(payload, states[:count], datas[:count], round_idx, seed)
+    except (RuntimeError, ConfigError) as exc:  # e.g. a random op vmap cannot give each client (F.dropout)
+        stacked, error = [], str(exc).splitlines()[0]
+    stacked_s = time.perf_counter() - started if error is None else float("inf")
     started = time.perf_counter()
     with client_progress(lambda done: None):  # the probe's second pass is not progress
         alone = [train_client(algorithm, payload, state, data, round_idx, seed)
                  for state, data in zip(states[:count], datas[:count])]
-    chosen = algorithm.record_probe(stacked_s, time.perf_counter() - started, count)
+    chosen = algorithm.record_probe(stacked_s, time.perf_counter() - started, count, error)
     kept = stacked if chosen == "stacked" else alone
     return kept + (run_clients(algorithm, payload, states[count:], datas[count:], round_idx, seed) if count < len(datas) else [])
