@@ -142,3 +142,27 @@ def test_a_run_another_process_is_training_is_waited_for_not_trained_twice(gsc_r
     if other_finishes:  # the table holds the other process's result
         other = json.loads((tmp_path / "other" / "A-s0" / "results.json").read_text())["final"]
         assert summary["runs"]["A"][0]["accuracy"] == other["accuracy"]
+
+
+def test_reproduce_worst_adds_the_worst_clients_tables_and_only_where_the_writer_has_them(capsys, tmp_path):
+    """`fedac reproduce --worst`: the default writer's table.md gains one table per worst-10 % key that some
+    run has (each cell mean ± std over seeds); without the flag it has none; a table with a writer of its own
+    (earlyexit-table2, robustness) refuses the flag instead of dropping it."""
+    from fedac.cli import main
+    from fedac.experiments.catalog import EXPERIMENTS
+    from fedac.experiments.runner import markdown
+
+    spec = EXPERIMENTS["table4"]
+    runs = {"Speech Commands": {"FedAvg": [{"seed": 0, "accuracy": 0.5, "client_accuracy_worst10": 0.10},
+                                           {"seed": 1, "accuracy": 0.6, "client_accuracy_worst10": 0.30}],
+                                "FedKAD": [{"seed": 0, "accuracy": None, "personalized_local_accuracy_worst10": 0.4}]}}
+    plain = markdown(spec, runs, ["FedAvg", "FedKAD"], [0, 1], "cmd")
+    worst = markdown(spec, runs, ["FedAvg", "FedKAD"], [0, 1], "cmd", worst=True)
+    assert "worst 10 %" not in plain
+    shared = worst.split("## Shared model: worst 10 % clients' held-out acc.")[1].split("##")[0]
+    assert "| FedAvg | 20.00 ± 10.00 |" in shared and "| FedKAD | — |" in shared
+    own = worst.split("## Own models: worst 10 % clients' held-out acc.")[1].split("##")[0]
+    assert "| FedKAD | 40.00 (n=1) |" in own
+    for name in ("earlyexit-table2", "robustness"):
+        assert main(["reproduce", name, "--worst", "--out", str(tmp_path / name)]) == 2
+        assert f"{name} does not use --worst" in capsys.readouterr().err

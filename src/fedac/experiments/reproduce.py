@@ -17,7 +17,7 @@ from fedac.errors import ConfigError
 from fedac.experiments.catalog import EXPERIMENTS, experiment_named, listing
 from fedac.experiments.compare import add_grid_arguments
 from fedac.experiments.fedmlac import STAND_INS
-from fedac.experiments.runner import run_experiment
+from fedac.experiments.runner import GRID, run_experiment
 from fedac.experiments.spec import Request
 
 
@@ -26,7 +26,8 @@ def request_from_args(args: argparse.Namespace) -> Request:
                    overrides=list(args.overrides), datasets=args.datasets, rounds=args.rounds,
                    command="fedac " + " ".join(shlex.quote(a) for a in args.argv), progress=not args.quiet,
                    methods=args.methods, finished_only=args.finished_only, attacks=args.attacks,
-                   fractions=args.fractions, aggregators=args.aggregators, central_epochs=args.central_epochs)
+                   fractions=args.fractions, aggregators=args.aggregators, central_epochs=args.central_epochs,
+                   worst=args.worst)
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
@@ -36,8 +37,10 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     spec = experiment_named(args.experiment)
     given = {"--methods": args.methods, "--finished-only": args.finished_only, "--attacks": args.attacks,
              "--fractions": args.fractions, "--aggregators": args.aggregators,
-             "--central-epochs": args.central_epochs is not None}
-    unused = [option for option, value in given.items() if value and option not in spec.options]
+             "--central-epochs": args.central_epochs is not None, "--worst": args.worst}
+    # --worst adds tables to the default writer's table.md; a table with a writer of its own has no such tables.
+    options = spec.options if spec.layout in (None, GRID) else tuple(o for o in spec.options if o != "--worst")
+    unused = [option for option, value in given.items() if value and option not in options]
     if unused:
         hint = " (rerun the same command to complete a killed table)" if "--finished-only" in unused else ""
         raise ConfigError(f"{args.experiment} does not use {', '.join(unused)}{hint}")
@@ -64,5 +67,7 @@ def add_reproduce_parser(sub) -> None:
     p.add_argument("--aggregators", nargs="+", help="robustness: aggregator columns (default all; quote names with spaces)")
     p.add_argument("--central-epochs", type=int, help="earlyexit-table1: the centralised rows' epochs (default: "
                    "rounds x train.fraction, the clips an FL row trains on in all)")
+    p.add_argument("--worst", action="store_true", help="table.md adds the worst 10 %% of clients' held-out accuracy "
+                   "(mean ± std over seeds)")
     add_grid_arguments(p, "output folder (default runs/reproduce-<experiment>); rerun to resume")
     p.set_defaults(func=cmd_reproduce)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from fedac.config import load_config
 from fedac.errors import ConfigError
-from fedac.experiments.compare import Method, cell_folder, comparison_passes, parse_method, run_comparison
+from fedac.experiments.compare import WORST_COLUMNS, Method, cell_folder, comparison_passes, parse_method, run_comparison
 from fedac.experiments.spec import Cell, Experiment, Layout, Request
 from fedac.metrics import mean_std
 
@@ -111,7 +111,8 @@ def write_grid(spec: Experiment, request: Request, cells: list[Cell], runs: dict
     notes = (spec.notes(cells[0].settings + cells[0].last, methods, cells[0].dataset, request.seeds)
              if spec.notes and cells else [])
     write_csv(out / "results.csv", runs)
-    (out / "table.md").write_text(markdown(spec, runs, [m.label for m in methods], request.seeds, request.command, notes))
+    (out / "table.md").write_text(markdown(spec, runs, [m.label for m in methods], request.seeds, request.command, notes,
+                                           request.worst))
     plot(out / "figure.png", spec, runs, methods)
     if spec.curves:
         plot_curves(out / "curves.png", spec, runs)
@@ -143,7 +144,9 @@ def _cell_value(runs: list[dict], key: str, seeds: int) -> str:
 
 
 def markdown(spec: Experiment, runs: dict[str, dict[str, list[dict]]], methods: list[str], seeds: list[int],
-             command: str, notes: list[str] = ()) -> str:
+             command: str, notes: list[str] = (), worst: bool = False) -> str:
+    """The table.md text: one table per `spec.tables` key, and with `worst` one per WORST_COLUMNS key that
+    some run has (`fedac reproduce --worst`), then the wall times."""
     visits = sorted({round(r.get("visits_per_trained_client", 0.0), 1)
                      for by_method in runs.values() for rs in by_method.values() for r in rs})
     lines = [f"# {spec.title}", "", f"Command: `{command}`" if command else "", "",
@@ -151,7 +154,11 @@ def markdown(spec: Experiment, runs: dict[str, dict[str, list[dict]]], methods: 
              f"mean ± std over seeds {seeds}; visits per trained client: "
              f"{', '.join(str(v) for v in visits)}. '—': the method has no such model.", "",
              *(line for note in notes for line in (note, ""))]
-    for key, title in spec.tables.items():
+    tables = dict(spec.tables)
+    if worst:
+        every = [r for by_method in runs.values() for rs in by_method.values() for r in rs]
+        tables.update({k: v for k, v in WORST_COLUMNS.items() if any(r.get(k) is not None for r in every)})
+    for key, title in tables.items():
         lines += [f"## {title}", "", "| Method | " + " | ".join(runs) + " |", "|---" * (len(runs) + 1) + "|"]
         for method in methods:
             lines.append(f"| {method} | " + " | ".join(_cell_value(by_method[method], key, len(seeds))

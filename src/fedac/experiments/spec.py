@@ -28,8 +28,8 @@ TABLES = {
 
 #: Options of `fedac reproduce` beyond the ones every experiment reads (--seeds, --rounds, --set, --out,
 #: --quiet, --datasets); an experiment lists those it reads in `Experiment.options`, the rest are refused.
-OPTIONS = ("--methods", "--finished-only", "--attacks", "--fractions", "--aggregators", "--central-epochs")
-GRID_OPTIONS = ("--methods", "--finished-only")
+OPTIONS = ("--methods", "--finished-only", "--attacks", "--fractions", "--aggregators", "--central-epochs", "--worst")
+GRID_OPTIONS = ("--methods", "--finished-only", "--worst")
 
 
 @dataclass(frozen=True)
@@ -78,6 +78,8 @@ class Request:
     fractions: list[float] | None = None
     aggregators: list[str] | None = None
     central_epochs: int | None = None
+    worst: bool = False
+    """table.md adds the worst 10 % of clients' held-out accuracy (compare.WORST_COLUMNS)."""
 
     @property
     def user(self) -> list[str]:
