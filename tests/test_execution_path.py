@@ -54,8 +54,9 @@ def test_fedac_models_shows_each_models_stacked_support(capsys):
     assert "stacked: no: has its own task_loss" in lines["w2v2_tiny"]
 
 
-def test_auto_measures_a_vmapped_network_in_the_first_round_and_a_resume_keeps_the_choice(gsc_root, tmp_path, capsys):
-    cfg = settings(gsc_root, tmp_path, "model.name=cnn1_softmax", "train.rounds=2", "train.checkpoint_every=1")
+def test_probe_measures_a_vmapped_network_in_the_first_round_and_a_resume_keeps_the_choice(gsc_root, tmp_path, capsys):
+    cfg = settings(gsc_root, tmp_path, "model.name=cnn1_softmax", "train.rounds=2", "train.checkpoint_every=1",
+                   "train.execution=probe")
     killed = Simulator(cfg, tmp_path / "run", progress=True)
     assert killed.algorithm.needs_probe()
     killed.run(stop_after=1)

@@ -189,7 +189,7 @@ def test_fedkwsui_trains_stacked_as_it_trains_alone(model, overrides):
 
 @pytest.mark.parametrize("chosen", ["stacked", "sequential"])
 def test_auto_probe_keeps_the_chosen_paths_results_and_says_which(chosen, monkeypatch):
-    alg, clients = algorithm("cnn1_softmax", "train.execution=auto")
+    alg, clients = algorithm("cnn1_softmax", "train.execution=probe")
     assert alg.needs_probe() and alg.execution_path().startswith("auto: ")
     real = alg.record_probe
     monkeypatch.setattr(alg, "record_probe",
@@ -213,7 +213,20 @@ def test_a_network_that_cannot_run_under_vmap_leaves_auto_sequential_with_the_er
     from fedac.algorithms.fedavg import FedAvg
 
     monkeypatch.setattr(FedAvg, "build_network", lambda self, name: _FunctionalDropoutNet())
-    alg, clients = algorithm("dscnn", "train.execution=auto")
+    alg, clients = algorithm("dscnn", "train.execution=probe")
     probed = run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
     assert alg.execution_path().startswith("sequential: model dscnn's stacked path (vmap) failed on the probe chunk: ")
     assert_close(probed, one_round("dscnn", "sequential"), tol=0.0)  # every client trained sequentially
+
+
+def test_auto_on_the_cpu_keeps_a_vmapped_network_sequential_without_timing_it(monkeypatch):
+    """Under auto on the CPU a vmapped network is not timed (a choice by timing could differ between two runs
+    of one command): it trains sequentially, the reason named; probe times it; on an accelerator auto does."""
+    alg, clients = algorithm("cnn1_softmax", "train.execution=auto")
+    assert not alg.needs_probe()
+    assert alg.execution_path().startswith("sequential: auto keeps model cnn1_softmax (vmap) sequential on the CPU")
+    assert_close(run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0),
+                 one_round("cnn1_softmax", "sequential"), tol=0.0)
+    assert not alg.auto_choice  # nothing was measured
+    monkeypatch.setattr(alg, "device", torch.device("meta"))  # any device but the CPU
+    assert alg.probes() and alg.needs_probe()

@@ -187,10 +187,12 @@ class TrainConfig:
     execution: str = "auto"
     """How a round's clients train: cohort (clients of one architecture stacked into one computation,
     engine/cohort.py; a configuration that cannot stack is an error naming why), sequential (one client
-    after another), or auto (stacked where the algorithm has a stacked path, except a vmapped network on
-    the CPU, slower there than one client at a time). Both give the same numbers to float rounding. The
-    run's first line and results.json's `execution` name the path taken (`stacked` or `sequential:
-    <reason>`)."""
+    after another), auto (stacked where the algorithm has a stacked path, except a vmapped network on
+    the CPU, slower there than one client at a time; on a GPU such a network is timed both ways on a probe
+    chunk of the first round and the faster path kept), or probe (that timing on any device). Both paths
+    give the same numbers to float rounding, so a choice by timing can differ between two runs: pin
+    cohort or sequential for bit-for-bit repeats. The run's first line and results.json's `execution`
+    name the path taken (`stacked` or `sequential: <reason>`)."""
     cohort_chunk: int = number(0, ">= 0")
     """Cohort path: at most this many clients stacked at once, which bounds activation memory; 0 (auto): 16
     on the CPU (each step's tensors stay in cache; fastest on CRNN-Base + CRNN-Lite, benchmarks/README.md),

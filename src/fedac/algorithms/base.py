@@ -162,10 +162,19 @@ class Algorithm(ABC):
     def _probe_key(self) -> str:
         return f"{','.join(self.stacked_architectures())}@{self.device}"
 
+    def probes(self) -> bool:
+        """Whether this run times a vmapped network both ways on a probe chunk: under `train.execution=probe`,
+        and under auto on an accelerator. Under auto on the CPU it does not: there every network measured
+        slower vmapped than one client at a time (benchmarks/results/stacked_models.json), and a choice made
+        by timing could differ between two runs of one command on a busy machine, which would break
+        "a run repeats itself bit for bit on one machine"."""
+        mode = self.cfg.train.execution
+        return mode == "probe" or (mode == "auto" and self.device.type != "cpu")
+
     def needs_probe(self) -> bool:
-        """True under `train.execution=auto` while a vmapped network's speed against the sequential path
+        """True while this run probes (`probes`) and a vmapped network's speed against the sequential path
         is unmeasured on this device (a hand-written CRNN is always faster stacked: no probe)."""
-        return (self.cfg.train.execution == "auto" and self._probe_key() not in self.auto_choice
+        return (self.probes() and self._probe_key() not in self.auto_choice
                 and any(self.stacked_kind(arch) == "vmap" for arch in self.stacked_architectures()))
 
     def record_probe(self, stacked_s: float, sequential_s: float, clients: int, error: str | None = None) -> str:
@@ -196,10 +205,15 @@ class Algorithm(ABC):
             kind = self.stacked_kind(arch)
             if kind.startswith("none"):
                 return f"model {arch} has no stacked forward ({kind[len('none: '):]})"
+            if mode == "auto" and kind == "vmap" and not self.probes():
+                return (f"auto keeps model {arch} (vmap) sequential on the CPU, where vmapped networks measured "
+                        "slower than one client at a time (train.execution=probe measures this machine, "
+                        "cohort forces stacking)")
             choice = self.auto_choice.get(self._probe_key())
-            if mode == "auto" and kind == "vmap" and choice is not None and "error" in choice:
+            measured = mode in ("auto", "probe") and kind == "vmap" and choice is not None
+            if measured and "error" in choice:
                 return f"model {arch}'s stacked path (vmap) failed on the probe chunk: {choice['error']}"
-            if mode == "auto" and kind == "vmap" and choice is not None and choice["path"] == "sequential":
+            if measured and choice["path"] == "sequential":
                 # On a CPU vmapped convolutions can lose to per-client MKL-DNN ones (issue 56): measured, not assumed.
                 return (f"auto measured model {arch}'s stacked path (vmap) slower on {device_name(self.device)}: "
                         f"{choice['stacked_s']:.2f} s against {choice['sequential_s']:.2f} s for a probe of "

@@ -3,9 +3,11 @@ client after another) and an algorithm's stacked cohort hook (training/cohort.py
 
 Never silent (issue 56): `Algorithm.execution_path` names the path ("stacked" or "sequential: <reason>"),
 the simulator prints it first and writes it to results.json, and `train.execution=cohort` on a
-configuration with no stacked form is a ConfigError naming the reason. Under auto a network stacked
-through torch.func's vmap is timed both ways on a probe chunk in the first round (`probe`): on a CPU
-per-client convolutions can beat vmapped ones, on a GPU batching usually wins, so it is measured."""
+configuration with no stacked form is a ConfigError naming the reason. A network stacked through
+torch.func's vmap is timed both ways on a probe chunk in the first round (`probe`) under auto on an
+accelerator, where batching usually wins, and under `train.execution=probe` on any device; under auto on
+a CPU it trains sequentially, as every network measured faster so there (`Algorithm.probes` says why it
+is not timed there by default: a choice by timing is not repeatable on a busy machine)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ from fedac.training.device import autocast
 from fedac.training.step import train_client
 from fedac.training.types import ClientData, ClientResult
 
-EXECUTION_MODES = ("auto", "cohort", "sequential")
+EXECUTION_MODES = ("auto", "cohort", "sequential", "probe")
 
 
 def check_execution(mode: str) -> None:
