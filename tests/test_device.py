@@ -11,6 +11,7 @@ its final evaluation the default is `meta`.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import types
@@ -236,3 +237,28 @@ def test_features_are_computed_on_the_runs_device_and_a_gpus_are_cached_apart(tr
     assert on_device.features.device.type == "cpu" and on_device.features.dtype == torch.float16
     torch.testing.assert_close(on_device.features.float(), on_cpu.features.float(), atol=2e-2, rtol=1e-2)
     assert len(list((tmp_path / "features").glob("*.pt"))) == (1 if device.type == "cpu" else 2)
+
+
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_train_deterministic_sets_the_gpu_kernels_and_leaves_the_cpu_alone(monkeypatch, deterministic):
+    """train.deterministic: on a GPU, deterministic cuDNN algorithms, no autotuning and torch's
+    deterministic mode (a resumed GPU run ended unlike the uninterrupted one without them); the CPU's
+    settings stay as they are. The flags are process-wide, so the test restores them."""
+    from fedac.training.device import configure_precision
+
+    saved = (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+             torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        torch.backends.cudnn.benchmark = True
+        configure_precision("fp32", torch.device("cpu"), deterministic)
+        assert torch.backends.cudnn.benchmark and not torch.are_deterministic_algorithms_enabled()
+        configure_precision("fp32", torch.device("cuda"), deterministic)  # sets flags only: no GPU needed
+        assert torch.backends.cudnn.deterministic is deterministic and not torch.backends.cudnn.benchmark
+        assert torch.are_deterministic_algorithms_enabled() is deterministic
+        assert (os.environ.get("CUBLAS_WORKSPACE_CONFIG") == ":4096:8") is deterministic
+    finally:
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = saved[:2]
+        torch.use_deterministic_algorithms(saved[2], warn_only=saved[3])
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved[4:]

@@ -225,6 +225,13 @@ class TrainConfig:
     matmuls and convolutions in TensorFloat-32), bf16 or fp16 (torch.autocast around the clients' steps and
     the evaluations; fp16 has no loss scaling, so bf16 is the safer of the two). Parameters, optimiser
     state and the server's means stay fp32 / fp64. Tolerances: docs/performance.md."""
+    deterministic: bool = True
+    """On a GPU, use only deterministic kernels (cuDNN's deterministic convolution algorithms, no
+    autotuning, torch's deterministic-algorithm mode, cuBLAS's fixed workspace), so a resumed run ends
+    exactly like an uninterrupted one on the same machine and two runs of one command agree. false: the
+    fastest kernels, some of which sum with atomics; results then differ between runs at float rounding,
+    which a long run grows to the few points docs/architecture.md's "Determinism and portability" shows.
+    No effect on the CPU, whose kernels are deterministic already. Process-wide."""
     gru_kernel: str = "auto"
     """Cohort path's GRU recurrence: fused (the compiled CPU kernel of fedac/kernels, built by scripts/setup.sh
     or on first use; fail if it does not build), triton (the GPU kernel of kernels/gru_triton.py; fail if

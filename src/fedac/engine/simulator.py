@@ -96,7 +96,7 @@ class Simulator:
         check_trackers(cfg.log)  # a missing tracker extra fails here, not after training
         check_execution(cfg.train.execution)
         self.device = resolve_device(cfg.train.device)  # before the data is built: a missing GPU fails at once
-        configure_precision(cfg.train.precision, self.device)
+        configure_precision(cfg.train.precision, self.device, cfg.train.deterministic)
         self.data = data or build_federated_data(cfg, progress)
         record_bad_files(self.run_dir, self.data)  # data.on_bad_file=skip: the files left out
         self.algorithm: Algorithm = build_algorithm(cfg, self.data.task)

@@ -79,7 +79,7 @@ class StreamRunner:
         configure_process(cfg.train)
         check_trackers(cfg.log)  # a missing tracker extra fails here, not after training
         self.device = resolve_device(cfg.train.device)
-        configure_precision(cfg.train.precision, self.device)
+        configure_precision(cfg.train.precision, self.device, cfg.train.deterministic)
         manifest = load_manifest(cfg, progress)
         feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress,
                               self.device)

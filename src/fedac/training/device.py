@@ -141,11 +141,20 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
     return contextlib.nullcontext()
 
 
-def configure_precision(precision: str, device: torch.device) -> None:
+def configure_precision(precision: str, device: torch.device, deterministic: bool = True) -> None:
     """tf32: CUDA matmuls and convolutions in TensorFloat-32 (process-wide, as torch sets it); the
-    other precisions leave torch's fp32 defaults alone."""
+    other precisions leave torch's fp32 defaults alone. `deterministic` (train.deterministic): on a GPU,
+    only deterministic kernels. Without it a resumed run on an H200 ended unlike the uninterrupted one
+    (cuDNN's convolution backward sums with atomics); warn_only keeps an op with no deterministic
+    kernel running, with torch's warning naming it."""
     check_precision(precision, device)
     if device.type == "cuda":
         tf32 = precision == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
+        if deterministic:
+            # cuBLAS reads this when it creates its handle; ":4096:8" is the setting torch's docs give
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.backends.cudnn.deterministic = deterministic
+        torch.backends.cudnn.benchmark = False
+        torch.use_deterministic_algorithms(deterministic, warn_only=True)
