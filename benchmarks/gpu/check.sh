@@ -150,9 +150,11 @@ for section in "${sections[@]}"; do
             [ -n "$TESTS_MARK" ] && select=(-m "$TESTS_MARK")
             # pytest_guard.py: a test past TEST_EACH fails with its traceback (one stuck in C code: faulthandler
             # dumps every thread 10 s later, when the alarm could not interrupt it), modules lacking an optional
-            # package skip (listed at the end and in tests_skipped.txt), SIGINT prints the summary
+            # package skip (listed at the end and in tests_skipped.txt), SIGINT prints the summary. -v: one line a
+            # test as it ends, so a section killed at its limit still says which tests failed (on the H200, -q's
+            # row of dots showed two failures and not their names)
             FEDAC_TEST_DEVICE=$DEVICE run_section tests "$TEST_TIMEOUT" "$PY" -X faulthandler benchmarks/gpu/pytest_guard.py \
-                -q -p no:cacheprovider --continue-on-collection-errors -o faulthandler_timeout=$((TEST_EACH + 10)) \
+                -v -rf --tb=short -p no:cacheprovider --continue-on-collection-errors -o faulthandler_timeout=$((TEST_EACH + 10)) \
                 --test-timeout "$TEST_EACH" --skipped-file "$LOGS/tests_skipped.txt" "${select[@]}" $TEST_FILES ;;
     esac
 done
