@@ -93,7 +93,7 @@ def test_augmented_run_is_resume_exact_and_differs_from_a_clean_one(settings, tm
     cfg = config(settings)
     full = Simulator(cfg, tmp_path / "full", progress=False)
     full.run()
-    assert not full.algorithm.cohort_ready()  # per-batch augmentation trains one client after another
+    assert full.algorithm.execution_path() == "stacked"  # each client's augmentation drawn on the stacked path
     part = Simulator(cfg, tmp_path / "part", full.data, progress=False)
     assert part.run(stop_after=1) is None
     resumed = Simulator(cfg, tmp_path / "part", full.data, progress=False)

@@ -1,7 +1,8 @@
 """The stacked path for any network (training/functional.py, issue 56): every registered feature model
-trains stacked under SGD, Adam and AdamW, with per-client gradient clipping, padded steps (BatchNorm's
-statistics over a client's real samples) and per-client dropout, and gives the sequential numbers to
-float tolerance; the stacked optimizers and clipping against torch's own on each client."""
+(the CRNNs' hand-written forward included) trains stacked under SGD, Adam and AdamW, with per-client
+gradient clipping, padded steps (BatchNorm's statistics over a client's real samples), FedKWS-UI's
+augmentation drawn per client (data/augment.py) and per-client dropout, and gives the sequential numbers
+to float tolerance; the stacked optimizers and clipping against torch's own on each client."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from torch import nn
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import ClientData, Task
 from fedac.config import load_config
+from fedac.data.augment import AugmentedWindows
 from fedac.engine.cohort import run_clients
 from fedac.models import KWS_CNN_SPECS, KWS_MODELS
+from fedac.models.crnn import CRNN_SPECS
 from fedac.seeding import torch_generator
 from fedac.training.functional import StackedAdam, clip_stacked
 
@@ -24,20 +27,39 @@ SIZES = [7, 5, 3]
 #: optimiser steps; Adam divides by sqrt(v) ~ |g|, so a relative error of the gradient stays relative.
 TOL = 2e-4
 
-MODELS = [*KWS_MODELS, *KWS_CNN_SPECS]
+MODELS = [*CRNN_SPECS, *KWS_MODELS, *KWS_CNN_SPECS]
 
 
-def clients_for(model: str, sizes=SIZES, seed=0) -> list[ClientData]:
+class _Frames:
+    """A stand-in feature extractor for augmentation: a clip of features x frames samples read as its
+    (features, frames) matrix, so time shift and noise reach the model and SpecAugment masks it."""
+
+    def __init__(self, frames: int):
+        self.num_features, self.frames = FEATURES, frames
+        self.cfg = type("cfg", (), {"sample_rate": FEATURES * frames})()  # the shift pads round(0.1 rate) samples
+
+    def __call__(self, wave: torch.Tensor) -> torch.Tensor:
+        return wave.reshape(wave.shape[0], FEATURES, self.frames)
+
+
+def clients_for(model: str, sizes=SIZES, seed=0, augment: bool = False) -> list[ClientData]:
     frames = 101 if model == "kwt" else FRAMES  # KWT's learned positions fix the frame count
     g = torch.Generator().manual_seed(seed)
-    return [ClientData(f"c{i}", torch.randn(n, FEATURES, frames, generator=g), torch.randint(0, CLASSES, (n,), generator=g),
-                       torch.zeros(0, FEATURES, frames), torch.zeros(0, dtype=torch.long)) for i, n in enumerate(sizes)]
+    noise = (torch.randn(3 * FEATURES * frames, generator=g).numpy(), torch.randn(FEATURES * frames // 2, generator=g).numpy())
+    out = []
+    for i, n in enumerate(sizes):
+        x = torch.randn(n, FEATURES, frames, generator=g)
+        if augment:  # the windows as waveforms, augmented afresh at every batch (features.augment)
+            x = AugmentedWindows(x.flatten(1), _Frames(frames), lambda f: f, noise)
+        out.append(ClientData(f"c{i}", x, torch.randint(0, CLASSES, (n,), generator=g), torch.zeros(0, FEATURES, frames),
+                              torch.zeros(0, dtype=torch.long)))
+    return out
 
 
 def algorithm(model: str, *overrides: str, algo: str = "fedavg"):
     cfg = load_config(overrides=[f"algorithm={algo}", f"model.name={model}", "train.batch_size=4", "train.local_epochs=1",
                                  "train.lr=0.01", "train.device=cpu", "model.dropout=0", *overrides])
-    clients = clients_for(model)
+    clients = clients_for(model, augment=cfg.features.augment)
     return build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients])), clients
 
 
@@ -71,10 +93,12 @@ def zero_gradient_entries(model: str, *settings: str) -> set[str]:
     return {n for n, _ in alg.scratch_model(model).named_parameters() if float((moved[n] - start[n]).abs().max()) < 1e-8}
 
 
+@pytest.mark.parametrize("augment", [False, True], ids=["clean", "augmented"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw"])
 @pytest.mark.parametrize("model", MODELS)
-def test_every_feature_model_trains_stacked_as_it_trains_alone(model, optimizer):
-    settings = [f"train.optimizer={optimizer}", "train.max_grad_norm=0.5", "train.weight_decay=0.01"]
+def test_every_feature_model_trains_stacked_as_it_trains_alone(model, optimizer, augment):
+    settings = [f"train.optimizer={optimizer}", "train.max_grad_norm=0.5", "train.weight_decay=0.01",
+                f"features.augment={str(augment).lower()}"]
     free, free_tol = set(), 0.0
     if optimizer != "sgd":
         # Adam moves every parameter by about lr a step whatever the gradient's size, so a gradient that is
@@ -98,13 +122,21 @@ class _DropoutNet(nn.Module):
         return self.head(self.body(x))
 
 
-def test_dropout_masks_are_each_clients_own_and_repeat_with_the_seed(monkeypatch):
+@pytest.mark.parametrize("augment", ["false", "true"])
+def test_dropout_masks_are_each_clients_own_and_repeat_with_the_seed(monkeypatch, augment):
+    """Alone on the CPU a client draws its augmentation and then its masks from one stream (the global RNG):
+    the stacked path keeps that order per client."""
     from fedac.algorithms.fedavg import FedAvg
 
     monkeypatch.setattr(FedAvg, "build_network", lambda self, name: _DropoutNet())
-    stacked = one_round("dscnn", "cohort", "train.lr=0.1")
-    assert_close(stacked, one_round("dscnn", "sequential", "train.lr=0.1"))  # the masks a lone client draws
-    assert_close(stacked, one_round("dscnn", "cohort", "train.lr=0.1"), tol=0.0)  # repeat with the seed
+    settings = ("train.lr=0.1", f"features.augment={augment}")
+    stacked = one_round("dscnn", "cohort", *settings)
+    assert_close(stacked, one_round("dscnn", "sequential", *settings))  # the masks a lone client draws
+    assert_close(stacked, one_round("dscnn", "cohort", *settings), tol=0.0)  # repeat with the seed
+    if augment == "true":  # augmentation reached the model
+        clean = one_round("dscnn", "cohort", "train.lr=0.1")
+        assert float((stacked[0].upload["head.weight"] - clean[0].upload["head.weight"]).abs().max()) > 1e-4
+        return
     # Two clients with the same data and batch order would end equal without dropout; their own masks part them.
     alg, clients = algorithm("dscnn", "train.execution=cohort", "train.lr=0.1", "train.batch_size=8")
     twins = [ClientData(name, clients[0].x, clients[0].y, clients[0].holdout_x, clients[0].holdout_y)
@@ -157,14 +189,16 @@ def test_clipping_is_clip_grad_norm_on_each_client():
 
 @pytest.mark.parametrize("model, overrides", [
     ("dscnn", []), ("mhattrnn", ["fedkwsui.private=persistent"]), ("kwt", ["train.optimizer=adamw", "train.lr=0.0001"]),
-    ("resnet15", ["fedkwsui.adv_lambda=0"]),
+    ("resnet15", ["fedkwsui.adv_lambda=0"]), ("dscnn", ["features.augment=true"]),
+    ("kwt", ["train.optimizer=adamw", "train.lr=0.0001", "features.augment=true"]),
 ])
 def test_fedkwsui_trains_stacked_as_it_trains_alone(model, overrides):
-    """FedKWS-UI's protocol (clipping, private phase, ALT's per-client step counts, per-client mu_k) stacked."""
+    """FedKWS-UI's protocol (clipping, private phase, ALT's per-client step counts, per-client mu_k, its
+    augmentation) stacked."""
     sizes = [9, 6, 3, 7]
 
     def run(execution):
-        clients = clients_for(model, sizes)
+        clients = clients_for(model, sizes, augment="features.augment=true" in overrides)
         counts = [torch.bincount(c.y, minlength=CLASSES).tolist() for c in clients]
         cfg = load_config(overrides=["algorithm=fedkwsui", f"model.name={model}", "train.batch_size=4", "train.device=cpu",
                                      "fedkwsui.local_steps=3", "fedkwsui.size_cap=8", "fedkwsui.r0=1.5",

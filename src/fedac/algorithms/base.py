@@ -199,8 +199,6 @@ class Algorithm(ABC):
         from fedac.training.functional import OPTIMIZERS  # lazy: torch.func loads with the stacked path
         if train.optimizer not in OPTIMIZERS:
             return f"train.optimizer={train.optimizer} has no stacked form"
-        if self.cfg.features.augment:  # ClientData.x is no tensor: each batch is drawn on the sequential path
-            return "features.augment draws every batch afresh (the stacked path needs the windows as one tensor)"
         for arch in self.stacked_architectures():
             kind = self.stacked_kind(arch)
             if kind.startswith("none"):

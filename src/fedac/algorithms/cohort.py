@@ -107,7 +107,7 @@ def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData],
         start = payloads(chunk.device)
         penalty = regularizer(start) if regularizer is not None else None
         model = StackedStep(forward, broadcast_params(start, len(chunk)), cfg)
-        loss_sum = torch.zeros(len(chunk), dtype=torch.float64, device=chunk.x.device)
+        loss_sum = torch.zeros(len(chunk), dtype=torch.float64, device=chunk.device)
         for step in chunk.steps:
             x, y = chunk.batch(step)
             leaf, state = model.leaves(step.active)
@@ -146,7 +146,7 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
         omega = {name: value.to(chunk.device) for name, value in omega.items()}  # (no copy on the states' device)
         omega, theta = StackedStep(omega_model, omega, cfg), StackedStep(theta_model, broadcast_params(
             payloads(chunk.device), len(chunk)), cfg)
-        sums = torch.zeros(2, len(chunk), dtype=torch.float64, device=chunk.x.device)
+        sums = torch.zeros(2, len(chunk), dtype=torch.float64, device=chunk.device)
         for step in chunk.steps:
             x, y = chunk.batch(step)
             active, weight, masks = step.active, step.weight, chunk.dropout(step)

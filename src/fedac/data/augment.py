@@ -10,8 +10,9 @@ TimeMasking(10) draw it: w = U(0, 1) * max, a = U(0, 1) * (size - w), entries [i
 to 0 (so up to 5 coefficients and 10 frames).
 
 Training draws come from the global torch RNG, which the engine seeds per (seed, round, client) before
-every client update (as for dropout), so runs are deterministic per seed and resume exactly; the
-stacked cohort path draws differently, so augmenting trains one client after another. The test-time
+every client update (as for dropout), so runs are deterministic per seed and resume exactly. The stacked
+cohort path (training/cohort.py) draws each client's batch with `AugmentedWindows.draw` from a CPU
+generator seeded the same way, so a stacked client gets the windows it gets training alone. The test-time
 augmentation is fixed: each clip's draws come from (seed, clip), so every evaluation sees the same
 noisy test set, and the clean one is reported beside it (`clean_*` results).
 Choice: the code calls its noise volume "0.1" of the file's own scale; fedac's noise files are used as
@@ -104,6 +105,10 @@ class AugmentedWindows:
         return AugmentedWindows(self.waves, self.extractor, self.finish, self.noise, device)
 
     def __getitem__(self, idx: torch.Tensor) -> torch.Tensor:
-        wave = shift_and_noise(self.waves[idx.cpu()], self.noise, self.extractor.cfg.sample_rate)
+        return self.draw(idx)
+
+    def draw(self, idx: torch.Tensor, generator: torch.Generator | None = None) -> torch.Tensor:
+        """The windows `idx`, augmented with draws from `generator` (None: the global CPU RNG)."""
+        wave = shift_and_noise(self.waves[idx.cpu()], self.noise, self.extractor.cfg.sample_rate, generator)
         with torch.no_grad():
-            return spec_augment(self.finish(self.extractor(wave))).to(self.device, non_blocking=True)
+            return spec_augment(self.finish(self.extractor(wave)), generator).to(self.device, non_blocking=True)

@@ -65,6 +65,11 @@ def clients_done(count: int) -> None:
         callback(count)
 
 
+def progress_callback() -> Callable[[int], None] | None:
+    """The `client_progress` callback in effect (engine/distributed.py counts a rank's share as the round's)."""
+    return _clients_done.get()
+
+
 @dataclass
 class Step:
     """One SGD step of a chunk: the first `active` clients train on batches padded to `width`."""
@@ -77,6 +82,8 @@ class Step:
     """(active, width) rows of the chunk's concatenated data."""
     weight: torch.Tensor
     """(active, width): 1 / size for a client's real samples, 0 for padding (so sums are batch means)."""
+    number: int = 0
+    """The step's place in its chunk's schedule."""
 
 
 class CohortChunk:
@@ -87,15 +94,21 @@ class CohortChunk:
         self.positions = positions
         """Where each client of the chunk sits in the caller's list."""
         self.datas = datas
-        self.x = torch.cat([d.x for d in datas]) if len(datas) > 1 else datas[0].x
+        # `features.augment`: a client's x draws fresh windows per batch (data/augment.AugmentedWindows),
+        # so there is no tensor to concatenate; `batch` draws each client's rows from its own generator.
+        self.augmented = not all(isinstance(d.x, torch.Tensor) for d in datas)
+        self.x = None if self.augmented else torch.cat([d.x for d in datas]) if len(datas) > 1 else datas[0].x
         self.y = torch.cat([d.y for d in datas]) if len(datas) > 1 else datas[0].y
-        device = self.x.device
+        device = self.y.device
         offsets = [0]
         for d in datas[:-1]:
             offsets.append(offsets[-1] + d.num_samples)
+        self.offsets = offsets
         if batches is None:  # (a method with its own step plan, FedKWS-UI's, gives each client's batches, longest first)
             batches = [list(client_batches(d.num_samples, cfg, torch_generator(seed, "batches", round_idx, d.name)))
                        for d in datas]
+        self.batches = batches
+        """Each client's own rows per step (CPU indices into its data)."""
         self.client_steps = [len(b) for b in batches]
         self.steps: list[Step] = []
         for s in range(max(self.client_steps)):
@@ -111,35 +124,57 @@ class CohortChunk:
                 index[k, len(r):] = offsets[k]
                 weight[k, :len(r)] = 1.0 / len(r)
             self.steps.append(Step(active, width, sizes, index.to(device, non_blocking=True),
-                                   weight.to(device, non_blocking=True)))
+                                   weight.to(device, non_blocking=True), s))
         # Masks are drawn where the activations are: on a GPU from a GPU generator with the same seed
         # (a stream of its own, so a GPU run's dropout masks differ from the CPU's).
         self._dropout_ids = [(seed, "dropout", round_idx, d.name) for d in datas]
-        self.dropout_generators = [torch_generator(*ids, device=device) for ids in self._dropout_ids]
+        self._seed_generators(device)
+
+    def _seed_generators(self, device: torch.device) -> None:
+        """Each client's dropout generator on `device` and augmentation generator on the CPU, seeded as
+        `train_client` seeds the global RNG. Alone, a client draws its augmentation from the CPU's global
+        stream and its masks from the device's: on the CPU that is one stream (augmentation, then the
+        step's masks), so there the two are one generator."""
+        self.augment_generators = [torch_generator(*ids) for ids in self._dropout_ids] if self.augmented else []
+        if self.augmented and torch.device(device).type == "cpu":
+            self.dropout_generators = self.augment_generators
+        else:
+            self.dropout_generators = [torch_generator(*ids, device=device) for ids in self._dropout_ids]
 
     @property
     def device(self) -> torch.device:
-        return self.x.device
+        return self.y.device
 
     def to(self, device: torch.device) -> CohortChunk:
-        """This chunk with its data and step schedule on `device` (`train.devices`), its dropout generators
+        """This chunk with its data and step schedule on `device` (`train.devices`), its generators
         seeded anew there (every GPU draws the same masks; the CPU draws its own stream)."""
         if torch.device(device) == self.device:
             return self
         moved = copy.copy(self)
-        moved.x, moved.y = self.x.to(device), self.y.to(device)
+        moved.x = None if self.x is None else self.x.to(device)
+        moved.y = self.y.to(device)
+        moved.datas = [replace(d, x=d.x.to(device)) if self.augmented else d for d in self.datas]
         moved.steps = [replace(s, index=s.index.to(device), weight=s.weight.to(device)) for s in self.steps]
-        moved.dropout_generators = [torch_generator(*ids, device=device) for ids in self._dropout_ids]
+        moved._seed_generators(device)
         return moved
 
     def __len__(self) -> int:
         return len(self.datas)
 
     def batch(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-        """(active, width, features, frames) inputs and (active, width) labels of one step."""
+        """(active, width, features, frames) inputs and (active, width) labels of one step (augmented data:
+        each client's windows drawn afresh from its own generator, padding rows zero)."""
         flat = step.index.reshape(-1)
+        y = self.y.index_select(0, flat).view(step.active, step.width)
+        if self.augmented:
+            parts = [self.datas[k].x.draw(self.batches[k][step.number], self.augment_generators[k])
+                     for k in range(step.active)]
+            x = parts[0].new_zeros(step.active, step.width, *parts[0].shape[1:])
+            for k, part in enumerate(parts):
+                x[k, :len(part)] = part
+            return x, y
         x = self.x.index_select(0, flat)
-        return x.view(step.active, step.width, *x.shape[1:]), self.y.index_select(0, flat).view(step.active, step.width)
+        return x.view(step.active, step.width, *x.shape[1:]), y
 
     def dropout(self, step: Step) -> Callable[[tuple[int, ...], float], torch.Tensor | None]:
         """Mask source for one forward pass at `step`; each call draws one dropout layer for every active client."""
