@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedac.attacks import (Attack, add_trigger, class_permutation, little_z, malicious_clients,
+from fedac.rules.attacks import (Attack, add_trigger, class_permutation, little_z, malicious_clients,
                            trigger_signal)
 from fedac.algorithms.base import ClientData, Task
 from fedac.cli import main
@@ -38,7 +38,7 @@ def test_malicious_clients_are_a_seeded_fraction():
     assert attack("none", 0.5).malicious == set()
     with pytest.raises(ConfigError, match="attack.fraction must lie in \\[0, 1\\], got 1.5"):
         malicious_clients(names, 1.5, 0)
-    with pytest.raises(ConfigError, match="unknown attack.kind 'flip'; use one of none, label_flip"):
+    with pytest.raises(ConfigError, match="unknown attack.kind 'flip'. Registered attacks: none, label_flip"):
         attack("flip")
 
 

@@ -7,6 +7,7 @@ Every run saves the resolved config as ``config.yaml`` in its run directory; tha
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
 import types
@@ -17,16 +18,21 @@ from typing import Any
 
 import yaml
 
-from fedac.settings import ALGORITHMS
 from fedac.errors import ConfigError
 from fedac.fields import number  # (also importable from here, as settings written before fields.py do)
-from fedac.registry import Entry, resolve
+from fedac.registry import Entry, Registry, check_choice, choice, resolve
+from fedac.settings import ALGORITHMS
+from fedac.settings.aggregation import AGGREGATORS
+from fedac.settings.attacks import ATTACKS
+from fedac.settings.datasets import DATASETS
+from fedac.settings.models import MODELS
 
 log = logging.getLogger(__name__)
 
 
 def check_ranges(section: Any, prefix: str = "") -> None:
-    """Raise ConfigError naming the first numeric setting outside its declared range (None is always valid)."""
+    """Raise ConfigError naming the first numeric setting outside its declared range, or the first name-valued
+    setting (`choice`) that names none of its choices (None is always valid)."""
     if isinstance(section, Config):  # the algorithms' sections are no dataclass fields of Config
         for name, value in section.sections().items():
             check_ranges(value, prefix + name + ".")
@@ -35,6 +41,8 @@ def check_ranges(section: Any, prefix: str = "") -> None:
         if dataclasses.is_dataclass(value):
             check_ranges(value, key + ".")
             continue
+        if "choices" in f.metadata:
+            check_choice(key, value, f.metadata["choices"])
         valid = f.metadata.get("valid")
         if valid is None or value is None:
             continue
@@ -46,18 +54,13 @@ def check_ranges(section: Any, prefix: str = "") -> None:
 
 
 @dataclass
-class DataConfig:
+class DataShared:
+    """The `data` settings every dataset reads; a dataset's own (Speech Commands' task, hf's columns) are
+    declared with it in settings/datasets.py and joined in `DataConfig` below."""
+
     root: str | None = None
     """Dataset root in its official layout. None: the embedded synthetic stand-in (generated once)."""
-    task: str = "35"
-    """Speech Commands: "35" (all words) or "12" (10 words + _silence_ + _unknown_)."""
-    gsc12: str = "fedac"
-    """Speech Commands 12-class construction: fedac (every other word is _unknown_, background-noise slices
-    are _silence_) or fedkws (FedKWS-UI's: per split, 10% of the ten words' clip count drawn from the other
-    words as _unknown_ and another 10% with a zeroed waveform as _silence_, both keeping their speaker)."""
-    synth_speakers: int = number(300, ">= 1")
-    """Speakers of the embedded synthetic Speech Commands (used only when root is None)."""
-    partition: str | None = None
+    partition: str | None = choice(None, ("natural", "dirichlet", "iid", "pooled"))
     """natural (speaker/actor id), dirichlet (over labels), iid, or pooled (one client holding every training
     clip, what `--algorithm central` trains on); None: the dataset's protocol default (pooled for central)."""
     num_clients: int = number(50, ">= 1")
@@ -86,17 +89,11 @@ class DataConfig:
     on_bad_file: str = "error"
     """A clip that cannot be decoded (corrupt, truncated, empty): error (stop with a message naming the
     file) or skip (leave it out, list it in the run directory's bad_files.txt and go on)."""
-    audio_column: str = "audio"
-    """--dataset hf: the column holding each clip (datasets Audio: bytes, path or array + sampling_rate)."""
-    label_column: str = "label"
-    """--dataset hf: the class column (ClassLabel, strings or integers)."""
-    speaker_column: str = "speaker_id"
-    """--dataset hf: the natural client column, used when present (none: dealt like audiofolder's clips)."""
 
 
 @dataclass
 class FeatureConfig:
-    kind: str = "mfcc"
+    kind: str = choice("mfcc", ("mfcc", "logmel"))
     """mfcc or logmel."""
     sample_rate: int = number(16000, ">= 1")
     n_mels: int = number(40, ">= 1")
@@ -105,7 +102,7 @@ class FeatureConfig:
     hop_ms: float = number(10.0, "> 0")
     clip_seconds: float = number(1.0, "> 0")
     """Model input length; shorter audio is zero-padded, longer audio windowed."""
-    style: str = "fedac"
+    style: str = choice("fedac", ("fedac", "fedkws"))
     """fedac: the settings above, natural-log mel, per-utterance mean/variance normalisation (CMVN). fedkws:
     FedKWS-UI's official pipeline, which replaces sample_rate, win_ms, hop_ms, n_mels, n_mfcc and kind:
     8 kHz audio, MFCC(n_mfcc 40, n_mels 40, n_fft = window = 240 (30 ms), hop 80 (10 ms), HTK mel 0-4 kHz),
@@ -120,33 +117,19 @@ class FeatureConfig:
 
 
 @dataclass
-class ModelConfig:
-    name: str = "crnn_lite"
+class ModelShared:
+    """The `model` settings of every network; a model's own (the SSL encoders') are declared with it in
+    settings/models.py and joined in `ModelConfig` below."""
+
+    name: str = choice("crnn_lite", MODELS)
     """Global model for FedAvg-family algorithms (see `fedac models`)."""
     dropout: float = number(0.1, "[0, 1)")
     heterogeneous: bool = False
     """Each client draws one of `zoo` (seeded), for algorithms that allow per-client models."""
-    client_model: str = "crnn_base"
+    client_model: str = choice("crnn_base", MODELS)
     """Personalized model of every client in the homogeneous setting (FedMLAC, FedKAD)."""
-    zoo: list[str] = field(
-        default_factory=lambda: ["crnn_tiny", "crnn_lite", "crnn_mid", "crnn_base", "crnn_deep"]
-    )
-    encoder_path: str | None = None
-    """SSL models (w2v2_*): a local Hugging Face wav2vec 2.0 / HuBERT checkpoint folder whose weights (and
-    size, from its config.json) replace the named size's random initialisation. Never downloaded.
-    Unset: the encoder shipped with fedac for that size (w2v2_s), random weights for the others;
-    `random`: random weights for every size."""
-    freeze_cnn: bool = True
-    """SSL models: keep the CNN feature encoder frozen and run it once per clip (outputs cached)."""
-    encoder_depth: int = number(0, ">= 0")
-    """SSL models: transformer layers run (encoder.layers[:depth]); 0 = all."""
-    ctc_hidden: int = number(0, ">= 0")
-    """SSL models on CTC tasks: BiLSTM units per direction of the ASR head; 0 = the encoder width."""
-    head_norm: bool = False
-    """SSL classification heads (beyond the papers, which put the linear layer straight on the pooled
-    [mean; std]): standardise each pooled dimension with a BatchNorm1d first. The pooled statistics of a
-    pretrained encoder differ in scale by 10x or more across dimensions, and a plain linear head trained
-    by AdamW stays near the class prior for thousands of steps (docs/earlyexit.md, "The head")."""
+    zoo: list[str] = choice(None, MODELS, default_factory=lambda: ["crnn_tiny", "crnn_lite", "crnn_mid", "crnn_base",
+                                                                  "crnn_deep"])
 
 
 @dataclass
@@ -175,7 +158,7 @@ class TrainConfig:
     eval_every: int = number(5, ">= 1")
     """Evaluate on the validation split every k rounds (and after the last round)."""
     checkpoint_every: int = number(5, ">= 1")
-    select: str = "best_val"
+    select: str = choice("best_val", ("best_val", "last"))
     """Final model: best_val (highest validation accuracy) or last. Never chosen on test."""
     test_curve: bool = False
     """Also log the shared model's test accuracy at every evaluation (a curve only, never used to select
@@ -184,7 +167,7 @@ class TrainConfig:
     threads: int = number(1, ">= 0")
     """torch intra-op threads; 0 keeps torch's default. Per-client batches of 16 short clips run
     fastest on one thread (see benchmarks/)."""
-    execution: str = "auto"
+    execution: str = choice("auto", ("auto", "cohort", "sequential", "probe"))
     """How a round's clients train: cohort (clients of one architecture stacked into one computation,
     engine/cohort.py; a configuration that cannot stack is an error naming why), sequential (one client
     after another), auto (stacked where the algorithm has a stacked path, except a vmapped network on
@@ -232,7 +215,7 @@ class TrainConfig:
     fastest kernels, some of which sum with atomics; results then differ between runs at float rounding,
     which a long run grows to the few points docs/architecture.md's "Determinism and portability" shows.
     No effect on the CPU, whose kernels are deterministic already. Process-wide."""
-    gru_kernel: str = "auto"
+    gru_kernel: str = choice("auto", ("auto", "fused", "torch", "triton"))
     """Cohort path's GRU recurrence: fused (the compiled CPU kernel of fedac/kernels, built by scripts/setup.sh
     or on first use; fail if it does not build), triton (the GPU kernel of kernels/gru_triton.py; fail if
     Triton does not import), torch (the pure-torch loop, the reference), or auto (the CPU: fused when it
@@ -275,72 +258,93 @@ def check_compute(train: TrainConfig) -> None:
 
 
 @dataclass
-class AggregationConfig:
-    method: str = "mean"
-    """How uploaded models are combined: mean (n_k-weighted, Eq. 3) or lpa (Layer-wise Pruning, Eq. 10-14)."""
-    weighting: str = "n_k"
+class AggregationShared:
+    """The `aggregation` settings of every rule; a rule's own (LPA's v_l, Krum's num_malicious, ...) are
+    declared with it in settings/aggregation.py and joined in `AggregationConfig` below."""
+
+    method: str = choice("mean", AGGREGATORS)
+    """How uploaded models are combined: mean (n_k-weighted, Eq. 3), lpa (Layer-wise Pruning, Eq. 10-14), a
+    robust rule (median, trimmed_mean, krum, multikrum, bulyan, norm_bound) or a plug-in's (`fedac list`)."""
+    weighting: str = choice("n_k", ("n_k", "uniform"))
     """The weights of every mean the server takes (mean, LPA's Eq. 14, Multi-Krum's and norm_bound's mean):
     n_k (each upload by its client's training clips, Eq. 3) or uniform (1/|S| per upload, as FedKWS-UI's
     paper and code average every method). Median, trimmed mean, Krum and Bulyan never weight."""
-    v_l: float = number(0.1, "[0, 1)")
-    """LPA: fraction of lowest-deviation clients pruned per layer (Eq. 12). The paper gives no value;
-    0.1 trims the near-copies of the cohort mean lightly."""
-    v_h: float = number(0.2, "[0, 1)")
-    """LPA: fraction of highest-deviation clients pruned per layer (Eq. 12). The paper gives no value;
-    0.2 trims outliers (noisy / mislabelled clients) harder than near-mean ones."""
-    layer_unit: str = "module"
-    """LPA layer granularity: module (a layer's tensors pruned together: a conv's weight and bias, one
-    recurrent layer; the paper prunes layers) or tensor (each parameter tensor on its own)."""
-    deviation: str = "raw"
-    """LPA deviation score (aggregation.py `layer_deviation`): raw (Eq. 11 as written), per_step (beyond
-    the paper: the update divided by the client's local step count, so clients with more data are not
-    ranked as outliers for taking more steps) or cosine (beyond the paper: the update's direction only)."""
-    num_malicious: int = number(2, ">= 0")
-    """Krum, Multi-Krum and Bulyan: f, the number of Byzantine clients the rule tolerates in a cohort
-    (Blanchard et al. 2017; El Mhamdi et al. 2018). Bulyan needs a cohort of at least 4f + 3."""
-    trim_fraction: float = number(0.2, "[0, 0.5)")
-    """trimmed_mean: fraction cut at each end of every coordinate, in [0, 0.5) (Yin et al. 2018's beta)."""
-    multikrum_keep: int | None = number(None, ">= 1")
-    """multikrum: how many lowest-score uploads are averaged; None: cohort size - num_malicious."""
-    clip_norm: float = number(1.0, "> 0")
-    """norm_bound: each update (upload - global model) is scaled to at most this L2 norm before the
-    n_k-weighted mean (Sun et al. 2019, "Can you really backdoor federated learning?")."""
 
 
 @dataclass
-class AttackConfig:
-    """Poisoned clients (fedac/attacks.py), applied by the runtimes over client data and uploads."""
+class AttackShared:
+    """Poisoned clients (fedac/rules/attacks.py), applied by the runtimes over client data and uploads: the
+    settings of every attack; an attack's own (the backdoor's trigger, gaussian's noise_std, ...) are
+    declared with it in settings/attacks.py and joined in `AttackConfig` below."""
 
-    kind: str = "none"
+    kind: str = choice("none", ATTACKS)
     """none; data poisoning: label_flip (all labels to `target`), label_permute (a seeded permutation of
     the classes), backdoor (a trigger mixed into the audio, relabelled to `target`); model poisoning:
     sign_flip, gaussian, scale (model replacement), little (a colluding "little is enough" shift)."""
     fraction: float = number(0.0, "[0, 1]")
     """Share of the clients that are malicious (a seeded choice that holds for the whole run)."""
-    target: int = number(0, ">= 0")
-    """Target class of label_flip and backdoor."""
-    poison_ratio: float = number(0.5, "(0, 1]")
-    """backdoor: share of a malicious client's training clips that carry the trigger."""
-    trigger: str = "tone"
-    """backdoor trigger: tone (a sine burst) or click (an impulse train)."""
-    trigger_amplitude: float = number(0.1, ">= 0")
-    """Trigger peak relative to the clip's peak amplitude."""
-    trigger_seconds: float = number(0.1, "> 0")
-    """Trigger length, placed at the start of the clip."""
-    trigger_hz: float = number(4000.0, "> 0")
-    """Tone frequency, or clicks per second for the click trigger."""
     measure_backdoor: bool = False
     """Report `attack_success_rate` (the triggered test clips of other classes that the shared model
     assigns to `target`) with any attack.kind, not only the backdoor: for a run with no backdoor it is
     the rate a model that never saw the trigger gives, the baseline the backdoor's rate is read against."""
-    noise_std: float = number(1.0, ">= 0")
-    """gaussian: standard deviation of the noise sent in place of the update, per coordinate."""
-    boost: float | None = number(None, "finite")
-    """scale: factor on the update; None: cohort size / malicious clients in it (Bagdasaryan et al.'s
-    model replacement with server learning rate 1)."""
-    z: float | None = number(None, "finite")
-    """little: shift in per-coordinate standard deviations; None: Baruch et al. 2019's z_max from the
-    cohort size and malicious count."""
+
+
+#: The sections a registered part adds its settings to: section -> (its registry, the class of the fields
+#: every part shares). Each part's fields join its section (`--set aggregation.v_l=0.2`), so a config.yaml
+#: keeps one flat mapping per section, as before the parts declared their own.
+KIND_SECTIONS: dict[str, tuple[Registry, type]] = {
+    "data": (DATASETS, DataShared), "model": (MODELS, ModelShared),
+    "aggregation": (AGGREGATORS, AggregationShared), "attack": (ATTACKS, AttackShared)}
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+
+
+@functools.lru_cache(maxsize=None)
+def joined(base: type, parts: tuple[tuple[str, type], ...], section: str) -> type:
+    """`base` (a dataclass) with the fields of each (part name, settings dataclass) in `parts` added, as a
+    dataclass named like `base`. Parts may declare one field alike (Krum and Bulyan: num_malicious); a field
+    declared twice with another type or default, or one that redefines a field of `base`, is refused."""
+    hints, owner = typing.get_type_hints(base), {f.name: "shared" for f in dataclasses.fields(base)}
+    declared = {f.name: f for f in dataclasses.fields(base)}
+    added: list[tuple[str, Any, Any]] = []
+    for part, cls in parts:
+        part_hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{part}'s setting {section}.{f.name} ({cls.__name__}) needs a default")
+            if f.name in declared:
+                if hints[f.name] == part_hints[f.name] and _default(declared[f.name]) == _default(f):
+                    continue
+                raise ConfigError(f"{part}'s setting {section}.{f.name} ({cls.__name__}) differs from the one "
+                                  f"{owner[f.name]} declares; rename it")
+            declared[f.name], hints[f.name], owner[f.name] = f, part_hints[f.name], f"'{part}'"
+            added.append((f.name, part_hints[f.name], dataclasses.field(
+                default=f.default, default_factory=f.default_factory, metadata=f.metadata)))
+    if not added:
+        return base
+    cls = dataclasses.make_dataclass(base.__name__.removesuffix("Shared") + "Config", added, bases=(base,))
+    cls.__module__, cls.__doc__ = __name__, f"The `{section}` section: {base.__doc__}"
+    return cls
+
+
+def section_class(section: str, plugins: bool = True) -> type:
+    """The dataclass of `section` (one of KIND_SECTIONS): the built-in parts' class (DataConfig, ...) with
+    the fields of every plug-in that declares settings added (plug-ins leave out: the built-ins' alone)."""
+    registry, _ = KIND_SECTIONS[section]
+    builtin = _BUILTIN[section]
+    extra = tuple((name, cls) for name, cls in registry.settings_classes().items() if registry.is_plugin(name)) \
+        if plugins else ()
+    return joined(builtin, extra, section) if extra else builtin
+
+
+_BUILTIN = {section: joined(base, tuple(registry.settings_classes(plugins=False).items()), section)
+            for section, (registry, base) in KIND_SECTIONS.items()}
+DataConfig, ModelConfig = _BUILTIN["data"], _BUILTIN["model"]
+"""The `data` / `model` sections of the built-in datasets / models: the shared fields and each part's own."""
+AggregationConfig, AttackConfig = _BUILTIN["aggregation"], _BUILTIN["attack"]
+"""The `aggregation` / `attack` sections of the built-in rules / attacks."""
 
 
 @dataclass
@@ -373,29 +377,14 @@ class LogConfig:
     directory's files as artifacts. None: off. Needs the optional extra: pip install 'fedac[mlflow]'."""
 
 
-_REPORTED: set[str] = set()  # broken plug-ins already warned about
-
-
 def algorithm_sections() -> dict[str, type]:
     """Section name -> settings dataclass of every registered algorithm (built-ins and plug-ins), from the
     algorithm registry (settings/): each algorithm owns its settings in a file of its own."""
     sections: dict[str, type] = {}
-    for name in ALGORITHMS:
-        try:
-            entry = ALGORITHMS[name]
-        except ConfigError as exc:  # a broken plug-in must not stop every other run; using it names the fault
-            if name not in _REPORTED:
-                _REPORTED.add(name)
-                log.warning("%s", exc)
-            continue
-        cls = entry.settings_class() if isinstance(entry, Entry) else None
-        if cls is None:
-            continue
-        section = entry.section or name
+    for name, cls in ALGORITHMS.settings_classes().items():  # (a broken plug-in is left out with a warning)
+        section = ALGORITHMS[name].section or name
         if section in {f.name for f in dataclasses.fields(Config)} or sections.get(section, cls) is not cls:
             raise ConfigError(f"algorithm '{name}' declares settings section '{section}', which another part holds")
-        if not dataclasses.is_dataclass(cls):
-            raise ConfigError(f"algorithm '{name}': its settings {cls!r} must be a dataclass")
         sections[section] = cls
     return sections
 
@@ -404,10 +393,12 @@ def algorithm_sections() -> dict[str, type]:
 class Config:
     """Every setting of a run. The fields below are shared by all algorithms; each registered algorithm
     adds its own section (`cfg.fedmlac`, a plug-in's `cfg.mine`), built from the algorithm registry when a
-    Config is made (`algorithm_sections`), so a config.yaml written before keeps loading unchanged."""
+    Config is made (`algorithm_sections`), and each registered model, dataset, aggregator or attack adds
+    its own fields to `model`, `data`, `aggregation` or `attack` (`section_class`), so a config.yaml written
+    before keeps loading unchanged."""
 
-    algorithm: str = "fedavg"
-    dataset: str = "speech_commands"
+    algorithm: str = choice("fedavg", ALGORITHMS)
+    dataset: str = choice("speech_commands", DATASETS)
     seed: int = number(0, ">= 0")
     out: str | None = None
     """Run directory; None: runs/<timestamp>-<algorithm>-<dataset>-s<seed>."""
@@ -421,6 +412,10 @@ class Config:
     log: LogConfig = field(default_factory=LogConfig)
 
     def __post_init__(self) -> None:
+        for section in KIND_SECTIONS:  # plug-ins' settings join their kind's section
+            cls, current = section_class(section), getattr(self, section)
+            if type(current) is not cls:
+                setattr(self, section, cls(**{f.name: getattr(current, f.name) for f in dataclasses.fields(current)}))
         for section, cls in algorithm_sections().items():
             setattr(self, section, cls())
 

@@ -1,25 +1,31 @@
 """One registry pattern for every kind of part fedac can be extended with (docs/extending.md).
 
 A `Registry` maps a name to what is registered under it: an `Entry` (a "module:attr" target imported only
-when the part is used, a one-line description, and for algorithms the class of their settings), or a
-ready object (a dataset's `DatasetSpec`). Built-in names come from a table in the part's own layer;
-third-party packages add names through Python entry points, one group per kind:
+when the part is used, a one-line description, and the class of the part's own settings), or a ready
+object (a dataset's `DatasetSpec`, which carries its settings class too). Built-in names come from a
+torch-free table (fedac/settings/); third-party packages add names through Python entry points, one
+group per kind:
 
     [project.entry-points."fedac.algorithms"]
     mine = "my_package.registry:MINE"        # an Entry (or the object itself)
 
 Only names are read to list them (`fedac list`, `--help`, an unknown-name error); an entry point is
 loaded when its name is used. No torch here: settings are resolved and checked before torch loads.
+
+A setting whose value names a part or one of a fixed list is declared with `choice` and checked when the
+config loads (config.check_ranges), so `--set aggregation.method=nosuch` stops before any data or torch.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 import functools
 import importlib
 import logging
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from fedac.errors import ConfigError
 
@@ -50,11 +56,14 @@ class Entry:
 
     target: str
     """"module:attr" of the class or function (imported on first use)."""
-    description: str = ""
-    """One line for `fedac list`."""
+    description: str | Callable[[], str] = ""
+    """One line for `fedac list`, or a function giving it (called only to list the part: a table that must
+    stay torch-free names its parts here and describes them from their torch-side specs)."""
     settings: str | type | None = None
-    """Algorithms: their settings dataclass, or its "module:Class" in a module that imports no torch
-    (settings are read and checked before torch loads). None: the algorithm has no settings."""
+    """The part's settings dataclass, or its "module:Class" in a module that imports no torch (settings
+    are read and checked before torch loads). None: the part has no settings of its own. An algorithm's
+    settings are a section of their own (`cfg.fedmlac`); a model's, dataset's, aggregator's or attack's
+    fields join its kind's section (`model`, `data`, `aggregation`, `attack`: `--set aggregation.v_l=0.2`)."""
     section: str | None = None
     """Algorithms: the config section that holds those settings; None: the algorithm's name. Several
     algorithms may share one (fedadam, fedyogi, ... all read `fedopt`)."""
@@ -75,11 +84,22 @@ class Entry:
         return dict(resolve(self.defaults) if isinstance(self.defaults, str) else self.defaults or {})
 
 
+def settings_class(value: Any) -> type | None:
+    """The settings dataclass a registered value declares (an Entry's or a DatasetSpec's `settings`), or None."""
+    if isinstance(value, Entry):
+        return value.settings_class()
+    if isinstance(value, type) or callable(value):  # a part registered itself, not its entry: no settings
+        return None
+    declared = getattr(value, "settings", None)
+    return resolve(declared) if isinstance(declared, str) else declared
+
+
 def describe(value: Any) -> str:
     """The one-line description of a registered value: its `description`, else its docstring's first
     paragraph (an Entry without one: its target's, imported now)."""
     if isinstance(value, Entry):
-        return value.description or describe(value.load())
+        text = value.description() if callable(value.description) else value.description
+        return text or describe(value.load())
     text = getattr(value, "description", None) or getattr(value, "__doc__", None) or ""
     return " ".join(text.strip().split("\n\n")[0].split())
 
@@ -138,7 +158,7 @@ class Registry:
         if name not in self._values:
             point = self.plugins().get(name)
             if point is None:
-                raise ConfigError(f"unknown {self.setting} '{name}'. Registered {self.kind}s: {', '.join(self.names())}")
+                raise ConfigError(unknown(self.setting, name, self.names(), f"Registered {self.kind}s"))
             try:
                 value = point.load()
             except Exception as exc:  # a broken plug-in names itself, not a traceback deep in importlib
@@ -172,3 +192,51 @@ class Registry:
         if name in self:
             raise ConfigError(f"{self.kind} '{name}' is registered already")
         self._values[name] = value
+
+    def settings_classes(self, plugins: bool = True) -> dict[str, type]:
+        """Name -> settings dataclass of every part that declares one (built-ins only when `plugins` is
+        false: no entry point is read). A plug-in that does not load is left out with one warning; naming
+        it in a run gives its error."""
+        out = {}
+        for name in self.names() if plugins else list(self._values):
+            try:
+                cls = settings_class(self[name])
+            except ConfigError as exc:
+                if (self.kind, name) not in _WARNED:
+                    _WARNED.add((self.kind, name))
+                    log.warning("%s", exc)
+                continue
+            if cls is not None:
+                if not dataclasses.is_dataclass(cls):
+                    raise ConfigError(f"{self.kind} '{name}': its settings {cls!r} must be a dataclass")
+                out[name] = cls
+        return out
+
+
+_WARNED: set[tuple[str, str]] = set()  # broken plug-ins already warned about
+
+
+def unknown(setting: str, value: Any, names: list[str], what: str = "Choices") -> str:
+    """The message for a name that is none of `names`: the setting, the value, the names and the closest one."""
+    close = difflib.get_close_matches(str(value), [str(n) for n in names], n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"unknown {setting} '{value}'. {what}: {', '.join(map(str, names))}{hint}"
+
+
+def choice(default: Any, among: tuple[str, ...] | Registry, *, default_factory: Any = None) -> Any:
+    """A setting whose value is a name (or a list of names): one of `among`, a tuple of names or a Registry,
+    checked when the config loads (config.check_ranges). None is always accepted (it means "the default")."""
+    meta = {"choices": among}
+    if default_factory is not None:
+        return dataclasses.field(default_factory=default_factory, metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+def check_choice(key: str, value: Any, among: tuple[str, ...] | Registry) -> None:
+    """ConfigError naming `key`, the value and the choices when `value` (or an item of a list) is none of `among`."""
+    for item in value if isinstance(value, list) else [value]:
+        if item is None or item in among:
+            continue
+        if isinstance(among, Registry):
+            raise ConfigError(unknown(key, item, among.names(), f"Registered {among.kind}s"))
+        raise ConfigError(unknown(key, item, list(among)))

@@ -54,16 +54,19 @@ class Algorithm(ABC):
     #: False when it needs each client's windows as one fixed tensor (features.augment draws them per batch).
     augmentable: bool = True
 
-    def __init__(self, cfg: Config, task: Task):
+    def __init__(self, cfg: Config, task: Task, runtime: Runtime | None = None):
         self.cfg = cfg
         self.task = task
+        #: Where and how it computes: the driver's (resolved once per run, training/runtime.py), or, built
+        #: alone (tests, experiments), one resolved here from `train.*` without touching the process.
+        self.runtime = runtime if runtime is not None else Runtime.resolve(cfg.train)
         #: Where this algorithm's models live (`train.device`); the client data arrives there from the engine.
-        self.device = resolve_device(cfg.train.device)
+        self.device = self.runtime.device
         #: Where the cohort path's stacked chunks train (`train.devices`; by default `self.device` alone).
-        self.devices = resolve_devices(cfg.train.devices, self.device)
+        self.devices = list(self.runtime.devices)
         #: How many clients a stacked chunk holds (`train.cohort_chunk`; on a GPU, measured per architecture,
         #: on the first of `devices`).
-        self.packing = Packing(cfg.train.cohort_chunk, self.devices[0], spread=len(self.devices))
+        self.packing = Packing(self.runtime.cohort_chunk, self.devices[0], spread=len(self.devices))
         self._scratch: dict[tuple[str, str], nn.Module] = {}
         self._stacked: dict[tuple[str, str], Any] = {}  # per architecture: its stacked kind and forward
         #: `train.execution=auto` with a vmapped network: the path measured faster on a probe chunk in the

@@ -1,119 +1,24 @@
-"""Dataset names -> loaders, and the embedded synthetic stand-ins used when no root is given."""
+"""Dataset names -> loaders, and the embedded synthetic stand-ins used when no root is given.
+
+The registry's table (`DATASETS`, `DatasetSpec`) lives in fedac/settings/datasets.py, torch-free, so a
+dataset's name and settings are checked when the config loads; it is re-exported here."""
 
 from __future__ import annotations
 
 import fcntl
-import importlib
 import logging
-from dataclasses import dataclass, fields
+from dataclasses import fields
 from pathlib import Path
 from typing import Callable
 
-from fedac.config import Config, DataConfig
+from fedac.config import Config
 from fedac.data.layout import MIN_DEALT_CLIPS, dealt_client_count, redeal
 from fedac.data.manifest import Manifest
 from fedac.errors import ConfigError
-from fedac.registry import Registry
+from fedac.registry import resolve
+from fedac.settings.datasets import DATASETS, DatasetSpec  # re-exported: the registry's table
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class DatasetSpec:
-    loader: str
-    """'module:function' with signature (root, DataConfig) -> Manifest."""
-    synthesizer: str | None
-    """'module:function' with signature (out_dir, seed=..., progress=..., **kw) writing the official layout."""
-    default_partition: str
-    description: str
-    synth_command: str | None = None
-    """CLI verb that writes the stand-in: `fedac data <synth_command> --out DIR [--<synth_size_arg> N]`."""
-    synth_size_arg: str | None = None
-    """Name of the synthesizer's size keyword (speakers, actors, ...), exposed as a CLI option."""
-    synth_kwargs: Callable[[DataConfig], dict] = lambda data: {}
-    """Size arguments for the embedded stand-in taken from the data config (e.g. number of speakers)."""
-
-    def load_fn(self) -> Callable[[Path, DataConfig], Manifest]:
-        return _resolve(self.loader)
-
-
-def _resolve(target: str) -> Callable:
-    module, name = target.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
-#: The dataset registry (fedac/registry.py): built-ins here, plug-ins from the `fedac.datasets` entry points.
-DATASETS = Registry("dataset", {
-    "speech_commands": DatasetSpec(
-        "fedac.data.gsc:load_manifest",
-        "fedac.data.synth.speech_commands:generate",
-        "natural",
-        "Google Speech Commands v0.02 keyword spotting (35 or 12 classes), client = speaker",
-        synth_command="synth-speech-commands",
-        synth_size_arg="speakers",
-        synth_kwargs=lambda data: {"speakers": data.synth_speakers},
-    ),
-    "urbansound8k": DatasetSpec(
-        "fedac.data.urbansound8k:load_manifest",
-        "fedac.data.synth.urban:generate",
-        "dirichlet",
-        "UrbanSound8K sound events (10 classes), test = one official fold, Dirichlet over 50 clients grouped by fsID",
-        synth_command="synth-urban",
-        synth_size_arg="recordings",
-        # The stand-in's default size (synth.urban.DEFAULT_RECORDINGS), named in its cache folder.
-        synth_kwargs=lambda data: {"recordings": 800},
-    ),
-    "cremad": DatasetSpec(
-        "fedac.data.cremad:load_manifest",
-        "fedac.data.synth.emotions:generate",
-        "natural",
-        "CREMA-D emotions (ANG HAP SAD NEU), client = actor (all 91), test = a held-out actor fold",
-        synth_command="synth-emotions",
-        synth_size_arg="actors",
-        synth_kwargs=lambda data: {"actors": 91},
-    ),
-    "iemocap": DatasetSpec(
-        "fedac.data.iemocap:load_manifest",
-        "fedac.data.synth.iemocap:generate",
-        "natural",
-        "IEMOCAP improvised emotions (neu hap+exc sad ang), client = speaker, leave-one-session-out test",
-        synth_command="synth-iemocap",
-        synth_size_arg="scenarios",
-        synth_kwargs=lambda data: {"scenarios": 8},
-    ),
-    "librispeech": DatasetSpec(
-        "fedac.data.librispeech:load_manifest",
-        "fedac.data.synth.librispeech:generate",
-        "natural",
-        "LibriSpeech CTC speech recognition (characters), client = speaker, test-clean + test-other; SSL models only",
-        synth_command="synth-librispeech",
-        synth_size_arg="speakers",
-        synth_kwargs=lambda data: {"speakers": 100},
-    ),
-    "voxceleb1": DatasetSpec(
-        "fedac.data.voxceleb1:load_manifest",
-        "fedac.data.synth.voxceleb1:generate",
-        "iid",
-        "VoxCeleb1 speaker identification (IID over data.num_clients) + verification trials (EER); SSL models only",
-        synth_command="synth-voxceleb1",
-        synth_size_arg="speakers",
-        synth_kwargs=lambda data: {"speakers": 200},
-    ),
-    # natural: metadata.csv's client column, or (without one) training clips dealt IID over data.num_clients
-    "audiofolder": DatasetSpec(
-        "fedac.data.audiofolder:load_manifest",
-        None,
-        "natural",
-        "your own clips: data.root=DIR with DIR/<label>/*.wav or DIR/metadata.csv (file,label[,client][,split])",
-    ),
-    # natural: the speaker column (data.speaker_column), or (without one) training clips dealt IID like audiofolder's
-    "hf": DatasetSpec(
-        "fedac.data.hf:load_manifest",
-        None,
-        "natural",
-        "a Hugging Face datasets folder: data.root=DIR from save_to_disk or parquet files (needs fedac[hf])",
-    ),
-})
 
 
 def dataset_spec(name: str) -> DatasetSpec:
@@ -149,7 +54,7 @@ def resolve_root(cfg: Config, progress: bool = True) -> Path:
 def synthesizer(spec: DatasetSpec) -> Callable:
     if spec.synthesizer is None:
         raise ConfigError("this dataset has no synthetic stand-in")
-    return _resolve(spec.synthesizer)
+    return resolve(spec.synthesizer)
 
 
 def load_manifest(cfg: Config, progress: bool = True) -> Manifest:
