@@ -99,18 +99,20 @@ def test_the_docs_commands_run_the_plugin_and_its_setting_changes_the_result(tmp
     for name in ("fedavg_lr", "tiny_mlp", "tones", "drop_farthest", "free_rider"):
         assert re.search(rf"^  {name} +\[plug-in\] \S", listing, flags=re.M), name
     runs = [Path(tmp_path, argv[argv.index("--out") + 1]) for argv in commands() if argv[1] == "run"]
-    assert len(runs) == 2
+    assert len(runs) == 3
     results = [json.loads((run / "results.json").read_text()) for run in runs]
-    settings = [(run / "config.yaml").read_text() for run in runs]
-    for text in settings:  # every part the run named is the plug-in's
-        assert "algorithm: fedavg_lr" in text and "dataset: tones" in text and "name: tiny_mlp" in text
-        assert "method: drop_farthest" in text and "kind: free_rider" in text
-    assert [r["final"]["malicious_clients"] for r in results] == [2, 2]  # the attack picked its clients
-    assert [yaml.safe_load(text)["fedavg_lr"]["server_lr"] for text in settings] == [0.5, 1.5]
-    # The setting reaches the server's step: the same seed, clients and data, another model.
+    settings = [yaml.safe_load((run / "config.yaml").read_text()) for run in runs]
+    for saved in settings:  # every part the run named is the plug-in's
+        assert (saved["algorithm"], saved["dataset"], saved["model"]["name"]) == ("fedavg_lr", "tones", "tiny_mlp")
+        assert (saved["aggregation"]["method"], saved["attack"]["kind"]) == ("drop_farthest", "free_rider")
+    assert [r["final"]["malicious_clients"] for r in results] == [2, 2, 2]  # the attack picked its clients
+    assert [saved["fedavg_lr"]["server_lr"] for saved in settings] == [0.5, 1.5, 0.5]
+    assert [saved["aggregation"]["drop"] for saved in settings] == [1, 1, 0]  # the aggregator's own setting
+    # Each setting reaches its part (the server's step; the aggregator's mean of 2 or all 3 uploads): the
+    # same seed, clients and data, another model.
     losses = [[row["train_loss"] for row in csv.DictReader((run / "metrics.csv").open())] for run in runs]
     assert all(losses)
-    assert losses[0] != losses[1]
+    assert losses[0] != losses[1] and losses[0] != losses[2]
     assert results[0]["final"]["accuracy"] != results[1]["final"]["accuracy"]
 
 

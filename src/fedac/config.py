@@ -306,44 +306,47 @@ def joined(base: type, parts: tuple[tuple[str, type], ...], section: str) -> typ
     """`base` (a dataclass) with the fields of each (part name, settings dataclass) in `parts` added, as a
     dataclass named like `base`. Parts may declare one field alike (Krum and Bulyan: num_malicious); a field
     declared twice with another type or default, or one that redefines a field of `base`, is refused."""
-    hints, owner = typing.get_type_hints(base), {f.name: "shared" for f in dataclasses.fields(base)}
+    hints, owner = typing.get_type_hints(base), {f.name: "the shared one" for f in dataclasses.fields(base)}
     declared = {f.name: f for f in dataclasses.fields(base)}
     added: list[tuple[str, Any, Any]] = []
     for part, cls in parts:
         part_hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ConfigError(f"{part}'s setting {section}.{f.name} ({cls.__name__}) needs a default")
+                raise ConfigError(f"{section}.{f.name} of '{part}' ({cls.__name__}) needs a default")
             if f.name in declared:
                 if hints[f.name] == part_hints[f.name] and _default(declared[f.name]) == _default(f):
                     continue
-                raise ConfigError(f"{part}'s setting {section}.{f.name} ({cls.__name__}) differs from the one "
-                                  f"{owner[f.name]} declares; rename it")
-            declared[f.name], hints[f.name], owner[f.name] = f, part_hints[f.name], f"'{part}'"
+                raise ConfigError(f"{section}.{f.name} of '{part}' ({cls.__name__}) differs in type or default from "
+                                  f"{owner[f.name]}; rename it")
+            declared[f.name], hints[f.name], owner[f.name] = f, part_hints[f.name], f"'{part}''s"
             added.append((f.name, part_hints[f.name], dataclasses.field(
                 default=f.default, default_factory=f.default_factory, metadata=f.metadata)))
     if not added:
         return base
-    cls = dataclasses.make_dataclass(base.__name__.removesuffix("Shared") + "Config", added, bases=(base,))
+    name = base.__name__.removesuffix("Shared").removesuffix("Config") + "Config"
+    cls = dataclasses.make_dataclass(name, added, bases=(base,))
     cls.__module__, cls.__doc__ = __name__, f"The `{section}` section: {base.__doc__}"
     return cls
 
 
 def section_class(section: str, plugins: bool = True) -> type:
     """The dataclass of `section` (one of KIND_SECTIONS): the built-in parts' class (DataConfig, ...) with
-    the fields of every plug-in that declares settings added (plug-ins leave out: the built-ins' alone)."""
+    the fields of every other registered part that declares settings (a plug-in's, or one added by
+    `register`) joined; `plugins` false: the built-ins' class alone."""
     registry, _ = KIND_SECTIONS[section]
-    builtin = _BUILTIN[section]
-    extra = tuple((name, cls) for name, cls in registry.settings_classes().items() if registry.is_plugin(name)) \
-        if plugins else ()
+    builtin, known = _BUILTIN[section]
+    extra = tuple(part for part in registry.settings_classes().items() if part not in known) if plugins else ()
     return joined(builtin, extra, section) if extra else builtin
 
 
-_BUILTIN = {section: joined(base, tuple(registry.settings_classes(plugins=False).items()), section)
-            for section, (registry, base) in KIND_SECTIONS.items()}
-DataConfig, ModelConfig = _BUILTIN["data"], _BUILTIN["model"]
+_BUILTIN: dict[str, tuple[type, tuple[tuple[str, type], ...]]] = {}
+for _section, (_registry, _base) in KIND_SECTIONS.items():
+    _parts = tuple(_registry.settings_classes(plugins=False).items())  # (no entry point is read at import)
+    _BUILTIN[_section] = (joined(_base, _parts, _section), _parts)
+DataConfig, ModelConfig = _BUILTIN["data"][0], _BUILTIN["model"][0]
 """The `data` / `model` sections of the built-in datasets / models: the shared fields and each part's own."""
-AggregationConfig, AttackConfig = _BUILTIN["aggregation"], _BUILTIN["attack"]
+AggregationConfig, AttackConfig = _BUILTIN["aggregation"][0], _BUILTIN["attack"][0]
 """The `aggregation` / `attack` sections of the built-in rules / attacks."""
 
 

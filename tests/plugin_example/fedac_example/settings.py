@@ -1,5 +1,6 @@
 # fedac_example/settings.py
-"""The settings of the fedavg_lr algorithm: `--set fedavg_lr.server_lr=0.5`. No torch here."""
+"""The plug-ins' settings: `--set fedavg_lr.server_lr=0.5` (the algorithm's own section) and
+`--set aggregation.drop=2` (the aggregator's, a field of the aggregation section). No torch here."""
 
 from dataclasses import dataclass
 
@@ -10,3 +11,9 @@ from fedac.fields import number
 class FedAvgLRSettings:
     server_lr: float = number(1.0, "> 0")
     """Server step: theta <- theta + server_lr * (mean of the uploads - theta); 1 is FedAvg."""
+
+
+@dataclass
+class DropFarthestSettings:
+    drop: int = number(1, ">= 0")
+    """drop_farthest: how many uploads farthest from the cohort's mean are left out (two are always kept)."""
