@@ -147,7 +147,7 @@ def ssl_clients(count: int, conv: int) -> list[torch.Tensor]:
 
 
 def workload_w2v2(args, tmp: Path) -> dict:
-    from fedac.ssl_sizes import SIZES
+    from fedac.models.ssl_sizes import SIZES
 
     size, count = scale(args, "ssl_size"), scale(args, "ssl_clients")
     cpu_per_round = scale(args, "ssl_cpu_per_round")

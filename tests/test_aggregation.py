@@ -7,7 +7,7 @@ import logging
 import pytest
 import torch
 
-from fedac.aggregation import aggregate, finite, layer_groups, lpa, trusted_clients, weighted_mean
+from fedac.rules.aggregation import aggregate, finite, layer_groups, lpa, trusted_clients, weighted_mean
 from fedac.config import AggregationConfig
 from fedac.errors import ConfigError
 
@@ -102,7 +102,7 @@ def test_lpa_without_pruning_equals_weighted_mean():
 def test_lpa_empty_trusted_set_keeps_median_client_and_warns(caplog):
     # v_l=0.6 -> 3 lowest, v_h=0.4 -> 2 highest: all 5 pruned. The median-deviation client stays:
     # l1 ascending deviation c3, c2, c1, c0, c4 -> median c1 (value 1.0).
-    with caplog.at_level(logging.WARNING, logger="fedac.aggregation"):
+    with caplog.at_level(logging.WARNING, logger="fedac.rules.aggregation"):
         out, trusted = lpa(five_clients(), v_l=0.6, v_h=0.4, unit="tensor")
     assert trusted["l1.weight"] == [1]
     assert out["l1.weight"].item() == pytest.approx(1.0)

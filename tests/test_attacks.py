@@ -1,4 +1,4 @@
-"""Poisoned clients (fedac/attacks.py, issue 13): each attack's effect on a toy upload or dataset, the
+"""Poisoned clients (fedac/rules/attacks.py, issue 13): each attack's effect on a toy upload or dataset, the
 backdoor on real audio features, and runs from the CLI."""
 
 from __future__ import annotations

@@ -16,9 +16,9 @@ from fedac.config import load_config
 from fedac.engine.clients import ByteLedger
 from fedac.engine.data import build_federated_data
 from fedac.engine.simulator import Simulator
-from fedac.metrics import classification_metrics, confusion, confusion_metrics, spread
+from fedac.training.metrics import classification_metrics, confusion, confusion_metrics, spread
 from fedac.models import build_model
-from fedac.report import plot_clients, plot_confusion
+from fedac.engine.report import plot_clients, plot_confusion
 from fedac.training.device import nbytes
 from helpers import tiny_run
 from test_earlyexit import voxceleb_root  # noqa: F401 (a fixture: the synthetic VoxCeleb1 tree)
@@ -293,7 +293,7 @@ def test_batched_scoring_across_clients_equals_scoring_each_client_alone():
 
 
 def test_the_final_table_shows_the_clients_percentiles():
-    from fedac.report import final_table
+    from fedac.engine.report import final_table
 
     spreads = {"accuracy": {**spread([0.1, 0.5, 0.9, 0.7]), "clients": 4}}
     results = {"algorithm": "fedavg", "dataset": "d", "rounds": 1, "wall_seconds": 1.0,

@@ -18,7 +18,7 @@ from fedac.cli import main
 from fedac.config import Config
 from fedac.experiments import figures
 from fedac.experiments.figures import RERUN
-from fedac.report import write_results
+from fedac.engine.report import write_results
 from fedac.version import NOT_TRAINING, PACKAGE, git_state, source_sha256, training_files
 
 DEFAULT_RUN = "docs/results/default-run/results.json"
@@ -36,7 +36,7 @@ def test_the_training_code_is_every_module_but_the_presentation_layer():
                 "experiments/robustness.py", "experiments/fedmlac.py",
                 "kernels/gru.cpp", "models/pretrained/w2v2_s/pretrain.json", "data/synth/speech_commands.py"):
         assert rel in files, rel
-    for rel in ("cli.py", "report.py", "experiments/figures.py", "version.py", "models/pretrained/w2v2_s/README.md",
+    for rel in ("cli.py", "engine/report.py", "experiments/figures.py", "version.py", "models/pretrained/w2v2_s/README.md",
                 "models/pretrained/w2v2_s/model.safetensors"):
         assert rel not in files, rel
     assert not [f for f in files if "__pycache__" in f or "_build" in f]
@@ -54,7 +54,7 @@ def test_the_hash_changes_with_the_training_code_only(tmp_path):
         assert source_sha256(root) != before, rel
         (root / rel).write_bytes(original)
         assert source_sha256(root) == before, rel
-    for rel in ("cli.py", "report.py", "experiments/figures.py"):
+    for rel in ("cli.py", "engine/report.py", "experiments/figures.py"):
         (root / rel).write_text("# another presentation\n")
     for rel in ("NOTES.md", "kernels/_build/cpu/helper.py", "__pycache__/x.py", "models/pretrained/w2v2_s/README.md"):
         (root / rel).parent.mkdir(parents=True, exist_ok=True)
@@ -98,7 +98,7 @@ def test_git_state_of_a_checkout_an_ignored_install_and_no_repository(tmp_path, 
     (package / "algorithms" / "new_rule.py").write_text("x = 1\n")  # untracked training code
     assert git_state(package) == (head, True)
     (package / "algorithms" / "new_rule.py").unlink()
-    (package / "aggregation.py").write_text("# changed\n")
+    (package / "rules" / "aggregation.py").write_text("# changed\n")
     assert git_state(package) == (head, True)
     # A package git does not track (installed into a repository's ignored virtualenv) is no checkout.
     (repo / ".gitignore").write_text("venv/\n")

@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from fedac.aggregation import exit_aggregate
+from fedac.rules.exits import exit_aggregate
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import ClientData, Task
 from fedac.cli import main

@@ -10,7 +10,7 @@ import logging
 import pytest
 import torch
 
-from fedac.aggregation import layer_groups
+from fedac.rules.aggregation import layer_groups
 from fedac.algorithms.fedmlac import FedMLAC, expected_visits
 from fedac.cli import main
 from fedac.config import load_config

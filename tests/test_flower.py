@@ -23,7 +23,7 @@ flwr = pytest.importorskip("flwr", reason="flwr is not installed (pip install 'f
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict  # noqa: E402
 
-from fedac.aggregation import weighted_mean  # noqa: E402
+from fedac.rules.aggregation import weighted_mean  # noqa: E402
 from fedac.algorithms import build_algorithm  # noqa: E402
 from fedac.algorithms.base import Task  # noqa: E402
 from fedac.config import load_config  # noqa: E402

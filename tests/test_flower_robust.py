@@ -14,7 +14,7 @@ pytest.importorskip("flwr", reason="flwr is not installed (pip install 'flwr>=1.
 
 from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv  # noqa: E402
 
-from fedac.aggregation import clip_update  # noqa: E402
+from fedac.rules.robust import clip_update  # noqa: E402
 from fedac.engine.simulator import Simulator  # noqa: E402
 from fedac.flower.settings import fedac_config  # noqa: E402
 from flower_helpers import use_task_identity  # noqa: E402

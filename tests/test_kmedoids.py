@@ -8,7 +8,7 @@ from itertools import combinations
 import numpy as np
 import pytest
 
-from fedac.kmedoids import pairwise_distances, pam, total_cost
+from fedac.algorithms.zeroshot_kmedoids import pairwise_distances, pam, total_cost
 
 
 @pytest.mark.parametrize("seed", range(12))

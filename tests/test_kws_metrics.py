@@ -8,7 +8,7 @@ from torch import nn
 
 from fedac.engine.data import EvalSplit
 from fedac.training.evaluate import kws_rates
-from fedac.metrics import false_accept_reject
+from fedac.training.metrics import false_accept_reject
 
 # Classes 0, 1 keywords; 2, 3 negatives (silence, unknown). Pairs (true, predicted):
 # (0,0) accept; (0,2) false reject; (1,1) accept; (2,0) false accept; (3,3) reject; (3,1) false accept;

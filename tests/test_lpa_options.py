@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from fedac.aggregation import LayerPruning, aggregate, layer_groups, layer_deviation, lpa, pruning_bias, spearman
+from fedac.rules.aggregation import LayerPruning, aggregate, layer_groups, layer_deviation, lpa, pruning_bias, spearman
 from fedac.training.local import local_steps
 from fedac.config import AggregationConfig, TrainConfig
 from fedac.errors import ConfigError

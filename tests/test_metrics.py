@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from fedac.metrics import classification_metrics, mean_std
+from fedac.training.metrics import classification_metrics, mean_std
 
 
 def test_three_class_confusion():

@@ -1,4 +1,4 @@
-"""Differential privacy (fedac/privacy.py, issue 13): the accountant against opacus' published value,
+"""Differential privacy (fedac/rules/privacy.py, issue 13): the accountant against opacus' published value,
 clipping and noise on toy uploads, and a DP run from the CLI reporting epsilon at delta = 1e-5."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from fedac.algorithms import algorithm_class
 from fedac.cli import main
 from fedac.config import load_config
 from fedac.errors import ConfigError
-from fedac.privacy import Privacy, epsilon
+from fedac.rules.privacy import Privacy, epsilon
 from helpers import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -11,8 +11,8 @@ pytest.importorskip("flwr", reason="flwr is not installed (pip install 'flwr>=1.
 from flwr.server.strategy.aggregate import (aggregate_bulyan, aggregate_krum, aggregate_median,  # noqa: E402
                                             aggregate_trimmed_avg)
 
-from fedac.aggregation import (aggregate, bulyan, coordinate_median, krum, multikrum, norm_bound,  # noqa: E402
-                               trimmed_mean)
+from fedac.rules.aggregation import aggregate  # noqa: E402
+from fedac.rules.robust import bulyan, coordinate_median, krum, multikrum, norm_bound, trimmed_mean  # noqa: E402
 from fedac.config import AggregationConfig  # noqa: E402
 from fedac.errors import ConfigError  # noqa: E402
 

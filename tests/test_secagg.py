@@ -17,7 +17,7 @@ from flwr.common import bytes_to_ndarray  # noqa: E402
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage  # noqa: E402
 
 import test_flower  # noqa: E402
-from fedac.aggregation import weighted_mean  # noqa: E402
+from fedac.rules.aggregation import weighted_mean  # noqa: E402
 from fedac.engine.simulator import Simulator  # noqa: E402
 from fedac.errors import ConfigError  # noqa: E402
 from fedac.flower import clientapp, secagg  # noqa: E402

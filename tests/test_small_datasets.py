@@ -15,7 +15,7 @@ from fedac.config import Config, load_config
 from fedac.data.layout import dealt_client_count, user_manifest, write_wav
 from fedac.data.registry import explicit, load_manifest
 from fedac.data.synth import speech_commands as synth
-from fedac.report import final_table, unavailable
+from fedac.engine.report import final_table, unavailable
 
 WORDS = ("yes", "no", "up", "down", "left", "right")
 

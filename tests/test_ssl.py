@@ -17,7 +17,7 @@ from fedac.data.text import VOCAB, encode, greedy_ctc
 from fedac.data.waveform import Padded
 from fedac.engine.data import EvalSplit
 from fedac.errors import DatasetError, EncoderError
-from fedac.metrics import equal_error_rate, transcription_metrics
+from fedac.training.metrics import equal_error_rate, transcription_metrics
 from fedac.models import build_model, count_parameters
 from fedac.models.ssl import SSLModel, encoder_layers, frame_lengths, load_encoder, size_config, stats_pool
 

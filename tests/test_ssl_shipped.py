@@ -18,7 +18,7 @@ from fedac.errors import EncoderError
 from fedac.models import build_model
 from fedac.models.ssl import RANDOM_INIT, SHIPPED, SHIPPED_WEIGHTS, build_encoder, resolve_encoder_path
 from fedac.experiments.pretrain import CORPUS_SEED_OFFSET
-from fedac.pretrain_settings import settings_from_args
+from fedac.experiments.pretrain_settings import settings_from_args
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -1,4 +1,4 @@
-"""Experiment trackers (fedac/tracking.py, issue 57): a run written with TensorBoard and MLflow themselves,
+"""Experiment trackers (fedac/engine/tracking.py, issue 57): a run written with TensorBoard and MLflow themselves,
 read back with each library's own reader; a missing extra stops the run at its start with the pip install."""
 
 from __future__ import annotations
@@ -8,11 +8,11 @@ import math
 
 import pytest
 
-from fedac import tracking
+from fedac.engine import tracking
 from fedac.config import load_config
 from fedac.engine.simulator import Simulator
 from fedac.errors import ConfigError
-from fedac.report import read_client_rows
+from fedac.engine.report import read_client_rows
 from helpers import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")

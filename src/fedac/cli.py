@@ -26,8 +26,8 @@ from fedac.experiments.compare import add_compare_parser
 from fedac.experiments.exit_memory import add_memory_parser
 from fedac.experiments.figures import add_report_parser
 from fedac.experiments.reproduce import add_reproduce_parser
-from fedac.pretrain_settings import add_pretrain_parser
-from fedac.report import format_table
+from fedac.experiments.pretrain_settings import add_pretrain_parser
+from fedac.engine.report import format_table
 
 
 def _add_experiment_args(parser: argparse.ArgumentParser) -> None:
@@ -117,9 +117,9 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 
 #: `fedac list`: each kind's registry, as "module:attribute" (loaded when listed; the models' and rules' load torch).
-REGISTRIES = {"algorithms": "fedac.algorithms:ALGORITHMS", "models": "fedac.models:MODELS",
-              "datasets": "fedac.data.registry:DATASETS", "aggregators": "fedac.aggregation:AGGREGATORS",
-              "attacks": "fedac.attacks:ATTACKS"}
+REGISTRIES = {"algorithms": "fedac.algorithms:ALGORITHMS", "models": "fedac.models.registry:MODELS",
+              "datasets": "fedac.data.registry:DATASETS", "aggregators": "fedac.rules:AGGREGATORS",
+              "attacks": "fedac.rules.attacks:ATTACKS"}
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -221,7 +221,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     import torch  # lazy: start-up time
 
     from fedac.experiments.pretrain import default_out, pretrain  # lazy: start-up time
-    from fedac.pretrain_settings import settings_from_args
+    from fedac.experiments.pretrain_settings import settings_from_args
 
     torch.set_num_threads(args.threads)
     s = settings_from_args(args)

@@ -29,7 +29,7 @@ PACKAGE = Path(__file__).resolve().parent
 #: and protocols choose the settings that they train.
 NOT_TRAINING = {
     "cli.py": "parses the command line into load_config (config.py holds every default) and prints tables",
-    "report.py": "writes what a run computed (metrics.csv, results.json, lpa.jsonl, curves.png) and formats it",
+    "engine/report.py": "writes what a run computed (metrics.csv, results.json, lpa.jsonl, curves.png) and formats it",
     "experiments/figures.py": "reads committed results back and checks the documents that quote them",
     "version.py": "this record of the code itself",
 }

@@ -6,8 +6,8 @@ its own losses (mutual.py), its stacked cohort step (cohort.py), its capabilitie
 (streaming, centralised, personalized, augmentable, ...), and its registry entry and settings in
 settings/<name>.py. Must not be here: the round loop, client sampling, checkpoints or building data from
 a config (engine/), a runtime's transport (flower/), and no import of fedac.engine, flower, the
-experiment commands or cli; an aggregator or attack that every method can use belongs in aggregation.py
-or attacks.py, not in one method's file.
+experiment commands or cli; an aggregator or attack that every method can use belongs in rules/
+(aggregation.py, robust.py, attacks.py), not in one method's file.
 """
 
 from __future__ import annotations

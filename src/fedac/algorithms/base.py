@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedac.aggregation import LayerPruning, aggregate
+from fedac.rules.aggregation import LayerPruning, aggregate
 from fedac.config import Config
 from fedac.errors import ConfigError
 from fedac.models import build_model

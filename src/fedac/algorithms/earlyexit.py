@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from fedac.aggregation import EXIT_AGGREGATIONS, exit_aggregate
+from fedac.rules.exits import EXIT_AGGREGATIONS, exit_aggregate
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, clone_params
 from fedac.data.waveform import Padded
 from fedac.errors import ConfigError

@@ -66,7 +66,7 @@ from torch import nn
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, model_params
 from fedac.data.streams import NEW_ID
 from fedac.errors import ConfigError
-from fedac.kmedoids import pairwise_distances, pam
+from fedac.algorithms.zeroshot_kmedoids import pairwise_distances, pam
 from fedac.models import build_model
 from fedac.seeding import derive_seed, numpy_rng, torch_generator
 from fedac.training.local import train_supervised

@@ -14,8 +14,8 @@ import torch
 from torch import nn
 
 from fedac.data.waveform import Padded
-from fedac.metrics import confusion, confusion_metrics, spread
-from fedac.report import append_client_rows, no_holdout_reason
+from fedac.training.metrics import confusion, confusion_metrics, spread
+from fedac.engine.report import append_client_rows, no_holdout_reason
 from fedac.training.device import nbytes, to_device
 from fedac.training.evaluate import clip_predictions, logits
 from fedac.training.types import ClientData

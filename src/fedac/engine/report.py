@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedac.config import Config
-from fedac.tracking import track
+from fedac.engine.tracking import track
 from fedac.version import code_version
 
 
@@ -311,7 +311,7 @@ def plot_clients(run_dir: Path, rows: list[dict[str, Any]], title: str, why_empt
     score the picture says why (`why_empty`)."""
     import numpy as np
 
-    from fedac.metrics import spread
+    from fedac.training.metrics import spread
 
     panels = [(key, label) for key, label in CLIENT_PANELS if any(key in r for r in rows)]
     plt = pyplot()

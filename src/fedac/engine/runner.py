@@ -10,7 +10,7 @@ from fedac.algorithms import algorithm_class
 from fedac.config import Config
 from fedac.engine.simulator import Simulator
 from fedac.engine.streams import StreamRunner, zeroshot_table
-from fedac.report import final_table
+from fedac.engine.report import final_table
 
 
 def runner_for(cfg: Config) -> tuple[type, Callable[[dict[str, Any]], str]]:

@@ -22,7 +22,7 @@ import torch
 
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm
-from fedac.attacks import Attack
+from fedac.rules.attacks import Attack
 from fedac.config import Config
 from fedac.engine.checkpoint import open_run, save_checkpoint
 from fedac.engine.clients import ByteLedger, client_summary, log_clients, test_confusion
@@ -32,11 +32,11 @@ from fedac.engine.data import FederatedData, build_federated_data, record_bad_fi
 from fedac.engine.rounds import RoundLoop
 from fedac.engine.runtime import configure_process
 from fedac.errors import ConfigError
-from fedac.metrics import mean_std
-from fedac.privacy import Privacy
-from fedac.report import log_pruning, truncate_client_rows, truncate_pruning_log, write_history, write_results
+from fedac.training.metrics import mean_std
+from fedac.rules.privacy import Privacy
+from fedac.engine.report import log_pruning, truncate_client_rows, truncate_pruning_log, write_history, write_results
 from fedac.seeding import numpy_rng
-from fedac.tracking import check_trackers
+from fedac.engine.tracking import check_trackers
 from fedac.training.device import autocast, configure_precision, device_name, nbytes, place, resolve_device, to_device
 from fedac.training.evaluate import evaluate, kws_rates, selection_score, window_accuracy
 from fedac.training.packing import client_home

@@ -40,10 +40,10 @@ from fedac.engine.rounds import RoundLoop
 from fedac.engine.runtime import configure_process
 from fedac.engine.simulator import all_finite
 from fedac.errors import ConfigError
-from fedac.metrics import classification_metrics
+from fedac.training.metrics import classification_metrics
 from fedac.engine.clients import ByteLedger, log_users, user_summary
-from fedac.report import format_table, truncate_client_rows, write_history, write_results
-from fedac.tracking import check_trackers
+from fedac.engine.report import format_table, truncate_client_rows, write_history, write_results
+from fedac.engine.tracking import check_trackers
 from fedac.training.cohort import cohort_workers
 from fedac.training.device import configure_precision, device_name, resolve_device, to_device
 from fedac.training.step import train_client

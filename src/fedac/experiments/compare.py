@@ -23,7 +23,7 @@ from fedac.algorithms import ALGORITHMS
 from fedac.config import Config, load_config, parse_override
 from fedac.data.registry import DATASETS, fit_user_data
 from fedac.errors import ConfigError, RunInterrupted
-from fedac.metrics import mean_std
+from fedac.training.metrics import mean_std
 
 PRESETS: dict[str, list[str]] = {
     # fedmlac.md Fig. 2/3 methods with heterogeneous clients (each draws a CRNN from the zoo). FedAvg
@@ -288,7 +288,7 @@ def plot_accuracy_vs_upload(runs: dict[str, list[dict]], out: Path) -> Path:
     bytes its clients had uploaded by then (metrics.csv's upload_bytes_total), one colour per method."""
     import csv
 
-    from fedac.report import pyplot
+    from fedac.engine.report import pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))

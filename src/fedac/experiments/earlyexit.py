@@ -29,7 +29,7 @@ from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.experiments.compare import Method, parse_method, runs_wall_seconds
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
-from fedac.metrics import mean_std
+from fedac.training.metrics import mean_std
 
 PAPER = "early-exit SSL"
 DATASETS = ("speech_commands", "voxceleb1", "librispeech")

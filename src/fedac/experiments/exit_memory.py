@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 
 from fedac.config import ModelConfig, TrainConfig
-from fedac.ssl_sizes import SIZES
+from fedac.models.ssl_sizes import SIZES
 
 FRAMES_PER_SECOND = 49  # the wav2vec 2.0 CNN's frame rate at 16 kHz
 

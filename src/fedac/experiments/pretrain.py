@@ -51,7 +51,7 @@ from fedac.data.features import FeatureExtractor, cache_root
 from fedac.data.librispeech import load_manifest as load_librispeech
 from fedac.data.waveform import load_waveform
 from fedac.models.ssl import frame_lengths, size_config
-from fedac.pretrain_settings import PretrainSettings
+from fedac.experiments.pretrain_settings import PretrainSettings
 from fedac.seeding import derive_seed, numpy_rng
 from fedac.training.types import normalize
 

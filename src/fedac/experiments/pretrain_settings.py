@@ -10,7 +10,7 @@ import argparse
 from dataclasses import asdict, dataclass
 
 from fedac.errors import ConfigError
-from fedac.ssl_sizes import SIZES
+from fedac.models.ssl_sizes import SIZES
 
 OBJECTIVES = ("hubert", "contrastive")
 

@@ -36,7 +36,7 @@ from fedac.errors import ConfigError
 from fedac.experiments.compare import Method, cell_folder
 from fedac.experiments.fedmlac import DATASETS, PROTOCOL
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
-from fedac.metrics import mean_std
+from fedac.training.metrics import mean_std
 
 ALGORITHMS = {"FedAvg": "fedavg", "FedMLAC": "fedmlac"}
 #: column label -> (FedAvg settings, FedMLAC settings)
@@ -81,7 +81,7 @@ def _choose(given: list | None, known, what: str) -> list:
 
 def row_attacks() -> list[str]:
     """Every registered attack but `none` (plug-ins included): the default rows."""
-    from fedac.attacks import ATTACKS  # lazy: start-up time (attacks import torch; the parser lists this spec)
+    from fedac.rules.attacks import ATTACKS  # lazy: start-up time (attacks import torch; the parser lists this spec)
 
     return [a for a in ATTACKS if a != "none"]
 

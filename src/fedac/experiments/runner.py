@@ -19,7 +19,7 @@ from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.experiments.compare import WORST_COLUMNS, Method, cell_folder, comparison_passes, parse_method, run_comparison
 from fedac.experiments.spec import Cell, Experiment, Layout, Request
-from fedac.metrics import mean_std
+from fedac.training.metrics import mean_std
 
 
 def chosen_methods(spec: Experiment, request: Request) -> list[Method]:

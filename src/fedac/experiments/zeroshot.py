@@ -21,7 +21,7 @@ from fedac.config import load_config
 from fedac.experiments.compare import Method
 from fedac.experiments.runner import chosen_datasets
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
-from fedac.metrics import mean_std
+from fedac.training.metrics import mean_std
 
 PAPER = "zero-shot KWS"
 DATASETS = ("speech_commands", "urbansound8k")

@@ -30,7 +30,7 @@ from flwr.clientapp import ClientApp
 
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm, ClientData
-from fedac.attacks import Attack
+from fedac.rules.attacks import Attack
 from fedac.config import Config
 from fedac.engine.data import FederatedData, build_federated_data
 from fedac.engine.runtime import configure_process

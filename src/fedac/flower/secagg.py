@@ -68,7 +68,7 @@ from flwr.server.workflow import SecAggPlusWorkflow
 from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD, Key as WorkflowKey
 from flwr.serverapp import Grid
 
-from fedac.attacks import MODEL_ATTACKS
+from fedac.rules.attacks import MODEL_ATTACKS
 from fedac.config import Config
 from fedac.engine.simulator import sample_cohort
 from fedac.errors import ConfigError, FedacError

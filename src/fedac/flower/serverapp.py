@@ -39,7 +39,7 @@ from fedac.flower import transport
 from fedac.flower.devices import refuse_attacks_on_devices
 from fedac.flower.settings import DeploymentSettings, deployment_settings, fedac_config
 from fedac.flower.strategy import FedacStrategy, NodeDirectory, PollingGrid, flower_strategy
-from fedac.report import final_table, write_history, write_results
+from fedac.engine.report import final_table, write_history, write_results
 
 log = logging.getLogger("fedac.flower")
 

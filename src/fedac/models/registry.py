@@ -1,15 +1,6 @@
-"""Model families, one file each; `build_model` is the single way algorithms create models.
-
-`MODELS` is the model registry (fedac/registry.py): each name -> a builder ("module:function", imported
-when the model is built) and a one-line description (`fedac list`); plug-ins add models through the
-`fedac.models` entry-point group (docs/extending.md).
-
-Belongs here: a network family in its own file with its builder and registry entries below, the stacked
-forms of the CRNNs for cohort training, the SSL encoders with their heads, and the shipped pretrained
-encoder (pretrained/, package data). Must not be here: training loops, a method's losses or federated
-logic (training/, algorithms/), and no import of fedac.training, algorithms, engine or flower; never a
-download (the SSL encoders load local checkpoints only).
-"""
+"""The model registry (`MODELS`, fedac/registry.py) and `build_model`, the single way algorithms create models;
+the package face (models/__init__.py) loads this module on first use, so `import fedac.models.ssl_sizes` stays
+free of torch."""
 
 from __future__ import annotations
 
@@ -20,7 +11,7 @@ from fedac.models.crnn import CRNN, CRNN_SPECS
 from fedac.models.kws import KWS_MODELS
 from fedac.models.kws_cnn import KWS_CNN_SPECS, KWSCNN
 from fedac.models.ssl import SIZES as SSL_SIZES, build_ssl_model  # transformers loads only when one is built
-from fedac.registry import Entry, Registry
+from fedac.settings.models import MODELS  # the registry's torch-free table; re-exported
 
 MODEL_NAMES = tuple(CRNN_SPECS)
 SSL_NAMES = tuple(SSL_SIZES)
@@ -47,21 +38,19 @@ def build_ssl(name: str, num_classes: int, dropout: float, kind: str, options=No
                            o.encoder_depth if o else 0, o.ctc_hidden if o else 0, dropout, bool(o and o.head_norm))
 
 
-def _crnn_line(name: str) -> str:
-    spec = CRNN_SPECS[name]
-    return (f"CRNN-{name.split('_')[1].title()} (FedMLAC Table 3): conv {'-'.join(map(str, spec.conv_channels))}, "
-            f"{'Bi' if spec.bidirectional else ''}GRU {spec.hidden}")
-
-
-MODELS = Registry("model", {
-    **{name: Entry("fedac.models:build_crnn", _crnn_line(name)) for name in CRNN_SPECS},
-    **{name: Entry("fedac.models:build_kws", f"FedKWS-UI's {cls.__name__} keyword spotter (models/kws.py)")
-       for name, cls in KWS_MODELS.items()},
-    **{name: Entry("fedac.models:build_kws_cnn", f"zero-shot paper's small {spec.kind.upper()}: channels "
-                   f"{'-'.join(map(str, spec.channels))}, {spec.activation}") for name, spec in KWS_CNN_SPECS.items()},
-    **{name: Entry("fedac.models:build_ssl", f"wav2vec 2.0 / HuBERT encoder, {size.hidden} wide, {size.layers} "
-                   "layers (waveform input; local checkpoints only)") for name, size in SSL_SIZES.items()},
-})
+def describe_model(name: str) -> str:
+    """The line `fedac list` shows for built-in model `name` (the table is settings/models.py: no torch)."""
+    if name in CRNN_SPECS:
+        spec = CRNN_SPECS[name]
+        return (f"CRNN-{name.split('_')[1].title()} (FedMLAC Table 3): conv {'-'.join(map(str, spec.conv_channels))}, "
+                f"{'Bi' if spec.bidirectional else ''}GRU {spec.hidden}")
+    if name in KWS_MODELS:
+        return f"FedKWS-UI's {KWS_MODELS[name].__name__} keyword spotter (models/kws.py)"
+    if name in KWS_CNN_SPECS:
+        spec = KWS_CNN_SPECS[name]
+        return f"zero-shot paper's small {spec.kind.upper()}: channels {'-'.join(map(str, spec.channels))}, {spec.activation}"
+    size = SSL_SIZES[name]
+    return f"wav2vec 2.0 / HuBERT encoder, {size.hidden} wide, {size.layers} layers (waveform input; local checkpoints only)"
 
 
 def build_model(name: str, num_features: int, num_classes: int, dropout: float = 0.1,

@@ -50,7 +50,7 @@ from torch import nn
 from fedac.data.text import greedy_ctc
 from fedac.data.waveform import Padded
 from fedac.errors import EncoderError
-from fedac.ssl_sizes import SIZES  # torch-free: the CLI names the sizes without loading torch
+from fedac.models.ssl_sizes import SIZES  # torch-free: the CLI names the sizes without loading torch
 
 ENCODER_TYPES = ("wav2vec2", "hubert")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")

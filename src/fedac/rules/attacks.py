@@ -41,7 +41,7 @@ from fedac.data.manifest import Manifest
 from fedac.data.partition import partition
 from fedac.data.registry import dataset_spec
 from fedac.errors import ConfigError
-from fedac.registry import Entry, Registry, describe
+from fedac.settings.attacks import ATTACKS  # the registry's torch-free table (and each attack's settings)
 from fedac.seeding import numpy_rng, torch_generator
 from fedac.training.evaluate import evaluate
 from fedac.training.types import EvalSplit, FederatedData, Params, model_input
@@ -197,11 +197,6 @@ class Little(ClientAttack):
                 for n in honest[0]}
 
 
-ATTACKS = Registry("attack", {
-    name: Entry(f"fedac.attacks:{cls.__name__}", describe(cls)) for name, cls in {
-        "none": NoAttack, "label_flip": LabelFlip, "label_permute": LabelPermute, "backdoor": Backdoor,
-        "sign_flip": SignFlip, "gaussian": Gaussian, "scale": Scale, "little": Little}.items()
-}, setting="attack.kind")
 
 
 class Attack:

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from fedac.aggregation import clip_update
+from fedac.rules.robust import clip_update
 from fedac.config import Config
 from fedac.errors import ConfigError
 from fedac.seeding import torch_generator

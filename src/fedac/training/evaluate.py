@@ -9,7 +9,7 @@ from torch import nn
 
 from fedac.data.waveform import Padded
 from fedac.training.types import EvalSplit
-from fedac.metrics import classification_metrics, equal_error_rate, false_accept_reject, transcription_metrics
+from fedac.training.metrics import classification_metrics, equal_error_rate, false_accept_reject, transcription_metrics
 
 #: The negative classes of keyword spotting (12-class Speech Commands) for FA / FR.
 KWS_NEGATIVES = ("_silence_", "_unknown_")

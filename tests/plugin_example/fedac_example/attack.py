@@ -4,7 +4,7 @@ and uploads the global model it received, i.e. an update of zero."""
 
 import torch
 
-from fedac.attacks import ClientAttack
+from fedac.rules.attacks import ClientAttack
 
 
 class FreeRider(ClientAttack):
