@@ -208,7 +208,9 @@ def fedac_path(cfg, make_data, run_dir: Path, resident: bool = False):
 
         def layout() -> dict:  # what auto chose: training/packing.py
             packing = sim.algorithm.packing
-            return {"chunk_sizes_last_round": packing.last_sizes if packing.by_memory else None,
+            # the path that trained (auto's probe may choose sequential: chunk sizes are then the probe's)
+            return {"execution": sim.algorithm.execution_path(), "execution_probe": dict(sim.algorithm.auto_choice),
+                    "chunk_sizes_last_round": packing.last_sizes if packing.by_memory else None,
                     "mb_per_client_in_a_chunk": {k: v / 2 ** 20 for k, v in packing.bytes_per_client.items()},
                     "clients_live_on": str(sim.client_home), "gru_kernel": cfg.train.gru_kernel}
         run.layout = layout

@@ -35,7 +35,6 @@ def test_the_run_names_its_path_first_and_in_results_json(gsc_root, tmp_path, ca
 
 
 @pytest.mark.parametrize("overrides, reason", [
-    (["features.augment=true", "model.name=dscnn"], "features.augment"),
     (["algorithm=fedmmd"], "FedMMD overrides client_update"),
     (["algorithm=fedkad"], "FedKAD has no stacked cohort_update"),
     (["train.optimizer=lbfgs"], "train.optimizer=lbfgs"),

@@ -264,3 +264,73 @@ def test_auto_on_the_cpu_keeps_a_vmapped_network_sequential_without_timing_it(mo
     assert not alg.auto_choice  # nothing was measured
     monkeypatch.setattr(alg, "device", torch.device("meta"))  # any device but the CPU
     assert alg.probes() and alg.needs_probe()
+
+
+class _AmpleGauge:
+    """A GPU's memory as packing reads it (training/packing.py), with room for any chunk."""
+
+    def free(self) -> int:
+        return 10 ** 12
+
+    def begin(self) -> int:
+        return 0
+
+    def peak(self) -> int:
+        return 1_000
+
+
+def test_probe_on_a_memory_packed_device_times_full_chunks_after_an_untimed_warm_up(monkeypatch):
+    """Issue 56's GPU finding: a probe of 16 clients ran stacked as packing's memory probe of 8 plus a chunk of
+    8 (its one-off set-up counted against it). Now each path first trains a few clients untimed, and the
+    stacked path is timed on the rest of the round in the chunks it would train (one, memory allowing)."""
+    from fedac.training.packing import Packing
+
+    sizes = [6, 6, 5, 5, 4, 4, 4, 3, 3, 3, 2, 2]
+    clients = clients_for("cnn1_softmax", sizes)
+
+    def build(execution):
+        cfg = load_config(overrides=["algorithm=fedavg", "model.name=cnn1_softmax", "train.batch_size=4", "train.device=cpu",
+                                     "model.dropout=0", f"train.execution={execution}"])
+        return build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients]))
+
+    alg = build("probe")
+    alg.packing = Packing(0, torch.device("cpu"), gauge=_AmpleGauge())  # chunks sized by (fake) free memory
+    calls, real = [], alg.cohort_update
+    monkeypatch.setattr(alg, "cohort_update", lambda p, s, d, r, seed: (calls.append(len(d)), real(p, s, d, r, seed))[1])
+    record = alg.record_probe
+    monkeypatch.setattr(alg, "record_probe", lambda s, q, n, error: record(0.1, 1.0, n, error))  # stacked wins
+    probed = run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
+    assert calls == [6, 6]  # the warm-up (packing's memory probe), then the timed rest of the round
+    assert alg.packing.last_sizes == [6]  # timed as one chunk, as the stacked path would train it
+    (choice,) = alg.auto_choice.values()
+    assert choice["clients"] == 6 and choice["path"] == "stacked"
+    seq = build("sequential")
+    assert_close(probed, run_clients(seq, seq.broadcast(seq.init_server()), [None] * len(clients), clients, 1, 0))
+
+
+def test_a_clients_batch_indices_go_to_its_device_in_one_copy():
+    """Indexing device data with a CPU index copies the index every step (a host sync per step on a GPU):
+    `on_device` sends a client's whole batch schedule at once; on the CPU it leaves the batches alone."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from fedac.training.local import cycling_batches, on_device
+
+    class Copies(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func in (torch.ops.aten._to_copy.default, torch.ops.aten.copy_.default):
+                self.count += 1
+            return func(*args, **kwargs)
+
+    batches = list(cycling_batches(10, 4, 5, torch.Generator().manual_seed(0)))
+    x = torch.empty(10, 3, device="meta")  # a device other than the CPU
+    with Copies() as copies:
+        moved = list(on_device(iter(batches), x))
+    assert copies.count == 1 and all(m.device == x.device for m in moved)
+    assert [len(m) for m in moved] == [len(b) for b in batches]
+    cpu = torch.zeros(10, 3)
+    assert all(a is b for a, b in zip(on_device(batches, cpu), batches))

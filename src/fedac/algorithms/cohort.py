@@ -30,7 +30,7 @@ from fedac.models.stacked import stack_params
 from fedac.training.cohort import CohortChunk, OnDevices, broadcast_params, grads_of, group_positions, plan_chunks, run_chunks
 from fedac.training.functional import clip_stacked, param_leaves, stacked_optimizer, with_buffers
 from fedac.seeding import torch_generator
-from fedac.training.local import clip_gradients, client_batches, cross_entropy, cycling_batches, make_optimizer
+from fedac.training.local import clip_gradients, client_batches, cross_entropy, cycling_batches, make_optimizer, on_device
 from fedac.training.types import ClientData, ClientResult, Params
 
 
@@ -305,8 +305,8 @@ class LocalObjective(Algorithm):
         model.train()
         params = dict(model.named_parameters())
         optimizer = make_optimizer(params.values(), cfg)
-        total, steps = torch.zeros((), dtype=torch.float64), 0
-        for idx in client_batches(data.num_samples, cfg, generator):
+        total, steps = torch.zeros((), dtype=torch.float64, device=data.y.device), 0
+        for idx in on_device(client_batches(data.num_samples, cfg, generator), data.x):
             weight = torch.full((len(idx),), 1.0 / len(idx), device=data.x.device)
             forward = lambda inputs, method="forward": getattr(model, method)(inputs)  # noqa: E731
             loss = self.local_loss(forward, params, data.x[idx], data.y[idx], weight, state, payload)
@@ -318,7 +318,7 @@ class LocalObjective(Algorithm):
                 params[name].grad = grad
             clip_gradients(model, cfg)
             optimizer.step()
-            total = total + loss.detach().double().cpu()
+            total = total + loss.detach().double()  # on the device: read once, after the last step
             steps += 1
         upload, new_state = self.finish_local(model_params(model), state, payload, steps)
         return ClientResult(upload, new_state, {"loss": float(total) / max(steps, 1), "steps": float(steps)})

@@ -51,7 +51,7 @@ from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, Task, model_params, reproduces
 from fedac.algorithms.cohort import fedkwsui_cohort
-from fedac.training.local import clip_gradients, cycling_batches, make_optimizer
+from fedac.training.local import clip_gradients, cycling_batches, make_optimizer, on_device
 from fedac.errors import ConfigError
 from fedac.models import build_model
 
@@ -245,7 +245,8 @@ class FedKWSUI(Algorithm):
         private_loss, private_steps = 0.0, 0
         if opts.adv_lambda:
             optimizer = make_optimizer(model.parameters(), self.cfg.train)
-            for idx in cycling_batches(data.num_samples, batch, int(opts.private_ratio * opts.local_steps) + 1, generator):
+            private = cycling_batches(data.num_samples, batch, int(opts.private_ratio * opts.local_steps) + 1, generator)
+            for idx in on_device(private, data.x):
                 # The encoder's gradients are dropped here, so its backward pass is never run: the encoder
                 # forward (BatchNorm statistics included) runs without autograd. Same numbers, and a private
                 # step costs about a third of a global one.
@@ -257,7 +258,7 @@ class FedKWSUI(Algorithm):
                 private_steps += 1
         optimizer = make_optimizer(model.parameters(), self.cfg.train)
         total, steps = 0.0, 0
-        for idx in cycling_batches(data.num_samples, batch, int(plan["steps"]), generator):
+        for idx in on_device(cycling_batches(data.num_samples, batch, int(plan["steps"]), generator), data.x):
             h = model.embed(data.x[idx])
             loss = alo_loss(model.global_logits(h), model.private_logits(h), data.y[idx], plan["mu"], opts.adv_lambda)
             self._step(model, optimizer, loss)

@@ -21,7 +21,7 @@ import torch.nn.functional as F
 
 from fedac.algorithms.base import ClientData, ClientResult, Params, model_params
 from fedac.algorithms.fedavg import FedAvg
-from fedac.training.local import client_batches, local_step, make_optimizer
+from fedac.training.local import client_batches, local_step, make_optimizer, on_device
 
 
 def mmd_rbf(source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0, kernel_num: int = 5) -> torch.Tensor:
@@ -49,7 +49,7 @@ class FedMMD(FedAvg):
         model.train()
         optimizer = make_optimizer(model.parameters(), self.cfg.train)
         total, mmd_total, steps = 0.0, 0.0, 0
-        for idx in client_batches(data.num_samples, self.cfg.train, generator):
+        for idx in on_device(client_batches(data.num_samples, self.cfg.train, generator), data.x):
             x, y = data.x[idx], data.y[idx]
             h = model.embed(x)
             loss = F.cross_entropy(model.head(h), y)

@@ -14,10 +14,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import torch
+
 from fedac.algorithms.base import Algorithm
 from fedac.errors import ConfigError
 from fedac.training.cohort import client_progress
 from fedac.training.device import autocast
+from fedac.training.packing import PROBE_CLIENTS
 from fedac.training.step import train_client
 from fedac.training.types import ClientData, ClientResult
 
@@ -57,23 +60,45 @@ def run_clients(algorithm: Algorithm, payload: Any, states: list[Any], datas: li
 
 def probe(algorithm: Algorithm, payload: Any, states: list[Any], datas: list[ClientData], round_idx: int,
           seed: int) -> list[ClientResult]:
-    """`train.execution=auto` with a vmapped network, first round: the first chunk's clients (at most
-    `train.cohort_chunk`, 16 on the CPU) train both ways and are timed; the faster path's results are kept
-    and it trains the rest of the run (`Algorithm.record_probe`; the checkpoint keeps the choice, so a
-    resumed run takes the same path). The first stacked call carries its one-off setup (templates, dropout
-    shapes), which counts against it."""
-    count = min(len(datas), algorithm.packing.fixed_chunk)
-    started, error = time.perf_counter(), None
+    """`train.execution=auto` with a vmapped network, first round: both paths train the same clients and are
+    timed; the faster path's results are kept and it trains the rest of the run (`Algorithm.record_probe`;
+    the checkpoint keeps the choice, so a resumed run takes the same path).
+
+    Fair to both (issue 56's GPU finding, where a probe of 16 clients ran stacked as packing's memory probe
+    of 8 plus a chunk of 8, with the process's first CUDA and vmap set-up counted against it):
+    - each path first trains `warm` clients untimed (one-off set-up: templates, dropout shapes, kernels,
+      and on a GPU packing's memory probe of `PROBE_CLIENTS`), then the next clients are timed;
+    - where packing sizes chunks by memory (auto on a GPU) the timed clients are the rest of the round, so
+      the stacked path is timed on the chunks it will train (as full as memory allows), not on 8 at a
+      time; elsewhere they are one chunk (`train.cohort_chunk`, 16 on the CPU).
+    The first round so trains its probed clients twice (once per path)."""
+    packing = algorithm.packing
+    warm = min(PROBE_CLIENTS, len(datas) // 2) if packing.by_memory else min(1, len(datas) - 1)
+    count = len(datas) if packing.by_memory else min(len(datas), warm + packing.fixed_chunk)
+    stacked, error = [], None
+    with client_progress(lambda done: None):  # the sequential pass is not progress (the stacked one counts)
+        alone = [train_client(algorithm, payload, state, data, round_idx, seed)
+                 for state, data in zip(states[:warm], datas[:warm])]
     try:
         with autocast(algorithm.cfg.train.precision, algorithm.device):
-            stacked = algorithm.cohort_update(payload, states[:count], datas[:count], round_idx, seed)
+            stacked = algorithm.cohort_update(payload, states[:warm], datas[:warm], round_idx, seed) if warm else []
+            started = _now(algorithm.device)
+            stacked += algorithm.cohort_update(payload, states[warm:count], datas[warm:count], round_idx, seed)
+            stacked_s = _now(algorithm.device) - started
     except (RuntimeError, ConfigError) as exc:  # e.g. a random op vmap cannot give each client (F.dropout)
-        stacked, error = [], str(exc).splitlines()[0]
-    stacked_s = time.perf_counter() - started if error is None else float("inf")
-    started = time.perf_counter()
-    with client_progress(lambda done: None):  # the probe's second pass is not progress
-        alone = [train_client(algorithm, payload, state, data, round_idx, seed)
-                 for state, data in zip(states[:count], datas[:count])]
-    chosen = algorithm.record_probe(stacked_s, time.perf_counter() - started, count, error)
+        stacked, error, stacked_s = [], str(exc).splitlines()[0], float("inf")
+    started = _now(algorithm.device)
+    with client_progress(lambda done: None):
+        alone += [train_client(algorithm, payload, state, data, round_idx, seed)
+                  for state, data in zip(states[warm:count], datas[warm:count])]
+    sequential_s = _now(algorithm.device) - started
+    chosen = algorithm.record_probe(stacked_s, sequential_s, count - warm, error)
     kept = stacked if chosen == "stacked" else alone
     return kept + (run_clients(algorithm, payload, states[count:], datas[count:], round_idx, seed) if count < len(datas) else [])
+
+
+def _now(device) -> float:
+    """The wall clock once `device` has finished its queued work (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 import torch
 from torch import nn
@@ -32,6 +32,24 @@ def client_batches(num_samples: int, cfg: TrainConfig, generator: torch.Generato
     if cfg.local_steps > 0:
         return cycling_batches(num_samples, cfg.batch_size, cfg.local_steps, generator)
     return batch_indices(num_samples, cfg.batch_size, cfg.local_epochs, generator)
+
+
+def on_device(batches: Iterable[torch.Tensor], x) -> Iterable[torch.Tensor]:
+    """A client's batch indices moved where its data `x` lives, in one copy per client update. Indexing a
+    GPU tensor with a CPU index copies the index at every step, and a copy from pageable host memory waits
+    for the device's queued work: a host sync per step, which made the sequential GPU loop ~15% slower than a
+    plain one (issue 56). The indices come from a CPU generator (the CPU stream fixes the order), so they are
+    drawn up front, pinned and sent at once. Data on the CPU, or that is no tensor (augmented windows,
+    padded waveforms, indexed on the host): the batches as they are."""
+    if not isinstance(x, torch.Tensor) or x.device.type == "cpu":
+        return batches
+    parts = list(batches)
+    if not parts:
+        return parts
+    flat = torch.cat(parts)
+    if x.device.type == "cuda":
+        flat = flat.pin_memory()  # a copy from pinned memory does not wait for the device
+    return list(flat.to(x.device, non_blocking=True).split([len(p) for p in parts]))
 
 
 def local_steps(num_samples: int, cfg: TrainConfig) -> int:
@@ -90,7 +108,7 @@ def train_supervised(
     optimizer = optimizer or make_optimizer(model.parameters(), cfg)
     total, steps = 0.0, 0
     own_loss = getattr(model, "task_loss", None)  # SSL models' CTC / padded-batch loss (models/ssl.py)
-    for idx in client_batches(len(y), cfg, generator):
+    for idx in on_device(client_batches(len(y), cfg, generator), x):
         loss = own_loss(x[idx], y[idx]) if own_loss is not None else nn.functional.cross_entropy(model(x[idx]), y[idx])
         if regularizer is not None:
             loss = loss + regularizer(model)
