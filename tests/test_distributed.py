@@ -24,7 +24,7 @@ import pytest
 from fedac.cli import main
 from fedac.config import load_config
 from fedac.engine.checkpoint import load_checkpoint
-from fedac.engine.distributed import World, client_cost, current_world, shares
+from fedac.engine.distributed import PlanProgress, World, client_cost, current_world, run_shared, shares
 from helpers import tiny_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,6 +51,86 @@ def test_client_cost_follows_the_schedule():
     assert client_cost(33, train) == 5 * (3 * 4.0 + 33)
     steps = load_config(overrides=["train.local_steps=7"]).train
     assert client_cost(33, steps) == client_cost(1000, steps) == 7 * (4.0 + 16)
+
+
+def test_plan_progress_counts_a_share_as_the_round():
+    seen = []
+    bar = PlanProgress(seen.append, total=10, share=4)
+    for count in (1, 2, 1):  # a client, a stacked chunk of two, a client
+        bar(count)
+    assert seen == [2, 5, 3]  # 10 * 1 // 4, 10 * 3 // 4 - 2, the rest
+    bar.finish()
+    assert sum(seen) == 10  # never past the round's total
+    idle = []
+    PlanProgress(idle.append, total=3, share=0).finish()  # a rank without clients: the gather completes the round
+    assert idle == [3]
+
+
+def test_rank0s_client_bar_hears_of_the_whole_round_without_a_collective_inside(monkeypatch):
+    """run_shared on rank 0 of 2 (the gather faked): its bar reaches the cohort's size as its own share
+    ends, before the gather, and the results come back in cohort order."""
+    from types import SimpleNamespace
+
+    from fedac.engine import cohort
+    from fedac.training.cohort import client_progress, clients_done
+
+    def train(algorithm, payload, states, datas, round_idx, seed):
+        for _ in datas:
+            clients_done(1)
+        return [f"client {d.num_samples}" for d in datas]
+
+    monkeypatch.setattr(cohort, "run_clients", train)
+    cfg = load_config()
+    datas = [SimpleNamespace(num_samples=n) for n in (50, 40, 30, 20, 10, 5)]
+    split = shares([client_cost(d.num_samples, cfg.train) for d in datas], 2)
+    world, seen, at_gather = World(rank=0, size=2), [], []
+
+    def gather(sent, what, round_idx):
+        at_gather.append(sum(seen))
+        assert sent[0] == split[0]
+        return [sent, (split[1], [f"client {datas[i].num_samples}" for i in split[1]], {})]
+
+    monkeypatch.setattr(world, "gather", gather)
+    with client_progress(seen.append):
+        out = run_shared(world, SimpleNamespace(cfg=cfg, auto_choice={}, device="cpu"), None, [None] * 6, datas, 1, 0)
+    assert out == [f"client {d.num_samples}" for d in datas]
+    assert 0 < len(split[0]) < 6 and at_gather == [6] and sum(seen) == 6
+
+
+def test_evaluation_runs_this_ranks_share_and_gets_one_process_metrics(monkeypatch):
+    """Rank 1 of 2 (the gather faked with rank 0's outputs): `evaluate` runs batches 1 and 3 of 4 itself
+    and ends with one process's metrics; `World.each` scores items 1, 3 itself and returns all in order."""
+    import torch
+
+    from fedac.engine.distributed import evaluation
+    from fedac.training.evaluate import evaluate
+    from fedac.training.types import EvalSplit
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 3)
+    split = EvalSplit(torch.randn(10, 4), torch.arange(10) // 2, torch.randint(0, 3, (5,)))
+    chunks = list(split.x.split(3))  # batches of 3 windows: 4 batches
+    seen: list[int] = []
+    model.register_forward_hook(lambda module, args, out: seen.append(len(args[0])))
+    alone = evaluate(model, split, 3)
+    assert seen == [3, 3, 3, 1]
+    world, gathered = World(rank=1, size=2), []
+
+    def gather(outputs, what, round_idx):
+        gathered.append(outputs)
+        with torch.no_grad():
+            return [[model(chunks[0]), model(chunks[2])], outputs]  # rank 0's share: batches 0 and 2
+
+    monkeypatch.setattr(world, "gather", gather)
+    seen.clear()
+    with evaluation(world, 4):
+        shared = evaluate(model, split, 3)
+    assert seen[:2] == [3, 1] and len(gathered) == 1  # batches 1 and 3 here, then rank 0's (faked)
+    assert shared == alone
+    items, scored = list("abcde"), []
+    monkeypatch.setattr(world, "gather", lambda mine, what, round_idx: [["A", "C", "E"], mine])
+    assert world.each(items, lambda item: scored.append(item) or item.upper(), "test") == list("ABCDE")
+    assert scored == ["b", "d"]
 
 
 def test_one_process_is_todays_path(monkeypatch):
@@ -105,6 +185,16 @@ def results(run_dir: Path) -> dict:
     return clean(json.loads((run_dir / "results.json").read_text()))
 
 
+def client_rows(run_dir: Path) -> list[dict]:
+    """clients.csv's rows, numbers as floats (empty cells as they are)."""
+    import csv
+
+    with open(run_dir / "clients.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert rows, run_dir
+    return [{k: v if k == "client" or v == "" else float(v) for k, v in row.items()} for row in rows]
+
+
 def assert_same(a, b, where: str = "results.json") -> None:
     if isinstance(a, float) and isinstance(b, float):
         assert math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b)), \
@@ -134,9 +224,29 @@ def test_two_processes_give_one_process_results(settings, tmp_path, extra):
     one = results(tmp_path / "one")
     assert one["final"]["clients_trained"] > 1 and len(one["history"]) == 3
     assert_same(results(tmp_path / "two"), one)
+    # every client's row at every evaluation, scored by the rank that held it and gathered (clients.csv)
+    assert_same(client_rows(tmp_path / "two"), client_rows(tmp_path / "one"), "clients.csv")
     # rank 0 alone wrote: one run directory, with every file one process writes
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
     assert not list(tmp_path.glob("fedac-rank*"))  # rank 1's scratch folder is gone
+
+
+@pytest.mark.slow
+def test_compare_over_two_processes_gives_one_process_table(settings, tmp_path):
+    """`fedac compare` under torchrun: every rank runs the same runs, rank 0 alone writes and prints."""
+    args = ["compare", "--method", "FedAvg=fedavg", "--method", "FedProx=fedprox", "--seeds", "1", "--rounds", "2",
+            *settings, "--quiet"]
+    two = torchrun(["-m", "fedac", *args, "--out", str(tmp_path / "two")], tmp_path)
+    assert main([*args, "--out", str(tmp_path / "one")]) == 0
+    out, _ = two.communicate(timeout=300)
+    assert two.returncode == 0, out
+    for run in ("FedAvg-s1", "FedProx-s1"):
+        assert_same(results(tmp_path / "two" / run), results(tmp_path / "one" / run), run)
+    summary = {side: json.loads((tmp_path / side / "summary.json").read_text()) for side in ("one", "two")}
+    assert_same(summary["two"]["mean_std"], summary["one"]["mean_std"], "summary.json")
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert out.count("| FedProx |") == 1, out  # rank 0 alone printed the table
+    assert not list(tmp_path.glob("fedac-rank*"))  # rank 1's scratch folders are gone
 
 
 def rank_pid(parent: int, rank: int) -> int | None:

@@ -303,14 +303,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+#: The commands torchrun may start over several processes (engine/distributed.py).
+TORCHRUN_COMMANDS = ("run", "compare", "reproduce")
+
+
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for records of a run
     try:
-        if args.command != "run" and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-            raise ConfigError(f"fedac {args.command} runs in one process; torchrun starts `fedac run` only "
-                              "(docs/performance.md, 'Several processes: torchrun')")
+        if args.command not in TORCHRUN_COMMANDS and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
+            raise ConfigError(f"fedac {args.command} runs in one process; torchrun starts `fedac "
+                              f"{'`, `fedac '.join(TORCHRUN_COMMANDS)}` only (docs/performance.md, 'Several processes: torchrun')")
         return args.func(args)
     except RunInterrupted as exc:  # SIGINT / SIGTERM in a run's rounds: a checkpoint and the way on, no traceback
         print(f"fedac: {exc}", file=sys.stderr)

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from fedac.data.waveform import Padded
+from fedac.engine.distributed import current_world
 from fedac.training.metrics import confusion, confusion_metrics, spread
 from fedac.engine.report import append_client_rows, no_holdout_reason
 from fedac.training.device import nbytes, to_device
@@ -143,20 +144,48 @@ def columns(rows: list[dict[str, Any]], personalized: bool) -> list[str]:
     return fixed + list(dict.fromkeys(scores + own)) + sent
 
 
+def shared_out(clients: list[ClientData], score, what: str) -> dict[str, Any]:
+    """`score(group)` ({client: its scores}) of `clients` over the processes of a torchrun run: rank r
+    scores every size-th client from r as one group (engine/distributed.py `World.each`), and every rank
+    gets every client's scores; in one process, all clients as one group."""
+    world = current_world()
+    groups = world.each([clients[r::world.size] for r in range(world.size)], score, what)
+    return {name: scores for group in groups for name, scores in group.items()}
+
+
+def own_scores(sim, state: dict[str, Any], score) -> dict[str, Any]:
+    """`score(client data, its own model)` of every client with a model of its own (a personalized
+    method's trained clients: Simulator._personalized_models), shared out over the processes, by client
+    name in the clients' order. Each is scored as it is yielded (own models share one scratch model)."""
+    visits = state.get("visits", {})
+    trained = [c for c in sim.data.clients if visits.get(c.name)]
+    scores = shared_out(trained, lambda group: {data.name: score(data, own)
+                                                for data, own in sim._personalized_models(state, group)},
+                        "gathering the own models' scores")
+    return {c.name: scores[c.name] for c in trained if c.name in scores}
+
+
 def evaluate_clients(sim, state: dict[str, Any], round_idx: int, server: dict[str, Any]) -> list[dict[str, Any]]:
     """clients.csv's rows of one evaluation by a Simulator `sim`: the shared model of `server` and each
-    trained client's own model on every client's held-out windows. Own models are scored as they are
-    yielded (they share one scratch model), before the shared model is loaded."""
+    trained client's own model on every client's held-out windows (each process its share of the
+    clients: `shared_out`). Own models are scored before the shared model is loaded."""
     batch, num_classes = sim.cfg.train.eval_batch_size, sim.data.task.num_classes
-    own = {data.name: holdout_metrics(model, data, num_classes, batch) for data, model in sim._personalized_models(state)}
+    own = own_scores(sim, state, lambda data, model: holdout_metrics(model, data, num_classes, batch))
     shared = sim.algorithm.global_model(server)
-    scores_of = batched_holdout_metrics(shared, sim.data.clients, num_classes, batch, sim.device) if shared is not None else {}
+
+    def shared_scores(group: list[ClientData]) -> dict[str, dict[str, float]]:
+        scores_of = batched_holdout_metrics(shared, group, num_classes, batch, sim.device)
+        if hasattr(shared, "exits"):
+            for data in group:
+                if scores_of.get(data.name):
+                    scores_of[data.name].update(exit_scores(shared, to_device(data, sim.device), num_classes, batch))
+        return scores_of
+
+    scores_of = shared_out(sim.data.clients, shared_scores, "gathering the clients' scores") if shared is not None else {}
     depths = getattr(sim.algorithm, "depths", {})  # early exit: each client's own exit
     rows = []
     for data in sim.data.clients:
         scores = scores_of.get(data.name, {})
-        if scores and hasattr(shared, "exits"):
-            scores.update(exit_scores(shared, to_device(data, sim.device), num_classes, batch))
         mine = own.get(data.name, {})
         if not scores and not mine:
             continue
@@ -210,7 +239,7 @@ def test_confusion(sim, model: nn.Module) -> dict[str, Any] | None:
     return {"classes": classes, "counts": counts.tolist()}
 
 
-#: A streaming run's per-user scores (engine/streams.py's history columns <key>/<user>): the user's own
+#: A streaming run's per-user scores (engine/zeroshot.py's history columns <key>/<user>): the user's own
 #: model on its labels, the shared score table on them, and the gain.
 USER_SCORES = ("local_acc", "global_acc", "increase")
 

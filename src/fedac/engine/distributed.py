@@ -9,8 +9,10 @@ Design (the simplest one that gives one process's numbers for every method):
 - one all-gather brings every client's result (upload, new persistent state, metrics) to every rank, in
   cohort order; every rank then runs the same server update on the same ordered list: the robust rules,
   LPA, DP noise drawn from the run's seed and FedOpt's server optimiser see exactly what one process sees;
-- rank 0 alone evaluates and writes the run directory and the checkpoints; the other ranks write into a
-  scratch folder of their own that is removed at the end (`scratch_run_dir`);
+- every rank evaluates, each its share of a split's batches and of the clients' held-out scores
+  (`evaluation`, `World.each`), gathered so that all hold the same metrics; rank 0 alone writes the run
+  directory and the checkpoints; the other ranks write into a scratch folder of their own that is
+  removed at the end (`scratch_run_dir`);
 - every rank holds the whole run state (the global model and every client's persistent state, updated
   from the gathered results), so a checkpoint needs no gathering and a run resumes on any number of
   processes, one included: rank 0 reads the checkpoint and sends it to the others (`share_state`).
@@ -33,14 +35,18 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from fedac.errors import ConfigError, FedacError
+from fedac.training.cohort import client_progress, progress_callback
 from fedac.training.device import to_device
+from fedac.training.evaluate import sharded
 from fedac.training.schedule import STEP_ROWS, batch_sizes
 
 log = logging.getLogger(__name__)
@@ -65,6 +71,8 @@ class World:
     """The process group of the object collectives (gloo: results travel through the host)."""
     run_dir: str = "RUN_DIR"
     """Rank 0's run directory (named in the errors; set by the command)."""
+    again: str = ""
+    """How to continue after a failed collective, when not `fedac run --resume RUN_DIR` (compare, reproduce)."""
 
     @property
     def distributed(self) -> bool:
@@ -85,8 +93,8 @@ class World:
             raise DistributedError(
                 f"rank {self.rank} of {self.size}, {when}: {what} failed after {time.monotonic() - started:.1f} s "
                 f"(train.dist_timeout={self.timeout_s:g} s): another rank stopped or did not reach it ({first}). "
-                f"Rank 0's last checkpoint is kept: continue with `fedac run --resume {self.run_dir}` on any "
-                "number of processes") from None
+                f"Rank 0's last checkpoint is kept: continue with {self.again or f'`fedac run --resume {self.run_dir}`'} "
+                "on any number of processes") from None
 
     def gather(self, obj: Any, what: str, round_idx: int | None = None) -> list[Any]:
         """Every rank's `obj`, in rank order, on every rank."""
@@ -107,6 +115,34 @@ class World:
         box = [obj if self.rank == 0 else None]
         self._collective(what, round_idx, lambda: dist.broadcast_object_list(box, src=0, group=self.group))
         return box[0]
+
+    def each(self, items: list, score: Callable[[Any], Any], what: str, round_idx: int | None = None) -> list:
+        """`score(item)` of every item, in order, on every rank: rank r scores items r, r + size, ...
+        (a split's batches inside are then not shared out again) and one gather brings the others'."""
+        if not self.distributed:
+            return [score(item) for item in items]
+        with sharded(0, 1, None):
+            mine = [to_device(score(item), "cpu") for item in items[self.rank::self.size]]
+        out: list = [None] * len(items)
+        for rank, theirs in enumerate(self.gather(mine, what, round_idx)):
+            out[rank::self.size] = theirs
+        return out
+
+    def on_rank0(self, decide: Callable[[], Any], what: str) -> Any:
+        """`decide()` run on rank 0 alone (what it reads may be on rank 0's disk only), its value on every
+        rank; a FedacError it raises is raised on every rank, so all stop with rank 0's reason."""
+        if not self.distributed:
+            return decide()
+        outcome: tuple[Any, FedacError | None] = (None, None)
+        if self.writes:
+            try:
+                outcome = (decide(), None)
+            except FedacError as exc:
+                outcome = (None, exc)
+        value, error = self.from_rank0(outcome, what)
+        if error is not None:
+            raise error
+        return value
 
 
 _world = World()
@@ -147,6 +183,29 @@ def start(timeout_s: float, device_setting: str) -> World:
     group = dist.new_group(backend="gloo", timeout=timeout) if backend != "gloo" else None
     _world = World(rank, size, local_rank, timeout_s, backend, group)
     return _world
+
+
+@contextmanager
+def joined(timeout_s: float, device_setting: str, again: str = "") -> Iterator[World]:
+    """`start` ... `stop` around a command (`fedac compare`, `fedac reproduce`: every rank runs the same
+    sequence of runs, rank 0 alone writes and prints); the ranks other than 0 log errors only."""
+    world = start(timeout_s, device_setting)
+    world.again = again
+    level = logging.getLogger().level
+    try:
+        if not world.writes:
+            logging.getLogger().setLevel(logging.ERROR)  # (rank 0 logs the runs' warnings)
+        yield world
+    finally:
+        logging.getLogger().setLevel(level)
+        stop()
+
+
+def evaluation(world: World, round_idx: int | None):
+    """Around an evaluation run by every rank (the simulator's rounds and final results): a split's
+    batches are shared out over the ranks and gathered (training/evaluate.py `sharded`); the per-client
+    scores share out their clients (`World.each`). Every rank ends with the same metrics."""
+    return sharded(world.rank, world.size, lambda outputs: world.gather(outputs, "gathering the evaluation", round_idx))
 
 
 def stop() -> None:
@@ -193,6 +252,30 @@ def shares(costs: list[float], size: int) -> list[list[int]]:
     return [sorted(share) for share in out]
 
 
+class PlanProgress:
+    """A rank's progress counted as the round's, with no collective inside the training: each of its
+    `share` clients that finishes stands for `total / share` of the cohort (the shares balance the
+    modelled cost, so the other ranks are about as far), and `finish`, after the gather, reports the rest.
+    `outer` (the round's client bar, engine/rounds.py) thus always hears of `total` clients in all."""
+
+    def __init__(self, outer: Callable[[int], None] | None, total: int, share: int):
+        self.outer, self.total, self.share = outer, total, share
+        self.done = self.shown = 0
+
+    def __call__(self, count: int) -> None:
+        self.done += count
+        self._show(self.done * self.total // max(1, self.share))
+
+    def finish(self) -> None:
+        self._show(self.total)
+
+    def _show(self, target: int) -> None:
+        target = min(target, self.total)
+        if target > self.shown and self.outer is not None:
+            self.outer(target - self.shown)
+        self.shown = max(self.shown, target)
+
+
 def run_shared(world: World, algorithm, payload: Any, states: list[Any], datas: list, round_idx: int,
                seed: int) -> list:
     """engine/cohort.py's `run_clients` over the ranks: this rank trains its share, and every rank gets
@@ -203,10 +286,13 @@ def run_shared(world: World, algorithm, payload: Any, states: list[Any], datas: 
     if not world.distributed:
         return run_clients(algorithm, payload, states, datas, round_idx, seed)
     mine = shares([client_cost(d.num_samples, algorithm.cfg.train) for d in datas], world.size)[world.rank]
-    results = run_clients(algorithm, payload, [states[i] for i in mine], [datas[i] for i in mine], round_idx,
-                          seed) if mine else []
+    bar = PlanProgress(progress_callback(), len(datas), len(mine))
+    with client_progress(bar):  # (rank 0's bar shows the round's cohort)
+        results = run_clients(algorithm, payload, [states[i] for i in mine], [datas[i] for i in mine], round_idx,
+                              seed) if mine else []
     sent = (mine, to_device(results, "cpu"), dict(algorithm.auto_choice))
     gathered = world.gather(sent, "gathering the clients' results", round_idx)
+    bar.finish()  # every rank's share is done
     out: list = [None] * len(datas)
     for rank, (positions, theirs, _) in enumerate(gathered):
         for i, result in zip(positions, results if rank == world.rank else theirs):

@@ -25,9 +25,9 @@ from fedac.algorithms.base import Algorithm
 from fedac.rules.attacks import Attack
 from fedac.config import Config
 from fedac.engine.checkpoint import open_run, save_checkpoint
-from fedac.engine.clients import ByteLedger, client_summary, log_clients, test_confusion
+from fedac.engine.clients import ByteLedger, client_summary, log_clients, own_scores, test_confusion
 from fedac.engine.cohort import check_execution, check_path
-from fedac.engine.distributed import current_world, run_shared
+from fedac.engine.distributed import current_world, evaluation, run_shared
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
 from fedac.engine.rounds import RoundLoop
 from fedac.engine.runtime import configure_process
@@ -191,11 +191,11 @@ class Simulator:
         uploads = self.attack.poison_uploads(payload, names, uploads, round_idx)
         return self.privacy.clip(payload, names, uploads, self.attack.malicious)
 
-    def _personalized_models(self, state: dict[str, Any]):
-        """(client, its own model) for every client that has trained at least once (the others still
-        hold their random initial weights); nothing for non-personalized methods."""
+    def _personalized_models(self, state: dict[str, Any], clients: list[ClientData] | None = None):
+        """(client, its own model) for every client (of `clients`, default all) that has trained at least
+        once (the others still hold their random initial weights); nothing for non-personalized methods."""
         visits = state.get("visits", {})
-        for client in self.data.clients:
+        for client in self.data.clients if clients is None else clients:
             if not visits.get(client.name):
                 continue
             own = self.algorithm.personalized_model(client.name, self._client_state(state, client.name))
@@ -205,13 +205,13 @@ class Simulator:
     def _personalized_local_accuracy(self, state: dict[str, Any]) -> list[float]:
         """Each client's own model on its local held-out windows (empty for non-personalized methods)."""
         batch = self.cfg.train.eval_batch_size
-        return [window_accuracy(own, c.holdout_x, c.holdout_y, batch) for c, own in self._personalized_models(state)]
+        return list(own_scores(self, state, lambda c, own: window_accuracy(own, c.holdout_x, c.holdout_y, batch)).values())
 
     def _personalized_test_results(self, state: dict[str, Any]) -> list[dict[str, float]]:
         """Each client's own model on the test split (empty for non-personalized methods). The Flower
         ServerApp overrides this and `_personalized_local_accuracy` with what its nodes report."""
-        batch = self.cfg.train.eval_batch_size
-        return [evaluate(own, self.data.test, batch) for _, own in self._personalized_models(state)]
+        batch = self.cfg.train.eval_batch_size  # (over several processes each scores its share: clients.own_scores)
+        return list(own_scores(self, state, lambda _, own: evaluate(own, self.data.test, batch)).values())
 
     def _evaluate_round(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
         """Validation metrics of the global model (kept as `best` when they improve); personalized
@@ -266,8 +266,8 @@ class Simulator:
                 evaluated = round_idx % cfg.train.eval_every == 0 or round_idx == rounds
                 with loop.round(round_idx, self.cohort_size):  # (a second signal abandons the round in here)
                     row = {"round": float(round_idx), **self.run_round(state, round_idx)}
-                    if evaluated and self.world.writes:  # (rank 0 evaluates: engine/distributed.py)
-                        with autocast(cfg.train.precision, self.device):
+                    if evaluated:  # (every rank its share, gathered: engine/distributed.py `evaluation`)
+                        with autocast(cfg.train.precision, self.device), evaluation(self.world, round_idx):
                             self._evaluate_round(state, round_idx, row)
                 self.rounds_trained += 1
                 if evaluated:
@@ -282,12 +282,12 @@ class Simulator:
                                boundary=round_idx % cfg.train.checkpoint_every == 0 or round_idx == rounds)
                 if stop_after is not None and round_idx >= stop_after:
                     return None
-            if not self.world.writes:
-                return None  # (rank 0 alone evaluates and writes the results)
             loop.finishing()
             self.state = state
-            with autocast(cfg.train.precision, self.device):
+            with autocast(cfg.train.precision, self.device), evaluation(self.world, None):
                 results = self.final_results(state)
+            if not self.world.writes:
+                return None  # (rank 0 alone writes the results)
         results["wall_seconds"] = time.perf_counter() - started
         results["resumed_from"], results["rounds_trained"] = self.resumed_from, self.rounds_trained
         results["device"] = device_name(self.device)
@@ -324,8 +324,8 @@ class Simulator:
                 final.update({f"{name}_{k}": v for k, v in metrics.items()})
                 final.update(tagged(views, suffix=f"{name}_"))
             final["selected_round"] = state["best"]["round"] if self.cfg.train.select == "best_val" and state["best"] else state["round"]
-            local = [window_accuracy(model, c.holdout_x, c.holdout_y, batch)
-                     for c in (to_device(c, self.device) for c in self.data.clients)]
+            local = self.world.each(self.data.clients, lambda c: window_accuracy(
+                model, *to_device((c.holdout_x, c.holdout_y), self.device), batch), "gathering the clients' accuracy")
             final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)
         personal = self._personalized_test_results(state)
         if personal:

@@ -170,6 +170,24 @@ def run_lock(run_dir: Path, wait: bool):
         os.close(fd)  # closing the descriptor releases the lock
 
 
+@contextmanager
+def claim(run_dir: Path, wait: bool):
+    """`run_lock` taken by rank 0 alone under torchrun (this process otherwise), and what it then sees, on
+    every rank: (held, the results of a run that ended meanwhile, whether a checkpoint is there to resume).
+    Every rank thus trains, reads back or passes over the same runs; the others wait in the broadcast, at
+    most `train.dist_timeout`, while rank 0 waits for another copy of the command."""
+    from fedac.engine.checkpoint import CHECKPOINT  # lazy: start-up time (the engine imports torch)
+    from fedac.engine.distributed import current_world
+
+    world = current_world()
+    if not world.writes:
+        yield world.from_rank0(None, "sharing which runs to train")
+        return
+    with run_lock(run_dir, wait) as held:
+        seen = (held, finished_results(run_dir) if held else None, held and (run_dir / CHECKPOINT).is_file())
+        yield world.from_rank0(seen, "sharing which runs to train")
+
+
 def cell_folder(label: str) -> str:
     """The folder of one cell (row) of a table of comparisons, named after its label."""
     return label.replace(" ", "_").replace("%", "pct")
@@ -195,30 +213,40 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
     `finished_only` trains nothing: the summary holds the runs that have ended (the rest are left out) and,
     as `wall_seconds`, the sum of their own wall times. Without `wait_for_others` the runs another process
     holds are left out instead of waited for (see `comparison_passes`)."""
-    from fedac.engine.checkpoint import CHECKPOINT  # lazy: start-up time (the engine imports torch; the parser does not)
-    from fedac.engine.data import build_federated_data
+    from fedac.engine.data import build_federated_data  # lazy: start-up time (the engine imports torch; the parser does not)
+    from fedac.engine.distributed import cleanup, current_world, scratch_run_dir
     from fedac.engine.simulator import Simulator
 
+    # torchrun: every rank runs the same runs in the same order (each trains its share of every round);
+    # rank 0 decides what to train from its disk, writes the run directories and the summary, and prints.
+    world = current_world()
+    progress = progress and world.writes
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runs: dict[str, list[dict]] = {m.label: [] for m in methods}
     built: dict[tuple[int, str], object] = {}  # one seed's data: methods that share data settings share the tensors
 
-    def train(cfg: Config, run_dir: Path, label: str) -> dict:
+    def train(cfg: Config, run_dir: Path, label: str, seen: tuple[bool, dict | None, bool]) -> dict:
+        _, results, resume = seen
+        if results is not None:  # it ended between the first look and the lock
+            return results
         key = (cfg.seed, json.dumps([cfg.dataset, asdict(cfg.data), asdict(cfg.features)], sort_keys=True))
         if key not in built:
             if any(seed != cfg.seed for seed, _ in built):
                 built.clear()  # a new seed: the last one's data are not needed again
             built[key] = build_federated_data(cfg, progress)
-        resume = (run_dir / CHECKPOINT).is_file()
         if progress:
             print(f"== {label} (seed {cfg.seed}){' resumed' if resume else ''}")
+        world.run_dir, where = str(run_dir), scratch_run_dir(world, run_dir)
         try:
-            return Simulator(cfg, run_dir, data=built[key], progress=progress).run(resume=resume)
+            results = Simulator(cfg, where, data=built[key], progress=progress).run(resume=resume)
         except RunInterrupted as exc:  # the whole comparison continues, not this run alone
             exc.continue_with = ("the same command again (runs that ended are read back, this one resumes "
                                  "from its checkpoint)")
             raise
+        finally:
+            cleanup(world, where)
+        return world.from_rank0(results, "sharing a run's results")  # (rank 0 alone evaluates)
 
     def record(label: str, cfg: Config, run_dir: Path, results: dict) -> None:
         spreads = results.get("per_client", {}).get("spreads", {})  # (runs written before issue 57 have none)
@@ -240,30 +268,30 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
             run_dir = out / f"{method.label.replace(' ', '_').replace('/', '')}-s{seed}"
             cfg.out = str(run_dir)
             fit_user_data(cfg)  # the clients and fraction its run will fit to a small dataset, as config.yaml has them
-            check_same_config(cfg, run_dir)
-            results = finished_results(run_dir)
+            results = world.on_rank0(lambda: (check_same_config(cfg, run_dir), finished_results(run_dir))[1],
+                                     "reading a run's results")
             if results is None and finished_only:
                 continue
             if results is None:
-                with run_lock(run_dir, wait=False) as held:
-                    if not held:
+                with claim(run_dir, wait=False) as seen:
+                    if not seen[0]:
                         if progress:
                             print(f"== {method.label} (seed {seed}): another process is training it")
                         elsewhere.append((method.label, cfg, run_dir))
                         continue
-                    # it may have ended between the first look and the lock
-                    results = finished_results(run_dir) or train(cfg, run_dir, method.label)
+                    results = train(cfg, run_dir, method.label, seen)
             record(method.label, cfg, run_dir, results)
     for label, cfg, run_dir in elsewhere if wait_for_others else ():
-        with run_lock(run_dir, wait=True):  # until the other process ends it (or dies: then resume it here)
-            results = finished_results(run_dir) or train(cfg, run_dir, label)
+        with claim(run_dir, wait=True) as seen:  # until the other process ends it (or dies: then resume it here)
+            results = train(cfg, run_dir, label, seen)
         record(label, cfg, run_dir, results)
     # With finished_only nothing ran here: report what the runs themselves took.
     wall = runs_wall_seconds(runs) if finished_only else time.perf_counter() - started
     summary = {"methods": [m.__dict__ for m in methods], "seeds": seeds, "runs": runs, "wall_seconds": wall,
                "mean_std": runs_mean_std(runs)}
-    (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
-    (out / "table.md").write_text(markdown_table(runs))
+    if world.writes:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+        (out / "table.md").write_text(markdown_table(runs))
     return summary
 
 
@@ -306,6 +334,11 @@ def plot_accuracy_vs_upload(runs: dict[str, list[dict]], out: Path) -> Path:
     return out / UPLOAD_PLOT
 
 
+#: How a comparison or table over several processes goes on after a failed collective (engine/distributed.py).
+AGAIN = ("the same `fedac %s` command (runs that ended are read back, the one under way resumes from its "
+         "checkpoint)")
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     texts = list(args.methods or [])
     if args.preset:
@@ -317,9 +350,15 @@ def cmd_compare(args: argparse.Namespace) -> int:
     methods = [parse_method(t) for t in texts]
     overrides = PRESET_SETTINGS.get(args.preset, []) + list(args.overrides)
     base = load_config(args.config, overrides, dataset=args.dataset, **{"train.rounds": args.rounds})
-    out = Path(args.out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}")
-    summary = run_comparison(base, methods, args.seeds, out, overrides, args.config, progress=not args.quiet,
-                             finished_only=args.finished_only)
+    from fedac.engine import distributed  # lazy: start-up time (torch)
+
+    # torchrun: every rank runs the same runs; rank 0 alone writes and prints (engine/distributed.py)
+    with distributed.joined(base.train.dist_timeout, base.train.device, AGAIN % "compare") as world:
+        out = Path(world.from_rank0(args.out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}", "naming --out"))
+        summary = run_comparison(base, methods, args.seeds, out, overrides, args.config, progress=not args.quiet,
+                                 finished_only=args.finished_only)
+    if not world.writes:
+        return 0
     if args.worst:
         (out / "table.md").write_text(markdown_table(summary["runs"], worst=True))
     if args.plot_bytes:

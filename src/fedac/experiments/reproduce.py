@@ -13,9 +13,10 @@ import argparse
 import shlex
 from pathlib import Path
 
+from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.experiments.catalog import EXPERIMENTS, experiment_named, listing
-from fedac.experiments.compare import add_grid_arguments
+from fedac.experiments.compare import AGAIN, add_grid_arguments
 from fedac.experiments.fedmlac import STAND_INS
 from fedac.experiments.runner import GRID, run_experiment
 from fedac.experiments.spec import Request
@@ -45,7 +46,15 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
         hint = " (rerun the same command to complete a killed table)" if "--finished-only" in unused else ""
         raise ConfigError(f"{args.experiment} does not use {', '.join(unused)}{hint}")
     request = request_from_args(args)
-    summary = run_experiment(spec, request)
+    from fedac.engine import distributed  # lazy: start-up time (torch)
+
+    # torchrun: every rank runs the same runs; rank 0 alone writes and prints (engine/distributed.py)
+    train = load_config(None, request.user).train
+    with distributed.joined(train.dist_timeout, train.device, AGAIN % "reproduce") as world:
+        request.progress = request.progress and world.writes
+        summary = run_experiment(spec, request)
+    if not world.writes:
+        return 0
     runs = sum(len(rs) for by_method in summary["runs"].values() for rs in by_method.values())
     print((request.out / "table.md").read_text())
     print(f"{len(summary['cells'])} cells, {runs} runs in {summary['wall_seconds']:.0f} s; table.md, results.csv, "

@@ -59,7 +59,13 @@ def run_experiment(spec: Experiment, request: Request) -> dict:
     """Run (or complete) every cell of `spec` and write its table.md, results.csv and figure;
     `request.finished_only` writes them from the runs that have ended and trains nothing. Returns the
     cells' labels, every run read or trained by cell and method, and the wall time."""
+    from fedac.engine.distributed import current_world  # lazy: start-up time (torch)
+
     layout = spec.layout or GRID
+    world = current_world()  # torchrun: every rank runs the same runs (compare.run_comparison); rank 0 writes
+    if world.distributed and layout.run_cell is not None:
+        raise ConfigError(f"{spec.name} runs its cells its own way (not through compare.run_comparison), in one "
+                          "process: start `fedac reproduce` without torchrun")
     started = time.perf_counter()
     cells = layout.cells(spec, request)
     request.out.mkdir(parents=True, exist_ok=True)
@@ -67,12 +73,13 @@ def run_experiment(spec: Experiment, request: Request) -> dict:
     last_written = started  # when the files were last written (a rerun reading every run back writes once)
 
     def write() -> None:
-        layout.write(spec, request, cells, runs)
+        if world.writes:
+            layout.write(spec, request, cells, runs)
 
     passes = comparison_passes(request.finished_only) if layout.two_passes else [True]
     for wait_for_others in passes:
         for cell in cells:
-            if request.progress:
+            if request.progress and world.writes:
                 print(f"=== {spec.title}: {cell.label}")
             runs.setdefault(cell.label, {m.label: [] for m in cell.methods})  # pending until a run ends
 

@@ -1,13 +1,24 @@
 """Model evaluation: batched logits, a clip's windows averaged, then accuracy / macro-F1 / UAR; on the
 waveform path also WER / CER of greedy CTC transcripts and the EER of cosine-scored speaker trials.
-`evaluate_exits` scores every exit of an early-exit model for the cost of one encoder pass."""
+`evaluate_exits` scores every exit of an early-exit model for the cost of one encoder pass.
+
+Over several processes (engine/distributed.py `evaluation`) a split's batches are shared out inside
+`sharded`: process r runs batches r, r + size, ..., and one gather gives every process every batch's
+output in order, from which each computes the same metrics (a batch's numbers do not depend on the
+process that ran it, so they equal one process's)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from typing import Any
 
 import torch
 from torch import nn
 
 from fedac.data.waveform import Padded
+from fedac.training.device import to_device
 from fedac.training.types import EvalSplit
 from fedac.training.metrics import classification_metrics, equal_error_rate, false_accept_reject, transcription_metrics
 
@@ -15,12 +26,42 @@ from fedac.training.metrics import classification_metrics, equal_error_rate, fal
 KWS_NEGATIVES = ("_silence_", "_unknown_")
 
 
+_shard: ContextVar[tuple[int, int, Callable[[list], list[list]]] | None] = ContextVar("fedac_eval_shard", default=None)
+
+
+@contextmanager
+def sharded(rank: int, size: int, gather: Callable[[list], list[list]] | None) -> Iterator[None]:
+    """Within the block, `batch_outputs` runs this process's share of a split's batches (every `size`-th
+    from `rank`) and `gather(its outputs)` returns every process's, in rank order; size 1: every batch here."""
+    token = _shard.set((rank, size, gather) if size > 1 else None)
+    try:
+        yield
+    finally:
+        _shard.reset(token)
+
+
+def batch_outputs(fn: Callable[[Any], Any], chunks: list, device) -> list:
+    """`fn(chunk)` of every chunk, in order, on `device` (shared out over the processes inside `sharded`)."""
+    shard = _shard.get()
+    if shard is None:
+        return [fn(chunk) for chunk in chunks]
+    rank, size, gather = shard
+    out: list = [None] * len(chunks)
+    for r, outputs in enumerate(gather([to_device(fn(chunk), "cpu") for chunk in chunks[rank::size]])):
+        out[r::size] = outputs
+    return to_device(out, device)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
 @torch.no_grad()
 def logits(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
     model.eval()
     if len(x) == 0:
-        return torch.zeros(0, device=next(model.parameters()).device)
-    return torch.cat([model(chunk) for chunk in x.split(batch_size)])
+        return torch.zeros(0, device=_device(model))
+    return torch.cat(batch_outputs(model, list(x.split(batch_size)), _device(model)))
 
 
 def clip_argmax(split: EvalSplit, out: torch.Tensor) -> torch.Tensor:
@@ -58,7 +99,8 @@ def split_metrics(split: EvalSplit, outputs: list) -> dict[str, float]:
 @torch.no_grad()
 def evaluate(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> dict[str, float]:
     model.eval()
-    return split_metrics(split, [batch_output(model, chunk, split.kind) for chunk in split.x.split(batch_size)])
+    return split_metrics(split, batch_outputs(lambda chunk: batch_output(model, chunk, split.kind),
+                                              list(split.x.split(batch_size)), _device(model)))
 
 
 @torch.no_grad()
@@ -67,12 +109,14 @@ def evaluate_exits(model: nn.Module, split: EvalSplit, batch_size: int = 512) ->
     the batch's exits are scored shallow to deep, each continuing the encoder where the last stopped.
     The model is left at its deepest exit."""
     model.eval()
-    outputs: dict[int, list] = {depth: [] for depth in model.exits}
-    for chunk in split.x.split(batch_size):
+
+    def every_exit(chunk) -> dict[int, Any]:
         with model.shared_pass():
-            for depth in sorted(outputs):
-                outputs[depth].append(batch_output(model.use_exit(depth), chunk, split.kind))
-    return {depth: split_metrics(split, out) for depth, out in outputs.items()}
+            return {depth: batch_output(model.use_exit(depth), chunk, split.kind) for depth in sorted(model.exits)}
+
+    outputs = batch_outputs(every_exit, list(split.x.split(batch_size)), _device(model))
+    model.use_exit(max(model.exits))  # (as the last batch leaves it, whichever process ran it)
+    return {depth: split_metrics(split, [out[depth] for out in outputs]) for depth in model.exits}
 
 
 def selection_score(metrics: dict[str, float]) -> float:
