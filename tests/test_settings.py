@@ -160,3 +160,27 @@ def test_a_registry_that_holds_a_broken_settings_class_says_so():
     registry = Registry("attack", {"x": Entry("m:f", "broken", settings=int)})
     with pytest.raises(ConfigError, match=r"^attack 'x': its settings <class 'int'> must be a dataclass$"):
         registry.settings_classes()
+
+
+def test_the_type_checkers_view_of_the_sections_names_the_registries_fields():
+    """config.py declares DataConfig & co. statically for the type checker only (TYPE_CHECKING); their
+    bases must give exactly the fields the registries' built-in parts join at run time."""
+    import ast
+    import importlib
+    from pathlib import Path
+
+    import fedac.config as config
+
+    tree = ast.parse(Path(config.__file__).read_text())
+    block = next(node for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test))
+    found = {}
+    for node in block.body:
+        if isinstance(node, ast.ImportFrom):
+            module = importlib.import_module(node.module)
+            found.update({alias.name: getattr(module, alias.name) for alias in node.names})
+        elif isinstance(node, ast.ClassDef):
+            bases = [getattr(config, b.id, None) or found[b.id] for b in node.bases]
+            static = {f.name for base in bases for f in dataclasses.fields(base)}
+            assert static == {f.name for f in dataclasses.fields(getattr(config, node.name))}, node.name
+    assert {"DataConfig", "ModelConfig", "AggregationConfig", "AttackConfig"} <= {
+        node.name for node in block.body if isinstance(node, ast.ClassDef)}

@@ -344,10 +344,24 @@ _BUILTIN: dict[str, tuple[type, tuple[tuple[str, type], ...]]] = {}
 for _section, (_registry, _base) in KIND_SECTIONS.items():
     _parts = tuple(_registry.settings_classes(plugins=False).items())  # (no entry point is read at import)
     _BUILTIN[_section] = (joined(_base, _parts, _section), _parts)
-DataConfig, ModelConfig = _BUILTIN["data"][0], _BUILTIN["model"][0]
-"""The `data` / `model` sections of the built-in datasets / models: the shared fields and each part's own."""
-AggregationConfig, AttackConfig = _BUILTIN["aggregation"][0], _BUILTIN["attack"][0]
-"""The `aggregation` / `attack` sections of the built-in rules / attacks."""
+if typing.TYPE_CHECKING:  # what the type checker reads: the same fields, declared statically (tests/test_settings.py)
+    from fedac.settings.aggregation import LPASettings, MultiKrumSettings, NormBoundSettings, TrimSettings
+    from fedac.settings.attacks import BackdoorSettings, GaussianSettings, LittleSettings, ScaleSettings
+    from fedac.settings.datasets import HFSettings, SpeechCommandsSettings
+    from fedac.settings.models import SSLSettings
+
+    class DataConfig(DataShared, SpeechCommandsSettings, HFSettings): ...
+
+    class ModelConfig(ModelShared, SSLSettings): ...
+
+    class AggregationConfig(AggregationShared, LPASettings, TrimSettings, MultiKrumSettings, NormBoundSettings): ...
+
+    class AttackConfig(AttackShared, BackdoorSettings, GaussianSettings, ScaleSettings, LittleSettings): ...
+else:
+    DataConfig, ModelConfig = _BUILTIN["data"][0], _BUILTIN["model"][0]
+    """The `data` / `model` sections of the built-in datasets / models: the shared fields and each part's own."""
+    AggregationConfig, AttackConfig = _BUILTIN["aggregation"][0], _BUILTIN["attack"][0]
+    """The `aggregation` / `attack` sections of the built-in rules / attacks."""
 
 
 @dataclass
@@ -559,7 +573,8 @@ def load_config(
     check_compute(cfg.train)
     if entry is not None and entry.finish:
         resolve(entry.finish)(cfg, given)
-    cfg._given = dict(given)  # the keys a file, flag or --set gave: defaults adapted to the data never override them
+    # The keys a file, flag or --set gave (defaults adapted to the data never override them); not a field: never saved.
+    vars(cfg)["_given"] = dict(given)
     return cfg
 
 

@@ -105,7 +105,7 @@ def describe(value: Any) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _installed_entry_points() -> metadata.EntryPoints:
+def _installed_entry_points() -> Any:  # (metadata.EntryPoints; typeshed's varies with the Python version)
     """Every installed entry point, read once per process (one scan of the installed distributions)."""
     return metadata.entry_points()
 
@@ -125,7 +125,7 @@ class Registry:
     def plugins(self) -> dict[str, metadata.EntryPoint]:
         """The entry points of this kind's group, by name (a built-in name is never replaced)."""
         if self._plugins is None:
-            found = {}
+            found: dict[str, metadata.EntryPoint] = {}
             for point in _installed_entry_points().select(group=self.group):
                 if point.name in self._values:
                     log.warning("entry point %s = %s in group %s is ignored: %s is a built-in %s",
