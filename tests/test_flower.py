@@ -99,6 +99,7 @@ def test_fedmlac_on_live_superlink_keeps_personalized_state_on_each_node(fedmlac
         results = json.loads((run_dir / "results.json").read_text())
         assert results["rounds"] == 2 and results["algorithm"] == "fedmlac"
         assert results["runtime"]["engine"] == "flower" and not results["runtime"]["dropped"]
+        assert results["execution"].startswith("sequential: ")  # named, as the simulator names its path
         assert {"accuracy", "personalized_accuracy_mean", "personalized_local_accuracy_mean"} <= set(results["final"])
         rows = read_rows(run_dir / "metrics.csv")
         assert [row["round"] for row in rows] == ["2"] and float(rows[0]["clients"]) == NUM_NODES
@@ -469,10 +470,16 @@ def test_run_config_maps_onto_fedac_settings():
     with pytest.raises(ConfigError, match="no 'partition-id' in its node-config"):
         node_settings({"num-partitions": 3})
     assert node_settings({"partition-id": 2, "num-partitions": 3, "data-root": "/d"}).data_root == "/d"
-    # node-config device: this node's train.device (one SuperNode per GPU); spelled wrong, a clear error
-    node = node_settings({"partition-id": 0, "device": "cuda:1"})
-    assert apply_node_settings(load_config(None), node).train.device == "cuda:1"
-    assert apply_node_settings(load_config(None), node_settings({"partition-id": 0})).train.device == "auto"
+    # node-config device: where this node trains, in place of the run's train.device (one SuperNode per GPU),
+    # in the node's runtime; the run's config is left as the run wrote it. Spelled wrong, a clear error.
+    from fedac.flower.settings import node_runtime
+
+    node = node_settings({"partition-id": 0, "device": "cpu"})
+    run_cfg = load_config(None, ["train.device=cuda:7"])  # (no such GPU here: only the node's device may be used)
+    assert node_runtime(apply_node_settings(run_cfg, node), node).device.type == "cpu"
+    assert run_cfg.train.device == "cuda:7"
+    with pytest.raises(ConfigError, match="node-config device=cuda:7: train.device=cuda:7"):
+        node_runtime(load_config(None), node_settings({"partition-id": 0, "device": "cuda:7"}))
     with pytest.raises(ConfigError, match="node-config device must be"):
         node_settings({"partition-id": 0, "device": "gpu1"})
 

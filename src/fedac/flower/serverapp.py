@@ -174,6 +174,8 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
         results["clients"] = len(directory.nodes)
     results["wall_seconds"] = time.perf_counter() - started
     results["runtime"] = {"engine": "flower", "flwr": flwr.__version__, "strategy": type(strategy).__name__}
+    # named like the simulator's: each ClientApp call trains its one client (training/step.py)
+    results["execution"] = "sequential: a Flower ClientApp trains one client per message"
     if isinstance(strategy, FedacStrategy):
         results["runtime"]["nodes"] = {n.client: n.node_id for n in directory.nodes.values()}
         results["runtime"]["dropped"] = {str(r): nodes for r, nodes in strategy.dropped.items() if nodes}
