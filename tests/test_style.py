@@ -71,3 +71,61 @@ def test_mypy_settings_catch_a_wrong_argument_type(tmp_path: Path) -> None:
     assert (
         'Argument 1 to "derive_seed" has incompatible type "str"; expected "int"' in result.stdout
     )
+
+
+def load_reflow():
+    """scripts/reflow.py as a module (scripts/ is no package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("reflow", ROOT / "scripts" / "reflow.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["reflow"] = module  # its dataclass looks its module up
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_reflow_shortens_comments_docstrings_and_strings_without_changing_the_code() -> None:
+    reflow = load_reflow()
+    words = " ".join(f"word{i}" for i in range(30))
+    source = textwrap.dedent(
+        f'''
+        def f(value):
+            """{words}
+            next line of the same paragraph.
+
+            - an item {words}
+            """
+            # {words}
+            # the comment's second line
+            x = 1  # {words}
+            label = {{"key": "{words}"}}
+            return g(f"{{value}} {words} {{{{braces}}}}", label, x)
+        '''
+    )
+    new, left = reflow.reflow(source, 100)
+    assert left == []
+    assert all(len(line) <= 100 for line in new.splitlines())
+    assert reflow.tree(new) == reflow.tree(source)
+    assert reflow.comment_words(new) == reflow.comment_words(source)
+    lines = new.splitlines()
+    # the docstring's paragraph refills into its next line; the list item continues at its text
+    assert "    word27 word28 word29 next line of the same paragraph." in lines
+    item = next(k for k, line in enumerate(lines) if line.lstrip().startswith("- an item"))
+    assert lines[item + 1].startswith("      word13 ")
+    # the trailing comment moved above its line, the comment above took its overflow
+    assert "    # word28 word29 the comment's second line" in lines
+    assert lines[lines.index("    x = 1") - 1] == "    # word28 word29"
+    # the literals split into adjacent ones that make the same values
+    namespace: dict = {}
+    exec(new + "\ndef g(*a):\n    return a\n", namespace)
+    assert namespace["f"](7)[0] == f"7 {words} {{braces}}"
+    assert namespace["f"](7)[1] == {"key": words}
+
+
+def test_reflow_leaves_tables_and_unbreakable_lines() -> None:
+    reflow = load_reflow()
+    table = "# " + "name      meaning " * 6 + "\n"
+    url = "# https://example.org/" + "x" * 100 + "\n"
+    new, left = reflow.reflow(table + url + "x = 1\n", 100)
+    assert new == table + url + "x = 1\n" and left == [1, 2]
