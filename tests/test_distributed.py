@@ -133,6 +133,50 @@ def test_evaluation_runs_this_ranks_share_and_gets_one_process_metrics(monkeypat
     assert scored == ["b", "d"]
 
 
+def test_the_weighted_sum_path_is_chosen_by_declared_capabilities():
+    from types import SimpleNamespace
+
+    from fedac.algorithms import ALGORITHMS
+    from fedac.engine.distributed import sums_uploads
+
+    def chosen(algorithm: str, method: str = "mean", dp: bool = False, poisons: str = "nothing") -> bool:
+        cls = ALGORITHMS.load(algorithm)
+        fake = cls.__new__(cls)  # (only its class and settings are read)
+        fake.cfg = load_config(overrides=[f"aggregation.method={method}"], algorithm=algorithm)
+        return sums_uploads(fake, SimpleNamespace(poisons=poisons), SimpleNamespace(on=dp))
+
+    assert chosen("fedavg") and chosen("fedprox") and chosen("fedadam") and chosen("fedavgm")
+    assert not chosen("fedavg", "lpa") and not chosen("fedavg", "multikrum") and not chosen("fedavg", "median")
+    assert not chosen("fedavg", dp=True) and not chosen("fedavg", poisons="upload") and chosen("fedavg", poisons="labels")
+    assert not chosen("fedmlac") and not chosen("fedkad")
+
+
+@pytest.mark.parametrize("weighting", ["n_k", "uniform"])
+def test_all_reduced_weighted_sums_give_the_weighted_mean(monkeypatch, weighting):
+    """Two ranks' partial sums (the all-reduce faked: the other rank's buffer added) against
+    rules/aggregation.weighted_mean of every upload, to float rounding; integer entries are not summed."""
+    import torch
+    import torch.distributed as dist
+
+    from fedac.engine.distributed import all_reduce_mean
+    from fedac.rules.aggregation import weighted_mean, weighted_uploads
+
+    gen = torch.Generator().manual_seed(3)
+    template = {"w": torch.zeros(4, 3), "b": torch.zeros(3), "count": torch.zeros((), dtype=torch.long)}
+    uploads = [({"w": torch.randn(4, 3, generator=gen), "b": torch.randn(3, generator=gen),
+                 "count": torch.tensor(k)}, n) for k, n in enumerate((5, 17, 2, 9, 30))]
+    buffers = []
+    monkeypatch.setattr(dist, "all_reduce", lambda buffer, group=None: buffers.append(buffer.clone()))
+    all_reduce_mean(World(), uploads[3:], template, weighting, 1)  # rank 1's part: its buffer
+    monkeypatch.setattr(dist, "all_reduce", lambda buffer, group=None: buffer.add_(buffers[0]))
+    means, total = all_reduce_mean(World(), uploads[:3], template, weighting, 1)  # rank 0's, plus rank 1's
+    expected = weighted_mean(weighted_uploads(uploads, weighting))
+    assert total == (63 if weighting == "n_k" else 5) and means.keys() == {"w", "b"}
+    for key in means:
+        assert means[key].dtype == torch.float32
+        torch.testing.assert_close(means[key], expected[key], rtol=1e-6, atol=1e-7)
+
+
 def test_one_process_is_todays_path(monkeypatch):
     """Without torchrun's environment no process group is made and collectives are the identity."""
     from fedac.engine import distributed
@@ -211,16 +255,21 @@ def assert_same(a, b, where: str = "results.json") -> None:
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
+ALL_REDUCE, ALL_GATHER = "uploads by one all-reduce of their weighted sums", "uploads by an all-gather of every upload"
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("extra", [[], FEDMLAC, ["--set", "aggregation.method=multikrum"],
-                                   ["--set", "dp.mode=central"]],
+@pytest.mark.parametrize("extra, how", [([], ALL_REDUCE), (FEDMLAC, ALL_GATHER),
+                                        (["--set", "aggregation.method=multikrum"], ALL_GATHER),
+                                        (["--set", "dp.mode=central"], ALL_GATHER)],
                          ids=["fedavg", "fedmlac_lpa", "multikrum", "dp_fedavg"])
-def test_two_processes_give_one_process_results(settings, tmp_path, extra):
-    args = ["run", "--rounds", "3", "--seed", "1", *settings, *extra, "--quiet"]
-    two = torchrun(["-m", "fedac", *args, "--out", str(tmp_path / "two")], tmp_path)
-    assert main([*args, "--out", str(tmp_path / "one")]) == 0  # (one process, meanwhile)
+def test_two_processes_give_one_process_results(settings, tmp_path, extra, how):
+    args = ["run", "--rounds", "3", "--seed", "1", *settings, *extra]
+    two = torchrun(["-m", "fedac", *args, "--out", str(tmp_path / "two")], tmp_path)  # (not quiet: its first line)
+    assert main([*args, "--quiet", "--out", str(tmp_path / "one")]) == 0  # (one process, meanwhile)
     out, _ = two.communicate(timeout=300)
     assert two.returncode == 0, out
+    assert f"2 processes (gloo), {how}" in out, out  # the path the capabilities chose
     one = results(tmp_path / "one")
     assert one["final"]["clients_trained"] > 1 and len(one["history"]) == 3
     assert_same(results(tmp_path / "two"), one)
@@ -234,13 +283,13 @@ def test_two_processes_give_one_process_results(settings, tmp_path, extra):
 @pytest.mark.slow
 def test_compare_over_two_processes_gives_one_process_table(settings, tmp_path):
     """`fedac compare` under torchrun: every rank runs the same runs, rank 0 alone writes and prints."""
-    args = ["compare", "--method", "FedAvg=fedavg", "--method", "FedProx=fedprox", "--seeds", "1", "--rounds", "2",
+    args = ["compare", "--method", "FedProx=fedprox", "--method", "FedAdam=fedadam", "--seeds", "1", "--rounds", "2",
             *settings, "--quiet"]
     two = torchrun(["-m", "fedac", *args, "--out", str(tmp_path / "two")], tmp_path)
     assert main([*args, "--out", str(tmp_path / "one")]) == 0
     out, _ = two.communicate(timeout=300)
     assert two.returncode == 0, out
-    for run in ("FedAvg-s1", "FedProx-s1"):
+    for run in ("FedProx-s1", "FedAdam-s1"):  # (the all-reduce path: FedAdam's server steps on the mean)
         assert_same(results(tmp_path / "two" / run), results(tmp_path / "one" / run), run)
     summary = {side: json.loads((tmp_path / side / "summary.json").read_text()) for side in ("one", "two")}
     assert_same(summary["two"]["mean_std"], summary["one"]["mean_std"], "summary.json")

@@ -49,6 +49,10 @@ class Algorithm(ABC):
     # Capabilities the layers around an algorithm read from its class (never from a list of names):
     #: True when the new global model is the aggregate itself, so DP noise on it is DP-FedAvg (privacy.py).
     dp_compatible: bool = False
+    #: True when its uploads are Params of the broadcast's shape and `server_update` reads them only through
+    #: `combine`'s weighted mean: over several processes one all-reduce of the weighted sums then replaces the
+    #: gather of every upload, when the aggregation rule sums too (engine/distributed.py `sums_uploads`).
+    sums_uploads: bool = False
     #: True when it trains one pooled client (engine/data.py gives it the pooled partition by default).
     centralised: bool = False
     #: False when it needs each client's windows as one fixed tensor (features.augment draws them per batch).

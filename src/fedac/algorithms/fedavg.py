@@ -17,6 +17,7 @@ from fedac.training.local import train_supervised
 class FedAvg(Algorithm):
     name = "fedavg"
     dp_compatible = True
+    sums_uploads = True  # (FedProx, FedOpt's pseudo-gradient and FedMMD inherit it: their servers take the mean)
 
     def init_server(self) -> dict[str, Any]:
         return {"params": self.initial_params(self.cfg.model.name, "global-init")}

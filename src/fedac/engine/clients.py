@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from fedac.data.waveform import Padded
-from fedac.engine.distributed import current_world
+from fedac.engine.distributed import Summed, current_world
 from fedac.training.metrics import confusion, confusion_metrics, spread
 from fedac.engine.report import append_client_rows, no_holdout_reason
 from fedac.training.device import nbytes, to_device
@@ -117,7 +117,8 @@ class ByteLedger:
         """Count one round: every client in `uploads` (name -> its upload) received `payload`. Returns
         metrics.csv's columns: the round's sums, the mean per client and the cumulative totals."""
         down = nbytes(payload)
-        ups = {name: nbytes(upload) for name, upload in uploads.items()}
+        # (an upload summed by the all-reduce of several processes counts what it would have sent)
+        ups = {name: upload.bytes if isinstance(upload, Summed) else nbytes(upload) for name, upload in uploads.items()}
         for name, up in ups.items():
             pair = self.book["clients"].setdefault(name, [0, 0])
             pair[0] += down

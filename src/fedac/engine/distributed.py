@@ -37,7 +37,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -276,27 +276,112 @@ class PlanProgress:
         self.shown = max(self.shown, target)
 
 
+# --- the weighted-sum path ------------------------------------------------------------------------
+def sums_uploads(algorithm, attack, privacy) -> bool:
+    """Whether a round's uploads travel as one all-reduce of their weighted sums instead of an all-gather:
+    the algorithm (`Algorithm.sums_uploads`) and the aggregation rule (rules/aggregation.py `weighted_sum`)
+    declare that the new model reads the uploads only through their weighted mean, and no layer needs each
+    upload (model poisoning, DP's per-update clipping). Every rank decides the same."""
+    from fedac.rules import AGGREGATORS
+
+    rule = AGGREGATORS.load(algorithm.cfg.aggregation.method)
+    return bool(type(algorithm).sums_uploads and getattr(rule, "sums_uploads", False) and not privacy.on
+                and attack.poisons != "upload")
+
+
+def how_shared(world: World, summed: bool) -> str:
+    """The run's first line's note of how a round's uploads travel ("" in one process)."""
+    if not world.distributed:
+        return ""
+    how = "one all-reduce of their weighted sums" if summed else "an all-gather of every upload"
+    return f"; {world.size} processes ({world.backend}), uploads by {how}"
+
+
+class Summed:
+    """On every rank, an upload that went into the round's all-reduce instead of travelling: its size
+    (engine/clients.py's ByteLedger counts it) and its entries that are not floats (BatchNorm's counters,
+    which the mean takes from the first upload, as rules/aggregation.weighted_mean does)."""
+
+    __slots__ = ("bytes", "fixed")
+
+    def __init__(self, upload: dict[str, torch.Tensor]):
+        from fedac.training.device import nbytes
+
+        self.bytes = nbytes(upload)
+        self.fixed = {k: v for k, v in upload.items() if not v.is_floating_point()}
+
+
+class Round(list):
+    """run_shared's results in cohort order; `summed`: on the weighted-sum path, the cohort's weighted
+    mean of the usable uploads with their summed weight (one upload that stands for all), else None."""
+
+    summed: tuple[dict[str, torch.Tensor], int] | None = None
+
+
+def all_reduce_mean(world: World, uploads: list[tuple[dict[str, torch.Tensor], int]], template: dict[str, torch.Tensor],
+                    weighting: str, round_idx: int) -> tuple[dict[str, torch.Tensor], float]:
+    """The weighted mean over every rank's `uploads` of their floating entries, by one all-reduce of
+    sum_k w_k theta_k and sum_k w_k in float64 (`weighting`: n_k, or 1 each). `template` (the broadcast)
+    gives every rank the same entries and shapes, uploads or not. The sums' order differs from one
+    process's (per rank, then across ranks): float rounding only (docs/performance.md)."""
+    import torch.distributed as dist
+
+    from fedac.rules.aggregation import weighted_uploads
+
+    floats = [k for k, v in template.items() if v.is_floating_point()]
+    sizes = [template[k].numel() for k in floats]
+    buffer = torch.zeros(sum(sizes) + 1, dtype=torch.float64)
+    for upload, weight in weighted_uploads(uploads, weighting):
+        if upload.keys() != template.keys():
+            raise ConfigError("the algorithm's class declares sums_uploads, but its uploads' entries differ from the "
+                              "broadcast's: set sums_uploads = False on it (algorithms/base.py)")
+        buffer[:-1] += float(weight) * torch.cat([upload[k].detach().reshape(-1).cpu().double() for k in floats])
+        buffer[-1] += float(weight)
+    world._collective("all-reducing the uploads' weighted sums", round_idx,
+                      lambda: dist.all_reduce(buffer, group=world.group))
+    total = float(buffer[-1])
+    means = buffer[:-1] / total if total else buffer[:-1]
+    return {k: part.reshape(template[k].shape).to(template[k].dtype)
+            for k, part in zip(floats, means.split(sizes))}, total
+
+
 def run_shared(world: World, algorithm, payload: Any, states: list[Any], datas: list, round_idx: int,
-               seed: int) -> list:
+               seed: int, usable: Callable[[Any], bool] | None = None) -> Round:
     """engine/cohort.py's `run_clients` over the ranks: this rank trains its share, and every rank gets
     every client's result in `datas` order. Under `train.execution=auto` every rank then follows rank 0's
-    measured path (each rank timed its own share)."""
+    measured path (each rank timed its own share).
+
+    `usable` (the weighted-sum path, `sums_uploads`): the results it accepts travel without their upload
+    (a `Summed` stands in), and one all-reduce gives every rank their weighted mean (`Round.summed`);
+    the rest (new client states, metrics, an upload it refuses) still travel in the gather."""
     from fedac.engine.cohort import run_clients
 
     if not world.distributed:
-        return run_clients(algorithm, payload, states, datas, round_idx, seed)
+        return Round(run_clients(algorithm, payload, states, datas, round_idx, seed))
     mine = shares([client_cost(d.num_samples, algorithm.cfg.train) for d in datas], world.size)[world.rank]
     bar = PlanProgress(progress_callback(), len(datas), len(mine))
     with client_progress(bar):  # (rank 0's bar shows the round's cohort)
         results = run_clients(algorithm, payload, [states[i] for i in mine], [datas[i] for i in mine], round_idx,
                               seed) if mine else []
-    sent = (mine, to_device(results, "cpu"), dict(algorithm.auto_choice))
-    gathered = world.gather(sent, "gathering the clients' results", round_idx)
+    travel, kept, summed = to_device(results, "cpu"), [False] * len(results), None
+    if usable is not None:
+        kept = [usable(r) for r in results]
+        summed = all_reduce_mean(world, [(r.upload, datas[i].num_samples) for i, r, ok in zip(mine, results, kept) if ok],
+                                 to_device(payload, "cpu"), algorithm.server_weighting(algorithm.cfg), round_idx)
+        travel = [replace(r, upload=Summed(r.upload)) if ok else r for r, ok in zip(travel, kept)]
+    gathered = world.gather((mine, travel, dict(algorithm.auto_choice)), "gathering the clients' results", round_idx)
     bar.finish()  # every rank's share is done
-    out: list = [None] * len(datas)
+    out = Round([None] * len(datas))
     for rank, (positions, theirs, _) in enumerate(gathered):
-        for i, result in zip(positions, results if rank == world.rank else theirs):
-            out[i] = result if rank == world.rank else to_device(result, algorithm.device)
+        for i, result in zip(positions, theirs):
+            out[i] = to_device(result, algorithm.device) if rank != world.rank else None
+    for j, i in enumerate(mine):  # this rank's own results as trained (on its device)
+        out[i] = replace(results[j], upload=travel[j].upload) if kept[j] else results[j]
+    if summed is not None and summed[1] > 0:
+        means, total = summed
+        first = next(r.upload for r in out if isinstance(r.upload, Summed))  # (the cohort's first usable upload)
+        mean = {k: means[k] if k in means else first.fixed[k] for k in payload}
+        out.summed = (to_device(mean, algorithm.device), round(total))
     algorithm.auto_choice.clear()
     algorithm.auto_choice.update(gathered[0][2])
     return out

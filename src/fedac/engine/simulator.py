@@ -27,7 +27,7 @@ from fedac.config import Config
 from fedac.engine.checkpoint import open_run, save_checkpoint
 from fedac.engine.clients import ByteLedger, client_summary, log_clients, own_scores, test_confusion
 from fedac.engine.cohort import check_execution, check_path
-from fedac.engine.distributed import current_world, evaluation, run_shared
+from fedac.engine.distributed import current_world, evaluation, how_shared, run_shared, sums_uploads
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
 from fedac.engine.rounds import RoundLoop
 from fedac.engine.runtime import configure_process
@@ -67,6 +67,11 @@ def all_finite(obj: Any) -> bool:
     # non-finite norm (possibly an overflow of huge finite values) needs the exact check.
     return not tensors or bool(torch.stack(torch._foreach_norm(tensors)).isfinite().all()) or \
         all(bool(torch.isfinite(t).all()) for t in tensors)
+
+
+def usable(result) -> bool:
+    """Whether a client's result enters the round: its upload and new state are finite."""
+    return all_finite(result.upload) and all_finite(result.state)
 
 
 def sample_cohort(clients: list[str], fraction: float, seed: int, round_idx: int) -> list[str]:
@@ -118,6 +123,8 @@ class Simulator:
         self.cohort_size = len(sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, 1)) if self.trainable else 0
         self.privacy = Privacy(cfg, len(self.trainable), self.cohort_size,  # (a device-mode server holds no clients)
                                type(self.algorithm).dp_compatible)
+        # over several processes: one all-reduce of the weighted sums where nothing needs each upload
+        self.sums = self.world.distributed and sums_uploads(self.algorithm, self.attack, self.privacy)
 
     # --- state ---------------------------------------------------------------------------------
     def _fresh_state(self) -> dict[str, Any]:
@@ -156,10 +163,11 @@ class Simulator:
         datas = [self._client_data(name) for name in names]
         states = [to_device(self._client_state(state, name), self.device) for name in names]
         # (autocast inside; over several processes each trains its share and all get every result)
-        results = run_shared(self.world, self.algorithm, payload, states, datas, round_idx, cfg.seed)
+        results = run_shared(self.world, self.algorithm, payload, states, datas, round_idx, cfg.seed,
+                             usable if self.sums else None)
         state["auto_choice"] = dict(self.algorithm.auto_choice)  # auto's measured path, kept for a resume
         for name, data, result in zip(names, datas, results):
-            if not all_finite(result.upload) or not all_finite(result.state):
+            if not usable(result):
                 log.warning("round %d: client %s returned NaN/Inf parameters; its update is discarded", round_idx, name)
                 rejected.append(name)
                 continue
@@ -173,6 +181,8 @@ class Simulator:
         metrics: dict[str, float] = {"clients": float(len(uploads)), "rejected": float(len(rejected))}
         metrics.update(ByteLedger(state).round(payload, {n: r.upload for n, r in zip(names, results)}))
         uploads = self.poison_and_clip(payload, uploaded, uploads, round_idx)
+        if results.summed is not None and uploads:  # (all-reduced: their weighted mean stands for them all)
+            uploads = [results.summed]
         if uploads:
             self.algorithm.last_pruning = None
             state["server"], server_metrics = self.algorithm.server_update(state["server"], uploads, round_idx)
@@ -249,7 +259,7 @@ class Simulator:
         self.algorithm.auto_choice.update(state.get("auto_choice", {}))  # a resumed run keeps auto's choice
         self.execution = self.algorithm.execution_path()
         line = (f"{cfg.algorithm} on {device_name(self.device)} (train.device={cfg.train.device}); "
-                f"clients train {self.execution}")
+                f"clients train {self.execution}{how_shared(self.world, self.sums)}")
         log.info(line)
         if self.progress:
             print(f"fedac: {line}", file=sys.stderr, flush=True)  # the run's first line (cli logs warnings only)

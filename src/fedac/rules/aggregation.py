@@ -14,6 +14,7 @@ import math
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -245,6 +246,15 @@ def finite(params: Params) -> bool:
 # round's global model (None where a runtime has none). `aggregate` takes mean and LPA itself (LPA also
 # reports pruning).
 
+def weighted_sum(rule: Any) -> Any:
+    """Declares a rule whose result is the weighted mean of the uploads and nothing else, so a run over
+    several processes may all-reduce the weighted sums instead of gathering every upload
+    (engine/distributed.py `sums_uploads`); rules that need every upload (LPA, the robust ones) do not."""
+    rule.sums_uploads = True
+    return rule
+
+
+@weighted_sum
 def mean_rule(uploads: list[tuple[Params, int]], cfg: AggregationConfig, reference: Params | None = None) -> Params:
     return weighted_mean(uploads)
 
