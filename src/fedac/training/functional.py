@@ -254,6 +254,12 @@ def unstackable_reason(model: nn.Module) -> str | None:
     return None
 
 
+SSL_MEASURED = ("measured slower vmapped on the CPU: the w2v2_s encoder took 1.10x the sequential CPU time "
+                "(8 clients, 2 steps of 8 clips, one thread; benchmarks/bench_stacked_models.py --ssl)")
+"""Why the SSL encoders keep the sequential path: their one measurement (benchmarks/results/
+stacked_models.json, "ssl"); besides, their batches are padded waveforms with a loss of their own."""
+
+
 def stacked_support(name: str, model: nn.Module) -> str:
     """How zoo model `name` (built as `model`) trains on the stacked path, for `fedac models`: crnn
     (models/stacked.py's hand-written forward), vmap (this module) or "no: <reason>"."""
@@ -262,6 +268,8 @@ def stacked_support(name: str, model: nn.Module) -> str:
     if stacked_model(name, 0.0) is not None:
         return "crnn"
     reason = unstackable_reason(model)
+    if reason is not None and hasattr(model, "task_loss"):  # the SSL encoders
+        return f"no: {SSL_MEASURED}; {reason}"
     return "vmap" if reason is None else f"no: {reason}"
 
 
