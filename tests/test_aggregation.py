@@ -169,38 +169,41 @@ def test_lpa_rejects_bad_fractions_and_empty_cohort():
 
 def test_aggregate_mean_and_lpa_by_config():
     uploads = five_clients()
-    mean, metrics, pruning = aggregate(uploads, AggregationConfig(method="mean"))
+    out = aggregate(uploads, AggregationConfig(method="mean"))
+    mean, metrics, pruning = out.params, out.metrics, out.pruning
     assert metrics == {} and pruning is None
     assert mean["l1.weight"].item() == pytest.approx((0 + 2 + 6 + 12 + 50) / 15)
 
     cfg = AggregationConfig(method="lpa", v_l=0.2, v_h=0.2, layer_unit="tensor")
-    pruned, metrics, pruning = aggregate(uploads, cfg)
+    out = aggregate(uploads, cfg)
+    pruned, metrics, pruning = out.params, out.metrics, out.pruning
     assert sorted(pruning["l1.weight"].trusted) == [0, 1, 2]
     assert pruned["l1.weight"].item() == pytest.approx(8 / 6)
     # 3 trusted of 5 clients in each of 3 layers
     assert metrics["lpa_trusted_fraction"] == pytest.approx(9 / 15)
 
     # use_lpa overrides the configured method either way
-    forced, _, _ = aggregate(uploads, AggregationConfig(method="mean", v_l=0.2, v_h=0.2), use_lpa=True)
+    forced = aggregate(uploads, AggregationConfig(method="mean", v_l=0.2, v_h=0.2), use_lpa=True).params
     assert forced["l3.bias"].item() == pytest.approx(17 / 9)
-    plain, _, _ = aggregate(uploads, cfg, use_lpa=False)
+    plain = aggregate(uploads, cfg, use_lpa=False).params
     assert plain["l3.bias"].item() == pytest.approx((7 - 12 + 0 + 4 + 10) / 15)
 
 
 def test_uniform_weighting_gives_every_upload_the_same_weight():
     uploads = [({"w": t(0.0)}, 1), ({"w": t(10.0)}, 2), ({"w": t(-5.0)}, 7)]
-    weighted, _, _ = aggregate(uploads, AggregationConfig())  # n_k, the default: -1.5 (above)
-    uniform, _, _ = aggregate(uploads, AggregationConfig(weighting="uniform"))
+    weighted = aggregate(uploads, AggregationConfig()).params  # n_k, the default: -1.5 (above)
+    uniform = aggregate(uploads, AggregationConfig(weighting="uniform")).params
     assert weighted["w"].item() == pytest.approx(-1.5) and uniform["w"].item() == pytest.approx(5 / 3)
-    assert aggregate(uploads, AggregationConfig(), weighting="uniform")[0]["w"].item() == pytest.approx(5 / 3)
+    assert aggregate(uploads, AggregationConfig(), weighting="uniform").params["w"].item() == pytest.approx(5 / 3)
     # LPA's Eq. 14 mean over the trusted clients too; its pruning bias still reads the uploads' n_k
     cfg = AggregationConfig(method="lpa", v_l=0.2, v_h=0.2, layer_unit="tensor", weighting="uniform")
-    pruned, metrics, pruning = aggregate(five_clients(), cfg)
+    out = aggregate(five_clients(), cfg)
+    pruned, metrics, pruning = out.params, out.metrics, out.pruning
     trusted = sorted(pruning["l1.weight"].trusted)
     values = [five_clients()[k][0]["l1.weight"].item() for k in trusted]
     assert pruned["l1.weight"].item() == pytest.approx(sum(values) / len(values))
     assert metrics == aggregate(five_clients(), AggregationConfig(method="lpa", v_l=0.2, v_h=0.2,
-                                                                  layer_unit="tensor"))[1]
+                                                                  layer_unit="tensor")).metrics
     with pytest.raises(ConfigError, match="aggregation.weighting must be one of n_k, uniform"):
         aggregate(uploads, AggregationConfig(weighting="equal"))
 

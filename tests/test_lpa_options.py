@@ -90,10 +90,11 @@ def test_deviation_options_need_their_inputs_and_a_known_name():
 
 def test_aggregate_passes_reference_and_steps_for_the_configured_deviation():
     cfg = AggregationConfig(method="lpa", v_l=0.0, v_h=0.34, deviation="per_step")
-    _, metrics, layers = aggregate(UPLOADS, cfg, reference=REFERENCE, steps=STEPS)
+    out = aggregate(UPLOADS, cfg, reference=REFERENCE, steps=STEPS)
+    metrics, layers = out.metrics, out.pruning
     assert sorted(layers["w"].trusted) == [0, 2]
     assert metrics["lpa_kept_data_share"] == pytest.approx(90 / 100)
-    _, raw_metrics, _ = aggregate(UPLOADS, AggregationConfig(method="lpa", v_l=0.0, v_h=0.34))
+    raw_metrics = aggregate(UPLOADS, AggregationConfig(method="lpa", v_l=0.0, v_h=0.34)).metrics
     assert raw_metrics["lpa_kept_data_share"] == pytest.approx(20 / 100)
 
 
@@ -114,3 +115,30 @@ def test_spearman_and_local_steps():
     assert math.isnan(spearman(torch.tensor([1.0, 1.0]), torch.tensor([1.0, 2.0])))
     cfg = TrainConfig(batch_size=16, local_epochs=3)
     assert [local_steps(n, cfg) for n in (1, 16, 17, 40)] == [3, 3, 6, 9]
+
+
+@pytest.mark.parametrize("method", ["lpa", "mean"])
+def test_server_update_returns_lpa_pruning_with_its_metrics(method):
+    """LPA's decisions come back from the server step as a value (ServerMetrics.pruning, what the engine
+    writes to lpa.jsonl), not through an attribute of the algorithm; None for the mean."""
+    from fedac.algorithms import build_algorithm
+    from fedac.algorithms.base import Task
+    from fedac.config import load_config
+    from fedac.rules.aggregation import ServerMetrics
+
+    cfg = load_config(overrides=["algorithm=fedavg", "model.name=dscnn", f"aggregation.method={method}",
+                                 "aggregation.v_l=0.0", "aggregation.v_h=0.34"])
+    algo = build_algorithm(cfg, Task(40, 12, ["a"]))
+    server = algo.init_server()
+    gen = torch.Generator().manual_seed(0)
+    uploads = [({k: v + scale * torch.randn(v.shape, generator=gen) if v.is_floating_point() else v
+                 for k, v in server["params"].items()}, 5) for scale in (0.01, 0.02, 1.0)]
+    _, metrics = algo.server_update(server, uploads, 1)
+    assert isinstance(metrics, ServerMetrics) and not hasattr(algo, "last_pruning")
+    if method == "mean":
+        assert metrics.pruning is None and dict(metrics) == {}
+        return
+    assert set(metrics.pruning) == set(layer_groups([k for k, v in server["params"].items() if v.is_floating_point()],
+                                                    "module"))
+    assert all(2 not in layer.trusted for layer in metrics.pruning.values())  # the far client is pruned everywhere
+    assert metrics["lpa_trusted_fraction"] == pytest.approx(2 / 3)

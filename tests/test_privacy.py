@@ -29,7 +29,8 @@ def test_accountant_matches_the_published_value():
 
 def privacy(mode, *sets, clients=10, cohort=4):
     cfg = load_config(overrides=[f"dp.mode={mode}", "dp.clip=1.0", "dp.noise_multiplier=2.0", *sets])
-    return Privacy(cfg, clients, cohort, algorithm_class(cfg.algorithm).dp_compatible)
+    cls = algorithm_class(cfg.algorithm)
+    return Privacy(cfg, clients, cohort, cls.dp_compatible, cls.lpa_setting)
 
 
 REFERENCE = {"w": torch.zeros(2), "n": torch.tensor(3)}
@@ -82,3 +83,14 @@ def test_dp_run_reports_epsilon_each_round_and_at_the_end(gsc_root, tmp_path):
     assert final["dp_delta"] == 1e-5 and final["dp_epsilon"] == pytest.approx(epsilon(1.1, q, 2, 1e-5))
     rows = list(csv.DictReader(open(out / "metrics.csv")))
     assert [float(r["dp_epsilon"]) for r in rows] == pytest.approx([epsilon(1.1, q, r, 1e-5) for r in (1, 2)])
+
+
+def test_the_lpa_refusal_follows_the_capability_not_the_algorithm_name():
+    """privacy.py reads the algorithm's `lpa_setting` capability (given by the engine), never its name."""
+    cfg = load_config(overrides=["dp.mode=central", "dp.clip=1.0", "algorithm=fedavg", "fedmlac.lpa=true"])
+    Privacy(cfg, 10, 4, True)  # fedavg has no LPA switch: accepted
+    with pytest.raises(ConfigError, match="and fedmlac.lpa=false"):
+        Privacy(cfg, 10, 4, True, "fedmlac.lpa")  # a class whose LPA that setting turns on: refused
+    mlac = load_config(overrides=["dp.mode=central", "dp.clip=1.0", "algorithm=fedmlac", "fedmlac.lpa=false"])
+    privacy_on = Privacy(mlac, 10, 4, True, algorithm_class("fedmlac").lpa_setting)
+    assert privacy_on.on and algorithm_class("fedmlac").lpa_setting == "fedmlac.lpa"

@@ -69,15 +69,16 @@ def test_norm_bound_clips_each_update_then_averages():
         norm_bound(uploads, reference, 0.0)
     # aggregate reports the update norms against clip_norm (norms 5, 0.5 and 2: median 2, two of three clipped)
     uploads.append(({"w": torch.tensor([1.2, 1.6])}, 1))
-    metrics = aggregate(uploads, AggregationConfig(method="norm_bound", clip_norm=1.0), reference=reference)[1]
+    metrics = aggregate(uploads, AggregationConfig(method="norm_bound", clip_norm=1.0), reference=reference).metrics
     assert metrics == {"update_norm_median": pytest.approx(2.0), "clipped_share": pytest.approx(2 / 3)}
-    assert aggregate(uploads, AggregationConfig(method="median"), reference=reference)[1] == {}
+    assert aggregate(uploads, AggregationConfig(method="median"), reference=reference).metrics == {}
 
 
 def test_robust_method_replaces_lpa_and_mean_in_aggregate():
     uploads = scalars([1, 10, 2])
     for use_lpa in (None, True, False):  # FedMLAC forces LPA on/off; an explicit robust rule wins
-        params, _, pruning = aggregate(uploads, AggregationConfig(method="median"), use_lpa)
+        out = aggregate(uploads, AggregationConfig(method="median"), use_lpa)
+        params, pruning = out.params, out.pruning
         assert value(params) == 2 and pruning is None
     with pytest.raises(ConfigError, match="unknown aggregation.method 'medain'.*median, trimmed_mean"):
         aggregate(uploads, AggregationConfig(method="medain"))
@@ -126,6 +127,6 @@ def test_each_robust_setting_changes_the_aggregate(method, key, a, b):
     """Flipping one setting of `aggregation.*` changes the result of `aggregate` and nothing else does."""
     uploads = scalars([0.0, 0.1, 0.35, 0.45, 2.0, 9.0, 1.0])
     reference = {"w": torch.zeros(1), "count": torch.tensor(7)}
-    first = aggregate(uploads, AggregationConfig(method=method, **{key: a}), reference=reference)[0]
-    second = aggregate(uploads, AggregationConfig(method=method, **{key: b}), reference=reference)[0]
+    first = aggregate(uploads, AggregationConfig(method=method, **{key: a}), reference=reference).params
+    second = aggregate(uploads, AggregationConfig(method=method, **{key: b}), reference=reference).params
     assert value(first) != pytest.approx(value(second))

@@ -66,6 +66,7 @@ class FedMLAC(Algorithm):
     name = "fedmlac"
     personalized = True
     dp_compatible = True  # its Plug-in is the aggregate (with fedmlac.lpa=false: the plain mean)
+    lpa_setting = "fedmlac.lpa"
 
     def __init__(self, cfg, task):
         super().__init__(cfg, task)

@@ -208,24 +208,33 @@ class Aggregate:
     pruning: dict[str, LayerPruning] | None = None
 
 
+class ServerMetrics(dict[str, float]):
+    """A server step's metrics (metrics.csv) that also carry LPA's per-layer pruning (`pruning`, None
+    without LPA) for the engine's lpa.jsonl: `Algorithm.combine` returns them and `server_update` passes
+    them up, so the decisions travel with the step's result instead of staying on the algorithm."""
+
+    def __init__(self, metrics: dict[str, float], pruning: dict[str, LayerPruning] | None = None):
+        super().__init__(metrics)
+        self.pruning = pruning
+
+
 def aggregate(uploads: list[tuple[Params, int]], cfg: AggregationConfig, use_lpa: bool | None = None,
               reference: Params | None = None, steps: list[int] | None = None, weighting: str | None = None,
-              ) -> tuple[Params, dict[str, float], dict[str, LayerPruning] | None]:
-    """The configured combination (`cfg.method`, or LPA forced on/off by `use_lpa`) with summary metrics
-    and, for LPA, each layer's pruning (None for the mean). `reference` (the round's global model) and
+              ) -> Aggregate:
+    """The configured combination (`cfg.method`, or LPA forced on/off by `use_lpa`) as an `Aggregate`:
+    the parameters, summary metrics and, for LPA, each layer's pruning (None for every other rule). `reference` (the round's global model) and
     `steps` (each client's local SGD steps) feed the deviations that need them (`cfg.deviation`).
     `weighting` (None: `cfg.weighting`) uniform gives every upload weight 1 in each mean; LPA's pruning
     bias still reads n_k."""
     sizes = [n for _, n in uploads]
     uploads = weighted_uploads(uploads, weighting or cfg.weighting)
     if cfg.method not in ("mean", "lpa"):  # any other registered rule also replaces FedMLAC's LPA switch
-        result = robust_aggregate(uploads, cfg, reference)
-        return result.params, result.metrics, result.pruning
+        return robust_aggregate(uploads, cfg, reference)
     method = ("lpa" if use_lpa else "mean") if use_lpa is not None else cfg.method
     if method == "mean":
-        return weighted_mean(uploads), {}, None
+        return Aggregate(weighted_mean(uploads))
     params, layers = lpa_layers(uploads, cfg.v_l, cfg.v_h, cfg.layer_unit, cfg.deviation, reference, steps)
-    return params, pruning_bias(layers, sizes), layers
+    return Aggregate(params, pruning_bias(layers, sizes), layers)
 
 
 def robust_aggregate(uploads: list[tuple[Params, int]], cfg: AggregationConfig,

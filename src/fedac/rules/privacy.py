@@ -23,6 +23,7 @@ is the usual approximation of DP-FedAvg implementations (McMahan et al. account 
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -53,8 +54,10 @@ def epsilon(noise_multiplier: float, sample_rate: float, rounds: int, delta: flo
 class Privacy:
     """The configured DP mechanism of one run (`dp.mode`); a no-op for none."""
 
-    def __init__(self, cfg: Config, num_clients: int, cohort_size: int, dp_compatible: bool):
-        """`dp_compatible`: the algorithm's capability (Algorithm.dp_compatible), given by the engine above."""
+    def __init__(self, cfg: Config, num_clients: int, cohort_size: int, dp_compatible: bool,
+                 lpa_setting: str | None = None):
+        """`dp_compatible` and `lpa_setting`: the algorithm's capabilities (Algorithm.dp_compatible, the
+        dotted setting that turns its LPA on, e.g. "fedmlac.lpa"), given by the engine above."""
         self.cfg, dp = cfg, cfg.dp
         if dp.mode not in MODES:
             raise ConfigError(f"unknown dp.mode {dp.mode!r}; use one of {', '.join(MODES)}")
@@ -68,10 +71,11 @@ class Privacy:
             raise ConfigError(f"dp.mode={dp.mode} adds noise to the aggregated model, which algorithm {cfg.algorithm} "
                               "transforms further; use one whose class sets dp_compatible = True (fedavg, fedprox, "
                               "fedmlac among the built-ins)")
-        lpa = cfg.algorithm == "fedmlac" and cfg.fedmlac.lpa
+        # the setting's value, e.g. cfg.fedmlac.lpa for "fedmlac.lpa"
+        lpa = lpa_setting is not None and bool(functools.reduce(getattr, lpa_setting.split("."), cfg))
         if cfg.aggregation.method != "mean" or lpa:
             raise ConfigError(f"dp.mode={dp.mode} is accounted for the plain mean of clipped updates; set "
-                              "aggregation.method=mean" + (" and fedmlac.lpa=false" if cfg.algorithm == "fedmlac" else ""))
+                              "aggregation.method=mean" + (f" and {lpa_setting}=false" if lpa_setting else ""))
         if num_clients == 0:
             raise ConfigError(f"dp.mode={dp.mode} accounts epsilon from the sampling rate cohort / clients, and this "
                               "server holds no clients (Flower data-mode=device); use the simulator or data-mode=full")
