@@ -15,7 +15,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedac.rules.aggregation import LayerPruning, aggregate
+from fedac.rules.aggregation import ServerMetrics, aggregate
 from fedac.config import Config
 from fedac.errors import ConfigError
 from fedac.models import build_model
@@ -49,6 +49,9 @@ class Algorithm(ABC):
     # Capabilities the layers around an algorithm read from its class (never from a list of names):
     #: True when the new global model is the aggregate itself, so DP noise on it is DP-FedAvg (privacy.py).
     dp_compatible: bool = False
+    #: The dotted setting that turns LPA on over `aggregation.method` (FedMLAC: "fedmlac.lpa"), or None;
+    #: DP reads it (privacy.py: the accountant holds for the plain mean only).
+    lpa_setting: str | None = None
     #: True when its uploads are Params of the broadcast's shape and `server_update` reads them only through
     #: `combine`'s weighted mean: over several processes one all-reduce of the weighted sums then replaces the
     #: gather of every upload, when the aggregation rule sums too (engine/distributed.py `sums_uploads`).
@@ -77,7 +80,6 @@ class Algorithm(ABC):
         #: first round, per (architectures, device) (engine/cohort.py measures; the checkpoint keeps it).
         self.auto_choice: dict[str, dict[str, Any]] = {}
         #: LPA's per-layer pruning in the last server update (diagnostics for the engine's log, not state).
-        self.last_pruning: dict[str, LayerPruning] | None = None
 
     # --- models -------------------------------------------------------------------------------
     def build_network(self, name: str) -> nn.Module:
@@ -266,13 +268,14 @@ class Algorithm(ABC):
         """Combine the cohort's uploads (each with its n_k) into the next global state."""
 
     def combine(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
-                use_lpa: bool | None = None) -> tuple[Params, dict[str, float]]:
-        """`aggregation.aggregate` of the uploads, with the round's global model and each client's local
-        step count for the deviations that need them; LPA's pruning is kept in `last_pruning`."""
+                use_lpa: bool | None = None) -> tuple[Params, ServerMetrics]:
+        """`rules.aggregation.aggregate` of the uploads, with the round's global model and each client's local
+        step count for the deviations that need them. The metrics carry LPA's pruning (`ServerMetrics.pruning`):
+        `server_update` returns them, and the engine logs the pruning from there."""
         steps = [local_steps(n, self.cfg.train) for _, n in uploads]
-        params, metrics, self.last_pruning = aggregate(uploads, self.cfg.aggregation, use_lpa,
-                                                       server.get("params"), steps, self.server_weighting(self.cfg))
-        return params, metrics
+        result = aggregate(uploads, self.cfg.aggregation, use_lpa, server.get("params"), steps,
+                           self.server_weighting(self.cfg))
+        return result.params, ServerMetrics(result.metrics, result.pruning)
 
     @classmethod
     def server_weighting(cls, cfg: Config) -> str:

@@ -33,6 +33,7 @@ from fedac.engine.rounds import RoundLoop
 from fedac.engine.runtime import configure_process
 from fedac.errors import ConfigError
 from fedac.training.metrics import mean_std
+from fedac.rules.aggregation import ServerMetrics
 from fedac.rules.privacy import Privacy
 from fedac.engine.report import log_pruning, truncate_client_rows, truncate_pruning_log, write_history, write_results
 from fedac.seeding import numpy_rng
@@ -122,7 +123,7 @@ class Simulator:
         # the clients of every round (the size depends on the fraction and the client count only)
         self.cohort_size = len(sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, 1)) if self.trainable else 0
         self.privacy = Privacy(cfg, len(self.trainable), self.cohort_size,  # (a device-mode server holds no clients)
-                               type(self.algorithm).dp_compatible)
+                               type(self.algorithm).dp_compatible, type(self.algorithm).lpa_setting)
         # over several processes: one all-reduce of the weighted sums where nothing needs each upload
         self.sums = self.world.distributed and sums_uploads(self.algorithm, self.attack, self.privacy)
 
@@ -184,12 +185,12 @@ class Simulator:
         if results.summed is not None and uploads:  # (all-reduced: their weighted mean stands for them all)
             uploads = [results.summed]
         if uploads:
-            self.algorithm.last_pruning = None
             state["server"], server_metrics = self.algorithm.server_update(state["server"], uploads, round_idx)
             state["server"], dp_metrics = self.privacy.add_noise(state["server"], round_idx, len(uploads))
             metrics.update(server_metrics, **dp_metrics)
-            if self.algorithm.last_pruning is not None:
-                log_pruning(self.run_dir, round_idx, self.algorithm.last_pruning, uploaded, [n for _, n in uploads])
+            pruning = server_metrics.pruning if isinstance(server_metrics, ServerMetrics) else None  # LPA's, returned
+            if pruning is not None:
+                log_pruning(self.run_dir, round_idx, pruning, uploaded, [n for _, n in uploads])
         else:
             log.warning("round %d: no usable client update; the global state is unchanged", round_idx)
         metrics["train_loss"] = float(np.nanmean(losses)) if losses else float("nan")
