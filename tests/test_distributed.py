@@ -145,7 +145,7 @@ def test_the_weighted_sum_path_is_chosen_by_declared_capabilities():
         fake.cfg = load_config(overrides=[f"aggregation.method={method}"], algorithm=algorithm)
         return sums_uploads(fake, SimpleNamespace(poisons=poisons), SimpleNamespace(on=dp))
 
-    assert chosen("fedavg") and chosen("fedprox") and chosen("fedadam") and chosen("fedavgm")
+    assert chosen("fedavg") and chosen("fedprox") and chosen("fedadam") and chosen("fedavgm") and chosen("fedkwsui")
     assert not chosen("fedavg", "lpa") and not chosen("fedavg", "multikrum") and not chosen("fedavg", "median")
     assert not chosen("fedavg", dp=True) and not chosen("fedavg", poisons="upload") and chosen("fedavg", poisons="labels")
     assert not chosen("fedmlac") and not chosen("fedkad")
@@ -283,18 +283,19 @@ def test_two_processes_give_one_process_results(settings, tmp_path, extra, how):
 @pytest.mark.slow
 def test_compare_over_two_processes_gives_one_process_table(settings, tmp_path):
     """`fedac compare` under torchrun: every rank runs the same runs, rank 0 alone writes and prints."""
-    args = ["compare", "--method", "FedProx=fedprox", "--method", "FedAdam=fedadam", "--seeds", "1", "--rounds", "2",
+    args = ["compare", "--method", "FedAdam=fedadam", "--method", "FedKWS-UI=fedkwsui", "--seeds", "1", "--rounds", "2",
             *settings, "--quiet"]
     two = torchrun(["-m", "fedac", *args, "--out", str(tmp_path / "two")], tmp_path)
     assert main([*args, "--out", str(tmp_path / "one")]) == 0
     out, _ = two.communicate(timeout=300)
     assert two.returncode == 0, out
-    for run in ("FedProx-s1", "FedAdam-s1"):  # (the all-reduce path: FedAdam's server steps on the mean)
+    # (the all-reduce path: FedAdam's server steps on the mean; FedKWS-UI's private heads travel as states)
+    for run in ("FedAdam-s1", "FedKWS-UI-s1"):
         assert_same(results(tmp_path / "two" / run), results(tmp_path / "one" / run), run)
     summary = {side: json.loads((tmp_path / side / "summary.json").read_text()) for side in ("one", "two")}
     assert_same(summary["two"]["mean_std"], summary["one"]["mean_std"], "summary.json")
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
-    assert out.count("| FedProx |") == 1, out  # rank 0 alone printed the table
+    assert out.count("| FedKWS-UI |") == 1, out  # rank 0 alone printed the table
     assert not list(tmp_path.glob("fedac-rank*"))  # rank 1's scratch folders are gone
 
 

@@ -165,6 +165,7 @@ def _setting(text: str, key: str, words: tuple[str, ...]) -> str | float:
 
 class FedKWSUI(Algorithm):
     name = "fedkwsui"
+    sums_uploads = True  # (the server takes combine's mean of whole models, then keeps its private heads)
 
     def __init__(self, cfg, task):
         super().__init__(cfg, task)

@@ -30,8 +30,10 @@ last checkpoint stays as it was.
 from __future__ import annotations
 
 import datetime
+import json
 import logging
 import os
+import pickle
 import shutil
 import tempfile
 import time
@@ -53,6 +55,8 @@ log = logging.getLogger(__name__)
 
 #: What torchrun sets for every worker; WORLD_SIZE above 1 makes a run distributed.
 ENV = ("RANK", "WORLD_SIZE", "LOCAL_RANK")
+#: A folder that receives each rank's payload bytes per collective (benchmarks/bench_distributed.py).
+TRAFFIC_LOG = "FEDAC_TRAFFIC_LOG"
 
 
 class DistributedError(FedacError):
@@ -73,6 +77,8 @@ class World:
     """Rank 0's run directory (named in the errors; set by the command)."""
     again: str = ""
     """How to continue after a failed collective, when not `fedac run --resume RUN_DIR` (compare, reproduce)."""
+    traffic: str = field(default_factory=lambda: os.environ.get(TRAFFIC_LOG, ""))
+    """A folder: each collective's payload bytes are appended to its rank<R>.jsonl (`log_traffic`)."""
 
     @property
     def distributed(self) -> bool:
@@ -104,7 +110,17 @@ class World:
 
         out: list[Any] = [None] * self.size
         self._collective(what, round_idx, lambda: dist.all_gather_object(out, obj, group=self.group))
+        if self.traffic:  # (pickled again to measure: only when asked)
+            sizes = [len(pickle.dumps(o)) for o in out]
+            self.log_traffic(what, round_idx, sizes[self.rank], sum(sizes) - sizes[self.rank])
         return out
+
+    def log_traffic(self, what: str, round_idx: int | None, sent: int, received: int) -> None:
+        """One line of `traffic`: a collective's payload bytes from and to this rank (pickled objects for
+        the gathers, as all_gather_object sends them less its padding; the buffer for an all-reduce)."""
+        Path(self.traffic).mkdir(parents=True, exist_ok=True)
+        with open(Path(self.traffic) / f"rank{self.rank}.jsonl", "a") as handle:
+            handle.write(json.dumps({"what": what, "round": round_idx, "sent": sent, "received": received}) + "\n")
 
     def from_rank0(self, obj: Any, what: str, round_idx: int | None = None) -> Any:
         """Rank 0's `obj` on every rank."""
@@ -337,8 +353,10 @@ def all_reduce_mean(world: World, uploads: list[tuple[dict[str, torch.Tensor], i
                               "broadcast's: set sums_uploads = False on it (algorithms/base.py)")
         buffer[:-1] += float(weight) * torch.cat([upload[k].detach().reshape(-1).cpu().double() for k in floats])
         buffer[-1] += float(weight)
-    world._collective("all-reducing the uploads' weighted sums", round_idx,
-                      lambda: dist.all_reduce(buffer, group=world.group))
+    what = "all-reducing the uploads' weighted sums"
+    world._collective(what, round_idx, lambda: dist.all_reduce(buffer, group=world.group))
+    if world.traffic:  # (this rank's part of the sum, and the sum it gets back)
+        world.log_traffic(what, round_idx, buffer.numel() * buffer.element_size(), buffer.numel() * buffer.element_size())
     total = float(buffer[-1])
     means = buffer[:-1] / total if total else buffer[:-1]
     return {k: part.reshape(template[k].shape).to(template[k].dtype)
