@@ -436,6 +436,11 @@ class Config:
         for section, cls in algorithm_sections().items():
             setattr(self, section, cls())
 
+    if typing.TYPE_CHECKING:
+        # The algorithms' sections (`cfg.fedmlac`, a plug-in's) are set from the registry above, so
+        # the type checker cannot see them: it takes any other attribute as Any.
+        def __getattr__(self, name: str) -> Any: ...
+
     def sections(self) -> dict[str, Any]:
         """The algorithms' sections, by name (the shared ones are dataclass fields)."""
         shared = {f.name for f in dataclasses.fields(self)}

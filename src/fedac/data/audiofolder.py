@@ -69,7 +69,8 @@ def scan_folders(root: Path) -> list[tuple[Path, str]]:
     folders = [p for p in _visible(root) if p.is_dir()]
     if not folders:
         raise DatasetError(f"audiofolder {root} holds no label folders and no {METADATA}; {LAYOUT}")
-    rows, skipped = [], []
+    rows: list[tuple] = []
+    skipped: list = []
     for folder in folders:
         found = sorted(p for p in folder.rglob("*") if (p.is_file() or p.is_symlink())
                        and not any(part.startswith(".") for part in p.relative_to(folder).parts))
@@ -94,7 +95,8 @@ def read_metadata(root: Path) -> tuple[list[tuple[Path, str, str | None, str | N
     """(file, label, client, split) per row of DIR/metadata.csv, checked line by line, and its columns."""
     path = root / METADATA
     header, lines = csv_rows(path, REQUIRED, "the header must name file,label[,client][,split]")
-    rows, seen = [], {}
+    rows: list[tuple] = []
+    seen: dict[str, int] = {}
     for where, line, row in lines:
         for column in ("file", "label", "client"):
             if column in row and not row[column]:

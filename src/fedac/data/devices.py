@@ -229,7 +229,8 @@ def split_devices(cfg: Config, out: str | Path, progress: bool = True) -> dict:
         return stats
     for split in tqdm(splits, desc="split-devices", unit="client", disable=not progress):
         folder = out / split.name
-        rows, taken = [], set()
+        rows: list[tuple[str, str]] = []
+        taken: set[str] = set()
         for index in sorted(split.train + split.holdout):
             clip = manifest.clips[index]
             label = manifest.classes[clip.label]

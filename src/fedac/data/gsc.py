@@ -110,7 +110,7 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
         files = sorted((root / word).glob("*.wav"))
         if not files:
             raise DatasetError(f"word folder {root / word} holds no .wav files; re-extract the dataset")
-        label = index.get(word, index.get(UNKNOWN))
+        label = index[word] if word in index else index[UNKNOWN]
         for path in files:
             reject_broken_link(path)
             match = FILENAME.match(path.name)

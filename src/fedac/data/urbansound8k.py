@@ -50,7 +50,8 @@ def read_metadata(root: Path) -> list[dict]:
     """Rows of UrbanSound8K.csv as dicts with int fsID/fold/classID, checked line by line."""
     path = require_file(root / METADATA, "UrbanSound8K metadata", SOURCE)
     _, lines = csv_rows(path, COLUMNS, f"expected {','.join(COLUMNS)}")
-    rows, seen = [], {}
+    rows: list[dict] = []
+    seen: dict[str, int] = {}
     for where, line, row in lines:
         for name in ("fsID", "fold", "classID"):
             row[name] = _int_field(row, name, where)

@@ -186,7 +186,9 @@ def write(out: Path, title: str, command: str, runs: dict[str, dict[str, list[di
         ax.bar([j + i * width for j in range(len(table))], [s[0] for s in stats], width,
                yerr=[s[1] for s in stats], label=label)
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(table))], [f"{d}\n{m}" for d, m, _ in table], fontsize=8)
-    ax.set_ylabel("% (lower is better)"), ax.legend(fontsize=7), ax.grid(alpha=0.3, axis="y")
+    ax.set_ylabel("% (lower is better)")
+    ax.legend(fontsize=7)
+    ax.grid(alpha=0.3, axis="y")
     ax.set_title(title)
     fig.tight_layout()
     fig.savefig(out / "figure.png", dpi=100)

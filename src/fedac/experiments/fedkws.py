@@ -16,6 +16,8 @@ E = 10 steps.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fedac.config import load_config
 from fedac.experiments.compare import PRESET_SETTINGS, PRESETS, Method
 from fedac.experiments.fedmlac import DATASETS
@@ -59,14 +61,14 @@ KWS_TABLES = {"accuracy": "Shared model on the test split (accuracy)",
               "clean_accuracy": "Shared model on the clean test split (accuracy; the tables above use the fixed augmented one)"}
 
 
-def kws_notes(settings: list[str], methods: list[Method], dataset: str, seeds: list[int] = ()) -> list[str]:
+def kws_notes(settings: list[str], methods: list[Method], dataset: str, seeds: Sequence[int] = ()) -> list[str]:
     """A KWS table's notes, from its methods' resolved settings: the weighting of each federated method's
     server mean (one for all, or each method's), ALT's r0 and, per seed, the mean ALT steps per client
     after flooring (the run's own clients: data.max_clients draws them with the seed)."""
     from fedac.algorithms import algorithm_class  # lazy: start-up time (imports torch)
     from fedac.experiments.kws_stats import mean_alt_steps
 
-    def resolved(method: Method, extra: list[str] = ()):
+    def resolved(method: Method, extra: Sequence[str] = ()):
         return load_config(None, settings + method.overrides + list(extra), algorithm_defaults=False,
                            algorithm=method.algorithm, dataset=dataset)
 

@@ -50,7 +50,7 @@ from fedac.config import FeatureConfig
 from fedac.data.features import FeatureExtractor, cache_root
 from fedac.data.librispeech import load_manifest as load_librispeech
 from fedac.data.waveform import load_waveform
-from fedac.models.ssl import frame_lengths, size_config
+from fedac.models.ssl import HFModule, frame_lengths, size_config
 from fedac.experiments.pretrain_settings import PretrainSettings
 from fedac.seeding import derive_seed, numpy_rng
 from fedac.training.types import normalize
@@ -108,7 +108,7 @@ def batch(waves: list[np.ndarray], s: PretrainSettings, step: int) -> tuple[torc
     return x, mask
 
 
-def build(s: PretrainSettings) -> tuple[nn.Module, nn.Module | None]:
+def build(s: PretrainSettings) -> tuple[HFModule, nn.Module | None]:
     """(model, cluster head): a Wav2Vec2Model and a linear head (hubert), or Wav2Vec2ForPreTraining."""
     from transformers import Wav2Vec2ForPreTraining, Wav2Vec2Model
 
@@ -120,7 +120,7 @@ def build(s: PretrainSettings) -> tuple[nn.Module, nn.Module | None]:
     return Wav2Vec2Model(config), nn.Linear(config.hidden_size, s.clusters)
 
 
-def step_loss(model: nn.Module, head: nn.Module | None, centres: torch.Tensor | None, x: torch.Tensor,
+def step_loss(model: HFModule, head: nn.Module | None, centres: torch.Tensor | None, x: torch.Tensor,
               sample_mask: torch.Tensor, s: PretrainSettings) -> torch.Tensor:
     from transformers.models.wav2vec2.modeling_wav2vec2 import _compute_mask_indices, _sample_negative_indices
 
@@ -134,6 +134,7 @@ def step_loss(model: nn.Module, head: nn.Module | None, centres: torch.Tensor | 
         out = model(x, attention_mask=sample_mask, mask_time_indices=masked,
                     sampled_negative_indices=torch.from_numpy(negatives).long())
         return out.loss / masked.sum().clamp(min=1)
+    assert centres is not None  # the cluster objective's head comes with its k-means centres
     with torch.no_grad():
         targets = torch.cdist(mfcc_frames(x)[:, :total], centres).argmin(-1)
     hidden = model(x, attention_mask=sample_mask, mask_time_indices=masked).last_hidden_state

@@ -179,7 +179,7 @@ def markdown(summary: dict) -> str:
              f"Command: `{command}`" if command else "", "",
              f"Mean ± std over seeds {summary['seeds']} (`n=k` while only k have finished). Rows: the attack and "
              "the share of malicious clients; 'clean' has none.", ""]
-    first = next(iter(cells.values()), {})
+    first: dict = next(iter(cells.values()), {})
     for algo, by_aggregator in first.items():
         for key, title in METRICS.items():
             rows = table_rows(summary, algo, key)
@@ -200,7 +200,7 @@ def heatmap(path: Path, summary: dict) -> None:
 
     cells = summary["cells"]
     rows = list(cells)
-    first = next(iter(cells.values()), {})
+    first: dict = next(iter(cells.values()), {})
     algorithms, aggregators = list(first), list(next(iter(first.values()), {}))
     fig, axes = plt.subplots(1, len(algorithms), figsize=(1.2 * len(aggregators) * len(algorithms) + 2,
                                                           0.45 * len(rows) + 2), squeeze=False)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import csv
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from fedac.config import load_config
@@ -151,7 +152,7 @@ def _cell_value(runs: list[dict], key: str, seeds: int) -> str:
 
 
 def markdown(spec: Experiment, runs: dict[str, dict[str, list[dict]]], methods: list[str], seeds: list[int],
-             command: str, notes: list[str] = (), worst: bool = False) -> str:
+             command: str, notes: Sequence[str] = (), worst: bool = False) -> str:
     """The table.md text: one table per `spec.tables` key, and with `worst` one per WORST_COLUMNS key that
     some run has (`fedac reproduce --worst`), then the wall times."""
     visits = sorted({round(r.get("visits_per_trained_client", 0.0), 1)
@@ -238,9 +239,9 @@ def plot_curves(path: Path, spec: Experiment, runs: dict[str, dict[str, list[dic
                 continue
             last5 = [r["test_last5_mean"] for r in method_runs if r.get("test_last5_mean") is not None]
             label = f"{method} ({100 * np.mean(last5):.1f})" if last5 else method
-            mean, std = 100 * np.array(mean), 100 * np.array(std)
-            (line,) = ax.plot(rounds, mean, label=label)
-            ax.fill_between(rounds, mean - std, mean + std, alpha=0.2, color=line.get_color())
+            mean_pct, std_pct = 100 * np.array(mean), 100 * np.array(std)
+            (line,) = ax.plot(rounds, mean_pct, label=label)
+            ax.fill_between(rounds, mean_pct - std_pct, mean_pct + std_pct, alpha=0.2, color=line.get_color())
             if test[0] and val[0]:
                 ax.plot(val[0], 100 * np.array(val[1]), "--", linewidth=0.8, color=line.get_color())
         ax.set_title(cell, fontsize=9), ax.set_xlabel("round"), ax.set_ylabel("shared model accuracy (%)")

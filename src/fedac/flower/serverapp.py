@@ -86,7 +86,8 @@ def _attach_log(run_dir: Path) -> list[tuple[logging.Logger, logging.Handler]]:
     formatter = logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
     file_handler = logging.FileHandler(run_dir / "server.log")
     file_handler.setFormatter(formatter)
-    attached = [(logging.getLogger("fedac"), file_handler), (logging.getLogger("flwr"), file_handler)]
+    attached: list[tuple[logging.Logger, logging.Handler]] = [
+        (logging.getLogger("fedac"), file_handler), (logging.getLogger("flwr"), file_handler)]
     fedac_logger = logging.getLogger("fedac")
     if not fedac_logger.handlers:
         stream = logging.StreamHandler(sys.stderr)
@@ -118,6 +119,7 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
         from fedac.flower.secagg import SecAggStrategy, refuse_unsupported  # lazy: start-up time (SecAgg+ workflow)
 
         refuse_unsupported(cfg, settings)
+    side: DeviceServerSide | FlowerServerSide
     if device:
         refuse_attacks_on_devices(cfg)
         side = DeviceServerSide(cfg, run_dir, data=build_eval_data(cfg, progress=False), progress=False)

@@ -358,7 +358,7 @@ class FedacStrategy(Strategy):
                          r.client, r.info["state-round"], r.info.get("state-digest"), r.info.get("new-state-digest"))
         if failed and not received and not rejected and len(failed) == len(self._sent):
             raise FlowerRunError(f"round {server_round}: every sampled SuperNode failed; the first said: {first_error}")
-        metrics: dict[str, float] = {"clients": float(len(received)), "rejected": float(len(rejected))}
+        metrics = {"clients": float(len(received)), "rejected": float(len(rejected))}
         metrics.update(ByteLedger(self.ledger_state).round(payload, sent))
         if received:
             uploads, names = [(upload, n) for _, upload, n, _ in received], [r.client for *_, r in received]

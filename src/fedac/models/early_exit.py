@@ -52,8 +52,9 @@ class MultiExitSSL(SSLModel):
             head = template if i == 0 else copy.deepcopy(template)
             if i:  # independent initial weights, drawn from the current RNG like the first head's
                 for module in head.modules():
-                    if hasattr(module, "reset_parameters"):
-                        module.reset_parameters()
+                    reset = getattr(module, "reset_parameters", None)
+                    if callable(reset):
+                        reset()
             self.exit_heads[str(depth)] = head
         self.use_exit(self.exits[-1])
 
@@ -61,7 +62,9 @@ class MultiExitSSL(SSLModel):
         if depth not in self.exits:
             raise ConfigError(f"exit {depth} is not one of this model's exits {self.exits}")
         self.depth = depth
-        for part, module in self.exit_heads[str(depth)].items():
+        heads = self.exit_heads[str(depth)]
+        assert isinstance(heads, nn.ModuleDict)  # each exit's parts, as __init__ stores them
+        for part, module in heads.items():
             object.__setattr__(self, part, module)  # bound, not registered (see the module docstring)
         return self
 

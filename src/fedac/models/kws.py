@@ -46,6 +46,7 @@ class KWSNet(nn.Module):
     """Shared plumbing: (batch, F, T) -> (batch, 1, T, F) for `features`, then the linear head."""
 
     embedding_dim: int
+    head: nn.Module  # set by each subclass
 
     def features(self, image: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -47,8 +47,8 @@ def describe_model(name: str) -> str:
     if name in KWS_MODELS:
         return f"FedKWS-UI's {KWS_MODELS[name].__name__} keyword spotter (models/kws.py)"
     if name in KWS_CNN_SPECS:
-        spec = KWS_CNN_SPECS[name]
-        return f"zero-shot paper's small {spec.kind.upper()}: channels {'-'.join(map(str, spec.channels))}, {spec.activation}"
+        cnn = KWS_CNN_SPECS[name]
+        return f"zero-shot paper's small {cnn.kind.upper()}: channels {'-'.join(map(str, cnn.channels))}, {cnn.activation}"
     size = SSL_SIZES[name]
     return f"wav2vec 2.0 / HuBERT encoder, {size.hidden} wide, {size.layers} layers (waveform input; local checkpoints only)"
 

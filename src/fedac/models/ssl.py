@@ -41,6 +41,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before transformers is imported anywhere
 
@@ -55,6 +56,9 @@ from fedac.models.ssl_sizes import SIZES  # torch-free: the CLI names the sizes 
 ENCODER_TYPES = ("wav2vec2", "hubert")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 KINDS = ("classification", "ctc")
+#: transformers' models and their parts (encoder, feature extractor): mypy reads transformers as
+#: untyped (pyproject.toml), and their submodules differ per architecture.
+HFModule = Any
 
 
 #: Encoders shipped with fedac (package data): size -> HF checkpoint folder, the default of
@@ -107,7 +111,7 @@ def check_encoder_dir(path: str | Path) -> Path:
     return directory
 
 
-def load_encoder(path: str | Path, dropout: float | None = None) -> nn.Module:
+def load_encoder(path: str | Path, dropout: float | None = None) -> HFModule:
     """The bare encoder (Wav2Vec2Model / HubertModel) of a local checkpoint folder, never a hub download."""
     from transformers import HubertModel, Wav2Vec2Model
     from transformers.utils import logging as hf_logging
@@ -143,12 +147,12 @@ def resolve_encoder_path(name: str, encoder_path: str | None) -> str | Path | No
     return folder
 
 
-def build_encoder(name: str, encoder_path: str | None, dropout: float = 0.1) -> nn.Module:
+def build_encoder(name: str, encoder_path: str | None, dropout: float = 0.1) -> HFModule:
     """The checkpoint `resolve_encoder_path` names (its config defines the size), else the named size
     with random weights drawn from the current torch RNG."""
-    encoder_path = resolve_encoder_path(name, encoder_path)
-    if encoder_path:
-        return load_encoder(encoder_path, dropout)
+    path = resolve_encoder_path(name, encoder_path)
+    if path:
+        return load_encoder(path, dropout)
     if name not in SIZES:
         raise EncoderError(f"unknown SSL model '{name}'. Known sizes: {', '.join(SIZES)}")
     from transformers import Wav2Vec2Model
@@ -188,7 +192,7 @@ class EncoderRun:
     call stopped, and returns the frames there (stable-layer-norm encoders end with their final
     LayerNorm). Evaluating every exit of a batch shallow to deep thus costs one encoder pass."""
 
-    def __init__(self, encoder: nn.Module, hidden: torch.Tensor, mask: torch.Tensor):
+    def __init__(self, encoder: HFModule, hidden: torch.Tensor, mask: torch.Tensor):
         from transformers.masking_utils import create_bidirectional_mask
 
         self.encoder, self.mask, self.depth = encoder, mask, 0
@@ -208,7 +212,7 @@ class EncoderRun:
         return self.encoder.layer_norm(self.hidden) if self.stable else self.hidden
 
 
-def encoder_layers(encoder: nn.Module, hidden: torch.Tensor, mask: torch.Tensor, depth: int | None = None) -> torch.Tensor:
+def encoder_layers(encoder: HFModule, hidden: torch.Tensor, mask: torch.Tensor, depth: int | None = None) -> torch.Tensor:
     """The encoder's forward pass running only `encoder.layers[:depth]` (None: all)."""
     return EncoderRun(encoder, hidden, mask).to(depth)
 
@@ -237,7 +241,7 @@ class PooledNorm(nn.BatchNorm1d):
 class SSLModel(nn.Module):
     """An SSL encoder (without its CNN when frozen) and one task head. See the module docstring."""
 
-    def __init__(self, backbone: nn.Module, kind: str, num_classes: int, freeze_cnn: bool = True,
+    def __init__(self, backbone: HFModule, kind: str, num_classes: int, freeze_cnn: bool = True,
                  depth: int = 0, ctc_hidden: int = 0, head_norm: bool = False):
         super().__init__()
         if kind not in KINDS:

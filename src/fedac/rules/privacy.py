@@ -82,7 +82,7 @@ class Privacy:
         self.sample_rate, self.cohort = cohort_size / num_clients, cohort_size
 
     def clip(self, reference: Params, names: list[str], uploads: list[tuple[Params, int]],
-             malicious: set[str] = frozenset()) -> list[tuple[Params, int]]:
+             malicious: set[str] | frozenset[str] = frozenset()) -> list[tuple[Params, int]]:
         """Each update clipped to dp.clip (in client mode, not the malicious clients'), with n_k = 1."""
         if not self.on:
             return uploads

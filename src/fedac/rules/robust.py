@@ -147,7 +147,7 @@ def norm_bound_metrics(uploads: list[tuple[Params, int]], reference: Params | No
 def _deltas_and_norm(params: Params, reference: Params) -> tuple[Params, float]:
     """params - reference (float64) per floating entry, and their L2 norm taken together."""
     deltas = {n: v.to(torch.float64) - reference[n].to(torch.float64) for n, v in params.items() if v.is_floating_point()}
-    return deltas, float(torch.sqrt(sum(d.square().sum() for d in deltas.values()))) if deltas else 0.0
+    return deltas, float(torch.sqrt(torch.as_tensor(sum(d.square().sum() for d in deltas.values())))) if deltas else 0.0
 
 
 def clip_update(params: Params, reference: Params, clip_norm: float) -> Params:

@@ -28,6 +28,7 @@ import os
 import tempfile
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -61,7 +62,7 @@ _SYNTH_CALLBACK = ctypes.CFUNCTYPE(
 )
 
 # (name, restype, argtypes) of every C function used; all are looked up when the library loads.
-_FUNCTIONS = (
+_FUNCTIONS: tuple[tuple[str, Any, list[Any]], ...] = (
     (
         "espeak_Initialize",
         ctypes.c_int,
@@ -160,7 +161,7 @@ class Espeak:
         # Keep a reference: ctypes frees the C trampoline when the Python object dies.
         self._callback = _SYNTH_CALLBACK(self._collect)
         self._lock = threading.Lock()
-        self._lib = None
+        self._lib: ctypes.CDLL | None = None
         self.sample_rate: int = self._load()
 
     def _load(self) -> int:
@@ -207,9 +208,10 @@ class Espeak:
             self._reload()
 
     def _reload(self) -> None:
-        self._lib.espeak_Terminate()
-        _dlclose(self._lib._handle)
-        self._lib = None
+        lib, self._lib = self._lib, None
+        assert lib is not None  # loaded by __init__; only this method unloads it, and reloads
+        lib.espeak_Terminate()
+        _dlclose(lib._handle)
         self._load()
 
     def _collect(self, wav, numsamples, _events) -> int:
@@ -242,6 +244,7 @@ class Espeak:
             if fresh:
                 self._reload()
             lib = self._lib
+            assert lib is not None  # loaded by __init__ and by _reload
             if lib.espeak_SetVoiceByName(voice.encode("utf-8")) != _EE_OK:
                 raise EspeakError(f"espeak-ng has no voice {voice!r}")
             # Parameters after the voice: selecting a voice resets them.

@@ -457,6 +457,7 @@ def generate(
     (out / _BACKGROUND_DIR).mkdir()
 
     # Longest jobs first (babble, then the busiest speakers) so the pool finishes together.
+    tasks: list[tuple[str, str | _Speaker, Path, int]]
     tasks = [("background", name, out, int(seed)) for name in reversed(_BACKGROUNDS)]
     tasks += [
         ("speaker", spk, out, int(seed))

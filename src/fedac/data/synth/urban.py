@@ -173,7 +173,7 @@ def _place(out: np.ndarray, event: np.ndarray, at: int) -> None:
 
 def _resonate(x: np.ndarray, freqs: list[float], q: float) -> np.ndarray:
     """Sum of band-pass resonators: crude formants / body modes."""
-    return sum(_filt(x, "bandpass", [f / (1 + 0.5 / q), f * (1 + 0.5 / q)]) for f in freqs)
+    return np.asarray(sum(_filt(x, "bandpass", [f / (1 + 0.5 / q), f * (1 + 0.5 / q)]) for f in freqs))
 
 
 # --------------------------------------------------------------------------- class sources
