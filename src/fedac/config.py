@@ -366,7 +366,7 @@ else:
 
 @dataclass
 class PrivacyConfig:
-    """Differential privacy of the shared model (fedac/privacy.py)."""
+    """Differential privacy of the shared model (fedac/rules/privacy.py)."""
 
     mode: str = "none"
     """none; central (DP-FedAvg, McMahan et al. 2018: the server clips every update to `clip`, averages
@@ -382,7 +382,7 @@ class PrivacyConfig:
 
 @dataclass
 class LogConfig:
-    """Experiment trackers (fedac/tracking.py), written when a run ends, next to the run directory's own files."""
+    """Experiment trackers (fedac/engine/tracking.py), written when a run ends, next to the run directory's own files."""
 
     tensorboard: bool = False
     """Write TensorBoard event files into <run directory>/tensorboard: metrics.csv's columns per round, each
