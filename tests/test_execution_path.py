@@ -77,12 +77,20 @@ def test_probe_measures_a_vmapped_network_in_the_first_round_and_a_resume_keeps_
     assert saved["execution_probe"] == killed.algorithm.auto_choice
 
 
-@pytest.mark.parametrize("algorithm", ["fedkwsui", "fedavg"])
-def test_a_resumed_stacked_run_ends_exactly_like_an_uninterrupted_one(gsc_root, tmp_path, algorithm):
+AUGMENTED = ("data.task=12", "data.gsc12=fedkws", "features.style=fedkws", "features.augment=true")
+
+
+@pytest.mark.parametrize("algorithm, extra", [("fedkwsui", ()), ("fedavg", ()), ("fedkwsui", AUGMENTED)],
+                         ids=["fedkwsui", "fedavg", "fedkwsui-augmented"])
+def test_a_resumed_stacked_run_ends_exactly_like_an_uninterrupted_one(gsc_root, tmp_path, algorithm, extra):
     cfg = settings(gsc_root, tmp_path, f"algorithm={algorithm}", "model.name=cnn1_softmax", "train.rounds=2",
-                   "train.checkpoint_every=1", "train.execution=cohort", "fedkwsui.local_steps=2")
+                   "train.checkpoint_every=1", "train.execution=cohort", "fedkwsui.local_steps=2", *extra)
     straight = Simulator(cfg, tmp_path / "straight", progress=False)
     straight.run()
+    if extra:  # each batch's windows drawn afresh, on the stacked path
+        from fedac.data.augment import AugmentedWindows
+
+        assert straight.execution == "stacked" and any(isinstance(c.x, AugmentedWindows) for c in straight.data.clients)
     Simulator(cfg, tmp_path / "resumed", straight.data, progress=False).run(stop_after=1)
     resumed = Simulator(cfg, tmp_path / "resumed", straight.data, progress=False)
     resumed.run(resume=True)

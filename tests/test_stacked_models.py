@@ -334,3 +334,28 @@ def test_a_clients_batch_indices_go_to_its_device_in_one_copy():
     assert [len(m) for m in moved] == [len(b) for b in batches]
     cpu = torch.zeros(10, 3)
     assert all(a is b for a, b in zip(on_device(batches, cpu), batches))
+
+
+@pytest.mark.parametrize("algo", ["fedavg", "fedkwsui"])
+def test_the_sequential_paths_index_through_on_device(algo, monkeypatch):
+    """The sequential client updates take their batch indices through `on_device` (one copy per client on a
+    GPU), and train as before with it."""
+    import fedac.algorithms.fedkwsui as fedkwsui_module
+    import fedac.training.local as local
+
+    seen, real = [], local.on_device
+
+    def recording(batches, x):
+        seen.append(x)
+        return real(batches, x)
+
+    monkeypatch.setattr(local, "on_device", recording)
+    monkeypatch.setattr(fedkwsui_module, "on_device", recording)
+    sizes = [7, 5]
+    clients = clients_for("cnn1_softmax", sizes)
+    counts = [torch.bincount(c.y, minlength=CLASSES).tolist() for c in clients]
+    cfg = load_config(overrides=[f"algorithm={algo}", "model.name=cnn1_softmax", "train.batch_size=4", "train.device=cpu",
+                                 "train.execution=sequential", "fedkwsui.local_steps=2"])
+    alg = build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients], counts))
+    run_clients(alg, alg.broadcast(alg.init_server()), [None] * 2, clients, 1, 0)
+    assert len(seen) >= 2 and all(any(x is c.x for c in clients) for x in seen)
