@@ -177,6 +177,22 @@ def test_all_reduced_weighted_sums_give_the_weighted_mean(monkeypatch, weighting
         torch.testing.assert_close(means[key], expected[key], rtol=1e-6, atol=1e-7)
 
 
+def test_a_table_that_runs_its_own_cells_refuses_torchrun(monkeypatch, tmp_path):
+    """`fedac reproduce` under torchrun runs its cells through compare.run_comparison on every rank; a layout
+    with cells of its own (the zero-shot tables) would have each rank write the same run directories."""
+    from fedac.engine import distributed
+    from fedac.errors import ConfigError
+    from fedac.experiments.catalog import EXPERIMENTS
+    from fedac.experiments.runner import run_experiment
+    from fedac.experiments.spec import Request
+
+    spec = next(s for s in EXPERIMENTS.values() if s.layout is not None and s.layout.run_cell is not None)
+    monkeypatch.setattr(distributed, "_world", World(rank=1, size=2))
+    with pytest.raises(ConfigError, match="without torchrun"):
+        run_experiment(spec, Request(out=tmp_path / "table", seeds=[0]))
+    assert not (tmp_path / "table").exists()
+
+
 def test_one_process_is_todays_path(monkeypatch):
     """Without torchrun's environment no process group is made and collectives are the identity."""
     from fedac.engine import distributed

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -130,6 +131,12 @@ def check_same_config(cfg: Config, run_dir: Path) -> None:
             settings(yaml.safe_load(yaml.safe_dump(cfg.to_dict()))):
         raise ConfigError(f"{run_dir} holds a run of other settings (see its config.yaml); "
                           "choose another --out or remove that directory")
+
+
+def read_back(cfg: Config, run_dir: Path) -> dict | None:
+    """The results of the run in `run_dir` if it ended (None otherwise), once its settings are checked."""
+    check_same_config(cfg, run_dir)
+    return finished_results(run_dir)
 
 
 def runs_mean_std(runs: dict[str, list[dict]]) -> dict[str, dict[str, tuple[float, float]]]:
@@ -268,8 +275,7 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
             run_dir = out / f"{method.label.replace(' ', '_').replace('/', '')}-s{seed}"
             cfg.out = str(run_dir)
             fit_user_data(cfg)  # the clients and fraction its run will fit to a small dataset, as config.yaml has them
-            results = world.on_rank0(lambda: (check_same_config(cfg, run_dir), finished_results(run_dir))[1],
-                                     "reading a run's results")
+            results = world.on_rank0(partial(read_back, cfg, run_dir), "reading a run's results")
             if results is None and finished_only:
                 continue
             if results is None:
