@@ -359,3 +359,22 @@ def test_the_sequential_paths_index_through_on_device(algo, monkeypatch):
     alg = build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients], counts))
     run_clients(alg, alg.broadcast(alg.init_server()), [None] * 2, clients, 1, 0)
     assert len(seen) >= 2 and all(any(x is c.x for c in clients) for x in seen)
+
+
+def test_a_sequential_fedavg_update_reads_the_device_once_per_client():
+    """A value read to the host (`.item()`, `float(t)`) waits for a GPU's queued work: FedAvg's sequential
+    update (the GPU kws workload's path) reads its summed loss once per client, never per step."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Reads(TorchDispatchMode):
+        count = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if func is torch.ops.aten._local_scalar_dense.default:
+                Reads.count += 1
+            return func(*args, **(kwargs or {}))
+
+    alg, clients = algorithm("dscnn", "train.execution=sequential", "train.max_grad_norm=0.5", "train.local_epochs=3")
+    with Reads():
+        results = run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
+    assert sum(r.metrics["steps"] for r in results) > 2 * len(clients) and Reads.count == len(clients)
