@@ -100,11 +100,11 @@ def main() -> int:
         for block in range(args.repeats):  # rotated blocks, so a change in the host's load hits every path
             for path in paths[block % 3:] + paths[:block % 3]:
                 if path == "before":
-                    alg.workers = 1
                     fn = lambda: [x for r in reports for x in before(module, alg, r, 4)]  # noqa: E731
                 else:
-                    alg.workers = 1 if path == "after_1_worker" else cohort_workers(runner.cfg.train)
-                    fn = lambda: [x for out, _, _ in alg.synthesize_reports(reports, 4) for x in out]  # noqa: E731
+                    workers = 1 if path == "after_1_worker" else cohort_workers(runner.cfg.train)
+                    fn = lambda: [x for out, _, _ in alg.synthesize_reports(reports, 4, workers)  # noqa: E731
+                                  for x in out]
                 xs[path], wall, cpu = timed(fn)
                 runs[path].append((wall / classes, cpu / classes))
         median = lambda values: float(np.median(values))  # noqa: E731

@@ -235,14 +235,14 @@ class MutualFloor(Floor):
 
 def capture_reports(dataset: str, steps: int, overrides: tuple[str, ...] = (), out: str | None = None):
     """Train round 4 of the homogeneous scenario (seed 0) and keep the reports the server receives:
-    (the StreamRunner, [report]). `out`: the runner's folder (default /tmp/fedac-bench-impressions-<dataset>)."""
-    from fedac.engine.streams import StreamRunner  # lazy: the zero-shot machinery, for two benchmarks only
+    (the ZeroShotDriver, [report]). `out`: the runner's folder (default /tmp/fedac-bench-impressions-<dataset>)."""
+    from fedac.engine.zeroshot import ZeroShotDriver  # lazy: the zero-shot machinery, for two benchmarks only
     from fedac.seeding import torch_generator
 
     cfg = load_config(None, ["zeroshot.scenario=homogeneous", f"zeroshot.di_steps={steps}", *overrides],
                       algorithm="zeroshot", dataset=dataset, seed=0)
     cfg.out = out or f"/tmp/fedac-bench-impressions-{dataset}"
-    runner = StreamRunner(cfg, cfg.out, progress=False)
+    runner = ZeroShotDriver(cfg, cfg.out, progress=False)
     state = {"round": 0, "server": runner.algorithm.init_server(), "history": [], "wall_seconds": 0.0}
     payload = runner.algorithm.broadcast(state["server"])
     reports = []

@@ -76,9 +76,9 @@ def test_the_driver_follows_the_streaming_capability(monkeypatch):
     from fedac.config import load_config
     from fedac.engine.runner import runner_for
     from fedac.engine.simulator import Simulator
-    from fedac.engine.streams import StreamRunner
+    from fedac.engine.zeroshot import ZeroShotDriver
 
-    assert runner_for(load_config(algorithm="zeroshot"))[0] is StreamRunner
+    assert runner_for(load_config(algorithm="zeroshot"))[0] is ZeroShotDriver
     assert runner_for(load_config(algorithm="fedavg"))[0] is Simulator
     monkeypatch.setattr(FedAvg, "streaming", True)
-    assert runner_for(load_config(algorithm="fedavg"))[0] is StreamRunner
+    assert runner_for(load_config(algorithm="fedavg"))[0] is ZeroShotDriver

@@ -255,12 +255,12 @@ def tones(tmp_path_factory):
 
 
 def test_zeroshot_writes_one_row_per_user_and_round_with_its_bytes(tones, tmp_path):
-    from fedac.engine.streams import StreamRunner
+    from fedac.engine.zeroshot import ZeroShotDriver
 
     cfg = load_config(overrides=["algorithm=zeroshot", f"data.root={tones}", f"data.cache_dir={tmp_path / 'cache'}",
                                  "zeroshot.scale=0.05", "zeroshot.rounds=2", "zeroshot.di_steps=20",
                                  "zeroshot.di_per_class=10", "train.local_epochs=1"])
-    runner = StreamRunner(cfg, tmp_path / "run", progress=False)
+    runner = ZeroShotDriver(cfg, tmp_path / "run", progress=False)
     results = runner.run()
     rows = rows_of(tmp_path / "run" / "clients.csv")
     users = list(runner.scenario.users)

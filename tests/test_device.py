@@ -112,7 +112,7 @@ def test_a_round_creates_every_tensor_on_the_runs_device(case, tree, tmp_path):
 
 def test_zeroshot_rounds_create_every_tensor_on_the_runs_device(tmp_path):
     """The streaming driver and zero-shot's score tables, impressions and k-medoids (a registration round)."""
-    from fedac.engine.streams import StreamRunner
+    from fedac.engine.zeroshot import ZeroShotDriver
     from test_zeroshot import WORDS_10
 
     root = tmp_path / "gsc"
@@ -121,7 +121,7 @@ def test_zeroshot_rounds_create_every_tensor_on_the_runs_device(tmp_path):
     cfg = load_config(overrides=["algorithm=zeroshot", f"data.root={root}", f"data.cache_dir={tmp_path / 'cache'}",
                                  "zeroshot.scale=0.05", "zeroshot.rounds=5", "zeroshot.di_steps=5",
                                  "zeroshot.di_per_class=4", "train.local_epochs=1", "train.device=cpu"])
-    runner = StreamRunner(cfg, tmp_path / "run", progress=False)
+    runner = ZeroShotDriver(cfg, tmp_path / "run", progress=False)
     results = run_on_meta_default(runner)
     assert results["device"] == "cpu"
     assert any(row.get("new_labels", 0) > 0 for row in results["history"]), "no registration round ran"

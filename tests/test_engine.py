@@ -270,7 +270,7 @@ def test_cohort_is_deterministic_per_seed_and_round():
 def test_configure_process_sets_threads_and_keeps_freed_memory_on_glibc(monkeypatch):
     import platform
 
-    from fedac.engine import runtime
+    from fedac.training import runtime
 
     calls = []
     monkeypatch.setattr(runtime, "keep_freed_memory", lambda: calls.append(True) or True)

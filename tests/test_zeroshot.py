@@ -203,10 +203,10 @@ def tiny(tree, tmp, *extra):
 
 @pytest.fixture(scope="module")
 def runner_factory(tree, tmp_path_factory):
-    from fedac.engine.streams import StreamRunner
+    from fedac.engine.zeroshot import ZeroShotDriver
 
     cache = tmp_path_factory.mktemp("zs_cache")
-    return lambda out, *extra: StreamRunner(tiny(tree, cache, *extra), out, progress=False)
+    return lambda out, *extra: ZeroShotDriver(tiny(tree, cache, *extra), out, progress=False)
 
 
 def test_stream_counts_and_hidden_truth(runner_factory, tmp_path):
@@ -263,6 +263,8 @@ def test_run_directory_per_user_columns_and_registration(full_run):
     assert results["final"]["labels"] == 9  # both reports are one new label (oracle l_new = 1)
     assert history[3]["registration_correct"] == 1.0
     assert json.loads((out / "results.json").read_text())["final"]["labels"] == 9
+    # the path its users trained on is named, as every run's results.json does
+    assert results["execution"] == runner.algorithm.execution_path() and results["execution"].startswith("sequential: ")
     server = torch.load(out / "checkpoint.pt", weights_only=False)["server"]
     assert server["registry"] == {("u1", 1000): 8, ("u2", 1000): 8}
     assert server["scores"].shape == (len(runner.algorithm.eval_x) + len(server["public_y"]), 9)
@@ -429,16 +431,15 @@ def test_batched_impressions_equal_the_one_batch_at_a_time_reference():
 
 
 def zeroshot_algorithm(*overrides, K=8):
-    from fedac.algorithms import build_algorithm
     from fedac.algorithms.base import Task
+    from fedac.algorithms.zeroshot import SharedRows, ZeroShotFL
 
     cfg = load_config(overrides=["algorithm=zeroshot", "zeroshot.di_steps=6", "zeroshot.di_per_class=5",
                                  "zeroshot.di_batch=3", *overrides])
-    alg = build_algorithm(cfg, Task(6, K, ["u1", "u2", "u3"]))
     g = torch.Generator().manual_seed(0)
     public_y = torch.arange(K).repeat(2)
-    alg.attach(torch.randn(len(public_y), 6, 9, generator=g), public_y, torch.randn(4, 6, 9, generator=g))
-    return alg
+    rows = SharedRows(torch.randn(len(public_y), 6, 9, generator=g), public_y, torch.randn(4, 6, 9, generator=g))
+    return ZeroShotFL(cfg, Task(6, K, ["u1", "u2", "u3"]), rows=rows)
 
 
 def report(user, arch, new, names=None, K=8, seed=0):
@@ -473,8 +474,7 @@ def test_reports_on_worker_threads_give_the_same_impressions(monkeypatch):
 
     ups = [report("u1", "cnn1_softmax", [1000], seed=1), report("u2", "cnn3_relu", [1000], seed=2)]
     alg = zeroshot_algorithm()
-    one = alg.synthesize_reports(ups, 4)
-    alg.workers = 2
+    one = alg.synthesize_reports(ups, 4, workers=1)
     threads = set()
     original = alg._impressions
     both_inside = threading.Barrier(2, timeout=60)  # passes only if the two reports run at the same time
@@ -485,7 +485,7 @@ def test_reports_on_worker_threads_give_the_same_impressions(monkeypatch):
         return original(report, round_idx)
 
     monkeypatch.setattr(alg, "_impressions", on_a_worker)
-    two = alg.synthesize_reports(ups, 4)
+    two = alg.synthesize_reports(ups, 4, workers=2)
     assert len(threads) == 2 and all(t.startswith("fedac-impressions") for t in threads)
     for (xa, ca, sa), (xb, cb, sb) in zip(one, two):
         assert all(torch.equal(a, b) for a, b in zip(xa, xb)) and ca == cb and torch.equal(sa, sb)
@@ -501,20 +501,40 @@ def test_labels_by_name_on_a_hand_case():
 def test_identity_reported_gives_one_label_per_name_where_anonymous_clusters():
     ups = [report("u1", "cnn1_softmax", [1000], ["stop"], seed=1), report("u2", "cnn1_softmax", [1000], ["go"], seed=1)]
     anonymous = zeroshot_algorithm()
-    anonymous.num_new_hint = 1  # one truly new class said the oracle: one cluster, one label for both
-    server, _ = anonymous.server_update(anonymous.init_server(), [(u, 1) for u in ups], 4)
+    # one truly new class said the oracle: one cluster, one label for both
+    server = anonymous.update(anonymous.init_server(), [(u, 1) for u in ups], 4, num_new=1).server
     assert server["registry"] == {("u1", 1000): 8, ("u2", 1000): 8} and server["names"] == {}
     reported = zeroshot_algorithm("zeroshot.identity=reported")
-    reported.num_new_hint = 1  # ignored: the names decide
-    server, metrics = reported.server_update(reported.init_server(), [(u, 1) for u in ups], 4)
+    step = reported.update(reported.init_server(), [(u, 1) for u in ups], 4, num_new=1)  # (ignored: the names decide)
+    server, metrics = step.server, step.metrics
     assert server["registry"] == {("u1", 1000): 8, ("u2", 1000): 9} and server["names"] == {"stop": 8, "go": 9}
     assert metrics["new_labels"] == 2 and server["scores"].shape[1] == 10
-    assert len(reported.last_grouping["cluster"]) == 10  # the clustering is kept as a diagnostic
+    assert len(step.grouping.cluster) == 10  # the clustering is kept as a diagnostic
     # A later report of a registered name takes its label; its impressions join D0 under it.
     later = report("u3", "cnn3_relu", [1000], ["stop"], K=10, seed=3)
     server, _ = reported.server_update(server, [(later, 1)], 8)
     assert server["registry"][("u3", 1000)] == 8 and server["scores"].shape[1] == 10
     assert server["public_y"][server["public_di"]].tolist().count(8) == 10
+
+
+def test_the_oracle_count_is_an_argument_and_the_grouping_a_return_value():
+    ups = [report("u1", "cnn1_softmax", [1000], seed=1), report("u2", "cnn1_softmax", [1000], seed=1)]
+    alg = zeroshot_algorithm()
+    with pytest.raises(ConfigError, match=r"num_new=oracle: a round with reports needs the driver's count"):
+        alg.server_update(alg.init_server(), [(u, 1) for u in ups], 4)  # the contract's form has no count
+    one, two = (alg.update(alg.init_server(), [(u, 1) for u in ups], 4, num_new=n) for n in (1, 2))
+    assert set(one.server["registry"].values()) == {8} and set(two.server["registry"].values()) == {8, 9}
+    assert one.grouping.keys == [("u1", 1000), ("u2", 1000)] and one.grouping.labels == [8, 8]
+    assert alg.update(one.server, [], 5).grouping is None  # a round without reports groups nothing
+    with pytest.raises(ConfigError, match="SharedRows"):
+        algorithm_without_rows().init_server()
+
+
+def algorithm_without_rows():
+    from fedac.algorithms.base import Task
+    from fedac.algorithms.zeroshot import ZeroShotFL
+
+    return ZeroShotFL(load_config(overrides=["algorithm=zeroshot"]), Task(6, 8, ["u1"]))
 
 
 def test_identity_reported_needs_names_and_a_known_mode():
@@ -533,7 +553,8 @@ def test_the_driver_names_new_classes_only_under_identity_reported(runner_factor
     assert reported.client_data("u1", 8).names == {1001: "stop"}  # round 8's stop replaces that draw
     assert reported.client_data("u2", 8).names == {1000: "stop", 1001: "go"}
     # The engine's train.cohort_workers sets the threads that synthesise several reports at once.
-    assert [runner_factory(tmp_path / f"w{n}", f"train.cohort_workers={n}").algorithm.workers for n in (1, 2)] == [1, 2]
+    assert [runner_factory(tmp_path / f"w{n}", f"train.cohort_workers={n}").algorithm.runtime.workers
+            for n in (1, 2)] == [1, 2]
 
 
 # --- the CREMA-D variant -------------------------------------------------------------------------

@@ -20,6 +20,7 @@ from fedac.errors import ConfigError
 if TYPE_CHECKING:  # base imports torch; the registry's names must load without it (`fedac run --help` lists them)
     from fedac.algorithms.base import Algorithm, Task
     from fedac.config import Config
+    from fedac.training.runtime import Runtime
 
 __all__ = ["ALGORITHMS", "algorithm_class", "build_algorithm"]
 
@@ -29,7 +30,9 @@ def algorithm_class(name: str) -> type[Algorithm]:
     return ALGORITHMS.load(name)
 
 
-def build_algorithm(cfg: Config, task: Task) -> Algorithm:
+def build_algorithm(cfg: Config, task: Task, runtime: Runtime | None = None) -> Algorithm:
+    """The algorithm `cfg.algorithm` names for `task`, computing where `runtime` says (the driver's;
+    None: resolved from `train.*`, training/runtime.py)."""
     cls = algorithm_class(cfg.algorithm)
     if cfg.model.heterogeneous and not cls.personalized:
         raise ConfigError(
@@ -37,4 +40,4 @@ def build_algorithm(cfg: Config, task: Task) -> Algorithm:
             f"set model.heterogeneous=false or use one with personalized client models "
             f"({', '.join(n for n in ALGORITHMS if algorithm_class(n).personalized)})"
         )
-    return cls(cfg, task)
+    return cls(cfg, task, runtime)

@@ -20,10 +20,11 @@ from fedac.config import Config
 from fedac.errors import ConfigError
 from fedac.models import build_model
 from fedac.seeding import derive_seed, numpy_rng
-from fedac.training.device import device_name, resolve_device, resolve_devices
+from fedac.training.device import device_name
 from fedac.training.packing import Packing
 from fedac.training.evaluate import evaluate
 from fedac.training.local import local_steps
+from fedac.training.runtime import Runtime
 from fedac.training.step import train_client
 # The shared types live in training/; algorithms import them from here as well (a downward re-export).
 from fedac.training.types import ClientData, ClientResult, Params, Task, clone_params, model_params  # noqa: F401
@@ -44,7 +45,7 @@ class Algorithm(ABC):
     name: str = ""
     #: True when clients own models of their own (so heterogeneous architectures are allowed).
     personalized: bool = False
-    #: True when every round brings each user fresh data (engine/streams.py drives it), not a fixed partition.
+    #: True when every round brings each user fresh data (engine/zeroshot.py drives it), not a fixed partition.
     streaming: bool = False
     # Capabilities the layers around an algorithm read from its class (never from a list of names):
     #: True when the new global model is the aggregate itself, so DP noise on it is DP-FedAvg (privacy.py).

@@ -42,8 +42,8 @@ class Central(Algorithm):
     name = "central"
     centralised = True
 
-    def __init__(self, cfg: Config, task: Task):
-        super().__init__(cfg, task)
+    def __init__(self, cfg: Config, task: Task, runtime=None):
+        super().__init__(cfg, task, runtime)
         c = cfg.central
         if len(task.clients) != 1:
             raise ConfigError(f"algorithm central trains one model on all training data, but data.partition="

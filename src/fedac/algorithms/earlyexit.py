@@ -40,8 +40,8 @@ MODES = ("hetero", "homo", "budget")
 class EarlyExitFL(Algorithm):
     name = "earlyexit"
 
-    def __init__(self, cfg, task):
-        super().__init__(cfg, task)
+    def __init__(self, cfg, task, runtime=None):
+        super().__init__(cfg, task, runtime)
         ee = cfg.earlyexit
         if not is_ssl_model(cfg.model.name):
             raise ConfigError(f"algorithm 'earlyexit' fine-tunes SSL encoders; model.name={cfg.model.name} is not one "

@@ -63,8 +63,8 @@ class FedKAD(Algorithm):
     #: Its prototypes embed all of a client's windows at once, so features.augment's per-batch windows do not fit.
     augmentable = False
 
-    def __init__(self, cfg, task):
-        super().__init__(cfg, task)
+    def __init__(self, cfg, task, runtime=None):
+        super().__init__(cfg, task, runtime)
         self._projections: dict[int, torch.Tensor] = {}
 
     def projection(self, dim: int) -> torch.Tensor:

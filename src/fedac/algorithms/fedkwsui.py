@@ -167,8 +167,8 @@ class FedKWSUI(Algorithm):
     name = "fedkwsui"
     sums_uploads = True  # (the server takes combine's mean of whole models, then keeps its private heads)
 
-    def __init__(self, cfg, task):
-        super().__init__(cfg, task)
+    def __init__(self, cfg, task, runtime=None):
+        super().__init__(cfg, task, runtime)
         opts = cfg.fedkwsui
         if opts.private not in ("shared", "persistent"):
             raise ConfigError(f"fedkwsui.private must be shared or persistent, got {opts.private!r}")

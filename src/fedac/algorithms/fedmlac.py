@@ -68,8 +68,8 @@ class FedMLAC(Algorithm):
     dp_compatible = True  # its Plug-in is the aggregate (with fedmlac.lpa=false: the plain mean)
     lpa_setting = "fedmlac.lpa"
 
-    def __init__(self, cfg, task):
-        super().__init__(cfg, task)
+    def __init__(self, cfg, task, runtime=None):
+        super().__init__(cfg, task, runtime)
         if not 0 <= cfg.fedmlac.alpha <= 1:
             raise ConfigError(f"fedmlac.alpha must lie in [0, 1], got {cfg.fedmlac.alpha}")
         if cfg.fedmlac.temperature <= 0:

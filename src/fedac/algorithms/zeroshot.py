@@ -56,7 +56,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import numpy as np
@@ -81,6 +81,51 @@ class StreamClientData(ClientData):
     architecture: str = ""
     names: dict[int, str] = field(default_factory=dict)
     """The names of its new classes by local id; given only under `zeroshot.identity=reported`."""
+
+
+@dataclass(frozen=True)
+class SharedRows:
+    """What the driver gives the algorithm when it builds it: the initial D0 (windows and labels) and the
+    evaluation rows scored every round (their labels stay with the driver)."""
+
+    public_x: torch.Tensor
+    public_y: torch.Tensor
+    eval_x: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Grouping:
+    """A registration round's grouping of the reported classes (diagnostics the driver scores and saves;
+    never part of the server state)."""
+
+    keys: list[tuple[str, int]]
+    """(user, local id) of every reported class, in report order."""
+    labels: list[int]
+    """The global label each reported class got."""
+    owner: np.ndarray
+    """The reported class (its index in `keys`) of each impression point."""
+    cluster: np.ndarray
+    """The k-medoids cluster of each impression point."""
+    points: np.ndarray
+    anchor_cluster: np.ndarray
+    """The cluster of each anchor (an earlier round's impressions in D0)."""
+    anchors: np.ndarray
+    similarity: dict[tuple[str, int], torch.Tensor]
+    """Each report's class-similarity matrix, by its first (user, local id)."""
+
+    def record(self) -> dict[str, Any]:
+        """The fields as a dict (what impressions/round<r>.pt holds, with the driver's truth added)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True)
+class ServerStep:
+    """One server update's outcome: the new state, the round's metrics and, in a round with reports
+    under choice 2, its grouping."""
+
+    server: dict[str, Any]
+    metrics: dict[str, float]
+    grouping: Grouping | None = None
 
 
 # --- Choice 1: score tables ----------------------------------------------------------------------
@@ -304,14 +349,12 @@ class ZeroShotFL(Algorithm):
     personalized = True
     streaming = True
 
-    #: Set by the driver before a server update with reports under `zeroshot.num_new=oracle`.
-    num_new_hint: int = 0
-    #: Threads that synthesise the impressions of several reports at once (the driver sets it from the
-    #: engine's `train.cohort_workers`). Each report's randomness is its own: the numbers do not depend on it.
-    workers: int = 1
-
-    def __init__(self, cfg, task):
-        super().__init__(cfg, task)
+    def __init__(self, cfg, task, runtime=None, rows: SharedRows | None = None):
+        """`rows`: D0 and the evaluation rows (the driver's, engine/zeroshot.py); without them the
+        algorithm checks its settings but cannot start a server."""
+        super().__init__(cfg, task, runtime)
+        if rows is not None:
+            self.public_x, self.public_y, self.eval_x = rows.public_x, rows.public_y, rows.eval_x
         zs = cfg.zeroshot
         for key, value, allowed in (("score_rule", zs.score_rule, ("normalized", "literal")),
                                     ("num_new", zs.num_new, ("oracle", "auto")),
@@ -324,12 +367,10 @@ class ZeroShotFL(Algorithm):
             raise ConfigError("zeroshot.di_betas must be positive numbers, zeroshot.di_steps and di_batch at least 1, "
                               f"zeroshot.di_tau positive; got {zs.di_betas}, {zs.di_steps}, {zs.di_batch}, {zs.di_tau}")
 
-    def attach(self, public_x: torch.Tensor, public_y: torch.Tensor, eval_x: torch.Tensor) -> None:
-        """The initial D0 and the evaluation rows (their labels stay with the driver)."""
-        self.public_x, self.public_y, self.eval_x = public_x, public_y, eval_x
-        self.last_grouping: dict[str, Any] | None = None
-
     def init_server(self) -> dict[str, Any]:
+        if not hasattr(self, "eval_x"):
+            raise ConfigError("ZeroShotFL(cfg, task, runtime, rows) starts a server only with the driver's "
+                              "SharedRows (D0 and the evaluation rows): build it as engine/zeroshot.py does")
         K = self.task.num_classes
         rows = len(self.eval_x) + len(self.public_x)
         device = self.device
@@ -405,16 +446,25 @@ class ZeroShotFL(Algorithm):
 
     def server_update(self, server: dict[str, Any], uploads: list[tuple[Any, int]],
                       round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
+        """The contract's form of `update` (no oracle count: `zeroshot.num_new=oracle` rounds with reports
+        need the driver's `update`)."""
+        step = self.update(server, uploads, round_idx)
+        return step.server, step.metrics
+
+    def update(self, server: dict[str, Any], uploads: list[tuple[Any, int]], round_idx: int,
+               num_new: int | None = None) -> ServerStep:
+        """Choice 1's score aggregation and, with reports, choice 2's registration. `num_new`: the number
+        of truly new classes among the reports, which only the driver knows (`zeroshot.num_new=oracle`)."""
         zs = self.cfg.zeroshot
         shared = [(u["scores"], u["labels"], u["acc"]) for u, _ in uploads if u["kind"] == "scores"]
         reports = [u for u, _ in uploads if u["kind"] == "report"]
         scores, is_set = beta_aggregate(server["scores"], server["is_set"], shared, zs.score_rule)
         server = {**server, "scores": scores, "is_set": is_set, "registry": dict(server["registry"])}
         metrics = {"reports": float(sum(len(r["local_ids"]) for r in reports))}
-        self.last_grouping = None
-        if reports:
-            metrics.update(self._register(server, reports, round_idx))
-        return server, metrics
+        if not reports:
+            return ServerStep(server, metrics)
+        registered, grouping = self._register(server, reports, round_idx, num_new)
+        return ServerStep(server, {**metrics, **registered}, grouping)
 
     def _impressions(self, report: dict[str, Any], round_idx: int) -> tuple[list[torch.Tensor], float, torch.Tensor]:
         """Each new class's impressions from a reporter's model, their self-consistency and the model's
@@ -443,17 +493,20 @@ class ZeroShotFL(Algorithm):
         hits = int((predicted == (K + torch.arange(len(new), device=predicted.device)).view(-1, 1)).sum())
         return out, hits / max(1, count * len(new)), torch.from_numpy(similarity)
 
-    def synthesize_reports(self, reports: list[dict[str, Any]],
-                           round_idx: int) -> list[tuple[list[torch.Tensor], float, torch.Tensor]]:
-        """`_impressions` of every report, on `workers` threads (torch releases the GIL inside its ops, so
-        each report keeps one core busy)."""
+    def synthesize_reports(self, reports: list[dict[str, Any]], round_idx: int,
+                           workers: int | None = None) -> list[tuple[list[torch.Tensor], float, torch.Tensor]]:
+        """`_impressions` of every report, on `workers` threads (default the runtime's, `train.cohort_workers`;
+        torch releases the GIL inside its ops, so each report keeps one core busy). Each report's randomness
+        is its own: the numbers do not depend on the thread count."""
+        workers = self.runtime.workers if workers is None else workers
         synthesize = lambda report: self._impressions(report, round_idx)  # noqa: E731
-        if self.workers > 1 and len(reports) > 1:
-            with ThreadPoolExecutor(min(self.workers, len(reports)), thread_name_prefix="fedac-impressions") as pool:
+        if workers > 1 and len(reports) > 1:
+            with ThreadPoolExecutor(min(workers, len(reports)), thread_name_prefix="fedac-impressions") as pool:
                 return list(pool.map(synthesize, reports))
         return list(map(synthesize, reports))
 
-    def _register(self, server: dict[str, Any], reports: list[dict[str, Any]], round_idx: int) -> dict[str, float]:
+    def _register(self, server: dict[str, Any], reports: list[dict[str, Any]], round_idx: int,
+                  oracle: int | None) -> tuple[dict[str, float], Grouping]:
         """Choice 2 on the server: impressions, grouping, registration (updates `server` in place)."""
         zs = self.cfg.zeroshot
         started = time.perf_counter()
@@ -481,7 +534,10 @@ class ZeroShotFL(Algorithm):
             _, cluster = group_new_classes(points, owner, anchors, anchor_labels, max(1, num_new), K)  # diagnostic
         else:
             if zs.num_new == "oracle":
-                num_new = self.num_new_hint
+                if oracle is None:
+                    raise ConfigError("zeroshot.num_new=oracle: a round with reports needs the driver's count of truly "
+                                      "new classes (ZeroShotFL.update(..., num_new=)); use zeroshot.num_new=auto without it")
+                num_new = oracle
             elif zs.num_new == "auto":
                 num_new = choose_num_new(points, anchors, anchor_labels, len(impressions))
             else:
@@ -503,11 +559,10 @@ class ZeroShotFL(Algorithm):
         scores[: len(server["scores"]), :K] = server["scores"]
         server["scores"] = scores
         server["is_set"] = torch.cat([server["is_set"], server["is_set"].new_zeros(width - K)])
-        self.last_grouping = {"keys": keys, "labels": labels, "owner": owner, "cluster": cluster[: len(points)],
-                              "points": points, "anchor_cluster": cluster[len(points):], "anchors": anchors,
-                              "similarity": similarity}
+        grouping = Grouping(keys, labels, owner, cluster[: len(points)], points, cluster[len(points):], anchors,
+                            similarity)
         return {"di_seconds": di_seconds, "di_seconds_per_class": di_seconds / len(impressions),
-                "di_self_consistency": float(np.mean(consistency)), "new_labels": float(width - K)}
+                "di_self_consistency": float(np.mean(consistency)), "new_labels": float(width - K)}, grouping
 
 
 def labelled_accuracy(scores: torch.Tensor, truth: torch.Tensor, labels: list[int]) -> float:

@@ -104,20 +104,22 @@ def default_partition(cfg: Config) -> str:
     return "pooled" if algorithm_class(cfg.algorithm).centralised else dataset_spec(cfg.dataset).default_partition
 
 
-def feature_device(cfg: Config) -> torch.device:
-    """Where features are computed: the run's `train.device` (the cache keeps a GPU's apart from the CPU's)."""
-    return resolve_device(cfg.train.device)
+def feature_device(cfg: Config, device: torch.device | None) -> torch.device:
+    """Where features are computed: the run's device (its runtime's, training/runtime.py), or, for a caller
+    with no runtime (tests, `fedac compare`), `train.device` resolved here. The cache keeps a GPU's
+    features apart from the CPU's."""
+    return device if device is not None else resolve_device(cfg.train.device)
 
 
-def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
+def build_federated_data(cfg: Config, progress: bool = True, device: torch.device | None = None) -> FederatedData:
     if is_ssl_model(cfg.model.name):  # SSL encoders read waveforms, not MFCC windows
         return build_waveform_data(cfg, progress)
     manifest, bad = usable_manifest(cfg, progress)
     if manifest.kind != "classification":
         raise ConfigError(f"dataset {cfg.dataset} is a {manifest.kind} task, which needs an SSL encoder: "
                           f"--set model.name=w2v2_tiny (or w2v2_s, w2v2_m, w2v2_base); model.name={cfg.model.name} is a classifier")
-    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress,
-                          feature_device(cfg))
+    device = feature_device(cfg, device)
+    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress, device)
     x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     if dataset_spec(cfg.dataset).synthesizer is None:  # a user's own clips (audiofolder, hf): any length
@@ -140,7 +142,7 @@ def build_federated_data(cfg: Config, progress: bool = True) -> FederatedData:
     extra = {}
     if cfg.features.test_augment:  # the clean test set beside the augmented one (clean_* results)
         clean = load_features(manifest, replace(cfg.features, test_augment=False), cfg.data.cache_dir,
-                              cfg.data.snr_db, cfg.seed, progress, feature_device(cfg))
+                              cfg.data.snr_db, cfg.seed, progress, device)
         extra["clean"] = _eval_split(model_input(clean.features, cfg), _rows_by_clip(clean, len(manifest.clips)),
                                      manifest, "test")
     return FederatedData(task, manifest, clients, _eval_split(x, rows_of, manifest, "val"),
@@ -158,14 +160,14 @@ def _augmented(client: ClientData, split: ClientSplit, manifest: Manifest, cfg: 
     return replace(client, x=x)
 
 
-def build_eval_data(cfg: Config, progress: bool = True) -> FederatedData:
+def build_eval_data(cfg: Config, progress: bool = True, device: torch.device | None = None) -> FederatedData:
     """Only the validation and test splits of the dataset at data.root, and no clients: what a Flower
     server needs when its clients are devices holding their own audio. Training clips are never decoded."""
     full = load_manifest(cfg, progress)
     manifest = Manifest(full.name, full.root, full.classes, [c for c in full.clips if c.split in ("val", "test")])
     manifest, bad = screen_manifest(manifest, cfg.data.on_bad_file, cfg.data.cache_dir, progress)
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress,
-                          feature_device(cfg))
+                          feature_device(cfg, device))
     x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     task = Task(int(x.shape[1]), manifest.num_classes, [])
@@ -173,13 +175,14 @@ def build_eval_data(cfg: Config, progress: bool = True) -> FederatedData:
                          bad_files=bad)
 
 
-def build_device_client(cfg: Config, manifest: Manifest, name: str, progress: bool = False) -> ClientData:
+def build_device_client(cfg: Config, manifest: Manifest, name: str, progress: bool = False,
+                        device: torch.device | None = None) -> ClientData:
     """One device's client from a manifest of its own clips (all of it the client's; see data/devices.py),
     built as `build_federated_data` builds that client: features cached under data.cache_dir, the local
     hold-out drawn by `holdout_split` over the clips in manifest order, training labels corrupted by
     the client's transition matrix when data.label_error > 0."""
     feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress,
-                          feature_device(cfg))
+                          feature_device(cfg, device))
     x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     split = holdout_split(name, list(range(len(manifest.clips))), cfg.data.local_holdout, cfg.seed)

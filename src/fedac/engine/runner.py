@@ -1,6 +1,6 @@
 """Which round driver runs an algorithm, chosen by its `streaming` capability, so that no command
-names an algorithm: the simulator over a fixed partition, or the streaming driver (fresh user data
-every round)."""
+names an algorithm: the simulator over a fixed partition, or the zero-shot driver (engine/zeroshot.py:
+fresh user data every round). Both run the one skeleton of engine/run.py."""
 
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from typing import Any, Callable
 from fedac.algorithms import algorithm_class
 from fedac.config import Config
 from fedac.engine.simulator import Simulator
-from fedac.engine.streams import StreamRunner, zeroshot_table
+from fedac.engine.zeroshot import ZeroShotDriver, zeroshot_table
 from fedac.engine.report import final_table
 
 
 def runner_for(cfg: Config) -> tuple[type, Callable[[dict[str, Any]], str]]:
     """(the driver class, the function that renders its closing table) for `cfg.algorithm`."""
     if algorithm_class(cfg.algorithm).streaming:
-        return StreamRunner, zeroshot_table
+        return ZeroShotDriver, zeroshot_table
     return Simulator, final_table

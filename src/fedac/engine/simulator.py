@@ -12,8 +12,6 @@ from __future__ import annotations
 import copy
 import logging
 import math
-import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +22,22 @@ from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm
 from fedac.rules.attacks import Attack
 from fedac.config import Config
-from fedac.engine.checkpoint import open_run, save_checkpoint
 from fedac.engine.clients import ByteLedger, client_summary, log_clients, own_scores, test_confusion
 from fedac.engine.cohort import check_execution, check_path
 from fedac.engine.distributed import current_world, evaluation, how_shared, run_shared, sums_uploads
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
-from fedac.engine.rounds import RoundLoop
-from fedac.engine.runtime import configure_process
+from fedac.engine.run import RoundDriver
 from fedac.errors import ConfigError
 from fedac.training.metrics import mean_std
 from fedac.rules.aggregation import ServerMetrics
 from fedac.rules.privacy import Privacy
-from fedac.engine.report import log_pruning, truncate_client_rows, truncate_pruning_log, write_history, write_results
+from fedac.engine.report import log_pruning, truncate_client_rows, truncate_pruning_log
 from fedac.seeding import numpy_rng
 from fedac.engine.tracking import check_trackers
-from fedac.training.device import autocast, configure_precision, device_name, nbytes, place, resolve_device, to_device
+from fedac.training.device import device_name, nbytes, place, to_device
 from fedac.training.evaluate import evaluate, kws_rates, selection_score, window_accuracy
 from fedac.training.packing import client_home
+from fedac.training.runtime import start_runtime
 from fedac.training.types import ClientData
 
 log = logging.getLogger(__name__)
@@ -89,7 +86,7 @@ def tagged(views: dict[str, dict[str, float]], prefix: str = "", suffix: str = "
     return {f"{prefix}{tag}_{suffix}{k}": v for tag, metrics in views.items() for k, v in metrics.items()}
 
 
-class Simulator:
+class Simulator(RoundDriver):
     #: False for a server whose clients hold their data elsewhere (the Flower ServerApp in device mode).
     holds_clients = True
 
@@ -98,14 +95,14 @@ class Simulator:
         self.run_dir = Path(run_dir)
         self.progress = progress
         self.world = current_world()  # several processes (torchrun): engine/distributed.py
-        configure_process(cfg.train)
         check_trackers(cfg.log)  # a missing tracker extra fails here, not after training
         check_execution(cfg.train.execution)
-        self.device = resolve_device(cfg.train.device)  # before the data is built: a missing GPU fails at once
-        configure_precision(cfg.train.precision, self.device, cfg.train.deterministic)
-        self.data = data or build_federated_data(cfg, progress)
+        # Resolved once, before the data is built (a missing GPU fails at once), and passed down.
+        self.runtime = start_runtime(cfg.train)
+        self.device = self.runtime.device
+        self.data = data or build_federated_data(cfg, progress, self.device)
         record_bad_files(self.run_dir, self.data)  # data.on_bad_file=skip: the files left out
-        self.algorithm: Algorithm = build_algorithm(cfg, self.data.task)
+        self.algorithm: Algorithm = build_algorithm(cfg, self.data.task, self.runtime)
         #: "stacked" or "sequential: <reason>" (train.execution=cohort that cannot stack fails here, at start)
         self.execution = check_path(self.algorithm)
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
@@ -117,7 +114,7 @@ class Simulator:
         self.attack.prepare_success_rate(self.data)
         # Built on the host, then on the run's device for every round (training/device.py); the clients'
         # data and models stay on the host instead when they do not fit there (`train.client_memory`).
-        self.client_home = client_home(cfg.train.client_memory, self.device, self._resident_bytes)
+        self.client_home = client_home(self.runtime.client_memory, self.device, self._resident_bytes)
         self.data = place(self.data, self.device, clients_on=self.client_home)
         self.attack.backdoor_test = to_device(self.attack.backdoor_test, self.device)
         # the clients of every round (the size depends on the fraction and the client count only)
@@ -244,69 +241,63 @@ class Simulator:
             state["best"] = {"round": round_idx, "val_accuracy": val.get("accuracy", score), "val_score": score,
                              "server": copy.deepcopy(state["server"])}
 
-    # --- whole run -----------------------------------------------------------------------------
-    def run(self, resume: bool = False, stop_after: int | None = None) -> dict[str, Any] | None:
-        """Train all rounds (continuing from the checkpoint when resume) and write the run directory.
+    # --- whole run (the skeleton: engine/run.py) ------------------------------------------------
+    shown = ("val_accuracy", "val_wer", "local_accuracy", "train_loss")
 
-        `stop_after` ends the process-like run after that round without final evaluation, as a kill
-        would (used to test resume); it returns None then. SIGINT / SIGTERM end it at a round boundary
-        with a checkpoint, raising RunInterrupted (engine/rounds.py).
-        """
-        cfg = self.cfg
-        state = open_run(self.run_dir, cfg, resume, self._fresh_state)
+    @property
+    def rounds(self) -> int:
+        return self.cfg.train.rounds
+
+    @property
+    def desc(self) -> str:
+        return f"{self.cfg.algorithm} rounds"
+
+    @property
+    def clients_per_round(self) -> int:
+        return self.cohort_size
+
+    @property
+    def writes(self) -> bool:
+        return self.world.writes
+
+    def place_state(self, state: dict[str, Any]) -> dict[str, Any]:
+        """The run state on the run's device, every client's persistent state where it lives (`client_home`);
+        a resumed run keeps auto's measured choice of path."""
         clients, state["clients"] = state["clients"], {}
         state = to_device(state, self.device)
         state["clients"] = {name: self._homed(value) for name, value in clients.items()}
-        self.algorithm.auto_choice.update(state.get("auto_choice", {}))  # a resumed run keeps auto's choice
+        self.algorithm.auto_choice.update(state.get("auto_choice", {}))
         self.execution = self.algorithm.execution_path()
-        line = (f"{cfg.algorithm} on {device_name(self.device)} (train.device={cfg.train.device}); "
+        return state
+
+    def first_line(self) -> str:
+        return (f"{self.cfg.algorithm} on {device_name(self.device)} (train.device={self.cfg.train.device}); "
                 f"clients train {self.execution}{how_shared(self.world, self.sums)}")
-        log.info(line)
-        if self.progress:
-            print(f"fedac: {line}", file=sys.stderr, flush=True)  # the run's first line (cli logs warnings only)
-        if resume:
-            truncate_pruning_log(self.run_dir, state["round"])
-            truncate_client_rows(self.run_dir, state["round"])
-        # Rounds this process trains, reported so a resumed run shows where it started (tests/test_resume.py).
-        self.resumed_from, self.rounds_trained = state["round"], 0
-        started = time.perf_counter() - state["wall_seconds"]
-        rounds = cfg.train.rounds
-        with RoundLoop(self.run_dir, rounds, state["round"], f"{cfg.algorithm} rounds", self.progress,
-                       state["round"] if resume else None) as loop:
-            for round_idx in range(state["round"] + 1, rounds + 1):
-                evaluated = round_idx % cfg.train.eval_every == 0 or round_idx == rounds
-                with loop.round(round_idx, self.cohort_size):  # (a second signal abandons the round in here)
-                    row = {"round": float(round_idx), **self.run_round(state, round_idx)}
-                    if evaluated:  # (every rank its share, gathered: engine/distributed.py `evaluation`)
-                        with autocast(cfg.train.precision, self.device), evaluation(self.world, round_idx):
-                            self._evaluate_round(state, round_idx, row)
-                self.rounds_trained += 1
-                if evaluated:
-                    row["wall_seconds"] = time.perf_counter() - started
-                    state["history"].append(row)
-                    write_history(self.run_dir, state["history"])
-                    shown = {k: f"{row[k]:.3f}" for k in ("val_accuracy", "val_wer", "local_accuracy", "train_loss") if k in row}
-                    loop.bar.set_postfix(shown)
-                state["round"] = round_idx
-                state["wall_seconds"] = time.perf_counter() - started
-                loop.end_round(round_idx, lambda: save_checkpoint(self.run_dir, to_device(state, "cpu")),
-                               boundary=round_idx % cfg.train.checkpoint_every == 0 or round_idx == rounds)
-                if stop_after is not None and round_idx >= stop_after:
-                    return None
-            loop.finishing()
-            self.state = state
-            with autocast(cfg.train.precision, self.device), evaluation(self.world, None):
-                results = self.final_results(state)
-            if not self.world.writes:
-                return None  # (rank 0 alone writes the results)
-        results["wall_seconds"] = time.perf_counter() - started
-        results["resumed_from"], results["rounds_trained"] = self.resumed_from, self.rounds_trained
-        results["device"] = device_name(self.device)
-        results["execution"] = self.algorithm.execution_path()  # (auto: what the probe chose)
+
+    def rewind_logs(self, round_idx: int) -> None:
+        truncate_pruning_log(self.run_dir, round_idx)
+        truncate_client_rows(self.run_dir, round_idx)
+
+    def evaluates(self, round_idx: int) -> bool:
+        return round_idx % self.cfg.train.eval_every == 0 or round_idx == self.cfg.train.rounds
+
+    def checkpoint_boundary(self, round_idx: int) -> bool:
+        return round_idx % self.cfg.train.checkpoint_every == 0 or round_idx == self.cfg.train.rounds
+
+    def evaluate(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
+        # (every rank its share, gathered: engine/distributed.py `evaluation`)
+        with self.runtime.autocast(), evaluation(self.world, round_idx):
+            self._evaluate_round(state, round_idx, row)
+
+    def final(self, state: dict[str, Any]) -> dict[str, Any]:
+        with self.runtime.autocast(), evaluation(self.world, None):
+            return self.final_results(state)
+
+    def closing(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"execution": self.algorithm.execution_path()}  # (auto: what the probe chose)
         if self.algorithm.auto_choice:
-            results["execution_probe"] = dict(self.algorithm.auto_choice)
-        write_results(self.run_dir, results, cfg)
-        return results
+            out["execution_probe"] = dict(self.algorithm.auto_choice)
+        return out
 
     def selected_server(self, state: dict[str, Any]) -> dict[str, Any]:
         if self.cfg.train.select == "last" or state["best"] is None:

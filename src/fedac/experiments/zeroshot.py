@@ -1,7 +1,7 @@
 """The zero-shot paper's Tables 3 and 4 (and its Figs. 2-4; docs/zeroshot.md) as specs, on the stand-ins,
 mean ± std over seeds.
 
-A cell is a dataset; each of its seeds is one streaming run (engine/streams.py) in its own run directory
+A cell is a dataset; each of its seeds is one streaming run (engine/zeroshot.py) in its own run directory
 `<out>/<dataset>-s<seed>`; a finished run is read back and a killed one resumes from its checkpoint, so
 running the same command again completes a killed reproduction. Writes table.md (the paper's D0 numbers
 per user, and the honest test numbers, never mixed), results.csv, summary.json (mean and std per
@@ -56,12 +56,12 @@ def run_cell(cell: Cell, request: Request, on_run, wait_for_others: bool) -> Non
 
 def run_one(cfg, run_dir: Path, progress: bool) -> dict:
     from fedac.engine.checkpoint import CHECKPOINT  # lazy: start-up time (the engine imports torch)
-    from fedac.engine.streams import StreamRunner
+    from fedac.engine.zeroshot import ZeroShotDriver
 
     done = run_dir / "results.json"
     if done.is_file():
         return json.loads(done.read_text())
-    return StreamRunner(cfg, run_dir, progress).run(resume=(run_dir / CHECKPOINT).is_file())
+    return ZeroShotDriver(cfg, run_dir, progress).run(resume=(run_dir / CHECKPOINT).is_file())
 
 
 def write_table(spec: Experiment, request: Request, cells: list[Cell], runs: dict[str, dict[str, list[dict]]],
@@ -132,7 +132,7 @@ def plot(path: Path, runs: dict[str, list[dict]]) -> None:
 
 
 def impression_rounds(run_dir: Path) -> list[dict]:
-    """The registration rounds a run saved (engine/streams.py `save_impressions`), in round order."""
+    """The registration rounds a run saved (engine/zeroshot.py `save_impressions`), in round order."""
     import torch
 
     files = sorted((run_dir / "impressions").glob("round*.pt"), key=lambda f: int(f.stem[5:]))

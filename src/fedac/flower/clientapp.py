@@ -33,13 +33,12 @@ from fedac.algorithms.base import Algorithm, ClientData
 from fedac.rules.attacks import Attack
 from fedac.config import Config
 from fedac.engine.data import FederatedData, build_federated_data
-from fedac.engine.runtime import configure_process
 from fedac.engine.simulator import all_finite
 from fedac.errors import ConfigError
 from fedac.flower import transport
 from fedac.flower.devices import device_client, run_classes
 from fedac.flower.secagg import secagg_mod
-from fedac.flower.settings import NodeSettings, apply_node_settings, fedac_config, node_settings
+from fedac.flower.settings import NodeSettings, apply_node_settings, fedac_config, node_runtime, node_settings
 from fedac.flower.strategy import ARRAYS, CLIENT_INFO, CONFIG, EVAL, METRICS, REJECTED_UPDATE
 from fedac.training.device import autocast, place, to_device
 from fedac.training.evaluate import evaluate as evaluate_split
@@ -101,10 +100,10 @@ def run_data(context: Context, node: NodeSettings) -> RunData:
     key = _key(context.run_id, sorted(context.run_config.items()), node.data_root, node.cache_dir, node.device)
     if key not in _RUNS:
         cfg = apply_node_settings(fedac_config(context.run_config), node)
-        configure_process(cfg.train)
-        data = build_federated_data(cfg, progress=False)
+        runtime = node_runtime(cfg, node)
+        data = build_federated_data(cfg, progress=False, device=runtime.device)
         data = Attack(cfg, [c.name for c in data.clients]).poison_data(data)  # a malicious node's poisoned data
-        algorithm = build_algorithm(cfg, data.task)
+        algorithm = build_algorithm(cfg, data.task, runtime)
         _RUNS[key] = RunData(cfg, place(data, algorithm.device), algorithm)
     return _RUNS[key]
 

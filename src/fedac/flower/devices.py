@@ -22,9 +22,8 @@ from fedac.algorithms.base import Algorithm, ClientData, Task
 from fedac.config import Config
 from fedac.data.devices import device_client_name, read_device
 from fedac.engine.data import FederatedData, build_device_client, build_eval_data
-from fedac.engine.runtime import configure_process
 from fedac.errors import ConfigError, DatasetError
-from fedac.flower.settings import NodeSettings, apply_node_settings, fedac_config
+from fedac.flower.settings import NodeSettings, apply_node_settings, fedac_config, node_runtime
 from fedac.flower.strategy import CONFIG
 
 log = logging.getLogger("fedac.flower")
@@ -65,15 +64,15 @@ def refuse_attacks_on_devices(cfg: Config) -> None:
 def device_client(context: Context, node: NodeSettings, classes: list[str]) -> DeviceClient:
     cfg = apply_node_settings(fedac_config(context.run_config), node)
     refuse_attacks_on_devices(cfg)
-    configure_process(cfg.train)
+    runtime = node_runtime(cfg, node)
     name = node.client or device_client_name(node.data_root) or f"node{context.node_id}"
     manifest, report = read_device(node.data_root, cfg, classes, name, node.data_layout, node.labels_csv)
-    client = build_device_client(cfg, manifest, name)
+    client = build_device_client(cfg, manifest, name, device=runtime.device)
     val = test = None
     if node.test_root is not None:
         test_cfg = copy.deepcopy(cfg)
         test_cfg.data.root = node.test_root
-        split = build_eval_data(test_cfg, progress=False)
+        split = build_eval_data(test_cfg, progress=False, device=runtime.device)
         if split.manifest.classes != classes:
             raise DatasetError(f"node-config test-root={node.test_root} gives the classes {split.manifest.classes}, "
                                f"but the run's are {classes}: point test-root at a copy of the run's dataset")
@@ -85,4 +84,4 @@ def device_client(context: Context, node: NodeSettings, classes: list[str]) -> D
             "skipped-corrupt": len(report.corrupt), "skipped-missing": len(report.missing)}
     log.info("device %s: %d clips in %s (%d training, %d held out)%s", name, len(manifest.clips), node.data_root,
              client.num_samples, int(client.holdout_y.shape[0]), f"; skipped {report.summary()}" if report.summary() else "")
-    return DeviceClient(cfg, data, build_algorithm(cfg, task), client, info)
+    return DeviceClient(cfg, data, build_algorithm(cfg, task, runtime), client, info)

@@ -23,10 +23,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from fedac.config import DEVICE_SYNTAX, Config, load_config
 from fedac.errors import ConfigError
+
+if TYPE_CHECKING:  # (torch loads with the runtime, not with the settings)
+    from fedac.training.runtime import Runtime
 
 #: run-config key -> fedac setting.
 RUN_CONFIG_KEYS = {
@@ -190,14 +193,28 @@ def _device(node_config: Mapping[str, Any]) -> str | None:
 
 def apply_node_settings(cfg: Config, node: NodeSettings) -> Config:
     """A node's own data location replaces the run's (the partitioning settings stay the run's). A device
-    node's data-root is its own folder, not a dataset root: only its cache-dir applies."""
+    node's data-root is its own folder, not a dataset root: only its cache-dir applies. The node's device
+    is no setting of the run: `node_runtime` takes it."""
     if node.data_root is not None and node.data_mode == "full":
         cfg.data.root = node.data_root
     if node.cache_dir is not None:
         cfg.data.cache_dir = node.cache_dir
-    if node.device is not None:
-        cfg.train.device = node.device
     return cfg
+
+
+def node_runtime(cfg: Config, node: NodeSettings) -> Runtime:
+    """Where and how this node trains (training/runtime.py), resolved once: node-config `device` in place
+    of the run's train.device, the run's other train.* settings; applies the process settings."""
+    from fedac.training.device import resolve_device
+    from fedac.training.runtime import start_runtime
+
+    if node.device is None:
+        return start_runtime(cfg.train)
+    try:
+        device = resolve_device(node.device)
+    except ConfigError as err:
+        raise ConfigError(f"node-config device={node.device}: {err}") from None
+    return start_runtime(cfg.train, device)
 
 
 @dataclass

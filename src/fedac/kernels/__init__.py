@@ -25,7 +25,7 @@ AVX-512 builds run the same per-element code and agree bit for bit (tested), so 
 move a run; the ATen matmuls around the kernel may still round differently from machine to machine.
 
 Belongs here: compiled kernels and their build, in the models layer (models/stacked.py calls them,
-engine/runtime.py chooses the mode). Must not be here: a model, a training step or anything that
+training/runtime.py chooses the mode). Must not be here: a model, a training step or anything that
 changes what is computed (each kernel has a pure-torch reference it equals to float rounding), and no
 import of fedac.training or any layer above.
 """

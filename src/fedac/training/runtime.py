@@ -1,20 +1,79 @@
-"""Process-wide settings a training process applies once: torch threads, the allocator, the GRU kernel."""
+"""One run's runtime: where and how it computes, resolved once from `train.*` and passed down.
+
+`Runtime` holds the device (`train.device`), the devices the cohort path spreads over (`train.devices`),
+the arithmetic (`train.precision`, `train.deterministic`), the packing settings (`train.cohort_chunk`,
+`train.client_memory`) and the worker threads (`train.cohort_workers`). A driver (engine/) builds it with
+`start_runtime`, which also applies the process-wide settings (torch threads, the allocator, the GRU
+kernel, then precision and determinism) in that order, since the auto worker count reads the threads.
+The driver hands it to the algorithm and to the data builders, so no layer reads `train.device` again.
+Packing's measurements per architecture (training/packing.py) and where the clients' data lives
+(`client_home`, which needs the data's size) stay outside: they change or are known only later.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import logging
+from dataclasses import dataclass
 
 import torch
 
 from fedac.config import TrainConfig
 from fedac.kernels import set_gru_kernel
+from fedac.training.cohort import cohort_workers
+from fedac.training.device import autocast, check_precision, configure_precision, device_name, resolve_device, \
+    resolve_devices
 
 log = logging.getLogger(__name__)
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # mallopt parameters (glibc malloc.h)
 _KEEP_LIMIT = 1 << 30
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Where and how one run computes (see the module's docstring)."""
+
+    device: torch.device
+    #: Where the cohort path's stacked chunks train (`train.devices`; by default `device` alone).
+    devices: tuple[torch.device, ...]
+    precision: str
+    deterministic: bool
+    #: `train.cohort_chunk` (0: sized by the cost model, or by free memory on a GPU).
+    cohort_chunk: int
+    #: `train.client_memory`: device, host or auto (engine/simulator.py decides auto once the data is built).
+    client_memory: str
+    #: Worker threads for a cohort's chunks and a round's reports (`train.cohort_workers`, 0 resolved).
+    workers: int
+
+    @classmethod
+    def resolve(cls, train: TrainConfig, device: torch.device | None = None) -> Runtime:
+        """The runtime `train` names, checked (a missing GPU or tf32 on the CPU fails here, naming the
+        setting); nothing process-wide changes. `device`: one already resolved (a Flower node's)."""
+        device = device if device is not None else resolve_device(train.device)
+        check_precision(train.precision, device)
+        return cls(device, tuple(resolve_devices(train.devices, device)), train.precision, train.deterministic,
+                   train.cohort_chunk, train.client_memory, cohort_workers(train, device))
+
+    @property
+    def name(self) -> str:
+        """What results.json and a run's first line say (`cpu`, `cuda:0 (NVIDIA H100 80GB HBM3)`)."""
+        return device_name(self.device)
+
+    def autocast(self) -> contextlib.AbstractContextManager:
+        """The forward passes' arithmetic on this device (training/device.py `autocast`)."""
+        return autocast(self.precision, self.device)
+
+
+def start_runtime(train: TrainConfig, device: torch.device | None = None) -> Runtime:
+    """The process settings (`configure_process`), then the runtime, then its precision and determinism
+    applied process-wide: what a driver calls once, before it builds data or models."""
+    configure_process(train)
+    runtime = Runtime.resolve(train, device)
+    configure_precision(runtime.precision, runtime.device, runtime.deterministic)
+    return runtime
 
 
 def configure_process(cfg: TrainConfig) -> None:

@@ -1,8 +1,14 @@
-"""The round loop of streaming scenarios (zero-shot FL with new classes): every user of the scenario
-trains every round on fresh clips (data/streams.py), the algorithm's client and server sides run
-unchanged (algorithms/zeroshot.py), and the run directory is the one `fedac run` writes (config.yaml,
-metrics.csv, results.json, checkpoint.pt). Its rounds differ from the simulator's fixed clients and
-cohort sampling, hence a driver of its own.
+"""The zero-shot driver: the rounds of its streaming scenarios (zero-shot FL with new classes). Every
+user of the scenario trains every round on fresh clips (data/streams.py), the algorithm's client and
+server sides run unchanged (algorithms/zeroshot.py), and the run directory is the one `fedac run` writes
+(config.yaml, metrics.csv, results.json, checkpoint.pt) through the skeleton every driver shares
+(engine/run.py). Its rounds differ from the simulator's fixed clients and cohort sampling, and it alone
+knows the scenario's truth, hence a driver of its own; engine/runner.py picks it for an algorithm with
+the `streaming` capability.
+
+The algorithm's inputs go in as arguments: D0 and the evaluation rows when it is built (`SharedRows`),
+the oracle count of new classes with each server update (`ZeroShotFL.update`), the worker threads in
+the runtime; the round's grouping comes back in the update's result (`ServerStep`).
 
 Metrics (per round; the truth of new classes is read here, never by the algorithm):
 - the paper's, on D0 rows: per user, `local_acc/<user>` (its raw model, rows of its labels, argmax over
@@ -19,7 +25,6 @@ purpose, round, user), so a resumed run ends with the numbers of an uninterrupte
 from __future__ import annotations
 
 import logging
-import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -27,25 +32,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedac.algorithms import algorithm_class, build_algorithm
+from fedac.algorithms import algorithm_class
 from fedac.algorithms.base import Task
-from fedac.algorithms.zeroshot import StreamClientData, ZeroShotFL, labelled_accuracy
+from fedac.algorithms.zeroshot import Grouping, SharedRows, StreamClientData, ZeroShotFL, labelled_accuracy
 from fedac.config import Config
 from fedac.data.features import load_features
 from fedac.data.registry import load_manifest
 from fedac.data.streams import NEW_ID, build_stream
-from fedac.engine.checkpoint import open_run, save_checkpoint
 from fedac.engine.data import _gather, _rows_by_clip, normalize
-from fedac.engine.rounds import RoundLoop
-from fedac.engine.runtime import configure_process
+from fedac.engine.run import RoundDriver
 from fedac.engine.simulator import all_finite
 from fedac.errors import ConfigError
 from fedac.training.metrics import classification_metrics
 from fedac.engine.clients import ByteLedger, log_users, user_summary
-from fedac.engine.report import format_table, truncate_client_rows, write_history, write_results
+from fedac.engine.report import format_table
 from fedac.engine.tracking import check_trackers
-from fedac.training.cohort import cohort_workers
-from fedac.training.device import configure_precision, device_name, resolve_device, to_device
+from fedac.training.runtime import start_runtime
 from fedac.training.step import train_client
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,9 @@ LEGEND = {
 }
 
 
-class StreamRunner:
+class ZeroShotDriver(RoundDriver):
+    shown = ("local_acc", "global_acc", "test_accuracy")
+
     def __init__(self, cfg: Config, run_dir: str | Path, progress: bool = True):
         if not algorithm_class(cfg.algorithm).streaming:
             raise ConfigError(f"the streaming driver runs streaming algorithms (zeroshot), not '{cfg.algorithm}'")
@@ -76,10 +80,9 @@ class StreamRunner:
                 raise ConfigError(f"{name}={value} does not apply to --algorithm zeroshot (users share score tables "
                                   f"on D0, not weights; zeroshot.scenario fixes the users and their models): leave it at {default}")
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
-        configure_process(cfg.train)
         check_trackers(cfg.log)  # a missing tracker extra fails here, not after training
-        self.device = resolve_device(cfg.train.device)
-        configure_precision(cfg.train.precision, self.device, cfg.train.deterministic)
+        self.runtime = start_runtime(cfg.train)  # resolved once, passed down
+        self.device = self.runtime.device
         manifest = load_manifest(cfg, progress)
         feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress,
                               self.device)
@@ -93,9 +96,10 @@ class StreamRunner:
             wx, _, position = _gather(self.x, self.rows_of, clips, [0] * len(clips))
             self.splits[name] = (wx, position, torch.tensor([stream.task_label[c] for c in clips], device=wx.device))
         task = Task(int(self.x.shape[1]), self.scenario.num_old, list(self.scenario.users))
-        self.algorithm: ZeroShotFL = build_algorithm(cfg, task)
-        self.algorithm.workers = cohort_workers(cfg.train, self.algorithm.device)  # one report's impressions per free core
-        self.algorithm.attach(public_x, public_y, torch.cat([self.splits["val"][0], self.splits["test"][0]]))
+        rows = SharedRows(public_x, public_y, torch.cat([self.splits["val"][0], self.splits["test"][0]]))
+        self.algorithm: ZeroShotFL = algorithm_class(cfg.algorithm)(cfg, task, self.runtime, rows)
+        #: The last server update's grouping (None in a round without reports): scored and saved per round.
+        self.grouping: Grouping | None = None
 
     def client_data(self, user: str, round_idx: int) -> StreamClientData:
         clips, ids = self.stream.draw(user, round_idx)
@@ -138,19 +142,18 @@ class StreamRunner:
         out["accuracy_new"] = float((predicted[~old] == truth[~old]).mean()) if (~old).any() else float("nan")
         return out
 
-    def grouping_metrics(self, server: dict[str, Any]) -> dict[str, float]:
+    def grouping_metrics(self, server: dict[str, Any], g: Grouping | None) -> dict[str, float]:
         from sklearn.metrics import adjusted_rand_score
 
-        g = self.algorithm.last_grouping
         if g is None:
             return {}
-        truth = [self.stream.truth[key] for key in g["keys"]]
+        truth = [self.stream.truth[key] for key in g.keys]
         mapping = self.label_truth(server["registry"])
-        point_truth = np.array(truth)[g["owner"]]
-        purity = sum(Counter(point_truth[g["cluster"] == c].tolist()).most_common(1)[0][1]
-                     for c in set(g["cluster"].tolist())) / len(point_truth)
-        return {"ari": float(adjusted_rand_score(truth, g["labels"])) if len(truth) > 1 else float("nan"),
-                "registration_correct": float(np.mean([mapping[lab] == t for lab, t in zip(g["labels"], truth)])),
+        point_truth = np.array(truth)[g.owner]
+        purity = sum(Counter(point_truth[g.cluster == c].tolist()).most_common(1)[0][1]
+                     for c in set(g.cluster.tolist())) / len(point_truth)
+        return {"ari": float(adjusted_rand_score(truth, g.labels)) if len(truth) > 1 else float("nan"),
+                "registration_correct": float(np.mean([mapping[lab] == t for lab, t in zip(g.labels, truth)])),
                 "di_purity": float(purity)}
 
     # --- rounds ---------------------------------------------------------------------------------
@@ -170,8 +173,8 @@ class StreamRunner:
                 users[user] = result.upload["labels"]
                 row[f"local_acc/{user}"] = result.metrics["local_acc"]
         reports = [u for u, _ in uploads if u["kind"] == "report"]
-        alg.num_new_hint = self.truly_new(state["server"]["registry"], reports)
-        state["server"], metrics = alg.server_update(state["server"], uploads, round_idx)
+        step = alg.update(state["server"], uploads, round_idx, num_new=self.truly_new(state["server"]["registry"], reports))
+        state["server"], metrics, self.grouping = step.server, step.metrics, step.grouping
         server = state["server"]
         E = len(self.splits["val"][0]) + len(self.splits["test"][0])
         for user, labels in users.items():
@@ -184,56 +187,48 @@ class StreamRunner:
         row.update(ByteLedger(state).round(payload, sent))
         row.update({f"val_{k}": v for k, v in self.split_metrics(server, "val").items()})
         row.update({f"test_{k}": v for k, v in self.split_metrics(server, "test").items()})
-        row.update(self.grouping_metrics(server))
+        row.update(self.grouping_metrics(server, self.grouping))
         row["labels"] = float(server["scores"].shape[1])
         return row
 
-    def save_impressions(self, round_idx: int) -> None:
+    def save_impressions(self, round_idx: int, g: Grouping | None) -> None:
         """A registration round's impressions, clusters, true classes and similarity matrices, for the
         paper's Fig. 3 (PCA of the impressions) and Fig. 4 (similarity heat-map): impressions/round<r>.pt."""
-        g = self.algorithm.last_grouping
         if g is None:
             return
         folder = self.run_dir / "impressions"
         folder.mkdir(parents=True, exist_ok=True)
-        record = {**g, "truth": [self.stream.truth[key] for key in g["keys"]], "classes": self.scenario.classes,
+        record = {**g.record(), "truth": [self.stream.truth[key] for key in g.keys], "classes": self.scenario.classes,
                   "num_old": self.scenario.num_old,
-                  "points": torch.from_numpy(g["points"]).half(), "anchors": torch.from_numpy(g["anchors"]).half()}
+                  "points": torch.from_numpy(g.points).half(), "anchors": torch.from_numpy(g.anchors).half()}
         torch.save(record, folder / f"round{round_idx}.pt")
 
-    def run(self, resume: bool = False, stop_after: int | None = None) -> dict[str, Any] | None:
-        """All rounds of the scenario (from the checkpoint when resume); None when stopped by stop_after.
-        SIGINT / SIGTERM end it at a round boundary, raising RunInterrupted (engine/rounds.py)."""
-        cfg = self.cfg
-        state = to_device(open_run(self.run_dir, cfg, resume, lambda: {"round": 0, "server": self.algorithm.init_server(),
-                                                             "history": [], "wall_seconds": 0.0}), self.device)
-        resumed_from = state["round"]
-        if resume:
-            truncate_client_rows(self.run_dir, state["round"])
-        started = time.perf_counter() - state["wall_seconds"]
-        rounds = self.scenario.rounds
-        with RoundLoop(self.run_dir, rounds, state["round"], f"zeroshot {self.scenario.name}", self.progress,
-                       state["round"] if resume else None) as loop:
-            for round_idx in range(state["round"] + 1, rounds + 1):
-                with loop.round(round_idx, len(self.scenario.users)):
-                    row = {"round": float(round_idx), **self.run_round(state, round_idx)}
-                self.save_impressions(round_idx)  # (with the round's writes, which a signal does not cut)
-                log_users(self.run_dir, state, round_idx, row)  # clients.csv: one row per user
-                row["wall_seconds"] = time.perf_counter() - started
-                state["history"].append(row)
-                write_history(self.run_dir, state["history"])
-                state["round"], state["wall_seconds"] = round_idx, time.perf_counter() - started
-                loop.bar.set_postfix({k: f"{row[k]:.3f}" for k in ("local_acc", "global_acc", "test_accuracy")})
-                loop.end_round(round_idx, lambda: save_checkpoint(self.run_dir, to_device(state, "cpu")), boundary=True)
-                if stop_after is not None and round_idx >= stop_after:
-                    return None
-            loop.finishing()
-            results = self.final_results(state)
-        results["wall_seconds"] = time.perf_counter() - started
-        results["resumed_from"], results["rounds_trained"] = resumed_from, rounds - resumed_from
-        results["device"] = device_name(self.device)
-        write_results(self.run_dir, results, cfg)
-        return results
+    # --- the run (the skeleton: engine/run.py) -------------------------------------------------------
+    @property
+    def rounds(self) -> int:
+        return self.scenario.rounds
+
+    @property
+    def desc(self) -> str:
+        return f"zeroshot {self.scenario.name}"
+
+    @property
+    def clients_per_round(self) -> int:
+        return len(self.scenario.users)
+
+    def _fresh_state(self) -> dict[str, Any]:
+        return {"round": 0, "server": self.algorithm.init_server(), "history": [], "wall_seconds": 0.0}
+
+    def first_line(self) -> str:
+        self.execution = self.algorithm.execution_path()
+        return f"zeroshot {self.scenario.name} on {self.runtime.name}; users train {self.execution}"
+
+    def round_written(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
+        self.save_impressions(round_idx, self.grouping)
+        log_users(self.run_dir, state, round_idx, row)  # clients.csv: one row per user
+
+    def closing(self) -> dict[str, Any]:
+        return {"execution": self.execution}
 
     def final_results(self, state: dict[str, Any]) -> dict[str, Any]:
         history = state["history"]

@@ -1,0 +1,71 @@
+"""The runtime object (training/runtime.py): `train.*` resolved once per run into a frozen Runtime that the
+drivers pass down to the data builders and the algorithm; the one run skeleton (engine/run.py)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from fedac.config import load_config
+from fedac.errors import ConfigError
+from fedac.training import runtime as runtime_mod
+from fedac.training.runtime import Runtime
+from helpers import tiny_run
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_the_runtime_holds_the_settings_resolved_and_cannot_change():
+    train = load_config(None, ["train.device=cpu", "train.devices=cpu,cpu", "train.cohort_workers=3",
+                               "train.cohort_chunk=5", "train.client_memory=host", "train.precision=bf16",
+                               "train.deterministic=false"]).train
+    rt = Runtime.resolve(train)
+    assert rt == Runtime(torch.device("cpu"), (torch.device("cpu"),) * 2, "bf16", False, 5, "host", 3)
+    assert rt.name == "cpu"
+    with rt.autocast():  # train.precision's arithmetic
+        assert torch.is_autocast_enabled("cpu")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        rt.device = torch.device("meta")  # type: ignore[misc]
+    # auto (0) workers is a number once resolved; a node's own device replaces train.device
+    assert Runtime.resolve(load_config(None, ["train.cohort_workers=0"]).train).workers >= 1
+    assert Runtime.resolve(load_config(None, ["train.device=cuda:7"]).train, torch.device("cpu")).device.type == "cpu"
+    with pytest.raises(ConfigError, match="train.precision=tf32 needs a CUDA device"):
+        Runtime.resolve(load_config(None, ["train.device=cpu", "train.precision=tf32"]).train)
+
+
+def test_start_runtime_applies_the_process_settings_before_counting_workers(monkeypatch):
+    order = []
+    monkeypatch.setattr(runtime_mod, "configure_process", lambda train: order.append("process"))
+    monkeypatch.setattr(runtime_mod, "cohort_workers", lambda train, device: order.append("workers") or 2)
+    monkeypatch.setattr(runtime_mod, "configure_precision", lambda *a: order.append(("precision", *a)))
+    rt = runtime_mod.start_runtime(load_config(None, ["train.device=cpu", "train.deterministic=false"]).train)
+    assert order == ["process", "workers", ("precision", "fp32", torch.device("cpu"), False)] and rt.workers == 2
+
+
+def test_a_run_resolves_its_device_once_and_passes_it_down(gsc_root, tmp_path, monkeypatch):
+    """The simulator resolves train.device once; the data builder and the algorithm get that runtime
+    instead of reading train.device again."""
+    from fedac.engine import data as data_mod
+    from fedac.engine.simulator import Simulator
+
+    calls = []
+    real = runtime_mod.resolve_device
+    monkeypatch.setattr(runtime_mod, "resolve_device", lambda setting: calls.append(setting) or real(setting))
+    monkeypatch.setattr(data_mod, "resolve_device", lambda setting: pytest.fail("the data builder resolved the device"))
+    cfg = load_config(None, [f"{k}={v}" for k, v in {**tiny_run(gsc_root, tmp_path / "cache"), "train.rounds": 1,
+                                                     "train.cohort_workers": 2}.items()])
+    sim = Simulator(cfg, tmp_path / "run", progress=False)
+    assert calls == [cfg.train.device]
+    assert sim.algorithm.runtime is sim.runtime and sim.runtime.workers == 2
+    assert sim.algorithm.device == sim.device == sim.runtime.device
+
+
+def test_every_driver_runs_the_one_skeleton():
+    from fedac.engine.run import RoundDriver
+    from fedac.engine.simulator import Simulator
+    from fedac.engine.zeroshot import ZeroShotDriver
+
+    for driver in (Simulator, ZeroShotDriver):
+        assert issubclass(driver, RoundDriver) and driver.run is RoundDriver.run
