@@ -253,7 +253,7 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
             raise
         finally:
             cleanup(world, where)
-        return world.from_rank0(results, "sharing a run's results")  # (rank 0 alone evaluates)
+        return world.from_rank0(results, "sharing a run's results")  # (rank 0 alone returns them)
 
     def record(label: str, cfg: Config, run_dir: Path, results: dict) -> None:
         spreads = results.get("per_client", {}).get("spreads", {})  # (runs written before issue 57 have none)
