@@ -33,7 +33,7 @@ def test_quick_cpu_run_writes_the_report_to_out(tmp_path):
     assert gru["s_per_layer"]["plain"] == pytest.approx(gru["paths"]["plain"]["s_per_round"] / 5)
     paths = report["workloads"]["gsc"]["paths"]
     assert set(paths) == {"fedac", "plain"}  # on the CPU, fedac is fedac's CPU default: no fedac_cpu path
-    for name, result in paths.items():
+    for result in paths.values():
         assert result["s_per_round"] > 0 and result["samples_per_s"] > 0 and result["tflop_per_s"] > 0
         assert result["peak_gpu_mb"] is None  # CUDA only
     # the same clients each round on both paths, so the same samples

@@ -22,7 +22,7 @@ FEDKWS = FeatureConfig(style="fedkws")
 def reference_fedkws_mfcc(wave: np.ndarray) -> np.ndarray:
     """torchaudio.transforms.MFCC(8000, 40, melkwargs n_fft=240, hop 80, n_mels 40, htk, f 0-4000) with
     AmplitudeToDB(top_db=80), / 500, written out with numpy loops from the definitions."""
-    n_fft, hop, n_mels, rate = 240, 80, 40, 8000
+    n_fft, hop, n_mels = 240, 80, 40  # at 8 kHz
     padded = np.pad(wave.astype(np.float64), n_fft // 2, mode="reflect")
     window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)  # periodic Hann
     frames = [padded[i : i + n_fft] * window for i in range(0, len(padded) - n_fft + 1, hop)]

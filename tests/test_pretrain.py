@@ -40,7 +40,7 @@ def test_pretraining_writes_a_loadable_encoder_with_its_record(smoke):
     assert record["settings"]["steps"] == 50 and record["settings"]["objective"] == "hubert"
     assert len(record["sha256"]) == 64 and record["command"].startswith("fedac pretrain")
     losses = [float(line.split(",")[1]) for line in (out / "loss.csv").read_text().splitlines()[1:]]
-    assert len(losses) == 50 and all(l == l for l in losses)  # finite, one per step
+    assert len(losses) == 50 and all(loss == loss for loss in losses)  # finite, one per step
     assert not (out / "state.pt").exists()
     encoder = load_encoder(out)
     assert len(encoder.encoder.layers) == 4 and encoder.config.apply_spec_augment is False

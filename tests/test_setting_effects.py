@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import re
-from functools import lru_cache
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -45,7 +45,7 @@ def build(gsc_root, tmp_path_factory):
     """FederatedData of the session GSC tree (6 training speakers x 70 clips) under extra settings."""
     cache = tmp_path_factory.mktemp("effects_cache")
 
-    @lru_cache(maxsize=None)
+    @functools.cache
     def built(*overrides: str):
         cfg = load_config(overrides=[f"data.root={gsc_root}", f"data.cache_dir={cache}", *overrides])
         return cfg, build_federated_data(cfg, progress=False)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
@@ -32,6 +32,9 @@ from fedac.training.functional import clip_stacked, param_leaves, stacked_optimi
 from fedac.seeding import torch_generator
 from fedac.training.local import clip_gradients, client_batches, cross_entropy, cycling_batches, make_optimizer, on_device
 from fedac.training.types import ClientData, ClientResult, Params
+
+if TYPE_CHECKING:  # (fedmlac.py imports this module)
+    from fedac.algorithms.fedmlac import FedMLAC
 
 
 class ParameterView:
@@ -128,7 +131,7 @@ def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData],
     return results  # type: ignore[return-value]
 
 
-def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas: list[ClientData], round_idx: int,
+def mutual_cohort(algo: FedMLAC, payload: Params, states: list[Params], datas: list[ClientData], round_idx: int,
                   seed: int) -> list[ClientResult]:
     """FedMLAC's client update (Algorithm 1: personalized step, then Plug-in step, per batch) for a whole
     cohort, one stacked group per personalized architecture."""
@@ -142,9 +145,9 @@ def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas:
     payloads = OnDevices(payload)
 
     def train(omega_model, chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
-        omega = stack_params([states[i] for i in chunk.positions])
-        omega = {name: value.to(chunk.device) for name, value in omega.items()}  # (no copy on the states' device)
-        omega, theta = StackedStep(omega_model, omega, cfg), StackedStep(theta_model, broadcast_params(
+        stacked = stack_params([states[i] for i in chunk.positions])
+        stacked = {name: value.to(chunk.device) for name, value in stacked.items()}  # (no copy on the states' device)
+        omega, theta = StackedStep(omega_model, stacked, cfg), StackedStep(theta_model, broadcast_params(
             payloads(chunk.device), len(chunk)), cfg)
         sums = torch.zeros(2, len(chunk), dtype=torch.float64, device=chunk.device)
         for step in chunk.steps:
@@ -235,11 +238,11 @@ def fedkwsui_cohort(algo, payload: Params, states: list[Params | None], datas: l
         for k, position in enumerate(chunk.positions):
             plan, steps = plans[position], int(plans[position]["steps"])
             params_k = model.client(k)
-            state = {n: v for n, v in params_k.items() if n.startswith("private_")} if states[position] is not None else None
+            private = {n: v for n, v in params_k.items() if n.startswith("private_")} if states[position] is not None else None
             metrics = {"loss": global_sums[k] / steps if steps else float("nan"), "steps": float(steps),
                        "private_loss": private_sums[k] / max(private_steps, 1), "private_steps": float(private_steps),
                        "alt_ratio": plan["ratio"], "mu": plan["mu"]}
-            out.append((position, ClientResult(params_k, state, metrics)))
+            out.append((position, ClientResult(params_k, private, metrics)))
         return out
 
     size = algo.packing.fixed_chunk
@@ -303,7 +306,7 @@ class LocalObjective(Algorithm):
         cfg = self.cfg.train
         model = self.scratch_model(self.cfg.model.name, self.start_params(payload))
         model.train()
-        params = dict(model.named_parameters())
+        params: Params = dict(model.named_parameters())
         optimizer = make_optimizer(params.values(), cfg)
         total, steps = torch.zeros((), dtype=torch.float64, device=data.y.device), 0
         for idx in on_device(client_batches(data.num_samples, cfg, generator), data.x):

@@ -14,7 +14,7 @@ differs from FedAvg by the MMD term alone; it runs on the sequential path (no st
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +32,8 @@ def mmd_rbf(source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0,
     distances = (total.unsqueeze(1) - total.unsqueeze(0)).pow(2).sum(-1)
     bandwidth = distances.detach().sum() / (n * n - n) + 1e-8
     bandwidth = bandwidth / kernel_mul ** (kernel_num // 2)
-    kernel = sum(torch.exp(-distances / (bandwidth * kernel_mul ** i)) for i in range(kernel_num))
+    # (cast: a sum of tensors is a tensor, the start 0 aside)
+    kernel = cast(torch.Tensor, sum(torch.exp(-distances / (bandwidth * kernel_mul ** i)) for i in range(kernel_num)))
     b = source.shape[0]
     return (kernel[:b, :b] + kernel[b:, b:] - kernel[:b, b:] - kernel[b:, :b]).mean()
 

@@ -34,8 +34,8 @@ def _second_moment(rule: str, v: torch.Tensor, delta_sq: torch.Tensor, beta2: fl
     return beta2 * v + (1 - beta2) * delta_sq
 
 
-def server_step(rule: str, params: Params, average: Params, state: dict[str, Params], opt,
-                stepped: set[str] | None = None) -> tuple[Params, dict[str, Params]]:
+def server_step(rule: str, params: Params, average: Params, state: dict[str, Any], opt,
+                stepped: set[str] | None = None) -> tuple[Params, dict[str, Any]]:
     """One server-optimizer step for rule in {adam, yogi, adagrad, avgm}; returns new params and moments.
     `stepped`: the entries the optimizer moves (None: every floating entry); the others take the average.
     `opt.form == "torch"` bias-corrects Adam's moments with the step count kept in the state."""
@@ -59,7 +59,7 @@ def server_step(rule: str, params: Params, average: Params, state: dict[str, Par
             new_params[name] = x + opt.server_lr * m_hat / (v_hat.sqrt() + opt.tau)
             continue
         new_params[name] = x + opt.server_lr * new_m[name] / (new_v[name].sqrt() + opt.tau)
-    moments = {"m": new_m, "v": new_v}
+    moments: dict[str, Any] = {"m": new_m, "v": new_v}
     if torch_form:  # a tensor, so the state still travels as a dict of tensors
         moments["step"] = torch.tensor(step)
     return new_params, moments

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from torch import nn
 
@@ -13,7 +15,8 @@ from fedac.errors import ConfigError
 
 def proximal_term(model: nn.Module, anchor: Params, mu: float) -> torch.Tensor:
     """mu/2 * sum over parameters of ||w - w_global||^2; the anchor is a constant (no gradient)."""
-    squared = sum((p - anchor[name].detach()).pow(2).sum() for name, p in model.named_parameters())
+    # (cast: a sum of tensors is a tensor, the start 0 aside)
+    squared = cast(torch.Tensor, sum((p - anchor[name].detach()).pow(2).sum() for name, p in model.named_parameters()))
     return 0.5 * mu * squared
 
 

@@ -7,7 +7,7 @@ run's trained numbers are the same with or without it."""
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -20,6 +20,9 @@ from fedac.engine.report import append_client_rows, no_holdout_reason
 from fedac.training.device import nbytes, to_device
 from fedac.training.evaluate import clip_predictions, logits
 from fedac.training.types import ClientData
+
+if TYPE_CHECKING:  # (models/ssl.py imports transformers: not at run time)
+    from fedac.models.early_exit import MultiExitSSL
 
 #: The per-client metrics, each as the shared model's (<key>) and, for personalized methods, the
 #: client's own model's (own_<key>), on the client's local held-out windows.
@@ -90,7 +93,7 @@ def spreads(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def exit_scores(model: nn.Module, data: ClientData, num_classes: int, batch_size: int) -> dict[str, float]:
+def exit_scores(model: MultiExitSSL, data: ClientData, num_classes: int, batch_size: int) -> dict[str, float]:
     """An early-exit model (MultiExitSSL) at each of its exits on the client's held-out windows, as
     exit<L>_<metric> (evaluate_views' tags); the model is left at the exit it was at."""
     at, out = model.depth, {}

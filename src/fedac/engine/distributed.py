@@ -260,7 +260,7 @@ def client_cost(samples: int, cfg) -> float:
 def shares(costs: list[float], size: int) -> list[list[int]]:
     """Positions of the cohort per rank: costliest client first onto the least loaded rank (ties: the
     earlier position, the lower rank), each share in cohort order. Every rank computes the same shares."""
-    loads, out = [0.0] * size, [[] for _ in range(size)]
+    loads, out = [0.0] * size, [list[int]() for _ in range(size)]
     for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
         rank = min(range(size), key=lambda r: (loads[r], r))
         out[rank].append(i)

@@ -282,8 +282,8 @@ def plot_confusion(run_dir: Path, counts: list[list[int]], classes: list[str], t
     import numpy as np
 
     plt = pyplot()
-    counts = np.asarray(counts, dtype=float)
-    shares = counts / np.maximum(counts.sum(1, keepdims=True), 1)
+    matrix = np.asarray(counts, dtype=float)
+    shares = matrix / np.maximum(matrix.sum(1, keepdims=True), 1)
     size = min(4 + 0.25 * len(classes), 11)
     fig, ax = plt.subplots(figsize=(size + 1.5, size))
     image = ax.imshow(shares, cmap="Blues", vmin=0, vmax=1)

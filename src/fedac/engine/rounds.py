@@ -34,6 +34,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -87,7 +88,7 @@ class RoundLoop:
         """What a signal cut short."""
         self.final = False
         self._pending_save: Callable[[], None] | None = None
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}  # the handlers signal.getsignal returned
         self._round_started = 0.0
         self.bar: tqdm | None = None
 
@@ -101,12 +102,13 @@ class RoundLoop:
                     self._previous[sig] = signal.signal(sig, self._on_signal)
         return self
 
-    def __exit__(self, kind, exc, tb) -> bool:
+    def __exit__(self, kind, exc, tb) -> None:
         self._restore()
-        self.bar.close()
+        if self.bar is not None:
+            self.bar.close()
         if kind is _Abandon:
+            assert self.signum is not None  # only a signal abandons a round
             raise RunInterrupted(self.run_dir, self.checkpointed, self.rounds, self.signum, self.abandoned) from None
-        return False
 
     def _restore(self) -> None:
         for sig, previous in self._previous.items():
@@ -157,7 +159,8 @@ class RoundLoop:
         self._pending_save = save
         if boundary:
             self._save()
-        self.bar.update(1)
+        if self.bar is not None:  # (None only outside the `with`)
+            self.bar.update(1)
         if round_idx == self.start + 1 and self.progress:
             took = time.perf_counter() - self._round_started
             left = self.rounds - round_idx
@@ -177,6 +180,7 @@ class RoundLoop:
 
     def _save(self) -> None:
         if self.checkpointed != self.completed:
+            assert self._pending_save is not None  # end_round sets it before any save
             self._pending_save()
             self.checkpointed = self.completed
 

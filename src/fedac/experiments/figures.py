@@ -161,7 +161,7 @@ def freshness(root: Path, file: str, current: str) -> tuple[str, str]:
     "unrecorded", a line saying why and how to remake it)."""
     path = root / file
     if not path.is_file():
-        command = RERUN.get(file, "the command that made it")
+        command: str | None = RERUN.get(file, "the command that made it")
         return "stale", f"stale: {file} does not exist: run `{command}` and commit it"
     data = json.loads(path.read_text())
     hashes = recorded_code(data)

@@ -139,7 +139,7 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
         refuse_layers(cfg)
         strategy, round_metrics = _flower_builtin(cfg, settings, state)
         strategy = flower_dp(strategy, cfg, side.privacy)
-    elif secure:  # run-config secagg=true: the uploads are summed by Flower's SecAgg+ (fedac.flower.secagg)
+    elif secure and settings.secagg is not None:  # run-config secagg=true: the uploads are summed by Flower's SecAgg+ (fedac.flower.secagg)
         strategy = SecAggStrategy(side.algorithm, state["server"], directory, cfg, settings.secagg)
         round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731
     else:

@@ -5,6 +5,7 @@ Bulyan and norm bounding, each registered in `fedac.rules.AGGREGATORS` through i
 from __future__ import annotations
 
 import statistics
+from typing import cast
 
 import torch
 
@@ -147,7 +148,8 @@ def norm_bound_metrics(uploads: list[tuple[Params, int]], reference: Params | No
 def _deltas_and_norm(params: Params, reference: Params) -> tuple[Params, float]:
     """params - reference (float64) per floating entry, and their L2 norm taken together."""
     deltas = {n: v.to(torch.float64) - reference[n].to(torch.float64) for n, v in params.items() if v.is_floating_point()}
-    return deltas, float(torch.sqrt(torch.as_tensor(sum(d.square().sum() for d in deltas.values())))) if deltas else 0.0
+    squared = cast(torch.Tensor, sum(d.square().sum() for d in deltas.values()))  # (a sum of tensors)
+    return deltas, float(torch.sqrt(squared)) if deltas else 0.0
 
 
 def clip_update(params: Params, reference: Params, clip_norm: float) -> Params:

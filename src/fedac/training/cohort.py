@@ -173,6 +173,7 @@ class CohortChunk:
             for k, part in enumerate(parts):
                 x[k, :len(part)] = part
             return x, y
+        assert self.x is not None  # (None for augmented data only)
         x = self.x.index_select(0, flat)
         return x.view(step.active, step.width, *x.shape[1:]), y
 
@@ -280,7 +281,7 @@ def _pooled(work: Callable[[Any, CohortChunk], list[tuple[int, Any]]], chunks: I
     the first slot that is free, so at most len(slots) chunks are in memory at once; results come back
     in completion order."""
     with ThreadPoolExecutor(len(slots), thread_name_prefix=prefix) as pool:
-        free, running = list(slots), {}
+        free, running = list(slots), dict[Any, Any]()
         for chunk in chunks:
             if not free:
                 done, _ = wait(running, return_when=FIRST_COMPLETED)

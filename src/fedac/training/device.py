@@ -86,10 +86,10 @@ def to_device(obj: Any, device: torch.device | str, pin: bool = False) -> Any:
         return type(obj)(to_device(v, device, pin) for v in obj)
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         fields = {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj) if f.init}
-        moved = {name: to_device(value, device, pin) for name, value in fields.items()}
-        if all(moved[name] is value for name, value in fields.items()):
+        moved_fields = {name: to_device(value, device, pin) for name, value in fields.items()}
+        if all(moved_fields[name] is value for name, value in fields.items()):
             return obj  # already there: the same object (callers may compare splits by identity)
-        return dataclasses.replace(obj, **moved)
+        return dataclasses.replace(obj, **moved_fields)
     if hasattr(obj, "to") and callable(obj.to) and not isinstance(obj, torch.nn.Module):
         return obj.to(device)
     return obj

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
@@ -21,6 +21,9 @@ from fedac.data.waveform import Padded
 from fedac.training.device import to_device
 from fedac.training.types import EvalSplit
 from fedac.training.metrics import classification_metrics, equal_error_rate, false_accept_reject, transcription_metrics
+
+if TYPE_CHECKING:  # (models/ssl.py imports transformers: not at run time)
+    from fedac.models.early_exit import MultiExitSSL
 
 #: The negative classes of keyword spotting (12-class Speech Commands) for FA / FR.
 KWS_NEGATIVES = ("_silence_", "_unknown_")
@@ -33,7 +36,9 @@ _shard: ContextVar[tuple[int, int, Callable[[list], list[list]]] | None] = Conte
 def sharded(rank: int, size: int, gather: Callable[[list], list[list]] | None) -> Iterator[None]:
     """Within the block, `batch_outputs` runs this process's share of a split's batches (every `size`-th
     from `rank`) and `gather(its outputs)` returns every process's, in rank order; size 1: every batch here."""
-    token = _shard.set((rank, size, gather) if size > 1 else None)
+    if size > 1 and gather is None:
+        raise ValueError("evaluation sharded over several processes needs their `gather`")
+    token = _shard.set((rank, size, gather) if size > 1 and gather is not None else None)
     try:
         yield
     finally:
@@ -76,9 +81,10 @@ def clip_predictions(model: nn.Module, split: EvalSplit, batch_size: int = 512) 
     return clip_argmax(split, logits(model, split.x, batch_size))
 
 
-def batch_output(model: nn.Module, chunk, kind: str):
+def batch_output(model: Any, chunk, kind: str):
     """What a split's metrics need from one batch: greedy transcripts (ctc), pooled embeddings
-    (verification) or logits (classification)."""
+    (verification) or logits (classification). (`model` is Any: `transcribe` and `embed` are the
+    SSL models' and KWS nets' own methods, not nn.Module's.)"""
     if kind == "ctc":
         return model.transcribe(chunk)
     return model.embed(chunk) if kind == "verification" else model(chunk)
@@ -87,9 +93,11 @@ def batch_output(model: nn.Module, chunk, kind: str):
 def split_metrics(split: EvalSplit, outputs: list) -> dict[str, float]:
     """The split's metrics from its batches' `batch_output`s, in order."""
     if split.kind == "ctc":
+        assert split.texts is not None  # CTC splits carry their transcripts
         return transcription_metrics(split.texts, [text for out in outputs for text in out])
     if split.kind == "verification":  # trials scored by the cosine of the two clips' embeddings
         emb = nn.functional.normalize(torch.cat(outputs), dim=1)
+        assert split.trials is not None  # verification splits carry their trials
         a, b, target = split.trials.unbind(1)
         return {"eer": equal_error_rate((emb[a] * emb[b]).sum(1).cpu().numpy(), target.cpu().numpy())}
     # metrics are computed on the host, once per split (one transfer, not one per batch)
@@ -104,7 +112,7 @@ def evaluate(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> dict[
 
 
 @torch.no_grad()
-def evaluate_exits(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> dict[int, dict[str, float]]:
+def evaluate_exits(model: MultiExitSSL, split: EvalSplit, batch_size: int = 512) -> dict[int, dict[str, float]]:
     """`evaluate` at every exit of a MultiExitSSL ({exit: metrics}), with one encoder pass per batch:
     the batch's exits are scored shallow to deep, each continuing the encoder where the last stopped.
     The model is left at its deepest exit."""

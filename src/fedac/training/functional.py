@@ -87,6 +87,7 @@ def _masked_batch_norm(module: nn.modules.batchnorm._BatchNorm, x: torch.Tensor)
     if module.track_running_stats and module.momentum is None:
         raise ConfigError("the stacked path needs BatchNorm's momentum (cumulative averages read a count per "
                           "client): set train.execution=sequential")
+    assert replay.weight is not None  # `padded` replays carry the sample weights
     real = (replay.weight > 0).to(x.dtype).view(-1, *[1] * (x.dim() - 1))
     dims = [0, *range(2, x.dim())]
     count = real.sum() * math.prod(x.shape[2:])
@@ -96,8 +97,10 @@ def _masked_batch_norm(module: nn.modules.batchnorm._BatchNorm, x: torch.Tensor)
     var = (centred.pow(2) * real).sum(dims) / count
     if module.track_running_stats:
         with torch.no_grad():
+            m = module.momentum  # (None refused above; tracked statistics are buffers)
+            assert m is not None and module.running_mean is not None and module.running_var is not None
+            assert module.num_batches_tracked is not None
             module.num_batches_tracked.add_(1)
-            m = module.momentum
             module.running_mean.mul_(1 - m).add_(mean.detach() * m)
             module.running_var.mul_(1 - m).add_(var.detach() * (count / (count - 1)) * m)
     out = centred * torch.rsqrt(var + module.eps).view(shape)
@@ -125,7 +128,7 @@ def _gru_forward(module: nn.GRU, x: torch.Tensor, hx: torch.Tensor | None = None
             hidden = w_hh.shape[1]
             h = seq.new_zeros(seq.shape[0], hidden)
             steps = range(seq.shape[1] - 1, -1, -1) if direction else range(seq.shape[1])
-            out = [None] * seq.shape[1]
+            out: list[Any] = [None] * seq.shape[1]  # every step fills its slot
             for t in steps:
                 gh = F.linear(h, w_hh, b_hh)
                 i_r, i_z, i_n = gi[:, t].chunk(3, -1)
@@ -137,8 +140,8 @@ def _gru_forward(module: nn.GRU, x: torch.Tensor, hx: torch.Tensor | None = None
             outs.append(torch.stack(out, 1))
             finals.append(h)
         seq = torch.cat(outs, -1) if len(outs) > 1 else outs[0]
-    out = seq if module.batch_first else seq.transpose(0, 1)
-    return out, torch.stack(finals)
+    output = seq if module.batch_first else seq.transpose(0, 1)
+    return output, torch.stack(finals)
 
 
 def _bind(module: nn.Module, function) -> None:
@@ -339,7 +342,8 @@ class HandWritten:
     no buffers, no other method than forward, no need of the sample weights (no batch statistics)."""
 
     def __init__(self, model, param_names: list[str]):
-        self.model, self.param_names, self.buffer_names = model, param_names, []
+        self.model, self.param_names = model, param_names
+        self.buffer_names: list[str] = []
 
     def __call__(self, state: Params, x: torch.Tensor, masks=None, weight: torch.Tensor | None = None,
                  method: str = "forward", padded: bool | None = None) -> torch.Tensor:

@@ -106,7 +106,8 @@ def train_supervised(
     """Cross-entropy SGD (or the given optimizer) on (x, y) for cfg.local_epochs; returns the mean loss."""
     model.train()
     optimizer = optimizer or make_optimizer(model.parameters(), cfg)
-    total, steps = 0.0, 0
+    total: float | torch.Tensor = 0.0  # (local_step returns the loss as a tensor: no host sync)
+    steps = 0
     own_loss = getattr(model, "task_loss", None)  # SSL models' CTC / padded-batch loss (models/ssl.py)
     for idx in on_device(client_batches(len(y), cfg, generator), x):
         loss = own_loss(x[idx], y[idx]) if own_loss is not None else nn.functional.cross_entropy(model(x[idx]), y[idx])
