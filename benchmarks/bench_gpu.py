@@ -214,9 +214,9 @@ def parse(argv=None):
                         help="also keep the GSC round's one-line summary here, rewritten after every path")
     args = parser.parse_args(argv)
     only = [w.strip() for w in args.only.split(",") if w.strip()]
-    unknown = [w for w in only if w not in WORKLOADS]
+    unknown = [w for w in only if w not in RUNS]  # (WORKLOADS run by default; torchrun only when named)
     if unknown or not only:
-        parser.error(f"--only: unknown workload(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(WORKLOADS)}")
+        parser.error(f"--only: unknown workload(s) {', '.join(unknown) or '(none given)'}; choose from {', '.join(RUNS)}")
     args.only = only
     args.paths = {p.strip() for p in args.paths.split(",") if p.strip()}
     if args.paths - set(PATHS):
