@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PATHS = ["src", "tests", "benchmarks", "scripts"]
 
@@ -37,6 +39,9 @@ def test_ruff_format_is_applied() -> None:
     passes(tool("ruff", "format", "--check", *PATHS), "run bash scripts/style.sh")
 
 
+# mypy reads torch's and numpy's types: about 40-80 s on two cores from an empty cache (a clean
+# clone), under 2 s once .mypy_cache holds them.
+@pytest.mark.slow
 def test_mypy_passes_on_src() -> None:
     passes(tool("mypy"), "fix the types; pyproject.toml [tool.mypy] holds the settings")
 
@@ -52,6 +57,7 @@ def test_ruff_settings_catch_long_lines_and_unused_names() -> None:
         assert code in result.stdout, result.stdout
 
 
+@pytest.mark.slow
 def test_mypy_settings_catch_a_wrong_argument_type(tmp_path: Path) -> None:
     """The type checker's settings can fail: an annotated caller passing a str where fedac's seeding
     takes an int is reported, with pyproject.toml's settings."""
