@@ -3,7 +3,8 @@ of 2 CPU processes (gloo) against one process. Every rank runs the same server u
 uploads and a client's training does not depend on its rank; only the stacked path's chunks differ (a
 rank stacks its own share), which moves numbers at float rounding. results.json is therefore compared
 key by key, integers and strings exactly and floats to TOLERANCE (measured: bit-identical for these
-runs; FedKWS-UI's train_loss, summed per chunk, moved by 3e-9 relative), clock readings aside. A killed
+runs; FedKWS-UI's train_loss, summed per chunk, moved by 3e-9 relative; the weighted-sum methods'
+all-reduce sums in another order, float rounding again), clock readings aside. A killed
 rank stops the run with its last checkpoint kept, which one process resumes; a hung rank makes the
 others fail after `train.dist_timeout` naming the rank and the round."""
 

@@ -1,4 +1,5 @@
-"""One run over several processes started by torchrun (`torchrun --nproc-per-node N -m fedac run ...`).
+"""One run over several processes started by torchrun (`torchrun --nproc-per-node N -m fedac run ...`; also
+`fedac compare` and `fedac reproduce`, whose runs every rank runs in turn: experiments/compare.py).
 
 Design (the simplest one that gives one process's numbers for every method):
 - every rank builds the same data and samples the same cohort from the run's seed (nothing random depends
@@ -8,14 +9,18 @@ Design (the simplest one that gives one process's numbers for every method):
   round, stacked where the algorithm is;
 - one all-gather brings every client's result (upload, new persistent state, metrics) to every rank, in
   cohort order; every rank then runs the same server update on the same ordered list: the robust rules,
-  LPA, DP noise drawn from the run's seed and FedOpt's server optimiser see exactly what one process sees;
+  LPA, DP noise drawn from the run's seed and FedOpt's server optimiser see exactly what one process sees.
+  Where the algorithm and the rule declare that the server reads the uploads only through their
+  weighted mean (`sums_uploads`), one all-reduce of the float64 weighted sums replaces the uploads in
+  that gather (`all_reduce_mean`): the sums' order differs, float rounding only;
 - every rank evaluates, each its share of a split's batches and of the clients' held-out scores
   (`evaluation`, `World.each`), gathered so that all hold the same metrics; rank 0 alone writes the run
   directory and the checkpoints; the other ranks write into a scratch folder of their own that is
   removed at the end (`scratch_run_dir`);
 - every rank holds the whole run state (the global model and every client's persistent state, updated
   from the gathered results), so a checkpoint needs no gathering and a run resumes on any number of
-  processes, one included: rank 0 reads the checkpoint and sends it to the others (`share_state`).
+  processes, one included: rank 0 reads the checkpoint and sends it to the others
+  (engine/checkpoint.py `open_run`).
 
 A client's training does not depend on which rank trains it (its batches and dropout masks derive from
 (seed, round, client) only). One-client-at-a-time training therefore gives one process's numbers bit for
