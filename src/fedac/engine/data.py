@@ -59,7 +59,7 @@ def _rows_by_clip(feats: FeatureSet, num_clips: int) -> list[torch.Tensor]:
 
 def _gather(x: torch.Tensor, rows_of: list[torch.Tensor], clips: list[int], labels: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Windows of `clips` with their label and their position in `clips`."""
-    device = x.device  # the windows' device (the host while data is built; the stream runner's device)
+    device = x.device  # the windows' device (the host while data is built; the zero-shot driver's device)
     if not clips:
         return x.new_zeros((0, *x.shape[1:])), torch.zeros(0, dtype=torch.long, device=device), \
             torch.zeros(0, dtype=torch.long, device=device)

@@ -1,5 +1,5 @@
-"""What the round loops of simulator.py and streams.py share: the progress of the rounds (with a bar of
-the clients inside a slow round and a time estimate after the first one), and SIGINT / SIGTERM that
+"""What the round loop of engine/run.py (every driver's) holds: the progress of the rounds (with a bar
+of the clients inside a slow round and a time estimate after the first one), and SIGINT / SIGTERM that
 lose nothing.
 
 Signals, while a `RoundLoop` is open in the main thread:

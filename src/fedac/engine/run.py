@@ -91,9 +91,11 @@ class RoundDriver(ABC):
 
     def evaluate(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
         """The round's evaluation into `row`, inside the round (a second signal abandons it)."""
+        return None  # (a driver whose round scores itself)
 
     def round_written(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
         """The round's own files, after its computation (a signal does not cut them)."""
+        return None  # (a driver whose rows are all it writes per round)
 
     def checkpoint_boundary(self, round_idx: int) -> bool:
         """Whether a checkpoint is written after round `round_idx`."""
@@ -147,7 +149,8 @@ class RoundDriver(ABC):
                     row["wall_seconds"] = time.perf_counter() - started
                     state["history"].append(row)
                     write_history(self.run_dir, state["history"])
-                    loop.bar.set_postfix({k: f"{row[k]:.3f}" for k in self.shown if k in row})
+                    if loop.bar is not None:  # (open inside the loop)
+                        loop.bar.set_postfix({k: f"{row[k]:.3f}" for k in self.shown if k in row})
                 state["round"] = round_idx
                 state["wall_seconds"] = time.perf_counter() - started
                 loop.end_round(round_idx, lambda: save_checkpoint(self.run_dir, to_device(state, "cpu")),

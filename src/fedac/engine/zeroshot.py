@@ -68,8 +68,12 @@ class ZeroShotDriver(RoundDriver):
     shown = ("local_acc", "global_acc", "test_accuracy")
 
     def __init__(self, cfg: Config, run_dir: str | Path, progress: bool = True):
-        if not algorithm_class(cfg.algorithm).streaming:
-            raise ConfigError(f"the streaming driver runs streaming algorithms (zeroshot), not '{cfg.algorithm}'")
+        cls = algorithm_class(cfg.algorithm)
+        if not cls.streaming:
+            raise ConfigError(f"the zero-shot driver runs streaming algorithms (zeroshot), not '{cfg.algorithm}'")
+        if not issubclass(cls, ZeroShotFL):  # (it scores and feeds what ZeroShotFL reports)
+            raise ConfigError(f"the zero-shot driver runs ZeroShotFL and its subclasses; '{cfg.algorithm}' "
+                              f"({cls.__module__}.{cls.__qualname__}) is streaming but not one of them")
         # Users share score tables, not weights, and the scenario fixes who trains what: settings of the
         # weight-averaging runtimes would be silently ignored here, so they are refused.
         ignored = {"attack.kind": (cfg.attack.kind, "none"), "dp.mode": (cfg.dp.mode, "none"),
@@ -97,7 +101,7 @@ class ZeroShotDriver(RoundDriver):
             self.splits[name] = (wx, position, torch.tensor([stream.task_label[c] for c in clips], device=wx.device))
         task = Task(int(self.x.shape[1]), self.scenario.num_old, list(self.scenario.users))
         rows = SharedRows(public_x, public_y, torch.cat([self.splits["val"][0], self.splits["test"][0]]))
-        self.algorithm: ZeroShotFL = algorithm_class(cfg.algorithm)(cfg, task, self.runtime, rows)
+        self.algorithm: ZeroShotFL = cls(cfg, task, self.runtime, rows)
         #: The last server update's grouping (None in a round without reports): scored and saved per round.
         self.grouping: Grouping | None = None
 

@@ -23,8 +23,14 @@ import torch
 from fedac.config import TrainConfig
 from fedac.kernels import set_gru_kernel
 from fedac.training.cohort import cohort_workers
-from fedac.training.device import autocast, check_precision, configure_precision, device_name, resolve_device, \
-    resolve_devices
+from fedac.training.device import (
+    autocast,
+    check_precision,
+    configure_precision,
+    device_name,
+    resolve_device,
+    resolve_devices,
+)
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """One client's update with its randomness fixed: the step every runtime (simulator, Flower ClientApp,
-stream runner, an algorithm's sequential cohort fallback) goes through, so they produce the same numbers."""
+zero-shot driver, an algorithm's sequential cohort fallback) goes through, so they produce the same numbers."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ class ClientUpdater(Protocol):
 def train_client(algorithm: ClientUpdater, payload: Any, state: Any, data: ClientData, round_idx: int, seed: int) -> ClientResult:
     """One client's update with its randomness fixed by (seed, round, client): the batch order comes
     from a derived generator and dropout from the global RNG seeded the same way. Every runtime
-    (simulator, stream runner, Flower ClientApp) calls this, so they produce the same numbers, in the same
+    (simulator, zero-shot driver, Flower ClientApp) calls this, so they produce the same numbers, in the same
     arithmetic (`train.precision`'s autocast)."""
     torch.manual_seed(derive_seed(seed, "dropout", round_idx, data.name))
     with autocast(algorithm.cfg.train.precision, algorithm.device):
