@@ -1,10 +1,10 @@
 """fedac on a GPU against the loop a user would write and against fedac's CPU default (issue 45, items 7-8).
 
-    .venv/bin/python benchmarks/bench_gpu.py --device cuda                 # every workload at full scale
-    .venv/bin/python benchmarks/bench_gpu.py --device cuda --quick         # fewer rounds: <= 3 min on one H100
-    .venv/bin/python benchmarks/bench_gpu.py --device cpu --quick          # the harness on a CPU (~2 min, small)
+    .venv/bin/python benchmarks/bench_gpu.py --device cuda          # every workload at full scale
+    .venv/bin/python benchmarks/bench_gpu.py --device cuda --quick  # fewer rounds (<= 3 min, H100)
+    .venv/bin/python benchmarks/bench_gpu.py --device cpu --quick   # the harness on a CPU (~2 min)
     .venv/bin/python benchmarks/bench_gpu.py --device cuda --only gsc,kws  # some workloads
-    .venv/bin/python benchmarks/bench_gpu.py --device cuda --only gsc --paths fedac,plain  # some paths
+    .venv/bin/python benchmarks/bench_gpu.py --device cuda --only gsc --paths fedac,plain  # paths
 
 The code: this file (the command line, the report, the targets and the table), gpu_timing.py (sizes, the
 device, timing one path) and gpu_workloads.py (the workloads). benchmarks/gpu/check.sh runs the quick form

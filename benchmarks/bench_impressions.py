@@ -1,8 +1,8 @@
 """Data-impression synthesis (zero-shot FL, Eq. 3) before and after issue 12's batched path. One command,
 writes JSON to benchmarks/results/:
 
-    .venv/bin/python benchmarks/bench_impressions.py                 # 1500 steps (the paper's), ~15-30 min
-    .venv/bin/python benchmarks/bench_impressions.py --steps 150     # a smoke run
+    .venv/bin/python benchmarks/bench_impressions.py              # 1500 steps (paper): 15-30 min
+    .venv/bin/python benchmarks/bench_impressions.py --steps 150  # a smoke run
 
 The report models are real: round 4 of the homogeneous scenario (seed 0) is trained on each stand-in,
 and the two Choice 2 uploads (u1 cnn2_softmax and u2 cnn3_relu, one new class each) are kept. For that

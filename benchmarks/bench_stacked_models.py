@@ -2,8 +2,8 @@
 four KWS networks and one zero-shot CNN, under FedKWS-UI's local protocol (issue 56). One command,
 writes JSON to benchmarks/results/stacked_models.json:
 
-    .venv/bin/python benchmarks/bench_stacked_models.py            # 16 clients, E = 5, 3 repeats
-    .venv/bin/python benchmarks/bench_stacked_models.py --quick    # 4 clients, E = 2, 1 repeat (a smoke run)
+    .venv/bin/python benchmarks/bench_stacked_models.py          # 16 clients, E = 5, 3 repeats
+    .venv/bin/python benchmarks/bench_stacked_models.py --quick  # 4 clients, E = 2, 1 repeat: smoke
 
 Protocol: FedKWS-UI's client update (private phase, ALT global steps, ALO loss), batch 32, clipping at
 50, SGD (lr 0.1, momentum 0.9) for DSCNN, MHAttRNN, ResNet15 and cnn3_relu, AdamW (lr 1e-3) for KWT;
@@ -14,7 +14,8 @@ stacked / sequential (below 1: stacked is faster). CPU seconds are the number to
 machine. Both paths train the same clients from the same payload, and the script checks that their
 uploads agree (max abs difference reported).
 
-    .venv/bin/python benchmarks/bench_stacked_models.py --ssl w2v2_s   # the SSL encoder (adds "ssl" to the JSON)
+    # the SSL encoder (adds "ssl" to the JSON):
+    .venv/bin/python benchmarks/bench_stacked_models.py --ssl w2v2_s
 
 `--ssl SIZE`: the early-exit SSL encoder (its classification head at the last exit, the CNN frozen, as
 `earlyexit` trains it) on 1 s clips of cached CNN frames (49 x conv, every clip full length), SGD with

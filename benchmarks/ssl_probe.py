@@ -9,7 +9,8 @@ accuracy is measured on the validation and test splits (unseen speakers). Centra
 representation, not a federated run.
 
     python benchmarks/ssl_probe.py --encoder DIR --model w2v2_tiny --out docs/results/ssl-probe/probe.json
-    python benchmarks/ssl_probe.py --model w2v2_s --out docs/results/ssl-probe-w2v2_s/probe.json   # the shipped encoder
+    # the shipped encoder:
+    python benchmarks/ssl_probe.py --model w2v2_s --out docs/results/ssl-probe-w2v2_s/probe.json
 
 `--only pretrained|random` probes one of the two (each half takes minutes; run them as two commands).
 """

@@ -6,7 +6,7 @@ differently, and 50 rounds of SGD carry a difference in the last bit of one step
 model. This script measures that spread here, the way another machine would see it: it reruns the default
 run from an empty cache under each kernel choice one process can be given, and records each final figure.
 
-    .venv/bin/python scripts/default_run_spread.py                     # every variant: ~6 runs of the default run
+    .venv/bin/python scripts/default_run_spread.py  # every variant: ~6 runs of the default run
     .venv/bin/python scripts/default_run_spread.py --only base,gru_torch --rounds 2 --dest /tmp/spread
 
 Variants (each a fresh FEDAC_HOME sharing one copy of the synthetic audio, which no torch kernel writes, so

@@ -190,6 +190,13 @@ def fix_string(src: Source, index: int, limit: int) -> bool:
     # In brackets the parts need no parentheses, except as a dict value or keyword argument, where
     # the formatter would leave the later parts at the keys' indent.
     value = src.tokens[index - 1].type == tokenize.OP and src.tokens[index - 1].string in ":="
+    after_tok = next(
+        t for t in src.tokens[index + 1 :] if t.type not in (tokenize.NL, tokenize.COMMENT)
+    )
+    if (
+        after_tok.type == tokenize.STRING
+    ):  # the value goes on below: parentheses would cut it in two
+        value = False
     if src.depth[tok.start] > 0 and not value:
         parts = split_literal(tok, limit - col)
         if parts is None:
@@ -267,7 +274,8 @@ def fix_line(src: Source, row: int, limit: int, trailing_only: bool = False) -> 
     strings = [k for k in on_line if src.tokens[k].type == tokenize.STRING]
     for k in sorted(strings, key=lambda k: -src.tokens[k].end[1]):
         tok = src.tokens[k]
-        if tok.start[0] == tok.end[0] == row and tok.end[1] > limit and fix_string(src, k, limit):
+        # (the rightmost literal first; splitting one also moves the code after it to the next line)
+        if tok.start[0] == tok.end[0] == row and fix_string(src, k, limit):
             return True
     return False
 

@@ -5,8 +5,8 @@ Client k keeps its own model omega_k (architecture fixed once per client: `model
 seeded draw from `model.zoo` when heterogeneous) and receives the global Plug-in theta each round.
 Per batch B, in Algorithm 1's order:
 
-  omega <- omega - lr * grad[ alpha * CE(F_k(x), y) + (1 - alpha) * KL(p_theta || p_omega) ]   (Eq. 6-8)
-  theta <- theta - lr * grad[ KL(p_omega || p_theta) + plugin_ce_weight * CE(F_g(x), y) ]       (Eq. 9)
+  omega <- omega - lr * grad[ alpha * CE(F_k(x), y) + (1 - alpha) * KL(p_theta || p_omega) ]  (6-8)
+  theta <- theta - lr * grad[ KL(p_omega || p_theta) + plugin_ce_weight * CE(F_g(x), y) ]    (Eq. 9)
 
 with KL(p || q) = sum_c p(c) log(p(c) / q(c)) (Eq. 5), the first argument being the teacher, whose
 output is detached. Only theta (with n_k) is uploaded; omega never leaves the client.

@@ -2,7 +2,8 @@
 FedAvg whose local loss adds lambda * MMD^2 between the local model's penultimate features and those
 of the round's frozen global model on the same batch:
 
-    L = CE(head(h_loc), y) + lambda * MMD^2(H_loc, H_glob),   H_glob = embed_global(x) in eval mode, detached.
+    L = CE(head(h_loc), y) + lambda * MMD^2(H_loc, H_glob),
+    H_glob = embed_global(x) in eval mode, detached.
 
 MMD^2 is the code's `mmd_rbf_noaccelerate`: Z = [H_loc; H_glob] (2B rows), D = pairwise squared L2
 distances, bandwidth b = sum(D) / ((2B)^2 - 2B) + 1e-8 (no gradient through b), b <- b / 2^(5 // 2),

@@ -1,7 +1,7 @@
 """FedOPT family (Reddi et al. 2021, "Adaptive Federated Optimization", Alg. 2): a server optimizer on
 the pseudo-gradient Delta_t = aggregate(client models) - x_t.
 
-    m_t = beta1 * m_{t-1} + (1 - beta1) * Delta_t          (FedAvgM: m_t = momentum * m_{t-1} + Delta_t)
+    m_t = beta1 * m_{t-1} + (1 - beta1) * Delta_t     (FedAvgM: m_t = momentum * m_{t-1} + Delta_t)
     FedAdagrad: v_t = v_{t-1} + Delta_t^2
     FedYogi:    v_t = v_{t-1} - (1 - beta2) * Delta_t^2 * sign(v_{t-1} - Delta_t^2)
     FedAdam:    v_t = beta2 * v_{t-1} + (1 - beta2) * Delta_t^2

@@ -3,12 +3,12 @@
 A Flower SuperNode in device mode (docs/flower.md) trains from a folder of its own labelled clips. The
 folder's layout (node-config `data-layout`):
 
-  csv       a CSV with columns `file,label` (default `<root>/labels.csv`; `file` relative to the root). The
-            row order is the clip order, over which the local hold-out is drawn (`split-devices` writes
+  csv       a CSV with columns `file,label` (default `<root>/labels.csv`; `file` relative to the
+            root). The row order is the clip order, over which the local hold-out is drawn (`split-devices` writes
             the rows in the order of the dataset's manifest, so a device draws the simulator's hold-out).
   folders   `<root>/<label>/<file>.wav`, clips in sorted path order.
-  official  the official layout of the run's dataset, restricted to the files present: Speech Commands
-            `<word>/<file>.wav` (the 12-class task maps the other words to `_unknown_`; background
+  official  the official layout of the run's dataset, restricted to the files present: Speech
+            Commands `<word>/<file>.wav` (the 12-class task maps the other words to `_unknown_`; background
             noise is not cut into `_silence_` slices on a device: list such slices in a CSV), CREMA-D
             `AudioWAV/<actor>_<sentence>_<emotion>_<level>.wav`, UrbanSound8K
             `audio/fold<k>/<fsID>-<classID>-<occurrence>-<slice>.wav`. File names are parsed with the

@@ -5,7 +5,7 @@ The run-config keys (`[tool.flwr.app.config]` in pyproject.toml, overridable wit
 
     fedac-config   path of a fedac YAML config (e.g. a run directory's config.yaml); "" = defaults
     algorithm, dataset, seed, rounds (train.rounds), fraction (train.fraction), lr (train.lr)
-    fedac-set      any other fedac settings, "key=value" pairs separated by ';' (as `fedac run --set`)
+    fedac-set      any other fedac settings, "key=value" pairs separated by ';' (`fedac run --set`)
 
 with fedac's precedence: defaults < fedac-config < the named keys < fedac-set. The remaining keys are the
 deployment's own: run-dir, strategy, min-nodes, round-timeout, node-wait, poll-interval,

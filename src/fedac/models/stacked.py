@@ -91,7 +91,8 @@ def _recurrence_backward(grad_out, out, gates, news, w_hh, reverse: bool):
         g, n = gates[step], news[:, step]
         r, z, g_n = g[..., :hidden], g[..., hidden:h2], g[..., h2:]
         dg, da_n = grad_gates[:, step], grad_n[:, step]
-        # h' = (h - n) z + n:  dz = dh (h - n),  dn = dh (1 - z);  n = tanh(a_n): da_n = dn (1 - n^2)
+        # h' = (h - n) z + n:  dz = dh (h - n),  dn = dh (1 - z)
+        # n = tanh(a_n):  da_n = dn (1 - n^2)
         _tanh_backward(dh * (1 - z), n, grad_input=da_n)
         torch.mul(da_n, r, out=dg[..., h2:])  # a_n = i_n + r g_n
         _sigmoid_backward(da_n * g_n, r, grad_input=dg[..., :hidden])  # r = sigmoid(r_pre): dr (r (1 - r))

@@ -3,9 +3,9 @@ private recurrent language models", Alg. 1 with per-client weights w_k = 1 and a
 
 Each round, with theta the broadcast model and Delta_k = theta_k - theta each client's update:
 
-    clip:  Delta_k <- Delta_k * min(1, C / ||Delta_k||_2)          (C = dp.clip, all entries together)
-    mean:  Delta   = (1 / m) * sum_k Delta_k                         (unweighted: sensitivity C / m)
-    noise: theta'  = theta + Delta + N(0, (z * C / m)^2)             (z = dp.noise_multiplier)
+    clip:  Delta_k <- Delta_k * min(1, C / ||Delta_k||_2)    (C = dp.clip, all entries together)
+    mean:  Delta   = (1 / m) * sum_k Delta_k                   (unweighted: sensitivity C / m)
+    noise: theta'  = theta + Delta + N(0, (z * C / m)^2)       (z = dp.noise_multiplier)
 
 `dp.mode=central` clips every upload at the server; `dp.mode=client` has each client clip its own
 update before upload (the server never sees an unclipped one) and the server adds the same noise;
