@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -32,9 +32,6 @@ from fedac.training.functional import clip_stacked, param_leaves, stacked_optimi
 from fedac.seeding import torch_generator
 from fedac.training.local import clip_gradients, client_batches, cross_entropy, cycling_batches, make_optimizer, on_device
 from fedac.training.types import ClientData, ClientResult, Params
-
-if TYPE_CHECKING:  # (fedmlac.py imports this module)
-    from fedac.algorithms.fedmlac import FedMLAC
 
 
 class ParameterView:
@@ -65,8 +62,9 @@ def _chunks_trained(algo: Algorithm, train: Callable[[CohortChunk], list[tuple[i
     """(position, result) of every client of architecture `arch`: its chunks planned by the algorithm's
     packing and trained on its devices (the probe, while `arch` is unmeasured, alone first)."""
     probing = algo.packing.probing(arch)  # asked before planning: planning the probe measures it
-    chunks = plan_chunks(datas, positions, algo.cfg.train, round_idx, seed, algo.packing, arch)
-    return run_chunks(train, chunks, algo.cfg.train, algo.device, algo.devices, probing)
+    workers = algo.runtime.workers
+    chunks = plan_chunks(datas, positions, algo.cfg.train, round_idx, seed, algo.packing, arch, workers)
+    return run_chunks(train, chunks, algo.cfg.train, algo.device, algo.devices, probing, workers)
 
 
 class StackedStep:
@@ -131,7 +129,7 @@ def supervised_cohort(algo: Algorithm, payload: Params, datas: list[ClientData],
     return results  # type: ignore[return-value]
 
 
-def mutual_cohort(algo: FedMLAC, payload: Params, states: list[Params], datas: list[ClientData], round_idx: int,
+def mutual_cohort(algo: Algorithm, payload: Params, states: list[Params], datas: list[ClientData], round_idx: int,
                   seed: int) -> list[ClientResult]:
     """FedMLAC's client update (Algorithm 1: personalized step, then Plug-in step, per batch) for a whole
     cohort, one stacked group per personalized architecture."""
@@ -140,7 +138,7 @@ def mutual_cohort(algo: FedMLAC, payload: Params, states: list[Params], datas: l
     if opts.teacher not in ("pre_update", "post_update"):
         raise ConfigError(f"fedmlac.teacher must be pre_update or post_update, got {opts.teacher!r}")
     theta_model = algo.stacked_forward(opts.plugin_model)
-    mutual = algo.mutual(round_idx)
+    mutual = algo.mutual(round_idx)  # type: ignore[attr-defined]  # FedMLAC's (importing it here: a cycle)
     results: list[ClientResult | None] = [None] * len(datas)
     payloads = OnDevices(payload)
 
@@ -249,7 +247,8 @@ def fedkwsui_cohort(algo, payload: Params, states: list[Params | None], datas: l
     chunks = (CohortChunk([order[i] for i in part], [datas[order[i]] for i in part], cfg, round_idx, seed,
                           [batches[order[i]] for i in part])
               for part in (range(j, min(j + size, len(order))) for j in range(0, len(order), size)))
-    for position, result in run_chunks(train, chunks, cfg, algo.device, algo.devices):
+    workers = algo.runtime.workers
+    for position, result in run_chunks(train, chunks, cfg, algo.device, algo.devices, workers=workers):
         results[position] = result
     return results  # type: ignore[return-value]
 
