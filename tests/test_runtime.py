@@ -69,3 +69,28 @@ def test_every_driver_runs_the_one_skeleton():
 
     for driver in (Simulator, ZeroShotDriver):
         assert issubclass(driver, RoundDriver) and driver.run is RoundDriver.run
+
+
+def test_the_cohort_path_plans_and_runs_its_chunks_on_the_runtimes_workers(monkeypatch):
+    """The stacked path takes the worker count from the algorithm's runtime: train.cohort_workers is
+    not read again per round (here the runtime says 2 where the setting says 1)."""
+    from fedac.algorithms import build_algorithm
+    from fedac.algorithms.base import ClientData, Task
+    from fedac.engine.cohort import run_clients
+    from fedac.training import cohort as cohort_mod
+
+    cfg = load_config(overrides=["train.device=cpu", "train.cohort_workers=1", "train.cohort_chunk=2",
+                                 "train.execution=cohort", "model.name=crnn_tiny"])
+    rt = dataclasses.replace(Runtime.resolve(cfg.train), workers=2)
+    g = torch.Generator().manual_seed(0)
+    clients = [ClientData(f"c{i}", torch.randn(8, 8, 21, generator=g), torch.randint(0, 3, (8,), generator=g),
+                          torch.zeros(0, 8, 21), torch.zeros(0, dtype=torch.long)) for i in range(4)]
+    algo = build_algorithm(cfg, Task(8, 3, [c.name for c in clients]), rt)
+    slots = []
+    pooled = cohort_mod._pooled
+    monkeypatch.setattr(cohort_mod, "cohort_workers", lambda *a: pytest.fail("train.cohort_workers read again"))
+    monkeypatch.setattr(cohort_mod, "_pooled", lambda work, chunks, s, prefix: slots.append(len(s)) or
+                        pooled(work, chunks, s, prefix))
+    payload = algo.broadcast(algo.init_server())
+    results = run_clients(algo, payload, [algo.init_client_state(c.name) for c in clients], clients, 1, 0)
+    assert len(results) == 4 and slots == [2]

@@ -195,7 +195,8 @@ class CohortChunk:
 
 
 def plan_chunks(datas: Sequence[ClientData], positions: Sequence[int], cfg: TrainConfig, round_idx: int,
-                seed: int, packing: Packing | None = None, key: str = "") -> Iterator[CohortChunk]:
+                seed: int, packing: Packing | None = None, key: str = "",
+                workers: int | None = None) -> Iterator[CohortChunk]:
     """Sort one architecture's clients (`key`) by training size (largest first, so similar sizes share a
     chunk and pad little) and build their chunks one at a time (a chunk holds a copy of its data). With a
     chunk size (a fixed `train.cohort_chunk`, or auto on the CPU) training/schedule.py cuts them by
@@ -213,8 +214,10 @@ def plan_chunks(datas: Sequence[ClientData], positions: Sequence[int], cfg: Trai
     if packing.by_memory:
         yield from packing.chunks(order, key, build)
         return
+    if workers is None:  # (the run's runtime holds it resolved: training/runtime.py)
+        workers = cohort_workers(cfg, packing.device)
     ranges = partition([datas[i].num_samples for i in order], cfg.batch_size, cfg.local_epochs, packing.fixed_chunk,
-                       cohort_workers(cfg, packing.device))
+                       workers)
     for part, _ in sorted(ranges, key=lambda rc: -rc[1]):
         yield build([order[i] for i in part])
 
@@ -237,9 +240,10 @@ def cohort_workers(cfg: TrainConfig, device: torch.device | None = None) -> int:
 
 def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
                cfg: TrainConfig, device: torch.device | None = None, devices: Sequence[torch.device] = (),
-               first_alone: bool = False) -> Iterator[tuple[int, Any]]:
-    """`train` over the chunks, on `cohort_workers(cfg)` threads: chunks hold different clients and
-    every client's randomness is its own, so the results do not depend on the schedule. torch releases
+               first_alone: bool = False, workers: int | None = None) -> Iterator[tuple[int, Any]]:
+    """`train` over the chunks, on `workers` threads (the runtime's; None: `cohort_workers(cfg)`): chunks
+    hold different clients and every client's randomness is its own, so the results do not depend on the
+    schedule. torch releases
     the GIL inside its ops (and the fused GRU inside its whole recurrence), so with one intra-op thread
     each, two workers keep two cores busy. A worker takes the next chunk as soon as it is free (results
     come back in completion order, with their positions); at most `workers` chunks (and their
@@ -249,7 +253,8 @@ def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: It
     if len(devices) > 1:
         yield from _spread(train, chunks, devices, device if device is not None else devices[0], first_alone)
         return
-    workers = cohort_workers(cfg, device)
+    if workers is None:  # (the run's runtime holds it resolved: training/runtime.py)
+        workers = cohort_workers(cfg, device)
     if workers == 1:
         for chunk in chunks:
             yield from _reported(train(chunk))
