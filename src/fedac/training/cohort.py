@@ -243,9 +243,8 @@ def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: It
                first_alone: bool = False, workers: int | None = None) -> Iterator[tuple[int, Any]]:
     """`train` over the chunks, on `workers` threads (the runtime's; None: `cohort_workers(cfg)`): chunks
     hold different clients and every client's randomness is its own, so the results do not depend on the
-    schedule. torch releases
-    the GIL inside its ops (and the fused GRU inside its whole recurrence), so with one intra-op thread
-    each, two workers keep two cores busy. A worker takes the next chunk as soon as it is free (results
+    schedule. torch releases the GIL inside its ops (and the fused GRU inside its whole recurrence), so
+    with one intra-op thread each, two workers keep two cores busy. A worker takes the next chunk as soon as it is free (results
     come back in completion order, with their positions); at most `workers` chunks (and their
     activations) are in memory at once. Several `devices` (`train.devices`): one worker per device, each
     chunk trained where its worker sits and its results brought back to `device`; `first_alone`: the first
