@@ -350,12 +350,16 @@ if typing.TYPE_CHECKING:  # what the type checker reads: the same fields, declar
     from fedac.settings.datasets import HFSettings, SpeechCommandsSettings
     from fedac.settings.models import SSLSettings
 
+    @dataclass  # (so that the checker's __init__ takes every base's fields)
     class DataConfig(DataShared, SpeechCommandsSettings, HFSettings): ...
 
+    @dataclass
     class ModelConfig(ModelShared, SSLSettings): ...
 
+    @dataclass
     class AggregationConfig(AggregationShared, LPASettings, TrimSettings, MultiKrumSettings, NormBoundSettings): ...
 
+    @dataclass
     class AttackConfig(AttackShared, BackdoorSettings, GaussianSettings, ScaleSettings, LittleSettings): ...
 else:
     DataConfig, ModelConfig = _BUILTIN["data"][0], _BUILTIN["model"][0]
