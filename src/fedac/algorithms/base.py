@@ -218,10 +218,11 @@ class Algorithm(ABC):
                         "slower than one client at a time (train.execution=probe measures this machine, "
                         "cohort forces stacking)")
             choice = self.auto_choice.get(self._probe_key())
-            measured = mode in ("auto", "probe") and kind == "vmap" and choice is not None
-            if measured and "error" in choice:
+            if not (mode in ("auto", "probe") and kind == "vmap" and choice is not None):
+                continue  # not measured
+            if "error" in choice:
                 return f"model {arch}'s stacked path (vmap) failed on the probe chunk: {choice['error']}"
-            if measured and choice["path"] == "sequential":
+            if choice["path"] == "sequential":
                 # On a CPU vmapped convolutions can lose to per-client MKL-DNN ones (issue 56): measured, not assumed.
                 return (f"auto measured model {arch}'s stacked path (vmap) slower on {device_name(self.device)}: "
                         f"{choice['stacked_s']:.2f} s against {choice['sequential_s']:.2f} s for a probe of "

@@ -95,7 +95,7 @@ class FedMLAC(Algorithm):
         omega.train(), theta.train()
         opt_omega = make_optimizer(omega.parameters(), self.cfg.train)
         opt_theta = make_optimizer(theta.parameters(), self.cfg.train)
-        sums = {"loss": 0.0, "plugin_loss": 0.0}
+        sums: dict[str, float | torch.Tensor] = {"loss": 0.0, "plugin_loss": 0.0}  # (tensors: no host sync)
         steps = 0
         for idx in client_batches(data.num_samples, self.cfg.train, generator):
             x, y = data.x[idx], data.y[idx]
