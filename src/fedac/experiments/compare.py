@@ -12,11 +12,12 @@ import argparse
 import json
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -25,6 +26,9 @@ from fedac.config import Config, load_config, parse_override
 from fedac.data.registry import DATASETS, fit_user_data
 from fedac.errors import ConfigError, RunInterrupted
 from fedac.training.metrics import mean_std
+
+if TYPE_CHECKING:  # (training.types imports torch: not for the parser)
+    from fedac.training.types import FederatedData
 
 PRESETS: dict[str, list[str]] = {
     # fedmlac.md Fig. 2/3 methods with heterogeneous clients (each draws a CRNN from the zoo). FedAvg
@@ -209,7 +213,7 @@ def comparison_passes(finished_only: bool) -> list[bool]:
 
 
 def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: Path, overrides: list[str],
-                   config_path: str | None, progress: bool = True, last: list[str] = (),
+                   config_path: str | None, progress: bool = True, last: Sequence[str] = (),
                    on_run: Callable[[dict[str, list[dict]]], None] | None = None,
                    finished_only: bool = False, wait_for_others: bool = True) -> dict:
     """Every method x seed, each in its own run directory under `out`. Runs that already ended are read
@@ -231,7 +235,7 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runs: dict[str, list[dict]] = {m.label: [] for m in methods}
-    built: dict[tuple[int, str], object] = {}  # one seed's data: methods that share data settings share the tensors
+    built: dict[tuple[int, str], FederatedData] = {}  # one seed's data: methods that share data settings share the tensors
 
     def train(cfg: Config, run_dir: Path, label: str, seen: tuple[bool, dict | None, bool]) -> dict:
         _, results, resume = seen

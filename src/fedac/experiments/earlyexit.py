@@ -23,6 +23,7 @@ import csv
 import json
 import re
 from functools import partial
+from typing import Any
 from pathlib import Path
 
 from fedac.config import load_config
@@ -88,7 +89,8 @@ def dataset_cells(spec: Experiment, request: Request, per_depth: bool) -> list[C
     cells = []
     for dataset in request.datasets or list(spec.datasets):
         overrides = [*spec.protocol, *dataset_settings(dataset, request.overrides, not per_depth), *request.overrides]
-        cfg = load_config(None, overrides, algorithm="earlyexit", dataset=dataset, **{"train.rounds": request.rounds})
+        rounds: dict[str, Any] = {"train.rounds": request.rounds}  # (a dotted key: passed as **)
+        cfg = load_config(None, overrides, algorithm="earlyexit", dataset=dataset, **rounds)
         methods = (table1_methods(cfg.earlyexit.exits, request.central_epochs or central_epochs(cfg)) if per_depth
                    else [parse_method(m) for m in spec.methods])
         if request.methods:

@@ -127,6 +127,7 @@ def node_client(context: Context, content: RecordDict | None = None) -> NodeClie
             f"node-config num-partitions={node.num_partitions}, but the run's config makes {count} clients "
             f"(dataset {run.cfg.dataset}, data.partition={run.cfg.data.partition}, data.num_clients={run.cfg.data.num_clients}): "
             f"start the SuperNodes with num-partitions={count}, or change the partition settings in fedac-set")
+    assert node.partition_id is not None  # full data mode: node_settings requires partition-id
     if not 0 <= node.partition_id < count:
         raise ConfigError(f"node-config partition-id={node.partition_id} is outside 0..{count - 1} "
                           f"(the run's config makes {count} clients)")
@@ -184,7 +185,7 @@ def train(msg: Message, context: Context) -> Message:
     reply = RecordDict()
     transport.put(reply, ARRAYS, result.upload)
     reply[METRICS] = _metric_record({"num-examples": node.client.num_samples, **result.metrics})
-    info = {"trained-round": round_idx}
+    info: dict[str, Any] = {"trained-round": round_idx}
     if result.state is not None:
         info.update({"state-round": state_round, "state-digest": state_digest,
                      "new-state-digest": transport.digest(result.state)})
@@ -226,7 +227,7 @@ def evaluate(msg: Message, context: Context) -> Message:
     # A node that never trained holds a random initial model: it reports no personalized metrics (the
     # simulator's personalized means likewise cover only the clients that trained).
     trained = state_round > 0 or not node.algorithm.personalized
-    metrics = personal_metrics(node, state, bool(config.get("final", False))) if trained else \
+    metrics: dict[str, Any] = personal_metrics(node, state, bool(config.get("final", False))) if trained else \
         {"num-examples": int(node.client.holdout_y.shape[0])}
     if ARRAYS in msg.content:
         # A global model sent along (Flower's built-in strategies do): its accuracy on the local held-out data.

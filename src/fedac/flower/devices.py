@@ -65,6 +65,7 @@ def device_client(context: Context, node: NodeSettings, classes: list[str]) -> D
     cfg = apply_node_settings(fedac_config(context.run_config), node)
     refuse_attacks_on_devices(cfg)
     runtime = node_runtime(cfg, node)
+    assert node.data_root is not None  # device mode: node_settings requires data-root
     name = node.client or device_client_name(node.data_root) or f"node{context.node_id}"
     manifest, report = read_device(node.data_root, cfg, classes, name, node.data_layout, node.labels_csv)
     client = build_device_client(cfg, manifest, name, device=runtime.device)
