@@ -229,7 +229,7 @@ def client_summary(sim, state: dict[str, Any], server: dict[str, Any]) -> dict[s
     return out
 
 
-def test_confusion(sim, model: nn.Module) -> dict[str, Any] | None:
+def test_confusion(sim, model: nn.Module | None) -> dict[str, Any] | None:
     """results.json's `confusion`: the shared model's clip predictions on the test split against the
     truth (counts[true][predicted]) with the class names; None for tasks without classes."""
     split = sim.data.test
