@@ -54,7 +54,10 @@ def test_w_app_trains_with_flowers_fedavg_and_marks_every_round(apps, tmp_path):
 @pytest.mark.slow
 def test_fedmlac_app_is_the_fedac_flower_app_on_the_benchmark_data(apps, tmp_path):
     marks, run_dir = tmp_path / "marks.json", tmp_path / "run"
-    settings = "model.client_model=crnn_tiny;fedmlac.plugin_model=crnn_tiny;train.threads=1;data.num_clients=10"
+    settings = (
+        "model.client_model=crnn_tiny;fedmlac.plugin_model=crnn_tiny;train.threads=1;"
+        "data.num_clients=10"
+    )
     config = {"workload": "fedmlac", "algorithm": "fedmlac", "rounds": 2, "fraction": 0.2, "fedac-set": settings,
               "min-nodes": 10, "poll-interval": 0.01, "run-dir": str(run_dir), "marks-file": str(marks)}
     run_app(apps, config, nodes=10)

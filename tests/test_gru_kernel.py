@@ -268,7 +268,8 @@ from fedac.models.crnn import CRNN_SPECS
 torch.manual_seed(0)
 for k, t, b, hidden in ((3, 5, 4, 10), (2, 3, 2, 300)):  # 300 hidden units: two thread blocks a row
     for reverse in (False, True):
-        gi, w_hh, b_hh = torch.randn(k, t, b, 3 * hidden), torch.randn(k, 3 * hidden, hidden) * 0.3, torch.randn(k, 3 * hidden)
+        gi = torch.randn(k, t, b, 3 * hidden)
+        w_hh, b_hh = torch.randn(k, 3 * hidden, hidden) * 0.3, torch.randn(k, 3 * hidden)
         w_t = w_hh.transpose(1, 2).contiguous()
         ref = _recurrence_forward(gi, w_t, b_hh, reverse)
         got = gru_triton.forward(gi, w_t, b_hh, reverse)
@@ -277,7 +278,7 @@ for k, t, b, hidden in ((3, 5, 4, 10), (2, 3, 2, 300)):  # 300 hidden units: two
                         ref + _recurrence_backward(grad_out, *ref, w_hh, reverse)):
             torch.testing.assert_close(a, e, atol=2e-6, rtol=1e-5)
 
-# a stacked CRNN's logits and gradients with the kernel picked by train.gru_kernel=triton, against torch's
+# a stacked CRNN's logits and gradients under train.gru_kernel=triton's kernel, against torch's
 spec = CRNN_SPECS["crnn_tiny"]
 model = StackedCRNN(spec, dropout=0.0)
 from fedac.models import build_model

@@ -144,9 +144,11 @@ cfg = load_config(None, ["algorithm=fedavg_lr", "fedavg_lr.server_lr=2"])
 print(json.dumps({"lr": cfg.fedavg_lr.server_lr, "default": load_config().fedavg_lr.server_lr,
                   "saved": cfg.to_dict()["fedavg_lr"], "walk": [key for key, *_ in SETTINGS],
                   "sections": sorted(algorithm_sections()),
-                  "range": error("fedavg_lr.server_lr=0"), "type": error("fedavg_lr.server_lr=fast"),
+                  "range": error("fedavg_lr.server_lr=0"),
+                  "type": error("fedavg_lr.server_lr=fast"),
                   "key": error("fedavg_lr.lr=1"), "broken": error("algorithm=broken"),
-                  "heavy": sorted(m for m in sys.modules if m.split(".")[0] in ("torch", "scipy", "sklearn"))}))
+                  "heavy": sorted(m for m in sys.modules
+                                  if m.split(".")[0] in ("torch", "scipy", "sklearn"))}))
 """)
     assert (out["lr"], out["default"], out["saved"]) == (2.0, 1.0, {"server_lr": 2.0})
     assert "fedavg_lr.server_lr" in out["walk"]  # tests/test_config_ranges.py checks the plug-in's range too

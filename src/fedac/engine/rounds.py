@@ -64,11 +64,11 @@ class RoundLoop:
 
         with RoundLoop(run_dir, rounds, start, desc, progress, checkpointed) as loop:
             for r in range(start + 1, rounds + 1):
-                with loop.round(r, clients):   # the round's computation: a second signal abandons it
+                with loop.round(r, clients):  # the round's computation: a second signal abandons it
                     ...
-                ...                            # the round's writes (history, metrics.csv)
-                loop.end_round(r, save, boundary)   # checkpoint; a signal ends the run here
-            loop.finishing()                   # final evaluation: a signal ends the run at once
+                ...                           # the round's writes (history, metrics.csv)
+                loop.end_round(r, save, boundary)  # checkpoint; a signal ends the run here
+            loop.finishing()                  # final evaluation: a signal ends the run at once
 
     `checkpointed`: the round of the checkpoint on disk when the loop opens (None: there is none)."""
 
