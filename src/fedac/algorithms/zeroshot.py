@@ -261,8 +261,8 @@ def synthesize_impressions(model: nn.Module, targets: torch.Tensor, shape: tuple
     x0 = initial_impressions(len(targets), shape, batch, generator, device)
     x, first, last = optimize_impressions(model, x0, targets, batch_weights(len(targets), batch, device), tau, lr, steps)
     losses = []
-    for f, l in zip(first.cpu().split(sizes), last.cpu().split(sizes)):
-        losses += [float(f.mean()), float(l.mean())]
+    for start, end in zip(first.cpu().split(sizes), last.cpu().split(sizes)):
+        losses += [float(start.mean()), float(end.mean())]
     return x, losses
 
 

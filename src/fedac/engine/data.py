@@ -90,8 +90,10 @@ def warn_long_clips(manifest: Manifest, rows_of: list[torch.Tensor], clip_second
     long = [(len(rows), manifest.clips[i].path) for i, rows in enumerate(rows_of) if len(rows) > 1]
     if not long:
         return
-    names = [f"{Path(path).relative_to(manifest.root) if Path(path).is_relative_to(manifest.root) else path} "
-             f"({n} windows)" for n, path in sorted(long, key=lambda item: (-item[0], item[1]))]
+    def shown(path: str) -> Path | str:
+        return Path(path).relative_to(manifest.root) if Path(path).is_relative_to(manifest.root) else path
+
+    names = [f"{shown(path)} ({n} windows)" for n, path in sorted(long, key=lambda item: (-item[0], item[1]))]
     log.warning("%s %s: %d clip(s) are longer than features.clip_seconds=%g s: %s. Each is cut into ceil(length / "
                 "%g s) windows of %g s at an equal hop (the last ending at the clip's end); every window trains as "
                 "one example with the clip's label, and a validation or test clip's windows are averaged into one "

@@ -187,7 +187,8 @@ def _spread(results: dict[str, Any], key: str) -> str:
     final = results["final"]
     mean, std = final[key], final[key.replace("_mean", "_std")]
     if mean is None or math.isnan(mean):
-        return f"n/a ({results.get('unavailable', {}).get(key, 'no client holds back a clip (data.local_holdout)')})"
+        why = results.get("unavailable", {}).get(key, "no client holds back a clip (data.local_holdout)")
+        return f"n/a ({why})"
     return f"{mean:.4f} ± {std:.4f}"
 
 
