@@ -94,3 +94,22 @@ def test_the_cohort_path_plans_and_runs_its_chunks_on_the_runtimes_workers(monke
     payload = algo.broadcast(algo.init_server())
     results = run_clients(algo, payload, [algo.init_client_state(c.name) for c in clients], clients, 1, 0)
     assert len(results) == 4 and slots == [2]
+
+
+
+def test_a_plugin_algorithm_with_the_old_constructor_still_builds(monkeypatch):
+    """A plug-in written before the runtime object defines `__init__(self, cfg, task)`; build_algorithm
+    gives the runtime only to constructors that take it, and the base class resolves one from train.*."""
+    import fedac.algorithms as algorithms
+    from fedac.algorithms.fedavg import FedAvg
+    from fedac.training.types import Task
+
+    class OldStyle(FedAvg):
+        def __init__(self, cfg, task):
+            super().__init__(cfg, task)
+            self.built_old_style = True
+
+    monkeypatch.setattr(algorithms, "algorithm_class", lambda name: OldStyle)
+    cfg = load_config(None, ["train.device=cpu"])
+    algo = algorithms.build_algorithm(cfg, Task(40, 4, ["a", "b"]), Runtime.resolve(cfg.train))
+    assert algo.built_old_style and algo.runtime == Runtime.resolve(cfg.train)

@@ -12,6 +12,8 @@ experiment commands or cli; an aggregator or attack that every method can use be
 
 from __future__ import annotations
 
+import inspect
+
 from typing import TYPE_CHECKING
 
 from fedac.settings import ALGORITHMS
@@ -40,4 +42,8 @@ def build_algorithm(cfg: Config, task: Task, runtime: Runtime | None = None) -> 
             f"set model.heterogeneous=false or use one with personalized client models "
             f"({', '.join(n for n in ALGORITHMS if algorithm_class(n).personalized)})"
         )
+    if "runtime" not in inspect.signature(cls.__init__).parameters:
+        # a plug-in written before the runtime object (`__init__(self, cfg, task)`) still builds; its
+        # base class resolves the runtime from `train.*`, which is what a driver resolves too
+        return cls(cfg, task)
     return cls(cfg, task, runtime)
