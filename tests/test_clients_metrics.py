@@ -132,15 +132,29 @@ def test_a_run_writes_every_clients_scores_spreads_and_bytes(cfg_for, tmp_path):
         assert (tmp_path / picture).stat().st_size > 10_000
 
 
-def test_fedmlac_uploads_only_its_plugin(cfg_for, tmp_path):
+def test_fedmlac_uploads_only_its_plugin(cfg_for, tmp_path, monkeypatch):
     """FedMLAC's clients train CRNN-Lite but send only the CRNN-Tiny Plug-in: fewer bytes than FedAvg's
-    CRNN-Lite per client, and exactly the Plug-in's."""
+    CRNN-Lite per client, and exactly the Plug-in's. Its round's local_accuracy comes from the clients.csv
+    rows: each own model is scored once an evaluation, and the figure equals scoring them anew."""
     per_client = {}
+    own_models = []
+    real = Simulator._personalized_models
+    monkeypatch.setattr(Simulator, "_personalized_models",
+                        lambda sim, *a: (own_models.append(1) or pair for pair in real(sim, *a)))
     for name, settings in {"fedavg": {"model.name": "crnn_lite"},
                            "fedmlac": {"algorithm": "fedmlac", "model.client_model": "crnn_lite",
                                        "fedmlac.plugin_model": "crnn_tiny"}}.items():
         sim = Simulator(cfg_for(**{"train.rounds": 1, **settings}), tmp_path / name, progress=False)
-        sim.run()
+        own_models.clear()
+        results = sim.run()
+        if name == "fedmlac":
+            trained = len(sim.state["visits"])
+            # round 1's evaluation, then results' own-model test scores and local figure, then per_client
+            assert len(own_models) == 4 * trained
+            local = sim._personalized_local_accuracy(sim.state)  # scored anew, client by client
+            history = rows_of(tmp_path / name / "metrics.csv")
+            assert float(history[0]["local_accuracy"]) == pytest.approx(np.mean(local), abs=1e-12)
+            assert results["final"]["personalized_local_accuracy_mean"] == pytest.approx(np.mean(local), abs=1e-12)
         per_client[name] = float(rows_of(tmp_path / name / "metrics.csv")[0]["upload_bytes_per_client"])
         task = sim.data.task
     tiny = nbytes(dict(build_model("crnn_tiny", task.num_features, task.num_classes).state_dict()))

@@ -209,11 +209,12 @@ def client_bytes(state: dict[str, Any], client: str) -> dict[str, int]:
     return {"bytes_down": down, "bytes_up": up}
 
 
-def log_clients(sim, state: dict[str, Any], round_idx: int) -> None:
-    """Append this evaluation's rows to the run's clients.csv."""
+def log_clients(sim, state: dict[str, Any], round_idx: int) -> list[dict[str, Any]]:
+    """Append this evaluation's rows to the run's clients.csv, and return them."""
     rows = evaluate_clients(sim, state, round_idx, state["server"])
     if rows:
         append_client_rows(sim.run_dir, columns(rows, type(sim.algorithm).personalized), rows)
+    return rows
 
 
 def client_summary(sim, state: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:

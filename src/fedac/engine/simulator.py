@@ -210,8 +210,12 @@ class Simulator(RoundDriver):
             if own is not None:
                 yield to_device(client, self.device), own
 
-    def _personalized_local_accuracy(self, state: dict[str, Any]) -> list[float]:
-        """Each client's own model on its local held-out windows (empty for non-personalized methods)."""
+    def _personalized_local_accuracy(self, state: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> list[float]:
+        """Each client's own model on its local held-out windows (empty for non-personalized methods):
+        read from this evaluation's clients.csv `rows` when given (each own model is then scored once a
+        round, not twice; the same accuracy, computed as `window_accuracy` does), else scored here."""
+        if rows is not None:
+            return [row["own_accuracy"] for row in rows if "own_accuracy" in row]
         batch = self.cfg.train.eval_batch_size
         return list(own_scores(self, state, lambda c, own: window_accuracy(own, c.holdout_x, c.holdout_y, batch)).values())
 
@@ -224,8 +228,8 @@ class Simulator(RoundDriver):
     def _evaluate_round(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
         """Validation metrics of the global model (kept as `best` when they improve); personalized
         methods also log their clients' mean local held-out accuracy. Every client's scores go to clients.csv."""
-        log_clients(self, state, round_idx)
-        local = self._personalized_local_accuracy(state)
+        rows = log_clients(self, state, round_idx)
+        local = self._personalized_local_accuracy(state, rows)
         if local:
             row["local_accuracy"] = mean_std(local)[0]
         model = self.algorithm.global_model(state["server"])

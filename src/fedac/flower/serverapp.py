@@ -51,7 +51,8 @@ class FlowerServerSide(Simulator):
 
     strategy: FedacStrategy | None = None
 
-    def _personalized_local_accuracy(self, state: dict[str, Any]) -> list[float]:
+    def _personalized_local_accuracy(self, state: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> list[float]:
+        # (the nodes score their own models: the server holds none, so `rows` carry no own scores)
         if self.strategy is None:
             return []
         return [r.metrics["local_accuracy"] for r in self.strategy.ordered_eval_reports() if "local_accuracy" in r.metrics]
