@@ -26,3 +26,17 @@ for _ in 1 2; do
     .venv/bin/python scripts/reflow.py "${PATHS[@]}"
     "${RUFF[@]}" format "${PATHS[@]}"
 done
+# docs/extending.md shows the example plug-in's files verbatim (tests/test_plugins.py): its blocks
+# follow the files as formatted.
+.venv/bin/python - <<'EOF'
+import re
+from pathlib import Path
+
+doc, plugin = Path("docs/extending.md"), Path("tests/plugin_example")
+
+def current(block: re.Match) -> str:
+    path = plugin / block.group(2).splitlines()[0].removeprefix("# ").removeprefix("tests/plugin_example/")
+    return block.group(1) + (path.read_text() if path.is_file() else block.group(2)) + "```"
+
+doc.write_text(re.sub(r"^(```(?:python|toml)\n)(# .*?)^```", current, doc.read_text(), flags=re.S | re.M))
+EOF
