@@ -26,6 +26,7 @@ from fedac.cli import main
 from fedac.config import load_config
 from fedac.engine.checkpoint import load_checkpoint
 from fedac.engine.distributed import PlanProgress, World, client_cost, current_world, run_shared, shares
+from fedac.training.device import nbytes
 from helpers import tiny_run
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -225,10 +226,10 @@ def settings(gsc_root, tmp_path_factory):
     return [arg for k, v in run.items() for arg in ("--set", f"{k}={v}")]
 
 
-def torchrun(args: list[str], tmp: Path) -> subprocess.Popen:
+def torchrun(args: list[str], tmp: Path, **extra_env: str) -> subprocess.Popen:
     """2 processes of `args`; their temporary files (rank 1's scratch run directory) under `tmp`, so a
     killed rank's leftovers go with the test's folder."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TMPDIR": str(tmp)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TMPDIR": str(tmp), **extra_env}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
     return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
@@ -282,7 +283,8 @@ ALL_REDUCE, ALL_GATHER = "uploads by one all-reduce of their weighted sums", "up
                          ids=["fedavg", "fedmlac_lpa", "multikrum", "dp_fedavg"])
 def test_two_processes_give_one_process_results(settings, tmp_path, extra, how):
     args = ["run", "--rounds", "3", "--seed", "1", *settings, *extra]
-    two = torchrun(["-m", "fedac", *args, "--out", str(tmp_path / "two")], tmp_path)  # (not quiet: its first line)
+    two = torchrun(["-m", "fedac", *args, "--out", str(tmp_path / "two")], tmp_path,  # (not quiet: its first line)
+                   FEDAC_TRAFFIC_LOG=str(tmp_path / "traffic"))
     assert main([*args, "--quiet", "--out", str(tmp_path / "one")]) == 0  # (one process, meanwhile)
     out, _ = two.communicate(timeout=300)
     assert two.returncode == 0, out
@@ -295,6 +297,42 @@ def test_two_processes_give_one_process_results(settings, tmp_path, extra, how):
     # rank 0 alone wrote: one run directory, with every file one process writes
     assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
     assert not list(tmp_path.glob("fedac-rank*"))  # rank 1's scratch folder is gone
+    held = {rank: [json.loads(line) for line in (tmp_path / "traffic" / f"held{rank}.jsonl").read_text().splitlines()]
+            for rank in (0, 1)}
+    states = load_checkpoint(tmp_path / "two")["clients"]
+    if extra == FEDMLAC:  # each rank held only the own models of the clients it owns; the checkpoint all of them
+        trained = one["final"]["clients_trained"]
+        assert len(states) == trained == len(load_checkpoint(tmp_path / "one")["clients"])
+        last = [held[rank][-1] for rank in (0, 1)]
+        assert all(0 < h["clients"] < trained for h in last) and sum(h["clients"] for h in last) == trained, held
+        assert sum(h["bytes"] for h in last) == nbytes(states)
+    else:  # stateless: nothing held (a client's entry is None)
+        assert not any(states.values()) and all(h["bytes"] == 0 for rank in (0, 1) for h in held[rank])
+
+
+@pytest.mark.slow
+def test_client_states_move_with_the_world_size_on_resume(settings, tmp_path):
+    """FedMLAC's own models: a checkpoint written by 2 processes (each rank's states gathered into it)
+    resumes in 1 process, and one written by 1 process resumes in 2 (each rank handed the states it owns),
+    both to the end of a run never stopped."""
+    args = ["run", "--rounds", "3", "--seed", "1", *settings, *FEDMLAC, "--quiet"]
+    two = torchrun(["-m", "fedac", *args, "--stop-after", "1", "--out", str(tmp_path / "from_two")], tmp_path)
+    assert main([*args, "--out", str(tmp_path / "whole")]) == 0  # (meanwhile: the run never stopped)
+    assert main([*args, "--stop-after", "1", "--out", str(tmp_path / "from_one")]) == 0
+    out, _ = two.communicate(timeout=300)
+    assert two.returncode == 0, out
+    assert load_checkpoint(tmp_path / "from_two")["round"] == 1 and load_checkpoint(tmp_path / "from_two")["clients"]
+    two = torchrun(["-m", "fedac", "run", "--resume", str(tmp_path / "from_one"), "--quiet"], tmp_path)
+    assert main(["run", "--resume", str(tmp_path / "from_two"), "--quiet"]) == 0
+    out, _ = two.communicate(timeout=300)
+    assert two.returncode == 0, out
+    whole = results(tmp_path / "whole")
+    whole.pop("resumed_from"), whole.pop("rounds_trained")
+    for side in ("from_two", "from_one"):
+        resumed = results(tmp_path / side)
+        assert resumed.pop("resumed_from") == 1 and resumed.pop("rounds_trained") == 2
+        assert_same(resumed, whole, side)
+        assert_same(client_rows(tmp_path / side), client_rows(tmp_path / "whole"), f"{side}/clients.csv")
 
 
 @pytest.mark.slow

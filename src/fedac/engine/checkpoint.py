@@ -1,13 +1,16 @@
 """Atomic checkpoints: write to a temporary file in the run directory, fsync, then rename over the old one.
 
 A run killed at any moment leaves either the previous checkpoint or the new one, never a torn file.
-In a run over several processes (engine/distributed.py) rank 0 alone writes and reads it: every rank holds
-the whole run state, and rank 0 sends the state a run starts from to the others.
+In a run over several processes (engine/distributed.py) rank 0 alone writes and reads it. Where client
+states live with their owner (`owner`), a checkpoint gathers them to rank 0 first, so the file is always
+one whole run state that one process or any other world size resumes; on resume rank 0 sends the others
+the global state and each rank only the client states it owns under the new world size.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,9 +23,16 @@ from fedac.errors import CheckpointError, FedacError
 CHECKPOINT = "checkpoint.pt"
 
 
-def save_checkpoint(run_dir: Path, payload: dict[str, Any]) -> None:
-    if not current_world().writes:
-        return  # (rank 0 writes the run's checkpoint; every rank holds the same state)
+def save_checkpoint(run_dir: Path, payload: dict[str, Any], owned: bool = False) -> None:
+    """Write `payload` (the run state) as the run's checkpoint. `owned`: each rank holds only its own clients'
+    states (payload["clients"]); they are gathered to rank 0 first (every rank calls this then)."""
+    world = current_world()
+    if owned and world.distributed:
+        parts = world.to_rank0(payload["clients"], "gathering the client states for the checkpoint", payload.get("round"))
+        if parts is not None:  # (rank 0: the union, rank by rank)
+            payload = {**payload, "clients": {name: value for part in parts for name, value in part.items()}}
+    if not world.writes:
+        return  # (rank 0 writes the run's checkpoint)
     path = Path(run_dir) / CHECKPOINT
     tmp = path.with_name(f".{CHECKPOINT}.tmp{os.getpid()}")
     with open(tmp, "wb") as handle:
@@ -42,22 +52,32 @@ def load_checkpoint(run_dir: Path) -> dict[str, Any]:
         raise CheckpointError(f"checkpoint {path} cannot be read ({exc}); start the run again") from None
 
 
-def open_run(run_dir: Path, cfg, resume: bool, fresh) -> dict[str, Any]:
+def open_run(run_dir: Path, cfg, resume: bool, fresh, owner: Callable[[str], int] | None = None) -> dict[str, Any]:
     """The state a run starts from: its checkpoint (resume; refused when it is another algorithm's), or
     `fresh()` after writing the resolved config.yaml into a new run directory. Over several processes,
-    rank 0's state (or its error) on every rank, whatever the world size that wrote the checkpoint."""
+    rank 0's state (or its error) on every rank, whatever the world size that wrote the checkpoint; with
+    `owner` (client name -> its rank), a rank receives only the client states it owns."""
     world = current_world()
     if not world.distributed:
         return _open_run(run_dir, cfg, resume, fresh)
     outcome: tuple[dict[str, Any] | None, FedacError | None] = (None, None)
+    per_rank: list[dict[str, Any]] | None = None
     if world.writes:
         try:
             outcome = (_open_run(run_dir, cfg, resume, fresh), None)
         except FedacError as exc:  # sent on, so every rank stops with rank 0's reason
             outcome = (None, exc)
+        if owner is not None and outcome[0] is not None:  # (the states travel to their owners alone)
+            state = outcome[0]
+            per_rank = [{} for _ in range(world.size)]
+            for name, value in state.get("clients", {}).items():
+                per_rank[owner(name)][name] = value
+            outcome = ({**state, "clients": {}}, None)
     state, error = world.from_rank0(outcome, "sharing the run's starting state")
     if error is not None:
         raise error
+    if owner is not None:
+        state["clients"] = world.from_rank0_each(per_rank, "handing each rank the client states it owns")
     if not world.writes:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         if not resume:

@@ -148,12 +148,18 @@ def columns(rows: list[dict[str, Any]], personalized: bool) -> list[str]:
     return fixed + list(dict.fromkeys(scores + own)) + sent
 
 
-def shared_out(clients: list[ClientData], score, what: str) -> dict[str, Any]:
+def shared_out(clients: list[ClientData], score, what: str, owner=None) -> dict[str, Any]:
     """`score(group)` ({client: its scores}) of `clients` over the processes of a torchrun run: rank r
-    scores every size-th client from r as one group (engine/distributed.py `World.each`), and every rank
-    gets every client's scores; in one process, all clients as one group."""
+    scores every size-th client from r as one group (engine/distributed.py `World.each`), or, with
+    `owner` (client name -> rank), the clients it owns (their states live there); every rank gets every
+    client's scores. Over all the run's clients both agree (distributed.py `owner`). In one process, all
+    clients as one group."""
     world = current_world()
-    groups = world.each([clients[r::world.size] for r in range(world.size)], score, what)
+    if owner is None:
+        groups_in = [clients[r::world.size] for r in range(world.size)]
+    else:
+        groups_in = [[c for c in clients if owner(c.name) == r] for r in range(world.size)]
+    groups = world.each(groups_in, score, what)
     return {name: scores for group in groups for name, scores in group.items()}
 
 
@@ -165,7 +171,7 @@ def own_scores(sim, state: dict[str, Any], score) -> dict[str, Any]:
     trained = [c for c in sim.data.clients if visits.get(c.name)]
     scores = shared_out(trained, lambda group: {data.name: score(data, own)
                                                 for data, own in sim._personalized_models(state, group)},
-                        "gathering the own models' scores")
+                        "gathering the own models' scores", getattr(sim, "state_owner", None))
     return {c.name: scores[c.name] for c in trained if c.name in scores}
 
 

@@ -4,7 +4,8 @@
 Design (the simplest one that gives one process's numbers for every method):
 - every rank builds the same data and samples the same cohort from the run's seed (nothing random depends
   on the rank);
-- a round's clients are shared out by their modelled cost (`training/schedule.py`'s rows: steps x
+- a round's clients are shared out by their owner where the algorithm keeps client states, else by their
+  modelled cost (`training/schedule.py`'s rows: steps x
   STEP_ROWS + samples), costliest first onto the least loaded rank, so each rank trains about 1/N of the
   round, stacked where the algorithm is;
 - one all-gather brings every client's result (upload, new persistent state, metrics) to every rank, in
@@ -17,10 +18,13 @@ Design (the simplest one that gives one process's numbers for every method):
   (`evaluation`, `World.each`), gathered so that all hold the same metrics; rank 0 alone writes the run
   directory and the checkpoints; the other ranks write into a scratch folder of their own that is
   removed at the end (`scratch_run_dir`);
-- every rank holds the whole run state (the global model and every client's persistent state, updated
-  from the gathered results), so a checkpoint needs no gathering and a run resumes on any number of
-  processes, one included: rank 0 reads the checkpoint and sends it to the others
-  (engine/checkpoint.py `open_run`).
+- every rank holds the global state; a client's persistent state (FedMLAC's own models, FedKWS-UI's
+  private heads) lives on the rank that owns the client alone (`owner`: its index among the run's clients
+  modulo the world size), which trains it and scores its own model; a new state stays where it was trained
+  (only its finiteness travels), so each rank's memory for states is about 1/N of one process's. At a
+  checkpoint the states are gathered to rank 0, which writes one whole checkpoint; a resume on any number
+  of processes, one included, has rank 0 read it and hand each rank the states it owns under the new
+  world size (engine/checkpoint.py).
 
 A client's training does not depend on which rank trains it (its batches and dropout masks derive from
 (seed, round, client) only). One-client-at-a-time training therefore gives one process's numbers bit for
@@ -126,6 +130,33 @@ class World:
         Path(self.traffic).mkdir(parents=True, exist_ok=True)
         with open(Path(self.traffic) / f"rank{self.rank}.jsonl", "a") as handle:
             handle.write(json.dumps({"what": what, "round": round_idx, "sent": sent, "received": received}) + "\n")
+
+    def to_rank0(self, obj: Any, what: str, round_idx: int | None = None) -> list[Any] | None:
+        """Every rank's `obj`, in rank order, on rank 0 alone (None on the others)."""
+        if not self.distributed:
+            return [obj]
+        import torch.distributed as dist
+
+        out: list[Any] | None = [None] * self.size if self.writes else None
+        self._collective(what, round_idx, lambda: dist.gather_object(obj, out, dst=0, group=self.group))
+        return out
+
+    def from_rank0_each(self, objs: list[Any] | None, what: str) -> Any:
+        """Rank 0's `objs[r]` on rank r (`objs` is read on rank 0 alone)."""
+        if not self.distributed:
+            return objs[0] if objs else None
+        import torch.distributed as dist
+
+        box: list[Any] = [None]
+        self._collective(what, None, lambda: dist.scatter_object_list(box, objs if self.writes else None, src=0,
+                                                                      group=self.group))
+        return box[0]
+
+    def log_held(self, round_idx: int, clients: int, nbytes: int) -> None:
+        """One line of `traffic`/held<R>.jsonl: the client states this rank holds after a round."""
+        Path(self.traffic).mkdir(parents=True, exist_ok=True)
+        with open(Path(self.traffic) / f"held{self.rank}.jsonl", "a") as handle:
+            handle.write(json.dumps({"round": round_idx, "clients": clients, "bytes": nbytes}) + "\n")
 
     def from_rank0(self, obj: Any, what: str, round_idx: int | None = None) -> Any:
         """Rank 0's `obj` on every rank."""
@@ -254,6 +285,13 @@ def cleanup(world: World, run_dir: Path) -> None:
 
 
 # --- sharing a round's clients ------------------------------------------------------------------
+def owner(index: int, size: int) -> int:
+    """The rank that owns the client at `index` of the run's clients: it holds the client's persistent state,
+    trains it and scores its own model (engine/clients.py `shared_out` shares clients by the same rule).
+    Depends on the world size only, so a resume on another one moves the states (engine/checkpoint.py)."""
+    return index % size
+
+
 def client_cost(samples: int, cfg) -> float:
     """A client's modelled training cost in padded rows (training/schedule.py): STEP_ROWS per step plus
     the rows of its batches."""
@@ -369,24 +407,38 @@ def all_reduce_mean(world: World, uploads: list[tuple[dict[str, torch.Tensor], i
 
 
 def run_shared(world: World, algorithm, payload: Any, states: list[Any], datas: list, round_idx: int,
-               seed: int, usable: Callable[[Any], bool] | None = None) -> Round:
+               seed: int, usable: Callable[[Any], bool] | None = None, owners: list[int] | None = None) -> Round:
     """engine/cohort.py's `run_clients` over the ranks: this rank trains its share, and every rank gets
     every client's result in `datas` order. Under `train.execution=auto` every rank then follows rank 0's
     measured path (each rank timed its own share).
 
     `usable` (the weighted-sum path, `sums_uploads`): the results it accepts travel without their upload
     (a `Summed` stands in), and one all-reduce gives every rank their weighted mean (`Round.summed`);
-    the rest (new client states, metrics, an upload it refuses) still travel in the gather."""
+    the rest (new client states, metrics, an upload it refuses) still travel in the gather.
+
+    `owners` (each position's owning rank, where states live with their owner): each rank trains the
+    clients it owns (`states` need hold only those), and a new state stays on its rank: it travels as None
+    when finite (the others need only know that it is; a non-finite one travels, so every rank rejects the
+    client alike). Else the shares balance the modelled cost (a sampled cohort's clients fall unevenly by
+    owner, and a stateless client's training can run anywhere)."""
     from fedac.engine.cohort import run_clients
 
     if not world.distributed:
         return Round(run_clients(algorithm, payload, states, datas, round_idx, seed))
-    mine = shares([client_cost(d.num_samples, algorithm.cfg.train) for d in datas], world.size)[world.rank]
+    if owners is not None:
+        mine = [i for i, rank in enumerate(owners) if rank == world.rank]
+    else:
+        mine = shares([client_cost(d.num_samples, algorithm.cfg.train) for d in datas], world.size)[world.rank]
     bar = PlanProgress(progress_callback(), len(datas), len(mine))
     with client_progress(bar):  # (rank 0's bar shows the round's cohort)
         results = run_clients(algorithm, payload, [states[i] for i in mine], [datas[i] for i in mine], round_idx,
                               seed) if mine else []
-    travel, kept, summed = to_device(results, "cpu"), [False] * len(results), None
+    travel = results
+    if owners is not None:
+        from fedac.engine.simulator import all_finite  # (simulator.py imports this module)
+
+        travel = [replace(r, state=None if all_finite(r.state) else r.state) for r in results]
+    travel, kept, summed = to_device(travel, "cpu"), [False] * len(results), None
     if usable is not None:
         kept = [usable(r) for r in results]
         summed = all_reduce_mean(world, [(r.upload, datas[i].num_samples) for i, r, ok in zip(mine, results, kept) if ok],

@@ -16,6 +16,7 @@ import logging
 import sys
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,9 @@ class RoundDriver(ABC):
     state: dict[str, Any] | None = None
     resumed_from = 0
     rounds_trained = 0
+    #: Over several processes, a client name -> the rank that alone holds its persistent state
+    #: (engine/distributed.py `owner`); None: every rank holds every state.
+    state_owner: Callable[[str], int] | None = None
 
     # --- what a driver supplies ------------------------------------------------------------------
     @property
@@ -124,7 +128,7 @@ class RoundDriver(ABC):
         SIGINT / SIGTERM end it at a round boundary with a checkpoint, raising RunInterrupted
         (engine/rounds.py).
         """
-        state = self.place_state(open_run(self.run_dir, self.cfg, resume, self._fresh_state))
+        state = self.place_state(open_run(self.run_dir, self.cfg, resume, self._fresh_state, self.state_owner))
         line = self.first_line()
         log.info(line)
         if self.progress:
@@ -153,7 +157,8 @@ class RoundDriver(ABC):
                         loop.bar.set_postfix({k: f"{row[k]:.3f}" for k in self.shown if k in row})
                 state["round"] = round_idx
                 state["wall_seconds"] = time.perf_counter() - started
-                loop.end_round(round_idx, lambda: save_checkpoint(self.run_dir, to_device(state, "cpu")),
+                loop.end_round(round_idx, lambda: save_checkpoint(self.run_dir, to_device(state, "cpu"),
+                                                                      self.state_owner is not None),
                                boundary=self.checkpoint_boundary(round_idx))
                 if stop_after is not None and round_idx >= stop_after:
                     return None

@@ -24,7 +24,7 @@ from fedac.rules.attacks import Attack
 from fedac.config import Config
 from fedac.engine.clients import ByteLedger, client_summary, log_clients, own_scores, test_confusion
 from fedac.engine.cohort import check_execution, check_path
-from fedac.engine.distributed import current_world, evaluation, how_shared, run_shared, sums_uploads
+from fedac.engine.distributed import current_world, evaluation, how_shared, owner, run_shared, sums_uploads
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
 from fedac.engine.run import RoundDriver
 from fedac.errors import ConfigError
@@ -123,6 +123,15 @@ class Simulator(RoundDriver):
                                type(self.algorithm).dp_compatible, type(self.algorithm).lpa_setting)
         # over several processes: one all-reduce of the weighted sums where nothing needs each upload
         self.sums = self.world.distributed and sums_uploads(self.algorithm, self.attack, self.privacy)
+        # over several processes: a client's persistent state lives on its owner alone (memory / N per rank)
+        if self.world.distributed and (type(self.algorithm).personalized or
+                                       type(self.algorithm).init_client_state is not Algorithm.init_client_state):
+            owners = {c.name: owner(i, self.world.size) for i, c in enumerate(self.data.clients)}
+            self.state_owner = owners.__getitem__
+
+    def holds(self, name: str) -> bool:
+        """Whether this process holds (and trains) client `name`'s persistent state."""
+        return self.state_owner is None or self.state_owner(name) == self.world.rank
 
     # --- state ---------------------------------------------------------------------------------
     def _fresh_state(self) -> dict[str, Any]:
@@ -159,17 +168,19 @@ class Simulator(RoundDriver):
         uploads, losses, rejected, uploaded = [], [], [], []
         names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
         datas = [self._client_data(name) for name in names]
-        states = [to_device(self._client_state(state, name), self.device) for name in names]
+        states = [to_device(self._client_state(state, name), self.device) if self.holds(name) else None
+                  for name in names]  # (the others' states live on their owners)
         # (autocast inside; over several processes each trains its share and all get every result)
         results = run_shared(self.world, self.algorithm, payload, states, datas, round_idx, cfg.seed,
-                             usable if self.sums else None)
+                             usable if self.sums else None,
+                             [self.state_owner(n) for n in names] if self.state_owner is not None else None)
         state["auto_choice"] = dict(self.algorithm.auto_choice)  # auto's measured path, kept for a resume
         for name, data, result in zip(names, datas, results):
             if not usable(result):
                 log.warning("round %d: client %s returned NaN/Inf parameters; its update is discarded", round_idx, name)
                 rejected.append(name)
                 continue
-            if result.state is not None:
+            if result.state is not None and self.holds(name):
                 state["clients"][name] = self._homed(result.state)
             uploads.append((result.upload, data.num_samples))
             uploaded.append(name)
@@ -191,6 +202,8 @@ class Simulator(RoundDriver):
         else:
             log.warning("round %d: no usable client update; the global state is unchanged", round_idx)
         metrics["train_loss"] = float(np.nanmean(losses)) if losses else float("nan")
+        if self.world.traffic:  # (benchmarks and tests: the states this process holds)
+            self.world.log_held(round_idx, len(state["clients"]), nbytes(state["clients"]))
         return metrics
 
     def poison_and_clip(self, payload: Any, names: list[str], uploads: list, round_idx: int) -> list:
