@@ -20,13 +20,22 @@ def settings(gsc_root, tmp_path, *overrides):
                                   "train.fraction=0.35", "train.local_epochs=1", "train.device=cpu", *overrides])
 
 
+@pytest.fixture(scope="module")
+def shared_cache(tmp_path_factory):
+    return tmp_path_factory.mktemp("features")  # FedKWS-UI's 8 kHz features, computed once for its three networks
+
+
 @pytest.mark.parametrize("overrides, path", [
     (["model.name=crnn_tiny"], "stacked"),
     (["model.name=cnn1_softmax", "train.execution=cohort"], "stacked"),
     (["model.name=crnn_tiny", "train.execution=sequential"], "sequential: train.execution=sequential"),
     (["algorithm=fedmmd", "model.name=crnn_tiny"], "sequential: FedMMD overrides client_update"),
+    # FedKWS-UI's networks under its own protocol (clipping; KWT with AdamW), forced stacked
+    *[(["algorithm=fedkwsui", "data.task=12", f"model.name={net}", "train.execution=cohort", "train.fraction=0.15"], "stacked")
+      for net in ("dscnn", "kwt", "mhattrnn")],
 ])
-def test_the_run_names_its_path_first_and_in_results_json(gsc_root, tmp_path, capsys, overrides, path):
+def test_the_run_names_its_path_first_and_in_results_json(gsc_root, tmp_path, capsys, overrides, path, shared_cache):
+    overrides = [*overrides, f"data.cache_dir={shared_cache}"]
     sim = Simulator(settings(gsc_root, tmp_path, *overrides), tmp_path / "run", progress=True)
     sim.run()
     err = capsys.readouterr().err
