@@ -70,6 +70,8 @@ def test_style_replaces_the_rate_and_is_validated():
     assert FeatureExtractor(FeatureConfig(style="fedkws", sample_rate=16000, n_mfcc=13)).cfg.sample_rate == 8000
     with pytest.raises(ConfigError, match="features.style must be fedac or fedkws, got 'paper'"):
         FeatureExtractor(FeatureConfig(style="paper"))
+    # the fedkws style is torchaudio's MFCC whatever features.kind says (the paper's features)
+    assert FeatureExtractor(FeatureConfig(style="fedkws", kind="logmel")).cfg.kind == "mfcc"
 
 
 def test_style_has_its_own_cache_entry_and_decodes_at_8k(tmp_path):

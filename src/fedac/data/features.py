@@ -99,8 +99,6 @@ class FeatureExtractor:
                 raise ValueError("features.n_mfcc cannot exceed features.n_mels")
             basis = dct(np.eye(cfg.n_mels), type=2, norm="ortho", axis=0)[: cfg.n_mfcc]
             self.dct = torch.from_numpy(basis.astype(np.float32))
-        if self.fedkws and self.dct is None:  # (found by mypy: it failed at the first batch)
-            raise ValueError("features.style=fedkws computes MFCCs (torchaudio's MFCC); set features.kind=mfcc")
 
     def to(self, device: torch.device | str) -> FeatureExtractor:
         """This extractor with its window, mel and DCT matrices on `device` (itself when already there)."""
@@ -125,7 +123,7 @@ class FeatureExtractor:
         if self.fedkws:
             db = 10.0 * torch.log10(torch.clamp(torch.matmul(self.mel, power), min=1e-10))
             db = torch.maximum(db, db.amax(dim=(1, 2), keepdim=True) - FEDKWS_TOP_DB)
-            assert self.dct is not None  # __init__ refuses the fedkws style without MFCCs
+            assert self.dct is not None  # resolve_features sets kind=mfcc for the fedkws style
             return torch.matmul(self.dct, db) / FEDKWS_SCALE
         logmel = torch.log(torch.matmul(self.mel, power) + 1e-6)
         return logmel if self.dct is None else torch.matmul(self.dct, logmel)
