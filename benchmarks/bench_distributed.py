@@ -13,7 +13,9 @@ agree: engine/distributed.py) and, measured for P = 2 (FEDAC_TRAFFIC_LOG: engine
 each collective's payload), the bytes each rank sends and receives per round by kind of collective: the
 all-gather of the clients' results (pickled: uploads, new client states, metrics) and, for the
 weighted-sum methods, the all-reduce of the float64 weighted sums (its buffer; gloo's wire traffic for
-a ring of two is about that size each way). Evaluation's gathers are counted apart.
+a ring of two is about that size each way). Evaluation's gathers are counted apart. `held_states` gives,
+per rank, the client states it holds after the last round (count and bytes; FEDAC_TRAFFIC_LOG's
+held<R>.jsonl): a client's state lives on its owner alone.
 
 On a machine with C cores one process already trains its chunks on C worker threads
 (`train.cohort_workers` auto); P processes get C / P workers each (LOCAL_WORLD_SIZE), so on one machine
@@ -57,6 +59,12 @@ def traffic(folder: Path) -> dict:
     return {kind: {k: sum(v) / ranks / max(1, len(rounds)) for k, v in entry.items()} for kind, entry in per.items()}
 
 
+def held(folder: Path) -> dict:
+    """Per rank: the client states it held after the last round (its held<R>.jsonl's last line)."""
+    return {path.stem[len("held"):]: {k: v for k, v in json.loads(path.read_text().splitlines()[-1]).items() if k != "round"}
+            for path in sorted(folder.glob("held*.jsonl"))}
+
+
 def run(processes: int, rounds: int, sets: list[str], out: Path) -> dict:
     args = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(processes),
             "-m", "fedac", "run", "--rounds", str(rounds), "--seed", "1", "--quiet", "--out", str(out),
@@ -78,7 +86,7 @@ def run(processes: int, rounds: int, sets: list[str], out: Path) -> dict:
             "wall_s": wall, "final_accuracy": results["final"].get("accuracy"),
             "upload_bytes_per_round": statistics.mean(float(r["upload_bytes"]) for r in rows),
             "clients_per_round": statistics.mean(float(r["clients"]) for r in rows),
-            "bytes_per_rank_per_round": traffic(out / "traffic")}
+            "bytes_per_rank_per_round": traffic(out / "traffic"), "held_states": held(out / "traffic")}
 
 
 def state_bytes(run_dir: Path) -> float:
