@@ -19,9 +19,10 @@ over the clients that trained it (aggregation.exit_aggregate, the paper's Eq. 1)
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, cast
 
 import torch
+from torch import nn
 
 from fedac.rules.exits import EXIT_AGGREGATIONS, exit_aggregate
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, clone_params
@@ -119,9 +120,16 @@ class EarlyExitFL(Algorithm):
         return depths
 
     # --- models --------------------------------------------------------------------------------
-    def build_network(self, name: str):
+    def build_network(self, name: str) -> MultiExitSSL:
         return build_multi_exit(name, self.task.kind, self.task.num_classes, self.cfg.earlyexit.exits,
                                 self.cfg.model, self.cfg.model.dropout)
+
+    # every model of this method is a MultiExitSSL (build_network above)
+    def make_model(self, name: str) -> MultiExitSSL:
+        return cast(MultiExitSSL, super().make_model(name))
+
+    def scratch_model(self, name: str, params: Params | None = None, role: str = "global") -> MultiExitSSL:
+        return cast(MultiExitSSL, super().scratch_model(name, params, role))
 
     def init_server(self) -> dict[str, Any]:
         return {"params": self.initial_params(self.cfg.model.name, "global-init")}
@@ -165,10 +173,11 @@ class EarlyExitFL(Algorithm):
     def global_model(self, server: dict[str, Any]):
         return self.scratch_model(self.cfg.model.name, server["params"]).use_exit(self.eval_exit)
 
-    def evaluate_views(self, model: MultiExitSSL, split, batch_size: int):
+    def evaluate_views(self, model: nn.Module, split, batch_size: int):
         """The shared model at eval_exit, and every exit as exit<L>, from one encoder pass per batch."""
-        by_exit = evaluate_exits(model, split, batch_size)
-        model.use_exit(self.eval_exit)
+        exits = cast(MultiExitSSL, model)  # global_model's, a MultiExitSSL
+        by_exit = evaluate_exits(exits, split, batch_size)
+        exits.use_exit(self.eval_exit)
         return dict(by_exit[self.eval_exit]), {f"exit{depth}": metrics for depth, metrics in by_exit.items()}
 
 
@@ -198,11 +207,13 @@ def depth_memory(model: MultiExitSSL, depth: int, train, batch: int, frames: int
     cpu = torch.device("cpu")  # drawn on the host, then moved to the model's device
     x = Padded(torch.randn(batch, frames, model.config.conv_dim[-1], generator=generator, device=cpu),
                torch.full((batch,), frames, device=cpu))
+    y: Padded | torch.Tensor
     if model.kind == "ctc":
         width = max(1, frames // 4)
         y = Padded(torch.randint(1, 28, (batch, width), generator=generator, device=cpu), torch.full((batch,), width, device=cpu))
     else:
-        y = torch.randint(0, model.exit_heads[str(depth)].head.out_features, (batch,), generator=generator, device=cpu)
+        head = cast(nn.Linear, model.exit_heads[str(depth)].head)  # a classification exit's linear head
+        y = torch.randint(0, head.out_features, (batch,), generator=generator, device=cpu)
     device = next(model.parameters()).device
     x, y = to_device(x, device), to_device(y, device)
     saved: dict[int, int] = {}

@@ -19,13 +19,14 @@ evaluated through the clients' own models (personalized accuracy).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params
+from fedac.models.base import EmbeddingModel
 from fedac.training.local import client_batches, local_step, make_optimizer
 from fedac.seeding import torch_generator
 
@@ -84,11 +85,13 @@ class FedKAD(Algorithm):
 
     def client_update(self, payload: dict[str, torch.Tensor], state: Params, data: ClientData, round_idx: int,
                       generator: torch.Generator) -> ClientResult:
-        model = self.scratch_model(self.client_architecture(data.name), state, role="personal")
+        # the zoo's networks are EmbeddingModels (models/base.py); a plug-in needs embed, head, embedding_dim
+        model = cast(EmbeddingModel, self.scratch_model(self.client_architecture(data.name), state, role="personal"))
         proj = self.projection(model.embedding_dim)
         model.train()
         optimizer = make_optimizer(model.parameters(), self.cfg.train)
-        total, steps = 0.0, 0
+        total: float | torch.Tensor = 0.0  # (local_step returns the loss as a tensor: no host sync)
+        steps = 0
         for idx in client_batches(data.num_samples, self.cfg.train, generator):
             x, y = data.x[idx], data.y[idx]
             features = model.embed(x)

@@ -43,7 +43,7 @@ training/functional.py; ALT's per-client step counts as a chunk whose active cli
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +54,7 @@ from fedac.algorithms.cohort import fedkwsui_cohort
 from fedac.training.local import clip_gradients, cycling_batches, make_optimizer, on_device
 from fedac.errors import ConfigError
 from fedac.models import build_model
+from fedac.models.base import EmbeddingModel
 
 #: The code's constants for Speech Commands (fedkwsui.py): classes -> (size cap, r0).
 SPEECH_COMMANDS_ALT = {12: (100.0, 3.5), 35: (300.0, 5.0)}
@@ -116,10 +117,10 @@ def alo_loss(global_logits: torch.Tensor, private_logits: torch.Tensor, y: torch
 class TwoHeadModel(nn.Module):
     """A network's encoder (`embed`) with FedKWS-UI's global and private heads; `forward` is the global one."""
 
-    def __init__(self, network: nn.Module, num_classes: int, g_ratio: float = 0.6, head_init: str = "default"):
+    def __init__(self, network: EmbeddingModel, num_classes: int, g_ratio: float = 0.6, head_init: str = "default"):
         super().__init__()
         network.head = nn.Identity()  # replaced by the two heads (and not counted as parameters)
-        self.encoder = network
+        self.encoder: EmbeddingModel = network
         h = network.embedding_dim
         global_width, private_width = int(2.0 * h * g_ratio), int(2.0 * h * (1.0 - g_ratio))
         if global_width < 1 or private_width < 1:
@@ -185,14 +186,15 @@ class FedKWSUI(Algorithm):
         if task.class_counts is None:
             raise ConfigError("fedkwsui needs every client's class counts (Task.class_counts) for ALT; build the "
                               "task with engine.data.build_federated_data")
-        self.size_cap, self.r0 = self.alt_constants()
+        self.size_cap, self.r0 = self.alt_constants(task.class_counts)
         self.ratios = {c: alt_ratio(n, self.size_cap) for c, n in zip(task.clients, task.class_counts)}
         if self.r0 is None:  # the paper's conservation rule, K / sum rbar_k, over the clients that hold data
             held = [self.ratios[c] for c, n in zip(task.clients, task.class_counts) if sum(n)]
             self.r0 = len(held) / sum(held) if sum(held) > 0 else 1.0
 
-    def alt_constants(self) -> tuple[float, float | None]:
-        """(size cap, r0) after resolving auto / max / sum (r0 None: K / sum rbar, computed by the caller)."""
+    def alt_constants(self, class_counts: list[list[int]]) -> tuple[float, float | None]:
+        """(size cap, r0) after resolving auto / max / sum (r0 None: K / sum rbar, computed by the caller);
+        `class_counts` is the task's (checked present by the constructor)."""
         opts, task = self.cfg.fedkwsui, self.task
         cap = _setting(opts.size_cap, "fedkwsui.size_cap", ("auto", "max"))
         r0 = _setting(opts.r0, "fedkwsui.r0", ("auto", "sum"))
@@ -200,14 +202,16 @@ class FedKWSUI(Algorithm):
         if cap == "auto":
             cap = known[0] if known else "max"
         if cap == "max":
-            cap = float(max((sum(n) for n in task.class_counts), default=0)) or 1.0
+            cap = float(max((sum(n) for n in class_counts), default=0)) or 1.0
         if r0 == "auto":
             r0 = known[1] if known else "sum"
         return float(cap), None if r0 == "sum" else float(r0)
 
     # --- models ---------------------------------------------------------------------------------
-    def build_network(self, name: str) -> nn.Module:
-        network = build_model(name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout)
+    def build_network(self, name: str) -> TwoHeadModel:
+        # the zoo's networks are EmbeddingModels (models/base.py); a plug-in needs embed, head, embedding_dim
+        network = cast(EmbeddingModel, build_model(name, self.task.num_features, self.task.num_classes,
+                                                   self.cfg.model.dropout))
         return TwoHeadModel(network, self.task.num_classes, self.cfg.fedkwsui.g_ratio, self.cfg.fedkwsui.head_init)
 
     def init_server(self) -> dict[str, Any]:
@@ -229,6 +233,9 @@ class FedKWSUI(Algorithm):
         mu = adaptive_mu(opts.ls_mu, ratio) if opts.adaptive_mu else opts.ls_mu
         return {"ratio": ratio, "mu": mu, "steps": steps}
 
+    def scratch_model(self, name: str, params: Params | None = None, role: str = "global") -> TwoHeadModel:
+        return cast(TwoHeadModel, super().scratch_model(name, params, role))  # built by build_network above
+
     def _step(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
@@ -243,7 +250,8 @@ class FedKWSUI(Algorithm):
             model.load_state_dict(state, strict=False)  # the client's own private head
         plan = self.client_plan(data.name)
         model.train()
-        private_loss, private_steps = 0.0, 0
+        private_loss: float | torch.Tensor = 0.0  # summed as tensors (no host sync per step)
+        private_steps = 0
         if opts.adv_lambda:
             optimizer = make_optimizer(model.parameters(), self.cfg.train)
             private = cycling_batches(data.num_samples, batch, int(opts.private_ratio * opts.local_steps) + 1, generator)
@@ -258,7 +266,8 @@ class FedKWSUI(Algorithm):
                 private_loss += loss.detach().double()
                 private_steps += 1
         optimizer = make_optimizer(model.parameters(), self.cfg.train)
-        total, steps = 0.0, 0
+        total: float | torch.Tensor = 0.0
+        steps = 0
         for idx in on_device(cycling_batches(data.num_samples, batch, int(plan["steps"]), generator), data.x):
             h = model.embed(data.x[idx])
             loss = alo_loss(model.global_logits(h), model.private_logits(h), data.y[idx], plan["mu"], opts.adv_lambda)

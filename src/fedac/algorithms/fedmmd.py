@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from fedac.algorithms.base import ClientData, ClientResult, Params, model_params
 from fedac.algorithms.fedavg import FedAvg
+from fedac.models.base import EmbeddingModel
 from fedac.training.local import client_batches, local_step, make_optimizer, on_device
 
 
@@ -46,11 +47,14 @@ class FedMMD(FedAvg):
     def client_update(self, payload: Params, state: Any, data: ClientData, round_idx: int,
                       generator: torch.Generator) -> ClientResult:
         weight = self.cfg.fedmmd.weight
-        model = self.scratch_model(self.cfg.model.name, payload)
-        frozen = self.scratch_model(self.cfg.model.name, payload, role="frozen-global").eval()
+        # the zoo's networks are EmbeddingModels (models/base.py); a plug-in model needs embed and head
+        model = cast(EmbeddingModel, self.scratch_model(self.cfg.model.name, payload))
+        frozen = cast(EmbeddingModel, self.scratch_model(self.cfg.model.name, payload, role="frozen-global")).eval()
         model.train()
         optimizer = make_optimizer(model.parameters(), self.cfg.train)
-        total, mmd_total, steps = 0.0, 0.0, 0
+        total: float | torch.Tensor = 0.0  # summed as tensors (no host sync per step)
+        mmd_total: float | torch.Tensor = 0.0
+        steps = 0
         for idx in on_device(client_batches(data.num_samples, self.cfg.train, generator), data.x):
             x, y = data.x[idx], data.y[idx]
             h = model.embed(x)

@@ -57,7 +57,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import torch
@@ -153,7 +153,7 @@ def beta_aggregate(scores: torch.Tensor, is_set: torch.Tensor, uploads: list[tup
             senders.setdefault(int(c), []).append((table[:, j], float(acc)))
     for c, sent in senders.items():
         betas = [1.0] if len(sent) == 1 else [acc for _, acc in sent]
-        total = sum(b * col for b, (col, _) in zip(betas, sent))
+        total: torch.Tensor | float = sum(b * col for b, (col, _) in zip(betas, sent))
         if rule == "normalized":
             weight = sum(betas)
             total = total / weight if weight > 0 else sum(col for col, _ in sent) / len(sent)
@@ -208,7 +208,7 @@ def batch_weights(count: int, batch: int, device: torch.device | str = "cpu") ->
     return torch.cat([torch.full((n,), 1.0 / n, device=device) for n in batch_sizes(count, batch)])
 
 
-def initial_impressions(count: int, shape: tuple[int, int], batch: int, generator: torch.Generator,
+def initial_impressions(count: int, shape: tuple[int, ...], batch: int, generator: torch.Generator,
                         device: torch.device | str = "cpu") -> torch.Tensor:
     """Eq. 3's starting points: N(0, 1), z-scored, drawn batch by batch (the draw order of optimising one
     batch after another, so the batched path starts where the one-by-one path did). Drawn on the CPU (the
@@ -414,7 +414,8 @@ class ZeroShotFL(Algorithm):
         ids = sorted(set(data.y.tolist()))
         mapping = {i: (registry.get((data.name, i)) if i >= NEW_ID else i) for i in ids}
         unknown = [i for i in ids if mapping[i] is None]
-        arch = data.architecture
+        user = cast(StreamClientData, data)  # the zero-shot driver's (engine/zeroshot.py)
+        arch = user.architecture
         if unknown and self.cfg.zeroshot.choice2:
             outputs = {**{i: m for i, m in mapping.items() if m is not None}, **{i: K + j for j, i in enumerate(unknown)}}
             x = torch.cat([payload["public_x"], data.x])
@@ -422,7 +423,7 @@ class ZeroShotFL(Algorithm):
             model = self._fresh_model(arch, K + len(unknown), "report", round_idx, data.name)
             metrics = train_supervised(model, x, y, self.cfg.train, generator, optimizer=self._optimizer(model))
             upload = {"kind": "report", "user": data.name, "arch": arch, "state": model_params(model),
-                      "num_known": K, "local_ids": unknown, "names": [data.names.get(i) for i in unknown]}
+                      "num_known": K, "local_ids": unknown, "names": [user.names.get(i) for i in unknown]}
             return ClientResult(upload, None, {**metrics, "reported": float(len(unknown))})
         device = data.y.device
         keep = torch.tensor([mapping[int(i)] is not None for i in data.y], dtype=torch.bool, device=device)

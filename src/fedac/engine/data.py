@@ -159,7 +159,8 @@ def _augmented(client: ClientData, split: ClientSplit, manifest: Manifest, cfg: 
     waves = [w for i in split.train for w in clip_waveforms(manifest, i, fcfg, cfg.data.snr_db, cfg.seed)]
     x = AugmentedWindows(torch.from_numpy(np.stack(waves)), FeatureExtractor(fcfg), lambda f: model_input(f, cfg),
                          noise_bank(manifest.root, fcfg.sample_rate))
-    return replace(client, x=x)
+    # AugmentedWindows stands in for the tensor x: indexing it gives freshly augmented feature tensors
+    return replace(client, x=x)  # type: ignore[arg-type]
 
 
 def build_eval_data(cfg: Config, progress: bool = True, device: torch.device | None = None) -> FederatedData:

@@ -101,7 +101,7 @@ def _eval_split(manifest: Manifest, inputs: list[torch.Tensor], split: str, empt
     x = Padded.stack([inputs[i] for i in clips], empty_shape)
     labels = torch.tensor([manifest.clips[i].label for i in clips], dtype=torch.long)
     texts = [manifest.clips[i].text for i in clips] if manifest.kind == "ctc" else None
-    return EvalSplit(x, torch.arange(len(clips)), labels, kind=manifest.kind, texts=texts)
+    return EvalSplit(x, torch.arange(len(clips)), labels, kind=manifest.kind, texts=texts)  # type: ignore[arg-type]
 
 
 def _trial_split(manifest: Manifest, cfg: Config, cnn, empty_shape, progress: bool) -> EvalSplit:
@@ -109,7 +109,8 @@ def _trial_split(manifest: Manifest, cfg: Config, cnn, empty_shape, progress: bo
     position = {p: i for i, p in enumerate(paths)}
     inputs = clip_inputs([Clip(p, 0, "", "trial") for p in paths], cfg, cnn, f"{manifest.name}-trials", progress)
     trials = torch.tensor([(position[a], position[b], target) for a, b, target in manifest.trials], dtype=torch.long)
-    return EvalSplit(Padded.stack(inputs, empty_shape), torch.arange(len(paths)), torch.zeros(len(paths), dtype=torch.long),
+    return EvalSplit(Padded.stack(inputs, empty_shape), torch.arange(len(paths)),  # type: ignore[arg-type]
+                     torch.zeros(len(paths), dtype=torch.long),
                      kind="verification", trials=trials)
 
 
@@ -126,11 +127,12 @@ def build_waveform_data(cfg: Config, progress: bool = True) -> FederatedData:
     labels = corrupt_training_labels(manifest, splits, cfg.data.label_error, cfg.seed).tolist()
     clients = []
     for split in splits:
-        clients.append(ClientData(
-            split.name,
-            Padded.stack([inputs[i] for i in split.train], empty_shape), _targets(manifest, split.train, labels),
-            Padded.stack([inputs[i] for i in split.holdout], empty_shape), _targets(manifest, split.holdout, labels),
-        ))
+        # Padded stands in for ClientData's and EvalSplit's tensor x (here and above): indexable
+        # windows the SSL models read (declaring that union in training/types.py would reach every
+        # consumer's signature)
+        train_x, holdout_x = (Padded.stack([inputs[i] for i in rows], empty_shape) for rows in (split.train, split.holdout))
+        clients.append(ClientData(split.name, train_x, _targets(manifest, split.train, labels),  # type: ignore[arg-type]
+                                  holdout_x, _targets(manifest, split.holdout, labels)))  # type: ignore[arg-type]
     empty = [c.name for c in clients if c.num_samples == 0]
     if empty:
         log.warning("%d clients hold no training clips and are skipped when sampled: %s", len(empty), empty[:5])

@@ -61,7 +61,10 @@ def run_one(cfg, run_dir: Path, progress: bool) -> dict:
     done = run_dir / "results.json"
     if done.is_file():
         return json.loads(done.read_text())
-    return ZeroShotDriver(cfg, run_dir, progress).run(resume=(run_dir / CHECKPOINT).is_file())
+    results = ZeroShotDriver(cfg, run_dir, progress).run(resume=(run_dir / CHECKPOINT).is_file())
+    # run() returns None only with stop_after or on a rank other than 0; this driver runs in one process
+    assert results is not None, "a zero-shot run returned no results"
+    return results
 
 
 def write_table(spec: Experiment, request: Request, cells: list[Cell], runs: dict[str, dict[str, list[dict]]],

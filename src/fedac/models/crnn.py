@@ -15,6 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fedac.models.base import EmbeddingModel
+
 
 @dataclass(frozen=True)
 class CRNNSpec:
@@ -32,7 +34,7 @@ CRNN_SPECS: dict[str, CRNNSpec] = {
 }
 
 
-class CRNN(nn.Module):
+class CRNN(EmbeddingModel):
     def __init__(self, spec: CRNNSpec, num_features: int, num_classes: int, dropout: float = 0.1, kernel: int = 5):
         super().__init__()
         layers: list[nn.Module] = []

@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedac.errors import ConfigError
+from fedac.models.base import EmbeddingModel
 
 
 def kws_init(module: nn.Module) -> None:
@@ -42,11 +43,9 @@ def kws_init(module: nn.Module) -> None:
             nn.init.zeros_(module.bias)
 
 
-class KWSNet(nn.Module):
-    """Shared plumbing: (batch, F, T) -> (batch, 1, T, F) for `features`, then the linear head."""
-
-    embedding_dim: int
-    head: nn.Module  # set by each subclass
+class KWSNet(EmbeddingModel):
+    """Shared plumbing: (batch, F, T) -> (batch, 1, T, F) for `features`, then the linear head (`head` and
+    `embedding_dim` set by each subclass)."""
 
     def features(self, image: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError

@@ -22,6 +22,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fedac.models.base import EmbeddingModel
+
 ANN_FRAMES = 21
 
 
@@ -56,7 +58,7 @@ def _activation(name: str) -> nn.Module:
     return ChannelSoftmax() if name == "softmax" else nn.ReLU()
 
 
-class KWSCNN(nn.Module):
+class KWSCNN(EmbeddingModel):
     def __init__(self, spec: KWSCNNSpec, num_features: int, num_classes: int):
         super().__init__()
         layers: list[nn.Module] = []

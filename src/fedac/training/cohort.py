@@ -31,7 +31,7 @@ from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, as_completed
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -43,6 +43,9 @@ from fedac.training.local import client_batches
 from fedac.training.packing import Packing
 from fedac.training.schedule import partition
 from fedac.training.types import ClientData
+
+if TYPE_CHECKING:  # (the augmenting windows load the audio readers; only the annotation is needed)
+    from fedac.data.augment import AugmentedWindows
 
 _clients_done: ContextVar[Callable[[int], None] | None] = ContextVar("fedac_clients_done", default=None)
 
@@ -167,7 +170,8 @@ class CohortChunk:
         flat = step.index.reshape(-1)
         y = self.y.index_select(0, flat).view(step.active, step.width)
         if self.augmented:
-            parts = [self.datas[k].x.draw(self.batches[k][step.number], self.augment_generators[k])
+            # augmented: every client's x is AugmentedWindows (engine/data.py), not a tensor
+            parts = [cast("AugmentedWindows", self.datas[k].x).draw(self.batches[k][step.number], self.augment_generators[k])
                      for k in range(step.active)]
             x = parts[0].new_zeros(step.active, step.width, *parts[0].shape[1:])
             for k, part in enumerate(parts):
