@@ -344,7 +344,8 @@ class Simulator(RoundDriver):
                 final.update(tagged(views, suffix=f"{name}_"))
             final["selected_round"] = state["best"]["round"] if self.cfg.train.select == "best_val" and state["best"] else state["round"]
             local = self.world.each(self.data.clients, lambda c: window_accuracy(
-                model, *to_device((c.holdout_x, c.holdout_y), self.device), batch), "gathering the clients' accuracy")
+                model, to_device(c.holdout_x, self.device), to_device(c.holdout_y, self.device), batch),
+                "gathering the clients' accuracy")
             final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)
         personal = self._personalized_test_results(state)
         if personal:
