@@ -236,7 +236,7 @@ class Simulator(RoundDriver):
         """Each client's own model on the test split (empty for non-personalized methods). The Flower
         ServerApp overrides this and `_personalized_local_accuracy` with what its nodes report."""
         batch = self.cfg.train.eval_batch_size  # (over several processes each scores its share: clients.own_scores)
-        return list(own_scores(self, state, lambda _, own: evaluate(own, self.data.test, batch)).values())
+        return list(own_scores(self, state, lambda _, own: evaluate(own, self.data.eval_split("test"), batch)).values())
 
     def _evaluate_round(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
         """Validation metrics of the global model (kept as `best` when they improve); personalized
@@ -252,7 +252,7 @@ class Simulator(RoundDriver):
         row.update({f"val_{k}": v for k, v in val.items()})
         row.update(tagged(views, "val_"))
         if self.cfg.train.test_curve:  # a curve only: selection below reads validation alone
-            row["test_accuracy"] = evaluate(model, self.data.test, self.cfg.train.eval_batch_size)["accuracy"]
+            row["test_accuracy"] = evaluate(model, self.data.eval_split("test"), self.cfg.train.eval_batch_size)["accuracy"]
         best, score = state["best"], selection_score(val)
         if best is None or score > best.get("val_score", best["val_accuracy"]):
             state["best"] = {"round": round_idx, "val_accuracy": val.get("accuracy", score), "val_score": score,
@@ -334,7 +334,7 @@ class Simulator(RoundDriver):
             final.update(test)
             final.update(tagged(views))
             if self.data.manifest is not None:  # (benchmark workloads carry no class names)
-                final.update(kws_rates(model, self.data.test, self.data.manifest.classes, batch))
+                final.update(kws_rates(model, self.data.eval_split("test"), self.data.manifest.classes, batch))
             curve = [row["test_accuracy"] for row in state["history"] if "test_accuracy" in row]
             if curve:
                 final["test_last5_mean"] = float(np.mean(curve[-5:]))

@@ -15,6 +15,7 @@ from torch import nn
 
 from fedac.config import Config
 from fedac.data.manifest import Manifest
+from fedac.errors import DatasetError
 
 Params = dict[str, torch.Tensor]
 
@@ -90,12 +91,22 @@ class FederatedData:
     task: Task
     manifest: Manifest
     clients: list[ClientData]
-    val: EvalSplit
-    test: EvalSplit
+    val: EvalSplit | None
+    test: EvalSplit | None
+    """val, test: None only on a Flower device node started without test-root (flower/devices.py); a
+    simulation holds both and reads them through `eval_split`."""
     extra_test: dict[str, EvalSplit] = field(default_factory=dict)
     """Further test splits reported as `<name>_<metric>` (LibriSpeech test_other, VoxCeleb1 asv trials)."""
     bad_files: dict[str, str] = field(default_factory=dict)
     """data.on_bad_file=skip: path -> reason of the audio files left out because they cannot be decoded."""
+
+    def eval_split(self, name: str) -> EvalSplit:
+        """`val` or `test`, which every simulation holds; a DatasetError where this data has none."""
+        held = self.val if name == "val" else self.test
+        if held is None:
+            raise DatasetError(f"this federation's data holds no {name} split (a Flower device node "
+                               "holds one only when started with test-root)")
+        return held
 
     def client(self, name: str) -> ClientData:
         return self._by_name[name]
