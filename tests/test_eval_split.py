@@ -1,5 +1,6 @@
-"""FederatedData.eval_split: a simulation reads val / test through it; a Flower device node started
-without test-root holds neither, and reading one there names the setting instead of failing later."""
+"""FederatedData.eval_split: a simulation reads val / test through it; a Flower device node
+started without test-root holds neither, and reading one there names the setting instead of
+failing later."""
 
 import pytest
 import torch

@@ -1,7 +1,7 @@
 """`EmbeddingModel`: what the zoo's feature networks (CRNN, the FedKWS-UI keyword spotters and the
 zero-shot paper's CNNs) share and what methods that reach inside a model rely on: `embed()` (the
-penultimate representation, (batch, embedding_dim)), `head` (the layer that turns it into logits) and
-`embedding_dim`.
+penultimate representation, (batch, embedding_dim)), `head` (the layer that turns it into logits)
+and `embedding_dim`.
 
 It adds no parameters or behaviour: it names the interface so that FedKAD, FedMMD and FedKWS-UI are
 type-checked against it. A plug-in model (docs/extending.md) need not subclass it,

@@ -101,11 +101,12 @@ class FederatedData:
     """data.on_bad_file=skip: path -> reason of the audio files left out because they cannot be decoded."""
 
     def eval_split(self, name: str) -> EvalSplit:
-        """`val` or `test`, which every simulation holds; a DatasetError where this data has none."""
+        """`val` or `test`, which every simulation holds;
+        a DatasetError where this data has none."""
         held = self.val if name == "val" else self.test
         if held is None:
-            raise DatasetError(f"this federation's data holds no {name} split (a Flower device node "
-                               "holds one only when started with test-root)")
+            raise DatasetError(f"this federation's data holds no {name} split (a Flower device "
+                               "node holds one only when started with test-root)")
         return held
 
     def client(self, name: str) -> ClientData:
