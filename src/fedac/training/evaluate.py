@@ -9,6 +9,8 @@ process that ran it, so they equal one process's)."""
 
 from __future__ import annotations
 
+import itertools
+
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -57,16 +59,20 @@ def batch_outputs(fn: Callable[[Any], Any], chunks: list, device) -> list:
     return to_device(out, device)
 
 
-def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device
+def _device(model: nn.Module, inputs: Any) -> torch.device:
+    """Where `model` computes: its first parameter's or buffer's device; a model with neither (a fixed
+    function, as tests use) computes where its inputs are."""
+    for tensor in itertools.chain(model.parameters(), model.buffers()):
+        return tensor.device
+    return getattr(inputs, "device", torch.device("cpu"))
 
 
 @torch.no_grad()
 def logits(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
     model.eval()
     if len(x) == 0:
-        return torch.zeros(0, device=_device(model))
-    return torch.cat(batch_outputs(model, list(x.split(batch_size)), _device(model)))
+        return torch.zeros(0, device=_device(model, x))
+    return torch.cat(batch_outputs(model, list(x.split(batch_size)), _device(model, x)))
 
 
 def clip_argmax(split: EvalSplit, out: torch.Tensor) -> torch.Tensor:
@@ -108,7 +114,7 @@ def split_metrics(split: EvalSplit, outputs: list) -> dict[str, float]:
 def evaluate(model: nn.Module, split: EvalSplit, batch_size: int = 512) -> dict[str, float]:
     model.eval()
     return split_metrics(split, batch_outputs(lambda chunk: batch_output(model, chunk, split.kind),
-                                              list(split.x.split(batch_size)), _device(model)))
+                                              list(split.x.split(batch_size)), _device(model, split.x)))
 
 
 @torch.no_grad()
@@ -122,7 +128,7 @@ def evaluate_exits(model: MultiExitSSL, split: EvalSplit, batch_size: int = 512)
         with model.shared_pass():
             return {depth: batch_output(model.use_exit(depth), chunk, split.kind) for depth in sorted(model.exits)}
 
-    outputs = batch_outputs(every_exit, list(split.x.split(batch_size)), _device(model))
+    outputs = batch_outputs(every_exit, list(split.x.split(batch_size)), _device(model, split.x))
     model.use_exit(max(model.exits))  # (as the last batch leaves it, whichever process ran it)
     return {depth: split_metrics(split, [out[depth] for out in outputs]) for depth in model.exits}
 
