@@ -1,4 +1,5 @@
-"""Cohort vs sequential vs the compute floor (issue 6). One command, writes JSON to benchmarks/results/:
+"""Cohort vs sequential vs the compute floor (issue 6). One command, writes JSON to
+benchmarks/results/:
 
     .venv/bin/pip install -e .[bench]                      # once: Flower's simulation engine (Ray)
     .venv/bin/python benchmarks/bench_cohort.py            # everything (about 20 min on 2 cores)
@@ -13,27 +14,30 @@ Parts
 - threads: the sequential floor of workload W with 1 and with 2 torch threads (and 2 threads with
   OpenMP's passive waiting), one fresh process each.
 - w: workload W (issue 6): CRNN-Lite on 40 x 101 features, 100 clients x 40 samples, 10 per round,
-  1 local epoch, batch 16, SGD lr 0.01 (no momentum), dropout 0.1. Per round: the floor (the same SGD
-  steps back to back in a plain torch loop: one model, weights loaded per client, no fedac code),
-  fedac's sequential path and fedac's cohort path (`Simulator.run_round`, so sampling, the server
-  update and all bookkeeping are inside). The end-to-end run is in the flower part.
+  1 local epoch, batch 16, SGD lr 0.01 (no momentum), dropout 0.1. Per round: the floor (the same
+  SGD steps back to back in a plain torch loop: one model, weights loaded per client, no fedac
+  code), fedac's sequential path and fedac's cohort path (`Simulator.run_round`, so sampling, the
+  server update and all bookkeeping are inside). The end-to-end run is in the flower part.
 - vmap: one SGD step of 10 clients through torch.func (stack_module_state + functional_call +
   vmap(grad)) against the stacked formulation of models/stacked.py and a loop, dropout off.
 - fedmlac: FedMLAC with CRNN-Base personalized models and a CRNN-Lite Plug-in, 500 clients x 40
-  samples, 100 per round (LPA aggregation); the floor is the same mutual-learning steps in a plain loop;
-  the cohort path also with 2 worker threads (`train.cohort_workers=2`; every other path uses one core).
+  samples, 100 per round (LPA aggregation); the floor is the same mutual-learning steps in a plain
+  loop; the cohort path also with 2 worker threads (`train.cohort_workers=2`; every other path uses
+  one core).
 - gsc: GSC scale in a fresh process (so its peak RSS is its own): 2,618 clients of 20-60 windows
-  (mean 40; 20% held out locally, as the GSC protocol does), random 40 x 101 features, every client's
-  CRNN-Base personalized model resident, 20% active, FedMLAC on the default (cohort) path, with
-  1 thread, with 2 cohort worker threads, and with 2 torch intra-op threads (one fresh process each).
-- flower: end to end, launch to finish. fedac: a fresh Python process running `Simulator.run()` (what
-  `fedac run` does) on the benchmark's data. Flower: `flwr run benchmarks <connection>` with
-  `address = ":local:"` (the local simulation `flwr run` starts itself; stopped after each run), with
-  Flower's default client resources (2 CPUs per ClientApp: one Ray actor on 2 cores) and with one CPU per
-  ClientApp (two actors); the apps are in flower_apps.py. W: 100 rounds, Flower's FedAvg against fedac's
-  default path. FedMLAC 500/100: `--fedmlac-rounds` rounds, the fedac Flower app (personalized models in
-  `context.state`) against fedac with 1 and with 2 cohort worker threads. Start-up, first round and the
-  median later round are reported apart. Without `flwr[simulation]` only fedac's side runs.
+  (mean 40; 20% held out locally, as the GSC protocol does), random 40 x 101 features, every
+  client's CRNN-Base personalized model resident, 20% active, FedMLAC on the default (cohort) path,
+  with 1 thread, with 2 cohort worker threads, and with 2 torch intra-op threads (one fresh process
+  each).
+- flower: end to end, launch to finish. fedac: a fresh Python process running `Simulator.run()`
+  (what `fedac run` does) on the benchmark's data. Flower: `flwr run benchmarks <connection>` with
+  `address = ":local:"` (the local simulation `flwr run` starts itself; stopped after each run),
+  with Flower's default client resources (2 CPUs per ClientApp: one Ray actor on 2 cores) and with
+  one CPU per ClientApp (two actors); the apps are in flower_apps.py. W: 100 rounds, Flower's FedAvg
+  against fedac's default path. FedMLAC 500/100: `--fedmlac-rounds` rounds, the fedac Flower app
+  (personalized models in `context.state`) against fedac with 1 and with 2 cohort worker threads.
+  Start-up, first round and the median later round are reported apart. Without `flwr[simulation]`
+  only fedac's side runs.
 """
 
 from __future__ import annotations
@@ -55,14 +59,30 @@ import torch.nn.functional as F
 from fedac.engine.simulator import Simulator
 from fedac.flower.local import free_port, stop_local_superlink
 from fedac.models import build_model
-from workloads import (BASE_SETTINGS, CLASSES, FEATURES, FEDMLAC_SETTINGS, FRAMES, GSC_CLIENTS, W_CLIENTS, W_PER_ROUND,
-                       W_SETTINGS, MutualFloor, SupervisedFloor, config, cpu_info, federated, gsc_scale_clients,
-                       uniform_federation)
+from workloads import (
+    BASE_SETTINGS,
+    CLASSES,
+    FEATURES,
+    FEDMLAC_SETTINGS,
+    FRAMES,
+    GSC_CLIENTS,
+    W_CLIENTS,
+    W_PER_ROUND,
+    W_SETTINGS,
+    MutualFloor,
+    SupervisedFloor,
+    config,
+    cpu_info,
+    federated,
+    gsc_scale_clients,
+    uniform_federation,
+)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-# --- timing helpers ---------------------------------------------------------------------------------
+# --- timing helpers -------------------------------------------------------------------------------
+
 
 def timed(fn) -> tuple[float, float]:
     wall, cpu = time.perf_counter(), time.process_time()
@@ -76,8 +96,12 @@ def summarize(samples: dict[str, list[tuple[float, float]]], floor: str | None =
     out: dict = {}
     for name, values in samples.items():
         walls, cpus = [w for w, _ in values], [c for _, c in values]
-        out[name] = {"wall_s": statistics.median(walls), "cpu_s": statistics.median(cpus),
-                     "wall_s_all": [round(w, 4) for w in walls], "cpu_s_all": [round(c, 4) for c in cpus]}
+        out[name] = {
+            "wall_s": statistics.median(walls),
+            "cpu_s": statistics.median(cpus),
+            "wall_s_all": [round(w, 4) for w in walls],
+            "cpu_s_all": [round(c, 4) for c in cpus],
+        }
     if floor in samples:
         for name in samples:
             if name == floor:
@@ -90,15 +114,18 @@ def summarize(samples: dict[str, list[tuple[float, float]]], floor: str | None =
     return out
 
 
-def interleave(paths: dict, rounds: list[int], warmup: int = 1) -> dict[str, list[tuple[float, float]]]:
-    """Run every path on every round (in turn, rotating the order), after `warmup` untimed rounds."""
+def interleave(
+    paths: dict, rounds: list[int], warmup: int = 1
+) -> dict[str, list[tuple[float, float]]]:
+    """Run every path on every round (in turn, rotating the order), after `warmup` untimed
+    rounds."""
     for r in range(warmup):
         for fn in paths.values():
             fn(10_000 + r)
     samples: dict[str, list[tuple[float, float]]] = {name: [] for name in paths}
     names = list(paths)
     for i, r in enumerate(rounds):
-        for name in names[i % len(names):] + names[:i % len(names)]:
+        for name in names[i % len(names) :] + names[: i % len(names)]:
             samples[name].append(timed(lambda: paths[name](r)))
     return samples
 
@@ -112,7 +139,8 @@ def simulator(cfg, data, tmp: Path) -> tuple[Simulator, dict]:
     return sim, sim._fresh_state()
 
 
-# --- parts ----------------------------------------------------------------------------------------------
+# --- parts ----------------------------------------------------------------------------------------
+
 
 def floor_child(args) -> dict:
     """The W floor on `args.threads_child` torch threads, in this (child) process."""
@@ -123,12 +151,19 @@ def floor_child(args) -> dict:
 
 
 def run_child(*flags: str, env: dict | None = None, script: str = __file__) -> dict:
-    """`script` (this one) in a fresh process with `flags`; its result is the JSON on the last line it prints."""
+    """`script` (this one) in a fresh process with `flags`; its result is the JSON on the last line
+    it prints."""
     done = subprocess.run([sys.executable, script, *flags], capture_output=True, text=True, env=env)
     if done.returncode != 0:
-        how = f"killed by signal {-done.returncode}" if done.returncode < 0 else f"exit {done.returncode}"
-        raise RuntimeError(f"child {' '.join(flags)} failed ({how}; 9 is often the out-of-memory killer): "
-                           f"{done.stderr[-3000:]}")
+        how = (
+            f"killed by signal {-done.returncode}"
+            if done.returncode < 0
+            else f"exit {done.returncode}"
+        )
+        raise RuntimeError(
+            f"child {' '.join(flags)} failed ({how}; 9 is often the out-of-memory killer): "
+            f"{done.stderr[-3000:]}"
+        )
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -142,17 +177,25 @@ def write_report(report: dict, out: Path, headline: dict) -> None:
 
 def part_threads(args) -> dict:
     """Each setting in a fresh process: OpenMP's wait policy is read once, when a process starts."""
-    settings = [("threads_1", 1, None), ("threads_2", 2, None), ("threads_2_omp_passive", 2, "PASSIVE")]
+    settings = [
+        ("threads_1", 1, None),
+        ("threads_2", 2, None),
+        ("threads_2_omp_passive", 2, "PASSIVE"),
+    ]
     samples = {}
     for name, threads, policy in settings:
         env = dict(os.environ)
         if policy:
             env["OMP_WAIT_POLICY"] = policy
-        child = run_child("--threads-child", str(threads), "--threads-repeats", str(args.threads_repeats), env=env)
+        child = run_child(
+            "--threads-child", str(threads), "--threads-repeats", str(args.threads_repeats), env=env
+        )
         samples[name] = [tuple(v) for v in child["samples"]]
     out = summarize(samples, floor="threads_1")
-    out["note"] = ("sequential floor of workload W, s/round, one fresh process per setting; vs_floor_* is the "
-                   "ratio to threads_1; omp_passive sets OMP_WAIT_POLICY=PASSIVE")
+    out["note"] = (
+        "sequential floor of workload W, s/round, one fresh process per setting; vs_floor_* is the "
+        "ratio to threads_1; omp_passive sets OMP_WAIT_POLICY=PASSIVE"
+    )
     return out
 
 
@@ -160,8 +203,11 @@ def part_w(args, tmp: Path) -> dict:
     data = uniform_federation(W_CLIENTS)
     seq = simulator(config(*W_SETTINGS, "train.execution=sequential"), data, tmp / "w-seq")
     coh = simulator(config(*W_SETTINGS, "train.execution=cohort"), data, tmp / "w-cohort")
-    paths = {"floor": SupervisedFloor(data.clients, W_PER_ROUND), "fedac_sequential": fedac_round(*seq),
-             "fedac_cohort": fedac_round(*coh)}
+    paths = {
+        "floor": SupervisedFloor(data.clients, W_PER_ROUND),
+        "fedac_sequential": fedac_round(*seq),
+        "fedac_cohort": fedac_round(*coh),
+    }
     out = summarize(interleave(paths, list(range(1, args.repeats + 1)), warmup=2))
     return out
 
@@ -172,23 +218,31 @@ def part_fedmlac(args, tmp: Path) -> dict:
     data = uniform_federation(count, 0)
     seq = simulator(config(*FEDMLAC_SETTINGS, "train.execution=sequential"), data, tmp / "m-seq")
     coh = simulator(config(*FEDMLAC_SETTINGS, "train.execution=cohort"), data, tmp / "m-cohort")
-    coh2 = simulator(config(*FEDMLAC_SETTINGS, "train.execution=cohort", "train.cohort_workers=2"), data, tmp / "m-cohort2")
-    paths = {"floor": MutualFloor(data.clients, per_round), "fedac_sequential": fedac_round(*seq),
-             "fedac_cohort": fedac_round(*coh), "fedac_cohort_2_workers": fedac_round(*coh2)}
+    coh2 = simulator(
+        config(*FEDMLAC_SETTINGS, "train.execution=cohort", "train.cohort_workers=2"),
+        data,
+        tmp / "m-cohort2",
+    )
+    paths = {
+        "floor": MutualFloor(data.clients, per_round),
+        "fedac_sequential": fedac_round(*seq),
+        "fedac_cohort": fedac_round(*coh),
+        "fedac_cohort_2_workers": fedac_round(*coh2),
+    }
     out = summarize(interleave(paths, list(range(1, max(2, args.repeats // 2) + 1)), warmup=1))
     out["clients"], out["per_round"] = count, per_round
     return out
 
 
 def part_vmap(args) -> dict:
-    """One SGD step of K=10 clients x 16 samples, dropout off (vmap cannot replay a client's own masks):
-    torch.func (stack_module_state + functional_call + vmap(grad)) against this package's stacked
-    formulation (models/stacked.py) and a loop over the clients' nn.Modules."""
+    """One SGD step of K=10 clients x 16 samples, dropout off (vmap cannot replay a client's own
+    masks): torch.func (stack_module_state + functional_call + vmap(grad)) against this package's
+    stacked formulation (models/stacked.py) and a loop over the clients' nn.Modules."""
     from torch.func import functional_call, grad, stack_module_state, vmap
 
-    from fedac.training.local import cross_entropy
-    from fedac.training.cohort import grads_of, leaves
     from fedac.models.stacked import stacked_model
+    from fedac.training.cohort import grads_of, leaves
+    from fedac.training.local import cross_entropy
 
     out = {}
     k, b = 10, 16
@@ -225,8 +279,11 @@ def part_vmap(args) -> dict:
                 F.cross_entropy(m(x[i]), y[i]).backward()
                 opt.step()
 
-        samples = interleave({"floor": with_loop, "torch_func_vmap": with_vmap, "stacked": with_stacked},
-                             list(range(max(3, args.repeats // 2))), warmup=1)
+        samples = interleave(
+            {"floor": with_loop, "torch_func_vmap": with_vmap, "stacked": with_stacked},
+            list(range(max(3, args.repeats // 2))),
+            warmup=1,
+        )
         out[name] = summarize(samples)
     out["note"] = "s per step of 10 clients; 'floor' here is the per-client nn.Module loop"
     return out
@@ -259,19 +316,29 @@ def part_gsc(args, tmp: Path) -> dict:
     for r in range(1, args.gsc_rounds + 1):
         rounds.append(timed(lambda: sim.run_round(state, r)))
     walls, cpus = [w for w, _ in rounds], [c for _, c in rounds]
-    return {"clients": count, "active_per_round": max(1, round(0.2 * count)),
-            "train_windows": sum(c.num_samples for c in clients),
-            "holdout_windows": sum(len(c.holdout_y) for c in clients),
-            "torch_threads": threads, "cohort_workers": workers, "execution": cfg.train.execution,
-            "cohort_chunk": cfg.train.cohort_chunk, "load_average_start": load_start, "load_average_end": os.getloadavg(),
-            "s_per_round_wall": statistics.median(walls), "s_per_round_cpu": statistics.median(cpus),
-            "wall_s_all": [round(w, 3) for w in walls], "cpu_s_all": [round(c, 3) for c in cpus],
-            **setup, "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-            "note": "s/round excludes evaluation and checkpoints (writing 2,618 models is a separate, "
-                    "checkpoint_every-controlled cost)"}
+    return {
+        "clients": count,
+        "active_per_round": max(1, round(0.2 * count)),
+        "train_windows": sum(c.num_samples for c in clients),
+        "holdout_windows": sum(len(c.holdout_y) for c in clients),
+        "torch_threads": threads,
+        "cohort_workers": workers,
+        "execution": cfg.train.execution,
+        "cohort_chunk": cfg.train.cohort_chunk,
+        "load_average_start": load_start,
+        "load_average_end": os.getloadavg(),
+        "s_per_round_wall": statistics.median(walls),
+        "s_per_round_cpu": statistics.median(cpus),
+        "wall_s_all": [round(w, 3) for w in walls],
+        "cpu_s_all": [round(c, 3) for c in cpus],
+        **setup,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "note": "s/round excludes evaluation and checkpoints (writing 2,618 models is a separate, "
+        "checkpoint_every-controlled cost)",
+    }
 
 
-# --- end to end: fedac against Flower's simulation -----------------------------------------------------------
+# --- end to end: fedac against Flower's simulation ------------------------------------------------
 
 BENCH_DIR = Path(__file__).resolve().parent
 
@@ -288,34 +355,67 @@ def e2e_child(args, tmp: Path) -> dict:
     """One fedac run in this fresh process: what `fedac run` does, on the benchmark's data."""
     started = time.time()
     if args.e2e_child == "w":
-        data, settings = uniform_federation(W_CLIENTS), [*W_SETTINGS, "train.eval_every=10", "train.checkpoint_every=10"]
+        data, settings = (
+            uniform_federation(W_CLIENTS),
+            [*W_SETTINGS, "train.eval_every=10", "train.checkpoint_every=10"],
+        )
     else:
         data, settings = uniform_federation(fedmlac_clients(args)), FEDMLAC_SETTINGS
-    cfg = config(*settings, f"train.rounds={args.e2e_rounds}", f"train.cohort_workers={args.e2e_workers}")
+    cfg = config(
+        *settings, f"train.rounds={args.e2e_rounds}", f"train.cohort_workers={args.e2e_workers}"
+    )
     data_ready = time.time()
     Simulator(cfg, tmp / f"e2e-{args.e2e_child}", data, progress=False).run()
-    return {"main_start": started, "data_ready": data_ready, "end": time.time(), "execution": cfg.train.execution}
+    return {
+        "main_start": started,
+        "data_ready": data_ready,
+        "end": time.time(),
+        "execution": cfg.train.execution,
+    }
 
 
 def fedac_end_to_end(workload: str, rounds: int, workers: int, quick: bool = False) -> dict:
     """Wall seconds from launching a fresh Python process to its exit, like `flwr run` below."""
     launched = time.time()
-    marks = run_child("--e2e-child", workload, "--e2e-rounds", str(rounds), "--e2e-workers", str(workers),
-                      *(["--quick"] if quick else []))
+    marks = run_child(
+        "--e2e-child",
+        workload,
+        "--e2e-rounds",
+        str(rounds),
+        "--e2e-workers",
+        str(workers),
+        *(["--quick"] if quick else []),
+    )
     exited = time.time()
-    return {"rounds": rounds, "cohort_workers": workers, "execution": marks["execution"], "wall_s": exited - launched,
-            "startup_s": marks["data_ready"] - launched, "run_s": marks["end"] - marks["data_ready"],
-            "includes": "Python + torch + fedac import, data, every round, final validation / test, results.json, "
-                        "figures" + (", validation and checkpoints every 10 rounds" if workload == "w" else "")}
+    return {
+        "rounds": rounds,
+        "cohort_workers": workers,
+        "execution": marks["execution"],
+        "wall_s": exited - launched,
+        "startup_s": marks["data_ready"] - launched,
+        "run_s": marks["end"] - marks["data_ready"],
+        "includes": "Python + torch + fedac import, data, every round, final validation / test, "
+        "results.json, figures"
+        + (", validation and checkpoints every 10 rounds" if workload == "w" else ""),
+    }
 
 
 def toml_value(value) -> str:
-    return json.dumps(value) if isinstance(value, str) else repr(value).lower() if isinstance(value, bool) else repr(value)
+    return (
+        json.dumps(value)
+        if isinstance(value, str)
+        else repr(value).lower()
+        if isinstance(value, bool)
+        else repr(value)
+    )
 
 
-def flower_run(tmp: Path, name: str, nodes: int, actors: int, run_config: dict, timeout: float) -> dict:
-    """`flwr run benchmarks <local simulation>` with `nodes` simulated SuperNodes and `actors` Ray actors (each
-    given cores / actors CPUs); times from the launch of `flwr run` and the ServerApp's marks."""
+def flower_run(
+    tmp: Path, name: str, nodes: int, actors: int, run_config: dict, timeout: float
+) -> dict:
+    """`flwr run benchmarks <local simulation>` with `nodes` simulated SuperNodes and `actors` Ray
+    actors (each given cores / actors CPUs); times from the launch of `flwr run` and the ServerApp's
+    marks."""
     home = tmp / f"flwr-{name}"
     home.mkdir(parents=True, exist_ok=True)
     http_port, control_port = free_port(), free_port()
@@ -324,19 +424,41 @@ def flower_run(tmp: Path, name: str, nodes: int, actors: int, run_config: dict, 
         '[superlink]\ndefault = "bench"\n\n[superlink.bench]\naddress = ":local:"\n'
         f"options.num-supernodes = {nodes}\n"
         f"options.backend.client-resources.num-cpus = {max(1, cpus // actors)}\n"
-        "options.backend.client-resources.num-gpus = 0.0\n")
+        "options.backend.client-resources.num-gpus = 0.0\n"
+    )
     marks_file = home / "marks.json"
     overrides = home / "run_config.toml"
-    overrides.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in {**run_config, "marks-file": str(marks_file)}.items()))
-    env = {**os.environ, "FLWR_HOME": str(home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
-           "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port),
-           "FLWR_LOCAL_CONTROL_API_PORT": str(control_port),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    cmd = [str(Path(sys.executable).parent / "flwr"), "run", str(BENCH_DIR), "bench", "--stream", "--run-config", str(overrides)]
+    overrides.write_text(
+        "".join(
+            f"{k} = {toml_value(v)}\n"
+            for k, v in {**run_config, "marks-file": str(marks_file)}.items()
+        )
+    )
+    env = {
+        **os.environ,
+        "FLWR_HOME": str(home),
+        "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FLWR_DISABLE_UPDATE_CHECK": "1",
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port),
+        "FLWR_LOCAL_CONTROL_API_PORT": str(control_port),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    }
+    cmd = [
+        str(Path(sys.executable).parent / "flwr"),
+        "run",
+        str(BENCH_DIR),
+        "bench",
+        "--stream",
+        "--run-config",
+        str(overrides),
+    ]
     launched = time.time()
     try:
         done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        exited, failure = time.time(), None if done.returncode == 0 else f"flwr run exited {done.returncode}"
+        exited, failure = (
+            time.time(),
+            None if done.returncode == 0 else f"flwr run exited {done.returncode}",
+        )
         output = done.stdout + done.stderr
     except subprocess.TimeoutExpired as exc:
         exited, failure = time.time(), f"timed out after {timeout:.0f} s"
@@ -345,8 +467,14 @@ def flower_run(tmp: Path, name: str, nodes: int, actors: int, run_config: dict, 
         stopped = stop_local_superlink(http_port)
     (home / "flwr_run.log").write_text(output)
     marks = json.loads(marks_file.read_text()) if marks_file.exists() else []
-    out: dict = {"nodes": nodes, "ray_actors": actors, "cpus_per_actor": max(1, cpus // actors),
-                 "flwr_run_exit_s": exited - launched, "processes_stopped_after": stopped, "log": str(home / "flwr_run.log")}
+    out: dict = {
+        "nodes": nodes,
+        "ray_actors": actors,
+        "cpus_per_actor": max(1, cpus // actors),
+        "flwr_run_exit_s": exited - launched,
+        "processes_stopped_after": stopped,
+        "log": str(home / "flwr_run.log"),
+    }
     if failure or not any(event == "serverapp_end" for event, _ in marks):
         out["error"] = f"{failure or 'no serverapp_end mark'}; last output: {output[-3000:]}"
         return out
@@ -355,40 +483,58 @@ def flower_run(tmp: Path, name: str, nodes: int, actors: int, run_config: dict, 
 
 
 def flower_timings(marks: list, launched: float, every_boundary: bool) -> dict:
-    """Start-up, round and total times from the ServerApp's marks. `every_boundary`: the marks are every
-    round boundary (start of round 1 ... end of the last, as W's evaluate_fn gives them); otherwise they
-    are round starts and the last round ends with the ServerApp."""
+    """Start-up, round and total times from the ServerApp's marks. `every_boundary`: the marks are
+    every round boundary (start of round 1 ... end of the last, as W's evaluate_fn gives them);
+    otherwise they are round starts and the last round ends with the ServerApp."""
     times = {event: t for event, t in marks if event != "round_start"}
     starts = [t for event, t in marks if event == "round_start"]
     bounds = starts if every_boundary else [*starts, times["serverapp_end"]]
     rounds = [b - a for a, b in zip(bounds, bounds[1:])]
-    return {"rounds": len(rounds), "launch_to_serverapp_s": times["serverapp_start"] - launched,
-            "startup_s": starts[0] - launched, "first_round_s": rounds[0],
-            "steady_round_s": statistics.median(rounds[1:] if len(rounds) > 2 else rounds),
-            "round_s_all": [round(r, 3) for r in rounds], "wall_s": times["serverapp_end"] - launched}
+    return {
+        "rounds": len(rounds),
+        "launch_to_serverapp_s": times["serverapp_start"] - launched,
+        "startup_s": starts[0] - launched,
+        "first_round_s": rounds[0],
+        "steady_round_s": statistics.median(rounds[1:] if len(rounds) > 2 else rounds),
+        "round_s_all": [round(r, 3) for r in rounds],
+        "wall_s": times["serverapp_end"] - launched,
+    }
 
 
 def part_gsc_settings(args) -> list[dict]:
-    """`part_gsc` once per THREADSxWORKERS setting, each in a fresh process (so its peak RSS is its own)."""
+    """`part_gsc` once per THREADSxWORKERS setting, each in a fresh process (so its peak RSS is its
+    own)."""
     out = []
     for setting in args.gsc_settings.split(","):
         print(f"  gsc {setting} (torch threads x cohort workers) ...", flush=True)
         try:
-            out.append(run_child("--gsc-child", "--gsc-settings", setting, "--gsc-rounds", str(args.gsc_rounds),
-                                 *(["--quick"] if args.quick else [])))
+            out.append(
+                run_child(
+                    "--gsc-child",
+                    "--gsc-settings",
+                    setting,
+                    "--gsc-rounds",
+                    str(args.gsc_rounds),
+                    *(["--quick"] if args.quick else []),
+                )
+            )
         except RuntimeError as exc:
             out.append({"setting": setting, "error": str(exc)})
     return out
 
 
 def part_flower(args, tmp: Path) -> dict:
-    """End to end, launch to finish: fedac in a fresh process against `flwr run` local simulation."""
-    out: dict = {"how": "flwr run <benchmarks> <connection with address ':local:'> --stream; local SuperLink started "
-                        "by flwr run and stopped after each run; startup_s = launch to the first round's start, "
-                        "steady_round_s = median round after the first"}
+    """End to end, launch to finish: fedac in a fresh process against `flwr run` local
+    simulation."""
+    out: dict = {
+        "how": "flwr run <benchmarks> <connection with address ':local:'> --stream; local "
+        "SuperLink started by flwr run and stopped after each run; startup_s = launch to the first "
+        "round's start, steady_round_s = median round after the first"
+    }
     try:
         import flwr
         import ray
+
         out.update({"flwr": flwr.__version__, "ray": ray.__version__})
         flower = True
     except ImportError as exc:
@@ -397,18 +543,42 @@ def part_flower(args, tmp: Path) -> dict:
     rounds = w_rounds(args)
     w: dict = {"rounds": rounds, "fedac": fedac_end_to_end("w", rounds, 1, args.quick)}
     for actors in (1, 2) if flower else ():
-        w[f"flower_{actors}_actor"] = flower_run(tmp, f"w-{actors}", W_CLIENTS, actors, {
-            "workload": "w", "nodes": W_CLIENTS, "rounds": rounds, "lr": 0.01, "torch-threads": 1}, timeout=1800)
+        w[f"flower_{actors}_actor"] = flower_run(
+            tmp,
+            f"w-{actors}",
+            W_CLIENTS,
+            actors,
+            {"workload": "w", "nodes": W_CLIENTS, "rounds": rounds, "lr": 0.01, "torch-threads": 1},
+            timeout=1800,
+        )
     out["w"] = w
     count, rounds = fedmlac_clients(args), args.fedmlac_rounds
-    m: dict = {"clients": count, "per_round": count // 5, "rounds": rounds,
-               "fedac_1_worker": fedac_end_to_end("fedmlac", rounds, 1, args.quick),
-               "fedac_2_workers": fedac_end_to_end("fedmlac", rounds, 2, args.quick)}
-    fedac_set = ";".join([*BASE_SETTINGS, *FEDMLAC_SETTINGS, f"data.num_clients={count}", f"train.rounds={rounds}"])
+    m: dict = {
+        "clients": count,
+        "per_round": count // 5,
+        "rounds": rounds,
+        "fedac_1_worker": fedac_end_to_end("fedmlac", rounds, 1, args.quick),
+        "fedac_2_workers": fedac_end_to_end("fedmlac", rounds, 2, args.quick),
+    }
+    fedac_set = ";".join(
+        [*BASE_SETTINGS, *FEDMLAC_SETTINGS, f"data.num_clients={count}", f"train.rounds={rounds}"]
+    )
     for actors in (1, 2) if flower else ():
-        m[f"flower_{actors}_actor"] = flower_run(tmp, f"fedmlac-{actors}", count, actors, {
-            "workload": "fedmlac", "rounds": rounds, "fedac-set": fedac_set, "min-nodes": count,
-            "poll-interval": 0.05, "run-dir": str(tmp / f"flower-fedmlac-{actors}")}, timeout=3600)
+        m[f"flower_{actors}_actor"] = flower_run(
+            tmp,
+            f"fedmlac-{actors}",
+            count,
+            actors,
+            {
+                "workload": "fedmlac",
+                "rounds": rounds,
+                "fedac-set": fedac_set,
+                "min-nodes": count,
+                "poll-interval": 0.05,
+                "run-dir": str(tmp / f"flower-fedmlac-{actors}"),
+            },
+            timeout=3600,
+        )
     out["fedmlac"] = m
     for part in (w, m):
         for name, run in list(part.items()):
@@ -420,25 +590,54 @@ def part_flower(args, tmp: Path) -> dict:
 
 
 def machine() -> dict:
-    return {**cpu_info(), "torch_threads_default": torch.get_num_threads(), "torch_threads_used": 1,
-            "load_average_start": os.getloadavg()}
+    return {
+        **cpu_info(),
+        "torch_threads_default": torch.get_num_threads(),
+        "torch_threads_used": 1,
+        "load_average_start": os.getloadavg(),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--quick", action="store_true", help="fewer clients and repeats (smoke run)")
-    parser.add_argument("--parts", default="threads,w,vmap,fedmlac,gsc,flower",
-                        help="comma list of threads,w,vmap,fedmlac,gsc,flower")
-    parser.add_argument("--repeats", type=int, default=None, help="timed rounds per path (default 9, quick 3)")
-    parser.add_argument("--gsc-settings", default="1x1,1x2,2x1",
-                        help="GSC runs as THREADSxWORKERS (torch intra-op threads x cohort worker threads)")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer clients and repeats (smoke run)"
+    )
+    parser.add_argument(
+        "--parts",
+        default="threads,w,vmap,fedmlac,gsc,flower",
+        help="comma list of threads,w,vmap,fedmlac,gsc,flower",
+    )
+    parser.add_argument(
+        "--repeats", type=int, default=None, help="timed rounds per path (default 9, quick 3)"
+    )
+    parser.add_argument(
+        "--gsc-settings",
+        default="1x1,1x2,2x1",
+        help="GSC runs as THREADSxWORKERS (torch intra-op threads x cohort worker threads)",
+    )
     parser.add_argument("--gsc-rounds", type=int, default=3)
-    parser.add_argument("--out", type=Path, default=None, help="JSON path (default benchmarks/results/cohort-<utc>.json)")
-    parser.add_argument("--threads-repeats", type=int, default=5, help="timed rounds per thread setting")
-    parser.add_argument("--fedmlac-rounds", type=int, default=None,
-                        help="rounds of the end-to-end FedMLAC runs, fedac and Flower (default 10, quick 2)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="JSON path (default benchmarks/results/cohort-<utc>.json)",
+    )
+    parser.add_argument(
+        "--threads-repeats", type=int, default=5, help="timed rounds per thread setting"
+    )
+    parser.add_argument(
+        "--fedmlac-rounds",
+        type=int,
+        default=None,
+        help="rounds of the end-to-end FedMLAC runs, fedac and Flower (default 10, quick 2)",
+    )
     parser.add_argument("--gsc-child", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--e2e-child", choices=("w", "fedmlac"), default=None, help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--e2e-child", choices=("w", "fedmlac"), default=None, help=argparse.SUPPRESS
+    )
     parser.add_argument("--e2e-rounds", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--e2e-workers", type=int, default=1, help=argparse.SUPPRESS)
     parser.add_argument("--threads-child", type=int, default=0, help=argparse.SUPPRESS)
@@ -460,15 +659,30 @@ def main() -> None:
         return
 
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    report: dict = {"benchmark": "cohort", "issue": 6, "started_utc": datetime.now(timezone.utc).isoformat(),
-                    "quick": args.quick, "machine": machine(), "repeats": args.repeats}
+    report: dict = {
+        "benchmark": "cohort",
+        "issue": 6,
+        "started_utc": datetime.now(timezone.utc).isoformat(),
+        "quick": args.quick,
+        "machine": machine(),
+        "repeats": args.repeats,
+    }
     runs = {  # part: (what it measures, how), in this order
         "threads": ("sequential floor with 1 and 2 torch threads", lambda: part_threads(args)),
         "w": ("workload W, floor / sequential / cohort", lambda: part_w(args, tmp)),
-        "vmap": ("torch.func vmap(grad) vs the stacked formulation vs a loop", lambda: part_vmap(args)),
-        "fedmlac": ("CRNN-Base + CRNN-Lite Plug-in, floor / sequential / cohort", lambda: part_fedmlac(args, tmp)),
+        "vmap": (
+            "torch.func vmap(grad) vs the stacked formulation vs a loop",
+            lambda: part_vmap(args),
+        ),
+        "fedmlac": (
+            "CRNN-Base + CRNN-Lite Plug-in, floor / sequential / cohort",
+            lambda: part_fedmlac(args, tmp),
+        ),
         "gsc": ("2,618 clients, one fresh process per setting", lambda: part_gsc_settings(args)),
-        "flower": ("end to end, fedac vs Flower's simulation (W, then FedMLAC)", lambda: part_flower(args, tmp)),
+        "flower": (
+            "end to end, fedac vs Flower's simulation (W, then FedMLAC)",
+            lambda: part_flower(args, tmp),
+        ),
     }
     for name, (what, run) in runs.items():
         if name in parts:
@@ -476,8 +690,12 @@ def main() -> None:
             report[name] = run()
     report["machine"]["load_average_end"] = os.getloadavg()
     report["finished_utc"] = datetime.now(timezone.utc).isoformat()
-    write_report(report, args.out or RESULTS / f"cohort-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json",
-                 summary(report))
+    write_report(
+        report,
+        args.out
+        or RESULTS / f"cohort-{datetime.now(timezone.utc).strftime('%Y%m%dT%H%M%SZ')}.json",
+        summary(report),
+    )
 
 
 def summary(report: dict) -> dict:
@@ -485,25 +703,53 @@ def summary(report: dict) -> dict:
     out = {}
     for part in ("w", "fedmlac"):
         if part in report:
-            out[part] = {k: {m: round(v[m], 4) for m in ("wall_s", "cpu_s", "vs_floor_wall", "vs_floor_cpu",
-                                                           "vs_floor_cpu_paired") if m in v}
-                         for k, v in report[part].items() if isinstance(v, dict) and "cpu_s" in v}
+            out[part] = {
+                k: {
+                    m: round(v[m], 4)
+                    for m in (
+                        "wall_s",
+                        "cpu_s",
+                        "vs_floor_wall",
+                        "vs_floor_cpu",
+                        "vs_floor_cpu_paired",
+                    )
+                    if m in v
+                }
+                for k, v in report[part].items()
+                if isinstance(v, dict) and "cpu_s" in v
+            }
     for name, v in report.get("vmap", {}).items():
         if isinstance(v, dict):
             out[f"vmap_{name}"] = {k: round(x.get("vs_floor_cpu", 1.0), 3) for k, x in v.items()}
     if "threads" in report:
-        out["threads"] = {k: {"wall_s": round(v["wall_s"], 4), "cpu_s": round(v["cpu_s"], 4)}
-                          for k, v in report["threads"].items() if isinstance(v, dict)}
+        out["threads"] = {
+            k: {"wall_s": round(v["wall_s"], 4), "cpu_s": round(v["cpu_s"], 4)}
+            for k, v in report["threads"].items()
+            if isinstance(v, dict)
+        }
     for part in ("w", "fedmlac"):
         for name, run in report.get("flower", {}).get(part, {}).items():
             if isinstance(run, dict):
-                out[f"e2e_{part}_{name}"] = {k: round(v, 3) if isinstance(v, float) else v for k, v in run.items()
-                                             if k in ("wall_s", "startup_s", "first_round_s", "steady_round_s", "run_s",
-                                                      "error") or k.endswith("speedup_end_to_end")}
+                out[f"e2e_{part}_{name}"] = {
+                    k: round(v, 3) if isinstance(v, float) else v
+                    for k, v in run.items()
+                    if k
+                    in ("wall_s", "startup_s", "first_round_s", "steady_round_s", "run_s", "error")
+                    or k.endswith("speedup_end_to_end")
+                }
     for g in report.get("gsc", []):
         name = f"gsc_threads_{g.get('torch_threads')}_workers_{g.get('cohort_workers')}"
-        out[g.get("setting", name)] = {k: g.get(k) for k in ("s_per_round_wall", "s_per_round_cpu", "peak_rss_mb",
-                                                             "load_average_start", "error") if k in g}
+        out[g.get("setting", name)] = {
+            k: g.get(k)
+            for k in (
+                "s_per_round_wall",
+                "s_per_round_cpu",
+                "peak_rss_mb",
+                "load_average_start",
+                "error",
+            )
+            if k in g
+        }
     return out
 
 

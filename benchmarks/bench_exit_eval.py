@@ -40,7 +40,9 @@ def workload(kind: str, clips: int, seconds: float):
     lengths = torch.randint(frames // 2, frames + 1, (clips,))
     x = Padded(torch.randn(clips, frames, backbone.config.conv_dim[-1]), lengths)
     texts = ["a b" * (i % 5 + 1) for i in range(clips)] if kind == "ctc" else None
-    return model, EvalSplit(x, torch.arange(clips), torch.randint(0, 12, (clips,)), kind, texts=texts)
+    return model, EvalSplit(
+        x, torch.arange(clips), torch.randint(0, 12, (clips,)), kind, texts=texts
+    )
 
 
 def main() -> None:
@@ -54,7 +56,12 @@ def main() -> None:
     parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "exit_eval.json"))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    out = {"host": platform.node(), "load_avg_start": list(os.getloadavg()), "args": vars(args), "cases": {}}
+    out = {
+        "host": platform.node(),
+        "load_avg_start": list(os.getloadavg()),
+        "args": vars(args),
+        "cases": {},
+    }
     for kind in ("classification", "ctc"):
         model, split = workload(kind, args.clips, args.seconds)
 
@@ -69,15 +76,24 @@ def main() -> None:
         times = {"per_view": [], "shared": []}
         results = {}
         for block in range(args.blocks):
-            for name, path in (("per_view", per_view), ("shared", shared))[:: 1 if block % 2 == 0 else -1]:
+            for name, path in (("per_view", per_view), ("shared", shared))[
+                :: 1 if block % 2 == 0 else -1
+            ]:
                 start = time.perf_counter()
                 results[name] = path()
                 times[name].append(time.perf_counter() - start)
         assert results["per_view"] == results["shared"], "the two paths' metrics differ"
         medians = {name: statistics.median(t) for name, t in times.items()}
-        out["cases"][kind] = {"seconds": times, "median_seconds": medians,
-                              "shared_over_per_view": medians["shared"] / medians["per_view"]}
-        print(kind, {k: round(v, 2) for k, v in medians.items()}, f"ratio {medians['shared'] / medians['per_view']:.3f}")
+        out["cases"][kind] = {
+            "seconds": times,
+            "median_seconds": medians,
+            "shared_over_per_view": medians["shared"] / medians["per_view"],
+        }
+        print(
+            kind,
+            {k: round(v, 2) for k, v in medians.items()},
+            f"ratio {medians['shared'] / medians['per_view']:.3f}",
+        )
     out["load_avg_end"] = list(os.getloadavg())
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")

@@ -1,18 +1,20 @@
 """The Flower side of bench_cohort.py's `flower` part: `flwr run benchmarks <local simulation>`.
 
-This folder is a Flower app (benchmarks/pyproject.toml); the run-config key `workload` picks what runs:
+This folder is a Flower app (benchmarks/pyproject.toml); the run-config key `workload` picks what
+runs:
 
 - `w`: workload W written the way a Flower user writes it -- a ClientApp that loads the global
   CRNN-Lite from the message, runs one local epoch of SGD on its partition and replies with the new
   weights, and a ServerApp running Flower's own FedAvg (`fraction_train` 0.1 of 100 nodes). No fedac
   code on the training path except the model definition (`build_model`), so it measures Flower.
-- `fedmlac`: the fedac Flower app itself (`fedac.flower.clientapp` / `serverapp`, unchanged), with the
-  personalized CRNN-Base models in each node's `context.state`; only its data source is replaced by the
-  benchmark's random features (`workloads.uniform_federation`), the same clients fedac trains.
+- `fedmlac`: the fedac Flower app itself (`fedac.flower.clientapp` / `serverapp`, unchanged), with
+  the personalized CRNN-Base models in each node's `context.state`; only its data source is replaced
+  by the benchmark's random features (`workloads.uniform_federation`), the same clients fedac
+  trains.
 
-The ServerApp writes time marks (`time.time()`, comparable with the launching process's clock) to the
-run-config's `marks-file` after each event: `serverapp_start`, `round_start` (one per round; for W the
-end of round t is the start of round t + 1), `serverapp_end`.
+The ServerApp writes time marks (`time.time()`, comparable with the launching process's clock) to
+the run-config's `marks-file` after each event: `serverapp_start`, `round_start` (one per round; for
+W the end of round t is the start of round t + 1), `serverapp_end`.
 """
 
 from __future__ import annotations
@@ -43,9 +45,9 @@ def benchmark_data(cfg, progress: bool = True):
 
 
 def use_benchmark_data() -> None:
-    """Point the fedac apps at the benchmark's data (ServerApp: the Simulator's validation / test splits;
-    ClientApp: each node's client); nothing else in them changes. Done on first use, not on import, so
-    importing this module changes nothing."""
+    """Point the fedac apps at the benchmark's data (ServerApp: the Simulator's validation / test
+    splits; ClientApp: each node's client); nothing else in them changes. Done on first use, not on
+    import, so importing this module changes nothing."""
     fedac_clientapp.build_federated_data = benchmark_data
     fedac_simulator.build_federated_data = benchmark_data
 
@@ -74,7 +76,8 @@ class RoundStarts(logging.Handler):
             self.marks.add("round_start")
 
 
-# --- workload W, plain Flower ------------------------------------------------------------------------------
+# --- workload W, plain Flower ---------------------------------------------------------------------
+
 
 def crnn_lite(dropout: float = 0.1) -> torch.nn.Module:
     return build_model("crnn_lite", FEATURES, CLASSES, dropout)
@@ -95,25 +98,38 @@ def w_train(msg: Message, context: Context) -> Message:
         loss.backward()
         optimizer.step()
         losses.append(loss.item())
-    metrics = MetricRecord({"train_loss": sum(losses) / len(losses), "num-examples": client.num_samples})
-    return Message(RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg)
+    metrics = MetricRecord(
+        {"train_loss": sum(losses) / len(losses), "num-examples": client.num_samples}
+    )
+    return Message(
+        RecordDict({"arrays": ArrayRecord(model.state_dict()), "metrics": metrics}), reply_to=msg
+    )
 
 
 def w_main(grid: Grid, context: Context, marks: Marks) -> None:
     nodes = int(context.run_config["nodes"])
-    strategy = FedAvg(fraction_train=W_PER_ROUND / nodes, fraction_evaluate=0.0, min_available_nodes=nodes,
-                      min_train_nodes=W_PER_ROUND)
+    strategy = FedAvg(
+        fraction_train=W_PER_ROUND / nodes,
+        fraction_evaluate=0.0,
+        min_available_nodes=nodes,
+        min_train_nodes=W_PER_ROUND,
+    )
     torch.manual_seed(0)
 
     def mark_round(server_round: int, arrays: ArrayRecord) -> None:
         marks.add("round_start")  # called before round 1 and after every round
         return None
 
-    strategy.start(grid=grid, initial_arrays=ArrayRecord(crnn_lite().state_dict()),
-                   num_rounds=int(context.run_config["rounds"]), evaluate_fn=mark_round)
+    strategy.start(
+        grid=grid,
+        initial_arrays=ArrayRecord(crnn_lite().state_dict()),
+        num_rounds=int(context.run_config["rounds"]),
+        evaluate_fn=mark_round,
+    )
 
 
-# --- the apps ------------------------------------------------------------------------------------------------
+# --- the apps -------------------------------------------------------------------------------------
+
 
 def is_fedmlac(context: Context) -> bool:
     return str(context.run_config["workload"]) == "fedmlac"

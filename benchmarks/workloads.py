@@ -1,10 +1,11 @@
-"""The benchmark workloads (issue 6), shared by bench_cohort.py, bench_gpu.py and the Flower apps in flower_apps.py.
+"""The benchmark workloads (issue 6), shared by bench_cohort.py, bench_gpu.py and the Flower apps in
+flower_apps.py.
 
 Both sides build the same data from the same seeds: random 40 x 101 features (the timing does not
-depend on their values), so fedac, the plain-torch floor and Flower's simulation train identical clients.
-The floors (`SupervisedFloor`, `MutualFloor`) are the loops a user would write: one model, one client
-after another, plain torch (the networks are the model zoo's nn.Modules, so both sides train the same
-network), on the CPU or a GPU.
+depend on their values), so fedac, the plain-torch floor and Flower's simulation train identical
+clients. The floors (`SupervisedFloor`, `MutualFloor`) are the loops a user would write: one model,
+one client after another, plain torch (the networks are the model zoo's nn.Modules, so both sides
+train the same network), on the CPU or a GPU.
 """
 
 from __future__ import annotations
@@ -26,53 +27,85 @@ SAMPLES = 40
 EVAL_CLIPS = 200
 """Clips of the validation and test splits in end-to-end runs."""
 
-#: Workload W: 1 local epoch, batch 16, plain SGD lr 0.01, dropout 0.1, one torch thread; no periodic
-#: evaluation or checkpoints unless a run asks for them.
-BASE_SETTINGS = ["train.lr=0.01", "train.momentum=0.0", "train.local_epochs=1", "train.batch_size=16", "train.threads=1",
-                 "train.cohort_workers=1", "model.dropout=0.1", "train.checkpoint_every=1000000",
-                 "train.eval_every=1000000"]
+#: Workload W: 1 local epoch, batch 16, plain SGD lr 0.01, dropout 0.1, one torch thread; no
+#: periodic evaluation or checkpoints unless a run asks for them.
+BASE_SETTINGS = [
+    "train.lr=0.01",
+    "train.momentum=0.0",
+    "train.local_epochs=1",
+    "train.batch_size=16",
+    "train.threads=1",
+    "train.cohort_workers=1",
+    "model.dropout=0.1",
+    "train.checkpoint_every=1000000",
+    "train.eval_every=1000000",
+]
 W_SETTINGS = ["algorithm=fedavg", "model.name=crnn_lite", "train.fraction=0.1"]
 W_CLIENTS, W_PER_ROUND = 100, 10
 #: FedMLAC: CRNN-Base personalized models, CRNN-Lite Plug-in, 20 % of the clients per round, LPA.
-FEDMLAC_SETTINGS = ["algorithm=fedmlac", "model.client_model=crnn_base", "fedmlac.plugin_model=crnn_lite",
-                    "train.fraction=0.2"]
+FEDMLAC_SETTINGS = [
+    "algorithm=fedmlac",
+    "model.client_model=crnn_base",
+    "fedmlac.plugin_model=crnn_lite",
+    "train.fraction=0.2",
+]
 GSC_CLIENTS = 2618
-"""Speakers of Speech Commands v0.02's training list: the GSC-scale federation (`gsc_scale_clients`)."""
+"""Speakers of Speech Commands v0.02's training list: the GSC-scale federation
+(`gsc_scale_clients`)."""
 
 
-def make_clients(count: int, sizes: list[int], holdout: float = 0.0, seed: int = 0,
-                 classes: int = CLASSES) -> list[ClientData]:
+def make_clients(
+    count: int, sizes: list[int], holdout: float = 0.0, seed: int = 0, classes: int = CLASSES
+) -> list[ClientData]:
     g = torch.Generator().manual_seed(seed)
     clients = []
     for i, n in zip(range(count), sizes):
         n_hold = int(holdout * n)
         x = torch.randn(n, FEATURES, FRAMES, generator=g)
         y = torch.randint(0, classes, (n,), generator=g)
-        clients.append(ClientData(f"client{i:04d}", x[n_hold:].contiguous(), y[n_hold:].contiguous(),
-                                  x[:n_hold].contiguous(), y[:n_hold].contiguous()))
+        clients.append(
+            ClientData(
+                f"client{i:04d}",
+                x[n_hold:].contiguous(),
+                y[n_hold:].contiguous(),
+                x[:n_hold].contiguous(),
+                y[:n_hold].contiguous(),
+            )
+        )
     return clients
 
 
-def federated(clients: list[ClientData], eval_clips: int = 0, seed: int = 1, classes: int = CLASSES) -> FederatedData:
+def federated(
+    clients: list[ClientData], eval_clips: int = 0, seed: int = 1, classes: int = CLASSES
+) -> FederatedData:
     g = torch.Generator().manual_seed(seed)
 
     def split() -> EvalSplit:
-        return EvalSplit(torch.randn(eval_clips, FEATURES, FRAMES, generator=g), torch.arange(eval_clips),
-                         torch.randint(0, classes, (eval_clips,), generator=g))
+        return EvalSplit(
+            torch.randn(eval_clips, FEATURES, FRAMES, generator=g),
+            torch.arange(eval_clips),
+            torch.randint(0, classes, (eval_clips,), generator=g),
+        )
 
-    return FederatedData(Task(FEATURES, classes, [c.name for c in clients]), None, clients,  # type: ignore[arg-type]
-                         split() if eval_clips else None, split() if eval_clips else None)  # type: ignore[arg-type]
+    return FederatedData(
+        Task(FEATURES, classes, [c.name for c in clients]),
+        None,
+        clients,  # type: ignore[arg-type]
+        split() if eval_clips else None,
+        split() if eval_clips else None,
+    )  # type: ignore[arg-type]
 
 
 @lru_cache(maxsize=4)
 def uniform_federation(count: int, eval_clips: int = EVAL_CLIPS) -> FederatedData:
-    """`count` clients of SAMPLES windows each, with validation / test splits (cached per process)."""
+    """`count` clients of SAMPLES windows each, with validation / test splits (cached per
+    process)."""
     return federated(make_clients(count, [SAMPLES] * count), eval_clips)
 
 
 def gsc_scale_clients(count: int = GSC_CLIENTS, classes: int = CLASSES) -> list[ClientData]:
-    """GSC scale: `count` clients of 20-60 windows (mean 40; 20 % held out locally, as the GSC protocol
-    does), random 40 x 101 features."""
+    """GSC scale: `count` clients of 20-60 windows (mean 40; 20 % held out locally, as the GSC
+    protocol does), random 40 x 101 features."""
     sizes = np.random.default_rng(0).integers(20, 61, size=count).tolist()
     return make_clients(count, sizes, holdout=0.2, classes=classes)
 
@@ -82,10 +115,10 @@ def config(*overrides: str) -> Config:
 
 
 def cpu_info() -> dict:
-    """The CPU a benchmark ran on, for its JSON: the model name (`lscpu`'s, from /proc/cpuinfo), the vector
-    width torch's kernels and the fused GRU's build use (torch's CPU capability, which honours
-    ATEN_CPU_CAPABILITY) and the CPU's own AVX2 / AVX-512 flags, so figures from different machines are
-    never compared unawares."""
+    """The CPU a benchmark ran on, for its JSON: the model name (`lscpu`'s, from /proc/cpuinfo), the
+    vector width torch's kernels and the fused GRU's build use (torch's CPU capability, which
+    honours ATEN_CPU_CAPABILITY) and the CPU's own AVX2 / AVX-512 flags, so figures from different
+    machines are never compared unawares."""
     import os
     import platform
 
@@ -98,16 +131,27 @@ def cpu_info() -> dict:
     except OSError:  # not Linux: the capability still says what ran
         pass
     flags = set(fields.get("flags", "").split())
-    # a VM may name only "AMD EPYC": vendor, family and model still tell the generation (25/17: Zen 4)
-    return {"cpu_model": fields.get("model name", "?"), "cpu_vendor": fields.get("vendor_id", "?"),
-            "cpu_family_model": f"{fields.get('cpu family', '?')}/{fields.get('model', '?')}",
-            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "cpu_avx2": "avx2" in flags, "cpu_avx512f": "avx512f" in flags, "logical_cpus": os.cpu_count(),
-            "usable_cpus": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-            "torch": torch.__version__, "python": platform.python_version(), "platform": platform.platform()}
+    # a VM may name only "AMD EPYC": vendor, family and model still tell the generation (25/17: Zen
+    # 4)
+    return {
+        "cpu_model": fields.get("model name", "?"),
+        "cpu_vendor": fields.get("vendor_id", "?"),
+        "cpu_family_model": f"{fields.get('cpu family', '?')}/{fields.get('model', '?')}",
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_avx2": "avx2" in flags,
+        "cpu_avx512f": "avx512f" in flags,
+        "logical_cpus": os.cpu_count(),
+        "usable_cpus": len(os.sched_getaffinity(0))
+        if hasattr(os, "sched_getaffinity")
+        else os.cpu_count(),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+    }
 
 
-# --- the floors: plain torch loops, no fedac code in the loop ----------------------------------------------
+# --- the floors: plain torch loops, no fedac code in the loop -------------------------------------
+
 
 def sample(clients: list[ClientData], per_round: int, round_idx: int) -> list[ClientData]:
     picked = np.random.default_rng(round_idx).choice(len(clients), per_round, replace=False)
@@ -115,8 +159,8 @@ def sample(clients: list[ClientData], per_round: int, round_idx: int) -> list[Cl
 
 
 def plain_batches(n: int, batch: int, steps: int = 0, device="cpu") -> list[torch.Tensor]:
-    """One local update's index batches, as a user writes them: one shuffled epoch (steps=0), or exactly
-    `steps` batches, reshuffling when the data runs out (partial last batch kept)."""
+    """One local update's index batches, as a user writes them: one shuffled epoch (steps=0), or
+    exactly `steps` batches, reshuffling when the data runs out (partial last batch kept)."""
     if steps <= 0:
         return list(torch.randperm(n, device=device).split(batch))
     out: list[torch.Tensor] = []
@@ -126,15 +170,29 @@ def plain_batches(n: int, batch: int, steps: int = 0, device="cpu") -> list[torc
 
 
 class Floor:
-    """One client after another: every client's data moved to `device` up front (a resident dataset, as
-    fedac's engine holds it), the global weights loaded into one model, fresh optimizers, `step` per batch.
-    `pick(round_idx)` names the round's clients (default: `per_round` drawn from the round index)."""
+    """One client after another: every client's data moved to `device` up front (a resident dataset,
+    as fedac's engine holds it), the global weights loaded into one model, fresh optimizers, `step`
+    per batch. `pick(round_idx)` names the round's clients (default: `per_round` drawn from the
+    round index)."""
 
-    def __init__(self, clients: list[ClientData], per_round: int = 0, device="cpu", pick=None,
-                 batch: int = 16, steps: int = 0):
-        self.clients, self.device, self.batch, self.steps = {c.name: c for c in clients}, torch.device(device), batch, steps
+    def __init__(
+        self,
+        clients: list[ClientData],
+        per_round: int = 0,
+        device="cpu",
+        pick=None,
+        batch: int = 16,
+        steps: int = 0,
+    ):
+        self.clients, self.device, self.batch, self.steps = (
+            {c.name: c for c in clients},
+            torch.device(device),
+            batch,
+            steps,
+        )
         self.pick = pick or (lambda r: [c.name for c in sample(clients, per_round, r)])
-        self.resident = {c.name: (c.x.to(self.device), c.y.to(self.device)) for c in clients}  # no copy on the CPU
+        # no copy on the CPU
+        self.resident = {c.name: (c.x.to(self.device), c.y.to(self.device)) for c in clients}
         self.samples = 0
         """Samples trained in the last round."""
 
@@ -151,7 +209,9 @@ class Floor:
     def start(self, name: str) -> list[torch.optim.Optimizer]:
         raise NotImplementedError
 
-    def step(self, x: torch.Tensor, y: torch.Tensor, optimizers: list[torch.optim.Optimizer]) -> None:
+    def step(
+        self, x: torch.Tensor, y: torch.Tensor, optimizers: list[torch.optim.Optimizer]
+    ) -> None:
         raise NotImplementedError
 
     def finish(self, name: str) -> None:
@@ -159,24 +219,54 @@ class Floor:
 
 
 class SupervisedFloor(Floor):
-    """FedAvg's local steps: cross-entropy, SGD (or AdamW), optional gradient clipping. `model`: a model
-    zoo name or an nn.Module."""
+    """FedAvg's local steps: cross-entropy, SGD (or AdamW), optional gradient clipping. `model`: a
+    model zoo name or an nn.Module."""
 
-    def __init__(self, clients, per_round=0, model="crnn_lite", lr=0.01, device="cpu", pick=None, batch=16, steps=0,
-                 optimizer="sgd", momentum=0.0, weight_decay=0.0, max_grad_norm=0.0):
+    def __init__(
+        self,
+        clients,
+        per_round=0,
+        model="crnn_lite",
+        lr=0.01,
+        device="cpu",
+        pick=None,
+        batch=16,
+        steps=0,
+        optimizer="sgd",
+        momentum=0.0,
+        weight_decay=0.0,
+        max_grad_norm=0.0,
+    ):
         super().__init__(clients, per_round, device, pick, batch, steps)
-        self.lr, self.optimizer, self.momentum, self.weight_decay, self.max_grad_norm = \
-            lr, optimizer, momentum, weight_decay, max_grad_norm
-        self.model = (build_model(model, FEATURES, CLASSES, 0.1) if isinstance(model, str) else model).to(self.device)
+        self.lr, self.optimizer, self.momentum, self.weight_decay, self.max_grad_norm = (
+            lr,
+            optimizer,
+            momentum,
+            weight_decay,
+            max_grad_norm,
+        )
+        self.model = (
+            build_model(model, FEATURES, CLASSES, 0.1) if isinstance(model, str) else model
+        ).to(self.device)
         self.global_state = {k: v.clone() for k, v in self.model.state_dict().items()}
 
     def start(self, name):
         self.model.load_state_dict(self.global_state)
         self.model.train()
         if self.optimizer == "adamw":
-            return [torch.optim.AdamW(self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay)]
-        return [torch.optim.SGD(self.model.parameters(), lr=self.lr, momentum=self.momentum,
-                                weight_decay=self.weight_decay)]
+            return [
+                torch.optim.AdamW(
+                    self.model.parameters(), lr=self.lr, weight_decay=self.weight_decay
+                )
+            ]
+        return [
+            torch.optim.SGD(
+                self.model.parameters(),
+                lr=self.lr,
+                momentum=self.momentum,
+                weight_decay=self.weight_decay,
+            )
+        ]
 
     def loss(self, x, y):
         return F.cross_entropy(self.model(x), y)
@@ -191,15 +281,19 @@ class SupervisedFloor(Floor):
 
 
 class MutualFloor(Floor):
-    """FedMLAC's steps (personalized CE + KL step, then Plug-in KL step, per batch) in a plain loop, every
-    client's personalized model kept (on `device`)."""
+    """FedMLAC's steps (personalized CE + KL step, then Plug-in KL step, per batch) in a plain loop,
+    every client's personalized model kept (on `device`)."""
 
-    def __init__(self, clients, per_round=0, lr=0.01, device="cpu", pick=None, batch=16, classes=CLASSES):
+    def __init__(
+        self, clients, per_round=0, lr=0.01, device="cpu", pick=None, batch=16, classes=CLASSES
+    ):
         super().__init__(clients, per_round, device, pick, batch)
         self.lr = lr
         self.omega = build_model("crnn_base", FEATURES, classes, 0.1).to(self.device)
         self.theta = build_model("crnn_lite", FEATURES, classes, 0.1).to(self.device)
-        self.states = {c.name: {k: v.clone() for k, v in self.omega.state_dict().items()} for c in clients}
+        self.states = {
+            c.name: {k: v.clone() for k, v in self.omega.state_dict().items()} for c in clients
+        }
         self.plugin = {k: v.clone() for k, v in self.theta.state_dict().items()}
         self.name = ""
 
@@ -208,7 +302,10 @@ class MutualFloor(Floor):
         self.omega.load_state_dict(self.states[name])
         self.theta.load_state_dict(self.plugin)
         self.omega.train(), self.theta.train()
-        return [torch.optim.SGD(self.omega.parameters(), lr=self.lr), torch.optim.SGD(self.theta.parameters(), lr=self.lr)]
+        return [
+            torch.optim.SGD(self.omega.parameters(), lr=self.lr),
+            torch.optim.SGD(self.theta.parameters(), lr=self.lr),
+        ]
 
     def step(self, x, y, optimizers):
         omega, theta = self.omega, self.theta
@@ -216,13 +313,19 @@ class MutualFloor(Floor):
         lo = omega(x)
         with torch.no_grad():
             lt = theta(x)
-        kl_o = F.kl_div(F.log_softmax(lo, 1), F.log_softmax(lt, 1), log_target=True, reduction="batchmean")
+        kl_o = F.kl_div(
+            F.log_softmax(lo, 1), F.log_softmax(lt, 1), log_target=True, reduction="batchmean"
+        )
         loss = 0.5 * F.cross_entropy(lo, y) + 0.5 * kl_o
         opt_o.zero_grad()
         loss.backward()
         opt_o.step()
-        kl_t = F.kl_div(F.log_softmax(theta(x), 1), F.log_softmax(lo.detach(), 1), log_target=True,
-                        reduction="batchmean")
+        kl_t = F.kl_div(
+            F.log_softmax(theta(x), 1),
+            F.log_softmax(lo.detach(), 1),
+            log_target=True,
+            reduction="batchmean",
+        )
         opt_t.zero_grad()
         kl_t.backward()
         opt_t.step()
@@ -231,24 +334,40 @@ class MutualFloor(Floor):
         self.states[name] = {k: v.clone() for k, v in self.omega.state_dict().items()}
 
 
-# --- zero-shot FL: the reports a server synthesizes impressions from -------------------------------------
+# --- zero-shot FL: the reports a server synthesizes impressions from ------------------------------
 
-def capture_reports(dataset: str, steps: int, overrides: tuple[str, ...] = (), out: str | None = None):
+
+def capture_reports(
+    dataset: str, steps: int, overrides: tuple[str, ...] = (), out: str | None = None
+):
     """Train round 4 of the homogeneous scenario (seed 0) and keep the reports the server receives:
-    (the ZeroShotDriver, [report]). `out`: the runner's folder (default /tmp/fedac-bench-impressions-<dataset>)."""
-    from fedac.engine.zeroshot import ZeroShotDriver  # lazy: the zero-shot machinery, for two benchmarks only
+    (the ZeroShotDriver, [report]). `out`: the runner's folder (default
+    /tmp/fedac-bench-impressions-<dataset>)."""
+    # lazy: the zero-shot machinery, for two benchmarks only
+    from fedac.engine.zeroshot import ZeroShotDriver
     from fedac.seeding import torch_generator
 
-    cfg = load_config(None, ["zeroshot.scenario=homogeneous", f"zeroshot.di_steps={steps}", *overrides],
-                      algorithm="zeroshot", dataset=dataset, seed=0)
+    cfg = load_config(
+        None,
+        ["zeroshot.scenario=homogeneous", f"zeroshot.di_steps={steps}", *overrides],
+        algorithm="zeroshot",
+        dataset=dataset,
+        seed=0,
+    )
     cfg.out = out or f"/tmp/fedac-bench-impressions-{dataset}"
     runner = ZeroShotDriver(cfg, cfg.out, progress=False)
-    state = {"round": 0, "server": runner.algorithm.init_server(), "history": [], "wall_seconds": 0.0}
+    state = {
+        "round": 0,
+        "server": runner.algorithm.init_server(),
+        "history": [],
+        "wall_seconds": 0.0,
+    }
     payload = runner.algorithm.broadcast(state["server"])
     reports = []
     for user in runner.scenario.users:
-        result = runner.algorithm.client_update(payload, None, runner.client_data(user, 4), 4,
-                                                torch_generator(0, "bench", user))
+        result = runner.algorithm.client_update(
+            payload, None, runner.client_data(user, 4), 4, torch_generator(0, "bench", user)
+        )
         if result.upload["kind"] == "report":
             reports.append(result.upload)
     return runner, reports

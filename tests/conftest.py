@@ -15,16 +15,17 @@ def fedac_home(tmp_path_factory, monkeypatch):
     """Caches of every test go to a temporary FEDAC_HOME, never the user's home."""
     home = tmp_path_factory.getbasetemp() / "fedac_home"
     monkeypatch.setenv("FEDAC_HOME", str(home))
-    # Every run of the suite (train.device=auto, subprocesses included) on $FEDAC_TEST_DEVICE: the CPU by
-    # default, so a GPU machine runs the same equality tests on CUDA with FEDAC_TEST_DEVICE=cuda.
+    # Every run of the suite (train.device=auto, subprocesses included) on $FEDAC_TEST_DEVICE: the
+    # CPU by default, so a GPU machine runs the same equality tests on CUDA with
+    # FEDAC_TEST_DEVICE=cuda.
     monkeypatch.setenv("FEDAC_DEVICE", os.environ.get("FEDAC_TEST_DEVICE", "cpu"))
     return home
 
 
 @pytest.fixture(autouse=True)
 def process_state():
-    """Every test starts with the signal dispositions of a foreground pytest whatever this process inherited,
-    and leaves the process as it found it (helpers.terminal_process_state)."""
+    """Every test starts with the signal dispositions of a foreground pytest whatever this process
+    inherited, and leaves the process as it found it (helpers.terminal_process_state)."""
     with terminal_process_state():
         yield
 

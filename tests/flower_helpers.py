@@ -1,8 +1,9 @@
-"""A Flower federation on loopback for tests: one SuperLink and N SuperNodes started and stopped by PID.
+"""A Flower federation on loopback for tests: one SuperLink and N SuperNodes started and stopped by
+PID.
 
-Every process runs in its own session (so its SuperExec / ClientApp children can be found and ended with
-it), writes its output to a log file in the federation's folder, and `FLWR_HOME` points into that folder
-so nothing is written to the user's home. Ports are picked free by binding port 0.
+Every process runs in its own session (so its SuperExec / ClientApp children can be found and ended
+with it), writes its output to a log file in the federation's folder, and `FLWR_HOME` points into
+that folder so nothing is written to the user's home. Ports are picked free by binding port 0.
 """
 
 from __future__ import annotations
@@ -23,9 +24,10 @@ REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
 
 
-# How long a test waits on a Flower process (a SuperLink's start-up, a `flwr run`) before failing with every
-# log printed. Only a safety net against a hang: a loaded 2-core machine stretches start-ups and training
-# several-fold, so it is far above what a healthy run needs; tests wait for events (a log line, an exit).
+# How long a test waits on a Flower process (a SuperLink's start-up, a `flwr run`) before failing
+# with every log printed. Only a safety net against a hang: a loaded 2-core machine stretches
+# start-ups and training several-fold, so it is far above what a healthy run needs; tests wait for
+# events (a log line, an exit).
 PROCESS_WAIT = 900.0
 
 
@@ -37,44 +39,82 @@ class Federation:
         self.home.mkdir(exist_ok=True)
         self.port = free_port()
         self.num_nodes = num_nodes
-        self.node_config = node_config or {k: f"partition-id={k} num-partitions={num_nodes}" for k in range(num_nodes)}
+        self.node_config = node_config or {
+            k: f"partition-id={k} num-partitions={num_nodes}" for k in range(num_nodes)
+        }
         self.procs: dict[str, subprocess.Popen] = {}
         self.logs: dict[str, Path] = {}
         self.env = {
             **os.environ,
-            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",  # flower-superexec, flwr-serverapp ...
+            # flower-superexec, flwr-serverapp ...
+            "PATH": f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}",
             "FLWR_HOME": str(self.home),
-            "FEDAC_HOME": str(self.folder / "fedac_home"),  # caches of the apps stay in the test's folder
+            # caches of the apps stay in the test's folder
+            "FEDAC_HOME": str(self.folder / "fedac_home"),
             "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
             "FLWR_SUPEREXEC_TASK_POLL_INTERVAL": "0.2",
             "PYTHONUNBUFFERED": "1",
         }
         (self.home / "config.toml").write_text(
-            f'[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\naddress = "127.0.0.1:{self.port}"\ninsecure = true\n')
+            '[superlink]\ndefault = "loopback"\n\n[superlink.loopback]\naddress = '
+            f'"127.0.0.1:{self.port}"\ninsecure = true\n'
+        )
 
     # --- processes ------------------------------------------------------------------------------
     def _start(self, name: str, args: list[str]) -> subprocess.Popen:
         log = self.folder / f"{name}.log"
         handle = open(log, "wb")
-        proc = subprocess.Popen(args, stdout=handle, stderr=subprocess.STDOUT, env=self.env, cwd=self.folder,
-                                start_new_session=True)
+        proc = subprocess.Popen(
+            args,
+            stdout=handle,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=self.folder,
+            start_new_session=True,
+        )
         handle.close()
         self.procs[name], self.logs[name] = proc, log
         return proc
 
     def start(self, timeout: float = PROCESS_WAIT) -> None:
-        self._start("superlink", [str(BIN / "flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
-                                  str(self.port), "--disable-runtime-dependency-installation"])
+        self._start(
+            "superlink",
+            [
+                str(BIN / "flower-superlink"),
+                "--insecure",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--disable-runtime-dependency-installation",
+            ],
+        )
         self.wait_for(self._healthy, timeout, "the SuperLink's /health to answer")
         for k in range(self.num_nodes):
-            self._start(f"node{k}", [str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.port}",
-                                     "--port", str(free_port()), "--node-config", self.node_config[k]])
-        self.wait_for(lambda: all(self.node_id(k) is not None for k in range(self.num_nodes)), timeout,
-                      "every SuperNode to register")
+            self._start(
+                f"node{k}",
+                [
+                    str(BIN / "flower-supernode"),
+                    "--insecure",
+                    "--superlink",
+                    f"127.0.0.1:{self.port}",
+                    "--port",
+                    str(free_port()),
+                    "--node-config",
+                    self.node_config[k],
+                ],
+            )
+        self.wait_for(
+            lambda: all(self.node_id(k) is not None for k in range(self.num_nodes)),
+            timeout,
+            "every SuperNode to register",
+        )
 
     def _healthy(self) -> bool:
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=2) as response:
+            with urllib.request.urlopen(
+                f"http://127.0.0.1:{self.port}/health", timeout=2
+            ) as response:
                 return response.status == 200
         except OSError:
             return False
@@ -84,9 +124,14 @@ class Federation:
         while not condition():
             for name, proc in self.procs.items():
                 if proc.poll() is not None and not name.startswith("killed"):
-                    raise RuntimeError(f"{name} exited with {proc.returncode} while waiting for {what}\n{self.output()}")
+                    raise RuntimeError(
+                        f"{name} exited with {proc.returncode} while waiting for "
+                        f"{what}\n{self.output()}"
+                    )
             if time.monotonic() > deadline:
-                raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}\n{self.output()}")
+                raise TimeoutError(
+                    f"timed out after {timeout:.0f} s waiting for {what}\n{self.output()}"
+                )
             time.sleep(0.2)
 
     def node_id(self, k: int) -> int | None:
@@ -103,7 +148,8 @@ class Federation:
         self.procs[f"killed-node{k}"] = proc
 
     def stop(self, grace: float = 10.0) -> None:
-        """SIGTERM each started process and its descendants, SIGKILL what is left after `grace` seconds."""
+        """SIGTERM each started process and its descendants, SIGKILL what is left after `grace`
+        seconds."""
         procs = list(self.procs.values())
         family = {p.pid: descendants(p.pid) for p in procs}
         for proc in reversed(procs):
@@ -128,7 +174,18 @@ class Federation:
         """Start `flwr run <repo> loopback --stream` with the given run-config (as a TOML file)."""
         toml = self.folder / f"{name}.toml"
         toml.write_text("".join(f"{key} = {_toml(value)}\n" for key, value in run_config.items()))
-        proc = self._start(name, [str(BIN / "flwr"), "run", str(REPO), "loopback", "--run-config", str(toml), "--stream"])
+        proc = self._start(
+            name,
+            [
+                str(BIN / "flwr"),
+                "run",
+                str(REPO),
+                "loopback",
+                "--run-config",
+                str(toml),
+                "--stream",
+            ],
+        )
         self.procs.pop(name)  # a client process, not a server: waited for, not stopped
         self.submitted = proc
         return proc, self.logs[name]
@@ -140,7 +197,9 @@ class Federation:
         except subprocess.TimeoutExpired:
             send_signal(proc.pid, signal.SIGKILL)
             proc.wait()
-            raise TimeoutError(f"flwr run did not finish within {timeout:.0f} s\n{self.output()}") from None
+            raise TimeoutError(
+                f"flwr run did not finish within {timeout:.0f} s\n{self.output()}"
+            ) from None
         text = log.read_text(errors="replace")
         if proc.returncode != 0:
             raise RuntimeError(f"flwr run exited with {proc.returncode}\n{self.output()}")
@@ -164,16 +223,24 @@ def _toml(value) -> str:
 
 
 class LocalGrid:
-    """An in-process stand-in for the ServerApp's Grid: each node is a Context served by the ClientApp
-    directly (no SuperLink, no processes), so the ServerApp's logic can be tested in milliseconds.
-    Nodes listed in `dead` never answer (as a crashed SuperNode)."""
+    """An in-process stand-in for the ServerApp's Grid: each node is a Context served by the
+    ClientApp directly (no SuperLink, no processes), so the ServerApp's logic can be tested in
+    milliseconds. Nodes listed in `dead` never answer (as a crashed SuperNode)."""
 
     def __init__(self, client_app, node_configs: dict[int, dict], run_config: dict):
         from flwr.app import Context, RecordDict
 
         self.app = client_app
-        self.contexts = {node_id: Context(run_id=1, node_id=node_id, node_config=config, state=RecordDict(),
-                                          run_config=run_config) for node_id, config in node_configs.items()}
+        self.contexts = {
+            node_id: Context(
+                run_id=1,
+                node_id=node_id,
+                node_config=config,
+                state=RecordDict(),
+                run_config=run_config,
+            )
+            for node_id, config in node_configs.items()
+        }
         self.dead: set[int] = set()
         self.sent: list = []
         self._pending: dict[str, object] = {}
@@ -215,7 +282,8 @@ class LocalGrid:
 
 
 def use_task_identity(monkeypatch) -> None:
-    """Messages built outside a Flower process need the identity a ServerApp process gets from its SuperLink."""
+    """Messages built outside a Flower process need the identity a ServerApp process gets from its
+    SuperLink."""
     from flwr.supercore.task_identity import TaskIdentity
 
     for name, value in (("_task_id", 1), ("_run_id", 1), ("_node_id", 0)):
@@ -228,7 +296,8 @@ def read_rows(path) -> list[dict]:
 
 
 def assert_same_metrics(run_csv, sim_csv, rounds: int) -> None:
-    """metrics.csv of a Flower run equals the simulator's, row by row, every column but wall time (to 1e-6)."""
+    """metrics.csv of a Flower run equals the simulator's, row by row, every column but wall time
+    (to 1e-6)."""
     import pytest
 
     rows, sim_rows = read_rows(run_csv), read_rows(sim_csv)

@@ -15,7 +15,9 @@ from fedac.data.gsc import WORDS_35
 RATE = 16000
 
 
-def word_tone(word_index: int, speaker_index: int, rng: np.random.Generator, seconds: float = 1.0) -> np.ndarray:
+def word_tone(
+    word_index: int, speaker_index: int, rng: np.random.Generator, seconds: float = 1.0
+) -> np.ndarray:
     t = np.arange(int(RATE * seconds)) / RATE
     shift = 1.0 + 0.03 * (speaker_index % 5)
     f1, f2 = (200 + 60 * word_index) * shift, (900 + 97 * (word_index % 7)) * shift
@@ -23,7 +25,9 @@ def word_tone(word_index: int, speaker_index: int, rng: np.random.Generator, sec
     return (audio + 0.01 * rng.standard_normal(len(t))).astype(np.float32)
 
 
-def make_gsc_tree(root: Path, speakers: int = 8, words: list[str] | None = None, clips: int = 1, seed: int = 0) -> Path:
+def make_gsc_tree(
+    root: Path, speakers: int = 8, words: list[str] | None = None, clips: int = 1, seed: int = 0
+) -> Path:
     """Speakers 0..speakers-1; the last two are the validation and test speakers."""
     rng = np.random.default_rng(seed)
     root = Path(root)
@@ -44,5 +48,9 @@ def make_gsc_tree(root: Path, speakers: int = 8, words: list[str] | None = None,
     (root / "validation_list.txt").write_text("\n".join(val) + "\n")
     (root / "testing_list.txt").write_text("\n".join(test) + "\n")
     (root / "_background_noise_").mkdir(exist_ok=True)
-    sf.write(root / "_background_noise_" / "white_noise.wav", 0.1 * rng.standard_normal(RATE * 5).astype(np.float32), RATE)
+    sf.write(
+        root / "_background_noise_" / "white_noise.wav",
+        0.1 * rng.standard_normal(RATE * 5).astype(np.float32),
+        RATE,
+    )
     return root

@@ -18,7 +18,11 @@ HEADER = "% [START_TIME - END_TIME] TURN_NAME EMOTION [V, A, D]\n\n"
 
 
 def dialogs(session: int) -> list[str]:
-    return [f"Ses{session:02d}F_impro01", f"Ses{session:02d}M_impro02", f"Ses{session:02d}F_script01_1"]
+    return [
+        f"Ses{session:02d}F_impro01",
+        f"Ses{session:02d}M_impro02",
+        f"Ses{session:02d}F_script01_1",
+    ]
 
 
 def _block(start: float, utt: str, label: str) -> str:
@@ -44,6 +48,10 @@ def make_iemocap_tree(root: Path, per_dialog: int = 12, seed: int = 0) -> Path:
                 utt = f"{dialog}_{'FM'[k % 2]}{k // 2:03d}"
                 text += _block(2.0 * k, utt, LABELS[k % len(LABELS)])
                 tone = 0.2 * np.sin(2 * np.pi * (200 + 20 * k) * np.arange(RATE // 5) / RATE)
-                sf.write(wav_dir / f"{utt}.wav", (tone + 0.01 * rng.standard_normal(tone.size)).astype(np.float32), RATE)
+                sf.write(
+                    wav_dir / f"{utt}.wav",
+                    (tone + 0.01 * rng.standard_normal(tone.size)).astype(np.float32),
+                    RATE,
+                )
             (base / "dialog" / "EmoEvaluation" / f"{dialog}.txt").write_text(text)
     return root

@@ -1,4 +1,5 @@
-"""n_k-weighted mean (fedmlac.md Eq. 3) and Layer-wise Pruning Aggregation (Eq. 10-14), checked by hand."""
+"""n_k-weighted mean (fedmlac.md Eq. 3) and Layer-wise Pruning Aggregation (Eq. 10-14), checked by
+hand."""
 
 from __future__ import annotations
 
@@ -7,9 +8,16 @@ import logging
 import pytest
 import torch
 
-from fedac.rules.aggregation import aggregate, finite, layer_groups, lpa, trusted_clients, weighted_mean
 from fedac.config import AggregationConfig
 from fedac.errors import ConfigError
+from fedac.rules.aggregation import (
+    aggregate,
+    finite,
+    layer_groups,
+    lpa,
+    trusted_clients,
+    weighted_mean,
+)
 
 
 def t(*values: float) -> torch.Tensor:
@@ -17,6 +25,7 @@ def t(*values: float) -> torch.Tensor:
 
 
 # --- weighted mean ------------------------------------------------------------------------------
+
 
 def test_weighted_mean_uses_unequal_sample_counts():
     uploads = [
@@ -49,7 +58,8 @@ def test_weighted_mean_rejects_empty_cohort():
 # Five clients, three layers, unequal n_k. Values chosen so each layer prunes different clients.
 N_K = [1, 2, 3, 4, 5]
 L1 = [0.0, 1.0, 2.0, 3.0, 10.0]  # mean 3.2 -> deviations 3.2, 2.2, 1.2, 0.2, 6.8
-L2 = [(4.0, 0.0), (-1.0, -1.0), (0.0, 1.0), (-2.0, 2.0), (-1.0, -2.0)]  # mean (0, 0) -> dev^2 16, 2, 1, 8, 5
+# mean (0, 0) -> dev^2 16, 2, 1, 8, 5
+L2 = [(4.0, 0.0), (-1.0, -1.0), (0.0, 1.0), (-2.0, 2.0), (-1.0, -2.0)]
 L3 = [7.0, -6.0, 0.0, 1.0, 2.0]  # mean 0.8 -> deviations 6.2, 6.8, 0.8, 0.2, 1.2
 
 
@@ -84,7 +94,9 @@ def test_lpa_hand_computed_asymmetric_pruning():
     assert sorted(trusted["l2.weight"]) == [1, 4]
     assert sorted(trusted["l3.bias"]) == [2, 4]
     assert out["l1.weight"].item() == pytest.approx((2 * 1 + 3 * 2) / 5)
-    assert out["l2.weight"].tolist() == pytest.approx([(2 * -1 + 5 * -1) / 7, (2 * -1 + 5 * -2) / 7])
+    assert out["l2.weight"].tolist() == pytest.approx(
+        [(2 * -1 + 5 * -1) / 7, (2 * -1 + 5 * -2) / 7]
+    )
     assert out["l3.bias"].item() == pytest.approx((3 * 0 + 5 * 2) / 8)
 
 
@@ -124,12 +136,26 @@ def test_trusted_clients_sizes_follow_eq13():
 
 def test_lpa_module_unit_groups_weight_and_bias():
     uploads = [
-        ({"conv.weight": t(0.0), "conv.bias": t(0.0), "bn.num_batches_tracked": torch.tensor(3)}, 1),
-        ({"conv.weight": t(1.0), "conv.bias": t(10.0), "bn.num_batches_tracked": torch.tensor(4)}, 1),
-        ({"conv.weight": t(5.0), "conv.bias": t(1.0), "bn.num_batches_tracked": torch.tensor(5)}, 2),
+        (
+            {"conv.weight": t(0.0), "conv.bias": t(0.0), "bn.num_batches_tracked": torch.tensor(3)},
+            1,
+        ),
+        (
+            {
+                "conv.weight": t(1.0),
+                "conv.bias": t(10.0),
+                "bn.num_batches_tracked": torch.tensor(4),
+            },
+            1,
+        ),
+        (
+            {"conv.weight": t(5.0), "conv.bias": t(1.0), "bn.num_batches_tracked": torch.tensor(5)},
+            2,
+        ),
     ]
     # v_h = 0.34 -> floor(1.02) = 1 highest deviation dropped per layer.
-    # tensor unit: weight mean 2 -> devs 2, 1, 3 -> drop c2; bias mean 11/3 -> devs 3.67, 6.33, 2.67 -> drop c1
+    # tensor unit: weight mean 2 -> devs 2, 1, 3 -> drop c2; bias mean 11/3 -> devs 3.67, 6.33, 2.67
+    # -> drop c1
     out_t, trusted_t = lpa(uploads, 0.0, 0.34, unit="tensor")
     assert set(trusted_t) == {"conv.weight", "conv.bias"}
     assert sorted(trusted_t["conv.weight"]) == [0, 1]
@@ -137,7 +163,8 @@ def test_lpa_module_unit_groups_weight_and_bias():
     assert out_t["conv.weight"].item() == pytest.approx((0 + 1) / 2)
     assert out_t["conv.bias"].item() == pytest.approx((0 * 1 + 1 * 2) / 3)
     # module unit: one deviation over weight and bias together:
-    # c0: 2^2 + (11/3)^2 = 17.4, c1: 1 + (19/3)^2 = 41.1, c2: 3^2 + (8/3)^2 = 16.1 -> drop c1 for both
+    # c0: 2^2 + (11/3)^2 = 17.4, c1: 1 + (19/3)^2 = 41.1, c2: 3^2 + (8/3)^2 = 16.1 -> drop c1 for
+    # both
     out_m, trusted_m = lpa(uploads, 0.0, 0.34, unit="module")
     assert set(trusted_m) == {"conv"}
     assert sorted(trusted_m["conv"]) == [0, 2]
@@ -150,7 +177,10 @@ def test_lpa_module_unit_groups_weight_and_bias():
 
 def test_layer_groups_and_bad_unit():
     names = ["conv.0.weight", "conv.0.bias", "head.weight"]
-    assert layer_groups(names, "module") == {"conv.0": ["conv.0.weight", "conv.0.bias"], "head": ["head.weight"]}
+    assert layer_groups(names, "module") == {
+        "conv.0": ["conv.0.weight", "conv.0.bias"],
+        "head": ["head.weight"],
+    }
     assert layer_groups(names, "tensor") == {n: [n] for n in names}
     with pytest.raises(ConfigError, match="layer_unit"):
         layer_groups(names, "block")
@@ -166,6 +196,7 @@ def test_lpa_rejects_bad_fractions_and_empty_cohort():
 
 
 # --- aggregate(cfg) -----------------------------------------------------------------------------
+
 
 def test_aggregate_mean_and_lpa_by_config():
     uploads = five_clients()
@@ -183,7 +214,9 @@ def test_aggregate_mean_and_lpa_by_config():
     assert metrics["lpa_trusted_fraction"] == pytest.approx(9 / 15)
 
     # use_lpa overrides the configured method either way
-    forced = aggregate(uploads, AggregationConfig(method="mean", v_l=0.2, v_h=0.2), use_lpa=True).params
+    forced = aggregate(
+        uploads, AggregationConfig(method="mean", v_l=0.2, v_h=0.2), use_lpa=True
+    ).params
     assert forced["l3.bias"].item() == pytest.approx(17 / 9)
     plain = aggregate(uploads, cfg, use_lpa=False).params
     assert plain["l3.bias"].item() == pytest.approx((7 - 12 + 0 + 4 + 10) / 15)
@@ -193,17 +226,27 @@ def test_uniform_weighting_gives_every_upload_the_same_weight():
     uploads = [({"w": t(0.0)}, 1), ({"w": t(10.0)}, 2), ({"w": t(-5.0)}, 7)]
     weighted = aggregate(uploads, AggregationConfig()).params  # n_k, the default: -1.5 (above)
     uniform = aggregate(uploads, AggregationConfig(weighting="uniform")).params
-    assert weighted["w"].item() == pytest.approx(-1.5) and uniform["w"].item() == pytest.approx(5 / 3)
-    assert aggregate(uploads, AggregationConfig(), weighting="uniform").params["w"].item() == pytest.approx(5 / 3)
+    assert weighted["w"].item() == pytest.approx(-1.5) and uniform["w"].item() == pytest.approx(
+        5 / 3
+    )
+    assert aggregate(uploads, AggregationConfig(), weighting="uniform").params[
+        "w"
+    ].item() == pytest.approx(5 / 3)
     # LPA's Eq. 14 mean over the trusted clients too; its pruning bias still reads the uploads' n_k
-    cfg = AggregationConfig(method="lpa", v_l=0.2, v_h=0.2, layer_unit="tensor", weighting="uniform")
+    cfg = AggregationConfig(
+        method="lpa", v_l=0.2, v_h=0.2, layer_unit="tensor", weighting="uniform"
+    )
     out = aggregate(five_clients(), cfg)
     pruned, metrics, pruning = out.params, out.metrics, out.pruning
     trusted = sorted(pruning["l1.weight"].trusted)
     values = [five_clients()[k][0]["l1.weight"].item() for k in trusted]
     assert pruned["l1.weight"].item() == pytest.approx(sum(values) / len(values))
-    assert metrics == aggregate(five_clients(), AggregationConfig(method="lpa", v_l=0.2, v_h=0.2,
-                                                                  layer_unit="tensor")).metrics
+    assert (
+        metrics
+        == aggregate(
+            five_clients(), AggregationConfig(method="lpa", v_l=0.2, v_h=0.2, layer_unit="tensor")
+        ).metrics
+    )
     with pytest.raises(ConfigError, match="aggregation.weighting must be one of n_k, uniform"):
         aggregate(uploads, AggregationConfig(weighting="equal"))
 

@@ -1,7 +1,7 @@
 """Issue 43, item 3: a cut-short audio file never trains silently.
 
-libsndfile decodes whatever frames a truncated WAV file still holds; load_audio compares them with what
-the header promised. A run stops on such a file (data.on_bad_file=error, the default) or, with
+libsndfile decodes whatever frames a truncated WAV file still holds; load_audio compares them with
+what the header promised. A run stops on such a file (data.on_bad_file=error, the default) or, with
 data.on_bad_file=skip, leaves it out, lists it in bad_files.txt and goes on.
 """
 
@@ -31,7 +31,9 @@ BAD = "no/00000001_nohash_0.wav"  # a training speaker's clip
 
 
 def tone(seconds: float = 1.0) -> np.ndarray:
-    return (0.3 * np.sin(2 * np.pi * 440 * np.arange(int(seconds * RATE)) / RATE)).astype(np.float32)
+    return (0.3 * np.sin(2 * np.pi * 440 * np.arange(int(seconds * RATE)) / RATE)).astype(
+        np.float32
+    )
 
 
 def cut(path: Path, size: int) -> Path:
@@ -46,8 +48,18 @@ def half_data(path: Path) -> int:
 
 # --- decoding -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("subtype,fmt", [("PCM_16", "WAV"), ("PCM_24", "WAV"), ("PCM_32", "WAV"), ("FLOAT", "WAV"),
-                                         ("PCM_16", "WAVEX"), ("PCM_16", "RF64")])
+
+@pytest.mark.parametrize(
+    "subtype,fmt",
+    [
+        ("PCM_16", "WAV"),
+        ("PCM_24", "WAV"),
+        ("PCM_32", "WAV"),
+        ("FLOAT", "WAV"),
+        ("PCM_16", "WAVEX"),
+        ("PCM_16", "RF64"),
+    ],
+)
 def test_a_truncated_wav_is_an_error_naming_the_file(tmp_path, subtype, fmt):
     full = tmp_path / "full.wav"
     sf.write(full, tone(), RATE, subtype=subtype, format=fmt)
@@ -94,7 +106,10 @@ def test_the_decode_error_reads_as_one_sentence(tmp_path):
     with pytest.raises(AudioError) as err:
         load_audio(path)
     message = str(err.value)
-    assert message.startswith(f"cannot decode audio file {path}: ") and "; replace it with a good copy" in message
+    assert (
+        message.startswith(f"cannot decode audio file {path}: ")
+        and "; replace it with a good copy" in message
+    )
     assert ".." not in message and ".;" not in message and ". Replace" not in message
 
 
@@ -118,7 +133,8 @@ def test_verdicts_are_cached_by_file_and_rechecked_when_it_changes(tmp_path, mon
     assert undecodable([good, bad], tmp_path / "cache") == {}
 
 
-# --- a run ------------------------------------------------------------------------------------------
+# --- a run ----------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
@@ -135,13 +151,29 @@ def spoilt(request, tree, tmp_path):
 
 
 def run(root: Path, cache: Path, out: Path, *settings: str) -> int:
-    return main(["run", "--rounds", "1", "--quiet", f"--set=data.root={root}", "--set=model.name=crnn_tiny",
-                 f"--set=data.cache_dir={cache}", *(f"--set={s}" for s in settings), "--out", str(out)])
+    return main(
+        [
+            "run",
+            "--rounds",
+            "1",
+            "--quiet",
+            f"--set=data.root={root}",
+            "--set=model.name=crnn_tiny",
+            f"--set=data.cache_dir={cache}",
+            *(f"--set={s}" for s in settings),
+            "--out",
+            str(out),
+        ]
+    )
 
 
 def clip_count(data) -> int:
     """Clips the run trains and evaluates on (1 s clips: one window each)."""
-    return sum(len(c.y) + len(c.holdout_y) for c in data.clients) + data.val.num_clips + data.test.num_clips
+    return (
+        sum(len(c.y) + len(c.holdout_y) for c in data.clients)
+        + data.val.num_clips
+        + data.test.num_clips
+    )
 
 
 def test_a_run_stops_on_the_truncated_file_by_default(spoilt, tmp_path, capsys):
@@ -160,13 +192,20 @@ def test_skip_leaves_the_file_out_lists_it_and_runs(spoilt, tree, tmp_path, capl
         assert run(root, cache, out, "data.on_bad_file=skip") == 0
     lines = (out / BAD_FILES).read_text().splitlines()
     assert [line.split("\t")[0] for line in lines] == [str(bad)] and "truncated" in lines[0]
-    assert f"1 audio file(s) cannot be decoded and are left out of the run; the list is in {out / BAD_FILES}" in caplog.text
+    assert (
+        "1 audio file(s) cannot be decoded and are left out of the run; the list is in "
+        f"{out / BAD_FILES}" in caplog.text
+    )
     assert (out / "results.json").is_file()
-    cfg = load_config(None, [f"data.root={root}", f"data.cache_dir={cache}", "data.on_bad_file=skip"])
+    cfg = load_config(
+        None, [f"data.root={root}", f"data.cache_dir={cache}", "data.on_bad_file=skip"]
+    )
     everything = load_manifest(cfg, progress=False).clips
     data = build_federated_data(cfg, progress=False)
     assert data.bad_files.keys() == {str(bad)} and len(data.manifest.clips) == len(everything) - 1
-    assert clip_count(data) == len(everything) - 1 and str(bad) not in {c.path for c in data.manifest.clips}
+    assert clip_count(data) == len(everything) - 1 and str(bad) not in {
+        c.path for c in data.manifest.clips
+    }
     # The skip run's feature cache does not make an error-mode run over the same files succeed.
     assert run(root, cache, tmp_path / "run2") == 2
     # Once a good copy is back, nothing is left out and no stale list remains.
@@ -177,6 +216,10 @@ def test_skip_leaves_the_file_out_lists_it_and_runs(spoilt, tree, tmp_path, capl
 
 
 def test_on_bad_file_takes_error_or_skip(tree, tmp_path):
-    cfg = load_config(None, [f"data.root={tree}", f"data.cache_dir={tmp_path}", "data.on_bad_file=ignore"])
-    with pytest.raises(ConfigError, match="data.on_bad_file must be one of error, skip, got 'ignore'"):
+    cfg = load_config(
+        None, [f"data.root={tree}", f"data.cache_dir={tmp_path}", "data.on_bad_file=ignore"]
+    )
+    with pytest.raises(
+        ConfigError, match="data.on_bad_file must be one of error, skip, got 'ignore'"
+    ):
         build_federated_data(cfg, progress=False)

@@ -1,4 +1,5 @@
-"""The `fedac` command line, called in-process through fedac.cli.main (plus one console-script check)."""
+"""The `fedac` command line, called in-process through fedac.cli.main (plus one console-script
+check)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,22 @@ def settings(gsc_root, tmp_path_factory):
 @pytest.fixture(scope="module")
 def first_run(settings, tmp_path_factory):
     out = tmp_path_factory.mktemp("cli_runs") / "run1"
-    assert main(["run", "--algorithm", "fedavg", "--dataset", "speech_commands", *RUN_FLAGS, *settings, "--out", str(out)]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--algorithm",
+                "fedavg",
+                "--dataset",
+                "speech_commands",
+                *RUN_FLAGS,
+                *settings,
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     return out
 
 
@@ -45,28 +61,46 @@ def test_run_writes_the_run_directory(first_run):
         assert (first_run / name).is_file(), name
     results = json.loads((first_run / "results.json").read_text())
     assert {"final", "history", "wall_seconds", "rounds"} <= set(results)
-    assert {"accuracy", "macro_f1", "uar", "selected_round", "client_accuracy_mean", "client_accuracy_std"} <= set(results["final"])
+    assert {
+        "accuracy",
+        "macro_f1",
+        "uar",
+        "selected_round",
+        "client_accuracy_mean",
+        "client_accuracy_std",
+    } <= set(results["final"])
     assert results["rounds"] == 2
     assert results["algorithm"] == "fedavg" and results["seed"] == 1
     assert results["wall_seconds"] > 0
     rows = list(csv.DictReader(open(first_run / "metrics.csv")))
-    assert [int(r["round"]) for r in rows] == [1, 2] == [int(h["round"]) for h in results["history"]]
-    assert [float(r["val_accuracy"]) for r in rows] == pytest.approx([h["val_accuracy"] for h in results["history"]])
+    assert (
+        [int(r["round"]) for r in rows] == [1, 2] == [int(h["round"]) for h in results["history"]]
+    )
+    assert [float(r["val_accuracy"]) for r in rows] == pytest.approx(
+        [h["val_accuracy"] for h in results["history"]]
+    )
     assert (first_run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
 def test_saved_config_is_resolved_and_reloadable(first_run, gsc_root):
     cfg = load_config(first_run / "config.yaml")
     assert cfg.algorithm == "fedavg" and cfg.seed == 1 and cfg.train.rounds == 2
-    assert cfg.data.root == str(gsc_root) and cfg.model.name == "crnn_tiny" and cfg.train.fraction == 0.5
+    assert (
+        cfg.data.root == str(gsc_root)
+        and cfg.model.name == "crnn_tiny"
+        and cfg.train.fraction == 0.5
+    )
     assert cfg.out == str(first_run)
     raw = yaml.safe_load((first_run / "config.yaml").read_text())
-    assert raw["train"]["rounds"] == 2 and raw["fedprox"]["mu"] == cfg.fedprox.mu  # every setting is written
+    # every setting is written
+    assert raw["train"]["rounds"] == 2 and raw["fedprox"]["mu"] == cfg.fedprox.mu
 
 
 def test_rerun_from_saved_config_repeats_the_run(first_run, tmp_path, capsys):
     out = tmp_path / "again"
-    assert main(["run", "--config", str(first_run / "config.yaml"), "--out", str(out), "--quiet"]) == 0
+    assert (
+        main(["run", "--config", str(first_run / "config.yaml"), "--out", str(out), "--quiet"]) == 0
+    )
     assert "test accuracy" in capsys.readouterr().out
     original, again = load_config(first_run / "config.yaml"), load_config(out / "config.yaml")
     original.out = again.out = None
@@ -86,7 +120,8 @@ def test_resume_a_stopped_run(first_run, settings, tmp_path, capsys):
     assert main(["run", "--resume", str(out), "--quiet"]) == 0
     a = json.loads((first_run / "results.json").read_text())
     b = json.loads((out / "results.json").read_text())
-    assert (b["rounds"], b["resumed_from"], b["rounds_trained"]) == (2, 1, 1)  # not a restart from round 0
+    # not a restart from round 0
+    assert (b["rounds"], b["resumed_from"], b["rounds_trained"]) == (2, 1, 1)
     assert a["final"] == b["final"]
     strip = lambda h: [{k: v for k, v in row.items() if k != "wall_seconds"} for row in h]  # noqa: E731
     assert strip(a["history"]) == strip(b["history"])
@@ -98,14 +133,17 @@ def test_resume_of_a_non_run_directory(tmp_path, capsys):
     assert str(tmp_path) in err and "config.yaml" in err
 
 
-@pytest.mark.parametrize("argv, words", [
-    (["--algorithm", "fedmagic"], ["unknown algorithm 'fedmagic'", "fedavg"]),
-    (["--dataset", "timit"], ["unknown dataset 'timit'", "speech_commands"]),
-    (["--set", "train.nope=1"], ["unknown setting 'train.nope'"]),
-    (["--set", "train.rounds=many"], ["train.rounds", "int", "many"]),
-    (["--set", "train.fraction"], ["key=value"]),
-    (["--set", "data.partition=by_age"], ["data.partition", "by_age"]),
-])
+@pytest.mark.parametrize(
+    "argv, words",
+    [
+        (["--algorithm", "fedmagic"], ["unknown algorithm 'fedmagic'", "fedavg"]),
+        (["--dataset", "timit"], ["unknown dataset 'timit'", "speech_commands"]),
+        (["--set", "train.nope=1"], ["unknown setting 'train.nope'"]),
+        (["--set", "train.rounds=many"], ["train.rounds", "int", "many"]),
+        (["--set", "train.fraction"], ["key=value"]),
+        (["--set", "data.partition=by_age"], ["data.partition", "by_age"]),
+    ],
+)
 def test_bad_settings_exit_2_naming_them(argv, words, settings, tmp_path, capsys):
     code = main(["run", *RUN_FLAGS, *settings, *argv, "--out", str(tmp_path / "bad")])
     assert code == 2
@@ -135,8 +173,18 @@ def test_data_stats(gsc_root, capsys):
 
 
 def test_data_stats_iid_partition(gsc_root, capsys):
-    argv = ["data", "stats", "speech_commands", "--root", str(gsc_root), "--quiet",
-            "--set", "data.partition=iid", "--set", "data.num_clients=4"]
+    argv = [
+        "data",
+        "stats",
+        "speech_commands",
+        "--root",
+        str(gsc_root),
+        "--quiet",
+        "--set",
+        "data.partition=iid",
+        "--set",
+        "data.num_clients=4",
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     # 420 training clips over 4 clients: 105 each
@@ -145,7 +193,9 @@ def test_data_stats_iid_partition(gsc_root, capsys):
 
 
 def test_data_stats_errors(tmp_path, capsys):
-    assert main(["data", "stats", "speech_commands", "--root", str(tmp_path / "none"), "--quiet"]) == 2
+    assert (
+        main(["data", "stats", "speech_commands", "--root", str(tmp_path / "none"), "--quiet"]) == 2
+    )
     assert str(tmp_path / "none") in error_of(capsys)
     assert main(["data", "stats", "nosuchset", "--root", str(tmp_path), "--quiet"]) == 2
     assert "unknown dataset 'nosuchset'" in error_of(capsys)
@@ -153,11 +203,27 @@ def test_data_stats_errors(tmp_path, capsys):
 
 HAND_COUNTS = {  # 40 features, 35 classes; see test_models.expected_count
     "crnn_tiny": 9_171,
-    "crnn_lite": (40 * 32 * 5 + 32) + (32 * 32 * 5 + 32) + 3 * (32 * 64 + 64 * 64 + 128) + 64 * 35 + 35,
-    "crnn_mid": (40 * 32 * 5 + 32) + 2 * (32 * 32 * 5 + 32) + 3 * (32 * 64 + 64 * 64 + 128) + 64 * 35 + 35,
-    "crnn_base": (40 * 64 * 5 + 64) + (64 * 64 * 5 + 64) + 6 * (64 * 128 + 128 * 128 + 256) + 256 * 35 + 35,
-    "crnn_deep": (40 * 64 * 5 + 64) + (64 * 128 * 5 + 128) + (128 * 128 * 5 + 128)
-    + 6 * (128 * 128 + 128 * 128 + 256) + 256 * 35 + 35,
+    "crnn_lite": (40 * 32 * 5 + 32)
+    + (32 * 32 * 5 + 32)
+    + 3 * (32 * 64 + 64 * 64 + 128)
+    + 64 * 35
+    + 35,
+    "crnn_mid": (40 * 32 * 5 + 32)
+    + 2 * (32 * 32 * 5 + 32)
+    + 3 * (32 * 64 + 64 * 64 + 128)
+    + 64 * 35
+    + 35,
+    "crnn_base": (40 * 64 * 5 + 64)
+    + (64 * 64 * 5 + 64)
+    + 6 * (64 * 128 + 128 * 128 + 256)
+    + 256 * 35
+    + 35,
+    "crnn_deep": (40 * 64 * 5 + 64)
+    + (64 * 128 * 5 + 128)
+    + (128 * 128 * 5 + 128)
+    + 6 * (128 * 128 + 128 * 128 + 256)
+    + 256 * 35
+    + 35,
 }
 
 
@@ -166,27 +232,31 @@ def test_models_lists_the_zoo(capsys):
     assert main(["models"]) == 0
     out = capsys.readouterr().out
     for name, count in HAND_COUNTS.items():
-        assert f"{count:,} parameters" in next(line for line in out.splitlines() if line.startswith(name))
+        assert f"{count:,} parameters" in next(
+            line for line in out.splitlines() if line.startswith(name)
+        )
 
 
 @pytest.mark.slow
 def test_console_script_models():
     script = Path(sys.executable).with_name("fedac")
     assert script.is_file(), "the fedac console script is not installed in this environment"
-    done = subprocess.run([str(script), "models", "--num-classes", "12"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [str(script), "models", "--num-classes", "12"], capture_output=True, text=True, timeout=600
+    )
     assert done.returncode == 0, done.stderr
     assert all(name in done.stdout for name in HAND_COUNTS)
     assert "12 classes" in done.stdout
 
 
 def test_reproduce_without_a_name_lists_every_experiment_with_its_paper_and_cost(capsys):
-    """Issue 44: `fedac reproduce` alone lists each spec (name, paper, table, estimated cost, the cost's
-    source), and every listed name resolves to its own spec (aliases to the same one)."""
+    """Issue 44: `fedac reproduce` alone lists each spec (name, paper, table, estimated cost, the
+    cost's source), and every listed name resolves to its own spec (aliases to the same one)."""
     from fedac.experiments.catalog import EXPERIMENTS, SPECS, experiment_named
 
     assert main(["reproduce"]) == 0
     out = capsys.readouterr().out
-    rows = {line.split()[0]: line for line in out.splitlines()[1:len(SPECS) + 1]}
+    rows = {line.split()[0]: line for line in out.splitlines()[1 : len(SPECS) + 1]}
     assert list(rows) == [spec.name for spec in SPECS]
     for spec in SPECS:
         assert spec.paper in rows[spec.name] and spec.table in rows[spec.name]
@@ -194,7 +264,14 @@ def test_reproduce_without_a_name_lists_every_experiment_with_its_paper_and_cost
         assert f"  {spec.name}: {spec.cost.source}" in out
         for name in (spec.name, *spec.aliases):
             assert experiment_named(name) is spec
-    assert {"table4", "hetero", "fedkws12-scaled", "robustness", "earlyexit-table1", "zeroshot-table4"} <= set(EXPERIMENTS)
+    assert {
+        "table4",
+        "hetero",
+        "fedkws12-scaled",
+        "robustness",
+        "earlyexit-table1",
+        "zeroshot-table4",
+    } <= set(EXPERIMENTS)
     # a cost's source names a committed file that exists
     for source in (spec.cost.source for spec in SPECS):
         for path in re.findall(r"docs/[\w./-]+\.(?:csv|json|md)", source):
@@ -204,8 +281,8 @@ def test_reproduce_without_a_name_lists_every_experiment_with_its_paper_and_cost
 
 
 def test_reproduce_options_are_read_from_the_spec(tmp_path, capsys, monkeypatch):
-    """Which options an experiment reads is its spec's `options`, and what runs is its spec's layout:
-    flipping either changes the answer (no experiment is known to the command by name)."""
+    """Which options an experiment reads is its spec's `options`, and what runs is its spec's
+    layout: flipping either changes the answer (no experiment is known to the command by name)."""
     import dataclasses
 
     from fedac.experiments import catalog
@@ -214,23 +291,50 @@ def test_reproduce_options_are_read_from_the_spec(tmp_path, capsys, monkeypatch)
     assert main(["reproduce", "table4", "--central-epochs", "2", "--out", str(tmp_path / "x")]) == 2
     assert "table4 does not use --central-epochs" in capsys.readouterr().err
     seen = []
-    layout = Layout(cells=lambda spec, request: [], write=lambda spec, request, cells, runs: seen.append(
-        request.central_epochs) or (request.out / "table.md").write_text("# written by the spec's layout\n"))
+    layout = Layout(
+        cells=lambda spec, request: [],
+        write=lambda spec, request, cells, runs: (
+            seen.append(request.central_epochs)
+            or (request.out / "table.md").write_text("# written by the spec's layout\n")
+        ),
+    )
     spec = catalog.EXPERIMENTS["table4"]
-    monkeypatch.setitem(catalog.EXPERIMENTS, "table4", dataclasses.replace(
-        spec, options=(*spec.options, "--central-epochs"), layout=layout))
-    assert main(["reproduce", "table4", "--central-epochs", "2", "--quiet", "--out", str(tmp_path / "x")]) == 0
+    monkeypatch.setitem(
+        catalog.EXPERIMENTS,
+        "table4",
+        dataclasses.replace(spec, options=(*spec.options, "--central-epochs"), layout=layout),
+    )
+    assert (
+        main(
+            [
+                "reproduce",
+                "table4",
+                "--central-epochs",
+                "2",
+                "--quiet",
+                "--out",
+                str(tmp_path / "x"),
+            ]
+        )
+        == 0
+    )
     assert seen == [2] and "written by the spec's layout" in capsys.readouterr().out
 
 
 def test_the_reproduce_command_and_runner_never_name_an_experiment():
-    """Issue 44: dispatch is by the spec (its layout and options), never by an experiment's name string."""
+    """Issue 44: dispatch is by the spec (its layout and options), never by an experiment's name
+    string."""
     import ast
 
     from fedac.experiments import catalog, reproduce, runner, spec
 
     for module in (reproduce, runner, catalog, spec):
         tree = ast.parse(Path(module.__file__).read_text())
-        named = [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant)
-                 and isinstance(node.value, str) and node.value in catalog.EXPERIMENTS]
+        named = [
+            node.value
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Constant)
+            and isinstance(node.value, str)
+            and node.value in catalog.EXPERIMENTS
+        ]
         assert named == [], f"{module.__name__} names {named}"

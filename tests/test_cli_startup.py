@@ -1,7 +1,8 @@
 """`fedac --help` starts fast (issue 43): building the parser loads none of the heavy libraries, and
 `fedac run --help` / `fedac compare --help` name every registered algorithm and dataset.
 
-Start-up is checked by what gets imported, not by wall time, so machine load cannot fool the test."""
+Start-up is checked by what gets imported, not by wall time, so machine load cannot fool the
+test."""
 
 from __future__ import annotations
 
@@ -20,17 +21,25 @@ HEAVY = ("torch", "scipy", "sklearn", "matplotlib", "transformers", "flwr")
 
 
 def test_building_the_parser_imports_no_heavy_library():
-    probe = ("import json, sys, fedac.cli; fedac.cli.build_parser(); "
-             f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {set(HEAVY)!r})))")
+    probe = (
+        "import json, sys, fedac.cli; fedac.cli.build_parser(); "
+        f"print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in {set(HEAVY)!r})))"
+    )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert json.loads(done.stdout) == []
 
 
 def test_a_bad_setting_is_refused_before_any_heavy_import(tmp_path):
-    """`fedac run --rounds -1` answers at once: the settings are checked before the engine (torch) loads."""
-    probe = ("import json, sys, fedac.cli; code = fedac.cli.main(['run', '--rounds', '-1']); "
-             f"print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')[0] in {set(HEAVY)!r})]))")
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path)
+    """`fedac run --rounds -1` answers at once: the settings are checked before the engine (torch)
+    loads."""
+    probe = (
+        "import json, sys, fedac.cli; code = fedac.cli.main(['run', '--rounds', '-1']); "
+        "print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')[0] in "
+        f"{set(HEAVY)!r})]))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
     assert json.loads(done.stdout.splitlines()[-1]) == [2, []]
     assert "train.rounds must be >= 1, got -1" in done.stderr
     assert not (tmp_path / "runs").exists()
@@ -53,21 +62,32 @@ def test_help_names_every_algorithm_and_dataset(command, capsys, monkeypatch):
 
 
 def test_run_help_lists_the_algorithms_in_one_option(capsys, monkeypatch):
-    line = next(row for row in _help(capsys, monkeypatch, "run").splitlines() if row.strip().startswith("--algorithm"))
+    line = next(
+        row
+        for row in _help(capsys, monkeypatch, "run").splitlines()
+        if row.strip().startswith("--algorithm")
+    )
     assert f"one of {', '.join(ALGORITHMS)} (default fedavg)" in line
 
 
 def test_the_cli_never_branches_on_an_algorithm_name():
-    """Issue 44: which driver runs an algorithm is its `streaming` capability (engine/runner.py), not a
-    name the command line knows."""
+    """Issue 44: which driver runs an algorithm is its `streaming` capability (engine/runner.py),
+    not a name the command line knows."""
     import ast
     from pathlib import Path
 
     import fedac.cli
 
     tree = ast.parse(Path(fedac.cli.__file__).read_text())
-    named = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare)
-             and any(isinstance(side, ast.Constant) and side.value in ALGORITHMS for side in [node.left, *node.comparators])]
+    named = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Compare)
+        and any(
+            isinstance(side, ast.Constant) and side.value in ALGORITHMS
+            for side in [node.left, *node.comparators]
+        )
+    ]
     assert named == []
 
 

@@ -1,5 +1,6 @@
-"""Cohort execution (engine/cohort.py, algorithms/cohort.py, models/stacked.py): the stacked path gives
-the sequential path's numbers, with padding, chunking and one stacked group per architecture."""
+"""Cohort execution (engine/cohort.py, algorithms/cohort.py, models/stacked.py): the stacked path
+gives the sequential path's numbers, with padding, chunking and one stacked group per
+architecture."""
 
 from __future__ import annotations
 
@@ -30,32 +31,54 @@ TOL = 1e-5
 
 
 def make_clients(sizes=SIZES, seed=1) -> list[ClientData]:
-    """Clients drawn on the CPU, then on the test device (FEDAC_TEST_DEVICE, where train.device=auto runs)."""
+    """Clients drawn on the CPU, then on the test device (FEDAC_TEST_DEVICE, where train.device=auto
+    runs)."""
     g = torch.Generator().manual_seed(seed)
-    clients = [ClientData(f"c{i}", torch.randn(n, FEATURES, FRAMES, generator=g), torch.randint(0, CLASSES, (n,), generator=g),
-                          torch.zeros(0, FEATURES, FRAMES), torch.zeros(0, dtype=torch.long)) for i, n in enumerate(sizes)]
+    clients = [
+        ClientData(
+            f"c{i}",
+            torch.randn(n, FEATURES, FRAMES, generator=g),
+            torch.randint(0, CLASSES, (n,), generator=g),
+            torch.zeros(0, FEATURES, FRAMES),
+            torch.zeros(0, dtype=torch.long),
+        )
+        for i, n in enumerate(sizes)
+    ]
     return to_device(clients, resolve_device("auto"))
 
 
 def make_algorithm(*overrides: str):
     clients = make_clients()
-    cfg = load_config(overrides=["train.lr=0.05", "train.local_epochs=2", "model.name=crnn_lite",
-                                 "model.client_model=crnn_tiny", "fedmlac.plugin_model=crnn_lite", *overrides])
+    cfg = load_config(
+        overrides=[
+            "train.lr=0.05",
+            "train.local_epochs=2",
+            "model.name=crnn_lite",
+            "model.client_model=crnn_tiny",
+            "fedmlac.plugin_model=crnn_lite",
+            *overrides,
+        ]
+    )
     return build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients])), clients
 
 
 def federate(algo, clients, rounds=3, seed=0):
-    """A few rounds of client updates + server updates, every client sampled; returns server, client states, last results."""
+    """A few rounds of client updates + server updates, every client sampled; returns server, client
+    states, last results."""
     server = algo.init_server()
     states = {c.name: algo.init_client_state(c.name) for c in clients}
     results = []
     for round_idx in range(1, rounds + 1):
         payload = algo.broadcast(server)
-        results = run_clients(algo, payload, [states[c.name] for c in clients], clients, round_idx, seed)
+        results = run_clients(
+            algo, payload, [states[c.name] for c in clients], clients, round_idx, seed
+        )
         for client, result in zip(clients, results):
             if result.state is not None:
                 states[client.name] = result.state
-        server, _ = algo.server_update(server, [(r.upload, c.num_samples) for c, r in zip(clients, results)], round_idx)
+        server, _ = algo.server_update(
+            server, [(r.upload, c.num_samples) for c, r in zip(clients, results)], round_idx
+        )
     return server, states, results
 
 
@@ -78,13 +101,17 @@ def assert_same_run(a, b, tol=TOL):
 
 # --- the stacked model ----------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_stacked_forward_and_gradients_match_the_modules(name):
     torch.manual_seed(0)
     models = [build_model(name, FEATURES, CLASSES) for _ in range(3)]
     for m in models:
         m.eval()
-    params = {k: v.detach().requires_grad_() for k, v in stack_params([dict(m.named_parameters()) for m in models]).items()}
+    params = {
+        k: v.detach().requires_grad_()
+        for k, v in stack_params([dict(m.named_parameters()) for m in models]).items()
+    }
     x = torch.randn(3, 4, FEATURES, FRAMES)
     out = stacked_model(name, 0.1)(params, x)
     expected = torch.stack([m(x[i]) for i, m in enumerate(models)])
@@ -99,15 +126,20 @@ def test_stacked_forward_and_gradients_match_the_modules(name):
 
 @pytest.mark.parametrize("frames", [101, 26, 1])
 def test_fused_relu_max_pool_equals_relu_then_max_pool_exactly(frames):
-    """Values and gradients bit for bit, ties included (ReLU zeros, equal pairs), and NaNs propagate."""
+    """Values and gradients bit for bit, ties included (ReLU zeros, equal pairs), and NaNs
+    propagate."""
     from fedac.models.stacked import _ReluMaxPool2
 
     x = torch.randn(2, 3, 4, frames)
-    x[0, 0, 0, : frames - frames % 2] = torch.tensor([0.5, 0.5]).repeat(frames // 2)  # positive ties
+    # positive ties
+    x[0, 0, 0, : frames - frames % 2] = torch.tensor([0.5, 0.5]).repeat(frames // 2)
     x[1, 0, 0] = 0.0  # ties at zero
     a, b = x.clone().requires_grad_(), x.clone().requires_grad_()
-    expected = nn.functional.max_pool1d(torch.relu(a).view(-1, 4, frames), 2, ceil_mode=True).view(2, 3, 4, -1)
-    out = _ReluMaxPool2.apply(b.transpose(2, 3)).transpose(2, 3)  # it pools channels-last (..., T, C)
+    expected = nn.functional.max_pool1d(torch.relu(a).view(-1, 4, frames), 2, ceil_mode=True).view(
+        2, 3, 4, -1
+    )
+    # it pools channels-last (..., T, C)
+    out = _ReluMaxPool2.apply(b.transpose(2, 3)).transpose(2, 3)
     assert torch.equal(out, expected)
     grad = torch.randn_like(out)
     expected.backward(grad)
@@ -119,17 +151,24 @@ def test_fused_relu_max_pool_equals_relu_then_max_pool_exactly(frames):
 
 @pytest.mark.parametrize("time_last", [True, False])
 def test_stacked_conv_equals_each_clients_conv1d(time_last):
-    """The im2col convolution against F.conv1d per client: values and all gradients, input's included."""
+    """The im2col convolution against F.conv1d per client: values and all gradients, input's
+    included."""
     from fedac.models.stacked import _Conv1d
 
     x, w, bias = torch.randn(3, 4, 6, 11), torch.randn(3, 5, 6, 5), torch.randn(3, 5)
     a = [t.clone().requires_grad_() for t in (x, w, bias)]
-    expected = torch.stack([nn.functional.conv1d(a[0][k], a[1][k], a[2][k], padding=2) for k in range(3)])
+    expected = torch.stack(
+        [nn.functional.conv1d(a[0][k], a[1][k], a[2][k], padding=2) for k in range(3)]
+    )
     b = [t.clone().requires_grad_() for t in (x, w, bias)]
-    out = _Conv1d.apply(b[0] if time_last else b[0].transpose(2, 3), b[1], b[2], time_last).transpose(2, 3)
+    out = _Conv1d.apply(
+        b[0] if time_last else b[0].transpose(2, 3), b[1], b[2], time_last
+    ).transpose(2, 3)
     assert torch.allclose(out, expected, atol=1e-5)
     grad = torch.randn_like(out)
-    for got, ref in zip(torch.autograd.grad((out * grad).sum(), b), torch.autograd.grad((expected * grad).sum(), a)):
+    for got, ref in zip(
+        torch.autograd.grad((out * grad).sum(), b), torch.autograd.grad((expected * grad).sum(), a)
+    ):
         assert torch.allclose(got, ref, atol=1e-4, rtol=1e-5)
 
 
@@ -141,12 +180,15 @@ def test_cohort_dropout_masks_are_the_ones_a_lone_client_draws():
     cfg = load_config(overrides=["train.batch_size=7"]).train
     chunk = CohortChunk([0], [data], cfg, round_idx=4, seed=9)
     x, _ = chunk.batch(chunk.steps[0])
-    out = stacked_model("crnn_lite", 0.3)(stack_params([model.state_dict()]), x, chunk.dropout(chunk.steps[0]))
+    out = stacked_model("crnn_lite", 0.3)(
+        stack_params([model.state_dict()]), x, chunk.dropout(chunk.steps[0])
+    )
     from fedac.seeding import derive_seed
 
     torch.manual_seed(derive_seed(9, "dropout", 4, data.name))
     assert torch.allclose(out[0], model(x[0]), atol=1e-6)
-    assert not torch.allclose(out[0], model(x[0]), atol=1e-3)  # the next draw differs, so masks were live
+    # the next draw differs, so masks were live
+    assert not torch.allclose(out[0], model(x[0]), atol=1e-3)
 
 
 def test_stack_unstack_roundtrip_and_independent_storage():
@@ -159,21 +201,33 @@ def test_stack_unstack_roundtrip_and_independent_storage():
     assert stacked_model("not_a_model", 0.1) is None
 
 
-# --- path equality ----------------------------------------------------------------------------------
+# --- path equality --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("overrides", [
-    ["algorithm=fedavg"],
-    ["algorithm=fedprox", "fedprox.mu=0.5", "train.weight_decay=0.01"],
-    ["algorithm=fedadam", "train.momentum=0.0"],
-    ["algorithm=fedmlac"],
-    ["algorithm=fedmlac", "model.heterogeneous=true", "model.zoo=[crnn_tiny,crnn_lite,crnn_base]",
-     "fedmlac.teacher=post_update", "fedmlac.plugin_ce_weight=0.5", "fedmlac.temperature=2.0"],
-    ["algorithm=fedmlac", "fedmlac.ml=false"],
-], ids=["fedavg", "fedprox", "fedadam", "fedmlac", "fedmlac-heterogeneous", "fedmlac-no-ml"])
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algorithm=fedavg"],
+        ["algorithm=fedprox", "fedprox.mu=0.5", "train.weight_decay=0.01"],
+        ["algorithm=fedadam", "train.momentum=0.0"],
+        ["algorithm=fedmlac"],
+        [
+            "algorithm=fedmlac",
+            "model.heterogeneous=true",
+            "model.zoo=[crnn_tiny,crnn_lite,crnn_base]",
+            "fedmlac.teacher=post_update",
+            "fedmlac.plugin_ce_weight=0.5",
+            "fedmlac.temperature=2.0",
+        ],
+        ["algorithm=fedmlac", "fedmlac.ml=false"],
+    ],
+    ids=["fedavg", "fedprox", "fedadam", "fedmlac", "fedmlac-heterogeneous", "fedmlac-no-ml"],
+)
 @pytest.mark.parametrize("kernel", ["fused", "torch"])
 @pytest.mark.slow
 def test_cohort_and_sequential_paths_give_the_same_parameters(overrides, kernel, monkeypatch):
-    """Both GRU recurrences of the stacked model (fedac/kernels' fused one and the pure-torch one)."""
+    """Both GRU recurrences of the stacked model (fedac/kernels' fused one and the pure-torch
+    one)."""
     from fedac import kernels
 
     if kernel == "fused" and torch.backends.cpu.get_cpu_capability() not in ("AVX2", "AVX512"):
@@ -198,12 +252,20 @@ def test_cohort_and_sequential_paths_give_the_same_parameters(overrides, kernel,
 
 @pytest.mark.parametrize("algorithm", ["fedmlac", "fedprox"])
 def test_chunking_and_worker_threads_give_the_numbers_of_one_chunk(algorithm):
-    one = make_algorithm(f"algorithm={algorithm}", "train.cohort_chunk=64", "train.cohort_workers=1",
-                         "train.execution=cohort")
+    one = make_algorithm(
+        f"algorithm={algorithm}",
+        "train.cohort_chunk=64",
+        "train.cohort_workers=1",
+        "train.execution=cohort",
+    )
     expected = federate(*one, rounds=2)
     for workers in (1, 3):
-        algo, clients = make_algorithm(f"algorithm={algorithm}", "train.cohort_chunk=2",
-                                       f"train.cohort_workers={workers}", "train.execution=cohort")
+        algo, clients = make_algorithm(
+            f"algorithm={algorithm}",
+            "train.cohort_chunk=2",
+            f"train.cohort_workers={workers}",
+            "train.execution=cohort",
+        )
         assert_same_run(expected, federate(algo, clients, rounds=2), tol=1e-6)
 
 
@@ -220,8 +282,12 @@ def test_cohort_workers_setting():
 
 
 def test_heterogeneous_cohort_runs_one_stacked_group_per_architecture(monkeypatch):
-    algo, clients = make_algorithm("algorithm=fedmlac", "model.heterogeneous=true",
-                                   "model.zoo=[crnn_tiny,crnn_lite]", "train.execution=cohort")
+    algo, clients = make_algorithm(
+        "algorithm=fedmlac",
+        "model.heterogeneous=true",
+        "model.zoo=[crnn_tiny,crnn_lite]",
+        "train.execution=cohort",
+    )
     groups = []
     real = cohort_steps.plan_chunks
 
@@ -248,8 +314,8 @@ class _WithLSTM(nn.Module):
 
 
 def test_architecture_without_stacked_forward_is_named_and_cohort_mode_refuses_it(monkeypatch):
-    """Issue 56: no silent fallback. A network vmap cannot batch (an LSTM) trains one client at a time
-    under auto, with the reason in the path; train.execution=cohort refuses it."""
+    """Issue 56: no silent fallback. A network vmap cannot batch (an LSTM) trains one client at a
+    time under auto, with the reason in the path; train.execution=cohort refuses it."""
     algo, clients = make_algorithm("algorithm=fedavg", "model.name=crnn_tiny")
     monkeypatch.setattr(algo, "build_network", lambda name: _WithLSTM())
     reason = "model crnn_tiny has no stacked forward (holds an LSTM, which vmap cannot batch)"
@@ -260,12 +326,14 @@ def test_architecture_without_stacked_forward_is_named_and_cohort_mode_refuses_i
         run_clients(algo, algo.broadcast(algo.init_server()), [None] * len(clients), clients, 1, 0)
 
 
-# --- padding, masks and the step schedule -------------------------------------------------------------
+# --- padding, masks and the step schedule ---------------------------------------------------------
+
 
 def test_schedule_pads_short_clients_and_keeps_active_clients_a_prefix():
     clients = make_clients()
     cfg = load_config(overrides=["train.batch_size=16", "train.local_epochs=1"]).train
-    order = sorted(range(len(clients)), key=lambda i: -clients[i].num_samples)  # as plan_chunks sorts
+    # as plan_chunks sorts
+    order = sorted(range(len(clients)), key=lambda i: -clients[i].num_samples)
     chunk = CohortChunk(order, [clients[i] for i in order], cfg, round_idx=1, seed=0)
     # largest first; ceil(n / 16) steps each
     assert [d.num_samples for d in chunk.datas] == [40, 37, 23, 16, 9, 5]
@@ -276,12 +344,18 @@ def test_schedule_pads_short_clients_and_keeps_active_clients_a_prefix():
     assert first.width == 16 and first.sizes == [16, 16, 16, 16, 9, 5]
     # weights: 1 / b on real samples, 0 on padding; each client's weights sum to one
     assert torch.allclose(first.weight.sum(1), torch.ones(6))
-    assert float(first.weight[5, 0]) == pytest.approx(1 / 5) and float(first.weight[5, 5:].abs().sum()) == 0.0
+    assert (
+        float(first.weight[5, 0]) == pytest.approx(1 / 5)
+        and float(first.weight[5, 5:].abs().sum()) == 0.0
+    )
     assert [s.sizes for s in chunk.steps[1:]] == [[16, 16, 7], [8, 5]]
     # each client's rows are a permutation of its own samples, drawn from its batch generator
     offsets = {4: 0, 0: 40, 3: 77, 1: 100, 5: 116, 2: 125}
     for k, position in enumerate(chunk.positions):
-        rows = torch.cat([s.index[k, :s.sizes[k]] for s in chunk.steps if s.active > k]) - offsets[position]
+        rows = (
+            torch.cat([s.index[k, : s.sizes[k]] for s in chunk.steps if s.active > k])
+            - offsets[position]
+        )
         assert sorted(rows.tolist()) == list(range(clients[position].num_samples))
     x, y = chunk.batch(first)
     assert x.shape == (6, 16, FEATURES, FRAMES) and y.shape == (6, 16)
@@ -290,7 +364,9 @@ def test_schedule_pads_short_clients_and_keeps_active_clients_a_prefix():
 
 def test_padding_and_finished_clients_do_not_move_parameters():
     """A client past its last step keeps its parameters and momentum, exactly."""
-    cfg = load_config(overrides=["train.momentum=0.9", "train.weight_decay=0.1", "train.lr=0.1"]).train
+    cfg = load_config(
+        overrides=["train.momentum=0.9", "train.weight_decay=0.1", "train.lr=0.1"]
+    ).train
     params = {"w": torch.ones(3, 2)}
     opt = StackedSGD(params, cfg)
     opt.step({"w": torch.ones(3, 2)}, active=3)
@@ -306,7 +382,8 @@ def test_padding_and_finished_clients_do_not_move_parameters():
     assert torch.allclose(params["w"][0], w.detach(), atol=1e-7)
 
 
-# --- dispatch -------------------------------------------------------------------------------------------
+# --- dispatch -------------------------------------------------------------------------------------
+
 
 def test_auto_uses_the_cohort_path_unless_client_update_was_replaced(monkeypatch):
     algo, clients = make_algorithm("algorithm=fedavg")
@@ -339,7 +416,8 @@ def test_fedkad_has_no_cohort_path_auto_says_so_and_cohort_mode_fails():
 
 
 def test_bad_execution_settings_are_named():
-    for bad in ("vectorised", "fast"):  # a choice setting: refused when the config loads, naming the choices
+    # a choice setting: refused when the config loads, naming the choices
+    for bad in ("vectorised", "fast"):
         with pytest.raises(ConfigError, match="train.execution.*sequential"):
             load_config(overrides=[f"train.execution={bad}"])
     algo, clients = make_algorithm("train.execution=cohort")
@@ -349,22 +427,39 @@ def test_bad_execution_settings_are_named():
 
 
 @pytest.mark.slow
-def test_simulator_default_run_takes_the_cohort_path_and_matches_sequential(gsc_root, tmp_path, monkeypatch):
-    base = [f"data.root={gsc_root}", f"data.cache_dir={tmp_path / 'cache'}", "algorithm=fedmlac",
-            "model.client_model=crnn_tiny", "fedmlac.plugin_model=crnn_tiny", "train.rounds=2",
-            "train.fraction=0.5", "train.eval_every=1", "train.lr=0.05"]
-    seq = Simulator(load_config(overrides=[*base, "train.execution=sequential"]), tmp_path / "seq", progress=False)
+def test_simulator_default_run_takes_the_cohort_path_and_matches_sequential(
+    gsc_root, tmp_path, monkeypatch
+):
+    base = [
+        f"data.root={gsc_root}",
+        f"data.cache_dir={tmp_path / 'cache'}",
+        "algorithm=fedmlac",
+        "model.client_model=crnn_tiny",
+        "fedmlac.plugin_model=crnn_tiny",
+        "train.rounds=2",
+        "train.fraction=0.5",
+        "train.eval_every=1",
+        "train.lr=0.05",
+    ]
+    seq = Simulator(
+        load_config(overrides=[*base, "train.execution=sequential"]),
+        tmp_path / "seq",
+        progress=False,
+    )
     seq.run()
     calls = []
     real = cohort_steps.mutual_cohort
-    monkeypatch.setattr("fedac.algorithms.fedmlac.mutual_cohort", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(
+        "fedac.algorithms.fedmlac.mutual_cohort", lambda *a: calls.append(1) or real(*a)
+    )
     auto = Simulator(load_config(overrides=base), tmp_path / "auto", seq.data, progress=False)
     auto.run()
     assert calls == [1, 1]
     assert max_diff(seq.state["server"]["params"], auto.state["server"]["params"]) <= TOL
     for name, state in seq.state["clients"].items():
         assert max_diff(state, auto.state["clients"][name]) <= TOL
-    one_clip = 1.0 / seq.data.val.num_clips  # parameters agree to ~1e-7; at most a tie could flip one clip
+    # parameters agree to ~1e-7; at most a tie could flip one clip
+    one_clip = 1.0 / seq.data.val.num_clips
     for a, b in zip(seq.state["history"], auto.state["history"]):
         assert abs(a["val_accuracy"] - b["val_accuracy"]) <= one_clip + 1e-12
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)

@@ -1,4 +1,5 @@
-"""`fedac compare`: methods x seeds -> per-run directories, summary.json and table.md (mean ± std over seeds)."""
+"""`fedac compare`: methods x seeds -> per-run directories, summary.json and table.md (mean ± std
+over seeds)."""
 
 import json
 
@@ -6,33 +7,61 @@ import numpy as np
 import pytest
 
 from fedac.cli import main
-from fedac.experiments.compare import parse_method
 from fedac.errors import ConfigError
+from fedac.experiments.compare import parse_method
 
 
 def test_parse_method():
     m = parse_method("FedAvg+LPA=fedavg:aggregation.method=lpa, aggregation.v_h=0.3")
-    assert (m.label, m.algorithm, m.overrides) == ("FedAvg+LPA", "fedavg", ["aggregation.method=lpa", "aggregation.v_h=0.3"])
+    assert (m.label, m.algorithm, m.overrides) == (
+        "FedAvg+LPA",
+        "fedavg",
+        ["aggregation.method=lpa", "aggregation.v_h=0.3"],
+    )
     with pytest.raises(ConfigError, match="LABEL=ALGORITHM"):
         parse_method("fedavg")
 
 
 def test_compare_runs_every_method_and_seed_and_summarises(gsc_root, tmp_path, capsys):
     out = tmp_path / "cmp"
-    code = main(["compare", "--quiet", "--seeds", "0", "1", "--rounds", "1", "--out", str(out),
-                 "--method", "A=fedavg", "--method", "B=fedmlac:fedmlac.plugin_model=crnn_tiny,model.client_model=crnn_tiny",
-                 "--set", f"data.root={gsc_root}", "--set", "model.name=crnn_tiny", "--set", "train.local_epochs=1"])
+    code = main(
+        [
+            "compare",
+            "--quiet",
+            "--seeds",
+            "0",
+            "1",
+            "--rounds",
+            "1",
+            "--out",
+            str(out),
+            "--method",
+            "A=fedavg",
+            "--method",
+            "B=fedmlac:fedmlac.plugin_model=crnn_tiny,model.client_model=crnn_tiny",
+            "--set",
+            f"data.root={gsc_root}",
+            "--set",
+            "model.name=crnn_tiny",
+            "--set",
+            "train.local_epochs=1",
+        ]
+    )
     assert code == 0
     summary = json.loads((out / "summary.json").read_text())
     assert set(summary["runs"]) == {"A", "B"}
     for label, runs in summary["runs"].items():
         assert [r["seed"] for r in runs] == [0, 1]
         for r in runs:
-            results = json.loads((tmp_path / "cmp" / f"{label}-s{r['seed']}" / "results.json").read_text())
+            results = json.loads(
+                (tmp_path / "cmp" / f"{label}-s{r['seed']}" / "results.json").read_text()
+            )
             assert results["algorithm"] == ("fedavg" if label == "A" else "fedmlac")
             assert r["accuracy"] == pytest.approx(results["final"]["accuracy"])
         accs = [r["accuracy"] for r in runs]
-        assert summary["mean_std"][label]["accuracy"] == pytest.approx([np.mean(accs), np.std(accs)])
+        assert summary["mean_std"][label]["accuracy"] == pytest.approx(
+            [np.mean(accs), np.std(accs)]
+        )
     table = (out / "table.md").read_text()
     assert "| A |" in table and "| B |" in table
     assert "n/a" in table.splitlines()[2]  # FedAvg has no personalized models
@@ -47,34 +76,49 @@ def test_compare_rejects_unknown_preset(capsys):
 def test_a_run_directory_is_reused_only_for_its_settings_even_after_new_settings_appear(tmp_path):
     import yaml
 
-    from fedac.experiments.compare import check_same_config
     from fedac.config import load_config, save_config
+    from fedac.experiments.compare import check_same_config
 
     cfg = load_config(overrides=["train.rounds=3"])
     save_config(cfg, tmp_path / "config.yaml")
     check_same_config(cfg, tmp_path)  # the same settings: reused
-    # A config.yaml written before a section existed (here: attack) still matches at that section's defaults.
+    # A config.yaml written before a section existed (here: attack) still matches at that section's
+    # defaults.
     saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
     del saved["attack"]
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
     check_same_config(cfg, tmp_path)
-    # The folder it was written to is not a setting: a run directory moved elsewhere is still reused.
+    # The folder it was written to is not a setting: a run directory moved elsewhere is still
+    # reused.
     moved = load_config(overrides=["train.rounds=3"])
     moved.out = str(tmp_path / "elsewhere")
     check_same_config(moved, tmp_path)
-    # How this machine computes is not a setting either: a table begun with two cohort workers is finished
-    # with one, on the sequential path, or checkpointing less often. Each of HOW_TO_COMPUTE, one at a time.
-    for how in ["train.cohort_workers=1", "train.execution=sequential", "train.checkpoint_every=2", "train.threads=2",
-                "train.cohort_chunk=8", "train.keep_freed_memory=false", "train.gru_kernel=torch",
-                "train.client_memory=host", "train.devices=cpu,cpu", "train.dist_timeout=60"]:
+    # How this machine computes is not a setting either: a table begun with two cohort workers is
+    # finished with one, on the sequential path, or checkpointing less often. Each of
+    # HOW_TO_COMPUTE, one at a time.
+    for how in [
+        "train.cohort_workers=1",
+        "train.execution=sequential",
+        "train.checkpoint_every=2",
+        "train.threads=2",
+        "train.cohort_chunk=8",
+        "train.keep_freed_memory=false",
+        "train.gru_kernel=torch",
+        "train.client_memory=host",
+        "train.devices=cpu,cpu",
+        "train.dist_timeout=60",
+    ]:
         check_same_config(load_config(overrides=["train.rounds=3", how]), tmp_path)
     # Any setting that differs refuses, old file or new.
     with pytest.raises(ConfigError, match="holds a run of other settings"):
         check_same_config(load_config(overrides=["train.rounds=4"]), tmp_path)
-    with pytest.raises(ConfigError, match="holds a run of other settings"):  # a train setting that does count
+    # a train setting that does count
+    with pytest.raises(ConfigError, match="holds a run of other settings"):
         check_same_config(load_config(overrides=["train.rounds=3", "train.lr=0.05"]), tmp_path)
     with pytest.raises(ConfigError, match="holds a run of other settings"):
-        check_same_config(load_config(overrides=["train.rounds=3", "attack.kind=sign_flip"]), tmp_path)
+        check_same_config(
+            load_config(overrides=["train.rounds=3", "attack.kind=sign_flip"]), tmp_path
+        )
 
 
 def test_mean_std_over_seeds_leaves_out_runs_without_the_metric():
@@ -82,27 +126,38 @@ def test_mean_std_over_seeds_leaves_out_runs_without_the_metric():
     instead of failing, and averages the runs that have the value."""
     from fedac.experiments.compare import markdown_table, runs_mean_std
 
-    runs = {"asr": [{"accuracy": None, "client_accuracy_mean": None, "wer": 0.8}],
-            "kws": [{"accuracy": 0.5, "client_accuracy_mean": 0.25}, {"accuracy": 0.7}]}
+    runs = {
+        "asr": [{"accuracy": None, "client_accuracy_mean": None, "wer": 0.8}],
+        "kws": [{"accuracy": 0.5, "client_accuracy_mean": 0.25}, {"accuracy": 0.7}],
+    }
     out = runs_mean_std(runs)
     assert out["kws"]["accuracy"] == pytest.approx((0.6, 0.1))
     assert out["kws"]["client_accuracy_mean"] == (0.25, 0.0)
-    assert all(np.isnan(out["asr"]["accuracy"])) and all(np.isnan(out["asr"]["client_accuracy_mean"]))
+    assert all(np.isnan(out["asr"]["accuracy"])) and all(
+        np.isnan(out["asr"]["client_accuracy_mean"])
+    )
     assert "| asr | n/a |" in markdown_table(runs)  # the compare table renders it too
     assert "fa" not in out["kws"]  # no run has FA: no such key
 
     # FedKWS-UI's keys are averaged too once a run has them (the README's FA / FR cells quote them).
-    kws = runs_mean_std({"m": [{"accuracy": 0.5, "fa": 0.1, "test_last5_mean": 0.4},
-                               {"accuracy": 0.7, "fa": 0.3, "test_last5_mean": None}]})["m"]
+    kws = runs_mean_std(
+        {
+            "m": [
+                {"accuracy": 0.5, "fa": 0.1, "test_last5_mean": 0.4},
+                {"accuracy": 0.7, "fa": 0.3, "test_last5_mean": None},
+            ]
+        }
+    )["m"]
     assert kws["fa"] == pytest.approx((0.2, 0.1)) and kws["test_last5_mean"] == (0.4, 0.0)
 
 
 @pytest.mark.parametrize("other_finishes", [True, False])
-def test_a_run_another_process_is_training_is_waited_for_not_trained_twice(gsc_root, tmp_path, monkeypatch,
-                                                                           other_finishes):
-    """Two copies of one comparison share its runs: a run whose directory another process has locked is
-    passed over, the others are trained, and at the end the copy waits for the lock, then reads the
-    other's result or, if it died without one, trains (resumes) that run itself."""
+def test_a_run_another_process_is_training_is_waited_for_not_trained_twice(
+    gsc_root, tmp_path, monkeypatch, other_finishes
+):
+    """Two copies of one comparison share its runs: a run whose directory another process has locked
+    is passed over, the others are trained, and at the end the copy waits for the lock, then reads
+    the other's result or, if it died without one, trains (resumes) that run itself."""
     import fcntl
     import os
     import shutil
@@ -111,19 +166,40 @@ def test_a_run_another_process_is_training_is_waited_for_not_trained_twice(gsc_r
 
     from fedac.engine.simulator import Simulator
 
-    common = ["--quiet", "--seeds", "0", "--rounds", "1", "--set", f"data.root={gsc_root}",
-              "--set", "model.name=crnn_tiny", "--set", "train.local_epochs=1", "--method", "A=fedavg"]
-    assert main(["compare", *common, "--out", str(tmp_path / "other")]) == 0  # what the other process ends with
+    common = [
+        "--quiet",
+        "--seeds",
+        "0",
+        "--rounds",
+        "1",
+        "--set",
+        f"data.root={gsc_root}",
+        "--set",
+        "model.name=crnn_tiny",
+        "--set",
+        "train.local_epochs=1",
+        "--method",
+        "A=fedavg",
+    ]
+    # what the other process ends with
+    assert main(["compare", *common, "--out", str(tmp_path / "other")]) == 0
     trained = []
     real_run = Simulator.run
-    monkeypatch.setattr(Simulator, "run", lambda self, **kw: trained.append(self.run_dir.name) or real_run(self, **kw))
+    monkeypatch.setattr(
+        Simulator,
+        "run",
+        lambda self, **kw: trained.append(self.run_dir.name) or real_run(self, **kw),
+    )
     out = tmp_path / "cmp"
     (out / "A-s0").mkdir(parents=True)
     held = os.open(out / "A-s0", os.O_RDONLY)
     fcntl.flock(held, fcntl.LOCK_EX)  # "another process" is training A
     codes = []
-    worker = threading.Thread(target=lambda: codes.append(main(["compare", *common, "--method", "B=fedprox",
-                                                                "--out", str(out)])))
+    worker = threading.Thread(
+        target=lambda: codes.append(
+            main(["compare", *common, "--method", "B=fedprox", "--out", str(out)])
+        )
+    )
     worker.start()
     deadline = time.monotonic() + 600  # a safety net: B's run is the event waited for
     while not (out / "B-s0" / "results.json").is_file() and time.monotonic() < deadline:
@@ -136,26 +212,37 @@ def test_a_run_another_process_is_training_is_waited_for_not_trained_twice(gsc_r
     os.close(held)  # the other process ends (or dies without a result)
     worker.join(timeout=600)
     assert codes == [0]
-    assert trained == (["B-s0"] if other_finishes else ["B-s0", "A-s0"])  # A read back, or trained here
+    # A read back, or trained here
+    assert trained == (["B-s0"] if other_finishes else ["B-s0", "A-s0"])
     summary = json.loads((out / "summary.json").read_text())
-    assert list(summary["runs"]) == ["A", "B"] and all(len(r) == 1 for r in summary["runs"].values())
+    assert list(summary["runs"]) == ["A", "B"] and all(
+        len(r) == 1 for r in summary["runs"].values()
+    )
     if other_finishes:  # the table holds the other process's result
         other = json.loads((tmp_path / "other" / "A-s0" / "results.json").read_text())["final"]
         assert summary["runs"]["A"][0]["accuracy"] == other["accuracy"]
 
 
-def test_reproduce_worst_adds_the_worst_clients_tables_and_only_where_the_writer_has_them(capsys, tmp_path):
-    """`fedac reproduce --worst`: the default writer's table.md gains one table per worst-10 % key that some
-    run has (each cell mean ± std over seeds); without the flag it has none; a table with a writer of its own
-    (earlyexit-table2, robustness) refuses the flag instead of dropping it."""
+def test_reproduce_worst_adds_the_worst_clients_tables_and_only_where_the_writer_has_them(
+    capsys, tmp_path
+):
+    """`fedac reproduce --worst`: the default writer's table.md gains one table per worst-10 % key
+    that some run has (each cell mean ± std over seeds); without the flag it has none; a table with
+    a writer of its own (earlyexit-table2, robustness) refuses the flag instead of dropping it."""
     from fedac.cli import main
     from fedac.experiments.catalog import EXPERIMENTS
     from fedac.experiments.runner import markdown
 
     spec = EXPERIMENTS["table4"]
-    runs = {"Speech Commands": {"FedAvg": [{"seed": 0, "accuracy": 0.5, "client_accuracy_worst10": 0.10},
-                                           {"seed": 1, "accuracy": 0.6, "client_accuracy_worst10": 0.30}],
-                                "FedKAD": [{"seed": 0, "accuracy": None, "personalized_local_accuracy_worst10": 0.4}]}}
+    runs = {
+        "Speech Commands": {
+            "FedAvg": [
+                {"seed": 0, "accuracy": 0.5, "client_accuracy_worst10": 0.10},
+                {"seed": 1, "accuracy": 0.6, "client_accuracy_worst10": 0.30},
+            ],
+            "FedKAD": [{"seed": 0, "accuracy": None, "personalized_local_accuracy_worst10": 0.4}],
+        }
+    }
     plain = markdown(spec, runs, ["FedAvg", "FedKAD"], [0, 1], "cmd")
     worst = markdown(spec, runs, ["FedAvg", "FedKAD"], [0, 1], "cmd", worst=True)
     assert "worst 10 %" not in plain

@@ -13,27 +13,49 @@ from fedac.errors import ConfigError
 def test_defaults_match_the_papers_protocol():
     cfg = Config()
     assert cfg.features.n_mfcc == 40 and cfg.features.n_mels == 40
-    assert cfg.features.win_ms == 30.0 and cfg.features.hop_ms == 10.0 and cfg.features.sample_rate == 16000
+    assert (
+        cfg.features.win_ms == 30.0
+        and cfg.features.hop_ms == 10.0
+        and cfg.features.sample_rate == 16000
+    )
     assert cfg.train.batch_size == 16 and cfg.train.select == "best_val"
     assert cfg.data.snr_db == 100.0
 
 
 def test_paper_config_holds_fedmlac_schedule():
-    """configs/paper.yaml: fedmlac.md 5.2 (5000 rounds, 1 epoch, batch 16, lr 0.01, 20% active, Base + Lite)."""
+    """configs/paper.yaml: fedmlac.md 5.2 (5000 rounds, 1 epoch, batch 16, lr 0.01, 20% active, Base
+    + Lite)."""
     cfg = load_config(Path(__file__).parents[1] / "configs" / "paper.yaml")
     t = cfg.train
-    assert (t.rounds, t.local_epochs, t.batch_size, t.lr, t.fraction, t.momentum) == (5000, 1, 16, 0.01, 0.2, 0.0)
+    assert (t.rounds, t.local_epochs, t.batch_size, t.lr, t.fraction, t.momentum) == (
+        5000,
+        1,
+        16,
+        0.01,
+        0.2,
+        0.0,
+    )
     assert cfg.model.client_model == "crnn_base" and cfg.fedmlac.plugin_model == "crnn_lite"
 
 
 def test_precedence_file_then_flags_then_overrides(tmp_path):
     path = tmp_path / "exp.yaml"
-    path.write_text("algorithm: fedprox\nseed: 3\ntrain:\n  rounds: 7\n  lr: 0.5\nfedprox:\n  mu: 0.2\n")
+    path.write_text(
+        "algorithm: fedprox\nseed: 3\ntrain:\n  rounds: 7\n  lr: 0.5\nfedprox:\n  mu: 0.2\n"
+    )
     cfg = load_config(path)
-    assert (cfg.algorithm, cfg.seed, cfg.train.rounds, cfg.train.lr, cfg.fedprox.mu) == ("fedprox", 3, 7, 0.5, 0.2)
+    assert (cfg.algorithm, cfg.seed, cfg.train.rounds, cfg.train.lr, cfg.fedprox.mu) == (
+        "fedprox",
+        3,
+        7,
+        0.5,
+        0.2,
+    )
     # untouched settings keep their defaults
     assert cfg.train.batch_size == 16
-    cfg = load_config(path, ["train.rounds=9", "seed=11"], **{"train.rounds": 8, "seed": 5, "algorithm": "fedavg"})
+    cfg = load_config(
+        path, ["train.rounds=9", "seed=11"], **{"train.rounds": 8, "seed": 5, "algorithm": "fedavg"}
+    )
     assert cfg.train.rounds == 9  # --set wins over the flag
     assert cfg.seed == 11
     assert cfg.algorithm == "fedavg"  # flag wins over the file
@@ -43,10 +65,19 @@ def test_precedence_file_then_flags_then_overrides(tmp_path):
 
 
 def test_override_types_are_coerced():
-    cfg = load_config(None, [
-        "train.rounds=12", "train.lr=1e-2", "data.group_by_source=false", "model.heterogeneous=yes",
-        "model.zoo=crnn_tiny,crnn_lite", "data.root=none", "data.max_clients=4", "train.fraction=1",
-    ])
+    cfg = load_config(
+        None,
+        [
+            "train.rounds=12",
+            "train.lr=1e-2",
+            "data.group_by_source=false",
+            "model.heterogeneous=yes",
+            "model.zoo=crnn_tiny,crnn_lite",
+            "data.root=none",
+            "data.max_clients=4",
+            "train.fraction=1",
+        ],
+    )
     assert cfg.train.rounds == 12 and isinstance(cfg.train.rounds, int)
     assert cfg.train.lr == pytest.approx(0.01) and isinstance(cfg.train.lr, float)
     assert cfg.data.group_by_source is False
@@ -61,20 +92,23 @@ def test_override_types_are_coerced():
     assert load_config(None, ["data.task=12"]).data.task == "12"
 
 
-@pytest.mark.parametrize("override, words", [
-    ("train.roundz=3", ["train.roundz", "train.rounds"]),
-    ("nope=1", ["'nope'"]),
-    ("train.rounds=abc", ["train.rounds", "int", "abc"]),
-    ("train.rounds=2.5", ["train.rounds", "int"]),
-    ("train.lr=fast", ["train.lr", "float"]),
-    ("data.group_by_source=maybe", ["data.group_by_source", "true/false"]),
-    ("data.group_by_source=2", ["data.group_by_source", "true/false"]),
-    ("train=3", ["'train'", "section"]),
-    ("model.zoo={a: 1}", ["model.zoo", "list"]),
-    ("train.rounds=true", ["train.rounds", "int", "True"]),
-    ("train.lr=[0.1, 0.2]", ["train.lr", "float"]),
-    ("algorithm=[fedavg, fedprox]", ["'algorithm'", "str"]),
-])
+@pytest.mark.parametrize(
+    "override, words",
+    [
+        ("train.roundz=3", ["train.roundz", "train.rounds"]),
+        ("nope=1", ["'nope'"]),
+        ("train.rounds=abc", ["train.rounds", "int", "abc"]),
+        ("train.rounds=2.5", ["train.rounds", "int"]),
+        ("train.lr=fast", ["train.lr", "float"]),
+        ("data.group_by_source=maybe", ["data.group_by_source", "true/false"]),
+        ("data.group_by_source=2", ["data.group_by_source", "true/false"]),
+        ("train=3", ["'train'", "section"]),
+        ("model.zoo={a: 1}", ["model.zoo", "list"]),
+        ("train.rounds=true", ["train.rounds", "int", "True"]),
+        ("train.lr=[0.1, 0.2]", ["train.lr", "float"]),
+        ("algorithm=[fedavg, fedprox]", ["'algorithm'", "str"]),
+    ],
+)
 def test_bad_overrides_name_the_setting(override, words):
     with pytest.raises(ConfigError) as info:
         load_config(None, [override])
@@ -107,8 +141,18 @@ def test_bad_config_files(tmp_path):
 
 
 def test_saved_config_reloads_identically(tmp_path):
-    cfg = load_config(None, ["algorithm=fedadam", "train.rounds=3", "data.max_clients=5", "data.root=/x/y",
-                             "model.zoo=crnn_tiny", "fedopt.tau=0.001", "out=runs/a"])
+    cfg = load_config(
+        None,
+        [
+            "algorithm=fedadam",
+            "train.rounds=3",
+            "data.max_clients=5",
+            "data.root=/x/y",
+            "model.zoo=crnn_tiny",
+            "fedopt.tau=0.001",
+            "out=runs/a",
+        ],
+    )
     save_config(cfg, tmp_path / "config.yaml")
     again = load_config(tmp_path / "config.yaml")
     assert again == cfg
@@ -125,7 +169,10 @@ def test_algorithm_defaults_are_a_layer_under_file_flags_and_overrides(tmp_path)
     fedmlac = algorithm_defaults("fedmlac")
     cfg = load_config(algorithm="fedmlac")
     assert (cfg.data.max_clients, cfg.train.fraction, cfg.train.rounds) == (
-        fedmlac["data.max_clients"], fedmlac["train.fraction"], fedmlac["train.rounds"])
+        fedmlac["data.max_clients"],
+        fedmlac["train.fraction"],
+        fedmlac["train.rounds"],
+    )
     assert cfg.train.fraction != shared.fraction  # the layer does change something
     # the algorithm may be named in any layer; every later layer still wins over its defaults
     assert load_config(overrides=["algorithm=fedmlac"]).train.fraction == fedmlac["train.fraction"]
@@ -150,7 +197,8 @@ def test_paper_config_keeps_every_client_under_fedmlac():
 
 def test_committed_run_configs_still_load_with_every_algorithm_section():
     """Algorithm sections come from the registry now (settings/): a sample of the config.yaml
-    files committed under docs/results, from every experiment, loads to a config holding each of its sections."""
+    files committed under docs/results, from every experiment, loads to a config holding each of its
+    sections."""
     import yaml
 
     from fedac.config import algorithm_sections
@@ -163,6 +211,7 @@ def test_committed_run_configs_still_load_with_every_algorithm_section():
         assert set(saved) <= set(cfg.to_dict()), path
         for section in set(saved) & set(algorithm_sections()):
             expected = {**vars(getattr(Config(), section)), **saved[section]}
-            if section == "zeroshot":  # load_config writes the rounds that run into both keys (test_config_ranges)
+            # load_config writes the rounds that run into both keys (test_config_ranges)
+            if section == "zeroshot":
                 expected["rounds"] = cfg.zeroshot.rounds
             assert vars(getattr(cfg, section)) == expected, (path, section)

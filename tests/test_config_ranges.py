@@ -1,5 +1,6 @@
-"""Every numeric setting declares its valid range, and load_config refuses a value outside it before any
-work; --rounds governs zero-shot runs too, and a saved config.yaml repeats the rounds that ran."""
+"""Every numeric setting declares its valid range, and load_config refuses a value outside it before
+any work; --rounds governs zero-shot runs too, and a saved config.yaml repeats the rounds that
+ran."""
 
 from __future__ import annotations
 
@@ -14,16 +15,16 @@ import pytest
 import yaml
 
 from fedac.config import Config, algorithm_sections, load_config, save_config
-from fedac.fields import Range
 from fedac.errors import ConfigError
+from fedac.fields import Range
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def numeric_settings(cls: type = Config, prefix: str = ""):
-    """(key, dataclass field, int or float, is a list) of every int/float setting, found by walking the
-    dataclasses from Config and every registered algorithm's settings (plug-ins' too, when installed):
-    a setting added later is found without editing this test."""
+    """(key, dataclass field, int or float, is a list) of every int/float setting, found by walking
+    the dataclasses from Config and every registered algorithm's settings (plug-ins' too, when
+    installed): a setting added later is found without editing this test."""
     hints = typing.get_type_hints(cls)
     if cls is Config:  # the algorithms' sections come from the registry, not Config's fields
         for name, section in algorithm_sections().items():
@@ -58,9 +59,13 @@ def outside(valid: Range, kind: type) -> list[float]:
 
 
 def inside(valid: Range, kind: type) -> list[float]:
-    """Closed bounds (where special values such as 0 = "all" live) and a value between the bounds."""
-    values = [kind(b) for b, is_open in ((valid.low, valid.low_open), (valid.high, valid.high_open))
-              if b is not None and not is_open]
+    """Closed bounds (where special values such as 0 = "all" live) and a value between the
+    bounds."""
+    values = [
+        kind(b)
+        for b, is_open in ((valid.low, valid.low_open), (valid.high, valid.high_open))
+        if b is not None and not is_open
+    ]
     if valid.low is None:
         values.append(kind(-2.5) if kind is float else -3)
     elif valid.high is None:
@@ -91,8 +96,12 @@ def value_of(cfg: Config, key: str):
 def test_every_numeric_setting_declares_a_range():
     assert len(SETTINGS) >= 90  # the walk reaches every section's numbers
     missing = [key for key, f, *_ in SETTINGS if not isinstance(f.metadata.get("valid"), Range)]
-    assert not missing, f"declare a range (config.number(default, '>= 1') ...) for: {', '.join(missing)}"
-    unbounded_ints = [key for key, f, kind, _ in SETTINGS if kind is int and f.metadata["valid"].low is None]
+    assert not missing, (
+        f"declare a range (config.number(default, '>= 1') ...) for: {', '.join(missing)}"
+    )
+    unbounded_ints = [
+        key for key, f, kind, _ in SETTINGS if kind is int and f.metadata["valid"].low is None
+    ]
     assert not unbounded_ints, f"integer settings need a lower bound: {unbounded_ints}"
 
 
@@ -114,7 +123,9 @@ def test_out_of_range_values_are_refused_naming_key_value_and_range(key, f, kind
         with pytest.raises(ConfigError) as caught:
             load_config(overrides=[f"{key}={as_text(value, is_list)}"])
         message = str(caught.value)
-        assert message.startswith(f"{key} must ") and str(valid) in message and repr(value) in message, message
+        assert (
+            message.startswith(f"{key} must ") and str(valid) in message and repr(value) in message
+        ), message
 
 
 @pytest.mark.parametrize(("key", "f", "kind", "is_list"), SETTINGS, ids=IDS)
@@ -129,7 +140,11 @@ def test_in_range_values_and_none_are_accepted(key, f, kind, is_list):
 
 def test_range_notation_and_messages():
     assert str(Range.parse(">= 1")) == ">= 1" and str(Range.parse("(0, 1]")) == "in (0, 1]"
-    assert 0 not in Range.parse("(0, 1]") and 1 in Range.parse("(0, 1]") and 1 not in Range.parse("[0, 1)")
+    assert (
+        0 not in Range.parse("(0, 1]")
+        and 1 in Range.parse("(0, 1]")
+        and 1 not in Range.parse("[0, 1)")
+    )
     assert math.nan not in Range.parse("finite") and -1e9 in Range.parse("finite")
     with pytest.raises(ValueError):
         Range.parse("0..1")
@@ -137,7 +152,9 @@ def test_range_notation_and_messages():
         load_config(overrides=["train.rounds=-3"])
     with pytest.raises(ConfigError, match=r"^train.fraction must lie in \(0, 1\], got 1.5$"):
         load_config(overrides=["train.fraction=1.5"])
-    with pytest.raises(ConfigError, match=r"^earlyexit.exits must hold numbers in \[1, 12\], got \[3, 13\]$"):
+    with pytest.raises(
+        ConfigError, match=r"^earlyexit.exits must hold numbers in \[1, 12\], got \[3, 13\]$"
+    ):
         load_config(overrides=["earlyexit.exits=3,13"])
     # The flag layer is checked too, and so is a config file.
     with pytest.raises(ConfigError, match=r"^train.rounds must be >= 1, got -1$"):
@@ -154,8 +171,12 @@ def test_a_config_file_value_is_checked(tmp_path):
 # --- the CLI -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("bad", [["--rounds", "-1"], ["--set", "train.rounds=-3"], ["--set", "train.lr=-1"]])
-def test_cli_refuses_a_bad_number_with_one_line_and_no_run_directory(bad, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    "bad", [["--rounds", "-1"], ["--set", "train.rounds=-3"], ["--set", "train.lr=-1"]]
+)
+def test_cli_refuses_a_bad_number_with_one_line_and_no_run_directory(
+    bad, tmp_path, monkeypatch, capsys
+):
     from fedac.cli import main
 
     monkeypatch.chdir(tmp_path)
@@ -175,29 +196,44 @@ def zeroshot(*overrides, path=None, **flags):
 
 
 def test_zeroshot_rounds_scenario_default_flag_and_set_and_the_later_layer_wins(tmp_path):
-    assert zeroshot().train.rounds == 10 and zeroshot("zeroshot.scenario=heterogeneous").train.rounds == 30
+    assert (
+        zeroshot().train.rounds == 10
+        and zeroshot("zeroshot.scenario=heterogeneous").train.rounds == 30
+    )
     assert zeroshot(**{"train.rounds": 2}).train.rounds == 2
     assert zeroshot("train.rounds=3").train.rounds == 3
     cfg = zeroshot("zeroshot.rounds=5")
     assert (cfg.train.rounds, cfg.zeroshot.rounds) == (5, 5)
-    assert zeroshot("zeroshot.rounds=5", **{"train.rounds": 2}).train.rounds == 5  # --set after the flag
+    # --set after the flag
+    assert zeroshot("zeroshot.rounds=5", **{"train.rounds": 2}).train.rounds == 5
     cfg = zeroshot("zeroshot.rounds=5", "train.rounds=3")
     assert (cfg.train.rounds, cfg.zeroshot.rounds) == (3, 3)  # the saved file then holds one count
     assert zeroshot("train.rounds=3", "zeroshot.rounds=0").train.rounds == 3  # 0: not a count
     path = tmp_path / "both.yaml"
     path.write_text("algorithm: zeroshot\ntrain:\n  rounds: 3\nzeroshot:\n  rounds: 5\n")
-    with pytest.raises(ConfigError, match=r"train.rounds=3 and zeroshot.rounds=5 disagree in one config file"):
+    with pytest.raises(
+        ConfigError, match=r"train.rounds=3 and zeroshot.rounds=5 disagree in one config file"
+    ):
         load_config(path)
     assert load_config(path, **{"train.rounds": 4}).train.rounds == 4  # a flag overrides the file
-    with pytest.raises(ConfigError, match="zeroshot.scenario must be homogeneous or heterogeneous, got 'mixed'"):
+    with pytest.raises(
+        ConfigError, match="zeroshot.scenario must be homogeneous or heterogeneous, got 'mixed'"
+    ):
         zeroshot("zeroshot.scenario=mixed")
 
 
 def test_a_saved_zeroshot_config_repeats_its_rounds(tmp_path):
-    for cfg in (zeroshot(), zeroshot(**{"train.rounds": 2}), zeroshot("zeroshot.rounds=7", "train.rounds=4")):
+    for cfg in (
+        zeroshot(),
+        zeroshot(**{"train.rounds": 2}),
+        zeroshot("zeroshot.rounds=7", "train.rounds=4"),
+    ):
         save_config(cfg, tmp_path / "config.yaml")
         again = load_config(tmp_path / "config.yaml")
-        assert (again.train.rounds, again.zeroshot.rounds) == (cfg.train.rounds, cfg.zeroshot.rounds)
+        assert (again.train.rounds, again.zeroshot.rounds) == (
+            cfg.train.rounds,
+            cfg.zeroshot.rounds,
+        )
 
 
 def test_committed_zeroshot_configs_give_the_rounds_they_ran():
@@ -221,10 +257,29 @@ def test_cli_zeroshot_runs_the_rounds_of_the_flag(gsc_root, tmp_path, capsys):
     from fedac.cli import main
 
     out = tmp_path / "run"
-    # zeroshot.scale 0: the largest the 2 clips per word and speaker allow; no registration in 2 rounds.
-    assert main(["run", "--algorithm", "zeroshot", "--rounds", "2", "--quiet", "--out", str(out),
-                 "--set", f"data.root={gsc_root}", "--set", f"data.cache_dir={tmp_path}",
-                 "--set", "train.local_epochs=1"]) == 0
+    # zeroshot.scale 0: the largest the 2 clips per word and speaker allow; no registration in 2
+    # rounds.
+    assert (
+        main(
+            [
+                "run",
+                "--algorithm",
+                "zeroshot",
+                "--rounds",
+                "2",
+                "--quiet",
+                "--out",
+                str(out),
+                "--set",
+                f"data.root={gsc_root}",
+                "--set",
+                f"data.cache_dir={tmp_path}",
+                "--set",
+                "train.local_epochs=1",
+            ]
+        )
+        == 0
+    )
     assert "rounds" in capsys.readouterr().out
     assert json.loads((out / "results.json").read_text())["rounds"] == 2
     assert len((out / "metrics.csv").read_text().splitlines()) == 1 + 2

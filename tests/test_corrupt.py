@@ -22,7 +22,9 @@ def speechlike(n: int = 32000, seed: int = 0) -> np.ndarray:
     """A tone burst with silences: the power is averaged over the whole clip, silences included."""
     rng = np.random.default_rng(seed)
     t = np.arange(n) / 16000
-    x = 0.3 * np.sin(2 * np.pi * 220 * t) * (np.sin(2 * np.pi * 1.5 * t) > 0) + 0.01 * rng.standard_normal(n)
+    x = 0.3 * np.sin(2 * np.pi * 220 * t) * (
+        np.sin(2 * np.pi * 1.5 * t) > 0
+    ) + 0.01 * rng.standard_normal(n)
     return x.astype(np.float32)
 
 
@@ -52,7 +54,8 @@ def test_clean_and_silent_inputs():
     assert add_white_noise(x, 100.0, seed=0, key="k") is x
     assert add_white_noise(x, 120.0, seed=0, key="k") is x
     silent = np.zeros(100, dtype=np.float32)
-    assert np.array_equal(add_white_noise(silent, 10, seed=0, key="k"), silent)  # P_s = 0 -> no noise
+    # P_s = 0 -> no noise
+    assert np.array_equal(add_white_noise(silent, 10, seed=0, key="k"), silent)
     with pytest.raises(ConfigError, match="data.snr_db must be a finite number"):
         add_white_noise(x, float("nan"), seed=0, key="k")
 
@@ -75,7 +78,9 @@ def test_random_spread_is_per_client_and_row_stochastic(num_classes):
     for m in (a, b):
         assert np.allclose(m.sum(axis=1), 1.0) and (m >= 0).all()
         assert np.allclose(np.diag(m), 0.7)
-    assert np.array_equal(a, client_matrix(num_classes, 0.3, seed=0, client="alice", spread="random"))
+    assert np.array_equal(
+        a, client_matrix(num_classes, 0.3, seed=0, client="alice", spread="random")
+    )
     if num_classes > 2:
         assert not np.allclose(a, b)
     with pytest.raises(ConfigError, match="spread must be one of uniform, random"):
@@ -88,14 +93,17 @@ def test_random_spread_is_per_client_and_row_stochastic(num_classes):
 def test_empirical_flip_rate(num_classes, error_rate, spread):
     rng = np.random.default_rng(7)
     labels = rng.integers(0, num_classes, size=40000)
-    noisy = corrupt_labels(labels, num_classes, error_rate, seed=0, client=f"c{num_classes}", spread=spread)
+    noisy = corrupt_labels(
+        labels, num_classes, error_rate, seed=0, client=f"c{num_classes}", spread=spread
+    )
     assert noisy.dtype == labels.dtype and noisy.min() >= 0 and noisy.max() < num_classes
     # Overall and per-class flip rates are e (binomial std <= 0.0025 overall).
     assert abs(np.mean(noisy != labels) - error_rate) < 0.015
     per_class = [np.mean(noisy[labels == c] != c) for c in range(num_classes)]
     assert max(abs(r - error_rate) for r in per_class) < 0.07
     if spread == "uniform":
-        # Flipped labels are spread evenly: each wrong class gets about e / (C - 1) of a class's clips.
+        # Flipped labels are spread evenly: each wrong class gets about e / (C - 1) of a class's
+        # clips.
         confusion = np.zeros((num_classes, num_classes))
         np.add.at(confusion, (labels, noisy), 1)
         off = (confusion / confusion.sum(axis=1, keepdims=True))[~np.eye(num_classes, dtype=bool)]
@@ -128,4 +136,6 @@ def test_only_training_labels_change():
     assert 0.4 < np.mean(noisy[train] != truth[train]) < 0.6
     # Each client's flips are its own per-client draw.
     first = clients[0]
-    assert np.array_equal(noisy[first.train], corrupt_labels(truth[first.train], 4, 0.5, seed=0, client=first.name))
+    assert np.array_equal(
+        noisy[first.train], corrupt_labels(truth[first.train], 4, 0.5, seed=0, client=first.name)
+    )

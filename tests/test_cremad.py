@@ -1,4 +1,5 @@
-"""CREMA-D loader: file-name parsing, all 91 actors kept (1001 and 1091 too), actor folds, errors."""
+"""CREMA-D loader: file-name parsing, all 91 actors kept (1001 and 1091 too), actor folds,
+errors."""
 
 from __future__ import annotations
 
@@ -16,7 +17,16 @@ from fedac.errors import ConfigError, DatasetError
 
 ACTORS = [str(a) for a in range(1001, 1092)]
 # Per actor: the four task emotions, a LO/HI level pair and two emotions the task leaves out.
-FILES = ["DFA_ANG_XX", "DFA_HAP_XX", "DFA_SAD_XX", "DFA_NEU_XX", "IEO_ANG_LO", "IEO_SAD_HI", "TIE_DIS_XX", "TIE_FEA_XX"]
+FILES = [
+    "DFA_ANG_XX",
+    "DFA_HAP_XX",
+    "DFA_SAD_XX",
+    "DFA_NEU_XX",
+    "IEO_ANG_LO",
+    "IEO_SAD_HI",
+    "TIE_DIS_XX",
+    "TIE_FEA_XX",
+]
 
 
 @pytest.fixture(scope="module")
@@ -59,9 +69,14 @@ def test_actor_folds_round_robin():
 @pytest.mark.parametrize("fold", ["0", "2", "4"])
 def test_splits_are_actor_disjoint_folds(cremad_root, fold):
     m = load_manifest(cremad_root, DataConfig(test_fold=fold))
-    split_actors = {s: {c.client for c in m.clips if c.split == s} for s in ("train", "val", "test")}
-    assert not (split_actors["train"] & split_actors["val"] or split_actors["train"] & split_actors["test"]
-                or split_actors["val"] & split_actors["test"])
+    split_actors = {
+        s: {c.client for c in m.clips if c.split == s} for s in ("train", "val", "test")
+    }
+    assert not (
+        split_actors["train"] & split_actors["val"]
+        or split_actors["train"] & split_actors["test"]
+        or split_actors["val"] & split_actors["test"]
+    )
     test_index, val_index = int(fold), (int(fold) + 1) % NUM_FOLDS
     assert split_actors["test"] == set(ACTORS[test_index::NUM_FOLDS])
     assert split_actors["val"] == set(ACTORS[val_index::NUM_FOLDS])
@@ -85,7 +100,9 @@ def test_bad_test_fold(cremad_root):
 def test_unparseable_names_are_listed(tree):
     (tree / "AudioWAV" / "1001_DFA_ANGRY_XX.wav").write_bytes(b"")
     (tree / "AudioWAV" / "actor7.wav").write_bytes(b"")
-    with pytest.raises(DatasetError, match=r"1001_DFA_ANGRY_XX\.wav, actor7\.wav do not follow CREMA-D"):
+    with pytest.raises(
+        DatasetError, match=r"1001_DFA_ANGRY_XX\.wav, actor7\.wav do not follow CREMA-D"
+    ):
         load_manifest(tree, DataConfig())
 
 
@@ -102,10 +119,14 @@ def test_non_wav_and_hidden_files_ignored(tree):
 
 
 def test_missing_root_and_audio_folder(tmp_path):
-    with pytest.raises(DatasetError, match="CREMA-D root: folder .* does not exist.*CheyneyComputerScience/CREMA-D"):
+    with pytest.raises(
+        DatasetError, match="CREMA-D root: folder .* does not exist.*CheyneyComputerScience/CREMA-D"
+    ):
         load_manifest(tmp_path / "nowhere", DataConfig())
     tmp_path.joinpath("empty").mkdir()
-    with pytest.raises(DatasetError, match=r"CREMA-D audio folder: folder .*AudioWAV does not exist"):
+    with pytest.raises(
+        DatasetError, match=r"CREMA-D audio folder: folder .*AudioWAV does not exist"
+    ):
         load_manifest(tmp_path / "empty", DataConfig())
     (tmp_path / "empty" / "AudioWAV").mkdir()
     with pytest.raises(DatasetError, match="holds no .wav files"):

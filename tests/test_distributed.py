@@ -1,12 +1,12 @@
-"""Several processes (engine/distributed.py): the sharing of a round's clients, and real `torchrun` runs
-of 2 CPU processes (gloo) against one process. Every rank runs the same server update on the same ordered
-uploads and a client's training does not depend on its rank; only the stacked path's chunks differ (a
-rank stacks its own share), which moves numbers at float rounding. results.json is therefore compared
-key by key, integers and strings exactly and floats to TOLERANCE (measured: bit-identical for these
-runs; FedKWS-UI's train_loss, summed per chunk, moved by 3e-9 relative; the weighted-sum methods'
-all-reduce sums in another order, float rounding again), clock readings aside. A killed
-rank stops the run with its last checkpoint kept, which one process resumes; a hung rank makes the
-others fail after `train.dist_timeout` naming the rank and the round."""
+"""Several processes (engine/distributed.py): the sharing of a round's clients, and real `torchrun`
+runs of 2 CPU processes (gloo) against one process. Every rank runs the same server update on the
+same ordered uploads and a client's training does not depend on its rank; only the stacked path's
+chunks differ (a rank stacks its own share), which moves numbers at float rounding. results.json is
+therefore compared key by key, integers and strings exactly and floats to TOLERANCE (measured:
+bit-identical for these runs; FedKWS-UI's train_loss, summed per chunk, moved by 3e-9 relative; the
+weighted-sum methods' all-reduce sums in another order, float rounding again), clock readings aside.
+A killed rank stops the run with its last checkpoint kept, which one process resumes; a hung rank
+makes the others fail after `train.dist_timeout` naming the rank and the round."""
 
 from __future__ import annotations
 
@@ -25,14 +25,29 @@ import pytest
 from fedac.cli import main
 from fedac.config import load_config
 from fedac.engine.checkpoint import load_checkpoint
-from fedac.engine.distributed import PlanProgress, World, client_cost, current_world, run_shared, shares
+from fedac.engine.distributed import (
+    PlanProgress,
+    World,
+    client_cost,
+    current_world,
+    run_shared,
+    shares,
+)
 from fedac.training.device import nbytes
 from helpers import tiny_run
 
 ROOT = Path(__file__).resolve().parents[1]
-#: Relative tolerance of a float in results.json: the stacked path's documented agreement (architecture.md).
+#: Relative tolerance of a float in results.json: the stacked path's documented agreement
+#: (architecture.md).
 TOLERANCE = 1e-5
-FEDMLAC = ["--algorithm", "fedmlac", "--set", "model.client_model=crnn_tiny", "--set", "fedmlac.plugin_model=crnn_tiny"]
+FEDMLAC = [
+    "--algorithm",
+    "fedmlac",
+    "--set",
+    "model.client_model=crnn_tiny",
+    "--set",
+    "fedmlac.plugin_model=crnn_tiny",
+]
 
 
 # --- sharing ------------------------------------------------------------------------------------
@@ -43,7 +58,8 @@ def test_shares_cover_the_cohort_once_and_balance_the_modelled_cost():
         assert sorted(i for share in split for i in share) == list(range(len(costs)))
         assert all(share == sorted(share) for share in split)  # each share in cohort order
         loads = [sum(costs[i] for i in share) for share in split]
-        assert max(loads) - min(loads) <= max(costs)  # greedy costliest-first: within one client's cost
+        # greedy costliest-first: within one client's cost
+        assert max(loads) - min(loads) <= max(costs)
     assert shares(costs, 2) == shares(list(costs), 2)  # deterministic: every rank computes the same
     assert shares([5.0], 3) == [[0], [], []]  # a cohort smaller than the world: rank 0 trains
 
@@ -64,13 +80,14 @@ def test_plan_progress_counts_a_share_as_the_round():
     bar.finish()
     assert sum(seen) == 10  # never past the round's total
     idle = []
-    PlanProgress(idle.append, total=3, share=0).finish()  # a rank without clients: the gather completes the round
+    # a rank without clients: the gather completes the round
+    PlanProgress(idle.append, total=3, share=0).finish()
     assert idle == [3]
 
 
 def test_rank0s_client_bar_hears_of_the_whole_round_without_a_collective_inside(monkeypatch):
-    """run_shared on rank 0 of 2 (the gather faked): its bar reaches the cohort's size as its own share
-    ends, before the gather, and the results come back in cohort order."""
+    """run_shared on rank 0 of 2 (the gather faked): its bar reaches the cohort's size as its own
+    share ends, before the gather, and the results come back in cohort order."""
     from types import SimpleNamespace
 
     from fedac.engine import cohort
@@ -94,14 +111,23 @@ def test_rank0s_client_bar_hears_of_the_whole_round_without_a_collective_inside(
 
     monkeypatch.setattr(world, "gather", gather)
     with client_progress(seen.append):
-        out = run_shared(world, SimpleNamespace(cfg=cfg, auto_choice={}, device="cpu"), None, [None] * 6, datas, 1, 0)
+        out = run_shared(
+            world,
+            SimpleNamespace(cfg=cfg, auto_choice={}, device="cpu"),
+            None,
+            [None] * 6,
+            datas,
+            1,
+            0,
+        )
     assert out == [f"client {d.num_samples}" for d in datas]
     assert 0 < len(split[0]) < 6 and at_gather == [6] and sum(seen) == 6
 
 
 def test_evaluation_runs_this_ranks_share_and_gets_one_process_metrics(monkeypatch):
-    """Rank 1 of 2 (the gather faked with rank 0's outputs): `evaluate` runs batches 1 and 3 of 4 itself
-    and ends with one process's metrics; `World.each` scores items 1, 3 itself and returns all in order."""
+    """Rank 1 of 2 (the gather faked with rank 0's outputs): `evaluate` runs batches 1 and 3 of 4
+    itself and ends with one process's metrics; `World.each` scores items 1, 3 itself and returns
+    all in order."""
     import torch
 
     from fedac.engine.distributed import evaluation
@@ -121,7 +147,8 @@ def test_evaluation_runs_this_ranks_share_and_gets_one_process_metrics(monkeypat
     def gather(outputs, what, round_idx):
         gathered.append(outputs)
         with torch.no_grad():
-            return [[model(chunks[0]), model(chunks[2])], outputs]  # rank 0's share: batches 0 and 2
+            # rank 0's share: batches 0 and 2
+            return [[model(chunks[0]), model(chunks[2])], outputs]
 
     monkeypatch.setattr(world, "gather", gather)
     seen.clear()
@@ -131,7 +158,9 @@ def test_evaluation_runs_this_ranks_share_and_gets_one_process_metrics(monkeypat
     assert shared == alone
     items, scored = list("abcde"), []
     monkeypatch.setattr(world, "gather", lambda mine, what, round_idx: [["A", "C", "E"], mine])
-    assert world.each(items, lambda item: scored.append(item) or item.upper(), "test") == list("ABCDE")
+    assert world.each(items, lambda item: scored.append(item) or item.upper(), "test") == list(
+        "ABCDE"
+    )
     assert scored == ["b", "d"]
 
 
@@ -141,22 +170,39 @@ def test_the_weighted_sum_path_is_chosen_by_declared_capabilities():
     from fedac.algorithms import ALGORITHMS
     from fedac.engine.distributed import sums_uploads
 
-    def chosen(algorithm: str, method: str = "mean", dp: bool = False, poisons: str = "nothing") -> bool:
+    def chosen(
+        algorithm: str, method: str = "mean", dp: bool = False, poisons: str = "nothing"
+    ) -> bool:
         cls = ALGORITHMS.load(algorithm)
         fake = cls.__new__(cls)  # (only its class and settings are read)
         fake.cfg = load_config(overrides=[f"aggregation.method={method}"], algorithm=algorithm)
         return sums_uploads(fake, SimpleNamespace(poisons=poisons), SimpleNamespace(on=dp))
 
-    assert chosen("fedavg") and chosen("fedprox") and chosen("fedadam") and chosen("fedavgm") and chosen("fedkwsui")
-    assert not chosen("fedavg", "lpa") and not chosen("fedavg", "multikrum") and not chosen("fedavg", "median")
-    assert not chosen("fedavg", dp=True) and not chosen("fedavg", poisons="upload") and chosen("fedavg", poisons="labels")
+    assert (
+        chosen("fedavg")
+        and chosen("fedprox")
+        and chosen("fedadam")
+        and chosen("fedavgm")
+        and chosen("fedkwsui")
+    )
+    assert (
+        not chosen("fedavg", "lpa")
+        and not chosen("fedavg", "multikrum")
+        and not chosen("fedavg", "median")
+    )
+    assert (
+        not chosen("fedavg", dp=True)
+        and not chosen("fedavg", poisons="upload")
+        and chosen("fedavg", poisons="labels")
+    )
     assert not chosen("fedmlac") and not chosen("fedkad")
 
 
 @pytest.mark.parametrize("weighting", ["n_k", "uniform"])
 def test_all_reduced_weighted_sums_give_the_weighted_mean(monkeypatch, weighting):
     """Two ranks' partial sums (the all-reduce faked: the other rank's buffer added) against
-    rules/aggregation.weighted_mean of every upload, to float rounding; integer entries are not summed."""
+    rules/aggregation.weighted_mean of every upload, to float rounding; integer entries are not
+    summed."""
     import torch
     import torch.distributed as dist
 
@@ -164,14 +210,30 @@ def test_all_reduced_weighted_sums_give_the_weighted_mean(monkeypatch, weighting
     from fedac.rules.aggregation import weighted_mean, weighted_uploads
 
     gen = torch.Generator().manual_seed(3)
-    template = {"w": torch.zeros(4, 3), "b": torch.zeros(3), "count": torch.zeros((), dtype=torch.long)}
-    uploads = [({"w": torch.randn(4, 3, generator=gen), "b": torch.randn(3, generator=gen),
-                 "count": torch.tensor(k)}, n) for k, n in enumerate((5, 17, 2, 9, 30))]
+    template = {
+        "w": torch.zeros(4, 3),
+        "b": torch.zeros(3),
+        "count": torch.zeros((), dtype=torch.long),
+    }
+    uploads = [
+        (
+            {
+                "w": torch.randn(4, 3, generator=gen),
+                "b": torch.randn(3, generator=gen),
+                "count": torch.tensor(k),
+            },
+            n,
+        )
+        for k, n in enumerate((5, 17, 2, 9, 30))
+    ]
     buffers = []
-    monkeypatch.setattr(dist, "all_reduce", lambda buffer, group=None: buffers.append(buffer.clone()))
+    monkeypatch.setattr(
+        dist, "all_reduce", lambda buffer, group=None: buffers.append(buffer.clone())
+    )
     all_reduce_mean(World(), uploads[3:], template, weighting, 1)  # rank 1's part: its buffer
     monkeypatch.setattr(dist, "all_reduce", lambda buffer, group=None: buffer.add_(buffers[0]))
-    means, total = all_reduce_mean(World(), uploads[:3], template, weighting, 1)  # rank 0's, plus rank 1's
+    # rank 0's, plus rank 1's
+    means, total = all_reduce_mean(World(), uploads[:3], template, weighting, 1)
     expected = weighted_mean(weighted_uploads(uploads, weighting))
     assert total == (63 if weighting == "n_k" else 5) and means.keys() == {"w", "b"}
     for key in means:
@@ -180,15 +242,18 @@ def test_all_reduced_weighted_sums_give_the_weighted_mean(monkeypatch, weighting
 
 
 def test_a_table_that_runs_its_own_cells_refuses_torchrun(monkeypatch, tmp_path):
-    """`fedac reproduce` under torchrun runs its cells through compare.run_comparison on every rank; a layout
-    with cells of its own (the zero-shot tables) would have each rank write the same run directories."""
+    """`fedac reproduce` under torchrun runs its cells through compare.run_comparison on every rank;
+    a layout with cells of its own (the zero-shot tables) would have each rank write the same run
+    directories."""
     from fedac.engine import distributed
     from fedac.errors import ConfigError
     from fedac.experiments.catalog import EXPERIMENTS
     from fedac.experiments.runner import run_experiment
     from fedac.experiments.spec import Request
 
-    spec = next(s for s in EXPERIMENTS.values() if s.layout is not None and s.layout.run_cell is not None)
+    spec = next(
+        s for s in EXPERIMENTS.values() if s.layout is not None and s.layout.run_cell is not None
+    )
     monkeypatch.setattr(distributed, "_world", World(rank=1, size=2))
     with pytest.raises(ConfigError, match="without torchrun"):
         run_experiment(spec, Request(out=tmp_path / "table", seeds=[0]))
@@ -202,7 +267,11 @@ def test_one_process_is_todays_path(monkeypatch):
     monkeypatch.delenv("WORLD_SIZE", raising=False)
     world = distributed.start(1800.0, "cpu")
     assert (world.size, world.rank, world.distributed, world.writes) == (1, 0, False, True)
-    assert current_world() is world and world.gather("x", "test") == ["x"] and world.from_rank0(3, "test") == 3
+    assert (
+        current_world() is world
+        and world.gather("x", "test") == ["x"]
+        and world.from_rank0(3, "test") == 3
+    )
     assert distributed.scratch_run_dir(world, Path("somewhere")) == Path("somewhere")
 
 
@@ -220,22 +289,38 @@ def test_a_partial_torchrun_environment_is_an_error(monkeypatch):
 # --- real processes -----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def settings(gsc_root, tmp_path_factory):
-    # (the CPU and gloo, whatever FEDAC_DEVICE points the suite at: both sides must run on one device)
-    run = {**tiny_run(gsc_root, tmp_path_factory.mktemp("dist_cache")), "train.local_epochs": 1, "train.threads": 1,
-           "train.device": "cpu"}
+    # (the CPU and gloo, whatever FEDAC_DEVICE points the suite at: both sides must run on one
+    # device)
+    run = {
+        **tiny_run(gsc_root, tmp_path_factory.mktemp("dist_cache")),
+        "train.local_epochs": 1,
+        "train.threads": 1,
+        "train.device": "cpu",
+    }
     return [arg for k, v in run.items() for arg in ("--set", f"{k}={v}")]
 
 
 def torchrun(args: list[str], tmp: Path, **extra_env: str) -> subprocess.Popen:
-    """2 processes of `args`; their temporary files (rank 1's scratch run directory) under `tmp`, so a
-    killed rank's leftovers go with the test's folder."""
+    """2 processes of `args`; their temporary files (rank 1's scratch run directory) under `tmp`, so
+    a killed rank's leftovers go with the test's folder."""
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "TMPDIR": str(tmp), **extra_env}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2", *args]
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        *args,
+    ]
+    return subprocess.Popen(
+        cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
 
 
-#: results.json's clock readings (auto's probe timings included) and the code's hash, which is taken as each
-#: run writes (a checkout edited while the test runs would otherwise fail it; test_code_version.py tests it).
+#: results.json's clock readings (auto's probe timings included) and the code's hash, which is taken
+#: as each run writes (a checkout edited while the test runs would otherwise fail it;
+#: test_code_version.py tests it).
 NOT_COMPARED = ("wall_seconds", "execution_probe", "code_version")
 
 
@@ -244,6 +329,7 @@ def results(run_dir: Path) -> dict:
         if isinstance(obj, dict):
             return {k: clean(v) for k, v in obj.items() if k not in NOT_COMPARED}
         return [clean(v) for v in obj] if isinstance(obj, list) else obj
+
     return clean(json.loads((run_dir / "results.json").read_text()))
 
 
@@ -254,13 +340,16 @@ def client_rows(run_dir: Path) -> list[dict]:
     with open(run_dir / "clients.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))
     assert rows, run_dir
-    return [{k: v if k == "client" or v == "" else float(v) for k, v in row.items()} for row in rows]
+    return [
+        {k: v if k == "client" or v == "" else float(v) for k, v in row.items()} for row in rows
+    ]
 
 
 def assert_same(a, b, where: str = "results.json") -> None:
     if isinstance(a, float) and isinstance(b, float):
-        assert math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=1e-9) or (math.isnan(a) and math.isnan(b)), \
-            f"{where}: {a} != {b}"
+        assert math.isclose(a, b, rel_tol=TOLERANCE, abs_tol=1e-9) or (
+            math.isnan(a) and math.isnan(b)
+        ), f"{where}: {a} != {b}"
     elif isinstance(a, dict) and isinstance(b, dict):
         assert a.keys() == b.keys(), f"{where}: keys {sorted(a.keys() ^ b.keys())}"
         for key in a:
@@ -273,18 +362,31 @@ def assert_same(a, b, where: str = "results.json") -> None:
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
-ALL_REDUCE, ALL_GATHER = "uploads by one all-reduce of their weighted sums", "uploads by an all-gather of every upload"
+ALL_REDUCE, ALL_GATHER = (
+    "uploads by one all-reduce of their weighted sums",
+    "uploads by an all-gather of every upload",
+)
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("extra, how", [([], ALL_REDUCE), (FEDMLAC, ALL_GATHER),
-                                        (["--set", "aggregation.method=multikrum"], ALL_GATHER),
-                                        (["--set", "dp.mode=central"], ALL_GATHER)],
-                         ids=["fedavg", "fedmlac_lpa", "multikrum", "dp_fedavg"])
+@pytest.mark.parametrize(
+    "extra, how",
+    [
+        ([], ALL_REDUCE),
+        (FEDMLAC, ALL_GATHER),
+        (["--set", "aggregation.method=multikrum"], ALL_GATHER),
+        (["--set", "dp.mode=central"], ALL_GATHER),
+    ],
+    ids=["fedavg", "fedmlac_lpa", "multikrum", "dp_fedavg"],
+)
 def test_two_processes_give_one_process_results(settings, tmp_path, extra, how):
     args = ["run", "--rounds", "3", "--seed", "1", *settings, *extra]
-    two = torchrun(["-m", "fedac", *args, "--out", str(tmp_path / "two")], tmp_path,  # (not quiet: its first line)
-                   FEDAC_TRAFFIC_LOG=str(tmp_path / "traffic"))
+    # (not quiet: its first line)
+    two = torchrun(
+        ["-m", "fedac", *args, "--out", str(tmp_path / "two")],
+        tmp_path,
+        FEDAC_TRAFFIC_LOG=str(tmp_path / "traffic"),
+    )
     assert main([*args, "--quiet", "--out", str(tmp_path / "one")]) == 0  # (one process, meanwhile)
     out, _ = two.communicate(timeout=300)
     assert two.returncode == 0, out
@@ -292,37 +394,59 @@ def test_two_processes_give_one_process_results(settings, tmp_path, extra, how):
     one = results(tmp_path / "one")
     assert one["final"]["clients_trained"] > 1 and len(one["history"]) == 3
     assert_same(results(tmp_path / "two"), one)
-    # every client's row at every evaluation, scored by the rank that held it and gathered (clients.csv)
+    # every client's row at every evaluation, scored by the rank that held it and gathered
+    # (clients.csv)
     assert_same(client_rows(tmp_path / "two"), client_rows(tmp_path / "one"), "clients.csv")
     # rank 0 alone wrote: one run directory, with every file one process writes
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(
+        p.name for p in (tmp_path / "one").iterdir()
+    )
     assert not list(tmp_path.glob("fedac-rank*"))  # rank 1's scratch folder is gone
-    held = {rank: [json.loads(line) for line in (tmp_path / "traffic" / f"held{rank}.jsonl").read_text().splitlines()]
-            for rank in (0, 1)}
+    held = {
+        rank: [
+            json.loads(line)
+            for line in (tmp_path / "traffic" / f"held{rank}.jsonl").read_text().splitlines()
+        ]
+        for rank in (0, 1)
+    }
     states = load_checkpoint(tmp_path / "two")["clients"]
-    if extra == FEDMLAC:  # each rank held only the own models of the clients it owns; the checkpoint all of them
+    # each rank held only the own models of the clients it owns; the checkpoint all of them
+    if extra == FEDMLAC:
         trained = one["final"]["clients_trained"]
         assert len(states) == trained == len(load_checkpoint(tmp_path / "one")["clients"])
         last = [held[rank][-1] for rank in (0, 1)]
-        assert all(0 < h["clients"] < trained for h in last) and sum(h["clients"] for h in last) == trained, held
+        assert (
+            all(0 < h["clients"] < trained for h in last)
+            and sum(h["clients"] for h in last) == trained
+        ), held
         assert sum(h["bytes"] for h in last) == nbytes(states)
     else:  # stateless: nothing held (a client's entry is None)
-        assert not any(states.values()) and all(h["bytes"] == 0 for rank in (0, 1) for h in held[rank])
+        assert not any(states.values()) and all(
+            h["bytes"] == 0 for rank in (0, 1) for h in held[rank]
+        )
 
 
 @pytest.mark.slow
 def test_client_states_move_with_the_world_size_on_resume(settings, tmp_path):
-    """FedMLAC's own models: a checkpoint written by 2 processes (each rank's states gathered into it)
-    resumes in 1 process, and one written by 1 process resumes in 2 (each rank handed the states it owns),
-    both to the end of a run never stopped."""
+    """FedMLAC's own models: a checkpoint written by 2 processes (each rank's states gathered into
+    it) resumes in 1 process, and one written by 1 process resumes in 2 (each rank handed the states
+    it owns), both to the end of a run never stopped."""
     args = ["run", "--rounds", "3", "--seed", "1", *settings, *FEDMLAC, "--quiet"]
-    two = torchrun(["-m", "fedac", *args, "--stop-after", "1", "--out", str(tmp_path / "from_two")], tmp_path)
-    assert main([*args, "--out", str(tmp_path / "whole")]) == 0  # (meanwhile: the run never stopped)
+    two = torchrun(
+        ["-m", "fedac", *args, "--stop-after", "1", "--out", str(tmp_path / "from_two")], tmp_path
+    )
+    # (meanwhile: the run never stopped)
+    assert main([*args, "--out", str(tmp_path / "whole")]) == 0
     assert main([*args, "--stop-after", "1", "--out", str(tmp_path / "from_one")]) == 0
     out, _ = two.communicate(timeout=300)
     assert two.returncode == 0, out
-    assert load_checkpoint(tmp_path / "from_two")["round"] == 1 and load_checkpoint(tmp_path / "from_two")["clients"]
-    two = torchrun(["-m", "fedac", "run", "--resume", str(tmp_path / "from_one"), "--quiet"], tmp_path)
+    assert (
+        load_checkpoint(tmp_path / "from_two")["round"] == 1
+        and load_checkpoint(tmp_path / "from_two")["clients"]
+    )
+    two = torchrun(
+        ["-m", "fedac", "run", "--resume", str(tmp_path / "from_one"), "--quiet"], tmp_path
+    )
     assert main(["run", "--resume", str(tmp_path / "from_two"), "--quiet"]) == 0
     out, _ = two.communicate(timeout=300)
     assert two.returncode == 0, out
@@ -332,33 +456,56 @@ def test_client_states_move_with_the_world_size_on_resume(settings, tmp_path):
         resumed = results(tmp_path / side)
         assert resumed.pop("resumed_from") == 1 and resumed.pop("rounds_trained") == 2
         assert_same(resumed, whole, side)
-        assert_same(client_rows(tmp_path / side), client_rows(tmp_path / "whole"), f"{side}/clients.csv")
+        assert_same(
+            client_rows(tmp_path / side), client_rows(tmp_path / "whole"), f"{side}/clients.csv"
+        )
 
 
 @pytest.mark.slow
 def test_compare_over_two_processes_gives_one_process_table(settings, tmp_path):
-    """`fedac compare` under torchrun: every rank runs the same runs, rank 0 alone writes and prints."""
-    args = ["compare", "--method", "FedAdam=fedadam", "--method", "FedKWS-UI=fedkwsui", "--seeds", "1", "--rounds", "2",
-            *settings, "--quiet"]
+    """`fedac compare` under torchrun: every rank runs the same runs, rank 0 alone writes and
+    prints."""
+    args = [
+        "compare",
+        "--method",
+        "FedAdam=fedadam",
+        "--method",
+        "FedKWS-UI=fedkwsui",
+        "--seeds",
+        "1",
+        "--rounds",
+        "2",
+        *settings,
+        "--quiet",
+    ]
     two = torchrun(["-m", "fedac", *args, "--out", str(tmp_path / "two")], tmp_path)
     assert main([*args, "--out", str(tmp_path / "one")]) == 0
     out, _ = two.communicate(timeout=300)
     assert two.returncode == 0, out
-    # (the all-reduce path: FedAdam's server steps on the mean; FedKWS-UI's private heads travel as states)
+    # (the all-reduce path: FedAdam's server steps on the mean; FedKWS-UI's private heads travel as
+    # states)
     for run in ("FedAdam-s1", "FedKWS-UI-s1"):
         assert_same(results(tmp_path / "two" / run), results(tmp_path / "one" / run), run)
-    summary = {side: json.loads((tmp_path / side / "summary.json").read_text()) for side in ("one", "two")}
+    summary = {
+        side: json.loads((tmp_path / side / "summary.json").read_text()) for side in ("one", "two")
+    }
     assert_same(summary["two"]["mean_std"], summary["one"]["mean_std"], "summary.json")
-    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(p.name for p in (tmp_path / "one").iterdir())
+    assert sorted(p.name for p in (tmp_path / "two").iterdir()) == sorted(
+        p.name for p in (tmp_path / "one").iterdir()
+    )
     assert out.count("| FedKWS-UI |") == 1, out  # rank 0 alone printed the table
     assert not list(tmp_path.glob("fedac-rank*"))  # rank 1's scratch folders are gone
 
 
 def rank_pid(parent: int, rank: int) -> int | None:
-    """The pid of torchrun's worker of `rank` (a child of the agent `parent`, RANK in its environment)."""
+    """The pid of torchrun's worker of `rank` (a child of the agent `parent`, RANK in its
+    environment)."""
     for entry in Path("/proc").iterdir():
         try:
-            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent:
+            if (
+                entry.name.isdigit()
+                and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == parent
+            ):
                 if f"RANK={rank}".encode() in (entry / "environ").read_bytes().split(b"\0"):
                     return int(entry.name)
         except (OSError, ValueError, IndexError):
@@ -374,7 +521,9 @@ def test_a_killed_rank_stops_the_run_and_one_process_resumes_it(settings, tmp_pa
     two = torchrun(["--max-restarts", "0", "-m", "fedac", *args, "--out", str(run_dir)], tmp_path)
     deadline = time.monotonic() + 240
     while not (run_dir / "checkpoint.pt").exists():
-        assert two.poll() is None and time.monotonic() < deadline, "no checkpoint before the run ended"
+        assert two.poll() is None and time.monotonic() < deadline, (
+            "no checkpoint before the run ended"
+        )
         time.sleep(0.02)
     victim = rank_pid(two.pid, 1)
     assert victim is not None

@@ -35,7 +35,8 @@ def make_cfg(root, cache, **settings):
 
 @pytest.fixture(scope="module")
 def data(gsc_root, cache_dir):
-    """Resident tensors of the session GSC tree: 6 training speakers of 70 clips, 70 val, 70 test clips."""
+    """Resident tensors of the session GSC tree: 6 training speakers of 70 clips, 70 val, 70 test
+    clips."""
     return build_federated_data(make_cfg(gsc_root, cache_dir), progress=False)
 
 
@@ -59,14 +60,23 @@ def test_federated_data_shapes(data):
 
 # --- resume -------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("algorithm, checkpoint_every, stop_after, resumed_from", [
-    ("fedavg", 1, 3, 3),
-    ("fedadam", 3, 3, 3),
-    ("fedavg", 3, 4, 3),  # killed between checkpoints: round 4 is replayed
-])
+
+@pytest.mark.parametrize(
+    "algorithm, checkpoint_every, stop_after, resumed_from",
+    [
+        ("fedavg", 1, 3, 3),
+        ("fedadam", 3, 3, 3),
+        ("fedavg", 3, 4, 3),  # killed between checkpoints: round 4 is replayed
+    ],
+)
 @pytest.mark.slow
-def test_resume_gives_the_uninterrupted_result(data, cfg_for, tmp_path, algorithm, checkpoint_every, stop_after, resumed_from):
-    cfg = cfg_for(algorithm=algorithm, **{"train.checkpoint_every": checkpoint_every, "fedopt.server_lr": 0.05})
+def test_resume_gives_the_uninterrupted_result(
+    data, cfg_for, tmp_path, algorithm, checkpoint_every, stop_after, resumed_from
+):
+    cfg = cfg_for(
+        algorithm=algorithm,
+        **{"train.checkpoint_every": checkpoint_every, "fedopt.server_lr": 0.05},
+    )
     straight = Simulator(cfg, tmp_path / "straight", data, progress=False)
     expected = straight.run()
 
@@ -81,7 +91,8 @@ def test_resume_gives_the_uninterrupted_result(data, cfg_for, tmp_path, algorith
 
     resumed = Simulator(cfg, tmp_path / "resumed", data, progress=False)
     got = resumed.run(resume=True)
-    assert (got["resumed_from"], got["rounds_trained"]) == (resumed_from, 6 - resumed_from)  # not a restart
+    # not a restart
+    assert (got["resumed_from"], got["rounds_trained"]) == (resumed_from, 6 - resumed_from)
 
     a, b = straight.state["server"], resumed.state["server"]
     assert a["params"].keys() == b["params"].keys()
@@ -90,7 +101,10 @@ def test_resume_gives_the_uninterrupted_result(data, cfg_for, tmp_path, algorith
     if algorithm == "fedadam":
         for moment in ("m", "v"):
             for name in a["moments"][moment]:
-                assert torch.equal(a["moments"][moment][name], b["moments"][moment][name]), (moment, name)
+                assert torch.equal(a["moments"][moment][name], b["moments"][moment][name]), (
+                    moment,
+                    name,
+                )
     assert got["rounds"] == expected["rounds"] == 6
     assert without_time(got["history"]) == without_time(expected["history"])
     assert got["final"] == expected["final"]
@@ -101,12 +115,20 @@ def test_resume_gives_the_uninterrupted_result(data, cfg_for, tmp_path, algorith
 def test_resume_errors(data, cfg_for, tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint"):
         Simulator(cfg_for(), tmp_path / "empty", data, progress=False).run(resume=True)
-    Simulator(cfg_for(**{"train.rounds": 2}), tmp_path / "run", data, progress=False).run(stop_after=1)
+    Simulator(cfg_for(**{"train.rounds": 2}), tmp_path / "run", data, progress=False).run(
+        stop_after=1
+    )
     with pytest.raises(CheckpointError, match="fedavg"):
-        Simulator(cfg_for(algorithm="fedprox", **{"train.rounds": 2}), tmp_path / "run", data, progress=False).run(resume=True)
+        Simulator(
+            cfg_for(algorithm="fedprox", **{"train.rounds": 2}),
+            tmp_path / "run",
+            data,
+            progress=False,
+        ).run(resume=True)
 
 
 # --- evaluation schedule and model selection ----------------------------------------------------
+
 
 @pytest.mark.slow
 def test_eval_rows_at_eval_every_and_last_round(data, cfg_for, tmp_path):
@@ -123,7 +145,8 @@ def test_eval_rows_at_eval_every_and_last_round(data, cfg_for, tmp_path):
 
 
 def spy_evaluate(monkeypatch, data, val_accuracies=()):
-    """Record every evaluated model; the validation accuracies can be scripted (one per evaluation)."""
+    """Record every evaluated model; the validation accuracies can be scripted (one per
+    evaluation)."""
     calls = []
     real = simulator_mod.evaluate
     scripted = iter(val_accuracies)
@@ -132,7 +155,9 @@ def spy_evaluate(monkeypatch, data, val_accuracies=()):
         tag = "val" if split is data.val else "test" if split is data.test else "other"
         calls.append((tag, {k: v.detach().clone() for k, v in model.state_dict().items()}))
         scores = real(model, split, *args, **kwargs)
-        return {**scores, "accuracy": next(scripted, scores["accuracy"])} if tag == "val" else scores
+        return (
+            {**scores, "accuracy": next(scripted, scores["accuracy"])} if tag == "val" else scores
+        )
 
     monkeypatch.setattr(base_mod, "evaluate", spy)  # what Algorithm.evaluate_views calls
     monkeypatch.setattr(simulator_mod, "evaluate", spy)  # the test curve's direct call
@@ -147,7 +172,9 @@ def same_params(a, b) -> bool:
 def test_best_val_selection_never_reads_test(data, cfg_for, tmp_path, monkeypatch):
     # scripted validation scores peak at round 2, so the selected model is not the last one
     calls = spy_evaluate(monkeypatch, data, val_accuracies=[0.5, 0.9, 0.3, 0.2, 0.1])
-    cfg = cfg_for(**{"train.rounds": 5, "train.fraction": 1.0, "train.lr": 0.3, "train.select": "best_val"})
+    cfg = cfg_for(
+        **{"train.rounds": 5, "train.fraction": 1.0, "train.lr": 0.3, "train.select": "best_val"}
+    )
     results = Simulator(cfg, tmp_path, data, progress=False).run()
     # the test split is read once, after training, and never during the rounds
     assert [tag for tag, _ in calls] == ["val"] * 5 + ["test"]
@@ -171,13 +198,22 @@ def test_final_results_are_the_selected_models_scores(data, cfg_for, tmp_path):
     sim = Simulator(cfg_for(**{"train.rounds": 2, "train.lr": 0.3}), tmp_path, data, progress=False)
     results = sim.run()
     final = results["final"]
-    for key in ("accuracy", "macro_f1", "uar", "selected_round", "client_accuracy_mean", "client_accuracy_std"):
+    for key in (
+        "accuracy",
+        "macro_f1",
+        "uar",
+        "selected_round",
+        "client_accuracy_mean",
+        "client_accuracy_std",
+    ):
         assert key in final
     # recomputed by hand from the selected model: one window per clip in this fixture
     model = sim.algorithm.global_model(sim.selected_server(sim.state)).eval()
     with torch.no_grad():
         test_hits = (model(data.test.x).argmax(1) == data.test.labels).double()
-        per_client = torch.stack([(model(c.holdout_x).argmax(1) == c.holdout_y).double().mean() for c in data.clients])
+        per_client = torch.stack(
+            [(model(c.holdout_x).argmax(1) == c.holdout_y).double().mean() for c in data.clients]
+        )
     assert final["accuracy"] == pytest.approx(float(test_hits.mean()))
     assert final["client_accuracy_mean"] == pytest.approx(float(per_client.mean()))
     assert final["client_accuracy_std"] == pytest.approx(float(per_client.std(unbiased=False)))
@@ -188,6 +224,7 @@ def test_final_results_are_the_selected_models_scores(data, cfg_for, tmp_path):
 
 # --- bad clients --------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_nan_client_update_is_discarded(data, cfg_for, tmp_path, monkeypatch, caplog):
     bad = data.clients[1].name
@@ -197,18 +234,27 @@ def test_nan_client_update_is_discarded(data, cfg_for, tmp_path, monkeypatch, ca
     def patched(self, payload, state, client, round_idx, generator):
         result = real(self, payload, state, client, round_idx, generator)
         if client.name == bad:
-            result.upload = {k: torch.full_like(v, float("nan")) if v.is_floating_point() else v
-                             for k, v in result.upload.items()}
+            result.upload = {
+                k: torch.full_like(v, float("nan")) if v.is_floating_point() else v
+                for k, v in result.upload.items()
+            }
         else:
-            kept[client.name] = ({k: v.clone() for k, v in result.upload.items()}, client.num_samples)
+            kept[client.name] = (
+                {k: v.clone() for k, v in result.upload.items()},
+                client.num_samples,
+            )
         return result
 
     monkeypatch.setattr(FedAvg, "client_update", patched)
-    sim = Simulator(cfg_for(**{"train.rounds": 1, "train.fraction": 1.0}), tmp_path, data, progress=False)
+    sim = Simulator(
+        cfg_for(**{"train.rounds": 1, "train.fraction": 1.0}), tmp_path, data, progress=False
+    )
     with caplog.at_level(logging.WARNING):
         results = sim.run()
-    assert any(bad in r.getMessage() and "discarded" in r.getMessage() and r.levelno == logging.WARNING
-               for r in caplog.records)
+    assert any(
+        bad in r.getMessage() and "discarded" in r.getMessage() and r.levelno == logging.WARNING
+        for r in caplog.records
+    )
     row = results["history"][0]
     assert row["rejected"] == 1.0 and row["clients"] == 5.0
     params = sim.state["server"]["params"]
@@ -229,7 +275,10 @@ def test_all_clients_nan_keeps_global_state(data, cfg_for, tmp_path, monkeypatch
 
     def patched(self, payload, state, client, round_idx, generator):
         result = real(self, payload, state, client, round_idx, generator)
-        result.upload = {k: torch.full_like(v, float("inf")) if v.is_floating_point() else v for k, v in result.upload.items()}
+        result.upload = {
+            k: torch.full_like(v, float("inf")) if v.is_floating_point() else v
+            for k, v in result.upload.items()
+        }
         return result
 
     monkeypatch.setattr(FedAvg, "client_update", patched)
@@ -244,11 +293,12 @@ def test_all_clients_nan_keeps_global_state(data, cfg_for, tmp_path, monkeypatch
 
 # --- cohort sampling ----------------------------------------------------------------------------
 
+
 def test_cohort_size_is_rounded_fraction():
     clients = [f"c{i:02d}" for i in range(20)]
     assert len(sample_cohort(clients, 0.2, 0, 1)) == 4
-    assert len(sample_cohort(clients, 0.33, 0, 1)) == 7   # round(6.6)
-    assert len(sample_cohort(clients, 0.01, 0, 1)) == 1   # at least one
+    assert len(sample_cohort(clients, 0.33, 0, 1)) == 7  # round(6.6)
+    assert len(sample_cohort(clients, 0.01, 0, 1)) == 1  # at least one
     assert sorted(sample_cohort(clients, 1.0, 0, 1)) == clients
     for bad in (0.0, 1.5, -0.1):
         with pytest.raises(ConfigError, match="train.fraction"):
@@ -276,8 +326,11 @@ def test_configure_process_sets_threads_and_keeps_freed_memory_on_glibc(monkeypa
     monkeypatch.setattr(runtime, "keep_freed_memory", lambda: calls.append(True) or True)
     monkeypatch.setattr(runtime.torch, "set_num_threads", lambda n: calls.append(n))
     runtime.configure_process(load_config(overrides=["train.threads=1"]).train)
-    runtime.configure_process(load_config(overrides=["train.threads=0", "train.keep_freed_memory=false"]).train)
-    assert calls == [1, True]  # threads=0 keeps torch's count; the allocator is left alone when asked
+    runtime.configure_process(
+        load_config(overrides=["train.threads=0", "train.keep_freed_memory=false"]).train
+    )
+    # threads=0 keeps torch's count; the allocator is left alone when asked
+    assert calls == [1, True]
     monkeypatch.undo()
     if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
         assert runtime.keep_freed_memory()  # mallopt accepted both settings

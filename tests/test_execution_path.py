@@ -16,42 +16,82 @@ from fedac.errors import ConfigError
 
 
 def settings(gsc_root, tmp_path, *overrides):
-    return load_config(overrides=[f"data.root={gsc_root}", f"data.cache_dir={tmp_path / 'cache'}", "train.rounds=1",
-                                  "train.fraction=0.35", "train.local_epochs=1", "train.device=cpu", *overrides])
+    return load_config(
+        overrides=[
+            f"data.root={gsc_root}",
+            f"data.cache_dir={tmp_path / 'cache'}",
+            "train.rounds=1",
+            "train.fraction=0.35",
+            "train.local_epochs=1",
+            "train.device=cpu",
+            *overrides,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
 def shared_cache(tmp_path_factory):
-    return tmp_path_factory.mktemp("features")  # FedKWS-UI's 8 kHz features, computed once for its three networks
+    # FedKWS-UI's 8 kHz features, computed once for its three networks
+    return tmp_path_factory.mktemp("features")
 
 
-@pytest.mark.parametrize("overrides, path", [
-    (["model.name=crnn_tiny"], "stacked"),
-    (["model.name=cnn1_softmax", "train.execution=cohort"], "stacked"),
-    (["model.name=crnn_tiny", "train.execution=sequential"], "sequential: train.execution=sequential"),
-    (["algorithm=fedmmd", "model.name=crnn_tiny"], "sequential: FedMMD overrides client_update"),
-    # FedKWS-UI's networks under its own protocol (clipping; KWT with AdamW), forced stacked
-    *[(["algorithm=fedkwsui", "data.task=12", f"model.name={net}", "train.execution=cohort", "train.fraction=0.15"], "stacked")
-      for net in ("dscnn", "kwt", "mhattrnn")],
-])
-def test_the_run_names_its_path_first_and_in_results_json(gsc_root, tmp_path, capsys, overrides, path, shared_cache):
+@pytest.mark.parametrize(
+    "overrides, path",
+    [
+        (["model.name=crnn_tiny"], "stacked"),
+        (["model.name=cnn1_softmax", "train.execution=cohort"], "stacked"),
+        (
+            ["model.name=crnn_tiny", "train.execution=sequential"],
+            "sequential: train.execution=sequential",
+        ),
+        (
+            ["algorithm=fedmmd", "model.name=crnn_tiny"],
+            "sequential: FedMMD overrides client_update",
+        ),
+        # FedKWS-UI's networks under its own protocol (clipping; KWT with AdamW), forced stacked
+        *[
+            (
+                [
+                    "algorithm=fedkwsui",
+                    "data.task=12",
+                    f"model.name={net}",
+                    "train.execution=cohort",
+                    "train.fraction=0.15",
+                ],
+                "stacked",
+            )
+            for net in ("dscnn", "kwt", "mhattrnn")
+        ],
+    ],
+)
+def test_the_run_names_its_path_first_and_in_results_json(
+    gsc_root, tmp_path, capsys, overrides, path, shared_cache
+):
     overrides = [*overrides, f"data.cache_dir={shared_cache}"]
     sim = Simulator(settings(gsc_root, tmp_path, *overrides), tmp_path / "run", progress=True)
     sim.run()
     err = capsys.readouterr().err
     first = next(line for line in err.splitlines() if line.startswith("fedac: "))
-    assert first.endswith(f"clients train {path}") and err.index(first) < err.index("rounds")  # before the bar
+    # before the bar
+    assert first.endswith(f"clients train {path}") and err.index(first) < err.index("rounds")
     assert json.loads((tmp_path / "run" / "results.json").read_text())["execution"] == path
 
 
-@pytest.mark.parametrize("overrides, reason", [
-    (["algorithm=fedmmd"], "FedMMD overrides client_update"),
-    (["algorithm=fedkad"], "FedKAD has no stacked cohort_update"),
-    (["train.optimizer=lbfgs"], "train.optimizer=lbfgs"),
-])
+@pytest.mark.parametrize(
+    "overrides, reason",
+    [
+        (["algorithm=fedmmd"], "FedMMD overrides client_update"),
+        (["algorithm=fedkad"], "FedKAD has no stacked cohort_update"),
+        (["train.optimizer=lbfgs"], "train.optimizer=lbfgs"),
+    ],
+)
 def test_cohort_mode_that_cannot_stack_fails_at_start(gsc_root, tmp_path, overrides, reason):
     with pytest.raises(ConfigError, match=f"train.execution=cohort.*{reason}"):
-        Simulator(settings(gsc_root, tmp_path, "train.execution=cohort", *overrides), tmp_path / "run", progress=False)
+        Simulator(
+            settings(gsc_root, tmp_path, "train.execution=cohort", *overrides),
+            tmp_path / "run",
+            progress=False,
+        )
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 
 
@@ -59,16 +99,36 @@ def test_fedac_models_shows_each_models_stacked_support(capsys):
     assert main(["models", "--num-classes", "5"]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
     assert "stacked: crnn " in lines["crnn_lite"]
-    assert all("stacked: vmap " in lines[name] for name in ("dscnn", "mhattrnn", "resnet15", "kwt", "cnn3_relu"))
-    # the SSL encoders stay sequential: measured slower vmapped (benchmarks/results/stacked_models.json, "ssl")
-    ssl = json.loads((Path(__file__).parents[1] / "benchmarks" / "results" / "stacked_models.json").read_text())["ssl"]
-    assert ssl["ratio_cpu"] > 1 and f"{ssl['ratio_cpu']:.2f}x the sequential CPU time" in lines["w2v2_tiny"]
-    assert "stacked: no: measured slower vmapped" in lines["w2v2_tiny"] and "has its own task_loss" in lines["w2v2_tiny"]
+    assert all(
+        "stacked: vmap " in lines[name]
+        for name in ("dscnn", "mhattrnn", "resnet15", "kwt", "cnn3_relu")
+    )
+    # the SSL encoders stay sequential: measured slower vmapped
+    # (benchmarks/results/stacked_models.json, "ssl")
+    ssl = json.loads(
+        (Path(__file__).parents[1] / "benchmarks" / "results" / "stacked_models.json").read_text()
+    )["ssl"]
+    assert (
+        ssl["ratio_cpu"] > 1
+        and f"{ssl['ratio_cpu']:.2f}x the sequential CPU time" in lines["w2v2_tiny"]
+    )
+    assert (
+        "stacked: no: measured slower vmapped" in lines["w2v2_tiny"]
+        and "has its own task_loss" in lines["w2v2_tiny"]
+    )
 
 
-def test_probe_measures_a_vmapped_network_in_the_first_round_and_a_resume_keeps_the_choice(gsc_root, tmp_path, capsys):
-    cfg = settings(gsc_root, tmp_path, "model.name=cnn1_softmax", "train.rounds=2", "train.checkpoint_every=1",
-                   "train.execution=probe")
+def test_probe_measures_a_vmapped_network_in_the_first_round_and_a_resume_keeps_the_choice(
+    gsc_root, tmp_path, capsys
+):
+    cfg = settings(
+        gsc_root,
+        tmp_path,
+        "model.name=cnn1_softmax",
+        "train.rounds=2",
+        "train.checkpoint_every=1",
+        "train.execution=probe",
+    )
     killed = Simulator(cfg, tmp_path / "run", progress=True)
     assert killed.algorithm.needs_probe()
     killed.run(stop_after=1)
@@ -78,28 +138,53 @@ def test_probe_measures_a_vmapped_network_in_the_first_round_and_a_resume_keeps_
     resumed = Simulator(cfg, tmp_path / "run", killed.data, progress=True)
     results = resumed.run(resume=True)
     assert resumed.algorithm.auto_choice == killed.algorithm.auto_choice  # not measured again
-    first = next(line for line in capsys.readouterr().err.splitlines() if line.startswith("fedac: "))
+    first = next(
+        line for line in capsys.readouterr().err.splitlines() if line.startswith("fedac: ")
+    )
     saved = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert saved["execution"] == results["execution"] and first.endswith(f"clients train {saved['execution']}")
-    assert saved["execution"] == "stacked" if choice["path"] == "stacked" else saved["execution"].startswith(
-        "sequential: auto measured model cnn1_softmax's stacked path (vmap) slower on")
+    assert saved["execution"] == results["execution"] and first.endswith(
+        f"clients train {saved['execution']}"
+    )
+    assert (
+        saved["execution"] == "stacked"
+        if choice["path"] == "stacked"
+        else saved["execution"].startswith(
+            "sequential: auto measured model cnn1_softmax's stacked path (vmap) slower on"
+        )
+    )
     assert saved["execution_probe"] == killed.algorithm.auto_choice
 
 
 AUGMENTED = ("data.task=12", "data.gsc12=fedkws", "features.style=fedkws", "features.augment=true")
 
 
-@pytest.mark.parametrize("algorithm, extra", [("fedkwsui", ()), ("fedavg", ()), ("fedkwsui", AUGMENTED)],
-                         ids=["fedkwsui", "fedavg", "fedkwsui-augmented"])
-def test_a_resumed_stacked_run_ends_exactly_like_an_uninterrupted_one(gsc_root, tmp_path, algorithm, extra):
-    cfg = settings(gsc_root, tmp_path, f"algorithm={algorithm}", "model.name=cnn1_softmax", "train.rounds=2",
-                   "train.checkpoint_every=1", "train.execution=cohort", "fedkwsui.local_steps=2", *extra)
+@pytest.mark.parametrize(
+    "algorithm, extra",
+    [("fedkwsui", ()), ("fedavg", ()), ("fedkwsui", AUGMENTED)],
+    ids=["fedkwsui", "fedavg", "fedkwsui-augmented"],
+)
+def test_a_resumed_stacked_run_ends_exactly_like_an_uninterrupted_one(
+    gsc_root, tmp_path, algorithm, extra
+):
+    cfg = settings(
+        gsc_root,
+        tmp_path,
+        f"algorithm={algorithm}",
+        "model.name=cnn1_softmax",
+        "train.rounds=2",
+        "train.checkpoint_every=1",
+        "train.execution=cohort",
+        "fedkwsui.local_steps=2",
+        *extra,
+    )
     straight = Simulator(cfg, tmp_path / "straight", progress=False)
     straight.run()
     if extra:  # each batch's windows drawn afresh, on the stacked path
         from fedac.data.augment import AugmentedWindows
 
-        assert straight.execution == "stacked" and any(isinstance(c.x, AugmentedWindows) for c in straight.data.clients)
+        assert straight.execution == "stacked" and any(
+            isinstance(c.x, AugmentedWindows) for c in straight.data.clients
+        )
     Simulator(cfg, tmp_path / "resumed", straight.data, progress=False).run(stop_after=1)
     resumed = Simulator(cfg, tmp_path / "resumed", straight.data, progress=False)
     resumed.run(resume=True)

@@ -37,6 +37,7 @@ def tone(freq: float, seconds: float = 1.0, amp: float = 0.5) -> np.ndarray:
 
 # --- filterbank -------------------------------------------------------------------------------
 
+
 def test_htk_mel_scale_reference_point():
     # 1000 Hz is ~1000 mel on the HTK scale
     assert features_mod.hz_to_mel(1000.0) == pytest.approx(1000.0, abs=0.1)
@@ -81,11 +82,14 @@ def test_filterbank_at_model_resolution():
 
 # --- extractor --------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["mfcc", "logmel"])
 def test_one_second_gives_40_by_101(kind):
     extractor = FeatureExtractor(FeatureConfig(kind=kind))
     assert extractor.win_length == 480 and extractor.hop_length == 160 and extractor.n_fft == 512
-    out = extractor(torch.from_numpy(np.stack([tone(440.0), tone(1000.0), np.zeros(RATE, np.float32)])))
+    out = extractor(
+        torch.from_numpy(np.stack([tone(440.0), tone(1000.0), np.zeros(RATE, np.float32)]))
+    )
     assert out.shape == (3, 40, 101)
     assert extractor.num_features == 40
     assert torch.isfinite(out).all()
@@ -94,7 +98,9 @@ def test_one_second_gives_40_by_101(kind):
 def test_feature_count_follows_config():
     out = FeatureExtractor(FeatureConfig(kind="mfcc", n_mels=40, n_mfcc=13))(torch.zeros(1, 8000))
     assert out.shape == (1, 13, 51)
-    out = FeatureExtractor(FeatureConfig(kind="logmel", n_mels=64, hop_ms=20.0))(torch.zeros(1, RATE))
+    out = FeatureExtractor(FeatureConfig(kind="logmel", n_mels=64, hop_ms=20.0))(
+        torch.zeros(1, RATE)
+    )
     assert out.shape == (1, 64, 51)
     with pytest.raises(ValueError, match="n_mfcc"):
         FeatureExtractor(FeatureConfig(kind="mfcc", n_mels=20, n_mfcc=40))
@@ -132,6 +138,7 @@ def test_silence_log_floor():
 
 
 # --- compute / cache --------------------------------------------------------------------------
+
 
 def write(path, audio, rate=RATE):
     sf.write(path, audio, rate, subtype="PCM_16")

@@ -37,21 +37,34 @@ def test_eq8_personalized_loss_matches_hand_computation():
     got = personalized_loss(torch.tensor(OMEGA), torch.tensor(THETA), torch.tensor(LABELS), alpha)
     assert float(got) == pytest.approx(expected, rel=1e-6)
     # Without mutual learning: CE alone.
-    assert float(personalized_loss(torch.tensor(OMEGA), None, torch.tensor(LABELS), alpha, ml=False)) == pytest.approx(ce, rel=1e-6)
+    assert float(
+        personalized_loss(torch.tensor(OMEGA), None, torch.tensor(LABELS), alpha, ml=False)
+    ) == pytest.approx(ce, rel=1e-6)
 
 
 def test_eq9_plugin_loss_matches_hand_computation():
-    expected = sum(kl(softmax(o), softmax(t)) for o, t in zip(OMEGA, THETA)) / 2  # KL(p_omega || p_theta)
+    # KL(p_omega || p_theta)
+    expected = sum(kl(softmax(o), softmax(t)) for o, t in zip(OMEGA, THETA)) / 2
     got = plugin_loss(torch.tensor(THETA), torch.tensor(OMEGA), torch.tensor(LABELS))
     assert float(got) == pytest.approx(expected, rel=1e-6)
     ce_theta = sum(-math.log(softmax(t)[y]) for t, y in zip(THETA, LABELS)) / 2
-    with_ce = plugin_loss(torch.tensor(THETA), torch.tensor(OMEGA), torch.tensor(LABELS), ce_weight=0.5)
+    with_ce = plugin_loss(
+        torch.tensor(THETA), torch.tensor(OMEGA), torch.tensor(LABELS), ce_weight=0.5
+    )
     assert float(with_ce) == pytest.approx(expected + 0.5 * ce_theta, rel=1e-6)
 
 
 def test_temperature_softens_and_rescales():
     t = 2.0
-    expected = t * t * sum(kl(softmax([v / t for v in o]), softmax([v / t for v in th])) for o, th in zip(OMEGA, THETA)) / 2
+    expected = (
+        t
+        * t
+        * sum(
+            kl(softmax([v / t for v in o]), softmax([v / t for v in th]))
+            for o, th in zip(OMEGA, THETA)
+        )
+        / 2
+    )
     got = distillation_kl(torch.tensor(THETA), torch.tensor(OMEGA), temperature=t)
     assert float(got) == pytest.approx(expected, rel=1e-6)
 
@@ -74,62 +87,101 @@ def _task(num_classes=3):
 
 def _client(name="a", n=10, classes=3, seed=0):
     g = torch.Generator().manual_seed(seed)
-    return ClientData(name, torch.randn(n, 8, 12, generator=g), torch.randint(0, classes, (n,), generator=g),
-                      torch.zeros(0, 8, 12), torch.zeros(0, dtype=torch.long))
+    return ClientData(
+        name,
+        torch.randn(n, 8, 12, generator=g),
+        torch.randint(0, classes, (n,), generator=g),
+        torch.zeros(0, 8, 12),
+        torch.zeros(0, dtype=torch.long),
+    )
 
 
 def test_client_update_uploads_only_the_plugin_and_keeps_the_personalized_model():
-    cfg = load_config(overrides=["model.client_model=crnn_mid", "fedmlac.plugin_model=crnn_tiny", "train.lr=0.1"])
+    cfg = load_config(
+        overrides=["model.client_model=crnn_mid", "fedmlac.plugin_model=crnn_tiny", "train.lr=0.1"]
+    )
     algo = FedMLAC(cfg, _task())
     server = algo.init_server()
     state = algo.init_client_state("a")
     before = {k: v.clone() for k, v in state.items()}
-    result = algo.client_update(algo.broadcast(server), state, _client(), 1, torch.Generator().manual_seed(0))
+    result = algo.client_update(
+        algo.broadcast(server), state, _client(), 1, torch.Generator().manual_seed(0)
+    )
     plugin_keys = set(algo.make_model("crnn_tiny").state_dict())
     client_keys = set(algo.make_model("crnn_mid").state_dict())
     assert set(result.upload) == plugin_keys
     assert set(result.state) == client_keys
     assert any(not torch.equal(before[k], result.state[k]) for k in before), "omega was not trained"
-    assert any(not torch.equal(server["params"][k], result.upload[k]) for k in plugin_keys), "theta was not trained"
+    assert any(not torch.equal(server["params"][k], result.upload[k]) for k in plugin_keys), (
+        "theta was not trained"
+    )
     # The caller's tensors are not modified in place (the upload and state are fresh copies).
     assert all(torch.equal(before[k], state[k]) for k in before)
 
 
 def test_without_mutual_learning_both_models_train_on_ce_alone():
-    """`fedmlac.ml=false` (w/o ML): the personalized model and the Plug-in each take exactly FedAvg's CE
-    update of their own architecture (dropout off, so shared masks cannot couple them); with mutual
-    learning the Plug-in's update is a different one."""
-    base = ["model.client_model=crnn_mid", "fedmlac.plugin_model=crnn_tiny", "train.lr=0.1", "model.dropout=0"]
+    """`fedmlac.ml=false` (w/o ML): the personalized model and the Plug-in each take exactly
+    FedAvg's CE update of their own architecture (dropout off, so shared masks cannot couple them);
+    with mutual learning the Plug-in's update is a different one."""
+    base = [
+        "model.client_model=crnn_mid",
+        "fedmlac.plugin_model=crnn_tiny",
+        "train.lr=0.1",
+        "model.dropout=0",
+    ]
     algo = FedMLAC(load_config(overrides=base + ["fedmlac.ml=false"]), _task())
     payload, state = algo.broadcast(algo.init_server()), algo.init_client_state("a")
     result = algo.client_update(payload, state, _client(), 1, torch.Generator().manual_seed(0))
-    for arch, start, got in (("crnn_mid", state, result.state), ("crnn_tiny", payload, result.upload)):
+    for arch, start, got in (
+        ("crnn_mid", state, result.state),
+        ("crnn_tiny", payload, result.upload),
+    ):
         fedavg = FedAvg(load_config(overrides=base + [f"model.name={arch}"]), _task())
-        expected = fedavg.client_update(start, None, _client(), 1, torch.Generator().manual_seed(0)).upload
+        expected = fedavg.client_update(
+            start, None, _client(), 1, torch.Generator().manual_seed(0)
+        ).upload
         assert all(torch.allclose(got[k], expected[k], atol=1e-6) for k in expected), arch
-    with_ml = FedMLAC(load_config(overrides=base), _task()).client_update(payload, state, _client(), 1,
-                                                                           torch.Generator().manual_seed(0))
-    assert not torch.allclose(with_ml.upload["head.weight"], result.upload["head.weight"], atol=1e-4)
+    with_ml = FedMLAC(load_config(overrides=base), _task()).client_update(
+        payload, state, _client(), 1, torch.Generator().manual_seed(0)
+    )
+    assert not torch.allclose(
+        with_ml.upload["head.weight"], result.upload["head.weight"], atol=1e-4
+    )
     with pytest.raises(ConfigError, match="fedmlac.alpha"):
         FedMLAC(load_config(overrides=["fedmlac.alpha=1.5"]), _task())
 
 
 def _fedmlac_cfg(gsc_root, tmp_path, *extra):
-    return load_config(overrides=[
-        f"data.root={gsc_root}", "algorithm=fedmlac", "train.rounds=4", "train.fraction=0.5",
-        "train.eval_every=2", "train.checkpoint_every=1", "model.client_model=crnn_tiny",
-        "fedmlac.plugin_model=crnn_tiny", "train.lr=0.1", f"out={tmp_path}", *extra])
+    return load_config(
+        overrides=[
+            f"data.root={gsc_root}",
+            "algorithm=fedmlac",
+            "train.rounds=4",
+            "train.fraction=0.5",
+            "train.eval_every=2",
+            "train.checkpoint_every=1",
+            "model.client_model=crnn_tiny",
+            "fedmlac.plugin_model=crnn_tiny",
+            "train.lr=0.1",
+            f"out={tmp_path}",
+            *extra,
+        ]
+    )
 
 
 @pytest.mark.slow
-def test_personalized_state_persists_between_sampled_rounds_and_unsampled_are_untouched(gsc_root, tmp_path):
+def test_personalized_state_persists_between_sampled_rounds_and_unsampled_are_untouched(
+    gsc_root, tmp_path
+):
     cfg = _fedmlac_cfg(gsc_root, tmp_path)
     sim = Simulator(cfg, tmp_path / "run", progress=False)
     state = sim._fresh_state()
     seen_after: dict[str, dict] = {}
     for t in range(1, 5):
         cohort = set(sample_cohort(sim.trainable, cfg.train.fraction, cfg.seed, t))
-        snapshot = {name: {k: v.clone() for k, v in s.items()} for name, s in state["clients"].items()}
+        snapshot = {
+            name: {k: v.clone() for k, v in s.items()} for name, s in state["clients"].items()
+        }
         started_with = {}
         original = sim.algorithm.client_update
 
@@ -142,7 +194,10 @@ def test_personalized_state_persists_between_sampled_rounds_and_unsampled_are_un
         sim.algorithm.client_update = original
         for name in cohort:
             if name in seen_after:  # sampled before: starts exactly where its last round ended
-                assert all(torch.equal(seen_after[name][k], started_with[name][k]) for k in started_with[name])
+                assert all(
+                    torch.equal(seen_after[name][k], started_with[name][k])
+                    for k in started_with[name]
+                )
             seen_after[name] = {k: v.clone() for k, v in state["clients"][name].items()}
         for name, params in snapshot.items():
             if name not in cohort:
@@ -153,12 +208,22 @@ def test_personalized_state_persists_between_sampled_rounds_and_unsampled_are_un
 @pytest.mark.parametrize("algorithm", ["fedmlac", "fedkad"])
 @pytest.mark.slow
 def test_resume_of_a_killed_run_gives_identical_models(gsc_root, tmp_path, algorithm):
-    extra = [f"algorithm={algorithm}", "model.heterogeneous=true", "model.zoo=[crnn_tiny,crnn_lite]"]
-    straight = Simulator(_fedmlac_cfg(gsc_root, tmp_path, *extra), tmp_path / "straight", progress=False)
+    extra = [
+        f"algorithm={algorithm}",
+        "model.heterogeneous=true",
+        "model.zoo=[crnn_tiny,crnn_lite]",
+    ]
+    straight = Simulator(
+        _fedmlac_cfg(gsc_root, tmp_path, *extra), tmp_path / "straight", progress=False
+    )
     full = straight.run()
-    killed = Simulator(_fedmlac_cfg(gsc_root, tmp_path, *extra), tmp_path / "killed", progress=False)
+    killed = Simulator(
+        _fedmlac_cfg(gsc_root, tmp_path, *extra), tmp_path / "killed", progress=False
+    )
     assert killed.run(stop_after=3) is None
-    resumed = Simulator(_fedmlac_cfg(gsc_root, tmp_path, *extra), tmp_path / "killed", progress=False)
+    resumed = Simulator(
+        _fedmlac_cfg(gsc_root, tmp_path, *extra), tmp_path / "killed", progress=False
+    )
     again = resumed.run(resume=True)
     assert (again["resumed_from"], again["rounds_trained"]) == (3, 1)  # not a restart from round 0
     for key, value in straight.state["server"].items():
@@ -176,8 +241,13 @@ def test_resume_of_a_killed_run_gives_identical_models(gsc_root, tmp_path, algor
 def test_fedmlac_reports_global_and_personalized_metrics(gsc_root, tmp_path):
     sim = Simulator(_fedmlac_cfg(gsc_root, tmp_path), tmp_path / "r", progress=False)
     final = sim.run()["final"]
-    for key in ("accuracy", "macro_f1", "personalized_accuracy_mean", "personalized_accuracy_std",
-                "personalized_local_accuracy_mean"):
+    for key in (
+        "accuracy",
+        "macro_f1",
+        "personalized_accuracy_mean",
+        "personalized_accuracy_std",
+        "personalized_local_accuracy_mean",
+    ):
         assert 0.0 <= final[key] <= 1.0, key
     assert final["has_global_model"] is True
     # the headline accuracy is the selected Plug-in's on the test clips (one window each here)
@@ -204,12 +274,18 @@ def test_fedkad_prototypes_alignment_and_aggregation():
     # Alignment only for classes with a global prototype: class 0 known, class 2 unknown.
     global_protos = torch.tensor([[1.0, 1.0], [0.0, 0.0], [9.0, 9.0]])
     known = torch.tensor([True, False, False])
-    expected = ((0.0 ** 2 + 1.0 ** 2) + (2.0 ** 2 + 1.0 ** 2)) / 2
+    expected = ((0.0**2 + 1.0**2) + (2.0**2 + 1.0**2)) / 2
     assert float(alignment_loss(projected, y, global_protos, known)) == pytest.approx(expected)
     # Server: count-weighted per class; class 1 unseen keeps its previous value.
-    other = {"prototypes": torch.tensor([[5.0, 5.0], [0.0, 0.0], [2.0, 0.0]]), "counts": torch.tensor([1.0, 0.0, 3.0])}
-    agg, now_known = aggregate_prototypes([({"prototypes": protos, "counts": counts}, 3), (other, 4)],
-                                          torch.tensor([[0.0, 0.0], [7.0, 7.0], [0.0, 0.0]]), torch.tensor([False, True, False]))
+    other = {
+        "prototypes": torch.tensor([[5.0, 5.0], [0.0, 0.0], [2.0, 0.0]]),
+        "counts": torch.tensor([1.0, 0.0, 3.0]),
+    }
+    agg, now_known = aggregate_prototypes(
+        [({"prototypes": protos, "counts": counts}, 3), (other, 4)],
+        torch.tensor([[0.0, 0.0], [7.0, 7.0], [0.0, 0.0]]),
+        torch.tensor([False, True, False]),
+    )
     assert torch.allclose(agg[0], torch.tensor([(2 * 2 + 5) / 3, (2 * 1 + 5) / 3]))
     assert torch.allclose(agg[1], torch.tensor([7.0, 7.0]))
     assert torch.allclose(agg[2], torch.tensor([(0 + 3 * 2) / 4, (4 + 0) / 4]))
@@ -219,8 +295,13 @@ def test_fedkad_prototypes_alignment_and_aggregation():
 def test_fedkad_uploads_prototypes_only():
     cfg = load_config(overrides=["model.client_model=crnn_tiny", "fedkad.proto_dim=5"])
     algo = FedKAD(cfg, _task())
-    result = algo.client_update(algo.broadcast(algo.init_server()), algo.init_client_state("a"), _client(), 1,
-                                torch.Generator().manual_seed(0))
+    result = algo.client_update(
+        algo.broadcast(algo.init_server()),
+        algo.init_client_state("a"),
+        _client(),
+        1,
+        torch.Generator().manual_seed(0),
+    )
     assert set(result.upload) == {"prototypes", "counts"}
     assert result.upload["prototypes"].shape == (3, 5)
     assert float(result.upload["counts"].sum()) == 10

@@ -1,10 +1,11 @@
-"""One full FedMLAC client update (Algorithm 1: two batches, personalized step then Plug-in step) written
-out step by step (two batches, 3 and 2 clips), against both the sequential (`client_update`) and the cohort (`cohort_update`) paths.
+"""One full FedMLAC client update (Algorithm 1: two batches, personalized step then Plug-in step)
+written out step by step (two batches, 3 and 2 clips), against both the sequential (`client_update`)
+and the cohort (`cohort_update`) paths.
 
-The reference calls none of fedac's model, loss or optimizer code: the CRNN-Tiny forward (conv, ReLU,
-ceil-mode max-pool, GRU cell, mean over time, head), the softmaxes, cross-entropy, the KL terms of
-Eq. 8-9 with temperature and SGD with momentum and weight decay are all spelled out below on plain
-tensors, so a bug in the shared loss code (distillation_kl, personalized_loss, plugin_loss,
+The reference calls none of fedac's model, loss or optimizer code: the CRNN-Tiny forward (conv,
+ReLU, ceil-mode max-pool, GRU cell, mean over time, head), the softmaxes, cross-entropy, the KL
+terms of Eq. 8-9 with temperature and SGD with momentum and weight decay are all spelled out below
+on plain tensors, so a bug in the shared loss code (distillation_kl, personalized_loss, plugin_loss,
 local.cross_entropy) shows on both paths instead of passing their comparison with each other.
 """
 
@@ -16,16 +17,22 @@ import torch
 from fedac.algorithms.base import ClientData, Task
 from fedac.algorithms.fedmlac import FedMLAC
 from fedac.config import load_config
-from fedac.training.step import train_client
 from fedac.seeding import torch_generator
+from fedac.training.step import train_client
 
 FEATURES, FRAMES, CLASSES, HIDDEN, CHANNELS = 3, 5, 3, 32, 16
 LR, MOMENTUM, WEIGHT_DECAY = 0.1, 0.9, 0.01
 SEED, ROUND = 4, 2
-SHAPES = {"conv.0.weight": (CHANNELS, FEATURES, 5), "conv.0.bias": (CHANNELS,),
-          "rnn.weight_ih_l0": (3 * HIDDEN, CHANNELS), "rnn.weight_hh_l0": (3 * HIDDEN, HIDDEN),
-          "rnn.bias_ih_l0": (3 * HIDDEN,), "rnn.bias_hh_l0": (3 * HIDDEN,),
-          "head.weight": (CLASSES, HIDDEN), "head.bias": (CLASSES,)}
+SHAPES = {
+    "conv.0.weight": (CHANNELS, FEATURES, 5),
+    "conv.0.bias": (CHANNELS,),
+    "rnn.weight_ih_l0": (3 * HIDDEN, CHANNELS),
+    "rnn.weight_hh_l0": (3 * HIDDEN, HIDDEN),
+    "rnn.bias_ih_l0": (3 * HIDDEN,),
+    "rnn.bias_hh_l0": (3 * HIDDEN,),
+    "head.weight": (CLASSES, HIDDEN),
+    "head.bias": (CLASSES,),
+}
 
 
 def hand_set(phase: float, scale: float) -> dict[str, torch.Tensor]:
@@ -33,26 +40,43 @@ def hand_set(phase: float, scale: float) -> dict[str, torch.Tensor]:
     out = {}
     for i, (name, shape) in enumerate(SHAPES.items()):
         n = torch.tensor(shape).prod().item()
-        out[name] = (scale * torch.sin(torch.arange(n, dtype=torch.float32) * 0.731 + phase + i)).reshape(shape)
+        out[name] = (
+            scale * torch.sin(torch.arange(n, dtype=torch.float32) * 0.731 + phase + i)
+        ).reshape(shape)
     return out
 
 
 OMEGA0 = hand_set(0.0, 0.4)  # the client's own model
 THETA0 = hand_set(1.3, 0.5)  # the global Plug-in it receives
-X = torch.cos(torch.arange(5 * FEATURES * FRAMES, dtype=torch.float32) * 0.53).reshape(5, FEATURES, FRAMES) * 2.0
+X = (
+    torch.cos(torch.arange(5 * FEATURES * FRAMES, dtype=torch.float32) * 0.53).reshape(
+        5, FEATURES, FRAMES
+    )
+    * 2.0
+)
 Y = torch.tensor([0, 1, 2, 2, 1])
 CLIENT = ClientData("spk", X, Y, torch.zeros(0, FEATURES, FRAMES), torch.zeros(0, dtype=torch.long))
-# On the cohort path a larger client trains alongside, so the client's short second batch (2 of 3) is
-# padded inside the stacked step.
-COMPANION = ClientData("big", torch.sin(torch.arange(6 * FEATURES * FRAMES, dtype=torch.float32)).reshape(6, FEATURES, FRAMES),
-                       torch.tensor([2, 0, 1, 1, 0, 2]), torch.zeros(0, FEATURES, FRAMES), torch.zeros(0, dtype=torch.long))
+# On the cohort path a larger client trains alongside, so the client's short second batch (2 of 3)
+# is padded inside the stacked step.
+COMPANION = ClientData(
+    "big",
+    torch.sin(torch.arange(6 * FEATURES * FRAMES, dtype=torch.float32)).reshape(
+        6, FEATURES, FRAMES
+    ),
+    torch.tensor([2, 0, 1, 1, 0, 2]),
+    torch.zeros(0, FEATURES, FRAMES),
+    torch.zeros(0, dtype=torch.long),
+)
 
 
-# --- the reference ------------------------------------------------------------------------------------
+# --- the reference --------------------------------------------------------------------------------
+
 
 def crnn_tiny(p: dict[str, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
     """(batch, features, frames) -> logits, CRNN-Tiny of fedmlac.md Table 3 without dropout."""
-    h = torch.nn.functional.conv1d(x, p["conv.0.weight"], p["conv.0.bias"], padding=2).clamp_min(0.0)
+    h = torch.nn.functional.conv1d(x, p["conv.0.weight"], p["conv.0.bias"], padding=2).clamp_min(
+        0.0
+    )
     if h.shape[-1] % 2:  # ceil-mode pooling: the odd last frame is its own window (values are >= 0)
         h = torch.cat([h, torch.zeros_like(h[..., :1])], dim=-1)
     h = h.view(*h.shape[:2], -1, 2).amax(-1).transpose(1, 2)  # (batch, frames / 2, channels)
@@ -82,8 +106,8 @@ def ce(z: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
 
 
 def kl(teacher: torch.Tensor, student: torch.Tensor, t: float) -> torch.Tensor:
-    """T^2 * batch mean of sum_c p_t(c) log(p_t(c) / p_s(c)) on logits / T (Eq. 5, Hinton scaling); the
-    teacher is a constant."""
+    """T^2 * batch mean of sum_c p_t(c) log(p_t(c) / p_s(c)) on logits / T (Eq. 5, Hinton scaling);
+    the teacher is a constant."""
     log_pt, log_ps = log_softmax(teacher.detach() / t), log_softmax(student / t)
     return t * t * (log_pt.exp() * (log_pt - log_ps)).sum(-1).mean()
 
@@ -94,7 +118,9 @@ class SGD:
     def __init__(self):
         self.buf: dict[str, torch.Tensor] = {}
 
-    def step(self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def step(
+        self, params: dict[str, torch.Tensor], grads: dict[str, torch.Tensor]
+    ) -> dict[str, torch.Tensor]:
         new = {}
         for k, w in params.items():
             d = grads[k] + WEIGHT_DECAY * w
@@ -110,7 +136,8 @@ def grads(loss: torch.Tensor, params: dict[str, torch.Tensor]) -> dict[str, torc
 def reference_update(alpha: float, temperature: float, ce_weight: float, teacher: str):
     omega, theta = dict(OMEGA0), dict(THETA0)
     opt_omega, opt_theta = SGD(), SGD()
-    order = torch.randperm(5, generator=torch_generator(SEED, "batches", ROUND, CLIENT.name))  # batch order only
+    # batch order only
+    order = torch.randperm(5, generator=torch_generator(SEED, "batches", ROUND, CLIENT.name))
     losses, plugin_losses = [], []
     for idx in order.split(3):
         x, y = X[idx], Y[idx]
@@ -118,10 +145,14 @@ def reference_update(alpha: float, temperature: float, ce_weight: float, teacher
         omega = {k: v.detach().requires_grad_() for k, v in omega.items()}
         omega_logits = crnn_tiny(omega, x)
         theta_logits = crnn_tiny(theta, x).detach()
-        loss = alpha * ce(omega_logits, y) + (1 - alpha) * kl(theta_logits, omega_logits, temperature)
+        loss = alpha * ce(omega_logits, y) + (1 - alpha) * kl(
+            theta_logits, omega_logits, temperature
+        )
         omega = opt_omega.step(omega, grads(loss, omega))
         # Eq. 9: the Plug-in step, the personalized model the teacher (before or after its step)
-        teacher_logits = omega_logits.detach() if teacher == "pre_update" else crnn_tiny(omega, x).detach()
+        teacher_logits = (
+            omega_logits.detach() if teacher == "pre_update" else crnn_tiny(omega, x).detach()
+        )
         theta = {k: v.detach().requires_grad_() for k, v in theta.items()}
         student = crnn_tiny(theta, x)
         plugin = kl(teacher_logits, student, temperature) + ce_weight * ce(student, y)
@@ -131,7 +162,7 @@ def reference_update(alpha: float, temperature: float, ce_weight: float, teacher
     return omega, theta, sum(losses) / 2, sum(plugin_losses) / 2
 
 
-# --- the comparison -------------------------------------------------------------------------------------
+# --- the comparison -------------------------------------------------------------------------------
 
 CASES = {
     "paper": dict(alpha=0.5, temperature=1.0, ce_weight=0.0, teacher="pre_update"),
@@ -140,12 +171,24 @@ CASES = {
 
 
 def fedmlac(case: dict, execution: str) -> FedMLAC:
-    cfg = load_config(overrides=[
-        "model.client_model=crnn_tiny", "fedmlac.plugin_model=crnn_tiny", "model.dropout=0",
-        f"train.lr={LR}", f"train.momentum={MOMENTUM}", f"train.weight_decay={WEIGHT_DECAY}",
-        "train.batch_size=3", "train.local_epochs=1", f"train.execution={execution}",
-        f"fedmlac.alpha={case['alpha']}", f"fedmlac.temperature={case['temperature']}",
-        f"fedmlac.plugin_ce_weight={case['ce_weight']}", f"fedmlac.teacher={case['teacher']}", "fedmlac.ml=true"])
+    cfg = load_config(
+        overrides=[
+            "model.client_model=crnn_tiny",
+            "fedmlac.plugin_model=crnn_tiny",
+            "model.dropout=0",
+            f"train.lr={LR}",
+            f"train.momentum={MOMENTUM}",
+            f"train.weight_decay={WEIGHT_DECAY}",
+            "train.batch_size=3",
+            "train.local_epochs=1",
+            f"train.execution={execution}",
+            f"fedmlac.alpha={case['alpha']}",
+            f"fedmlac.temperature={case['temperature']}",
+            f"fedmlac.plugin_ce_weight={case['ce_weight']}",
+            f"fedmlac.teacher={case['teacher']}",
+            "fedmlac.ml=true",
+        ]
+    )
     return FedMLAC(cfg, Task(FEATURES, CLASSES, [CLIENT.name, COMPANION.name]))
 
 
@@ -153,7 +196,9 @@ def run_path(case: dict, path: str):
     algo = fedmlac(case, path)
     if path == "sequential":
         return train_client(algo, dict(THETA0), dict(OMEGA0), CLIENT, ROUND, SEED)
-    results = algo.cohort_update(dict(THETA0), [dict(OMEGA0), hand_set(2.1, 0.3)], [CLIENT, COMPANION], ROUND, SEED)
+    results = algo.cohort_update(
+        dict(THETA0), [dict(OMEGA0), hand_set(2.1, 0.3)], [CLIENT, COMPANION], ROUND, SEED
+    )
     return results[0]
 
 
@@ -163,8 +208,12 @@ def test_client_update_matches_the_written_out_reference(case, path):
     omega, theta, loss, plugin_loss = reference_update(**CASES[case])
     result = run_path(CASES[case], path)
     for name in SHAPES:
-        assert torch.allclose(result.state[name], omega[name], atol=1e-5, rtol=1e-4), f"omega {name}"
-        assert torch.allclose(result.upload[name], theta[name], atol=1e-5, rtol=1e-4), f"theta {name}"
+        assert torch.allclose(result.state[name], omega[name], atol=1e-5, rtol=1e-4), (
+            f"omega {name}"
+        )
+        assert torch.allclose(result.upload[name], theta[name], atol=1e-5, rtol=1e-4), (
+            f"theta {name}"
+        )
     assert result.metrics["loss"] == pytest.approx(loss, rel=1e-5)
     assert result.metrics["plugin_loss"] == pytest.approx(plugin_loss, rel=1e-5)
 

@@ -1,5 +1,5 @@
-"""FedMMD (algorithms/fedmmd.py): the 5-kernel RBF MMD on a hand case, FedAvg as its lambda = 0 case,
-the effect of the weight, and the CLI."""
+"""FedMMD (algorithms/fedmmd.py): the 5-kernel RBF MMD on a hand case, FedAvg as its lambda = 0
+case, the effect of the weight, and the CLI."""
 
 from __future__ import annotations
 
@@ -21,10 +21,11 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_mmd_on_a_hand_case():
-    # Z = (0, 1, 0, 2): squared distances sum to 22 over 12 off-diagonal pairs -> b = 11/6, / 2^2 = 11/24.
-    # The blocks sum to 2K(0) - 2K(1) over 4 entries, K(d) = sum_i exp(-d / (11/24 * 2^i)), K(0) = 5.
+    # Z = (0, 1, 0, 2): squared distances sum to 22 over 12 off-diagonal pairs -> b = 11/6, / 2^2 =
+    # 11/24. The blocks sum to 2K(0) - 2K(1) over 4 entries, K(d) = sum_i exp(-d / (11/24 * 2^i)),
+    # K(0) = 5.
     source, target = torch.tensor([[0.0], [1.0]]), torch.tensor([[0.0], [2.0]])
-    k1 = sum(math.exp(-1.0 / (11 / 24 * 2 ** i)) for i in range(5))
+    k1 = sum(math.exp(-1.0 / (11 / 24 * 2**i)) for i in range(5))
     assert float(mmd_rbf(source, target)) == pytest.approx((5 - k1) / 2, rel=1e-6)
 
 
@@ -37,7 +38,12 @@ def test_mmd_is_zero_for_equal_batches_and_symmetric():
 
 
 def make(algorithm, **settings):
-    settings = {"algorithm": algorithm, "model.name": "crnn_tiny", "train.local_epochs": 2, **settings}
+    settings = {
+        "algorithm": algorithm,
+        "model.name": "crnn_tiny",
+        "train.local_epochs": 2,
+        **settings,
+    }
     cfg = load_config(overrides=[f"{k}={v}" for k, v in settings.items()])
     return build_algorithm(cfg, Task(8, 5, ["c0"], [[4] * 5]))
 
@@ -61,12 +67,23 @@ def test_weight_zero_is_fedavg_and_the_weight_changes_the_update():
     mmd = update(make("fedmmd", **{"fedmmd.weight": 10.0}), payload)
     assert not torch.allclose(fedavg["head.weight"], mmd["head.weight"])
     torch.manual_seed(3)
-    metrics = make("fedmmd").client_update(payload, None, data(), 1, torch_generator(0, "b")).metrics
+    metrics = (
+        make("fedmmd").client_update(payload, None, data(), 1, torch_generator(0, "b")).metrics
+    )
     assert metrics["mmd"] > 0 and metrics["steps"] == 4  # 2 epochs of ceil(20 / 16) batches
 
 
 def test_fedac_run_fedmmd(gsc_root, tmp_path):
-    args = ["run", "--algorithm", "fedmmd", "--rounds", "1", "--out", str(tmp_path / "run"), "--quiet"]
+    args = [
+        "run",
+        "--algorithm",
+        "fedmmd",
+        "--rounds",
+        "1",
+        "--out",
+        str(tmp_path / "run"),
+        "--quiet",
+    ]
     for key, value in tiny_run(gsc_root, None).items():  # the session's FEDAC_HOME cache
         args += ["--set", f"{key}={value}"]
     assert main(args) == 0

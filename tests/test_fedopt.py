@@ -1,5 +1,5 @@
-"""FedAdam / FedYogi / FedAdagrad / FedAvgM server steps (Reddi et al. 2021, Alg. 2) over two rounds,
-against values written out by hand."""
+"""FedAdam / FedYogi / FedAdagrad / FedAvgM server steps (Reddi et al. 2021, Alg. 2) over two
+rounds, against values written out by hand."""
 
 from __future__ import annotations
 
@@ -16,7 +16,8 @@ OPT = FedOptConfig(server_lr=0.1, beta1=0.9, beta2=0.99, tau=0.01, momentum=0.5,
 # x_0, then the cohort averages of round 1 and round 2
 X0 = [1.0, -2.0, 0.5]
 AVG1 = [1.5, -3.0, 0.5]  # Delta_1 = [0.5, -1.0, 0.0]
-# round 2 average is relative to x_1, given per test as x_1 + Delta_2 with Delta_2 = [0.2, 0.4, -0.3]
+# round 2 average is relative to x_1, given per test as x_1 + Delta_2 with Delta_2 = [0.2, 0.4,
+# -0.3]
 D2 = [0.2, 0.4, -0.3]
 
 
@@ -39,8 +40,8 @@ def close(tensor: torch.Tensor, expected: list[float]) -> None:
 def test_fedadam_two_steps():
     x1, s1, x2, s2 = two_steps("adam")
     d1 = [0.5, -1.0, 0.0]
-    m1 = [0.1 * d for d in d1]                                   # (1 - 0.9) * Delta
-    v1 = [0.01 * d * d for d in d1]                              # (1 - 0.99) * Delta^2
+    m1 = [0.1 * d for d in d1]  # (1 - 0.9) * Delta
+    v1 = [0.01 * d * d for d in d1]  # (1 - 0.99) * Delta^2
     x1_exp = [x + 0.1 * m / (math.sqrt(v) + 0.01) for x, m, v in zip(X0, m1, v1)]
     # element 0: m = 0.05, v = 0.0025 -> 1 + 0.1 * 0.05 / 0.06 = 1.083333...
     assert x1_exp[0] == pytest.approx(1 + 0.1 * 0.05 / 0.06)
@@ -60,12 +61,14 @@ def test_fedyogi_two_steps():
     x1, s1, x2, s2 = two_steps("yogi")
     d1 = [0.5, -1.0, 0.0]
     m1 = [0.1 * d for d in d1]
-    # v_1 = v_0 - (1 - beta2) * Delta^2 * sign(v_0 - Delta^2) with v_0 = 0: sign(-Delta^2) = -1 (0 for Delta = 0)
+    # v_1 = v_0 - (1 - beta2) * Delta^2 * sign(v_0 - Delta^2) with v_0 = 0: sign(-Delta^2) = -1 (0
+    # for Delta = 0)
     v1 = [0.01 * 0.25, 0.01 * 1.0, 0.0]
     close(s1["v"]["w"], v1)
     x1_exp = [x + 0.1 * m / (math.sqrt(v) + 0.01) for x, m, v in zip(X0, m1, v1)]
     close(x1["w"], x1_exp)
-    # round 2: v_1 - Delta_2^2 = [0.0025 - 0.04, 0.01 - 0.16, 0 - 0.09] all < 0 -> v grows by 0.01 * Delta^2
+    # round 2: v_1 - Delta_2^2 = [0.0025 - 0.04, 0.01 - 0.16, 0 - 0.09] all < 0 -> v grows by 0.01 *
+    # Delta^2
     v2 = [0.0025 + 0.01 * 0.04, 0.01 + 0.01 * 0.16, 0.0 + 0.01 * 0.09]
     m2 = [0.9 * m + 0.1 * d for m, d in zip(m1, D2)]
     close(s2["v"]["w"], v2)
@@ -73,10 +76,19 @@ def test_fedyogi_two_steps():
 
 
 def test_fedyogi_shrinks_v_when_it_exceeds_delta_squared():
-    state = {"m": {"w": torch.zeros(1, dtype=torch.float64)}, "v": {"w": torch.tensor([1.0], dtype=torch.float64)}}
-    # Delta = 0.5 -> Delta^2 = 0.25 < v = 1: v_new = 1 - 0.01 * 0.25 * (+1) = 0.9975 (Adam would give 0.9925)
-    _, new = server_step("yogi", {"w": torch.tensor([0.0], dtype=torch.float64)},
-                         {"w": torch.tensor([0.5], dtype=torch.float64)}, state, OPT)
+    state = {
+        "m": {"w": torch.zeros(1, dtype=torch.float64)},
+        "v": {"w": torch.tensor([1.0], dtype=torch.float64)},
+    }
+    # Delta = 0.5 -> Delta^2 = 0.25 < v = 1: v_new = 1 - 0.01 * 0.25 * (+1) = 0.9975 (Adam would
+    # give 0.9925)
+    _, new = server_step(
+        "yogi",
+        {"w": torch.tensor([0.0], dtype=torch.float64)},
+        {"w": torch.tensor([0.5], dtype=torch.float64)},
+        state,
+        OPT,
+    )
     assert new["v"]["w"].item() == pytest.approx(0.9975)
 
 
@@ -84,7 +96,7 @@ def test_fedadagrad_two_steps():
     x1, s1, x2, s2 = two_steps("adagrad")
     d1 = [0.5, -1.0, 0.0]
     m1 = [0.1 * d for d in d1]
-    v1 = [0.25, 1.0, 0.0]                                         # v_0 + Delta^2
+    v1 = [0.25, 1.0, 0.0]  # v_0 + Delta^2
     close(s1["v"]["w"], v1)
     x1_exp = [x + 0.1 * m / (math.sqrt(v) + 0.01) for x, m, v in zip(X0, m1, v1)]
     # element 1: -2 + 0.1 * (-0.1) / 1.01
@@ -116,8 +128,10 @@ def test_fedavgm_with_unit_lr_and_no_momentum_is_fedavg():
 
 def test_server_step_does_not_modify_inputs():
     x0, avg = params(X0), params(AVG1)
-    state = {"m": {"w": torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)},
-             "v": {"w": torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)}}
+    state = {
+        "m": {"w": torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)},
+        "v": {"w": torch.tensor([1.0, 1.0, 1.0], dtype=torch.float64)},
+    }
     server_step("adam", x0, avg, state, OPT)
     close(x0["w"], X0)
     close(state["m"]["w"], [1.0, 1.0, 1.0])

@@ -1,4 +1,5 @@
-"""FedProx proximal term mu/2 * ||w - w_g||^2 and its gradient mu * (w - w_g); the anchor is constant."""
+"""FedProx proximal term mu/2 * ||w - w_g||^2 and its gradient mu * (w - w_g); the anchor is
+constant."""
 
 from __future__ import annotations
 
@@ -36,7 +37,10 @@ def test_proximal_term_is_zero_at_the_anchor():
 
 def test_proximal_gradient_is_mu_times_difference_and_anchor_gets_none():
     model = small_model()
-    anchor = {"weight": torch.tensor([[0.0, 1.0]], requires_grad=True), "bias": torch.tensor([2.5], requires_grad=True)}
+    anchor = {
+        "weight": torch.tensor([[0.0, 1.0]], requires_grad=True),
+        "bias": torch.tensor([2.5], requires_grad=True),
+    }
     proximal_term(model, anchor, mu=0.3).backward()
     # d/dw [mu/2 ||w - a||^2] = mu * (w - a)
     assert model.weight.grad.flatten().tolist() == pytest.approx([0.3 * 1.0, 0.3 * -3.0])
@@ -46,7 +50,9 @@ def test_proximal_gradient_is_mu_times_difference_and_anchor_gets_none():
 
 
 def test_fedprox_regularizer_uses_configured_mu_and_round_anchor():
-    algorithm = FedProx(load_config(None, ["algorithm=fedprox", "fedprox.mu=0.3"]), Task(2, 1, ["a"]))
+    algorithm = FedProx(
+        load_config(None, ["algorithm=fedprox", "fedprox.mu=0.3"]), Task(2, 1, ["a"])
+    )
     model = small_model()
     anchor = {"weight": torch.tensor([[0.0, 1.0]]), "bias": torch.tensor([2.5])}
     # same numbers as above: 0.3 / 2 * 14

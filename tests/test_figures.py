@@ -1,4 +1,5 @@
-"""The figures the README and docs quote match the committed results they come from (`fedac report`)."""
+"""The figures the README and docs quote match the committed results they come from (`fedac
+report`)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ REPO = Path(__file__).resolve().parents[1]
 def test_every_quoted_figure_matches_its_committed_result():
     quotes = collect(REPO)
     missing = [f"{q.doc}: {q.text!r} (from {q.source})" for q in quotes if not q.found]
-    assert not missing, "quoted figures that differ from their results (regenerate with `fedac report`):\n" + "\n".join(missing)
+    assert not missing, (
+        "quoted figures that differ from their results (regenerate with `fedac report`):\n"
+        + "\n".join(missing)
+    )
     sources = " ".join(q.source for q in quotes)
     assert "docs/results/default-run/results.json [final.accuracy]" in sources
 
@@ -29,7 +33,11 @@ def test_every_results_table_row_of_the_readme_is_tied_to_a_file():
     """A mean ± std typed into a README table by hand, with no figure behind it, fails: both of its
     numbers must lie inside quotes (a whole row, or single figures) found in that row."""
     quoted = [q.text for q in collect(REPO) if q.doc == "README.md"]
-    rows = [line for line in (REPO / "README.md").read_text().splitlines() if line.startswith("|") and "±" in line]
+    rows = [
+        line
+        for line in (REPO / "README.md").read_text().splitlines()
+        if line.startswith("|") and "±" in line
+    ]
     assert rows
     for row in rows:
         inside = [q for q in quoted if q in row]
@@ -43,7 +51,11 @@ def test_every_results_table_row_of_the_readme_is_tied_to_a_file():
 def copy_repo_figures(dest: Path) -> Path:
     """The figures file, its documents and its result files under `dest`."""
     entries = yaml.safe_load((REPO / FIGURES).read_text())
-    paths = {str(FIGURES)} | {e["doc"] for e in entries} | {f for e in entries for f in e.get("files") or [e["file"]]}
+    paths = (
+        {str(FIGURES)}
+        | {e["doc"] for e in entries}
+        | {f for e in entries for f in e.get("files") or [e["file"]]}
+    )
     for rel in paths:
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(REPO / rel, dest / rel)
@@ -56,7 +68,9 @@ def test_report_check_fails_when_the_readme_or_the_result_changes(tmp_path, caps
     assert main(["report", "--root", str(root), "--check"]) == 0
     out = capsys.readouterr().out
     # the figure as the committed result gives it (a rerun of the default run changes it)
-    accuracy = json.loads((root / "docs/results/default-run/results.json").read_text())["final"]["accuracy"]
+    accuracy = json.loads((root / "docs/results/default-run/results.json").read_text())["final"][
+        "accuracy"
+    ]
     quote = f"reached {accuracy:.2%} test accuracy"
     assert f"ok      README.md: {quote}" in out
     assert "MISSING" not in out
@@ -83,66 +97,142 @@ def test_values_ranges_and_keys(tmp_path):
     assert render_value({**entry, "file": "b.json"}, tmp_path) == "0.27"
     assert render_value({**entry, "files": ["b.json", "a.json"]}, tmp_path) == "0.15-0.27"
     assert render_value({**entry, "files": ["a.json", "c.json"]}, tmp_path) == "0.15"
-    assert lookup({"runs": {"FedMLAC w/o ML": [{"accuracy": 0.3}]}}, "runs.FedMLAC w/o ML.0.accuracy") == 0.3
+    assert (
+        lookup({"runs": {"FedMLAC w/o ML": [{"accuracy": 0.3}]}}, "runs.FedMLAC w/o ML.0.accuracy")
+        == 0.3
+    )
     with pytest.raises(ConfigError, match="no 'f1' .of key 'final.f1'"):
         lookup({"final": {"accuracy": 0.3}}, "final.f1")
 
 
 def test_an_early_exit_table_is_tied_row_by_row(tmp_path):
-    """`table: earlyexit`: each row rendered from the table's summary.json must be in the document."""
+    """`table: earlyexit`: each row rendered from the table's summary.json must be in the
+    document."""
     from fedac.experiments.figures import quotes_of
 
-    rows = [{"dataset": "speech_commands", "metric": "error", "values": {"homo FL": [30.0, 32.0], "hetero FedAvg": [36.5]}},
-            {"dataset": "voxceleb1", "metric": "EER", "values": {"homo FL": [15.25, 14.75], "hetero FedAvg": []}}]
+    rows = [
+        {
+            "dataset": "speech_commands",
+            "metric": "error",
+            "values": {"homo FL": [30.0, 32.0], "hetero FedAvg": [36.5]},
+        },
+        {
+            "dataset": "voxceleb1",
+            "metric": "EER",
+            "values": {"homo FL": [15.25, 14.75], "hetero FedAvg": []},
+        },
+    ]
     (tmp_path / "summary.json").write_text(json.dumps({"rows": rows}))
     quotes = quotes_of({"table": "earlyexit", "file": "summary.json"}, tmp_path)
-    assert quotes == ["| speech_commands | error | 31.00 ± 1.00 | 36.50 |", "| voxceleb1 | EER | 15.00 ± 0.25 | - |"]
+    assert quotes == [
+        "| speech_commands | error | 31.00 ± 1.00 | 36.50 |",
+        "| voxceleb1 | EER | 15.00 ± 0.25 | - |",
+    ]
     with pytest.raises(ConfigError, match="known: compare, earlyexit"):
         quotes_of({"table": "other", "file": "summary.json"}, tmp_path)
 
 
 def test_a_grid_entry_ties_each_whole_row_to_one_figure_per_file(tmp_path):
-    """`table: grid` renders `| label | cell | ... |` from a key of each file in turn, by hand here."""
+    """`table: grid` renders `| label | cell | ... |` from a key of each file in turn, by hand
+    here."""
     for name, acc in (("a", [0.5, 0.125]), ("b", [0.25, 0.0])):
-        (tmp_path / f"{name}.json").write_text(json.dumps({"mean_std": {"FedAvg": {"accuracy": acc}}}))
-    grid = {"doc": "README.md", "table": "grid", "files": ["a.json", "b.json"], "format": "{:.2%}",
-            "rows": [["FedAvg, test acc.", "mean_std.FedAvg.accuracy"]]}
+        (tmp_path / f"{name}.json").write_text(
+            json.dumps({"mean_std": {"FedAvg": {"accuracy": acc}}})
+        )
+    grid = {
+        "doc": "README.md",
+        "table": "grid",
+        "files": ["a.json", "b.json"],
+        "format": "{:.2%}",
+        "rows": [["FedAvg, test acc.", "mean_std.FedAvg.accuracy"]],
+    }
     one_seed = dict(grid, rows=[["FedAvg, seed 0", "mean_std.FedAvg.accuracy.0"]], std=False)
     (tmp_path / "figures.yaml").write_text(yaml.safe_dump([dict(grid, std=True), one_seed]))
     readme = tmp_path / "README.md"
-    readme.write_text("| FedAvg, test acc. | 50.00% ± 12.50% | 25.00% ± 0.00% |\n| FedAvg, seed 0 | 50.00% | 25.00% |\n")
+    readme.write_text(
+        "| FedAvg, test acc. | 50.00% ± 12.50% | 25.00% ± 0.00% |\n| FedAvg, seed 0 | 50.00% | "
+        "25.00% |\n"
+    )
     quotes = collect(tmp_path, Path("figures.yaml"))
-    assert [q.text for q in quotes] == ["| FedAvg, test acc. | 50.00% ± 12.50% | 25.00% ± 0.00% |",
-                                        "| FedAvg, seed 0 | 50.00% | 25.00% |"]
+    assert [q.text for q in quotes] == [
+        "| FedAvg, test acc. | 50.00% ± 12.50% | 25.00% ± 0.00% |",
+        "| FedAvg, seed 0 | 50.00% | 25.00% |",
+    ]
     assert all(q.found for q in quotes)
-    readme.write_text("| FedAvg, test acc. | 50.00% ± 12.50% | 25.10% ± 0.00% |\n| FedAvg, seed 0 | 50.00% | 25.00% |\n")
+    readme.write_text(
+        "| FedAvg, test acc. | 50.00% ± 12.50% | 25.10% ± 0.00% |\n| FedAvg, seed 0 | 50.00% | "
+        "25.00% |\n"
+    )
     assert [q.found for q in collect(tmp_path, Path("figures.yaml"))] == [False, True]
 
 
 def test_a_robustness_entry_ties_each_row_of_one_algorithm_and_metric(tmp_path):
-    """`table: robustness` renders one table of `fedac reproduce robustness`'s summary.json, by hand here:
-    a cell per aggregator in percent, `(n=k)` for a partial cell, the success rate on the clean row (its
-    baseline) and the backdoor rows only."""
-    cells = {"clean": {"FedAvg": {"mean": {"accuracy": [0.5, 0.125, 2], "attack_success_rate": [0.03, 0.01, 2]},
-                                  "median": {"accuracy": [0.25, 0.0, 1], "attack_success_rate": [0.02, 0.0, 1]}}},
-             "scale 30%": {"FedAvg": {"mean": {"accuracy": [0.1, 0.0, 2], "attack_success_rate": [float("nan"), float("nan"), 0]},
-                                      "median": {"accuracy": [0.2, 0.0, 2], "attack_success_rate": [float("nan"), float("nan"), 0]}}},
-             "backdoor 30%": {"FedAvg": {"mean": {"accuracy": [0.4, 0.0, 2], "attack_success_rate": [0.9, 0.05, 2]},
-                                         "median": {"accuracy": [0.0, 0.0, 0], "attack_success_rate": [0.0, 0.0, 0]}}}}
-    (tmp_path / "summary.json").write_text(json.dumps({"command": "", "seeds": [0, 1], "cells": cells}))
-    entry = {"doc": "README.md", "table": "robustness", "file": "summary.json", "algorithm": "FedAvg"}
-    (tmp_path / "figures.yaml").write_text(yaml.safe_dump([dict(entry, metric="accuracy"),
-                                                           dict(entry, metric="attack_success_rate")]))
-    rows = ["| clean | 50.00 ± 12.50 | 25.00 (n=1) |", "| scale 30% | 10.00 ± 0.00 | 20.00 ± 0.00 |",
-            "| backdoor 30% | 40.00 ± 0.00 | pending |",
-            "| clean | 3.00 ± 1.00 | 2.00 (n=1) |", "| backdoor 30% | 90.00 ± 5.00 | pending |"]
+    """`table: robustness` renders one table of `fedac reproduce robustness`'s summary.json, by hand
+    here: a cell per aggregator in percent, `(n=k)` for a partial cell, the success rate on the
+    clean row (its baseline) and the backdoor rows only."""
+    cells = {
+        "clean": {
+            "FedAvg": {
+                "mean": {"accuracy": [0.5, 0.125, 2], "attack_success_rate": [0.03, 0.01, 2]},
+                "median": {"accuracy": [0.25, 0.0, 1], "attack_success_rate": [0.02, 0.0, 1]},
+            }
+        },
+        "scale 30%": {
+            "FedAvg": {
+                "mean": {
+                    "accuracy": [0.1, 0.0, 2],
+                    "attack_success_rate": [float("nan"), float("nan"), 0],
+                },
+                "median": {
+                    "accuracy": [0.2, 0.0, 2],
+                    "attack_success_rate": [float("nan"), float("nan"), 0],
+                },
+            }
+        },
+        "backdoor 30%": {
+            "FedAvg": {
+                "mean": {"accuracy": [0.4, 0.0, 2], "attack_success_rate": [0.9, 0.05, 2]},
+                "median": {"accuracy": [0.0, 0.0, 0], "attack_success_rate": [0.0, 0.0, 0]},
+            }
+        },
+    }
+    (tmp_path / "summary.json").write_text(
+        json.dumps({"command": "", "seeds": [0, 1], "cells": cells})
+    )
+    entry = {
+        "doc": "README.md",
+        "table": "robustness",
+        "file": "summary.json",
+        "algorithm": "FedAvg",
+    }
+    (tmp_path / "figures.yaml").write_text(
+        yaml.safe_dump([dict(entry, metric="accuracy"), dict(entry, metric="attack_success_rate")])
+    )
+    rows = [
+        "| clean | 50.00 ± 12.50 | 25.00 (n=1) |",
+        "| scale 30% | 10.00 ± 0.00 | 20.00 ± 0.00 |",
+        "| backdoor 30% | 40.00 ± 0.00 | pending |",
+        "| clean | 3.00 ± 1.00 | 2.00 (n=1) |",
+        "| backdoor 30% | 90.00 ± 5.00 | pending |",
+    ]
     (tmp_path / "README.md").write_text("\n".join(rows) + "\n")
     quotes = collect(tmp_path, Path("figures.yaml"))
     assert [q.text for q in quotes] == rows and all(q.found for q in quotes)
-    (tmp_path / "README.md").write_text("\n".join(rows[:4]) + "\n| backdoor 30% | 90.00 ± 5.01 | pending |\n")
-    assert [q.found for q in collect(tmp_path, Path("figures.yaml"))] == [True, True, True, True, False]
+    (tmp_path / "README.md").write_text(
+        "\n".join(rows[:4]) + "\n| backdoor 30% | 90.00 ± 5.01 | pending |\n"
+    )
+    assert [q.found for q in collect(tmp_path, Path("figures.yaml"))] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+    ]
     # Without a backdoor row there is no success-rate table, not even the clean baseline.
     from fedac.experiments.robustness import table_rows
 
-    no_backdoor = {"seeds": [0, 1], "cells": {row: c for row, c in cells.items() if row != "backdoor 30%"}}
+    no_backdoor = {
+        "seeds": [0, 1],
+        "cells": {row: c for row, c in cells.items() if row != "backdoor 30%"},
+    }
     assert table_rows(no_backdoor, "FedAvg", "attack_success_rate") == []

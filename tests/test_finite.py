@@ -1,4 +1,5 @@
-"""engine/simulator.py `all_finite`, the check that rejects NaN/Inf uploads (one foreach call per upload)."""
+"""engine/simulator.py `all_finite`, the check that rejects NaN/Inf uploads (one foreach call per
+upload)."""
 
 from __future__ import annotations
 

@@ -21,10 +21,15 @@ RATE = 16000
 
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
-    """4 speakers (2 train, 1 val, 1 test), 1 clip each; 30 s of background noise for silence slices."""
+    """4 speakers (2 train, 1 val, 1 test), 1 clip each; 30 s of background noise for silence
+    slices."""
     root = make_gsc_tree(tmp_path_factory.mktemp("gsc_small"), speakers=4, clips=1)
     rng = np.random.default_rng(1)
-    sf.write(root / "_background_noise_" / "pink.wav", 0.05 * rng.standard_normal(RATE * 30).astype(np.float32), RATE)
+    sf.write(
+        root / "_background_noise_" / "pink.wav",
+        0.05 * rng.standard_normal(RATE * 30).astype(np.float32),
+        RATE,
+    )
     return root
 
 
@@ -82,7 +87,8 @@ def test_12_class_task(tree):
     assert len(sil) == 35
     assert all("_background_noise_" in c.path and c.duration == 1.0 for c in sil)
     assert sorted((Path(c.path).name, c.offset) for c in sil) == sorted(
-        [("white_noise.wav", float(s)) for s in range(5)] + [("pink.wav", float(s)) for s in range(30)]
+        [("white_noise.wav", float(s)) for s in range(5)]
+        + [("pink.wav", float(s)) for s in range(30)]
     )
     splits = Counter(c.split for c in sil)
     assert splits["train"] > splits["val"] and splits["train"] > splits["test"]
@@ -93,7 +99,9 @@ def test_12_class_task(tree):
     assert set(owners) == train_speakers
     # deterministic
     again = load_manifest(tree, DataConfig(task="12"))
-    assert [(c.path, c.offset, c.split, c.client) for c in again.clips] == [(c.path, c.offset, c.split, c.client) for c in m.clips]
+    assert [(c.path, c.offset, c.split, c.client) for c in again.clips] == [
+        (c.path, c.offset, c.split, c.client) for c in m.clips
+    ]
 
 
 def test_12_class_needs_background_noise(own_tree):
@@ -111,6 +119,7 @@ def test_unknown_task(tree):
 
 
 # --- bad trees ----------------------------------------------------------------------------------
+
 
 def test_missing_root(tmp_path):
     with pytest.raises(DatasetError, match="does not exist") as info:
@@ -139,7 +148,9 @@ def test_list_entry_without_file(own_tree):
 
 
 def test_empty_word_folder(tmp_path):
-    root = make_gsc_tree(tmp_path / "gsc", speakers=3, words=[w for w in WORDS_35 if w != "marvin"], clips=1)
+    root = make_gsc_tree(
+        tmp_path / "gsc", speakers=3, words=[w for w in WORDS_35 if w != "marvin"], clips=1
+    )
     with pytest.raises(DatasetError, match="marvin") as info:
         load_manifest(root, DataConfig())
     assert "no .wav files" in str(info.value)
@@ -160,10 +171,13 @@ def test_bad_filename(own_tree):
     assert "_nohash_" in str(info.value)
 
 
-@pytest.mark.parametrize("damage, words", [
-    ("garbage", "cannot decode"),
-    ("empty", "no samples"),
-])
+@pytest.mark.parametrize(
+    "damage, words",
+    [
+        ("garbage", "cannot decode"),
+        ("empty", "no samples"),
+    ],
+)
 def test_bad_wav_names_the_file_when_features_are_computed(own_tree, damage, words):
     bad = own_tree / "happy" / "00000000_nohash_0.wav"
     if damage == "garbage":
@@ -201,14 +215,18 @@ def test_stereo_44k1_is_downmixed_and_resampled(tmp_path):
     assert len(audio) == 16000
     # mono = (L + R) / 2 = 0.25 sin(2 pi 440 t): RMS 0.25 / sqrt(2) away from the edges
     middle = audio[2000:-2000]
-    assert np.sqrt(np.mean(middle.astype(np.float64) ** 2)) == pytest.approx(0.25 / np.sqrt(2), rel=0.01)
+    assert np.sqrt(np.mean(middle.astype(np.float64) ** 2)) == pytest.approx(
+        0.25 / np.sqrt(2), rel=0.01
+    )
     spectrum = np.abs(np.fft.rfft(audio))
     assert np.argmax(spectrum) == 440  # 1 Hz bins at 16000 samples / 16 kHz
 
 
 def test_8k_mono_is_upsampled(tmp_path):
     path = tmp_path / "low.wav"
-    sf.write(path, (0.3 * np.sin(2 * np.pi * 1000 * np.arange(8000) / 8000)).astype(np.float32), 8000)
+    sf.write(
+        path, (0.3 * np.sin(2 * np.pi * 1000 * np.arange(8000) / 8000)).astype(np.float32), 8000
+    )
     audio = load_audio(path)
     assert len(audio) == 16000
     assert np.argmax(np.abs(np.fft.rfft(audio))) == 1000
@@ -225,7 +243,9 @@ def test_offset_and_duration(tmp_path):
 def test_stereo_44k1_in_the_tree_gives_normal_features(own_tree):
     path = own_tree / "wow" / "00000000_nohash_0.wav"
     t = np.arange(44100) / 44100
-    stereo = np.stack([0.3 * np.sin(2 * np.pi * 700 * t), 0.3 * np.sin(2 * np.pi * 700 * t)], axis=1)
+    stereo = np.stack(
+        [0.3 * np.sin(2 * np.pi * 700 * t), 0.3 * np.sin(2 * np.pi * 700 * t)], axis=1
+    )
     sf.write(path, stereo.astype(np.float32), 44100)
     m = load_manifest(own_tree, DataConfig())
     feats = compute_features(m, FeatureConfig(), progress=False)

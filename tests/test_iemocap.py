@@ -1,4 +1,5 @@
-"""IEMOCAP loader on a tiny release-1.0 tree: improvised only, exc -> hap, speakers, sessions, errors."""
+"""IEMOCAP loader on a tiny release-1.0 tree: improvised only, exc -> hap, speakers, sessions,
+errors."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from iemocap_fixture import LABELS, make_iemocap_tree
 
 from fedac.config import DataConfig
 from fedac.data.iemocap import CLASSES, load_manifest, speaker_of
 from fedac.data.partition import partition
 from fedac.errors import ConfigError, DatasetError
+from iemocap_fixture import LABELS, make_iemocap_tree
 
 PER_DIALOG = 12
 KEPT = sum(label in ("neu", "hap", "exc", "sad", "ang") for label in LABELS)  # per dialog of 12
@@ -65,7 +66,12 @@ def test_clients_are_speakers_and_session_5_is_test(iemocap_root):
 def test_test_fold_selects_session(iemocap_root):
     m = load_manifest(iemocap_root, DataConfig(test_fold="1"))
     assert {c.client[:5] for c in m.clips if c.split == "test"} == {"Ses01"}
-    assert {Path(c.path).parent.name[:5] for c in m.clips if c.split == "val"} == {"Ses02", "Ses03", "Ses04", "Ses05"}
+    assert {Path(c.path).parent.name[:5] for c in m.clips if c.split == "val"} == {
+        "Ses02",
+        "Ses03",
+        "Ses04",
+        "Ses05",
+    }
     with pytest.raises(ConfigError, match="data.test_fold='6'.*1, 2, 3, 4, 5"):
         load_manifest(iemocap_root, DataConfig(test_fold="6"))
 
@@ -102,13 +108,18 @@ def test_unknown_label_and_foreign_utterance(tree):
 def test_listed_utterance_without_wav(tree):
     wav = tree / "Session4" / "sentences" / "wav" / "Ses04M_impro02" / "Ses04M_impro02_M000.wav"
     wav.unlink()
-    with pytest.raises(DatasetError, match=r"Ses04M_impro02\.txt line \d+ labels Ses04M_impro02_M000, but .* does not exist"):
+    with pytest.raises(
+        DatasetError,
+        match=r"Ses04M_impro02\.txt line \d+ labels Ses04M_impro02_M000, but .* does not exist",
+    ):
         load_manifest(tree, DataConfig())
 
 
 def test_missing_wav_of_excluded_label_is_fine(tree):
     # F003 is labelled xxx: it is not used, so its audio is not required.
-    (tree / "Session1" / "sentences" / "wav" / "Ses01F_impro01" / "Ses01F_impro01_F003.wav").unlink()
+    (
+        tree / "Session1" / "sentences" / "wav" / "Ses01F_impro01" / "Ses01F_impro01_F003.wav"
+    ).unlink()
     assert len(load_manifest(tree, DataConfig()).clips) == 5 * 2 * KEPT
 
 
@@ -122,5 +133,7 @@ def test_missing_session_and_root(tree, tmp_path):
 
 def test_missing_annotations_folder(tree):
     shutil.rmtree(tree / "Session2" / "dialog" / "EmoEvaluation")
-    with pytest.raises(DatasetError, match=r"Session2 annotations: folder .*EmoEvaluation does not exist"):
+    with pytest.raises(
+        DatasetError, match=r"Session2 annotations: folder .*EmoEvaluation does not exist"
+    ):
         load_manifest(tree, DataConfig())

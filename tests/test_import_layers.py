@@ -1,6 +1,7 @@
-"""Imports go downwards (docs/architecture.md): every fedac module sits in one layer, imports only from its
-own layer or lower ones, and no set of modules imports itself in a circle. Read with `ast` only, so the
-check sees function-level (lazy) imports as well as module-level ones, and needs no import of fedac."""
+"""Imports go downwards (docs/architecture.md): every fedac module sits in one layer, imports only
+from its own layer or lower ones, and no set of modules imports itself in a circle. Read with `ast`
+only, so the check sees function-level (lazy) imports as well as module-level ones, and needs no
+import of fedac."""
 
 from __future__ import annotations
 
@@ -12,8 +13,19 @@ SRC = Path(__file__).resolve().parents[1] / "src"
 #: Lowest layer first: (name, module prefixes). The one place the direction is declared.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # the shared ground at the package root, and settings/ (no torch, read by config)
-    ("core", ("fedac", "fedac.errors", "fedac.seeding", "fedac.fields", "fedac.registry", "fedac.config",
-              "fedac.version", "fedac.settings")),
+    (
+        "core",
+        (
+            "fedac",
+            "fedac.errors",
+            "fedac.seeding",
+            "fedac.fields",
+            "fedac.registry",
+            "fedac.config",
+            "fedac.version",
+            "fedac.settings",
+        ),
+    ),
     ("data", ("fedac.data",)),
     ("models", ("fedac.models", "fedac.kernels")),
     ("training", ("fedac.training",)),
@@ -21,7 +33,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("algorithms", ("fedac.algorithms",)),
     ("engine", ("fedac.engine",)),
     ("flower", ("fedac.flower",)),
-    ("experiments", ("fedac.experiments",)),  # the papers' tables and their commands: nothing below imports them
+    # the papers' tables and their commands: nothing below imports them
+    ("experiments", ("fedac.experiments",)),
     ("cli", ("fedac.cli", "fedac.__main__")),
 ]
 
@@ -53,7 +66,11 @@ def imports(module: str, path: Path, known: set[str]) -> list[tuple[str, int]]:
     found = []
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
-            found += [(alias.name, node.lineno) for alias in node.names if alias.name.split(".")[0] == "fedac"]
+            found += [
+                (alias.name, node.lineno)
+                for alias in node.names
+                if alias.name.split(".")[0] == "fedac"
+            ]
         elif isinstance(node, ast.ImportFrom):
             if node.level:  # relative: climb from the importing package
                 base = package.split(".")
@@ -63,11 +80,12 @@ def imports(module: str, path: Path, known: set[str]) -> list[tuple[str, int]]:
                 target = node.module or ""
             if target.split(".")[0] != "fedac":
                 continue
-            for alias in node.names:  # `from fedac.x import y` imports the module fedac.x.y when y is one
+            # `from fedac.x import y` imports the module fedac.x.y when y is one
+            for alias in node.names:
                 sub = f"{target}.{alias.name}"
                 found.append((sub if sub in known else target, node.lineno))
-    # A module importing its own package's face (e.g. `from fedac.data import x` inside fedac.data.*) is
-    # the parent package, a different module; only the module itself is dropped.
+    # A module importing its own package's face (e.g. `from fedac.data import x` inside
+    # fedac.data.*) is the parent package, a different module; only the module itself is dropped.
     return [(name, line) for name, line in found if name != module]
 
 
@@ -76,13 +94,16 @@ def import_graph() -> tuple[dict[str, Path], dict[str, list[tuple[str, int]]]]:
     known = set(files)
     graph = {}
     for module, path in files.items():
-        graph[module] = [(target if target in known else _owner(target, known), line)
-                         for target, line in imports(module, path, known)]
+        graph[module] = [
+            (target if target in known else _owner(target, known), line)
+            for target, line in imports(module, path, known)
+        ]
     return files, graph
 
 
 def _owner(name: str, known: set[str]) -> str:
-    """The nearest known module above a dotted name (an attribute import of a module that is not a file)."""
+    """The nearest known module above a dotted name (an attribute import of a module that is not a
+    file)."""
     while name not in known and "." in name:
         name = name.rpartition(".")[0]
     return name
@@ -126,7 +147,9 @@ def find_cycles(graph: dict[str, list[tuple[str, int]]]) -> list[list[str]]:
 def test_every_module_has_a_layer():
     files, _ = import_graph()
     orphans = [module for module in files if layer_of(module) is None]
-    assert not orphans, f"modules in no layer of LAYERS (add their prefix where they belong): {orphans}"
+    assert not orphans, (
+        f"modules in no layer of LAYERS (add their prefix where they belong): {orphans}"
+    )
 
 
 def test_imports_go_downwards():
@@ -137,33 +160,57 @@ def test_imports_go_downwards():
         for target, line in targets:
             there = layer_of(target)
             if here is not None and there is not None and there > here:
-                upward.append(f"{files[module].relative_to(SRC)}:{line}: {module} ({LAYERS[here][0]}) imports "
-                              f"{target} ({LAYERS[there][0]})")
+                upward.append(
+                    f"{files[module].relative_to(SRC)}:{line}: {module} ({LAYERS[here][0]}) "
+                    f"imports {target} ({LAYERS[there][0]})"
+                )
     assert not upward, "imports that climb a layer:\n" + "\n".join(upward)
 
 
 def test_no_import_cycles():
     _, graph = import_graph()
     cycles = find_cycles(graph)
-    assert not cycles, "modules that import each other in a circle:\n" + "\n".join(" <-> ".join(c) for c in cycles)
+    assert not cycles, "modules that import each other in a circle:\n" + "\n".join(
+        " <-> ".join(c) for c in cycles
+    )
 
 
 def test_the_checker_sees_lazy_relative_and_submodule_imports(tmp_path):
-    """The graph reader itself: a lazy import, a relative one and `from pkg import submodule` all count."""
+    """The graph reader itself: a lazy import, a relative one and `from pkg import submodule` all
+    count."""
     pkg = tmp_path / "fedac" / "engine"
     pkg.mkdir(parents=True)
     (pkg / "__init__.py").write_text("")
     (pkg / "sim.py").write_text("def f():\n    from fedac.algorithms import base\n")
     (pkg / "rel.py").write_text("from . import sim\nfrom .sim import f\n")
-    known = {"fedac.engine", "fedac.engine.sim", "fedac.engine.rel", "fedac.algorithms", "fedac.algorithms.base"}
+    known = {
+        "fedac.engine",
+        "fedac.engine.sim",
+        "fedac.engine.rel",
+        "fedac.algorithms",
+        "fedac.algorithms.base",
+    }
     assert imports("fedac.engine.sim", pkg / "sim.py", known) == [("fedac.algorithms.base", 2)]
-    assert imports("fedac.engine.rel", pkg / "rel.py", known) == [("fedac.engine.sim", 1), ("fedac.engine.sim", 2)]
+    assert imports("fedac.engine.rel", pkg / "rel.py", known) == [
+        ("fedac.engine.sim", 1),
+        ("fedac.engine.sim", 2),
+    ]
     graph = {"a": [("b", 1)], "b": [("c", 1)], "c": [("a", 1)], "d": [("a", 1)]}
     assert find_cycles(graph) == [["a", "b", "c"]]
 
 
 def test_the_package_root_holds_only_the_shared_ground():
-    """Issue 58: no lobby of loose modules. A module at src/fedac/ belongs in a package (rules/, training/,
-    engine/, ...) unless it is ground every layer shares; a new one here fails until it moves."""
+    """Issue 58: no lobby of loose modules. A module at src/fedac/ belongs in a package (rules/,
+    training/, engine/, ...) unless it is ground every layer shares; a new one here fails until it
+    moves."""
     root = sorted(path.stem for path in (SRC / "fedac").glob("*.py") if path.stem != "__init__")
-    assert root == ["__main__", "cli", "config", "errors", "fields", "registry", "seeding", "version"], root
+    assert root == [
+        "__main__",
+        "cli",
+        "config",
+        "errors",
+        "fields",
+        "registry",
+        "seeding",
+        "version",
+    ], root

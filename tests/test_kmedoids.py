@@ -1,5 +1,5 @@
-"""PAM against brute force: the optimum on small clustered cases (PAM is a heuristic, so on arbitrary
-points only a swap-local optimum is guaranteed, checked on random points)."""
+"""PAM against brute force: the optimum on small clustered cases (PAM is a heuristic, so on
+arbitrary points only a swap-local optimum is guaranteed, checked on random points)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,19 @@
 """FedKWS-UI's augmentation (data/augment.py): time shift, background noise and SpecAugment by their
-definitions, `features.augment` deterministic per seed and resume-exact, `features.test_augment` fixed
-per clip with the clean test set reported beside it."""
+definitions, `features.augment` deterministic per seed and resume-exact, `features.test_augment`
+fixed per clip with the clean test set reported beside it."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 import torch
-from helpers import tiny_run
 
 from fedac.config import load_config
 from fedac.data.augment import AugmentedWindows, noise_bank, shift_and_noise, spec_augment
 from fedac.engine.data import build_federated_data
 from fedac.engine.simulator import Simulator
 from fedac.errors import ConfigError, DatasetError
+from helpers import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 RATE = 8000
@@ -41,7 +41,9 @@ def test_noise_is_mixed_with_probability_0_8_and_volume_at_most_0_1():
     assert torch.allclose(added, volume[:, None].expand_as(added))
     mixed = volume > 0
     assert 0.77 < float(mixed.float().mean()) < 0.83  # p = 0.8 over 2,000 clips
-    assert float(volume.max()) <= 0.1 and float(volume[mixed].mean()) == pytest.approx(0.05, abs=0.003)  # U(0, 0.1)
+    assert float(volume.max()) <= 0.1 and float(volume[mixed].mean()) == pytest.approx(
+        0.05, abs=0.003
+    )  # U(0, 0.1)
 
 
 def test_spec_augment_masks_one_band_and_one_span():
@@ -56,19 +58,36 @@ def test_spec_augment_masks_one_band_and_one_span():
         freq_widths.append(len(rows))
         time_widths.append(len(cols))
         assert int((item == 0).sum()) == len(rows) * 101 + len(cols) * 40 - len(rows) * len(cols)
-    # torchaudio's FrequencyMasking(5) / TimeMasking(10): [int(a), int(a + w)) with w = U * 5 (10): 0 to 5 (10) wide
-    assert sorted(set(freq_widths)) == list(range(6)) and sorted(set(time_widths)) == list(range(11))
+    # torchaudio's FrequencyMasking(5) / TimeMasking(10): [int(a), int(a + w)) with w = U * 5 (10):
+    # 0 to 5 (10) wide
+    assert sorted(set(freq_widths)) == list(range(6)) and sorted(set(time_widths)) == list(
+        range(11)
+    )
 
 
 def test_missing_noise_folder_is_a_typed_error(tmp_path):
-    with pytest.raises(DatasetError, match=r"_background_noise_ holds no .wav files; add the dataset's noise files or set features.augment=false"):
+    with pytest.raises(
+        DatasetError,
+        match=(
+            r"_background_noise_ holds no .wav files; add the dataset's noise files or set "
+            r"features.augment=false"
+        ),
+    ):
         noise_bank(str(tmp_path), RATE)
 
 
 @pytest.fixture(scope="module")
 def settings(gsc_root):
-    return {**tiny_run(gsc_root, None), "algorithm": "fedavg", "train.rounds": 2, "train.local_epochs": 1,
-            "data.task": 12, "data.gsc12": "fedkws", "features.style": "fedkws", "features.augment": True}
+    return {
+        **tiny_run(gsc_root, None),
+        "algorithm": "fedavg",
+        "train.rounds": 2,
+        "train.local_epochs": 1,
+        "data.task": 12,
+        "data.gsc12": "fedkws",
+        "features.style": "fedkws",
+        "features.augment": True,
+    }
 
 
 def config(settings, **extra):
@@ -83,7 +102,8 @@ def test_training_windows_are_augmented_afresh_and_reproducibly(settings):
     torch.manual_seed(3)
     a, b = client.x[idx], client.x[idx]
     torch.manual_seed(3)
-    assert not torch.equal(a, b) and torch.equal(a, client.x[idx])  # new draws per batch, fixed by the RNG state
+    # new draws per batch, fixed by the RNG state
+    assert not torch.equal(a, b) and torch.equal(a, client.x[idx])
     plain = build_federated_data(config(settings, **{"features.augment": False}), progress=False)
     assert isinstance(plain.clients[0].x, torch.Tensor)
 
@@ -93,7 +113,8 @@ def test_augmented_run_is_resume_exact_and_differs_from_a_clean_one(settings, tm
     cfg = config(settings)
     full = Simulator(cfg, tmp_path / "full", progress=False)
     full.run()
-    assert full.algorithm.execution_path() == "stacked"  # each client's augmentation drawn on the stacked path
+    # each client's augmentation drawn on the stacked path
+    assert full.algorithm.execution_path() == "stacked"
     part = Simulator(cfg, tmp_path / "part", full.data, progress=False)
     assert part.run(stop_after=1) is None
     resumed = Simulator(cfg, tmp_path / "part", full.data, progress=False)
@@ -102,29 +123,43 @@ def test_augmented_run_is_resume_exact_and_differs_from_a_clean_one(settings, tm
         assert torch.equal(value, resumed.state["server"]["params"][key]), key
     # one client's update from the same model and RNG state, on augmented and on clean windows
     algo, client = full.algorithm, next(c for c in full.data.clients if c.num_samples)
-    clean = build_federated_data(config(settings, **{"features.augment": False}), progress=False).client(client.name)
+    clean = build_federated_data(
+        config(settings, **{"features.augment": False}), progress=False
+    ).client(client.name)
     updates = []
     for data in (client, clean):
         torch.manual_seed(0)
-        updates.append(algo.client_update(full.state["server"]["params"], None, data, 3, torch.Generator().manual_seed(0)).upload)
-    assert any(not torch.equal(v, updates[1][k]) for k, v in updates[0].items() if v.is_floating_point())
+        updates.append(
+            algo.client_update(
+                full.state["server"]["params"], None, data, 3, torch.Generator().manual_seed(0)
+            ).upload
+        )
+    assert any(
+        not torch.equal(v, updates[1][k]) for k, v in updates[0].items() if v.is_floating_point()
+    )
 
 
 def test_test_time_augmentation_is_fixed_and_the_clean_test_is_reported(settings, tmp_path):
-    cfg = config(settings, **{"features.augment": False, "features.test_augment": True, "train.rounds": 1})
+    cfg = config(
+        settings, **{"features.augment": False, "features.test_augment": True, "train.rounds": 1}
+    )
     noisy, again = (build_federated_data(cfg, progress=False) for _ in range(2))
     clean = build_federated_data(config(settings, **{"features.augment": False}), progress=False)
     assert torch.equal(noisy.test.x, again.test.x)  # fixed per (seed, clip)
     assert not torch.equal(noisy.test.x, clean.test.x) and not torch.equal(noisy.val.x, clean.val.x)
     assert torch.equal(noisy.extra_test["clean"].x, clean.test.x)
     assert torch.equal(noisy.clients[0].x, clean.clients[0].x)  # training clips untouched
-    other = build_federated_data(config(settings, **{"features.augment": False, "features.test_augment": True,
-                                                     "seed": 1}), progress=False)
+    other = build_federated_data(
+        config(settings, **{"features.augment": False, "features.test_augment": True, "seed": 1}),
+        progress=False,
+    )
     assert not torch.equal(other.test.x, noisy.test.x)  # a new seed, a new fixed draw
     results = Simulator(cfg, tmp_path / "run", noisy, progress=False).run()
     assert 0 <= results["final"]["clean_accuracy"] <= 1 and 0 <= results["final"]["accuracy"] <= 1
 
 
 def test_an_algorithm_without_batches_refuses_augmentation(settings):
-    with pytest.raises(ConfigError, match="algorithm fedkad does not train on; set features.augment=false"):
+    with pytest.raises(
+        ConfigError, match="algorithm fedkad does not train on; set features.augment=false"
+    ):
         build_federated_data(config(settings, algorithm="fedkad"), progress=False)

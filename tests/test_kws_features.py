@@ -1,5 +1,5 @@
-"""features.style=fedkws: FedKWS-UI's 8 kHz MFCC pipeline against a hand-written numpy reference, its
-own cache entry, and its effect on what the models read (no CMVN)."""
+"""features.style=fedkws: FedKWS-UI's 8 kHz MFCC pipeline against a hand-written numpy reference,
+its own cache entry, and its effect on what the models read (no CMVN)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ FEDKWS = FeatureConfig(style="fedkws")
 
 
 def reference_fedkws_mfcc(wave: np.ndarray) -> np.ndarray:
-    """torchaudio.transforms.MFCC(8000, 40, melkwargs n_fft=240, hop 80, n_mels 40, htk, f 0-4000) with
-    AmplitudeToDB(top_db=80), / 500, written out with numpy loops from the definitions."""
+    """torchaudio.transforms.MFCC(8000, 40, melkwargs n_fft=240, hop 80, n_mels 40, htk, f 0-4000)
+    with AmplitudeToDB(top_db=80), / 500, written out with numpy loops from the definitions."""
     n_fft, hop, n_mels = 240, 80, 40  # at 8 kHz
     padded = np.pad(wave.astype(np.float64), n_fft // 2, mode="reflect")
     window = 0.5 - 0.5 * np.cos(2 * np.pi * np.arange(n_fft) / n_fft)  # periodic Hann
@@ -38,15 +38,27 @@ def reference_fedkws_mfcc(wave: np.ndarray) -> np.ndarray:
     db = 10 * np.log10(np.maximum(power @ bank.T, 1e-10))  # (frames, mels)
     db = np.maximum(db, db.max() - 80)
     n = np.arange(n_mels)
-    dct = np.array([[math.sqrt((1 if k == 0 else 2) / n_mels) * math.cos(math.pi * k * (2 * i + 1) / (2 * n_mels))
-                     for i in n] for k in range(40)])
+    dct = np.array(
+        [
+            [
+                math.sqrt((1 if k == 0 else 2) / n_mels)
+                * math.cos(math.pi * k * (2 * i + 1) / (2 * n_mels))
+                for i in n
+            ]
+            for k in range(40)
+        ]
+    )
     return (dct @ db.T) / 500  # (coefficients, frames)
 
 
 def test_fedkws_mfcc_equals_the_hand_written_reference():
     t = np.arange(8000) / 8000
     wave = 0.4 * np.sin(2 * np.pi * 440 * t) + 0.05 * np.random.default_rng(0).standard_normal(8000)
-    ours = FeatureExtractor(FEDKWS)(torch.from_numpy(wave.astype(np.float32))[None])[0].double().numpy()
+    ours = (
+        FeatureExtractor(FEDKWS)(torch.from_numpy(wave.astype(np.float32))[None])[0]
+        .double()
+        .numpy()
+    )
     assert ours.shape == (40, 101)  # 8000 samples at hop 80, centred frames
     np.testing.assert_allclose(ours, reference_fedkws_mfcc(wave.astype(np.float32)), atol=2e-5)
 
@@ -67,7 +79,12 @@ def test_top_db_floors_each_clip_under_its_own_peak():
 
 
 def test_style_replaces_the_rate_and_is_validated():
-    assert FeatureExtractor(FeatureConfig(style="fedkws", sample_rate=16000, n_mfcc=13)).cfg.sample_rate == 8000
+    assert (
+        FeatureExtractor(
+            FeatureConfig(style="fedkws", sample_rate=16000, n_mfcc=13)
+        ).cfg.sample_rate
+        == 8000
+    )
     with pytest.raises(ConfigError, match="features.style must be fedac or fedkws, got 'paper'"):
         FeatureExtractor(FeatureConfig(style="paper"))
     # the fedkws style is torchaudio's MFCC whatever features.kind says (the paper's features)
@@ -92,11 +109,20 @@ def test_style_has_its_own_cache_entry_and_decodes_at_8k(tmp_path):
 
 
 def test_models_read_fedkws_features_without_cmvn(gsc_root, tmp_path):
-    cfg = lambda style: load_config(overrides=[f"data.root={gsc_root}", f"data.cache_dir={tmp_path}",  # noqa: E731
-                                               f"features.style={style}"])
-    plain, fedkws = build_federated_data(cfg("fedac"), progress=False), build_federated_data(cfg("fedkws"), progress=False)
+    cfg = lambda style: load_config(
+        overrides=[
+            f"data.root={gsc_root}",
+            f"data.cache_dir={tmp_path}",  # noqa: E731
+            f"features.style={style}",
+        ]
+    )
+    plain, fedkws = (
+        build_federated_data(cfg("fedac"), progress=False),
+        build_federated_data(cfg("fedkws"), progress=False),
+    )
     assert fedkws.test.x.shape == plain.test.x.shape
-    # CMVN makes every coefficient zero-mean over time; FedKWS-UI's raw c0 / 500 is not, and is small
+    # CMVN makes every coefficient zero-mean over time; FedKWS-UI's raw c0 / 500 is not, and is
+    # small
     assert plain.test.x.mean(dim=2).abs().max() < 1e-3
     assert fedkws.test.x[:, 0].mean(dim=1).abs().min() > 0.05
     assert fedkws.test.x.abs().max() < 5

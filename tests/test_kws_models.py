@@ -1,4 +1,5 @@
-"""The four FedKWS-UI networks (models/kws.py): Table 2's parameter counts, shapes, errors, the CLI list."""
+"""The four FedKWS-UI networks (models/kws.py): Table 2's parameter counts, shapes, errors, the CLI
+list."""
 
 from __future__ import annotations
 
@@ -10,9 +11,14 @@ from fedac.errors import ConfigError
 from fedac.models import build_model, count_parameters
 from fedac.models.kws import KWT
 
-# Counts of the official code's networks for C = 12 / 35 (Table 2: 169K/173K, 228K/232K, 238K/239K, 232K/234K).
-COUNTS = {"dscnn": (168_572, 172_551), "mhattrnn": (227_985, 231_688), "resnet15": (237_882, 238_940),
-          "kwt": (231_852, 233_715)}
+# Counts of the official code's networks for C = 12 / 35 (Table 2: 169K/173K, 228K/232K, 238K/239K,
+# 232K/234K).
+COUNTS = {
+    "dscnn": (168_572, 172_551),
+    "mhattrnn": (227_985, 231_688),
+    "resnet15": (237_882, 238_940),
+    "kwt": (231_852, 233_715),
+}
 
 
 @pytest.mark.parametrize("name", COUNTS)

@@ -1,4 +1,5 @@
-"""`fedac data stats`: FedKWS-UI's Table 1 columns and the Fig. 1 scatter, checked by hand on the fixture."""
+"""`fedac data stats`: FedKWS-UI's Table 1 columns and the Fig. 1 scatter, checked by hand on the
+fixture."""
 
 from __future__ import annotations
 
@@ -9,8 +10,18 @@ from fedac.cli import main
 
 def test_table1_and_scatter_by_hand(gsc_root, tmp_path, capsys):
     png = tmp_path / "fig" / "fig1.png"
-    argv = ["data", "stats", "speech_commands", "--root", str(gsc_root), "--quiet", "--set", "data.local_holdout=0",
-            "--scatter", str(png)]
+    argv = [
+        "data",
+        "stats",
+        "speech_commands",
+        "--root",
+        str(gsc_root),
+        "--quiet",
+        "--set",
+        "data.local_holdout=0",
+        "--scatter",
+        str(png),
+    ]
     assert main(argv) == 0
     out = capsys.readouterr().out
     # 8 speakers x 35 words x 2 clips; speakers 6 and 7 are the validation and test speakers

@@ -1,4 +1,5 @@
-"""Hostile input never takes a run down silently (issue 13): every loader's audio and metadata fuzzed.
+"""Hostile input never takes a run down silently (issue 13): every loader's audio and metadata
+fuzzed.
 
 Each hostile file either loads as the valid audio it is (other rates, stereo, long files: nothing
 valid is lost) or raises a typed fedac error whose message names the file and says how to fix it.
@@ -27,7 +28,9 @@ FIX = ("replace", "delete", "remove", "re-download", "rename", "save", "fix")
 
 
 def tone(seconds=0.5, rate=RATE) -> np.ndarray:
-    return (0.3 * np.sin(2 * np.pi * 440 * np.arange(int(seconds * rate)) / rate)).astype(np.float32)
+    return (0.3 * np.sin(2 * np.pi * 440 * np.arange(int(seconds * rate)) / rate)).astype(
+        np.float32
+    )
 
 
 def write_wav(path: Path, data=None, rate=RATE, subtype="PCM_16", fmt=None) -> Path:
@@ -76,7 +79,8 @@ def test_every_hostile_audio_file_gets_an_error_naming_it_and_the_fix(tmp_path):
 
 
 def test_valid_but_unusual_audio_is_kept(tmp_path):
-    # other rates, stereo, 8-bit, FLAC, a long file (a truncated data chunk is an error: test_audio_integrity.py)
+    # other rates, stereo, 8-bit, FLAC, a long file (a truncated data chunk is an error:
+    # test_audio_integrity.py)
     assert load_audio(write_wav(tmp_path / "a.wav", tone(1.0, 8000), 8000)).shape == (RATE,)
     assert load_audio(write_wav(tmp_path / "b.wav", tone(1.0, 44100), 44100)).shape == (RATE,)
     stereo = np.stack([tone(), -tone()], axis=1)
@@ -87,6 +91,7 @@ def test_valid_but_unusual_audio_is_kept(tmp_path):
 
 
 # --- metadata -------------------------------------------------------------------------------------
+
 
 @pytest.fixture(scope="module")
 def gsc_tree(tmp_path_factory):
@@ -100,7 +105,9 @@ def copy(tree: Path, tmp_path: Path) -> Path:
 def test_gsc_list_files_non_utf8_and_malformed(gsc_tree, tmp_path):
     root = copy(gsc_tree, tmp_path)
     (root / "testing_list.txt").write_bytes(b"yes/\xff\xfe_nohash_0.wav\n")
-    with pytest.raises(DatasetError, match="testing_list.txt line 1 is not UTF-8 text.*fix or remove that line"):
+    with pytest.raises(
+        DatasetError, match="testing_list.txt line 1 is not UTF-8 text.*fix or remove that line"
+    ):
         gsc.load_manifest(root, DataConfig())
     (root / "testing_list.txt").write_text("yes/00000003_nohash_0.wav\n../../etc/passwd\n")
     with pytest.raises(DatasetError, match="testing_list.txt lists '../../etc/passwd'"):
@@ -109,7 +116,8 @@ def test_gsc_list_files_non_utf8_and_malformed(gsc_tree, tmp_path):
 
 def test_gsc_symlink_loop_and_bad_names(gsc_tree, tmp_path):
     root = copy(gsc_tree, tmp_path)
-    os.symlink(root / "yes" / "loop", root / "yes" / "loop")  # a directory-style loop, not a .wav: ignored
+    # a directory-style loop, not a .wav: ignored
+    os.symlink(root / "yes" / "loop", root / "yes" / "loop")
     loop = root / "yes" / "0000000a_nohash_0.wav"
     os.symlink(loop, loop)
     with pytest.raises(DatasetError, match=f"{loop}.*symlink loop.*remove"):
@@ -142,18 +150,32 @@ def test_iemocap_non_utf8_and_malformed_lines(tmp_path):
     root = make_iemocap_tree(tmp_path / "iemocap", per_dialog=2)
     evaluation = sorted((root / "Session1" / "dialog" / "EmoEvaluation").glob("*impro*.txt"))[0]
     text = evaluation.read_bytes()
-    evaluation.write_bytes(text.replace(b"neu", b"n\xffu", 1) if b"neu" in text else b"[\xff" + text)
+    evaluation.write_bytes(
+        text.replace(b"neu", b"n\xffu", 1) if b"neu" in text else b"[\xff" + text
+    )
     with pytest.raises(DatasetError, match=str(evaluation)):
         iemocap.load_manifest(root, DataConfig())
 
 
 # --- a whole run ----------------------------------------------------------------------------------
 
+
 def test_a_run_over_a_corrupt_clip_exits_with_the_file_named(gsc_tree, tmp_path, capsys):
     root = copy(gsc_tree, tmp_path)
     bad = root / "no" / "00000000_nohash_0.wav"
     bad.write_bytes(b"RIFF garbage")
-    code = main(["run", "--rounds", "1", "--quiet", f"--set=data.root={root}", "--set=model.name=crnn_tiny",
-                 f"--set=data.cache_dir={tmp_path / 'cache'}", "--out", str(tmp_path / "run")])
+    code = main(
+        [
+            "run",
+            "--rounds",
+            "1",
+            "--quiet",
+            f"--set=data.root={root}",
+            "--set=model.name=crnn_tiny",
+            f"--set=data.cache_dir={tmp_path / 'cache'}",
+            "--out",
+            str(tmp_path / "run"),
+        ]
+    )
     err = capsys.readouterr().err
     assert code == 2 and str(bad) in err and "Traceback" not in err

@@ -15,7 +15,8 @@ def test_three_class_confusion():
     m = classification_metrics(y_true, y_pred)
     # 4 of 6 correct
     assert m["accuracy"] == pytest.approx(4 / 6)
-    # class 0: P = 2/2, R = 2/3 -> F1 = 0.8; class 1: P = 1/2, R = 1/2 -> 0.5; class 2: P = 1/2, R = 1 -> 2/3
+    # class 0: P = 2/2, R = 2/3 -> F1 = 0.8; class 1: P = 1/2, R = 1/2 -> 0.5; class 2: P = 1/2, R =
+    # 1 -> 2/3
     assert m["macro_f1"] == pytest.approx((0.8 + 0.5 + 2 / 3) / 3)
     # UAR = mean recall = (2/3 + 1/2 + 1) / 3
     assert m["uar"] == pytest.approx((2 / 3 + 0.5 + 1.0) / 3)
@@ -26,7 +27,8 @@ def test_predicted_class_absent_from_truth():
     y_pred = [0, 2, 1, 1]
     m = classification_metrics(y_true, y_pred)
     assert m["accuracy"] == pytest.approx(0.75)
-    # macro-F1 over classes in truth or prediction: class 0 F1 = 2 * 1 * 0.5 / 1.5 = 2/3, class 1 = 1, class 2 = 0
+    # macro-F1 over classes in truth or prediction: class 0 F1 = 2 * 1 * 0.5 / 1.5 = 2/3, class 1 =
+    # 1, class 2 = 0
     assert m["macro_f1"] == pytest.approx((2 / 3 + 1 + 0) / 3)
     # UAR over the classes present in truth: (1/2 + 1) / 2
     assert m["uar"] == pytest.approx(0.75)

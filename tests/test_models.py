@@ -9,7 +9,8 @@ from torch import nn
 from fedac.errors import ConfigError
 from fedac.models import MODEL_NAMES, build_model, count_parameters
 
-# Table 3: conv layers (filters), RNN type, hidden units. CRNN-Deep "64 -> 128" read as 64, 128, 128.
+# Table 3: conv layers (filters), RNN type, hidden units. CRNN-Deep "64 -> 128" read as 64, 128,
+# 128.
 TABLE3 = {
     "crnn_tiny": ((16,), 32, False),
     "crnn_lite": ((32, 32), 64, False),
@@ -42,8 +43,8 @@ def test_crnn_tiny_count_by_hand():
 
 
 def test_crnn_base_count_by_hand():
-    # convs 40*64*5+64 = 12864 and 64*64*5+64 = 20544; Bi-GRU 2 * 3 * (64*128 + 128*128 + 256) = 148992;
-    # head 256*12 + 12 = 3084
+    # convs 40*64*5+64 = 12864 and 64*64*5+64 = 20544; Bi-GRU 2 * 3 * (64*128 + 128*128 + 256) =
+    # 148992; head 256*12 + 12 = 3084
     assert count_parameters(build_model("crnn_base", 40, 12)) == 12864 + 20544 + 148992 + 3084
 
 

@@ -1,4 +1,5 @@
-"""Client partitions: natural id, IID, Dirichlet (min size, grouped by source), local holdout, max_clients."""
+"""Client partitions: natural id, IID, Dirichlet (min size, grouped by source), local holdout,
+max_clients."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ def manifest_of(clips: list[Clip], classes: int = 4) -> Manifest:
 
 
 def speaker_manifest() -> Manifest:
-    """Speakers a (5 clips), b (3), c (8), d (4) in train; plus val/test clips that must never be assigned."""
+    """Speakers a (5 clips), b (3), c (8), d (4) in train; plus val/test clips that must never be
+    assigned."""
     clips = []
     for speaker, count in (("b", 3), ("a", 5), ("d", 4), ("c", 8)):
         for n in range(count):
@@ -32,7 +34,9 @@ def grouped_manifest(groups: int = 60, per_group: int = 3, classes: int = 4) -> 
     clips = []
     for g in range(groups):
         for n in range(per_group):
-            clips.append(Clip(f"/toy/g{g}_{n}.wav", g % classes, f"src{g}", "train", group=f"fs{g}"))
+            clips.append(
+                Clip(f"/toy/g{g}_{n}.wav", g % classes, f"src{g}", "train", group=f"fs{g}")
+            )
     return manifest_of(clips, classes)
 
 
@@ -50,7 +54,9 @@ def test_natural_partition_is_one_client_per_id():
         assert all(m.clips[i].split == "train" for i in c.train)
     assert all_indices(clients) == m.split_indices("train")
     # None falls back to the dataset's default scheme
-    assert [c.name for c in partition(m, DataConfig(partition=None), 0, default_scheme="natural")] == ["a", "b", "c", "d"]
+    assert [
+        c.name for c in partition(m, DataConfig(partition=None), 0, default_scheme="natural")
+    ] == ["a", "b", "c", "d"]
 
 
 def test_local_holdout_fraction_and_disjointness():
@@ -66,7 +72,10 @@ def test_local_holdout_fraction_and_disjointness():
     # reproducible by seed, and the held-out choice depends on it
     again = partition(m, DataConfig(partition="natural", local_holdout=0.25), seed=3)
     assert [c.holdout for c in again] == [c.holdout for c in clients]
-    picks = {tuple(partition(m, DataConfig(partition="natural", local_holdout=0.25), seed=s)[2].holdout) for s in range(8)}
+    picks = {
+        tuple(partition(m, DataConfig(partition="natural", local_holdout=0.25), seed=s)[2].holdout)
+        for s in range(8)
+    }
     assert len(picks) > 1
 
 
@@ -86,8 +95,14 @@ def test_iid_too_many_clients():
 
 def test_dirichlet_min_size_and_reproducibility():
     m = grouped_manifest(groups=120, per_group=1, classes=4)
-    cfg = DataConfig(partition="dirichlet", num_clients=8, alpha=0.3, min_client_size=5, local_holdout=0.0,
-                     group_by_source=False)
+    cfg = DataConfig(
+        partition="dirichlet",
+        num_clients=8,
+        alpha=0.3,
+        min_client_size=5,
+        local_holdout=0.0,
+        group_by_source=False,
+    )
     clients = partition(m, cfg, seed=1)
     assert len(clients) == 8
     assert min(c.num_samples for c in clients) >= 5
@@ -103,9 +118,22 @@ def test_dirichlet_alpha_controls_skew():
     m = grouped_manifest(groups=400, per_group=1, classes=4)
 
     def mean_entropy(alpha: float) -> float:
-        cfg = DataConfig(partition="dirichlet", num_clients=10, alpha=alpha, min_client_size=2,
-                         local_holdout=0.0, group_by_source=False)
-        return float(np.mean([class_entropy([m.clips[i].label for i in c.train], 4) for c in partition(m, cfg, seed=0)]))
+        cfg = DataConfig(
+            partition="dirichlet",
+            num_clients=10,
+            alpha=alpha,
+            min_client_size=2,
+            local_holdout=0.0,
+            group_by_source=False,
+        )
+        return float(
+            np.mean(
+                [
+                    class_entropy([m.clips[i].label for i in c.train], 4)
+                    for c in partition(m, cfg, seed=0)
+                ]
+            )
+        )
 
     assert mean_entropy(0.1) < mean_entropy(100.0)
     assert mean_entropy(100.0) > 1.9
@@ -113,8 +141,14 @@ def test_dirichlet_alpha_controls_skew():
 
 def test_grouped_dirichlet_never_splits_a_source():
     m = grouped_manifest(groups=60, per_group=3)
-    cfg = DataConfig(partition="dirichlet", num_clients=5, alpha=0.5, min_client_size=6, local_holdout=0.2,
-                     group_by_source=True)
+    cfg = DataConfig(
+        partition="dirichlet",
+        num_clients=5,
+        alpha=0.5,
+        min_client_size=6,
+        local_holdout=0.2,
+        group_by_source=True,
+    )
     clients = partition(m, cfg, seed=0)
     owner: dict[str, set[str]] = defaultdict(set)
     for c in clients:
@@ -129,8 +163,14 @@ def test_grouped_dirichlet_never_splits_a_source():
 
 def test_ungrouped_dirichlet_may_split_sources():
     m = grouped_manifest(groups=60, per_group=3)
-    cfg = DataConfig(partition="dirichlet", num_clients=5, alpha=0.5, min_client_size=6, local_holdout=0.0,
-                     group_by_source=False)
+    cfg = DataConfig(
+        partition="dirichlet",
+        num_clients=5,
+        alpha=0.5,
+        min_client_size=6,
+        local_holdout=0.0,
+        group_by_source=False,
+    )
     owner: dict[str, set[str]] = defaultdict(set)
     for c in partition(m, cfg, seed=0):
         for i in c.train:
@@ -140,12 +180,16 @@ def test_ungrouped_dirichlet_may_split_sources():
 
 def test_max_clients_keeps_a_seeded_subset():
     m = speaker_manifest()
-    clients = partition(m, DataConfig(partition="natural", max_clients=2, local_holdout=0.0), seed=0)
+    clients = partition(
+        m, DataConfig(partition="natural", max_clients=2, local_holdout=0.0), seed=0
+    )
     assert len(clients) == 2
     assert {c.name for c in clients} <= {"a", "b", "c", "d"}
     sizes = {"a": 5, "b": 3, "c": 8, "d": 4}
     assert all(c.num_samples == sizes[c.name] for c in clients)
-    assert [c.name for c in partition(m, DataConfig(partition="natural", max_clients=2), seed=0)] == [c.name for c in clients]
+    assert [
+        c.name for c in partition(m, DataConfig(partition="natural", max_clients=2), seed=0)
+    ] == [c.name for c in clients]
     assert len(partition(m, DataConfig(partition="natural", max_clients=10), seed=0)) == 4
 
 
@@ -162,7 +206,9 @@ def test_impossible_dirichlet_min_size_is_a_config_error():
 def test_unreachable_dirichlet_split_is_a_dataset_error():
     # exactly enough clips for every client at min size: with alpha 0.01 no draw balances them
     m = grouped_manifest(groups=40, per_group=1, classes=2)
-    cfg = DataConfig(partition="dirichlet", num_clients=4, alpha=0.01, min_client_size=10, group_by_source=False)
+    cfg = DataConfig(
+        partition="dirichlet", num_clients=4, alpha=0.01, min_client_size=10, group_by_source=False
+    )
     with pytest.raises(DatasetError, match="raise data.alpha"):
         partition(m, cfg, seed=0)
 
@@ -170,7 +216,11 @@ def test_unreachable_dirichlet_split_is_a_dataset_error():
 def test_bad_partition_settings():
     m = speaker_manifest()
     with pytest.raises(ConfigError, match="data.alpha"):
-        partition(m, DataConfig(partition="dirichlet", alpha=0.0, num_clients=2, min_client_size=1), seed=0)
+        partition(
+            m,
+            DataConfig(partition="dirichlet", alpha=0.0, num_clients=2, min_client_size=1),
+            seed=0,
+        )
     with pytest.raises(ConfigError, match="unknown data.partition 'speaker'"):
         partition(m, DataConfig(partition="speaker"), seed=0)
     with pytest.raises(ConfigError, match="data.local_holdout"):
@@ -194,5 +244,7 @@ def test_class_entropy_by_hand():
     assert class_entropy([0, 0, 0, 0], 4) == 0.0
     assert class_entropy([0, 0, 1, 1], 4) == pytest.approx(1.0)
     # p = (3/4, 1/4): -(0.75 log2 0.75 + 0.25 log2 0.25)
-    assert class_entropy([2, 2, 2, 1], 4) == pytest.approx(-(0.75 * np.log2(0.75) + 0.25 * np.log2(0.25)))
+    assert class_entropy([2, 2, 2, 1], 4) == pytest.approx(
+        -(0.75 * np.log2(0.75) + 0.25 * np.log2(0.25))
+    )
     assert class_entropy([], 4) == 0.0

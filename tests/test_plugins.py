@@ -1,7 +1,8 @@
-"""Extending fedac without editing it (docs/extending.md): the example plug-in of tests/plugin_example/ adds an
-algorithm with a setting, a model, a dataset, an aggregator and an attack through entry points, and runs
-through the public CLI. The plug-in is made visible the way an installed package is: a dist-info folder
-(its entry_points.txt written from the package's pyproject.toml) on PYTHONPATH, no network, no pip."""
+"""Extending fedac without editing it (docs/extending.md): the example plug-in of
+tests/plugin_example/ adds an algorithm with a setting, a model, a dataset, an aggregator and an
+attack through entry points, and runs through the public CLI. The plug-in is made visible the way an
+installed package is: a dist-info folder (its entry_points.txt written from the package's
+pyproject.toml) on PYTHONPATH, no network, no pip."""
 
 from __future__ import annotations
 
@@ -12,10 +13,10 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 import yaml
 
 from fedac.errors import ConfigError
@@ -24,29 +25,43 @@ from fedac.registry import Entry, Registry
 REPO = Path(__file__).resolve().parents[1]
 PLUGIN = REPO / "tests" / "plugin_example"
 DOC = REPO / "docs" / "extending.md"
-FEDAC = Path(sys.executable).parent / "fedac"  # the console script of the environment running the tests
+# the console script of the environment running the tests
+FEDAC = Path(sys.executable).parent / "fedac"
 
 
-def entry_points(drop: tuple[str, ...] = (), extra: dict[str, dict[str, str]] | None = None) -> dict[str, dict[str, str]]:
-    """The plug-in's entry points as its pyproject.toml declares them, without the names in `drop`."""
+def entry_points(
+    drop: tuple[str, ...] = (), extra: dict[str, dict[str, str]] | None = None
+) -> dict[str, dict[str, str]]:
+    """The plug-in's entry points as its pyproject.toml declares them, without the names in
+    `drop`."""
     declared = tomllib.loads((PLUGIN / "pyproject.toml").read_text())["project"]["entry-points"]
-    groups = {group: {name: value for name, value in points.items() if name not in drop}
-              for group, points in declared.items()}
+    groups = {
+        group: {name: value for name, value in points.items() if name not in drop}
+        for group, points in declared.items()
+    }
     for group, points in (extra or {}).items():
         groups.setdefault(group, {}).update(points)
     return groups
 
 
 def install(tmp_path: Path, **kwargs) -> dict[str, str]:
-    """An environment in which the plug-in is installed (as `pip install` would leave its metadata)."""
+    """An environment in which the plug-in is installed (as `pip install` would leave its
+    metadata)."""
     info = tmp_path / "site" / "fedac_example-0.1.0.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fedac-example\nVersion: 0.1.0\n")
-    (info / "entry_points.txt").write_text("".join(
-        f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in points.items()) + "\n"
-        for group, points in entry_points(**kwargs).items()))
-    return {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(PLUGIN), str(REPO / "tests")]),
-            "FEDAC_HOME": str(tmp_path / "home"), "COLUMNS": "200"}
+    (info / "entry_points.txt").write_text(
+        "".join(
+            f"[{group}]\n" + "".join(f"{name} = {value}\n" for name, value in points.items()) + "\n"
+            for group, points in entry_points(**kwargs).items()
+        )
+    )
+    return {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(PLUGIN), str(REPO / "tests")]),
+        "FEDAC_HOME": str(tmp_path / "home"),
+        "COLUMNS": "200",
+    }
 
 
 def doc_blocks(language: str) -> list[str]:
@@ -54,7 +69,9 @@ def doc_blocks(language: str) -> list[str]:
 
 
 def probe(env: dict[str, str], code: str) -> dict:
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO)
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=REPO
+    )
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout.splitlines()[-1])
 
@@ -69,12 +86,19 @@ def test_every_file_of_the_plugin_is_a_block_of_the_doc_verbatim():
         first = block.splitlines()[0]
         assert first.startswith("# "), f"a block of docs/extending.md names no file: {first!r}"
         path = first[2:].removeprefix("tests/plugin_example/")
-        assert (PLUGIN / path).read_text() == block, f"docs/extending.md's block differs from {path}"
+        assert (PLUGIN / path).read_text() == block, (
+            f"docs/extending.md's block differs from {path}"
+        )
         shown[path] = block
-    files = {str(p.relative_to(PLUGIN)) for p in PLUGIN.rglob("*") if p.suffix in (".py", ".toml")
-             and "__pycache__" not in p.parts}
+    files = {
+        str(p.relative_to(PLUGIN))
+        for p in PLUGIN.rglob("*")
+        if p.suffix in (".py", ".toml") and "__pycache__" not in p.parts
+    }
     assert set(shown) == files, f"files not in docs/extending.md: {sorted(files - set(shown))}"
-    assert not (set(re.findall(r"^```(\w*)$", DOC.read_text(), flags=re.M)) - {"python", "toml", "bash", ""})
+    assert not (
+        set(re.findall(r"^```(\w*)$", DOC.read_text(), flags=re.M)) - {"python", "toml", "bash", ""}
+    )
 
 
 # --- through the public CLI ----------------------------------------------------------------------
@@ -92,37 +116,61 @@ def test_the_docs_commands_run_the_plugin_and_its_setting_changes_the_result(tmp
     outputs = []
     for argv in commands():
         assert argv[0] == "fedac"
-        done = subprocess.run([str(FEDAC), *argv[1:]], env=env, cwd=tmp_path, capture_output=True, text=True)
+        done = subprocess.run(
+            [str(FEDAC), *argv[1:]], env=env, cwd=tmp_path, capture_output=True, text=True
+        )
         assert done.returncode == 0, f"{shlex.join(argv)}\n{done.stderr}"
         outputs.append(done.stdout)
     listing = outputs[0]
     for name in ("fedavg_lr", "tiny_mlp", "tones", "drop_farthest", "free_rider"):
         assert re.search(rf"^  {name} +\[plug-in\] \S", listing, flags=re.M), name
-    runs = [Path(tmp_path, argv[argv.index("--out") + 1]) for argv in commands() if argv[1] == "run"]
+    runs = [
+        Path(tmp_path, argv[argv.index("--out") + 1]) for argv in commands() if argv[1] == "run"
+    ]
     assert len(runs) == 3
     results = [json.loads((run / "results.json").read_text()) for run in runs]
     settings = [yaml.safe_load((run / "config.yaml").read_text()) for run in runs]
     for saved in settings:  # every part the run named is the plug-in's
-        assert (saved["algorithm"], saved["dataset"], saved["model"]["name"]) == ("fedavg_lr", "tones", "tiny_mlp")
-        assert (saved["aggregation"]["method"], saved["attack"]["kind"]) == ("drop_farthest", "free_rider")
-    assert [r["final"]["malicious_clients"] for r in results] == [2, 2, 2]  # the attack picked its clients
+        assert (saved["algorithm"], saved["dataset"], saved["model"]["name"]) == (
+            "fedavg_lr",
+            "tones",
+            "tiny_mlp",
+        )
+        assert (saved["aggregation"]["method"], saved["attack"]["kind"]) == (
+            "drop_farthest",
+            "free_rider",
+        )
+    # the attack picked its clients
+    assert [r["final"]["malicious_clients"] for r in results] == [2, 2, 2]
     assert [saved["fedavg_lr"]["server_lr"] for saved in settings] == [0.5, 1.5, 0.5]
-    assert [saved["aggregation"]["drop"] for saved in settings] == [1, 1, 0]  # the aggregator's own setting
-    # Each setting reaches its part (the server's step; the aggregator's mean of 2 or all 3 uploads): the
-    # same seed, clients and data, another model.
-    losses = [[row["train_loss"] for row in csv.DictReader((run / "metrics.csv").open())] for run in runs]
+    # the aggregator's own setting
+    assert [saved["aggregation"]["drop"] for saved in settings] == [1, 1, 0]
+    # Each setting reaches its part (the server's step; the aggregator's mean of 2 or all 3
+    # uploads): the same seed, clients and data, another model.
+    losses = [
+        [row["train_loss"] for row in csv.DictReader((run / "metrics.csv").open())] for run in runs
+    ]
     assert all(losses)
     assert losses[0] != losses[1] and losses[0] != losses[2]
     assert results[0]["final"]["accuracy"] != results[1]["final"]["accuracy"]
 
 
-def test_without_its_entry_point_the_algorithm_is_unknown_and_the_registered_ones_are_listed(tmp_path):
+def test_without_its_entry_point_the_algorithm_is_unknown_and_the_registered_ones_are_listed(
+    tmp_path,
+):
     env = install(tmp_path, drop=("fedavg_lr",))
-    done = subprocess.run([str(FEDAC), "run", "--algorithm", "fedavg_lr", "--set", "fedavg_lr.server_lr=2"],
-                          env=env, cwd=tmp_path, capture_output=True, text=True)
+    done = subprocess.run(
+        [str(FEDAC), "run", "--algorithm", "fedavg_lr", "--set", "fedavg_lr.server_lr=2"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 2 and done.stdout == ""
     (line,) = done.stderr.strip().splitlines()
-    assert line.startswith("fedac: error: unknown algorithm 'fedavg_lr'. Registered algorithms: fedavg, fedprox,")
+    assert line.startswith(
+        "fedac: error: unknown algorithm 'fedavg_lr'. Registered algorithms: fedavg, fedprox,"
+    )
     assert "fedmlac" in line and "central" in line
     assert not (tmp_path / "runs").exists()
 
@@ -130,7 +178,9 @@ def test_without_its_entry_point_the_algorithm_is_unknown_and_the_registered_one
 def test_plugin_settings_are_typed_ranged_and_checked_before_torch_loads(tmp_path):
     broken = {"fedac.algorithms": {"broken": "fedac_example.nowhere:Algorithm"}}
     env = install(tmp_path, extra=broken)
-    out = probe(env, """
+    out = probe(
+        env,
+        """
 import json, sys
 from fedac.config import load_config, algorithm_sections
 from fedac.errors import ConfigError
@@ -149,15 +199,19 @@ print(json.dumps({"lr": cfg.fedavg_lr.server_lr, "default": load_config().fedavg
                   "key": error("fedavg_lr.lr=1"), "broken": error("algorithm=broken"),
                   "heavy": sorted(m for m in sys.modules
                                   if m.split(".")[0] in ("torch", "scipy", "sklearn"))}))
-""")
+""",
+    )
     assert (out["lr"], out["default"], out["saved"]) == (2.0, 1.0, {"server_lr": 2.0})
-    assert "fedavg_lr.server_lr" in out["walk"]  # tests/test_config_ranges.py checks the plug-in's range too
+    # tests/test_config_ranges.py checks the plug-in's range too
+    assert "fedavg_lr.server_lr" in out["walk"]
     assert "fedavg_lr" in out["sections"] and "fedopt" in out["sections"]
     assert out["range"] == "fedavg_lr.server_lr must be > 0, got 0.0"
     assert out["type"] == "setting 'fedavg_lr.server_lr' expects float, got 'fast'"
     assert out["key"] == "unknown setting 'fedavg_lr.lr'. Known settings here: fedavg_lr.server_lr"
-    assert out["broken"].startswith("algorithm 'broken' (entry point fedac_example.nowhere:Algorithm in group "
-                                    "fedac.algorithms) does not load: ModuleNotFoundError")
+    assert out["broken"].startswith(
+        "algorithm 'broken' (entry point fedac_example.nowhere:Algorithm in group "
+        "fedac.algorithms) does not load: ModuleNotFoundError"
+    )
     assert out["heavy"] == []  # the plug-in's settings loaded, its algorithm (torch) did not
 
 
@@ -165,14 +219,17 @@ def test_a_config_file_with_the_plugins_section_loads_and_saves(tmp_path):
     env = install(tmp_path)
     path = tmp_path / "exp.yaml"
     path.write_text("algorithm: fedavg_lr\nfedavg_lr:\n  server_lr: 0.25\ntrain:\n  rounds: 2\n")
-    out = probe(env, f"""
+    out = probe(
+        env,
+        f"""
 import json
 from fedac.config import load_config, save_config
 cfg = load_config({str(path)!r})
-save_config(cfg, {str(tmp_path / 'again.yaml')!r})
-again = load_config({str(tmp_path / 'again.yaml')!r})
+save_config(cfg, {str(tmp_path / "again.yaml")!r})
+again = load_config({str(tmp_path / "again.yaml")!r})
 print(json.dumps([cfg.fedavg_lr.server_lr, again == cfg]))
-""")
+""",
+    )
     assert out == [0.25, True]
 
 
@@ -184,7 +241,8 @@ def test_registry_names_values_and_errors():
     assert list(registry) == ["a", "b"] and "a" in registry and "zzz" not in registry
     assert registry.load("a") is json.dumps
     assert registry.description("a") == "JSON text"
-    assert registry.description("b").startswith("Deserialize")  # no description: the target's docstring
+    # no description: the target's docstring
+    assert registry.description("b").startswith("Deserialize")
     with pytest.raises(ConfigError, match=r"^unknown model 'c'. Registered models: a, b$"):
         registry["c"]
     registry.register("c", Entry("json:JSONDecoder"))
@@ -194,5 +252,7 @@ def test_registry_names_values_and_errors():
     with pytest.raises(ConfigError, match="cannot load 'json:nothing'"):
         Registry("attack", {"x": Entry("json:nothing")}).load("x")
     named = Registry("aggregator", {}, setting="aggregation.method")
-    with pytest.raises(ConfigError, match=r"^unknown aggregation.method 'x'. Registered aggregators: $"):
+    with pytest.raises(
+        ConfigError, match=r"^unknown aggregation.method 'x'. Registered aggregators: $"
+    ):
         named["x"]

@@ -1,7 +1,8 @@
-"""Resume proven to resume: a resumed run starts from its checkpoint (it trains only the remaining rounds,
-and a changed checkpoint changes the result), and a real `fedac run` killed by a signal mid-run resumes
-to the parameters of an uninterrupted run. A deterministic restart from round 0 would give the same
-final parameters, so equality with an uninterrupted run alone cannot tell resuming from restarting."""
+"""Resume proven to resume: a resumed run starts from its checkpoint (it trains only the remaining
+rounds, and a changed checkpoint changes the result), and a real `fedac run` killed by a signal
+mid-run resumes to the parameters of an uninterrupted run. A deterministic restart from round 0
+would give the same final parameters, so equality with an uninterrupted run alone cannot tell
+resuming from restarting."""
 
 from __future__ import annotations
 
@@ -24,13 +25,21 @@ from helpers import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 ROUNDS, STOP = 5, 3
-FEDMLAC = {"algorithm": "fedmlac", "model.client_model": "crnn_tiny", "fedmlac.plugin_model": "crnn_tiny"}
+FEDMLAC = {
+    "algorithm": "fedmlac",
+    "model.client_model": "crnn_tiny",
+    "fedmlac.plugin_model": "crnn_tiny",
+}
 
 
 @pytest.fixture(scope="module")
 def settings(gsc_root, tmp_path_factory):
-    return {**tiny_run(gsc_root, tmp_path_factory.mktemp("resume_cache")), "train.rounds": ROUNDS,
-            "train.local_epochs": 1, "train.eval_every": 2}
+    return {
+        **tiny_run(gsc_root, tmp_path_factory.mktemp("resume_cache")),
+        "train.rounds": ROUNDS,
+        "train.local_epochs": 1,
+        "train.eval_every": 2,
+    }
 
 
 def config(settings, **extra):
@@ -62,25 +71,35 @@ def test_resumed_run_trains_only_the_remaining_rounds(settings, data, tmp_path, 
     rounds = trained_rounds(resumed)
     results = resumed.run(resume=True)
     assert rounds == [4, 5]
-    assert (results["resumed_from"], results["rounds_trained"], results["rounds"]) == (STOP, ROUNDS - STOP, ROUNDS)
+    assert (results["resumed_from"], results["rounds_trained"], results["rounds"]) == (
+        STOP,
+        ROUNDS - STOP,
+        ROUNDS,
+    )
     # the history before the checkpoint comes from the checkpoint, not from training again
     assert [row["round"] for row in results["history"]] == [2.0, 4.0, 5.0]
 
 
 def tamper(state: dict, extra: dict) -> str:
-    """Change the checkpoint's global model (FedAvg) or one client's own model (FedMLAC); returns what."""
+    """Change the checkpoint's global model (FedAvg) or one client's own model (FedMLAC); returns
+    what."""
     if extra:
         name = sorted(state["clients"])[0]
-        state["clients"][name] = {k: v * 0.5 if v.is_floating_point() else v for k, v in state["clients"][name].items()}
+        state["clients"][name] = {
+            k: v * 0.5 if v.is_floating_point() else v for k, v in state["clients"][name].items()
+        }
         return name
-    state["server"]["params"] = {k: v * 0.5 if v.is_floating_point() else v for k, v in state["server"]["params"].items()}
+    state["server"]["params"] = {
+        k: v * 0.5 if v.is_floating_point() else v for k, v in state["server"]["params"].items()
+    }
     return "server"
 
 
 @pytest.mark.parametrize("extra", [{}, FEDMLAC], ids=["fedavg", "fedmlac"])
 @pytest.mark.slow
 def test_resume_continues_from_what_the_checkpoint_holds(settings, data, tmp_path, extra):
-    cfg = config(settings, **extra, **{"train.fraction": 1.0})  # every client trains again after the stop
+    # every client trains again after the stop
+    cfg = config(settings, **extra, **{"train.fraction": 1.0})
     straight = Simulator(cfg, tmp_path / "straight", data, progress=False)
     straight.run()
     Simulator(cfg, tmp_path / "run", data, progress=False).run(stop_after=STOP)
@@ -90,7 +109,8 @@ def test_resume_continues_from_what_the_checkpoint_holds(settings, data, tmp_pat
 
     # what continuing the changed state for the remaining rounds gives, round by round
     expected = copy.deepcopy(state)
-    (tmp_path / "stepper").mkdir()  # run() makes its directory; rounds stepped by hand may log there
+    # run() makes its directory; rounds stepped by hand may log there
+    (tmp_path / "stepper").mkdir()
     stepper = Simulator(cfg, tmp_path / "stepper", data, progress=False)
     for r in range(STOP + 1, ROUNDS + 1):
         stepper.run_round(expected, r)
@@ -104,11 +124,16 @@ def test_resume_continues_from_what_the_checkpoint_holds(settings, data, tmp_pat
         assert not params_equal(resumed.state["clients"][what], straight.state["clients"][what])
 
 
-def wait_for_checkpoint(run_dir: Path, proc: subprocess.Popen, at_least: int, timeout: float = 300.0) -> None:
+def wait_for_checkpoint(
+    run_dir: Path, proc: subprocess.Popen, at_least: int, timeout: float = 300.0
+) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            pytest.fail(f"fedac run exited ({proc.returncode}) before round {at_least}: {proc.stderr.read()}")
+            pytest.fail(
+                f"fedac run exited ({proc.returncode}) before round {at_least}: "
+                f"{proc.stderr.read()}"
+            )
         try:
             if load_checkpoint(run_dir)["round"] >= at_least:
                 return
@@ -124,7 +149,14 @@ def test_killed_fedac_run_resumes_to_the_uninterrupted_parameters(settings, data
     flags = {**settings, "train.rounds": rounds, "train.checkpoint_every": 1, "train.eval_every": 4}
     fedac = str(Path(sys.executable).with_name("fedac"))
     run_dir = tmp_path / "killed"
-    argv = [fedac, "run", "--quiet", "--out", str(run_dir), *[f"--set={k}={v}" for k, v in flags.items()]]
+    argv = [
+        fedac,
+        "run",
+        "--quiet",
+        "--out",
+        str(run_dir),
+        *[f"--set={k}={v}" for k, v in flags.items()],
+    ]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_for_checkpoint(run_dir, proc, at_least=2)
@@ -136,12 +168,25 @@ def test_killed_fedac_run_resumes_to_the_uninterrupted_parameters(settings, data
     killed_at = load_checkpoint(run_dir)["round"]
     assert 2 <= killed_at < rounds and not (run_dir / "results.json").exists()
 
-    done = subprocess.run([fedac, "run", "--resume", str(run_dir), "--quiet"], capture_output=True, text=True, timeout=600)
+    done = subprocess.run(
+        [fedac, "run", "--resume", str(run_dir), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr
     results = json.loads((run_dir / "results.json").read_text())
-    assert (results["resumed_from"], results["rounds_trained"], results["rounds"]) == (killed_at, rounds - killed_at, rounds)
+    assert (results["resumed_from"], results["rounds_trained"], results["rounds"]) == (
+        killed_at,
+        rounds - killed_at,
+        rounds,
+    )
 
-    straight = Simulator(load_config(run_dir / "config.yaml"), tmp_path / "straight", data, progress=False)
+    straight = Simulator(
+        load_config(run_dir / "config.yaml"), tmp_path / "straight", data, progress=False
+    )
     expected = straight.run()
-    assert params_equal(load_checkpoint(run_dir)["server"]["params"], straight.state["server"]["params"])
+    assert params_equal(
+        load_checkpoint(run_dir)["server"]["params"], straight.state["server"]["params"]
+    )
     assert results["final"] == expected["final"]

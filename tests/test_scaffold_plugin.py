@@ -1,6 +1,6 @@
-"""The SCAFFOLD plug-in of tests/plugin_example (docs/extending.md, issue 56): a method stated once as a
-local objective trains stacked, and its rounds equal an independent plain loop of SCAFFOLD option II
-(Karimireddy et al. 2020, Alg. 1) written here."""
+"""The SCAFFOLD plug-in of tests/plugin_example (docs/extending.md, issue 56): a method stated once
+as a local objective trains stacked, and its rounds equal an independent plain loop of SCAFFOLD
+option II (Karimireddy et al. 2020, Alg. 1) written here."""
 
 from __future__ import annotations
 
@@ -28,10 +28,28 @@ LR = 0.05
 
 def setup(model: str, execution: str, *overrides: str):
     g = torch.Generator().manual_seed(3)
-    clients = [ClientData(f"c{i}", torch.randn(n, FEATURES, FRAMES, generator=g), torch.randint(0, CLASSES, (n,), generator=g),
-                          torch.zeros(0, FEATURES, FRAMES), torch.zeros(0, dtype=torch.long)) for i, n in enumerate(SIZES)]
-    cfg = load_config(overrides=[f"model.name={model}", "train.batch_size=4", "train.local_epochs=2", f"train.lr={LR}",
-                                 "train.momentum=0", "train.device=cpu", f"train.execution={execution}", *overrides])
+    clients = [
+        ClientData(
+            f"c{i}",
+            torch.randn(n, FEATURES, FRAMES, generator=g),
+            torch.randint(0, CLASSES, (n,), generator=g),
+            torch.zeros(0, FEATURES, FRAMES),
+            torch.zeros(0, dtype=torch.long),
+        )
+        for i, n in enumerate(SIZES)
+    ]
+    cfg = load_config(
+        overrides=[
+            f"model.name={model}",
+            "train.batch_size=4",
+            "train.local_epochs=2",
+            f"train.lr={LR}",
+            "train.momentum=0",
+            "train.device=cpu",
+            f"train.execution={execution}",
+            *overrides,
+        ]
+    )
     # one client of the task holds no data: the server's control step is |S| / N with N = 4
     return Scaffold(cfg, Task(FEATURES, CLASSES, [c.name for c in clients] + ["empty"])), clients
 
@@ -40,16 +58,20 @@ def federate(algo, clients, rounds=2):
     server = algo.init_server()
     states = {c.name: algo.init_client_state(c.name) for c in clients}
     for r in range(1, rounds + 1):
-        results = run_clients(algo, algo.broadcast(server), [states[c.name] for c in clients], clients, r, 0)
+        results = run_clients(
+            algo, algo.broadcast(server), [states[c.name] for c in clients], clients, r, 0
+        )
         for c, res in zip(clients, results):
             states[c.name] = res.state
-        server, _ = algo.server_update(server, [(res.upload, c.num_samples) for c, res in zip(clients, results)], r)
+        server, _ = algo.server_update(
+            server, [(res.upload, c.num_samples) for c, res in zip(clients, results)], r
+        )
     return server, states
 
 
 def reference(algo, clients, rounds=2):
-    """SCAFFOLD option II by hand: y <- y - lr (g(y) - c_i + c) per batch; c_i+ = c_i - c + (x - y) / (K lr);
-    x <- mean y_i; c <- c + |S| / N mean(c_i+ - c_i)."""
+    """SCAFFOLD option II by hand: y <- y - lr (g(y) - c_i + c) per batch; c_i+ = c_i - c + (x - y)
+    / (K lr); x <- mean y_i; c <- c + |S| / N mean(c_i+ - c_i)."""
     model = algo.scratch_model(algo.cfg.model.name)
     x = {n: v.clone() for n, v in algo.init_server()["params"].items()}
     c = {n: torch.zeros_like(p) for n, p in model.named_parameters()}
@@ -59,11 +81,21 @@ def reference(algo, clients, rounds=2):
         for cl in clients:
             y = {n: v.clone() for n, v in x.items()}
             steps = 0
-            for idx in client_batches(cl.num_samples, algo.cfg.train, torch_generator(0, "batches", r, cl.name)):
+            for idx in client_batches(
+                cl.num_samples, algo.cfg.train, torch_generator(0, "batches", r, cl.name)
+            ):
                 leaves = {n: y[n].requires_grad_() for n in c}
-                loss = F.cross_entropy(functional_call(model, {**y, **leaves}, (cl.x[idx],)), cl.y[idx])
+                loss = F.cross_entropy(
+                    functional_call(model, {**y, **leaves}, (cl.x[idx],)), cl.y[idx]
+                )
                 grads = torch.autograd.grad(loss, list(leaves.values()))
-                y = {**y, **{n: (leaves[n] - LR * (g - ci[cl.name][n] + c[n])).detach() for n, g in zip(c, grads)}}
+                y = {
+                    **y,
+                    **{
+                        n: (leaves[n] - LR * (g - ci[cl.name][n] + c[n])).detach()
+                        for n, g in zip(c, grads)
+                    },
+                }
                 steps += 1
             new = {n: ci[cl.name][n] - c[n] + (x[n] - y[n]) / (steps * LR) for n in c}
             deltas.append({n: new[n] - ci[cl.name][n] for n in c})
@@ -82,7 +114,9 @@ def max_diff(a, b):
 @pytest.mark.parametrize("model", ["cnn1_softmax", "crnn_tiny"])
 def test_scaffold_plugin_matches_a_plain_loop_of_option_ii(model, execution):
     algo, clients = setup(model, execution, "model.dropout=0")
-    assert algo.execution_path() == ("stacked" if execution == "cohort" else "sequential: train.execution=sequential")
+    assert algo.execution_path() == (
+        "stacked" if execution == "cohort" else "sequential: train.execution=sequential"
+    )
     server, states = federate(algo, clients)
     x, c, ci = reference(algo, clients)
     assert max_diff(x, server["params"]) <= 1e-5
@@ -94,7 +128,10 @@ def test_scaffold_plugin_matches_a_plain_loop_of_option_ii(model, execution):
 def test_scaffold_with_dropout_trains_stacked_as_it_trains_alone():
     a = federate(*setup("crnn_tiny", "cohort", "model.dropout=0.3"))
     b = federate(*setup("crnn_tiny", "sequential", "model.dropout=0.3"))
-    assert max_diff(a[0]["params"], b[0]["params"]) <= 1e-5 and max_diff(a[0]["control"], b[0]["control"]) <= 1e-4
+    assert (
+        max_diff(a[0]["params"], b[0]["params"]) <= 1e-5
+        and max_diff(a[0]["control"], b[0]["control"]) <= 1e-4
+    )
 
 
 def test_overriding_client_update_sends_the_plugin_sequential_and_says_why():
@@ -103,4 +140,7 @@ def test_overriding_client_update_sends_the_plugin_sequential_and_says_why():
             return super().client_update(*args)
 
     algo, _ = setup("cnn1_softmax", "auto")
-    assert Patched(algo.cfg, algo.task).execution_path() == "sequential: Patched overrides client_update"
+    assert (
+        Patched(algo.cfg, algo.task).execution_path()
+        == "sequential: Patched overrides client_update"
+    )

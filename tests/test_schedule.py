@@ -4,15 +4,63 @@ consecutive size order, cut where padding costs more than a chunk, and balanced 
 from __future__ import annotations
 
 import pytest
+from tests.test_cohort import make_clients
 
 from fedac.config import load_config
 from fedac.training.cohort import plan_chunks
 from fedac.training.schedule import CHUNK_ROWS, STEP_ROWS, batch_sizes, partition
-from tests.test_cohort import make_clients
 
 # one round of the paper schedule on the Speech Commands stand-in (48 clients, a long tail)
-PAPER_ROUND = [139, 86, 83, 79, 78, 55, 44, 32, 32, 32, 29, 26, 25, 24, 24, 24, 22, 22, 20, 20, 19, 19, 19, 18, 17,
-               17, 17, 17, 17, 16, 16, 16, 16, 16, 16, 15, 13, 13, 12, 12, 12, 12, 9, 9, 8, 8, 7, 6]
+PAPER_ROUND = [
+    139,
+    86,
+    83,
+    79,
+    78,
+    55,
+    44,
+    32,
+    32,
+    32,
+    29,
+    26,
+    25,
+    24,
+    24,
+    24,
+    22,
+    22,
+    20,
+    20,
+    19,
+    19,
+    19,
+    18,
+    17,
+    17,
+    17,
+    17,
+    17,
+    16,
+    16,
+    16,
+    16,
+    16,
+    16,
+    15,
+    13,
+    13,
+    12,
+    12,
+    12,
+    12,
+    9,
+    9,
+    8,
+    8,
+    7,
+    6,
+]
 
 
 def cost(sizes, bs=16, epochs=1):
@@ -42,7 +90,8 @@ def test_partition_covers_every_client_once_in_order_within_the_chunk_limit(work
 
 def test_one_worker_cuts_only_where_padding_costs_more_than_a_chunk():
     assert len(partition([40] * 10, 16, 1, 16, 1)) == 1  # equal clients: one chunk
-    # four 3-step clients and twelve 1-step clients of 5 samples: apart, the small ones are not padded to 16
+    # four 3-step clients and twelve 1-step clients of 5 samples: apart, the small ones are not
+    # padded to 16
     ranges = partition([48] * 4 + [5] * 12, 16, 1, 16, 1)
     assert [len(r) for r, _ in ranges] == [4, 12]
     assert sum(c for _, c in ranges) < cost([48] * 4 + [5] * 12)
@@ -52,7 +101,8 @@ def test_one_worker_cuts_only_where_padding_costs_more_than_a_chunk():
 def test_workers_get_even_shares_and_the_long_tail_is_split():
     one = partition(PAPER_ROUND, 16, 1, 16, 1)
     two = partition(PAPER_ROUND, 16, 1, 16, 2)
-    # costliest first on two workers (what run_chunks does): both finish within 15 % of an even split
+    # costliest first on two workers (what run_chunks does): both finish within 15 % of an even
+    # split
     loads = [0.0, 0.0]
     for c in sorted((c for _, c in two), reverse=True):
         loads[loads.index(min(loads))] += c
@@ -63,7 +113,9 @@ def test_workers_get_even_shares_and_the_long_tail_is_split():
 
 def test_plan_chunks_yields_costliest_first_with_every_position_once():
     clients = make_clients([37, 16, 5, 23, 40, 9, 70, 3])
-    cfg = load_config(overrides=["train.batch_size=16", "train.local_epochs=1", "train.cohort_workers=2"]).train
+    cfg = load_config(
+        overrides=["train.batch_size=16", "train.local_epochs=1", "train.cohort_workers=2"]
+    ).train
     chunks = list(plan_chunks(clients, list(range(10, 18)), cfg, round_idx=1, seed=0))
     assert sorted(p for c in chunks for p in c.positions) == list(range(10, 18))
     costs = [cost([d.num_samples for d in c.datas]) for c in chunks]

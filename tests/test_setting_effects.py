@@ -11,9 +11,9 @@ fails until it gets a row here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import re
-import functools
 from pathlib import Path
 
 import numpy as np
@@ -23,7 +23,6 @@ import torch
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import ClientData, Task
 from fedac.algorithms.fedopt import server_step
-from fedac.settings.fedopt import FedOptConfig
 from fedac.config import load_config
 from fedac.data.partition import partition
 from fedac.data.registry import dataset_spec
@@ -32,6 +31,7 @@ from fedac.engine.cohort import run_clients
 from fedac.engine.data import build_federated_data
 from fedac.engine.simulator import Simulator
 from fedac.models import build_model
+from fedac.settings.fedopt import FedOptConfig
 from helpers import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -40,14 +40,18 @@ README = Path(__file__).resolve().parents[1] / "README.md"
 
 # --- probes ---------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def build(gsc_root, tmp_path_factory):
-    """FederatedData of the session GSC tree (6 training speakers x 70 clips) under extra settings."""
+    """FederatedData of the session GSC tree (6 training speakers x 70 clips) under extra
+    settings."""
     cache = tmp_path_factory.mktemp("effects_cache")
 
     @functools.cache
     def built(*overrides: str):
-        cfg = load_config(overrides=[f"data.root={gsc_root}", f"data.cache_dir={cache}", *overrides])
+        cfg = load_config(
+            overrides=[f"data.root={gsc_root}", f"data.cache_dir={cache}", *overrides]
+        )
         return cfg, build_federated_data(cfg, progress=False)
 
     return built
@@ -65,7 +69,9 @@ def run(build, gsc_root, tmp_path_factory):
         trained, saved = [], []
         real_round, real_save = sim.run_round, simulator_mod.save_checkpoint
         sim.run_round = lambda state, r: trained.append(r) or real_round(state, r)
-        simulator_mod.save_checkpoint = lambda d, state: saved.append(state["round"]) or real_save(d, state)
+        simulator_mod.save_checkpoint = lambda d, state: (
+            saved.append(state["round"]) or real_save(d, state)
+        )
         try:
             return sim.run(), trained, saved
         finally:
@@ -79,14 +85,30 @@ FEATURES, FRAMES, CLASSES = 8, 12, 3
 
 def clients(sizes=(10, 7)) -> list[ClientData]:
     g = torch.Generator().manual_seed(3)
-    return [ClientData(f"c{i}", torch.randn(n, FEATURES, FRAMES, generator=g), torch.randint(0, CLASSES, (n,), generator=g),
-                       torch.zeros(0, FEATURES, FRAMES), torch.zeros(0, dtype=torch.long)) for i, n in enumerate(sizes)]
+    return [
+        ClientData(
+            f"c{i}",
+            torch.randn(n, FEATURES, FRAMES, generator=g),
+            torch.randint(0, CLASSES, (n,), generator=g),
+            torch.zeros(0, FEATURES, FRAMES),
+            torch.zeros(0, dtype=torch.long),
+        )
+        for i, n in enumerate(sizes)
+    ]
 
 
 # Dropout off so that updates of different algorithms can be compared exactly; one batch per client
 # unless a row asks for more.
-ALGO_BASE = ["model.dropout=0", "model.name=crnn_tiny", "model.client_model=crnn_tiny", "fedmlac.plugin_model=crnn_tiny",
-             "train.batch_size=16", "train.local_epochs=1", "train.momentum=0.0", "train.lr=0.1"]
+ALGO_BASE = [
+    "model.dropout=0",
+    "model.name=crnn_tiny",
+    "model.client_model=crnn_tiny",
+    "fedmlac.plugin_model=crnn_tiny",
+    "train.batch_size=16",
+    "train.local_epochs=1",
+    "train.momentum=0.0",
+    "train.lr=0.1",
+]
 
 
 def algorithm(*overrides: str):
@@ -125,7 +147,10 @@ OFFSETS = [0.01, 1, 2, 3, 4, 5, 6, 7, 100, 200]
 def outlier_uploads(nudge: int | None = None, name: str | None = None) -> list[tuple[dict, int]]:
     uploads = []
     for i in range(10):
-        params = {"lin.weight": torch.zeros(10, dtype=torch.float64), "lin.bias": torch.zeros(10, dtype=torch.float64)}
+        params = {
+            "lin.weight": torch.zeros(10, dtype=torch.float64),
+            "lin.bias": torch.zeros(10, dtype=torch.float64),
+        }
         params["lin.weight"][i] = OFFSETS[i]
         params["lin.bias"][i] = OFFSETS[9 - i]
         if i == nudge:
@@ -149,10 +174,13 @@ def shapers(*overrides: str) -> dict[str, set[int]]:
     return out
 
 
-# --- data: the tensors the engine builds -----------------------------------------------------------
+# --- data: the tensors the engine builds ----------------------------------------------------------
+
 
 def _truth_by_client(cfg, data):
-    splits = partition(data.manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition)
+    splits = partition(
+        data.manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition
+    )
     labels = [c.label for c in data.manifest.clips]
     return {s.name: ([labels[i] for i in s.train], [labels[i] for i in s.holdout]) for s in splits}
 
@@ -164,7 +192,8 @@ def label_error(build, run):
     flipped = total = 0
     for c_clean, c_noisy in zip(clean.clients, noisy.clients):
         train_truth, holdout_truth = truth[c_clean.name]
-        assert c_clean.y.tolist() == train_truth  # one 1 s window per clip: labels line up with clips
+        # one 1 s window per clip: labels line up with clips
+        assert c_clean.y.tolist() == train_truth
         assert torch.equal(c_noisy.x, c_clean.x)
         flipped += int((c_noisy.y != c_clean.y).sum())
         total += len(train_truth)
@@ -175,14 +204,18 @@ def label_error(build, run):
     for split in ("val", "test"):
         assert torch.equal(getattr(noisy, split).labels, getattr(clean, split).labels)
     # each client draws its own flips
-    assert len({tuple((n.y != c.y).tolist()[:40]) for n, c in zip(noisy.clients, clean.clients)}) > 1
+    assert (
+        len({tuple((n.y != c.y).tolist()[:40]) for n, c in zip(noisy.clients, clean.clients)}) > 1
+    )
 
 
 def snr_db(build, run):
     _, clean = build()
     _, noisy = build("data.snr_db=20")
     for c_clean, c_noisy in zip(clean.clients, noisy.clients):
-        assert torch.equal(c_noisy.y, c_clean.y) and torch.equal(c_noisy.holdout_y, c_clean.holdout_y)
+        assert torch.equal(c_noisy.y, c_clean.y) and torch.equal(
+            c_noisy.holdout_y, c_clean.holdout_y
+        )
         assert not torch.allclose(c_noisy.x, c_clean.x, atol=1e-2)
     for split in ("val", "test"):  # training and test audio both get noise
         assert torch.equal(getattr(noisy, split).labels, getattr(clean, split).labels)
@@ -207,7 +240,8 @@ def _sizes(data) -> list[int]:
 def partition_kind(build, run):
     _, natural = build()
     _, iid = build("data.partition=iid", "data.num_clients=4")
-    assert len(natural.clients) == 6 and _sizes(natural) == [70] * 6  # one client per training speaker
+    # one client per training speaker
+    assert len(natural.clients) == 6 and _sizes(natural) == [70] * 6
     assert len(iid.clients) == 4 and _sizes(iid) == [105] * 4  # 420 training clips split evenly
 
 
@@ -225,8 +259,12 @@ def _label_entropy(data) -> float:
 
 
 def dirichlet_alpha(build, run):
-    skewed = build("data.partition=dirichlet", "data.num_clients=4", "data.alpha=0.1", "data.min_client_size=5")[1]
-    even = build("data.partition=dirichlet", "data.num_clients=4", "data.alpha=100", "data.min_client_size=5")[1]
+    skewed = build(
+        "data.partition=dirichlet", "data.num_clients=4", "data.alpha=0.1", "data.min_client_size=5"
+    )[1]
+    even = build(
+        "data.partition=dirichlet", "data.num_clients=4", "data.alpha=100", "data.min_client_size=5"
+    )[1]
     assert _label_entropy(skewed) < _label_entropy(even) - 0.5
 
 
@@ -240,7 +278,9 @@ def min_client_size(build, run):
 def local_holdout(build, run):
     _, half = build("data.local_holdout=0.5")
     assert [len(c.holdout_y) for c in build()[1].clients] == [14] * 6  # floor(0.2 * 70)
-    assert [len(c.holdout_y) for c in half.clients] == [35] * 6 and [c.num_samples for c in half.clients] == [35] * 6
+    assert [len(c.holdout_y) for c in half.clients] == [35] * 6 and [
+        c.num_samples for c in half.clients
+    ] == [35] * 6
 
 
 def max_clients(build, run):
@@ -249,7 +289,8 @@ def max_clients(build, run):
     assert len(three.clients) == 3 and {c.name for c in three.clients} < names
 
 
-# --- the run ----------------------------------------------------------------------------------------
+# --- the run --------------------------------------------------------------------------------------
+
 
 def rounds(build, run):
     two, trained2, _ = run(rounds=2)
@@ -275,13 +316,16 @@ def checkpoint_every(build, run):
     assert (every, second) == ([1, 2, 3, 4], [3, 4])
 
 
-# --- the client update ------------------------------------------------------------------------------
+# --- the client update ----------------------------------------------------------------------------
+
 
 def lr(build, run):
     payload, (slow, *_) = update("train.lr=0.1")
     _, (fast, *_) = update("train.lr=0.2")
     for k, start in payload.items():  # one plain SGD step: the step is proportional to lr
-        assert torch.allclose(fast.upload[k] - start, 2 * (slow.upload[k] - start), atol=1e-6, rtol=1e-4), k
+        assert torch.allclose(
+            fast.upload[k] - start, 2 * (slow.upload[k] - start), atol=1e-6, rtol=1e-4
+        ), k
 
 
 def momentum(build, run):
@@ -290,7 +334,10 @@ def momentum(build, run):
 
     # the first step has no history to carry; from the second step on, momentum moves the update
     assert same(upload("train.momentum=0.9"), upload("train.momentum=0.0"))
-    assert not same(upload("train.batch_size=5", "train.momentum=0.9"), upload("train.batch_size=5", "train.momentum=0.0"))
+    assert not same(
+        upload("train.batch_size=5", "train.momentum=0.9"),
+        upload("train.batch_size=5", "train.momentum=0.0"),
+    )
 
 
 def local_epochs(build, run):
@@ -327,7 +374,10 @@ def client_model(build, run):
 def heterogeneous(build, run):
     zoo = ("model.zoo=[crnn_tiny,crnn_lite]",)
     names = [f"c{i}" for i in range(12)]
-    for flag, expected in (("false", {arch_size("crnn_tiny")}), ("true", {arch_size("crnn_tiny"), arch_size("crnn_lite")})):
+    for flag, expected in (
+        ("false", {arch_size("crnn_tiny")}),
+        ("true", {arch_size("crnn_tiny"), arch_size("crnn_lite")}),
+    ):
         algo = algorithm("algorithm=fedmlac", f"model.heterogeneous={flag}", *zoo)
         assert {num_params(algo.init_client_state(n)) for n in names} == expected, flag
 
@@ -340,7 +390,9 @@ def plugin_model(build, run):
 
 def zoo(build, run):
     algo = algorithm("algorithm=fedmlac", "model.heterogeneous=true", "model.zoo=[crnn_mid]")
-    assert {num_params(algo.init_client_state(f"c{i}")) for i in range(12)} == {arch_size("crnn_mid")}
+    assert {num_params(algo.init_client_state(f"c{i}")) for i in range(12)} == {
+        arch_size("crnn_mid")
+    }
 
 
 def fedmlac_ml(build, run):
@@ -356,7 +408,9 @@ def fedmlac_ml(build, run):
 def fedmlac_alpha(build, run):
     # alpha = 1: the personalized model ignores its teacher, so another Plug-in leaves it unchanged
     def omega(alpha: float, shift: float):
-        return update("algorithm=fedmlac", f"fedmlac.alpha={alpha}", payload_shift=shift)[1][0].state
+        return update("algorithm=fedmlac", f"fedmlac.alpha={alpha}", payload_shift=shift)[1][
+            0
+        ].state
 
     assert same(omega(1.0, 0.0), omega(1.0, 0.01))
     assert not same(omega(0.5, 0.0), omega(0.5, 0.01))
@@ -386,7 +440,7 @@ def temperature(build, run):
     assert same(ce.upload, ce_hot.upload) and same(ce.state, ce_hot.state)
 
 
-# --- the server ----------------------------------------------------------------------------------------
+# --- the server -----------------------------------------------------------------------------------
 
 EVERYONE = {"lin.weight": set(range(10)), "lin.bias": set(range(10))}
 
@@ -395,12 +449,17 @@ def aggregation_method(build, run):
     assert shapers("aggregation.method=mean") == EVERYONE
     # v_l 0.1, v_h 0.2 of 10: per tensor the smallest and the two largest deviations are dropped
     assert shapers("aggregation.method=lpa", "aggregation.v_l=0.1", "aggregation.v_h=0.2") == {
-        "lin.weight": set(range(1, 8)), "lin.bias": set(range(2, 9))}
+        "lin.weight": set(range(1, 8)),
+        "lin.bias": set(range(2, 9)),
+    }
 
 
 def fedmlac_lpa(build, run):
     lpa = ("algorithm=fedmlac", "aggregation.v_l=0.1", "aggregation.v_h=0.2")
-    assert shapers(*lpa, "fedmlac.lpa=true") == {"lin.weight": set(range(1, 8)), "lin.bias": set(range(2, 9))}
+    assert shapers(*lpa, "fedmlac.lpa=true") == {
+        "lin.weight": set(range(1, 8)),
+        "lin.bias": set(range(2, 9)),
+    }
     assert shapers(*lpa, "fedmlac.lpa=false") == EVERYONE
 
 
@@ -426,13 +485,20 @@ def layer_unit(build, run):
 
 
 def deviation(build, run):
-    # Global model 1; client updates +1, -1, +8, the last after 5x the local steps (80 clips against 10).
-    # Raw Eq. 11 prunes that data-rich client; per step it moved like the first (and in its direction).
+    # Global model 1; client updates +1, -1, +8, the last after 5x the local steps (80 clips against
+    # 10). Raw Eq. 11 prunes that data-rich client; per step it moved like the first (and in its
+    # direction).
     def aggregate_with(kind: str) -> float:
-        algo = algorithm("aggregation.method=lpa", "aggregation.v_l=0.0", "aggregation.v_h=0.34",
-                         f"aggregation.deviation={kind}")
+        algo = algorithm(
+            "aggregation.method=lpa",
+            "aggregation.v_l=0.0",
+            "aggregation.v_h=0.34",
+            f"aggregation.deviation={kind}",
+        )
         server = {**algo.init_server(), "params": {"lin.weight": torch.tensor([1.0])}}
-        uploads = [({"lin.weight": torch.tensor([v])}, n) for v, n in ((2.0, 10), (0.0, 10), (9.0, 80))]
+        uploads = [
+            ({"lin.weight": torch.tensor([v])}, n) for v, n in ((2.0, 10), (0.0, 10), (9.0, 80))
+        ]
         return algo.server_update(server, uploads, 1)[0]["params"]["lin.weight"].item()
 
     assert aggregate_with("raw") == pytest.approx((10 * 2 + 10 * 0) / 20)
@@ -457,9 +523,13 @@ def min_visits(build, run):
     logger = logging.getLogger("fedac.algorithms.fedmlac")
     logger.addHandler(handler)
     try:
-        algorithm("algorithm=fedmlac", "train.rounds=4", "train.fraction=0.5", "fedmlac.min_visits=2")
+        algorithm(
+            "algorithm=fedmlac", "train.rounds=4", "train.fraction=0.5", "fedmlac.min_visits=2"
+        )
         quiet = len(records)
-        algorithm("algorithm=fedmlac", "train.rounds=4", "train.fraction=0.5", "fedmlac.min_visits=3")
+        algorithm(
+            "algorithm=fedmlac", "train.rounds=4", "train.fraction=0.5", "fedmlac.min_visits=3"
+        )
     finally:
         logger.removeHandler(handler)
     assert quiet == 0 and len(records) == 1 and "visits" in records[0].getMessage()
@@ -469,15 +539,23 @@ def _fedopt(rule: str, overrides: tuple[str, ...]):
     """Two server rounds of the algorithm vs `server_step` with the same values (tested by hand in
     test_fedopt.py): the setting reaches the server optimizer."""
     algo = algorithm(f"algorithm=fed{rule}", *overrides)
-    opt = dataclasses.replace(FedOptConfig(), **{o.split("=")[0].split(".")[1]: float(o.split("=")[1]) for o in overrides})
+    opt = dataclasses.replace(
+        FedOptConfig(), **{o.split("=")[0].split(".")[1]: float(o.split("=")[1]) for o in overrides}
+    )
     server = algo.init_server()
     expected_params, state = server["params"], {"m": {}, "v": {}}
     for r, shift in ((1, 0.3), (2, -0.1)):
-        average = {k: v + shift if v.is_floating_point() else v for k, v in server["params"].items()}
+        average = {
+            k: v + shift if v.is_floating_point() else v for k, v in server["params"].items()
+        }
         server, _ = algo.server_update(server, [(average, 4)], r)
-        expected_params, state = server_step(rule, expected_params,
-                                             {k: v + shift if v.is_floating_point() else v for k, v in expected_params.items()},
-                                             state, opt)
+        expected_params, state = server_step(
+            rule,
+            expected_params,
+            {k: v + shift if v.is_floating_point() else v for k, v in expected_params.items()},
+            state,
+            opt,
+        )
     assert same(server["params"], expected_params)
     return server["params"]
 
@@ -485,16 +563,19 @@ def _fedopt(rule: str, overrides: tuple[str, ...]):
 def fedopt_setting(rule: str, key: str, value: float):
     def check(build, run):
         assert not same(_fedopt(rule, ()), _fedopt(rule, (f"fedopt.{key}={value}",)))
+
     return check
 
 
 def covered_by(module: str, *tests: str):
     """A setting whose effect a dedicated test already checks; the row names those tests."""
+
     def check(build, run):
         import importlib
 
         mod = importlib.import_module(module)
         assert all(callable(getattr(mod, name, None)) for name in tests), tests
+
     return check
 
 
@@ -512,7 +593,9 @@ EFFECTS = {
     "train.fraction": fraction,
     "train.eval_every": eval_every,
     "train.checkpoint_every": checkpoint_every,
-    "train.select": covered_by("test_engine", "test_best_val_selection_never_reads_test", "test_select_last"),
+    "train.select": covered_by(
+        "test_engine", "test_best_val_selection_never_reads_test", "test_select_last"
+    ),
     "train.local_epochs": local_epochs,
     "train.batch_size": batch_size,
     "train.lr": lr,
@@ -551,7 +634,8 @@ def test_setting_has_its_effect(setting, build, run):
 
 
 def documented_settings(text: str) -> set[str]:
-    """Setting names in the README's "Useful settings" paragraph: `a.b/c/d` names a.b, a.c and a.d."""
+    """Setting names in the README's "Useful settings" paragraph: `a.b/c/d` names a.b, a.c and
+    a.d."""
     paragraph = text.split("Useful settings:", 1)[1].split("\n\n", 1)[0]
     names = set()
     for span in re.findall(r"`([^`]+)`", paragraph):
@@ -565,10 +649,14 @@ def documented_settings(text: str) -> set[str]:
 
 def test_every_documented_setting_has_an_effect_check():
     documented = documented_settings(README.read_text())
-    assert {"data.label_error", "fedmlac.lpa", "train.momentum", "aggregation.layer_unit"} <= documented  # parser sanity
+    assert {
+        "data.label_error",
+        "fedmlac.lpa",
+        "train.momentum",
+        "aggregation.layer_unit",
+    } <= documented  # parser sanity
     assert documented - set(EFFECTS) == set(), "documented settings without an effect check"
     cfg = load_config()
     for name in EFFECTS:  # every row names a real setting
         section, key = name.split(".")
         assert hasattr(getattr(cfg, section), key), name
-

@@ -1,6 +1,7 @@
-"""Every registered kind declares its own settings (issue 58): models, datasets, aggregators and attacks
-name a settings dataclass in their torch-free registry tables (src/fedac/settings/), and Config joins its
-fields into the kind's section; a setting whose value is a name is checked when the config loads."""
+"""Every registered kind declares its own settings (issue 58): models, datasets, aggregators and
+attacks name a settings dataclass in their torch-free registry tables (src/fedac/settings/), and
+Config joins its fields into the kind's section; a setting whose value is a name is checked when the
+config loads."""
 
 from __future__ import annotations
 
@@ -12,8 +13,16 @@ import time
 
 import pytest
 
-from fedac.config import (KIND_SECTIONS, AggregationConfig, AggregationShared, Config, joined, load_config,
-                          save_config, section_class)
+from fedac.config import (
+    KIND_SECTIONS,
+    AggregationConfig,
+    AggregationShared,
+    Config,
+    joined,
+    load_config,
+    save_config,
+    section_class,
+)
 from fedac.errors import ConfigError
 from fedac.fields import number
 from fedac.registry import Entry, Registry, choice
@@ -21,8 +30,8 @@ from fedac.settings.aggregation import AGGREGATORS, KrumSettings
 
 
 def choice_settings(obj=None, prefix=""):
-    """(key, choices) of every name-valued setting, found by walking a loaded Config: one added later is
-    checked below without editing this test."""
+    """(key, choices) of every name-valued setting, found by walking a loaded Config: one added
+    later is checked below without editing this test."""
     obj = load_config() if obj is None else obj
     sections = obj.sections() if isinstance(obj, Config) else {}
     for f in dataclasses.fields(obj):
@@ -39,8 +48,18 @@ CHOICES = dict(choice_settings())
 
 
 def test_the_issue_names_are_declared_as_choices():
-    assert {"algorithm", "dataset", "train.select", "train.execution", "aggregation.method", "attack.kind",
-            "model.name", "model.client_model", "model.zoo", "data.partition"} <= set(CHOICES)
+    assert {
+        "algorithm",
+        "dataset",
+        "train.select",
+        "train.execution",
+        "aggregation.method",
+        "attack.kind",
+        "model.name",
+        "model.client_model",
+        "model.zoo",
+        "data.partition",
+    } <= set(CHOICES)
 
 
 @pytest.mark.parametrize("key", sorted(CHOICES))
@@ -55,7 +74,9 @@ def test_an_unknown_name_is_refused_at_load_naming_the_setting_and_the_choices(k
 
 
 def test_the_closest_name_is_suggested():
-    with pytest.raises(ConfigError, match=r"Registered aggregators: mean, lpa, .* \(did you mean 'median'\?\)$"):
+    with pytest.raises(
+        ConfigError, match=r"Registered aggregators: mean, lpa, .* \(did you mean 'median'\?\)$"
+    ):
         load_config(None, ["aggregation.method=medain"])
     with pytest.raises(ConfigError, match=r"Choices: best_val, last \(did you mean 'last'\?\)$"):
         load_config(None, ["train.select=lastt"])
@@ -65,30 +86,44 @@ def test_the_closest_name_is_suggested():
 
 @pytest.mark.parametrize("setting", ["train.select=nosuch", "aggregation.method=nosuch"])
 def test_the_cli_refuses_an_unknown_name_before_any_data_or_torch(setting, tmp_path):
-    """The issue's done-when: each fails at config load, in under 20 s (about 1 s measured), naming the
-    setting and the choices; nothing is written and torch never loads."""
-    probe = ("import json, sys, fedac.cli; code = fedac.cli.main(['run', '--set', sys.argv[1]]); "
-             "print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')[0] == 'torch')]))")
+    """The issue's done-when: each fails at config load, in under 20 s (about 1 s measured), naming
+    the setting and the choices; nothing is written and torch never loads."""
+    probe = (
+        "import json, sys, fedac.cli; code = fedac.cli.main(['run', '--set', sys.argv[1]]); "
+        "print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')[0] == 'torch')]))"
+    )
     start = time.perf_counter()
-    done = subprocess.run([sys.executable, "-c", probe, setting], capture_output=True, text=True, cwd=tmp_path,
-                          env={"FEDAC_HOME": str(tmp_path / "home"), "PATH": ""})
+    done = subprocess.run(
+        [sys.executable, "-c", probe, setting],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"FEDAC_HOME": str(tmp_path / "home"), "PATH": ""},
+    )
     assert time.perf_counter() - start < 20
     assert json.loads(done.stdout.splitlines()[-1]) == [2, []], done.stderr
     key = setting.split("=")[0]
-    assert f"unknown {key} 'nosuch'" in done.stderr and ("best_val, last" in done.stderr or "mean, lpa" in done.stderr)
+    assert f"unknown {key} 'nosuch'" in done.stderr and (
+        "best_val, last" in done.stderr or "mean, lpa" in done.stderr
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no runs/, no data cache
 
 
-# --- the parts' settings join their kind's section ------------------------------------------------------
+# --- the parts' settings join their kind's section ------------------------------------------------
 
 
 def test_the_built_in_parts_own_their_fields():
     """LPA's and Krum's settings come from their registry entries, not from the shared section."""
     shared = {f.name for f in dataclasses.fields(AggregationShared)}
     assert shared == {"method", "weighting"}
-    assert {"v_l", "v_h", "num_malicious", "multikrum_keep", "trim_fraction", "clip_norm"} <= \
-        {f.name for f in dataclasses.fields(AggregationConfig)} - shared
-    assert {f.name for f in dataclasses.fields(section_class("data"))} >= {"task", "gsc12", "audio_column"}
+    assert {"v_l", "v_h", "num_malicious", "multikrum_keep", "trim_fraction", "clip_norm"} <= {
+        f.name for f in dataclasses.fields(AggregationConfig)
+    } - shared
+    assert {f.name for f in dataclasses.fields(section_class("data"))} >= {
+        "task",
+        "gsc12",
+        "audio_column",
+    }
     assert "encoder_path" in {f.name for f in dataclasses.fields(section_class("model"))}
     assert "noise_std" in {f.name for f in dataclasses.fields(section_class("attack"))}
 
@@ -100,9 +135,12 @@ class Keep:
     mode: str = choice("near", ("near", "far"))
 
 
-def test_a_registered_part_with_settings_reaches_the_config_and_its_saved_file(tmp_path, monkeypatch):
+def test_a_registered_part_with_settings_reaches_the_config_and_its_saved_file(
+    tmp_path, monkeypatch
+):
     registry = KIND_SECTIONS["aggregation"][0]
-    monkeypatch.setattr(registry, "_values", dict(registry._values))  # the registration ends with the test
+    # the registration ends with the test
+    monkeypatch.setattr(registry, "_values", dict(registry._values))
     registry.register("keep_near", Entry("fedac.rules.aggregation:mean_rule", "a test rule", Keep))
     cfg = load_config(None, ["aggregation.method=keep_near", "aggregation.keep=5"])
     assert (cfg.aggregation.keep, cfg.aggregation.mode, cfg.aggregation.v_l) == (5, "near", 0.1)
@@ -120,27 +158,35 @@ def test_a_registered_part_with_settings_reaches_the_config_and_its_saved_file(t
 
 
 def test_fields_declared_twice_must_agree():
-    alike = joined(AggregationShared, (("krum", KrumSettings), ("bulyan", KrumSettings)), "aggregation")
+    alike = joined(
+        AggregationShared, (("krum", KrumSettings), ("bulyan", KrumSettings)), "aggregation"
+    )
     assert [f.name for f in dataclasses.fields(alike)] == ["method", "weighting", "num_malicious"]
 
     @dataclasses.dataclass
     class OtherKrum:
         num_malicious: int = 3
 
-    with pytest.raises(ConfigError, match=r"^aggregation.num_malicious of 'mine' \(OtherKrum\) differs in type or "
-                                          r"default from 'krum''s; rename it$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^aggregation.num_malicious of 'mine' \(OtherKrum\) differs in type or "
+        r"default from 'krum''s; rename it$",
+    ):
         joined(AggregationShared, (("krum", KrumSettings), ("mine", OtherKrum)), "aggregation")
 
     @dataclasses.dataclass
     class Method:
         method: str = "x"
 
-    with pytest.raises(ConfigError, match=r"^aggregation.method of 'mine' \(Method\) differs in type or default "
-                                          r"from the shared one; rename it$"):
+    with pytest.raises(
+        ConfigError,
+        match=r"^aggregation.method of 'mine' \(Method\) differs in type or default "
+        r"from the shared one; rename it$",
+    ):
         joined(AggregationShared, (("mine", Method),), "aggregation")
 
 
-# --- the torch-free tables match the parts ----------------------------------------------------------------
+# --- the torch-free tables match the parts --------------------------------------------------------
 
 
 def test_every_built_in_entry_loads_and_the_model_table_names_the_specs():
@@ -158,13 +204,15 @@ def test_every_built_in_entry_loads_and_the_model_table_names_the_specs():
 
 def test_a_registry_that_holds_a_broken_settings_class_says_so():
     registry = Registry("attack", {"x": Entry("m:f", "broken", settings=int)})
-    with pytest.raises(ConfigError, match=r"^attack 'x': its settings <class 'int'> must be a dataclass$"):
+    with pytest.raises(
+        ConfigError, match=r"^attack 'x': its settings <class 'int'> must be a dataclass$"
+    ):
         registry.settings_classes()
 
 
 def test_the_type_checkers_view_of_the_sections_names_the_registries_fields():
-    """config.py declares DataConfig & co. statically for the type checker only (TYPE_CHECKING); their
-    bases must give exactly the fields the registries' built-in parts join at run time."""
+    """config.py declares DataConfig & co. statically for the type checker only (TYPE_CHECKING);
+    their bases must give exactly the fields the registries' built-in parts join at run time."""
     import ast
     import importlib
     from pathlib import Path
@@ -172,7 +220,11 @@ def test_the_type_checkers_view_of_the_sections_names_the_registries_fields():
     import fedac.config as config
 
     tree = ast.parse(Path(config.__file__).read_text())
-    block = next(node for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test))
+    block = next(
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+    )
     found = {}
     for node in block.body:
         if isinstance(node, ast.ImportFrom):
@@ -181,6 +233,9 @@ def test_the_type_checkers_view_of_the_sections_names_the_registries_fields():
         elif isinstance(node, ast.ClassDef):
             bases = [getattr(config, b.id, None) or found[b.id] for b in node.bases]
             static = {f.name for base in bases for f in dataclasses.fields(base)}
-            assert static == {f.name for f in dataclasses.fields(getattr(config, node.name))}, node.name
+            assert static == {f.name for f in dataclasses.fields(getattr(config, node.name))}, (
+                node.name
+            )
     assert {"DataConfig", "ModelConfig", "AggregationConfig", "AttackConfig"} <= {
-        node.name for node in block.body if isinstance(node, ast.ClassDef)}
+        node.name for node in block.body if isinstance(node, ast.ClassDef)
+    }

@@ -1,6 +1,6 @@
-"""SSL speech encoders and the speech tasks beyond classification (issue 16): checkpoint loading and its
-errors, exits, heads, the waveform data path, LibriSpeech / VoxCeleb1 loaders and stand-ins, WER / CER /
-EER by hand, and federated runs from the CLI."""
+"""SSL speech encoders and the speech tasks beyond classification (issue 16): checkpoint loading and
+its errors, exits, heads, the waveform data path, LibriSpeech / VoxCeleb1 loaders and stand-ins, WER
+/ CER / EER by hand, and federated runs from the CLI."""
 
 from __future__ import annotations
 
@@ -17,9 +17,15 @@ from fedac.data.text import VOCAB, encode, greedy_ctc
 from fedac.data.waveform import Padded
 from fedac.engine.data import EvalSplit
 from fedac.errors import DatasetError, EncoderError
-from fedac.training.metrics import equal_error_rate, transcription_metrics
 from fedac.models import build_model, count_parameters
-from fedac.models.ssl import SSLModel, encoder_layers, frame_lengths, load_encoder, size_config, stats_pool
+from fedac.models.ssl import (
+    encoder_layers,
+    frame_lengths,
+    load_encoder,
+    size_config,
+    stats_pool,
+)
+from fedac.training.metrics import equal_error_rate, transcription_metrics
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -34,10 +40,15 @@ def checkpoints(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("ckpt")
     torch.manual_seed(0)
-    models = {"pre": Wav2Vec2ForPreTraining(size_config("w2v2_tiny")), "ctc": Wav2Vec2ForCTC(size_config("w2v2_tiny"))}
+    models = {
+        "pre": Wav2Vec2ForPreTraining(size_config("w2v2_tiny")),
+        "ctc": Wav2Vec2ForCTC(size_config("w2v2_tiny")),
+    }
     hubert = size_config("w2v2_tiny").to_dict()
     hubert.pop("model_type", None)
-    models["hubert"] = HubertModel(HubertConfig(**{k: v for k, v in hubert.items() if k in HubertConfig().to_dict()}))
+    models["hubert"] = HubertModel(
+        HubertConfig(**{k: v for k, v in hubert.items() if k in HubertConfig().to_dict()})
+    )
     for name, model in models.items():
         model.save_pretrained(root / name)
     return root, models
@@ -48,7 +59,9 @@ def librispeech_root(tmp_path_factory):
     from fedac.data.synth.librispeech import generate
 
     out = tmp_path_factory.mktemp("librispeech")
-    generate(out, speakers=3, utterances=4, eval_speakers=1, eval_utterances=2, workers=1, progress=False)
+    generate(
+        out, speakers=3, utterances=4, eval_speakers=1, eval_utterances=2, workers=1, progress=False
+    )
     return out
 
 
@@ -73,7 +86,11 @@ def _copy(src, tmp_path):
 @pytest.mark.slow
 def test_pretraining_ctc_and_hubert_checkpoints_load_into_the_bare_encoder(checkpoints):
     root, models = checkpoints
-    for name, inner in (("pre", models["pre"].wav2vec2), ("ctc", models["ctc"].wav2vec2), ("hubert", models["hubert"])):
+    for name, inner in (
+        ("pre", models["pre"].wav2vec2),
+        ("ctc", models["ctc"].wav2vec2),
+        ("hubert", models["hubert"]),
+    ):
         encoder = load_encoder(root / name)
         expected = inner.state_dict()
         loaded = encoder.state_dict()
@@ -88,17 +105,27 @@ def test_encoder_path_sets_the_global_model_weights(checkpoints):
     model = build_model("w2v2_tiny", 64, 5, 0.1, "classification", cfg.model)
     want = models["pre"].wav2vec2.encoder.layers[1].attention.q_proj.weight
     assert torch.equal(model.encoder.layers[1].attention.q_proj.weight, want)
-    random = build_model("w2v2_tiny", 64, 5, 0.1, "classification", load_config(overrides=["model.name=w2v2_tiny"]).model)
+    random = build_model(
+        "w2v2_tiny",
+        64,
+        5,
+        0.1,
+        "classification",
+        load_config(overrides=["model.name=w2v2_tiny"]).model,
+    )
     assert not torch.equal(random.encoder.layers[1].attention.q_proj.weight, want)
 
 
-@pytest.mark.parametrize("damage, message", [
-    ("missing", "does not exist"),
-    ("no_config", "holds no config.json"),
-    ("bad_json", "is not valid JSON"),
-    ("wrong_type", "model_type 'bert'"),
-    ("no_weights", "holds no weights"),
-])
+@pytest.mark.parametrize(
+    "damage, message",
+    [
+        ("missing", "does not exist"),
+        ("no_config", "holds no config.json"),
+        ("bad_json", "is not valid JSON"),
+        ("wrong_type", "model_type 'bert'"),
+        ("no_weights", "holds no weights"),
+    ],
+)
 def test_broken_checkpoint_folders_get_fedacs_own_error(checkpoints, tmp_path, damage, message):
     folder = _copy(checkpoints[0] / "pre", tmp_path)
     if damage == "missing":
@@ -151,19 +178,37 @@ def test_encoder_layers_is_the_encoder_forward_stopped_at_a_depth(stable):
         assert (full - ref.last_hidden_state)[mask].abs().max() < 1e-5
         if not stable:  # post-LN: hidden_states[L] is exactly the output of layers[:L]
             for depth in (1, 2, 3):
-                assert (encoder_layers(encoder.encoder, hidden, mask, depth) - ref.hidden_states[depth])[mask].abs().max() < 1e-5
+                assert (
+                    encoder_layers(encoder.encoder, hidden, mask, depth) - ref.hidden_states[depth]
+                )[mask].abs().max() < 1e-5
 
 
 def test_frame_lengths_follow_the_conv_stack():
-    # 16000 samples: (16000-10)//5+1 = 3199 -> 1599 -> 799 -> 399 -> 199 -> 99 -> 49 (kernels 3,3,3,3,2,2; stride 2)
-    assert frame_lengths(size_config("w2v2_tiny"), torch.tensor([16000, 400, 399])).tolist() == [49, 1, 0]
+    # 16000 samples: (16000-10)//5+1 = 3199 -> 1599 -> 799 -> 399 -> 199 -> 99 -> 49 (kernels
+    # 3,3,3,3,2,2; stride 2)
+    assert frame_lengths(size_config("w2v2_tiny"), torch.tensor([16000, 400, 399])).tolist() == [
+        49,
+        1,
+        0,
+    ]
 
 
 def test_named_sizes():
-    counts = {name: count_parameters(build_model(name, 1, 10, 0.1, "classification",
-                                                 load_config(overrides=["model.freeze_cnn=false"]).model))
-              for name in ("w2v2_tiny", "w2v2_s")}
-    assert 2.7e6 < counts["w2v2_s"] < 2.9e6  # the spec measured 2.79M for s (12 x 128, FFN 512, conv 7 x 128)
+    counts = {
+        name: count_parameters(
+            build_model(
+                name,
+                1,
+                10,
+                0.1,
+                "classification",
+                load_config(overrides=["model.freeze_cnn=false"]).model,
+            )
+        )
+        for name in ("w2v2_tiny", "w2v2_s")
+    }
+    # the spec measured 2.79M for s (12 x 128, FFN 512, conv 7 x 128)
+    assert 2.7e6 < counts["w2v2_s"] < 2.9e6
     assert counts["w2v2_tiny"] < counts["w2v2_s"]
     with pytest.raises(Exception, match="w2v2_tiny"):
         build_model("w2v2_huge", 1, 10)
@@ -185,14 +230,20 @@ def test_greedy_ctc_decoding_by_hand():
 
 
 def _tiny(kind, **options):
-    cfg = load_config(overrides=["model.name=w2v2_tiny", *[f"model.{k}={v}" for k, v in options.items()]])
+    cfg = load_config(
+        overrides=["model.name=w2v2_tiny", *[f"model.{k}={v}" for k, v in options.items()]]
+    )
     torch.manual_seed(0)
     return build_model("w2v2_tiny", 64, len(VOCAB) if kind == "ctc" else 4, 0.0, kind, cfg.model)
 
 
 def test_settings_change_the_model():
     base = _tiny("ctc")
-    assert base.depth == 4 and base.cnn is None and not any(k.startswith("cnn.") for k in base.state_dict())
+    assert (
+        base.depth == 4
+        and base.cnn is None
+        and not any(k.startswith("cnn.") for k in base.state_dict())
+    )
     assert base.lstm.hidden_size == 64
     assert _tiny("ctc", ctc_hidden=16).lstm.hidden_size == 16
     assert _tiny("ctc", freeze_cnn="false").cnn is not None
@@ -234,16 +285,20 @@ def test_wer_and_cer_by_hand():
     # 1 substitution + 1 deletion over 5 reference words
     assert transcription_metrics(["a b c", "d e"], ["a x c", "d"])["wer"] == pytest.approx(2 / 5)
     # 1 insertion over 3 words; 1 substitution over 3 characters
-    assert transcription_metrics(["the cat sat"], ["the cat sat down"])["wer"] == pytest.approx(1 / 3)
+    assert transcription_metrics(["the cat sat"], ["the cat sat down"])["wer"] == pytest.approx(
+        1 / 3
+    )
     assert transcription_metrics(["abc"], ["abd"])["cer"] == pytest.approx(1 / 3)
     assert transcription_metrics(["abc def"], [""])["wer"] == pytest.approx(1.0)
 
 
 def test_eer_by_hand():
     # accept score >= t. targets 0.9 0.8 0.3, non-targets 0.7 0.2 0.1: at t = 0.7 FAR = FRR = 1/3
-    assert equal_error_rate([0.9, 0.8, 0.3, 0.7, 0.2, 0.1], [1, 1, 1, 0, 0, 0]) == pytest.approx(1 / 3)
-    # targets 0.9 0.8 0.4, non-targets 0.5 0.2: FRR stays 1/3 from t = 0.8 (FAR 0) to t = 0.5 (FAR 1/2);
-    # the interpolated crossing is FAR = FRR = 1/3
+    assert equal_error_rate([0.9, 0.8, 0.3, 0.7, 0.2, 0.1], [1, 1, 1, 0, 0, 0]) == pytest.approx(
+        1 / 3
+    )
+    # targets 0.9 0.8 0.4, non-targets 0.5 0.2: FRR stays 1/3 from t = 0.8 (FAR 0) to t = 0.5 (FAR
+    # 1/2); the interpolated crossing is FAR = FRR = 1/3
     assert equal_error_rate([0.9, 0.8, 0.4, 0.5, 0.2], [1, 1, 1, 0, 0]) == pytest.approx(1 / 3)
     assert equal_error_rate([0.9, 0.8, 0.2, 0.1], [1, 1, 0, 0]) == pytest.approx(0.0)  # separable
     assert np.isnan(equal_error_rate([0.5, 0.4], [1, 1]))
@@ -259,17 +314,36 @@ def test_evaluation_dispatches_on_the_split_kind():
         def transcribe(self, x):
             return ["a b" for _ in range(len(x))]
 
-    x = Padded(torch.tensor([[[1.0, 0.0]], [[0.9, 0.1]], [[0.0, 1.0]], [[0.1, 0.9]]]), torch.ones(4, dtype=torch.long))
+    x = Padded(
+        torch.tensor([[[1.0, 0.0]], [[0.9, 0.1]], [[0.0, 1.0]], [[0.1, 0.9]]]),
+        torch.ones(4, dtype=torch.long),
+    )
     # cosines: (0,1) same speaker 0.99, (2,3) same 0.99, (0,2) different 0.0, (1,3) different 0.18
     trials = torch.tensor([[0, 1, 1], [2, 3, 1], [0, 2, 0], [1, 3, 0]])
-    split = EvalSplit(x, torch.arange(4), torch.zeros(4, dtype=torch.long), kind="verification", trials=trials)
+    split = EvalSplit(
+        x, torch.arange(4), torch.zeros(4, dtype=torch.long), kind="verification", trials=trials
+    )
     assert evaluate(Fixed(), split) == {"eer": 0.0}
-    flipped = EvalSplit(x, torch.arange(4), torch.zeros(4, dtype=torch.long), kind="verification",
-                        trials=trials * torch.tensor([1, 1, 0]) + torch.tensor([0, 0, 1]) * (1 - trials[:, 2:]))
+    flipped = EvalSplit(
+        x,
+        torch.arange(4),
+        torch.zeros(4, dtype=torch.long),
+        kind="verification",
+        trials=trials * torch.tensor([1, 1, 0]) + torch.tensor([0, 0, 1]) * (1 - trials[:, 2:]),
+    )
     assert evaluate(Fixed(), flipped) == {"eer": 1.0}
-    ctc = EvalSplit(x, torch.arange(4), torch.zeros(4, dtype=torch.long), kind="ctc", texts=["a b", "a c", "a b", "a b"])
+    ctc = EvalSplit(
+        x,
+        torch.arange(4),
+        torch.zeros(4, dtype=torch.long),
+        kind="ctc",
+        texts=["a b", "a c", "a b", "a b"],
+    )
     assert evaluate(Fixed(), ctc)["wer"] == pytest.approx(1 / 8)
-    assert selection_score({"wer": 0.3}) == -0.3 and selection_score({"accuracy": 0.6, "wer": 0.1}) == 0.6
+    assert (
+        selection_score({"wer": 0.3}) == -0.3
+        and selection_score({"accuracy": 0.6, "wer": 0.1}) == 0.6
+    )
 
 
 # --------------------------------------------------------------------------- loaders and stand-ins
@@ -280,13 +354,17 @@ def test_librispeech_stand_in_loads_in_its_layout(librispeech_root):
 
     m = load_manifest(librispeech_root)
     assert m.kind == "ctc" and m.classes == list(VOCAB)
-    by_split = {s: [c for c in m.clips if c.split == s] for s in ("train", "val", "test", "test_other")}
+    by_split = {
+        s: [c for c in m.clips if c.split == s] for s in ("train", "val", "test", "test_other")
+    }
     assert [len(v) for v in by_split.values()] == [12, 2, 2, 2]
     speakers = {s: {c.client for c in v} for s, v in by_split.items()}
     assert len(speakers["train"]) == 3
     for other in ("val", "test", "test_other"):
         assert not speakers[other] & speakers["train"]
-    assert all(c.text == c.text.lower() and c.text and not set(c.text) - set(VOCAB) for c in m.clips)
+    assert all(
+        c.text == c.text.lower() and c.text and not set(c.text) - set(VOCAB) for c in m.clips
+    )
 
 
 def test_test_other_is_harder():
@@ -299,12 +377,15 @@ def test_test_other_is_harder():
         assert talker.snr_db is None
 
 
-@pytest.mark.parametrize("line, message", [
-    ("1000-100-0000", "expected '<speaker>-<chapter>-<utt> TRANSCRIPT'"),
-    ("1000-100-0000 HELLO 3RD", "outside the CTC vocabulary"),
-    ("1000-999-0000 HELLO", "does not belong to chapter 1000-100"),
-    ("1000-100-0077 HELLO", "1000-100-0077.flac does not exist"),
-])
+@pytest.mark.parametrize(
+    "line, message",
+    [
+        ("1000-100-0000", "expected '<speaker>-<chapter>-<utt> TRANSCRIPT'"),
+        ("1000-100-0000 HELLO 3RD", "outside the CTC vocabulary"),
+        ("1000-999-0000 HELLO", "does not belong to chapter 1000-100"),
+        ("1000-100-0077 HELLO", "1000-100-0077.flac does not exist"),
+    ],
+)
 def test_malformed_transcripts_are_refused(librispeech_root, tmp_path, line, message):
     from fedac.data.librispeech import load_manifest
 
@@ -339,13 +420,20 @@ def test_voxceleb1_stand_in_keeps_trial_speakers_apart(voxceleb_root):
         assert (a.split("/")[-3] == b.split("/")[-3]) == bool(target)
 
 
-@pytest.mark.parametrize("file, line, message", [
-    ("veri_test2.txt", "1 id10004/x/00001.wav", "expected '<1|0> <path a> <path b>'"),
-    ("veri_test2.txt", "2 id10004/a/1.wav id10004/b/1.wav", "expected '<1|0> <path a> <path b>'"),
-    ("veri_test2.txt", "1 id10004/nope/00001.wav id10005/nope/00002.wav", "does not exist"),
-    ("iden_split.txt", "4 id10001/x/00001.wav", "expected '<1|2|3> idNNNNN/<video>/NNNNN.wav'"),
-    ("iden_split.txt", "1 id10001.wav", "expected a path idNNNNN/<video>/NNNNN.wav"),
-])
+@pytest.mark.parametrize(
+    "file, line, message",
+    [
+        ("veri_test2.txt", "1 id10004/x/00001.wav", "expected '<1|0> <path a> <path b>'"),
+        (
+            "veri_test2.txt",
+            "2 id10004/a/1.wav id10004/b/1.wav",
+            "expected '<1|0> <path a> <path b>'",
+        ),
+        ("veri_test2.txt", "1 id10004/nope/00001.wav id10005/nope/00002.wav", "does not exist"),
+        ("iden_split.txt", "4 id10001/x/00001.wav", "expected '<1|2|3> idNNNNN/<video>/NNNNN.wav'"),
+        ("iden_split.txt", "1 id10001.wav", "expected a path idNNNNN/<video>/NNNNN.wav"),
+    ],
+)
 def test_malformed_voxceleb1_lines_are_refused(voxceleb_root, tmp_path, file, line, message):
     from fedac.data.voxceleb1 import load_manifest
 
@@ -358,62 +446,117 @@ def test_malformed_voxceleb1_lines_are_refused(voxceleb_root, tmp_path, file, li
     assert f"{path}, line 2" in str(err.value)
 
 
-# --------------------------------------------------------------------------- waveform data path and runs
+# --------------------------------------------------------------------------- waveform data path and
+# runs
 
 
 def test_frozen_cnn_frames_are_cached_and_match_the_cnn(librispeech_root, tmp_path, monkeypatch):
-    from fedac.engine import waveform
     from fedac.data.waveform import load_waveform
+    from fedac.engine import waveform
     from fedac.models.ssl import cnn_frames
 
-    cfg = load_config(overrides=["dataset=librispeech", f"data.root={librispeech_root}", "model.name=w2v2_tiny",
-                                 f"data.cache_dir={tmp_path}"])
+    cfg = load_config(
+        overrides=[
+            "dataset=librispeech",
+            f"data.root={librispeech_root}",
+            "model.name=w2v2_tiny",
+            f"data.cache_dir={tmp_path}",
+        ]
+    )
     data = waveform.build_waveform_data(cfg, progress=False)
     assert data.task.kind == "ctc" and set(data.extra_test) == {"test_other"}
     client = data.clients[0]
-    assert isinstance(client.x, Padded) and client.x.values.shape[-1] == 64 and isinstance(client.y, Padded)
+    assert (
+        isinstance(client.x, Padded)
+        and client.x.values.shape[-1] == 64
+        and isinstance(client.y, Padded)
+    )
     cnn = waveform.frozen_cnn(cfg)
     first = data.manifest.clips[data.manifest.split_indices("test")[0]]
     expected = cnn_frames(cnn, torch.from_numpy(load_waveform(first))).half()
     got = data.test.x.rows()[0]
     assert got.shape == expected.shape and torch.allclose(got.float(), expected.float(), atol=1e-3)
     assert data.test.texts[0] == first.text
-    monkeypatch.setattr(waveform, "cnn_frames", lambda *a: (_ for _ in ()).throw(AssertionError("recomputed")))
+    monkeypatch.setattr(
+        waveform, "cnn_frames", lambda *a: (_ for _ in ()).throw(AssertionError("recomputed"))
+    )
     again = waveform.build_waveform_data(cfg, progress=False)  # from the cache
     assert torch.equal(again.test.x.values, data.test.x.values)
 
-    raw = load_config(overrides=["dataset=librispeech", f"data.root={librispeech_root}", "model.name=w2v2_tiny",
-                                 f"data.cache_dir={tmp_path}", "model.freeze_cnn=false"])
+    raw = load_config(
+        overrides=[
+            "dataset=librispeech",
+            f"data.root={librispeech_root}",
+            "model.name=w2v2_tiny",
+            f"data.cache_dir={tmp_path}",
+            "model.freeze_cnn=false",
+        ]
+    )
     waves = waveform.build_waveform_data(raw, progress=False)
-    assert waves.clients[0].x.values.dim() == 2 and waves.task.num_features == 1  # waveforms, not frames
+    # waveforms, not frames
+    assert waves.clients[0].x.values.dim() == 2 and waves.task.num_features == 1
 
 
 def _run(tmp_path, name, *args):
     out = tmp_path / name
-    assert main(["run", "--quiet", "--rounds", "2", "--out", str(out), "--set", "model.name=w2v2_tiny",
-                 "--set", "train.local_epochs=1", "--set", "train.batch_size=4", "--set", "train.lr=0.01",
-                 "--set", "train.eval_every=1", "--set", "train.fraction=1.0", *args]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--quiet",
+                "--rounds",
+                "2",
+                "--out",
+                str(out),
+                "--set",
+                "model.name=w2v2_tiny",
+                "--set",
+                "train.local_epochs=1",
+                "--set",
+                "train.batch_size=4",
+                "--set",
+                "train.lr=0.01",
+                "--set",
+                "train.eval_every=1",
+                "--set",
+                "train.fraction=1.0",
+                *args,
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
     return results, (out / "metrics.csv").read_text().splitlines()
 
 
 @pytest.mark.slow
 def test_federated_ctc_asr_from_the_cli(librispeech_root, tmp_path):
-    results, metrics = _run(tmp_path, "asr", "--dataset", "librispeech", "--set", f"data.root={librispeech_root}")
+    results, metrics = _run(
+        tmp_path, "asr", "--dataset", "librispeech", "--set", f"data.root={librispeech_root}"
+    )
     final = results["final"]
     for key in ("wer", "cer", "test_other_wer", "test_other_cer"):
         assert 0 <= final[key] <= 5, key
     assert "val_wer" in metrics[0] and "accuracy" not in final
     rows = [dict(zip(metrics[0].split(","), line.split(","))) for line in metrics[1:]]
     best = min(rows, key=lambda r: (float(r["val_wer"]), float(r["round"])))
-    assert final["selected_round"] == int(float(best["round"]))  # best validation WER selects the model
+    # best validation WER selects the model
+    assert final["selected_round"] == int(float(best["round"]))
     assert "wer" in results["legend"]
 
 
 @pytest.mark.slow
 def test_speaker_identification_and_verification_from_the_cli(voxceleb_root, tmp_path):
-    results, _ = _run(tmp_path, "sid", "--dataset", "voxceleb1", "--set", f"data.root={voxceleb_root}",
-                      "--set", "data.num_clients=2")
+    results, _ = _run(
+        tmp_path,
+        "sid",
+        "--dataset",
+        "voxceleb1",
+        "--set",
+        f"data.root={voxceleb_root}",
+        "--set",
+        "data.num_clients=2",
+    )
     final = results["final"]
     assert 0 <= final["accuracy"] <= 1 and 0 <= final["asv_eer"] <= 1
 
@@ -423,24 +566,40 @@ def test_keyword_spotting_on_the_same_encoder(tmp_path, checkpoints):
     from gsc_fixture import make_gsc_tree
 
     gsc_root = make_gsc_tree(tmp_path / "gsc", speakers=4, clips=1)
-    results, _ = _run(tmp_path, "kws", "--dataset", "speech_commands", "--set", f"data.root={gsc_root}",
-                      "--set", f"model.encoder_path={checkpoints[0] / 'pre'}")
+    results, _ = _run(
+        tmp_path,
+        "kws",
+        "--dataset",
+        "speech_commands",
+        "--set",
+        f"data.root={gsc_root}",
+        "--set",
+        f"model.encoder_path={checkpoints[0] / 'pre'}",
+    )
     assert 0 <= results["final"]["accuracy"] <= 1 and results["num_classes"] == 35
 
 
 def test_adamw_optimizer_setting():
     from fedac.algorithms import build_algorithm
     from fedac.algorithms.base import Task
-    from fedac.training.local import make_optimizer, train_supervised
     from fedac.errors import ConfigError
+    from fedac.training.local import make_optimizer, train_supervised
 
-    cfg = load_config(overrides=["train.optimizer=adamw", "train.lr=0.1", "train.local_epochs=1", "train.batch_size=2"])
+    cfg = load_config(
+        overrides=[
+            "train.optimizer=adamw",
+            "train.lr=0.1",
+            "train.local_epochs=1",
+            "train.batch_size=2",
+        ]
+    )
     model = torch.nn.Linear(1, 2, bias=False)
     with torch.no_grad():
         model.weight.copy_(torch.tensor([[1.0], [-1.0]]))
     x, y = torch.tensor([[1.0], [2.0]]), torch.tensor([0, 0])
     train_supervised(model, x, y, cfg.train, torch.Generator().manual_seed(0))
-    # Adam's first step moves every weight by lr * sign(gradient): class 0's logit goes up, class 1's down
+    # Adam's first step moves every weight by lr * sign(gradient): class 0's logit goes up, class
+    # 1's down
     assert torch.allclose(model.weight, torch.tensor([[1.1], [-1.1]]), atol=1e-4)
     assert isinstance(make_optimizer(model.parameters(), cfg.train), torch.optim.AdamW)
     sgd = load_config(overrides=["train.optimizer=sgd"]).train
@@ -449,7 +608,8 @@ def test_adamw_optimizer_setting():
         make_optimizer(model.parameters(), load_config(overrides=["train.optimizer=lion"]).train)
     task = Task(40, 5, ["a"])
     assert build_algorithm(load_config(overrides=["model.name=crnn_tiny"]), task).cohort_ready()
-    assert build_algorithm(cfg, task).cohort_ready()  # the stacked path has AdamW (training/functional.py)
+    # the stacked path has AdamW (training/functional.py)
+    assert build_algorithm(cfg, task).cohort_ready()
 
 
 def test_models_and_tasks_that_do_not_fit_are_refused(librispeech_root, tmp_path):
@@ -457,21 +617,34 @@ def test_models_and_tasks_that_do_not_fit_are_refused(librispeech_root, tmp_path
     from fedac.errors import ConfigError
 
     base = ["dataset=librispeech", f"data.root={librispeech_root}", f"data.cache_dir={tmp_path}"]
-    with pytest.raises(ConfigError, match="librispeech is a ctc task, which needs an SSL encoder: --set model.name=w2v2_tiny"):
+    with pytest.raises(
+        ConfigError,
+        match="librispeech is a ctc task, which needs an SSL encoder: --set model.name=w2v2_tiny",
+    ):
         build_federated_data(load_config(overrides=[*base, "model.name=crnn_lite"]), progress=False)
     with pytest.raises(ConfigError, match="algorithm 'fedmlac' keeps CRNN client models"):
-        build_federated_data(load_config(overrides=[*base, "model.name=w2v2_tiny", "algorithm=fedmlac"]), progress=False)
+        build_federated_data(
+            load_config(overrides=[*base, "model.name=w2v2_tiny", "algorithm=fedmlac"]),
+            progress=False,
+        )
 
 
 def test_cli_verbs_of_the_speech_datasets(tmp_path, monkeypatch):
     from fedac.cli import build_parser, cmd_synth
     from fedac.data.synth import librispeech
 
-    args = build_parser().parse_args(["data", "synth-librispeech", "--out", str(tmp_path), "--speakers", "2"])
+    args = build_parser().parse_args(
+        ["data", "synth-librispeech", "--out", str(tmp_path), "--speakers", "2"]
+    )
     assert args.func is cmd_synth and args.dataset_name == "librispeech" and args.size == 2
     seen = {}
     monkeypatch.setattr(librispeech, "generate", lambda out, **kw: seen.update(kw) or {"ok": 1})
-    assert main(["data", "synth-librispeech", "--out", str(tmp_path), "--speakers", "2", "--quiet"]) == 0
+    assert (
+        main(["data", "synth-librispeech", "--out", str(tmp_path), "--speakers", "2", "--quiet"])
+        == 0
+    )
     assert seen["speakers"] == 2
-    args = build_parser().parse_args(["data", "synth-voxceleb1", "--out", str(tmp_path), "--speakers", "5"])
+    args = build_parser().parse_args(
+        ["data", "synth-voxceleb1", "--out", str(tmp_path), "--speakers", "5"]
+    )
     assert args.dataset_name == "voxceleb1" and args.size == 5

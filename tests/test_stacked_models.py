@@ -1,8 +1,9 @@
-"""The stacked path for any network (training/functional.py, issue 56): every registered feature model
-(the CRNNs' hand-written forward included) trains stacked under SGD, Adam and AdamW, with per-client
-gradient clipping, padded steps (BatchNorm's statistics over a client's real samples), FedKWS-UI's
-augmentation drawn per client (data/augment.py) and per-client dropout, and gives the sequential numbers
-to float tolerance; the stacked optimizers and clipping against torch's own on each client."""
+"""The stacked path for any network (training/functional.py, issue 56): every registered feature
+model (the CRNNs' hand-written forward included) trains stacked under SGD, Adam and AdamW, with
+per-client gradient clipping, padded steps (BatchNorm's statistics over a client's real samples),
+FedKWS-UI's augmentation drawn per client (data/augment.py) and per-client dropout, and gives the
+sequential numbers to float tolerance; the stacked optimizers and clipping against torch's own on
+each client."""
 
 from __future__ import annotations
 
@@ -21,22 +22,26 @@ from fedac.seeding import torch_generator
 from fedac.training.functional import StackedAdam, clip_stacked
 
 FEATURES, FRAMES, CLASSES = 8, 21, 4
-# unequal clients and batch 4: steps of widths 4, 4 and 3 pad the short clients (BatchNorm masks them)
+# unequal clients and batch 4: steps of widths 4, 4 and 3 pad the short clients (BatchNorm masks
+# them)
 SIZES = [7, 5, 3]
-#: float32 sums in another order (vmapped convolutions, the written-out GRU, masked BatchNorm) after two
-#: optimiser steps; Adam divides by sqrt(v) ~ |g|, so a relative error of the gradient stays relative.
+#: float32 sums in another order (vmapped convolutions, the written-out GRU, masked BatchNorm) after
+#: two optimiser steps; Adam divides by sqrt(v) ~ |g|, so a relative error of the gradient stays
+#: relative.
 TOL = 2e-4
 
 MODELS = [*CRNN_SPECS, *KWS_MODELS, *KWS_CNN_SPECS]
 
 
 class _Frames:
-    """A stand-in feature extractor for augmentation: a clip of features x frames samples read as its
-    (features, frames) matrix, so time shift and noise reach the model and SpecAugment masks it."""
+    """A stand-in feature extractor for augmentation: a clip of features x frames samples read as
+    its (features, frames) matrix, so time shift and noise reach the model and SpecAugment masks
+    it."""
 
     def __init__(self, frames: int):
         self.num_features, self.frames = FEATURES, frames
-        self.cfg = type("cfg", (), {"sample_rate": FEATURES * frames})()  # the shift pads round(0.1 rate) samples
+        # the shift pads round(0.1 rate) samples
+        self.cfg = type("cfg", (), {"sample_rate": FEATURES * frames})()
 
     def __call__(self, wave: torch.Tensor) -> torch.Tensor:
         return wave.reshape(wave.shape[0], FEATURES, self.frames)
@@ -45,77 +50,119 @@ class _Frames:
 def clients_for(model: str, sizes=SIZES, seed=0, augment: bool = False) -> list[ClientData]:
     frames = 101 if model == "kwt" else FRAMES  # KWT's learned positions fix the frame count
     g = torch.Generator().manual_seed(seed)
-    noise = (torch.randn(3 * FEATURES * frames, generator=g).numpy(), torch.randn(FEATURES * frames // 2, generator=g).numpy())
+    noise = (
+        torch.randn(3 * FEATURES * frames, generator=g).numpy(),
+        torch.randn(FEATURES * frames // 2, generator=g).numpy(),
+    )
     out = []
     for i, n in enumerate(sizes):
         x = torch.randn(n, FEATURES, frames, generator=g)
         if augment:  # the windows as waveforms, augmented afresh at every batch (features.augment)
             x = AugmentedWindows(x.flatten(1), _Frames(frames), lambda f: f, noise)
-        out.append(ClientData(f"c{i}", x, torch.randint(0, CLASSES, (n,), generator=g), torch.zeros(0, FEATURES, frames),
-                              torch.zeros(0, dtype=torch.long)))
+        out.append(
+            ClientData(
+                f"c{i}",
+                x,
+                torch.randint(0, CLASSES, (n,), generator=g),
+                torch.zeros(0, FEATURES, frames),
+                torch.zeros(0, dtype=torch.long),
+            )
+        )
     return out
 
 
 def algorithm(model: str, *overrides: str, algo: str = "fedavg"):
-    cfg = load_config(overrides=[f"algorithm={algo}", f"model.name={model}", "train.batch_size=4", "train.local_epochs=1",
-                                 "train.lr=0.01", "train.device=cpu", "model.dropout=0", *overrides])
+    cfg = load_config(
+        overrides=[
+            f"algorithm={algo}",
+            f"model.name={model}",
+            "train.batch_size=4",
+            "train.local_epochs=1",
+            "train.lr=0.01",
+            "train.device=cpu",
+            "model.dropout=0",
+            *overrides,
+        ]
+    )
     clients = clients_for(model, augment=cfg.features.augment)
     return build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients])), clients
 
 
 def one_round(model: str, execution: str, *overrides: str, algo: str = "fedavg"):
     alg, clients = algorithm(model, f"train.execution={execution}", *overrides, algo=algo)
-    assert alg.execution_path() == ("stacked" if execution == "cohort" else "sequential: train.execution=sequential")
+    assert alg.execution_path() == (
+        "stacked" if execution == "cohort" else "sequential: train.execution=sequential"
+    )
     payload = alg.broadcast(alg.init_server())
     states = [alg.init_client_state(c.name) for c in clients]
     return run_clients(alg, payload, states, clients, 1, 0)
 
 
 def assert_close(a, b, tol=TOL, free=(), free_tol=0.0):
-    """Uploads and losses equal to `tol` (relative to each tensor's size); entries named in `free` to `free_tol`."""
+    """Uploads and losses equal to `tol` (relative to each tensor's size); entries named in `free`
+    to `free_tol`."""
     for ra, rb in zip(a, b):
         for name, value in ra.upload.items():
             other = rb.upload[name]
             if value.is_floating_point():
                 scale = max(1.0, float(value.abs().max()))
-                assert float((value - other).abs().max()) <= (free_tol if name in free else tol) * scale, name
+                assert (
+                    float((value - other).abs().max())
+                    <= (free_tol if name in free else tol) * scale
+                ), name
             else:
                 assert torch.equal(value, other), name
         assert ra.metrics["loss"] == pytest.approx(rb.metrics["loss"], rel=tol, abs=tol)
 
 
 def zero_gradient_entries(model: str, *settings: str) -> set[str]:
-    """Parameters whose exact gradient is zero (a convolution's bias right before BatchNorm, which the
-    batch mean cancels): SGD leaves them where they were, to float noise."""
+    """Parameters whose exact gradient is zero (a convolution's bias right before BatchNorm, which
+    the batch mean cancels): SGD leaves them where they were, to float noise."""
     alg, clients = algorithm(model, "train.execution=sequential", "train.optimizer=sgd", *settings)
     start = alg.init_server()["params"]
     moved = one_round(model, "sequential", "train.optimizer=sgd", *settings)[0].upload
-    return {n for n, _ in alg.scratch_model(model).named_parameters() if float((moved[n] - start[n]).abs().max()) < 1e-8}
+    return {
+        n
+        for n, _ in alg.scratch_model(model).named_parameters()
+        if float((moved[n] - start[n]).abs().max()) < 1e-8
+    }
 
 
 @pytest.mark.parametrize("augment", [False, True], ids=["clean", "augmented"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam", "adamw"])
 @pytest.mark.parametrize("model", MODELS)
 def test_every_feature_model_trains_stacked_as_it_trains_alone(model, optimizer, augment):
-    settings = [f"train.optimizer={optimizer}", "train.max_grad_norm=0.5", "train.weight_decay=0.01",
-                f"features.augment={str(augment).lower()}"]
+    settings = [
+        f"train.optimizer={optimizer}",
+        "train.max_grad_norm=0.5",
+        "train.weight_decay=0.01",
+        f"features.augment={str(augment).lower()}",
+    ]
     free, free_tol = set(), 0.0
     if optimizer != "sgd":
-        # Adam moves every parameter by about lr a step whatever the gradient's size, so a gradient that is
-        # float noise (zero in exact arithmetic) moves it by a noise-signed lr on either path: those entries
-        # agree to 2 lr per step, the rest (and what the noise feeds downstream, at this small lr) to TOL.
+        # Adam moves every parameter by about lr a step whatever the gradient's size, so a gradient
+        # that is float noise (zero in exact arithmetic) moves it by a noise-signed lr on either
+        # path: those entries agree to 2 lr per step, the rest (and what the noise feeds downstream,
+        # at this small lr) to TOL.
         settings.append("train.lr=0.0001")
         free, free_tol = zero_gradient_entries(model, "train.lr=0.0001"), 2 * 2 * 1e-4
-    assert_close(one_round(model, "cohort", *settings), one_round(model, "sequential", *settings), free=free,
-                 free_tol=free_tol)
+    assert_close(
+        one_round(model, "cohort", *settings),
+        one_round(model, "sequential", *settings),
+        free=free,
+        free_tol=free_tol,
+    )
 
 
 class _DropoutNet(nn.Module):
-    """A plug-in-like network with dropout between two layers (no zoo model of the vmap path has any)."""
+    """A plug-in-like network with dropout between two layers (no zoo model of the vmap path has
+    any)."""
 
     def __init__(self):
         super().__init__()
-        self.body = nn.Sequential(nn.Flatten(), nn.Linear(FEATURES * FRAMES, 16), nn.ReLU(), nn.Dropout(0.5))
+        self.body = nn.Sequential(
+            nn.Flatten(), nn.Linear(FEATURES * FRAMES, 16), nn.ReLU(), nn.Dropout(0.5)
+        )
         self.head = nn.Linear(16, CLASSES)
 
     def forward(self, x):
@@ -124,23 +171,32 @@ class _DropoutNet(nn.Module):
 
 @pytest.mark.parametrize("augment", ["false", "true"])
 def test_dropout_masks_are_each_clients_own_and_repeat_with_the_seed(monkeypatch, augment):
-    """Alone on the CPU a client draws its augmentation and then its masks from one stream (the global RNG):
-    the stacked path keeps that order per client."""
+    """Alone on the CPU a client draws its augmentation and then its masks from one stream (the
+    global RNG): the stacked path keeps that order per client."""
     from fedac.algorithms.fedavg import FedAvg
 
     monkeypatch.setattr(FedAvg, "build_network", lambda self, name: _DropoutNet())
     settings = ("train.lr=0.1", f"features.augment={augment}")
     stacked = one_round("dscnn", "cohort", *settings)
-    assert_close(stacked, one_round("dscnn", "sequential", *settings))  # the masks a lone client draws
+    # the masks a lone client draws
+    assert_close(stacked, one_round("dscnn", "sequential", *settings))
     assert_close(stacked, one_round("dscnn", "cohort", *settings), tol=0.0)  # repeat with the seed
     if augment == "true":  # augmentation reached the model
         clean = one_round("dscnn", "cohort", "train.lr=0.1")
-        assert float((stacked[0].upload["head.weight"] - clean[0].upload["head.weight"]).abs().max()) > 1e-4
+        assert (
+            float((stacked[0].upload["head.weight"] - clean[0].upload["head.weight"]).abs().max())
+            > 1e-4
+        )
         return
-    # Two clients with the same data and batch order would end equal without dropout; their own masks part them.
-    alg, clients = algorithm("dscnn", "train.execution=cohort", "train.lr=0.1", "train.batch_size=8")
-    twins = [ClientData(name, clients[0].x, clients[0].y, clients[0].holdout_x, clients[0].holdout_y)
-             for name in ("a", "b")]
+    # Two clients with the same data and batch order would end equal without dropout; their own
+    # masks part them.
+    alg, clients = algorithm(
+        "dscnn", "train.execution=cohort", "train.lr=0.1", "train.batch_size=8"
+    )
+    twins = [
+        ClientData(name, clients[0].x, clients[0].y, clients[0].holdout_x, clients[0].holdout_y)
+        for name in ("a", "b")
+    ]
     monkeypatch.setattr("fedac.training.cohort.torch_generator", _same_batches(torch_generator))
     a, b = run_clients(alg, alg.broadcast(alg.init_server()), [None, None], twins, 1, 0)
     assert float((a.upload["head.weight"] - b.upload["head.weight"]).abs().max()) > 1e-4
@@ -148,7 +204,9 @@ def test_dropout_masks_are_each_clients_own_and_repeat_with_the_seed(monkeypatch
 
 def _same_batches(real):
     """torch_generator with one batch order for every client (dropout streams stay per client)."""
-    return lambda seed, purpose, *ids, **kw: real(seed, purpose, *(ids[:1] if purpose == "batches" else ids), **kw)
+    return lambda seed, purpose, *ids, **kw: real(
+        seed, purpose, *(ids[:1] if purpose == "batches" else ids), **kw
+    )
 
 
 @pytest.mark.parametrize("decoupled", [False, True])
@@ -160,10 +218,13 @@ def test_stacked_adam_is_torchs_adam_on_each_client(decoupled):
     grads = [torch.randn(3, 4, generator=g) for _ in range(3)]
     opt = StackedAdam(params, cfg, decoupled)
     for step, grad in enumerate(grads):
-        opt.step({"w": grad[:3 - step // 2].clone()}, active=3 - step // 2)  # the last client stops after 2 steps
+        # the last client stops after 2 steps
+        opt.step({"w": grad[: 3 - step // 2].clone()}, active=3 - step // 2)
     for k in range(3):
         w = nn.Parameter(start[k].clone())
-        torch_opt = (torch.optim.AdamW if decoupled else torch.optim.Adam)([w], lr=0.01, weight_decay=0.1)
+        torch_opt = (torch.optim.AdamW if decoupled else torch.optim.Adam)(
+            [w], lr=0.01, weight_decay=0.1
+        )
         for step, grad in enumerate(grads):
             if k < 3 - step // 2:
                 w.grad = grad[k].clone()
@@ -173,8 +234,11 @@ def test_stacked_adam_is_torchs_adam_on_each_client(decoupled):
 
 def test_clipping_is_clip_grad_norm_on_each_client():
     g = torch.Generator().manual_seed(0)
-    grads = {"a": torch.randn(3, 5, generator=g) * torch.tensor([[0.01], [1.0], [10.0]]), "b": torch.randn(3, 2, 2, generator=g),
-             "unused": None}
+    grads = {
+        "a": torch.randn(3, 5, generator=g) * torch.tensor([[0.01], [1.0], [10.0]]),
+        "b": torch.randn(3, 2, 2, generator=g),
+        "unused": None,
+    }
     expected = []
     for k in range(3):
         ps = [nn.Parameter(torch.zeros(5)), nn.Parameter(torch.zeros(2, 2))]
@@ -183,39 +247,69 @@ def test_clipping_is_clip_grad_norm_on_each_client():
         expected.append([p.grad for p in ps])
     clip_stacked(grads, 1.5)
     for k in range(3):
-        assert torch.allclose(grads["a"][k], expected[k][0], atol=1e-7) and torch.allclose(grads["b"][k], expected[k][1], atol=1e-7)
+        assert torch.allclose(grads["a"][k], expected[k][0], atol=1e-7) and torch.allclose(
+            grads["b"][k], expected[k][1], atol=1e-7
+        )
     assert float(grads["a"][0].norm()) < 1.5 * 0.1  # the small client is not scaled up
 
 
-@pytest.mark.parametrize("model, overrides", [
-    ("dscnn", []), ("mhattrnn", ["fedkwsui.private=persistent"]), ("kwt", ["train.optimizer=adamw", "train.lr=0.0001"]),
-    ("resnet15", ["fedkwsui.adv_lambda=0"]), ("dscnn", ["features.augment=true"]),
-    ("kwt", ["train.optimizer=adamw", "train.lr=0.0001", "features.augment=true"]),
-])
+@pytest.mark.parametrize(
+    "model, overrides",
+    [
+        ("dscnn", []),
+        ("mhattrnn", ["fedkwsui.private=persistent"]),
+        ("kwt", ["train.optimizer=adamw", "train.lr=0.0001"]),
+        ("resnet15", ["fedkwsui.adv_lambda=0"]),
+        ("dscnn", ["features.augment=true"]),
+        ("kwt", ["train.optimizer=adamw", "train.lr=0.0001", "features.augment=true"]),
+    ],
+)
 def test_fedkwsui_trains_stacked_as_it_trains_alone(model, overrides):
-    """FedKWS-UI's protocol (clipping, private phase, ALT's per-client step counts, per-client mu_k, its
-    augmentation) stacked."""
+    """FedKWS-UI's protocol (clipping, private phase, ALT's per-client step counts, per-client mu_k,
+    its augmentation) stacked."""
     sizes = [9, 6, 3, 7]
 
     def run(execution):
         clients = clients_for(model, sizes, augment="features.augment=true" in overrides)
         counts = [torch.bincount(c.y, minlength=CLASSES).tolist() for c in clients]
-        cfg = load_config(overrides=["algorithm=fedkwsui", f"model.name={model}", "train.batch_size=4", "train.device=cpu",
-                                     "fedkwsui.local_steps=3", "fedkwsui.size_cap=8", "fedkwsui.r0=1.5",
-                                     "train.max_grad_norm=0.5", "train.lr=0.01", f"train.execution={execution}", *overrides])
+        cfg = load_config(
+            overrides=[
+                "algorithm=fedkwsui",
+                f"model.name={model}",
+                "train.batch_size=4",
+                "train.device=cpu",
+                "fedkwsui.local_steps=3",
+                "fedkwsui.size_cap=8",
+                "fedkwsui.r0=1.5",
+                "train.max_grad_norm=0.5",
+                "train.lr=0.01",
+                f"train.execution={execution}",
+                *overrides,
+            ]
+        )
         alg = build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients], counts))
         if execution == "cohort":
             assert alg.execution_path() == "stacked"
-            assert len({alg.client_plan(c.name)["steps"] for c in clients}) > 1  # ALT: unequal step counts
-        return run_clients(alg, alg.broadcast(alg.init_server()), [alg.init_client_state(c.name) for c in clients],
-                           clients, 1, 0)
+            # ALT: unequal step counts
+            assert len({alg.client_plan(c.name)["steps"] for c in clients}) > 1
+        return run_clients(
+            alg,
+            alg.broadcast(alg.init_server()),
+            [alg.init_client_state(c.name) for c in clients],
+            clients,
+            1,
+            0,
+        )
 
     stacked, alone = run("cohort"), run("sequential")
     adam = "train.optimizer=adamw" in overrides
     free = zero_gradient_entries(model, "train.lr=0.0001") if adam else set()
     assert_close(stacked, alone, free={f"encoder.{n}" for n in free}, free_tol=2 * 4 * 1e-4)
     for a, b in zip(stacked, alone):
-        assert a.metrics["steps"] == b.metrics["steps"] and a.metrics["private_steps"] == b.metrics["private_steps"]
+        assert (
+            a.metrics["steps"] == b.metrics["steps"]
+            and a.metrics["private_steps"] == b.metrics["private_steps"]
+        )
         assert (a.state is None) == (b.state is None)
         if a.state is not None:
             assert a.state.keys() == b.state.keys()
@@ -226,18 +320,28 @@ def test_auto_probe_keeps_the_chosen_paths_results_and_says_which(chosen, monkey
     alg, clients = algorithm("cnn1_softmax", "train.execution=probe")
     assert alg.needs_probe() and alg.execution_path().startswith("auto: ")
     real = alg.record_probe
-    monkeypatch.setattr(alg, "record_probe",
-                        lambda s, q, n, error: real(*((0.1, 1.0) if chosen == "stacked" else (1.0, 0.1)), n, error))
-    probed = run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
+    monkeypatch.setattr(
+        alg,
+        "record_probe",
+        lambda s, q, n, error: real(*((0.1, 1.0) if chosen == "stacked" else (1.0, 0.1)), n, error),
+    )
+    probed = run_clients(
+        alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0
+    )
     reference = one_round("cnn1_softmax", "cohort" if chosen == "stacked" else "sequential")
     assert_close(probed, reference, tol=0.0)  # the kept results are the chosen path's, bit for bit
     assert not alg.needs_probe()
     path = alg.execution_path()
-    assert path == "stacked" if chosen == "stacked" else path.startswith("sequential: auto measured model cnn1_softmax")
+    assert (
+        path == "stacked"
+        if chosen == "stacked"
+        else path.startswith("sequential: auto measured model cnn1_softmax")
+    )
 
 
 class _FunctionalDropoutNet(_DropoutNet):
-    """Dropout as a function call, which the stacked path cannot replay (vmap refuses the random op)."""
+    """Dropout as a function call, which the stacked path cannot replay (vmap refuses the random
+    op)."""
 
     def forward(self, x):
         return self.head(nn.functional.dropout(self.body(x), 0.5, self.training))
@@ -248,19 +352,30 @@ def test_a_network_that_cannot_run_under_vmap_leaves_auto_sequential_with_the_er
 
     monkeypatch.setattr(FedAvg, "build_network", lambda self, name: _FunctionalDropoutNet())
     alg, clients = algorithm("dscnn", "train.execution=probe")
-    probed = run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
-    assert alg.execution_path().startswith("sequential: model dscnn's stacked path (vmap) failed on the probe chunk: ")
-    assert_close(probed, one_round("dscnn", "sequential"), tol=0.0)  # every client trained sequentially
+    probed = run_clients(
+        alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0
+    )
+    assert alg.execution_path().startswith(
+        "sequential: model dscnn's stacked path (vmap) failed on the probe chunk: "
+    )
+    # every client trained sequentially
+    assert_close(probed, one_round("dscnn", "sequential"), tol=0.0)
 
 
 def test_auto_on_the_cpu_keeps_a_vmapped_network_sequential_without_timing_it(monkeypatch):
-    """Under auto on the CPU a vmapped network is not timed (a choice by timing could differ between two runs
-    of one command): it trains sequentially, the reason named; probe times it; on an accelerator auto does."""
+    """Under auto on the CPU a vmapped network is not timed (a choice by timing could differ between
+    two runs of one command): it trains sequentially, the reason named; probe times it; on an
+    accelerator auto does."""
     alg, clients = algorithm("cnn1_softmax", "train.execution=auto")
     assert not alg.needs_probe()
-    assert alg.execution_path().startswith("sequential: auto keeps model cnn1_softmax (vmap) sequential on the CPU")
-    assert_close(run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0),
-                 one_round("cnn1_softmax", "sequential"), tol=0.0)
+    assert alg.execution_path().startswith(
+        "sequential: auto keeps model cnn1_softmax (vmap) sequential on the CPU"
+    )
+    assert_close(
+        run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0),
+        one_round("cnn1_softmax", "sequential"),
+        tol=0.0,
+    )
     assert not alg.auto_choice  # nothing was measured
     monkeypatch.setattr(alg, "device", torch.device("meta"))  # any device but the CPU
     assert alg.probes() and alg.needs_probe()
@@ -270,7 +385,7 @@ class _AmpleGauge:
     """A GPU's memory as packing reads it (training/packing.py), with room for any chunk."""
 
     def free(self) -> int:
-        return 10 ** 12
+        return 10**12
 
     def begin(self) -> int:
         return 0
@@ -280,37 +395,58 @@ class _AmpleGauge:
 
 
 def test_probe_on_a_memory_packed_device_times_full_chunks_after_an_untimed_warm_up(monkeypatch):
-    """Issue 56's GPU finding: a probe of 16 clients ran stacked as packing's memory probe of 8 plus a chunk of
-    8 (its one-off set-up counted against it). Now each path first trains a few clients untimed, and the
-    stacked path is timed on the rest of the round in the chunks it would train (one, memory allowing)."""
+    """Issue 56's GPU finding: a probe of 16 clients ran stacked as packing's memory probe of 8 plus
+    a chunk of 8 (its one-off set-up counted against it). Now each path first trains a few clients
+    untimed, and the stacked path is timed on the rest of the round in the chunks it would train
+    (one, memory allowing)."""
     from fedac.training.packing import Packing
 
     sizes = [6, 6, 5, 5, 4, 4, 4, 3, 3, 3, 2, 2]
     clients = clients_for("cnn1_softmax", sizes)
 
     def build(execution):
-        cfg = load_config(overrides=["algorithm=fedavg", "model.name=cnn1_softmax", "train.batch_size=4", "train.device=cpu",
-                                     "model.dropout=0", f"train.execution={execution}"])
+        cfg = load_config(
+            overrides=[
+                "algorithm=fedavg",
+                "model.name=cnn1_softmax",
+                "train.batch_size=4",
+                "train.device=cpu",
+                "model.dropout=0",
+                f"train.execution={execution}",
+            ]
+        )
         return build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients]))
 
     alg = build("probe")
-    alg.packing = Packing(0, torch.device("cpu"), gauge=_AmpleGauge())  # chunks sized by (fake) free memory
+    # chunks sized by (fake) free memory
+    alg.packing = Packing(0, torch.device("cpu"), gauge=_AmpleGauge())
     calls, real = [], alg.cohort_update
-    monkeypatch.setattr(alg, "cohort_update", lambda p, s, d, r, seed: (calls.append(len(d)), real(p, s, d, r, seed))[1])
+    monkeypatch.setattr(
+        alg,
+        "cohort_update",
+        lambda p, s, d, r, seed: (calls.append(len(d)), real(p, s, d, r, seed))[1],
+    )
     record = alg.record_probe
-    monkeypatch.setattr(alg, "record_probe", lambda s, q, n, error: record(0.1, 1.0, n, error))  # stacked wins
-    probed = run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
+    # stacked wins
+    monkeypatch.setattr(alg, "record_probe", lambda s, q, n, error: record(0.1, 1.0, n, error))
+    probed = run_clients(
+        alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0
+    )
     assert calls == [6, 6]  # the warm-up (packing's memory probe), then the timed rest of the round
     assert alg.packing.last_sizes == [6]  # timed as one chunk, as the stacked path would train it
     (choice,) = alg.auto_choice.values()
     assert choice["clients"] == 6 and choice["path"] == "stacked"
     seq = build("sequential")
-    assert_close(probed, run_clients(seq, seq.broadcast(seq.init_server()), [None] * len(clients), clients, 1, 0))
+    assert_close(
+        probed,
+        run_clients(seq, seq.broadcast(seq.init_server()), [None] * len(clients), clients, 1, 0),
+    )
 
 
 def test_a_clients_batch_indices_go_to_its_device_in_one_copy():
-    """Indexing device data with a CPU index copies the index every step (a host sync per step on a GPU):
-    `on_device` sends a client's whole batch schedule at once; on the CPU it leaves the batches alone."""
+    """Indexing device data with a CPU index copies the index every step (a host sync per step on a
+    GPU): `on_device` sends a client's whole batch schedule at once; on the CPU it leaves the
+    batches alone."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from fedac.training.local import cycling_batches, on_device
@@ -338,8 +474,8 @@ def test_a_clients_batch_indices_go_to_its_device_in_one_copy():
 
 @pytest.mark.parametrize("algo", ["fedavg", "fedkwsui"])
 def test_the_sequential_paths_index_through_on_device(algo, monkeypatch):
-    """The sequential client updates take their batch indices through `on_device` (one copy per client on a
-    GPU), and train as before with it."""
+    """The sequential client updates take their batch indices through `on_device` (one copy per
+    client on a GPU), and train as before with it."""
     import fedac.algorithms.fedkwsui as fedkwsui_module
     import fedac.training.local as local
 
@@ -354,16 +490,25 @@ def test_the_sequential_paths_index_through_on_device(algo, monkeypatch):
     sizes = [7, 5]
     clients = clients_for("cnn1_softmax", sizes)
     counts = [torch.bincount(c.y, minlength=CLASSES).tolist() for c in clients]
-    cfg = load_config(overrides=[f"algorithm={algo}", "model.name=cnn1_softmax", "train.batch_size=4", "train.device=cpu",
-                                 "train.execution=sequential", "fedkwsui.local_steps=2"])
+    cfg = load_config(
+        overrides=[
+            f"algorithm={algo}",
+            "model.name=cnn1_softmax",
+            "train.batch_size=4",
+            "train.device=cpu",
+            "train.execution=sequential",
+            "fedkwsui.local_steps=2",
+        ]
+    )
     alg = build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients], counts))
     run_clients(alg, alg.broadcast(alg.init_server()), [None] * 2, clients, 1, 0)
     assert len(seen) >= 2 and all(any(x is c.x for c in clients) for x in seen)
 
 
 def test_a_sequential_fedavg_update_reads_the_device_once_per_client():
-    """A value read to the host (`.item()`, `float(t)`) waits for a GPU's queued work: FedAvg's sequential
-    update (the GPU kws workload's path) reads its summed loss once per client, never per step."""
+    """A value read to the host (`.item()`, `float(t)`) waits for a GPU's queued work: FedAvg's
+    sequential update (the GPU kws workload's path) reads its summed loss once per client, never per
+    step."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class Reads(TorchDispatchMode):
@@ -374,7 +519,13 @@ def test_a_sequential_fedavg_update_reads_the_device_once_per_client():
                 Reads.count += 1
             return func(*args, **(kwargs or {}))
 
-    alg, clients = algorithm("dscnn", "train.execution=sequential", "train.max_grad_norm=0.5", "train.local_epochs=3")
+    alg, clients = algorithm(
+        "dscnn", "train.execution=sequential", "train.max_grad_norm=0.5", "train.local_epochs=3"
+    )
     with Reads():
-        results = run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
-    assert sum(r.metrics["steps"] for r in results) > 2 * len(clients) and Reads.count == len(clients)
+        results = run_clients(
+            alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0
+        )
+    assert sum(r.metrics["steps"] for r in results) > 2 * len(clients) and Reads.count == len(
+        clients
+    )

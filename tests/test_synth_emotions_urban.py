@@ -1,4 +1,5 @@
-"""Synthetic CREMA-D (emotions.py) and UrbanSound8K (urban.py): layouts, determinism, caching, learnability."""
+"""Synthetic CREMA-D (emotions.py) and UrbanSound8K (urban.py): layouts, determinism, caching,
+learnability."""
 
 from __future__ import annotations
 
@@ -26,8 +27,10 @@ US8K_NAME = re.compile(r"^(\d+)-(\d)-(\d+)-(\d+)\.wav$")
 
 
 def digests(root: Path) -> dict[str, str]:
-    return {str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest()
-            for p in sorted(root.rglob("*.wav"))}
+    return {
+        str(p.relative_to(root)): hashlib.sha1(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*.wav"))
+    }
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +64,14 @@ def test_crema_layout(crema):
         assert sum(e in emotions.EMOTIONS for _, e, _ in entries) == 54
         assert {e for _, e, _ in entries} == {"ANG", "HAP", "SAD", "NEU", "DIS", "FEA"}
         ieo = {(e, lv) for s, e, lv in entries if s == "IEO"}
-        assert ieo >= {("NEU", "XX"), ("ANG", "LO"), ("ANG", "MD"), ("ANG", "HI"), ("SAD", "HI"), ("HAP", "LO")}
+        assert ieo >= {
+            ("NEU", "XX"),
+            ("ANG", "LO"),
+            ("ANG", "MD"),
+            ("ANG", "HI"),
+            ("SAD", "HI"),
+            ("HAP", "LO"),
+        }
     assert stats["files"] == 3 * 56 and stats["kept_files"] == 3 * 54 and stats["cached"] is False
     for f in files[::17]:
         info = sf.info(str(root / "AudioWAV" / f))
@@ -195,7 +205,9 @@ def test_urban_deterministic_and_marker(us8k, tmp_path):
     root, stats = us8k
     urban.generate(tmp_path / "w1", recordings=RECORDINGS, seed=0, progress=False, workers=1)
     assert digests(tmp_path / "w1") == digests(root)
-    assert (tmp_path / "w1" / "metadata" / "UrbanSound8K.csv").read_bytes() == (root / "metadata" / "UrbanSound8K.csv").read_bytes()
+    assert (tmp_path / "w1" / "metadata" / "UrbanSound8K.csv").read_bytes() == (
+        root / "metadata" / "UrbanSound8K.csv"
+    ).read_bytes()
     with no_generation():
         assert urban.generate(root, recordings=RECORDINGS, seed=0, progress=False)["cached"] is True
     # Other parameters replace the previous generation; an interrupted one is redone.
@@ -205,6 +217,9 @@ def test_urban_deterministic_and_marker(us8k, tmp_path):
     assert len(list((tmp_path / "w1" / "audio").rglob("*.wav"))) == small["slices"]
     (tmp_path / "w1" / MARKER).unlink()
     (tmp_path / "w1" / IN_PROGRESS).write_text("{}")
-    assert urban.generate(tmp_path / "w1", recordings=10, seed=1, progress=False, workers=1)["cached"] is False
+    assert (
+        urban.generate(tmp_path / "w1", recordings=10, seed=1, progress=False, workers=1)["cached"]
+        is False
+    )
     with pytest.raises(ValueError, match="at least 10 recordings"):
         urban.generate(tmp_path / "tiny", recordings=5, progress=False)

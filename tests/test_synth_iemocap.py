@@ -1,4 +1,5 @@
-"""Synthetic IEMOCAP (synth/iemocap.py): the official layout, read by the real loader; determinism; caching."""
+"""Synthetic IEMOCAP (synth/iemocap.py): the official layout, read by the real loader; determinism;
+caching."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ UTTERANCE = re.compile(r"^Ses0(\d)([FM])_(impro\d\d|script\d\d_\d)_([FM])(\d{3})
 @pytest.fixture(scope="module")
 def tree(tmp_path_factory):
     root = tmp_path_factory.mktemp("iemocap") / "seed0"
-    return root, synth.generate(root, scenarios=SCENARIOS, turns=TURNS, seed=0, progress=False, workers=2)
+    return root, synth.generate(
+        root, scenarios=SCENARIOS, turns=TURNS, seed=0, progress=False, workers=2
+    )
 
 
 def test_layout_and_annotations(tree):
@@ -48,27 +51,43 @@ def test_real_loader_reads_the_stand_in(tree):
     assert len(manifest.clips) == stats["kept_files"]
     # Scripted dialogs are left out; fru / sur / oth / xxx turns are dropped; exc counts as hap.
     assert not any("script" in c.path for c in manifest.clips)
-    improvised = [t for d in synth.plan_dialogs(SCENARIOS, 0, TURNS) if "impro" in d.name for t in d.turns]
+    improvised = [
+        t for d in synth.plan_dialogs(SCENARIOS, 0, TURNS) if "impro" in d.name for t in d.turns
+    ]
     assert Counter(manifest.classes[c.label] for c in manifest.clips) == Counter(
-        "hap" if t.label == "exc" else t.label for t in improvised if t.label in iemocap.LABEL_MAP)
-    by_split = {split: {c.client for c in manifest.clips if c.split == split} for split in ("train", "val", "test")}
+        "hap" if t.label == "exc" else t.label for t in improvised if t.label in iemocap.LABEL_MAP
+    )
+    by_split = {
+        split: {c.client for c in manifest.clips if c.split == split}
+        for split in ("train", "val", "test")
+    }
     assert by_split["test"] == {"Ses05F", "Ses05M"}  # leave-one-session-out, default session 5
     assert by_split["train"] == {f"Ses0{s}{g}" for s in range(1, 5) for g in "FM"}
 
 
 def test_deterministic_and_cached(tree, tmp_path):
     root, stats = tree
-    again = synth.generate(tmp_path / "again", scenarios=SCENARIOS, turns=TURNS, seed=0, progress=False, workers=1)
+    again = synth.generate(
+        tmp_path / "again", scenarios=SCENARIOS, turns=TURNS, seed=0, progress=False, workers=1
+    )
 
     def digest(base: Path) -> dict[str, str]:
-        return {str(p.relative_to(base)): hashlib.sha1(p.read_bytes()).hexdigest()
-                for p in sorted(base.rglob("*")) if p.is_file() and p.name != MARKER}
+        return {
+            str(p.relative_to(base)): hashlib.sha1(p.read_bytes()).hexdigest()
+            for p in sorted(base.rglob("*"))
+            if p.is_file() and p.name != MARKER
+        }
 
     assert digest(tmp_path / "again") == digest(root)  # workers do not change a byte
     assert again["files"] == stats["files"]
-    assert synth.generate(root, scenarios=SCENARIOS, turns=TURNS, seed=0, progress=False)["cached"] is True
+    assert (
+        synth.generate(root, scenarios=SCENARIOS, turns=TURNS, seed=0, progress=False)["cached"]
+        is True
+    )
     other = synth.plan_dialogs(SCENARIOS, 1, TURNS)
-    assert [t.label for d in other for t in d.turns] != [t.label for d in synth.plan_dialogs(SCENARIOS, 0, TURNS) for t in d.turns]
+    assert [t.label for d in other for t in d.turns] != [
+        t.label for d in synth.plan_dialogs(SCENARIOS, 0, TURNS) for t in d.turns
+    ]
 
 
 def test_refuses_foreign_data_and_bad_sizes(tmp_path):

@@ -78,8 +78,10 @@ def test_splits_are_speaker_disjoint(gsc):
     val = set(read_list(root, "validation_list.txt"))
     test = set(read_list(root, "testing_list.txt"))
     train = set(clips(root)) - val - test
-    by_split = {name: {speaker(c) for c in s} for name, s in
-                (("train", train), ("validation", val), ("testing", test))}
+    by_split = {
+        name: {speaker(c) for c in s}
+        for name, s in (("train", train), ("validation", val), ("testing", test))
+    }
     assert not by_split["train"] & by_split["validation"]
     assert not by_split["train"] & by_split["testing"]
     assert not by_split["validation"] & by_split["testing"]
@@ -154,14 +156,17 @@ def test_speakers_sound_different(gsc):
         spectra[speaker(rel)].append(active_spectrum(x))
     spk = [s for s, v in spectra.items() if len(v) >= 4]
     assert len(spk) >= 4
-    within = np.mean([
-        np.linalg.norm(np.mean(spectra[s][0::2], 0) - np.mean(spectra[s][1::2], 0)) for s in spk
-    ])
+    within = np.mean(
+        [np.linalg.norm(np.mean(spectra[s][0::2], 0) - np.mean(spectra[s][1::2], 0)) for s in spk]
+    )
     centres = [np.mean(spectra[s], 0) for s in spk]
-    between = np.mean([
-        np.linalg.norm(centres[i] - centres[j])
-        for i in range(len(spk)) for j in range(i + 1, len(spk))
-    ])
+    between = np.mean(
+        [
+            np.linalg.norm(centres[i] - centres[j])
+            for i in range(len(spk))
+            for j in range(i + 1, len(spk))
+        ]
+    )
     assert between > 1.5 * within, (between, within)
 
 
@@ -172,7 +177,10 @@ def test_deterministic_by_seed(gsc, tmp_path):
     again = generate(tmp_path / "again", speakers=N_SPEAKERS, seed=0, workers=1, progress=False)
     assert again["clips_per_split"] == stats["clips_per_split"]
     names = clips(root) + [
-        "validation_list.txt", "testing_list.txt", "SYNTHETIC.txt", ".fedac_complete",
+        "validation_list.txt",
+        "testing_list.txt",
+        "SYNTHETIC.txt",
+        ".fedac_complete",
         *(str(p.relative_to(root)) for p in (root / "_background_noise_").glob("*.wav")),
     ]
     assert clips(tmp_path / "again") == clips(root)
@@ -252,6 +260,7 @@ def test_espeak_wrapper():
     assert 0.05 < np.abs(a).max() <= 1.0
     c = eng.synth("marvin", "en-gb-x-rp+f2", rate=160, pitch=40, seed=3)
     assert a.size != c.size or not np.allclose(a, c)
+
     # Batch mode: one reset, then a sequence that is reproducible as a whole.
     def batch():
         eng.reset()

@@ -1,4 +1,5 @@
-"""UrbanSound8K loader: metadata parsing, fold splits, fsID grouping under Dirichlet, error messages."""
+"""UrbanSound8K loader: metadata parsing, fold splits, fsID grouping under Dirichlet, error
+messages."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ SLICES = 3
 
 
 def write_tree(root: Path) -> Path:
-    """10 classes x 10 recordings x 3 slices of 0.05 s; recording k of each class lies in fold k + 1."""
+    """10 classes x 10 recordings x 3 slices of 0.05 s; recording k of each class lies in fold k +
+    1."""
     rows = []
     tone = (0.1 * np.sin(np.arange(800) / 3)).astype(np.float32)
     for class_id, name in enumerate(CLASSES):
@@ -31,7 +33,9 @@ def write_tree(root: Path) -> Path:
             for s in range(SLICES):
                 file_name = f"{fs_id}-{class_id}-0-{s}.wav"
                 sf.write(root / "audio" / f"fold{fold}" / file_name, tone, 16000)
-                rows.append([file_name, fs_id, 4.0 * s, 4.0 * s + 4, 1 + s % 2, fold, class_id, name])
+                rows.append(
+                    [file_name, fs_id, 4.0 * s, 4.0 * s + 4, 1 + s % 2, fold, class_id, name]
+                )
     (root / "metadata").mkdir(parents=True)
     with (root / "metadata" / "UrbanSound8K.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
@@ -77,7 +81,11 @@ def test_classes_clients_and_default_folds(us8k_root):
 
 
 def test_test_fold_and_its_validation_fold(us8k_root):
-    assert validation_fold("10") == "9" and validation_fold("1") == "10" and validation_fold("5") == "4"
+    assert (
+        validation_fold("10") == "9"
+        and validation_fold("1") == "10"
+        and validation_fold("5") == "4"
+    )
     m = load_manifest(us8k_root, DataConfig(test_fold="1"))
     assert {Path(c.path).parent.name for c in m.clips if c.split == "test"} == {"fold1"}
     assert {Path(c.path).parent.name for c in m.clips if c.split == "val"} == {"fold10"}
@@ -88,7 +96,9 @@ def test_test_fold_and_its_validation_fold(us8k_root):
 @pytest.mark.parametrize("alpha", [0.1, 0.5, 1.0])
 def test_grouped_dirichlet_keeps_each_fsid_on_one_client(us8k_root, alpha):
     m = load_manifest(us8k_root, DataConfig())
-    cfg = DataConfig(partition="dirichlet", num_clients=6, alpha=alpha, min_client_size=1, local_holdout=0.2)
+    cfg = DataConfig(
+        partition="dirichlet", num_clients=6, alpha=alpha, min_client_size=1, local_holdout=0.2
+    )
     owner = defaultdict(set)
     for client in partition(m, cfg, seed=3):
         for i in client.train + client.holdout:
@@ -101,7 +111,9 @@ def test_grouped_dirichlet_keeps_each_fsid_on_one_client(us8k_root, alpha):
 def test_ungrouped_dirichlet_does_split_recordings(us8k_root):
     # The check above is meaningful: without grouping, some recording's slices land on two clients.
     m = load_manifest(us8k_root, DataConfig())
-    cfg = DataConfig(partition="dirichlet", num_clients=6, alpha=1.0, min_client_size=1, group_by_source=False)
+    cfg = DataConfig(
+        partition="dirichlet", num_clients=6, alpha=1.0, min_client_size=1, group_by_source=False
+    )
     owner = defaultdict(set)
     for client in partition(m, cfg, seed=3):
         for i in client.train + client.holdout:
@@ -113,15 +125,42 @@ def test_ungrouped_dirichlet_does_split_recordings(us8k_root):
     "line, message",
     [
         ("1000-0-0-0.wav,1000,0.0,4.0,1,1,0", r"line 2: 7 fields, expected 8"),
-        ("1000-0-0-0.wav,1000,0.0,4.0,1,1,zero,air_conditioner", r"line 2: column classID must be an integer, got 'zero'"),
-        ("1000-0-0-0.wav,1000,0.0,4.0,1,one,0,air_conditioner", r"line 2: column fold must be an integer, got 'one'"),
-        ("1000-0-0-0.wav,1000,0.0,4.0,1,11,0,air_conditioner", r"line 2: fold 11 is not one of 1..10"),
-        ("1000-0-0-0.wav,1000,0.0,4.0,1,1,12,air_conditioner", r"line 2: classID 12 is not one of 0..9"),
-        ("1000-0-0-0.wav,1000,0.0,4.0,1,1,0,siren", r"line 2: classID 0 is 'air_conditioner', but the class column says 'siren'"),
-        ("1000-0-0-0.wav,x1000,0.0,4.0,1,1,0,air_conditioner", r"line 2: column fsID must be an integer"),
-        ("1000-0-0-0.wav,1000,0.0,4.0,1,2,0,air_conditioner", r"line 2 lists 1000-0-0-0.wav, but .*fold2.*does not exist"),
-        ("9999-0-0-0.wav,9999,0.0,4.0,1,1,0,air_conditioner", r"line 2 lists 9999-0-0-0.wav, but .* does not exist"),
-        ("1000-0-0-1.wav,1000,0.0,4.0,1,1,0,air_conditioner", r"line 3: 1000-0-0-1.wav is already listed on line 2"),
+        (
+            "1000-0-0-0.wav,1000,0.0,4.0,1,1,zero,air_conditioner",
+            r"line 2: column classID must be an integer, got 'zero'",
+        ),
+        (
+            "1000-0-0-0.wav,1000,0.0,4.0,1,one,0,air_conditioner",
+            r"line 2: column fold must be an integer, got 'one'",
+        ),
+        (
+            "1000-0-0-0.wav,1000,0.0,4.0,1,11,0,air_conditioner",
+            r"line 2: fold 11 is not one of 1..10",
+        ),
+        (
+            "1000-0-0-0.wav,1000,0.0,4.0,1,1,12,air_conditioner",
+            r"line 2: classID 12 is not one of 0..9",
+        ),
+        (
+            "1000-0-0-0.wav,1000,0.0,4.0,1,1,0,siren",
+            r"line 2: classID 0 is 'air_conditioner', but the class column says 'siren'",
+        ),
+        (
+            "1000-0-0-0.wav,x1000,0.0,4.0,1,1,0,air_conditioner",
+            r"line 2: column fsID must be an integer",
+        ),
+        (
+            "1000-0-0-0.wav,1000,0.0,4.0,1,2,0,air_conditioner",
+            r"line 2 lists 1000-0-0-0.wav, but .*fold2.*does not exist",
+        ),
+        (
+            "9999-0-0-0.wav,9999,0.0,4.0,1,1,0,air_conditioner",
+            r"line 2 lists 9999-0-0-0.wav, but .* does not exist",
+        ),
+        (
+            "1000-0-0-1.wav,1000,0.0,4.0,1,1,0,air_conditioner",
+            r"line 3: 1000-0-0-1.wav is already listed on line 2",
+        ),
     ],
 )
 def test_malformed_metadata_line(tree, line, message):
@@ -132,7 +171,9 @@ def test_malformed_metadata_line(tree, line, message):
 
 def test_bad_header(tree):
     replace_line(tree, 1, "slice_file_name,fsID,start,end,salience,fold,classID")
-    with pytest.raises(DatasetError, match=r"UrbanSound8K\.csv line 1: header lacks column\(s\) class"):
+    with pytest.raises(
+        DatasetError, match=r"UrbanSound8K\.csv line 1: header lacks column\(s\) class"
+    ):
         load_manifest(tree, DataConfig())
 
 
@@ -145,11 +186,18 @@ def test_blank_lines_skipped_and_empty_metadata(tree):
 
 
 def test_missing_root_audio_and_metadata(tree, tmp_path):
-    with pytest.raises(DatasetError, match="UrbanSound8K root: folder .* does not exist.*urbansounddataset"):
+    with pytest.raises(
+        DatasetError, match="UrbanSound8K root: folder .* does not exist.*urbansounddataset"
+    ):
         load_manifest(tmp_path / "nowhere", DataConfig())
     metadata(tree).unlink()
-    with pytest.raises(DatasetError, match=r"UrbanSound8K metadata: file .*metadata/UrbanSound8K\.csv does not exist"):
+    with pytest.raises(
+        DatasetError,
+        match=r"UrbanSound8K metadata: file .*metadata/UrbanSound8K\.csv does not exist",
+    ):
         load_manifest(tree, DataConfig())
     shutil.rmtree(tree / "audio")
-    with pytest.raises(DatasetError, match=r"audio folder \(audio/fold1..fold10\): folder .*audio does not exist"):
+    with pytest.raises(
+        DatasetError, match=r"audio folder \(audio/fold1..fold10\): folder .*audio does not exist"
+    ):
         load_manifest(tree, DataConfig())

@@ -11,9 +11,17 @@ import pytest
 import torch
 from torch import nn
 
-from fedac.algorithms.zeroshot import (alpha_update, beta_aggregate, choose_num_new, class_similarity,
-                                       dirichlet_targets, group_new_classes, labelled_accuracy,
-                                       merge_impressions, synthesize_impressions)
+from fedac.algorithms.zeroshot import (
+    alpha_update,
+    beta_aggregate,
+    choose_num_new,
+    class_similarity,
+    dirichlet_targets,
+    group_new_classes,
+    labelled_accuracy,
+    merge_impressions,
+    synthesize_impressions,
+)
 from fedac.config import load_config
 from fedac.data.gsc import WORDS_10
 from fedac.data.streams import NEW_ID, build_scenario
@@ -39,7 +47,10 @@ def test_kws_cnns_take_10x21_mfcc_and_expose_a_head(name):
 def test_softmax_activation_is_over_channels_at_each_position():
     out = ChannelSoftmax()(torch.randn(2, 5, 4, 3))
     torch.testing.assert_close(out.sum(dim=1), torch.ones(2, 4, 3))
-    assert sum(isinstance(m, ChannelSoftmax) for m in build_model("cnn4_softmax", 10, 3).modules()) == 4
+    assert (
+        sum(isinstance(m, ChannelSoftmax) for m in build_model("cnn4_softmax", 10, 3).modules())
+        == 4
+    )
     assert not any(isinstance(m, ChannelSoftmax) for m in build_model("cnn3_relu", 10, 3).modules())
 
 
@@ -49,7 +60,9 @@ def test_softmax_activation_is_over_channels_at_each_position():
 def test_eq1_class_similarity_on_a_hand_matrix():
     w = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
     r = 1 / math.sqrt(2)
-    torch.testing.assert_close(class_similarity(w), torch.tensor([[1, 0, r], [0, 1, r], [r, r, 1]], dtype=torch.float64))
+    torch.testing.assert_close(
+        class_similarity(w), torch.tensor([[1, 0, r], [0, 1, r], [r, r, 1]], dtype=torch.float64)
+    )
 
 
 class Recording:
@@ -89,13 +102,24 @@ def test_eq3_impression_loss_falls_and_impressions_classify_as_their_target():
     model = nn.Sequential(nn.Flatten(), nn.Linear(6 * 5, 3))
     with torch.no_grad():
         model[1].weight.mul_(20)
-    targets = torch.tensor([[0.9, 0.05, 0.05], [0.05, 0.05, 0.9], [0.1, 0.8, 0.1], [0.9, 0.05, 0.05]])
-    x, losses = synthesize_impressions(model, targets, (6, 5), tau=20.0, lr=0.05, steps=200, batch=2,
-                                       generator=torch.Generator().manual_seed(0))
+    targets = torch.tensor(
+        [[0.9, 0.05, 0.05], [0.05, 0.05, 0.9], [0.1, 0.8, 0.1], [0.9, 0.05, 0.05]]
+    )
+    x, losses = synthesize_impressions(
+        model,
+        targets,
+        (6, 5),
+        tau=20.0,
+        lr=0.05,
+        steps=200,
+        batch=2,
+        generator=torch.Generator().manual_seed(0),
+    )
     assert x.shape == (4, 6, 5)
     assert losses[1] < losses[0] and losses[3] < losses[2]  # per batch: last step below the first
     assert model(x).argmax(1).tolist() == [0, 2, 1, 0]
-    torch.testing.assert_close(x.mean(2), torch.zeros(4, 6), atol=1e-5, rtol=0)  # re-normalised like real inputs
+    # re-normalised like real inputs
+    torch.testing.assert_close(x.mean(2), torch.zeros(4, 6), atol=1e-5, rtol=0)
     assert all(p.requires_grad for p in model.parameters())  # the model is left as it was
 
 
@@ -121,7 +145,9 @@ def test_beta_aggregate_both_rules_with_an_overlapping_label():
     b = (torch.tensor([[0.1, 0.9], [0.5, 0.5]]), [1, 2], 0.25)
     literal, set_l = beta_aggregate(scores, is_set, [a, b], "literal")
     # label 0 and 2: one sender, beta = 1; label 1: beta = acc, 0.75 * a + 0.25 * b
-    expected = torch.tensor([[0.8, 0.75 * 0.2 + 0.25 * 0.1, 0.9, 0.3], [0.4, 0.75 * 0.6 + 0.25 * 0.5, 0.5, 0.3]])
+    expected = torch.tensor(
+        [[0.8, 0.75 * 0.2 + 0.25 * 0.1, 0.9, 0.3], [0.4, 0.75 * 0.6 + 0.25 * 0.5, 0.5, 0.3]]
+    )
     torch.testing.assert_close(literal, expected)
     assert set_l.tolist() == [True, True, True, True]
     normalized, _ = beta_aggregate(scores, is_set, [a, b], "normalized")
@@ -129,7 +155,11 @@ def test_beta_aggregate_both_rules_with_an_overlapping_label():
     c = (torch.tensor([[0.2], [0.2]]), [1], 0.5)
     lit3, _ = beta_aggregate(scores, is_set, [a, b, c], "literal")
     nor3, _ = beta_aggregate(scores, is_set, [a, b, c], "normalized")
-    col = 0.75 * torch.tensor([0.2, 0.6]) + 0.25 * torch.tensor([0.1, 0.5]) + 0.5 * torch.tensor([0.2, 0.2])
+    col = (
+        0.75 * torch.tensor([0.2, 0.6])
+        + 0.25 * torch.tensor([0.1, 0.5])
+        + 0.5 * torch.tensor([0.2, 0.2])
+    )
     torch.testing.assert_close(lit3[:, 1], col)
     torch.testing.assert_close(nor3[:, 1], col / 1.5)
 
@@ -158,7 +188,8 @@ def test_grouping_separated_blobs_without_and_with_an_anchor():
     repeat = np.concatenate(blobs([[5.1, 5], [-5, 5]], seed=2))
     labels, cluster = group_new_classes(repeat, np.repeat([0, 1], 15), anchor, np.full(15, 8), 1, 9)
     assert labels == [8, 9]
-    assert len(cluster) == 45 and set(cluster[:15]) == set(cluster[30:]) != set(cluster[15:30])  # anchors last
+    # anchors last
+    assert len(cluster) == 45 and set(cluster[:15]) == set(cluster[30:]) != set(cluster[15:30])
     assert choose_num_new(points, np.zeros((0, 2)), np.zeros(0, dtype=int), 3) == 2
 
 
@@ -167,18 +198,41 @@ def test_grouping_separated_blobs_without_and_with_an_anchor():
 
 def test_presets_follow_tables_1_and_2():
     hom = build_scenario("speech_commands", "homogeneous", 1.0, 0)
-    assert (hom.users, hom.rounds, hom.public_per_class, hom.draw) == (["u1", "u2", "u3"], 10, 300, (200, 300))
+    assert (hom.users, hom.rounds, hom.public_per_class, hom.draw) == (
+        ["u1", "u2", "u3"],
+        10,
+        300,
+        (200, 300),
+    )
     assert [(i.user, i.round, i.cls, i.size) for i in hom.injections] == [
-        ("u1", 4, 8, 400), ("u2", 4, 8, 400), ("u1", 8, 8, 500), ("u2", 8, 9, 500)]
+        ("u1", 4, 8, 400),
+        ("u2", 4, 8, 400),
+        ("u1", 8, 8, 500),
+        ("u2", 8, 9, 500),
+    ]
     assert hom.labels["u2"] == [2, 3, 4, 5] and hom.architecture("u3", 10) == "dscnn3_relu"
     het = build_scenario("urbansound8k", "heterogeneous", 1.0, 0)
     assert len(het.users) == 10 and het.rounds == 30 and het.public_per_class == 50
     assert np.bincount([c for ls in het.labels.values() for c in ls], minlength=8).min() >= 2
-    assert [het.architecture("u1", r) for r in (5, 6, 7, 8, 30)] == ["cnn2_softmax", "ann3_relu", "ann3_relu",
-                                                                      "cnn1_softmax", "cnn1_softmax"]
-    assert het.architecture("u2", 4) == "cnn3_softmax" and het.architecture("u3", 5) == "cnn4_softmax"
-    assert {(i.user, i.round) for i in het.injections} == {("u2", 4), ("u2", 6), ("u4", 3), ("u4", 7),
-                                                           ("u6", 3), ("u6", 5), ("u9", 4)}
+    assert [het.architecture("u1", r) for r in (5, 6, 7, 8, 30)] == [
+        "cnn2_softmax",
+        "ann3_relu",
+        "ann3_relu",
+        "cnn1_softmax",
+        "cnn1_softmax",
+    ]
+    assert (
+        het.architecture("u2", 4) == "cnn3_softmax" and het.architecture("u3", 5) == "cnn4_softmax"
+    )
+    assert {(i.user, i.round) for i in het.injections} == {
+        ("u2", 4),
+        ("u2", 6),
+        ("u4", 3),
+        ("u4", 7),
+        ("u6", 3),
+        ("u6", 5),
+        ("u9", 4),
+    }
     assert build_scenario("speech_commands", "homogeneous", 0.25, 0).injections[2].size == 125
     with pytest.raises(ConfigError, match="zeroshot.scenario must be homogeneous or heterogeneous"):
         build_scenario("speech_commands", "mixed", 1.0, 0)
@@ -196,9 +250,19 @@ def tree(tmp_path_factory):
 
 def tiny(tree, tmp, *extra):
     """The homogeneous scenario shrunk to seconds: 5% of the counts, short impression synthesis."""
-    return load_config(overrides=[
-        "algorithm=zeroshot", f"data.root={tree}", f"data.cache_dir={tmp}", "zeroshot.scale=0.05",
-        "zeroshot.rounds=5", "zeroshot.di_steps=20", "zeroshot.di_per_class=10", "train.local_epochs=2", *extra])
+    return load_config(
+        overrides=[
+            "algorithm=zeroshot",
+            f"data.root={tree}",
+            f"data.cache_dir={tmp}",
+            "zeroshot.scale=0.05",
+            "zeroshot.rounds=5",
+            "zeroshot.di_steps=20",
+            "zeroshot.di_per_class=10",
+            "train.local_epochs=2",
+            *extra,
+        ]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -219,14 +283,24 @@ def test_stream_counts_and_hidden_truth(runner_factory, tmp_path):
         for r in (1, 4, 8):
             clips, ids = stream.draw(user, r)
             counts = {i: ids.count(i) for i in set(ids)}
-            injected = {stream.local_id(i): i.size for i in scenario.injections if i.user == user and i.round == r}
+            injected = {
+                stream.local_id(i): i.size
+                for i in scenario.injections
+                if i.user == user and i.round == r
+            }
             for i, n in counts.items():
-                assert n == injected[i] if i in injected else 10 <= n <= 15  # an injection, or a regular draw
+                # an injection, or a regular draw
+                assert n == injected[i] if i in injected else 10 <= n <= 15
                 assert i >= NEW_ID or i in scenario.labels[user]
             assert set(injected) <= set(counts)
             assert not {8, 9} & set(ids)  # new classes never arrive under their true ids
-    # u1's stop of round 4 streams on in later rounds under its local id; round 8 brings a fresh local id
-    assert 1000 in stream.draw("u1", 5)[1] and 1001 in stream.draw("u1", 8)[1] and 1000 not in stream.draw("u1", 8)[1]
+    # u1's stop of round 4 streams on in later rounds under its local id; round 8 brings a fresh
+    # local id
+    assert (
+        1000 in stream.draw("u1", 5)[1]
+        and 1001 in stream.draw("u1", 8)[1]
+        and 1000 not in stream.draw("u1", 8)[1]
+    )
     assert stream.truth == {("u1", 1000): 8, ("u2", 1000): 8, ("u1", 1001): 8, ("u2", 1001): 9}
     data = runner.client_data("u2", 4)
     assert data.architecture == "cnn3_relu" and set(data.y.tolist()) == {2, 3, 4, 5, 1000}
@@ -253,22 +327,37 @@ def full_run(runner_factory, tmp_path_factory):
 
 def test_run_directory_per_user_columns_and_registration(full_run):
     runner, results, out = full_run
-    assert {p.name for p in out.iterdir()} >= {"config.yaml", "metrics.csv", "results.json", "checkpoint.pt"}
+    assert {p.name for p in out.iterdir()} >= {
+        "config.yaml",
+        "metrics.csv",
+        "results.json",
+        "checkpoint.pt",
+    }
     header = (out / "metrics.csv").read_text().splitlines()[0].split(",")
     for user in ("u1", "u2", "u3"):
         assert {f"local_acc/{user}", f"global_acc/{user}", f"increase/{user}"} <= set(header)
-    assert {"test_accuracy_old", "test_accuracy_new", "ari", "registration_correct", "di_seconds"} <= set(header)
+    assert {
+        "test_accuracy_old",
+        "test_accuracy_new",
+        "ari",
+        "registration_correct",
+        "di_seconds",
+    } <= set(header)
     history = results["history"]
     assert [r["reports"] for r in history] == [0, 0, 0, 2, 0]  # u1 and u2 report stop in round 4
     assert results["final"]["labels"] == 9  # both reports are one new label (oracle l_new = 1)
     assert history[3]["registration_correct"] == 1.0
     assert json.loads((out / "results.json").read_text())["final"]["labels"] == 9
     # the path its users trained on is named, as every run's results.json does
-    assert results["execution"] == runner.algorithm.execution_path() and results["execution"].startswith("sequential: ")
+    assert results["execution"] == runner.algorithm.execution_path() and results[
+        "execution"
+    ].startswith("sequential: ")
     server = torch.load(out / "checkpoint.pt", weights_only=False)["server"]
     assert server["registry"] == {("u1", 1000): 8, ("u2", 1000): 8}
     assert server["scores"].shape == (len(runner.algorithm.eval_x) + len(server["public_y"]), 9)
-    assert int(server["public_di"].sum()) == 10 and set(server["public_y"][server["public_di"]].tolist()) == {8}
+    assert int(server["public_di"].sum()) == 10 and set(
+        server["public_y"][server["public_di"]].tolist()
+    ) == {8}
 
 
 def test_resume_after_a_kill_gives_the_uninterrupted_numbers(full_run, runner_factory, tmp_path):
@@ -283,19 +372,38 @@ def test_resume_after_a_kill_gives_the_uninterrupted_numbers(full_run, runner_fa
 
 def test_choice2_off_drops_new_classes(runner_factory, tmp_path):
     results = runner_factory(tmp_path, "zeroshot.choice2=false", "zeroshot.rounds=4").run()
-    assert [r["reports"] for r in results["history"]] == [0, 0, 0, 0] and results["final"]["labels"] == 8
+    assert [r["reports"] for r in results["history"]] == [0, 0, 0, 0] and results["final"][
+        "labels"
+    ] == 8
 
 
 def test_cli_runs_zeroshot_and_refuses_unknown_scenario(tree, tmp_path, capsys):
     from fedac.cli import main
 
-    args = ["run", "--algorithm", "zeroshot", "--quiet", "--out", str(tmp_path / "run"), "--set", f"data.root={tree}",
-            "--set", f"data.cache_dir={tmp_path}", "--set", "zeroshot.scale=0.05", "--set", "zeroshot.rounds=1",
-            "--set", "train.local_epochs=1"]
+    args = [
+        "run",
+        "--algorithm",
+        "zeroshot",
+        "--quiet",
+        "--out",
+        str(tmp_path / "run"),
+        "--set",
+        f"data.root={tree}",
+        "--set",
+        f"data.cache_dir={tmp_path}",
+        "--set",
+        "zeroshot.scale=0.05",
+        "--set",
+        "zeroshot.rounds=1",
+        "--set",
+        "train.local_epochs=1",
+    ]
     assert main(args) == 0
     assert "D0: local / global / increase" in capsys.readouterr().out
     assert (tmp_path / "run" / "results.json").is_file()
-    assert main([*args[:-10], "--set", f"data.root={tree}", "--set", "zeroshot.scenario=mixed"]) == 2
+    assert (
+        main([*args[:-10], "--set", f"data.root={tree}", "--set", "zeroshot.scenario=mixed"]) == 2
+    )
     assert "zeroshot.scenario must be homogeneous or heterogeneous" in capsys.readouterr().err
     # Settings of the weight-averaging runtimes are refused, not silently ignored.
     assert main([*args[:-10], "--set", f"data.root={tree}", "--set", "attack.kind=sign_flip"]) == 2
@@ -305,13 +413,37 @@ def test_cli_runs_zeroshot_and_refuses_unknown_scenario(tree, tmp_path, capsys):
 def test_reproduce_writes_tables_and_completes_a_killed_grid(tree, tmp_path, capsys):
     from fedac.cli import main
 
-    args = ["reproduce", "zeroshot-table3", "--datasets", "speech_commands", "--seeds", "0", "--rounds", "2",
-            "--quiet", "--out", str(tmp_path), "--set", f"data.root={tree}", "--set", f"data.cache_dir={tmp_path}",
-            "--set", "zeroshot.scale=0.05", "--set", "train.local_epochs=1"]
+    args = [
+        "reproduce",
+        "zeroshot-table3",
+        "--datasets",
+        "speech_commands",
+        "--seeds",
+        "0",
+        "--rounds",
+        "2",
+        "--quiet",
+        "--out",
+        str(tmp_path),
+        "--set",
+        f"data.root={tree}",
+        "--set",
+        f"data.cache_dir={tmp_path}",
+        "--set",
+        "zeroshot.scale=0.05",
+        "--set",
+        "train.local_epochs=1",
+    ]
     assert main(args) == 0
     table = (tmp_path / "table.md").read_text()
-    assert "| u1 |" in table and "test acc. old" in table and "Command: `fedac reproduce zeroshot-table3" in table
-    assert (tmp_path / "figure.png").is_file() and (tmp_path / "speech_commands-s0" / "results.json").is_file()
+    assert (
+        "| u1 |" in table
+        and "test acc. old" in table
+        and "Command: `fedac reproduce zeroshot-table3" in table
+    )
+    assert (tmp_path / "figure.png").is_file() and (
+        tmp_path / "speech_commands-s0" / "results.json"
+    ).is_file()
     rows = (tmp_path / "results.csv").read_text().splitlines()
     assert len(rows) == 2 and rows[1].startswith("speech_commands,0,")
     summary = json.loads((tmp_path / "summary.json").read_text())["speech_commands"]
@@ -323,10 +455,13 @@ def test_reproduce_writes_tables_and_completes_a_killed_grid(tree, tmp_path, cap
 
 
 def test_merge_impressions_mean_pairs_by_index_and_concat_keeps_all():
-    a = torch.tensor([[[1.0, 3.0]], [[0.0, 2.0]]])  # two impressions of one coefficient x two frames
+    # two impressions of one coefficient x two frames
+    a = torch.tensor([[[1.0, 3.0]], [[0.0, 2.0]]])
     b = torch.tensor([[[3.0, 1.0]], [[2.0, 8.0]]])
     merged = merge_impressions([a, b], "mean")  # means [2, 2] and [1, 5], then z-scored over time
-    torch.testing.assert_close(merged, torch.tensor([[[0.0, 0.0]], [[-1.0, 1.0]]]), atol=1e-4, rtol=0)
+    torch.testing.assert_close(
+        merged, torch.tensor([[[0.0, 0.0]], [[-1.0, 1.0]]]), atol=1e-4, rtol=0
+    )
     assert merge_impressions([a], "mean") is a
     assert merge_impressions([a, b], "concat").shape == (4, 1, 2)
     with pytest.raises(ConfigError, match="zeroshot.di_merge"):
@@ -337,11 +472,21 @@ def test_eq3_temperature_and_steps_change_the_impressions():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 2))
     y = torch.tensor([[0.9, 0.1]])
-    run = lambda tau, steps: synthesize_impressions(model, y, (3, 4), tau, 0.05, steps, 1,  # noqa: E731
-                                                     torch.Generator().manual_seed(0))
+    run = lambda tau, steps: synthesize_impressions(
+        model,
+        y,
+        (3, 4),
+        tau,
+        0.05,
+        steps,
+        1,  # noqa: E731
+        torch.Generator().manual_seed(0),
+    )
     (x20, l20), (x1, l1), (x5, _) = run(20.0, 10), run(1.0, 10), run(20.0, 5)
     assert l20[0] != l1[0] and not torch.equal(x20, x1) and not torch.equal(x20, x5)
-    slow, _ = synthesize_impressions(model, y, (3, 4), 20.0, 0.001, 10, 1, torch.Generator().manual_seed(0))
+    slow, _ = synthesize_impressions(
+        model, y, (3, 4), 20.0, 0.001, 10, 1, torch.Generator().manual_seed(0)
+    )
     assert not torch.equal(x20, slow)  # the Adam step (di_lr)
 
 
@@ -353,10 +498,12 @@ def test_optimizer_setting_picks_adam_or_local_sgd(tree, tmp_path):
     adam = build_algorithm(tiny(tree, tmp_path), Task(10, 8, ["u1"]))
     sgd = build_algorithm(tiny(tree, tmp_path, "zeroshot.optimizer=sgd"), Task(10, 8, ["u1"]))
     assert isinstance(adam._optimizer(model), torch.optim.Adam) and sgd._optimizer(model) is None
-    for bad, message in (("zeroshot.optimizer=lbfgs", "zeroshot.optimizer must be adam or sgd, got 'lbfgs'"),
-                         ("zeroshot.num_new=guess", "zeroshot.num_new must be oracle or auto"),
-                         ("zeroshot.di_merge=sum", "zeroshot.di_merge must be mean or concat"),
-                         ("zeroshot.di_betas=1.0,0", r"zeroshot.di_betas must hold numbers > 0, got \[1.0, 0.0\]")):
+    for bad, message in (
+        ("zeroshot.optimizer=lbfgs", "zeroshot.optimizer must be adam or sgd, got 'lbfgs'"),
+        ("zeroshot.num_new=guess", "zeroshot.num_new must be oracle or auto"),
+        ("zeroshot.di_merge=sum", "zeroshot.di_merge must be mean or concat"),
+        ("zeroshot.di_betas=1.0,0", r"zeroshot.di_betas must hold numbers > 0, got \[1.0, 0.0\]"),
+    ):
         with pytest.raises(ConfigError, match=message):
             build_algorithm(tiny(tree, tmp_path, bad), Task(10, 8, ["u1"]))
 
@@ -367,7 +514,8 @@ def test_scale_zero_picks_the_largest_scale_the_pools_allow(tree, tmp_path):
 
     cfg = tiny(tree, tmp_path, "zeroshot.scale=0")
     manifest = load_manifest(cfg, progress=False)
-    # 36 training clips per word: old words need D0 300 + a draw of 300, new ones an injection of 500
+    # 36 training clips per word: old words need D0 300 + a draw of 300, new ones an injection of
+    # 500
     assert auto_scale("speech_commands", manifest) == pytest.approx(36 / 600)
     stream = build_stream(cfg, manifest)
     assert stream.scenario.scale == pytest.approx(0.06) and stream.scenario.public_per_class == 18
@@ -375,20 +523,37 @@ def test_scale_zero_picks_the_largest_scale_the_pools_allow(tree, tmp_path):
 
 @pytest.mark.slow
 def test_heterogeneous_round_3_registers_two_different_classes(runner_factory, tmp_path):
-    """u4 reports go and u6 stop in round 3: two clusters, two new labels, each report right; the round's
-    impressions are saved and Fig. 3 / Fig. 4 drawn from them."""
+    """u4 reports go and u6 stop in round 3: two clusters, two new labels, each report right; the
+    round's impressions are saved and Fig. 3 / Fig. 4 drawn from them."""
     from fedac.experiments.zeroshot import impression_rounds, plot_impressions
 
-    runner = runner_factory(tmp_path, "zeroshot.scenario=heterogeneous", "zeroshot.rounds=3", "zeroshot.di_steps=100")
+    runner = runner_factory(
+        tmp_path, "zeroshot.scenario=heterogeneous", "zeroshot.rounds=3", "zeroshot.di_steps=100"
+    )
     assert len(runner.scenario.users) == 10
     results = runner.run()
     (saved,) = impression_rounds(tmp_path)
-    assert saved["round"] == 3 and sorted(saved["truth"]) == [8, 9] and saved["points"].shape == (20, 10 * 21)
-    assert {k[0] for k in saved["similarity"]} == {"u4", "u6"} and saved["similarity"][("u4", 1000)].shape == (9, 9)
-    assert plot_impressions(tmp_path, {"speech_commands": [{"run_dir": str(tmp_path)}]}) == ["fig3.png", "fig4.png"]
+    assert (
+        saved["round"] == 3
+        and sorted(saved["truth"]) == [8, 9]
+        and saved["points"].shape == (20, 10 * 21)
+    )
+    assert {k[0] for k in saved["similarity"]} == {"u4", "u6"} and saved["similarity"][
+        ("u4", 1000)
+    ].shape == (9, 9)
+    assert plot_impressions(tmp_path, {"speech_commands": [{"run_dir": str(tmp_path)}]}) == [
+        "fig3.png",
+        "fig4.png",
+    ]
     last = results["history"][-1]
-    assert last["reports"] == 2 and last["labels"] == 10 and last["ari"] == 1.0 and last["registration_correct"] == 1.0
-    assert {f"local_acc/u{i}" for i in (1, 2, 3, 5, 7, 8, 9, 10)} <= set(last)  # the reporters send no scores
+    assert (
+        last["reports"] == 2
+        and last["labels"] == 10
+        and last["ari"] == 1.0
+        and last["registration_correct"] == 1.0
+    )
+    # the reporters send no scores
+    assert {f"local_acc/u{i}" for i in (1, 2, 3, 5, 7, 8, 9, 10)} <= set(last)
     assert "local_acc/u4" not in last and "local_acc/u6" not in last
 
 
@@ -396,13 +561,15 @@ def test_heterogeneous_round_3_registers_two_different_classes(runner_factory, t
 
 
 def one_batch_at_a_time(model, targets, shape, tau, lr, steps, batch, generator):
-    """Eq. 3 written out as the paper runs it: each batch optimised alone on its mean loss (the reference
-    the batched path must equal)."""
+    """Eq. 3 written out as the paper runs it: each batch optimised alone on its mean loss (the
+    reference the batched path must equal)."""
     model.eval()
     out, losses = [], []
     for y in targets.split(batch):
         x = torch.randn((len(y), *shape), generator=generator)
-        x = ((x - x.mean(2, keepdim=True)) / (x.std(2, keepdim=True, unbiased=False) + 1e-5)).requires_grad_()
+        x = (
+            (x - x.mean(2, keepdim=True)) / (x.std(2, keepdim=True, unbiased=False) + 1e-5)
+        ).requires_grad_()
         optimizer = torch.optim.Adam([x], lr=lr)
         for step in range(steps):
             loss = -(y * torch.log_softmax(model(x) / tau, dim=1)).sum(1).mean()
@@ -410,7 +577,9 @@ def one_batch_at_a_time(model, targets, shape, tau, lr, steps, batch, generator)
             loss.backward()
             optimizer.step()
             with torch.no_grad():
-                x.copy_((x - x.mean(2, keepdim=True)) / (x.std(2, keepdim=True, unbiased=False) + 1e-5))
+                x.copy_(
+                    (x - x.mean(2, keepdim=True)) / (x.std(2, keepdim=True, unbiased=False) + 1e-5)
+                )
             if step in (0, steps - 1):
                 losses.append(float(loss.detach()))
         out.append(x.detach())
@@ -420,25 +589,38 @@ def one_batch_at_a_time(model, targets, shape, tau, lr, steps, batch, generator)
 def test_batched_impressions_equal_the_one_batch_at_a_time_reference():
     torch.manual_seed(0)
     model = build_model("cnn2_softmax", 6, 4)
-    targets = torch.from_numpy(dirichlet_targets(np.array([0.2, 0.9, 0.1, 1.0]), 7, [1.0, 0.1], np.random.default_rng(0)))
+    targets = torch.from_numpy(
+        dirichlet_targets(np.array([0.2, 0.9, 0.1, 1.0]), 7, [1.0, 0.1], np.random.default_rng(0))
+    )
     args = (targets, (6, 9), 20.0, 0.05, 30, 3)  # batches of 3, 3 and 1
     x, losses = synthesize_impressions(model, *args, torch.Generator().manual_seed(4))
     ref, ref_losses = one_batch_at_a_time(model, *args, torch.Generator().manual_seed(4))
     torch.testing.assert_close(x, ref, atol=1e-5, rtol=1e-5)
     np.testing.assert_allclose(losses, ref_losses, rtol=1e-5)
     assert len(losses) == 6 and losses[1] < losses[0]
-    assert not torch.equal(x, synthesize_impressions(model, *args[:-1], 7, torch.Generator().manual_seed(4))[0])
+    assert not torch.equal(
+        x, synthesize_impressions(model, *args[:-1], 7, torch.Generator().manual_seed(4))[0]
+    )
 
 
 def zeroshot_algorithm(*overrides, K=8):
     from fedac.algorithms.base import Task
     from fedac.algorithms.zeroshot import SharedRows, ZeroShotFL
 
-    cfg = load_config(overrides=["algorithm=zeroshot", "zeroshot.di_steps=6", "zeroshot.di_per_class=5",
-                                 "zeroshot.di_batch=3", *overrides])
+    cfg = load_config(
+        overrides=[
+            "algorithm=zeroshot",
+            "zeroshot.di_steps=6",
+            "zeroshot.di_per_class=5",
+            "zeroshot.di_batch=3",
+            *overrides,
+        ]
+    )
     g = torch.Generator().manual_seed(0)
     public_y = torch.arange(K).repeat(2)
-    rows = SharedRows(torch.randn(len(public_y), 6, 9, generator=g), public_y, torch.randn(4, 6, 9, generator=g))
+    rows = SharedRows(
+        torch.randn(len(public_y), 6, 9, generator=g), public_y, torch.randn(4, 6, 9, generator=g)
+    )
     return ZeroShotFL(cfg, Task(6, K, ["u1", "u2", "u3"]), rows=rows)
 
 
@@ -447,8 +629,15 @@ def report(user, arch, new, names=None, K=8, seed=0):
 
     torch.manual_seed(seed)
     model = build_model(arch, 6, K + len(new))
-    return {"kind": "report", "user": user, "arch": arch, "state": model_params(model), "num_known": K,
-            "local_ids": new, "names": names or [None] * len(new)}
+    return {
+        "kind": "report",
+        "user": user,
+        "arch": arch,
+        "state": model_params(model),
+        "num_known": K,
+        "local_ids": new,
+        "names": names or [None] * len(new),
+    }
 
 
 def test_a_report_optimises_all_its_classes_at_once_each_from_its_own_seed():
@@ -477,7 +666,8 @@ def test_reports_on_worker_threads_give_the_same_impressions(monkeypatch):
     one = alg.synthesize_reports(ups, 4, workers=1)
     threads = set()
     original = alg._impressions
-    both_inside = threading.Barrier(2, timeout=60)  # passes only if the two reports run at the same time
+    # passes only if the two reports run at the same time
+    both_inside = threading.Barrier(2, timeout=60)
 
     def on_a_worker(report, round_idx):
         threads.add(threading.current_thread().name)
@@ -494,20 +684,30 @@ def test_reports_on_worker_threads_give_the_same_impressions(monkeypatch):
 def test_labels_by_name_on_a_hand_case():
     from fedac.algorithms.zeroshot import labels_by_name
 
-    assert labels_by_name(["go", "stop", "go", "siren"], {"stop": 8}, 9) == ([9, 8, 9, 10], {"stop": 8, "go": 9, "siren": 10})
+    assert labels_by_name(["go", "stop", "go", "siren"], {"stop": 8}, 9) == (
+        [9, 8, 9, 10],
+        {"stop": 8, "go": 9, "siren": 10},
+    )
     assert labels_by_name([], {}, 8) == ([], {})
 
 
 def test_identity_reported_gives_one_label_per_name_where_anonymous_clusters():
-    ups = [report("u1", "cnn1_softmax", [1000], ["stop"], seed=1), report("u2", "cnn1_softmax", [1000], ["go"], seed=1)]
+    ups = [
+        report("u1", "cnn1_softmax", [1000], ["stop"], seed=1),
+        report("u2", "cnn1_softmax", [1000], ["go"], seed=1),
+    ]
     anonymous = zeroshot_algorithm()
     # one truly new class said the oracle: one cluster, one label for both
     server = anonymous.update(anonymous.init_server(), [(u, 1) for u in ups], 4, num_new=1).server
     assert server["registry"] == {("u1", 1000): 8, ("u2", 1000): 8} and server["names"] == {}
     reported = zeroshot_algorithm("zeroshot.identity=reported")
-    step = reported.update(reported.init_server(), [(u, 1) for u in ups], 4, num_new=1)  # (ignored: the names decide)
+    # (ignored: the names decide)
+    step = reported.update(reported.init_server(), [(u, 1) for u in ups], 4, num_new=1)
     server, metrics = step.server, step.metrics
-    assert server["registry"] == {("u1", 1000): 8, ("u2", 1000): 9} and server["names"] == {"stop": 8, "go": 9}
+    assert server["registry"] == {("u1", 1000): 8, ("u2", 1000): 9} and server["names"] == {
+        "stop": 8,
+        "go": 9,
+    }
     assert metrics["new_labels"] == 2 and server["scores"].shape[1] == 10
     assert len(step.grouping.cluster) == 10  # the clustering is kept as a diagnostic
     # A later report of a registered name takes its label; its impressions join D0 under it.
@@ -518,12 +718,21 @@ def test_identity_reported_gives_one_label_per_name_where_anonymous_clusters():
 
 
 def test_the_oracle_count_is_an_argument_and_the_grouping_a_return_value():
-    ups = [report("u1", "cnn1_softmax", [1000], seed=1), report("u2", "cnn1_softmax", [1000], seed=1)]
+    ups = [
+        report("u1", "cnn1_softmax", [1000], seed=1),
+        report("u2", "cnn1_softmax", [1000], seed=1),
+    ]
     alg = zeroshot_algorithm()
-    with pytest.raises(ConfigError, match=r"num_new=oracle: a round with reports needs the driver's count"):
-        alg.server_update(alg.init_server(), [(u, 1) for u in ups], 4)  # the contract's form has no count
+    with pytest.raises(
+        ConfigError, match=r"num_new=oracle: a round with reports needs the driver's count"
+    ):
+        # the contract's form has no count
+        alg.server_update(alg.init_server(), [(u, 1) for u in ups], 4)
     one, two = (alg.update(alg.init_server(), [(u, 1) for u in ups], 4, num_new=n) for n in (1, 2))
-    assert set(one.server["registry"].values()) == {8} and set(two.server["registry"].values()) == {8, 9}
+    assert set(one.server["registry"].values()) == {8} and set(two.server["registry"].values()) == {
+        8,
+        9,
+    }
     assert one.grouping.keys == [("u1", 1000), ("u2", 1000)] and one.grouping.labels == [8, 8]
     assert alg.update(one.server, [], 5).grouping is None  # a round without reports groups nothing
     with pytest.raises(ConfigError, match="SharedRows"):
@@ -539,22 +748,30 @@ def algorithm_without_rows():
 
 def test_identity_reported_needs_names_and_a_known_mode():
     alg = zeroshot_algorithm("zeroshot.identity=reported")
-    with pytest.raises(ConfigError, match=r"u1's report of local class 1000 names no class.*identity=anonymous"):
+    with pytest.raises(
+        ConfigError, match=r"u1's report of local class 1000 names no class.*identity=anonymous"
+    ):
         alg.server_update(alg.init_server(), [(report("u1", "cnn1_softmax", [1000]), 1)], 4)
-    with pytest.raises(ConfigError, match="zeroshot.identity must be anonymous or reported, got 'named'"):
+    with pytest.raises(
+        ConfigError, match="zeroshot.identity must be anonymous or reported, got 'named'"
+    ):
         zeroshot_algorithm("zeroshot.identity=named")
 
 
 def test_the_driver_names_new_classes_only_under_identity_reported(runner_factory, tmp_path):
-    assert runner_factory(tmp_path / "a").client_data("u2", 4).names == {}  # anonymous: the truth stays hidden
+    # anonymous: the truth stays hidden
+    assert runner_factory(tmp_path / "a").client_data("u2", 4).names == {}
     reported = runner_factory(tmp_path / "r", "zeroshot.identity=reported")
     assert reported.client_data("u2", 4).names == {1000: "stop"}
     assert reported.client_data("u1", 5).names == {1000: "stop"}  # round 4's stop streams on
-    assert reported.client_data("u1", 8).names == {1001: "stop"}  # round 8's stop replaces that draw
+    # round 8's stop replaces that draw
+    assert reported.client_data("u1", 8).names == {1001: "stop"}
     assert reported.client_data("u2", 8).names == {1000: "stop", 1001: "go"}
     # The engine's train.cohort_workers sets the threads that synthesise several reports at once.
-    assert [runner_factory(tmp_path / f"w{n}", f"train.cohort_workers={n}").algorithm.runtime.workers
-            for n in (1, 2)] == [1, 2]
+    assert [
+        runner_factory(tmp_path / f"w{n}", f"train.cohort_workers={n}").algorithm.runtime.workers
+        for n in (1, 2)
+    ] == [1, 2]
 
 
 # --- the CREMA-D variant -------------------------------------------------------------------------
@@ -565,10 +782,17 @@ def test_cremad_presets_keep_three_old_emotions_and_bring_ang():
     assert hom.classes == ["NEU", "HAP", "SAD", "ANG"] and hom.num_old == 3
     assert hom.labels == {"u1": [0, 1], "u2": [1, 2], "u3": [2, 0]}
     assert [(i.user, i.round, i.cls, i.size) for i in hom.injections] == [
-        ("u1", 4, 3, 50), ("u2", 4, 3, 50), ("u1", 8, 3, 50), ("u2", 8, 3, 50)]  # round 8: a repeat of ANG
+        # round 8: a repeat of ANG
+        ("u1", 4, 3, 50),
+        ("u2", 4, 3, 50),
+        ("u1", 8, 3, 50),
+        ("u2", 8, 3, 50),
+    ]
     assert hom.public_per_class == 50 and hom.draw == (40, 50)
     het = build_scenario("cremad", "heterogeneous", 1.0, 0)
-    assert {len(het.labels[u]) for u in het.users[3:]} == {2} and {i.cls for i in het.injections} == {3}
+    assert {len(het.labels[u]) for u in het.users[3:]} == {2} and {
+        i.cls for i in het.injections
+    } == {3}
     assert np.bincount([c for ls in het.labels.values() for c in ls], minlength=3).min() >= 2
 
 
@@ -580,12 +804,38 @@ def test_cremad_variant_runs_from_the_cli_and_registers_ang(tmp_path, capsys):
     root = tmp_path / "crema"
     emotions.generate(root, actors=5, seed=0, progress=False, workers=1)
     out = tmp_path / "run"
-    assert main(["run", "--algorithm", "zeroshot", "--dataset", "cremad", "--quiet", "--out", str(out),
-                 "--set", f"data.root={root}", "--set", f"data.cache_dir={tmp_path}", "--set", "zeroshot.scale=0.2",
-                 "--set", "zeroshot.rounds=4", "--set", "zeroshot.di_steps=5", "--set", "zeroshot.di_per_class=6",
-                 "--set", "train.local_epochs=1"]) == 0
+    assert (
+        main(
+            [
+                "run",
+                "--algorithm",
+                "zeroshot",
+                "--dataset",
+                "cremad",
+                "--quiet",
+                "--out",
+                str(out),
+                "--set",
+                f"data.root={root}",
+                "--set",
+                f"data.cache_dir={tmp_path}",
+                "--set",
+                "zeroshot.scale=0.2",
+                "--set",
+                "zeroshot.rounds=4",
+                "--set",
+                "zeroshot.di_steps=5",
+                "--set",
+                "zeroshot.di_per_class=6",
+                "--set",
+                "train.local_epochs=1",
+            ]
+        )
+        == 0
+    )
     results = json.loads((out / "results.json").read_text())
-    assert [r["reports"] for r in results["history"]] == [0, 0, 0, 2]  # u1 and u2 report ANG in round 4
+    # u1 and u2 report ANG in round 4
+    assert [r["reports"] for r in results["history"]] == [0, 0, 0, 2]
     assert results["final"]["labels"] == 4 and results["history"][3]["registration_correct"] == 1.0
     assert results["num_classes"] == 4 and "test_accuracy_new" in results["history"][3]
     assert "D0: local / global / increase" in capsys.readouterr().out

@@ -1,5 +1,5 @@
-"""`python -m fedac ...`: the `fedac` command, so that torchrun can start it (`torchrun --nproc-per-node N
--m fedac run ...`; engine/distributed.py)."""
+"""`python -m fedac ...`: the `fedac` command, so that torchrun can start it (`torchrun
+--nproc-per-node N -m fedac run ...`; engine/distributed.py)."""
 
 import sys
 

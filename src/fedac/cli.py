@@ -1,8 +1,9 @@
-"""The `fedac` command line: run, data, models, list (and compare, reproduce, report, memory, pretrain: experiments/).
+"""The `fedac` command line: run, data, models, list (and compare, reproduce, report, memory,
+pretrain: experiments/).
 
 Building the parser loads no torch, scipy, scikit-learn, matplotlib, transformers or Flower (the
-modules imported here are light, tests/test_cli_startup.py checks it): `fedac --help` starts at once,
-and each command loads what it needs when it runs.
+modules imported here are light, tests/test_cli_startup.py checks it): `fedac --help` starts at
+once, and each command loads what it needs when it runs.
 """
 
 from __future__ import annotations
@@ -21,30 +22,45 @@ from fedac.algorithms import ALGORITHMS
 from fedac.config import Config, load_config
 from fedac.data.partition import class_entropy, partition
 from fedac.data.registry import DATASETS, dataset_spec, load_manifest, synthesizer
+from fedac.engine.report import format_table
 from fedac.errors import ConfigError, FedacError, RunInterrupted
 from fedac.experiments.compare import add_compare_parser
 from fedac.experiments.exit_memory import add_memory_parser
 from fedac.experiments.figures import add_report_parser
-from fedac.experiments.reproduce import add_reproduce_parser
 from fedac.experiments.pretrain_settings import add_pretrain_parser
-from fedac.engine.report import format_table
+from fedac.experiments.reproduce import add_reproduce_parser
 
 
 def _add_experiment_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML config file (e.g. a run directory's config.yaml)")
-    parser.add_argument("--algorithm", metavar="NAME",
-                        help=f"one of {', '.join(ALGORITHMS)} (default {Config.algorithm})")
-    parser.add_argument("--dataset", metavar="NAME", help=f"one of {', '.join(DATASETS)} (default {Config.dataset})")
+    parser.add_argument(
+        "--algorithm",
+        metavar="NAME",
+        help=f"one of {', '.join(ALGORITHMS)} (default {Config.algorithm})",
+    )
+    parser.add_argument(
+        "--dataset", metavar="NAME", help=f"one of {', '.join(DATASETS)} (default {Config.dataset})"
+    )
     parser.add_argument("--rounds", type=int, help="communication rounds")
     parser.add_argument("--seed", type=int, help="run seed")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                        help="any setting, e.g. --set train.fraction=0.1 --set data.root=/data/gsc (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any setting, e.g. --set train.fraction=0.1 --set data.root=/data/gsc (repeatable)",
+    )
 
 
 def _experiment_config(args: argparse.Namespace) -> Config:
     return load_config(
-        args.config, args.overrides, algorithm=args.algorithm, dataset=args.dataset,
-        seed=args.seed, **{"train.rounds": args.rounds},
+        args.config,
+        args.overrides,
+        algorithm=args.algorithm,
+        dataset=args.dataset,
+        seed=args.seed,
+        **{"train.rounds": args.rounds},
     )
 
 
@@ -72,19 +88,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     from fedac.engine import distributed  # lazy: start-up time (after the settings are checked)
     from fedac.engine.runner import runner_for
 
-    # torchrun: every rank trains its share of each round; rank 0 alone writes and prints (engine/distributed.py)
+    # torchrun: every rank trains its share of each round; rank 0 alone writes and prints
+    # (engine/distributed.py)
     world = distributed.start(cfg.train.dist_timeout, cfg.train.device)
-    world.run_dir = str(run_dir)  # (named in its errors; rank 0 writes it, the other ranks a scratch folder)
+    # (named in its errors; rank 0 writes it, the other ranks a scratch folder)
+    world.run_dir = str(run_dir)
     try:
         if not world.writes:
             logging.getLogger().setLevel(logging.ERROR)  # (rank 0 logs the run's warnings)
         elif world.distributed and not args.quiet:
-            print(f"fedac: {world.size} processes ({world.backend}); rank 0 writes {run_dir}", file=sys.stderr)
+            print(
+                f"fedac: {world.size} processes ({world.backend}); rank 0 writes {run_dir}",
+                file=sys.stderr,
+            )
         runner, final_table = runner_for(cfg)
         where = distributed.scratch_run_dir(world, run_dir)
         try:
             results = runner(cfg, where, progress=not args.quiet and world.writes).run(
-                resume=bool(args.resume), stop_after=args.stop_after)
+                resume=bool(args.resume), stop_after=args.stop_after
+            )
         finally:
             distributed.cleanup(world, where)
     finally:
@@ -103,23 +125,41 @@ def cmd_models(args: argparse.Namespace) -> int:
     from fedac.models import MODELS, build_model, count_parameters  # lazy: start-up time
     from fedac.training.functional import stacked_support
 
-    models = {name: build_model(name, args.num_features, args.num_classes) for name, _ in MODELS.items()}
+    models = {
+        name: build_model(name, args.num_features, args.num_classes) for name, _ in MODELS.items()
+    }
     counts = {name: f"{count_parameters(model):,}" for name, model in models.items()}
     # the stacked cohort path: crnn (hand-written), vmap (torch.func, any nn.Module) or no (why)
     stacked = {name: stacked_support(name, model) for name, model in models.items()}
-    width, kind_width = max(map(len, counts.values())), max(len(k) for k in stacked.values() if not k.startswith("no"))
-    rows = [(name, f"{count.rjust(width)} parameters  stacked: {stacked[name].ljust(kind_width)}  "
-                   f"{MODELS.description(name)}") for name, count in counts.items()]
-    print(f"models for {args.num_features} input features and {args.num_classes} classes "
-          "(stacked: how the cohort path trains each; docs/extending.md):")
+    width, kind_width = (
+        max(map(len, counts.values())),
+        max(len(k) for k in stacked.values() if not k.startswith("no")),
+    )
+    rows = [
+        (
+            name,
+            f"{count.rjust(width)} parameters  stacked: {stacked[name].ljust(kind_width)}  "
+            f"{MODELS.description(name)}",
+        )
+        for name, count in counts.items()
+    ]
+    print(
+        f"models for {args.num_features} input features and {args.num_classes} classes "
+        "(stacked: how the cohort path trains each; docs/extending.md):"
+    )
     print(format_table(rows))
     return 0
 
 
-#: `fedac list`: each kind's registry, as "module:attribute" (loaded when listed; the models' and rules' load torch).
-REGISTRIES = {"algorithms": "fedac.algorithms:ALGORITHMS", "models": "fedac.models.registry:MODELS",
-              "datasets": "fedac.data.registry:DATASETS", "aggregators": "fedac.rules:AGGREGATORS",
-              "attacks": "fedac.rules.attacks:ATTACKS"}
+#: `fedac list`: each kind's registry, as "module:attribute" (loaded when listed; the models' and
+#: rules' load torch).
+REGISTRIES = {
+    "algorithms": "fedac.algorithms:ALGORITHMS",
+    "models": "fedac.models.registry:MODELS",
+    "datasets": "fedac.data.registry:DATASETS",
+    "aggregators": "fedac.rules:AGGREGATORS",
+    "attacks": "fedac.rules.attacks:ATTACKS",
+}
 
 
 def cmd_list(args: argparse.Namespace) -> int:
@@ -127,11 +167,15 @@ def cmd_list(args: argparse.Namespace) -> int:
 
     unknown = [kind for kind in args.kinds if kind not in REGISTRIES]
     if unknown:
-        raise ConfigError(f"fedac list: unknown kind(s) {', '.join(unknown)}; choose from {', '.join(REGISTRIES)}")
+        raise ConfigError(
+            f"fedac list: unknown kind(s) {', '.join(unknown)}; choose from {', '.join(REGISTRIES)}"
+        )
     for kind in args.kinds or list(REGISTRIES):
         registry = resolve(REGISTRIES[kind])
-        rows = [(name, ("[plug-in] " if registry.is_plugin(name) else "") + registry.description(name))
-                for name, _ in registry.items()]
+        rows = [
+            (name, ("[plug-in] " if registry.is_plugin(name) else "") + registry.description(name))
+            for name, _ in registry.items()
+        ]
         print(f"{kind} (entry-point group {registry.group}):")
         print("\n".join("  " + line for line in format_table(rows).splitlines()))
     return 0
@@ -139,7 +183,9 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_synth(args: argparse.Namespace) -> int:
     spec = dataset_spec(args.dataset_name)
-    kwargs = {spec.synth_size_arg: args.size} if spec.synth_size_arg and args.size is not None else {}
+    kwargs = (
+        {spec.synth_size_arg: args.size} if spec.synth_size_arg and args.size is not None else {}
+    )
     stats = synthesizer(spec)(Path(args.out), seed=args.seed, progress=not args.quiet, **kwargs)
     print(f"wrote synthetic {args.dataset_name} in its official layout to {args.out}")
     if isinstance(stats, dict):
@@ -160,23 +206,43 @@ def cmd_stats(args: argparse.Namespace) -> int:
     manifest = load_manifest(cfg, progress=not args.quiet)
     clients = partition(manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition)
     sizes = np.array([c.num_samples + len(c.holdout) for c in clients])
-    entropy = np.array([class_entropy([manifest.clips[i].label for i in c.train + c.holdout], manifest.num_classes)
-                        for c in clients])
+    entropy = np.array(
+        [
+            class_entropy(
+                [manifest.clips[i].label for i in c.train + c.holdout], manifest.num_classes
+            )
+            for c in clients
+        ]
+    )
     counts = manifest.counts()
     labels = np.bincount([c.label for c in manifest.clips], minlength=manifest.num_classes)
     print(f"dataset {manifest.name} at {manifest.root}")
-    print(f"  classes: {manifest.num_classes}; clips: train {counts['train']}, val {counts['val']}, test {counts['test']}")
+    print(
+        f"  classes: {manifest.num_classes}; clips: train {counts['train']}, val {counts['val']}, "
+        f"test {counts['test']}"
+    )
     scheme = cfg.data.partition or dataset_spec(cfg.dataset).default_partition
     if manifest.dealt and scheme == "natural":  # no client ids in the data: not natural clients
-        print(f"  clients: {len(clients)}, dealt at random (IID) over {cfg.data.num_clients} clients "
-              "(the data names no clients; data.num_clients)")
+        print(
+            f"  clients: {len(clients)}, dealt at random (IID) over {cfg.data.num_clients} clients "
+            "(the data names no clients; data.num_clients)"
+        )
     else:
         print(f"  clients ({scheme}): {len(clients)}")
     q = np.percentile(sizes, [0, 25, 50, 75, 100])
-    print(f"  samples per client: min {q[0]:.0f}, q1 {q[1]:.0f}, median {q[2]:.0f}, q3 {q[3]:.0f}, max {q[4]:.0f}, mean {sizes.mean():.1f}")
+    print(
+        f"  samples per client: min {q[0]:.0f}, q1 {q[1]:.0f}, median {q[2]:.0f}, q3 {q[3]:.0f}, "
+        f"max {q[4]:.0f}, mean {sizes.mean():.1f}"
+    )
     e = np.percentile(entropy, [0, 50, 100])
-    print(f"  class entropy per client (bits, max {np.log2(manifest.num_classes):.2f}): min {e[0]:.2f}, median {e[1]:.2f}, max {e[2]:.2f}")
-    print("  label distribution: " + ", ".join(f"{name} {n}" for name, n in zip(manifest.classes, labels)))
+    print(
+        f"  class entropy per client (bits, max {np.log2(manifest.num_classes):.2f}): min "
+        f"{e[0]:.2f}, median {e[1]:.2f}, max {e[2]:.2f}"
+    )
+    print(
+        "  label distribution: "
+        + ", ".join(f"{name} {n}" for name, n in zip(manifest.classes, labels))
+    )
     _print_alt_statistics(cfg, manifest, clients)
     from fedac.experiments.kws_stats import report as kws_report  # lazy: start-up time
 
@@ -185,15 +251,18 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
 
 def _print_alt_statistics(cfg: Config, manifest, clients) -> None:
-    """FedKWS-UI's ALT over the training clips: max n_k and r0 * rbar_k (paper Table 1 and Fig. 1)."""
+    """FedKWS-UI's ALT over the training clips: max n_k and r0 * rbar_k (paper Table 1 and Fig.
+    1)."""
     from fedac.experiments.kws_stats import alt_summary  # lazy: start-up time
 
     alt = alt_summary(cfg, manifest, clients)
     if alt:
-        print(f"  FedKWS-UI ALT (training clips, max n_k {alt['max_n_k']:.0f}, cap {alt['size_cap']:g}, "
-              f"r0 {alt['r0']:.3f}): r0 * rbar_k min {alt['min']:.3f}, median {alt['median']:.3f}, "
-              f"mean {alt['mean']:.3f}, max {alt['max']:.3f}; ALT steps per client on average "
-              f"{alt['mean_steps']:.2f} of E = {alt['local_steps']:.0f}")
+        print(
+            f"  FedKWS-UI ALT (training clips, max n_k {alt['max_n_k']:.0f}, cap "
+            f"{alt['size_cap']:g}, r0 {alt['r0']:.3f}): r0 * rbar_k min {alt['min']:.3f}, median "
+            f"{alt['median']:.3f}, mean {alt['mean']:.3f}, max {alt['max']:.3f}; ALT steps per "
+            f"client on average {alt['mean_steps']:.2f} of E = {alt['local_steps']:.0f}"
+        )
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
@@ -201,8 +270,13 @@ def cmd_prepare(args: argparse.Namespace) -> int:
 
     cfg = _data_config(args)
     manifest = load_manifest(cfg, progress=True)
-    feats = load_features(manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress=True)
-    print(f"features of {len(manifest.clips)} clips ({len(feats)} windows, shape {tuple(feats.features.shape[1:])}) cached")
+    feats = load_features(
+        manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress=True
+    )
+    print(
+        f"features of {len(manifest.clips)} clips ({len(feats)} windows, shape "
+        f"{tuple(feats.features.shape[1:])}) cached"
+    )
     return 0
 
 
@@ -211,9 +285,12 @@ def cmd_split_devices(args: argparse.Namespace) -> int:
 
     cfg = _data_config(args)
     stats = split_devices(cfg, Path(args.out), progress=not args.quiet)
-    print(f"wrote one folder per client of {cfg.dataset} ({cfg.data.partition or dataset_spec(cfg.dataset).default_partition} "
-          f"partition, seed {cfg.seed}) to {args.out}: {stats['clients']} clients, {stats['clips']} clips "
-          f"({stats['min_clips']}-{stats['max_clips']} per client)")
+    print(
+        f"wrote one folder per client of {cfg.dataset} "
+        f"({cfg.data.partition or dataset_spec(cfg.dataset).default_partition} partition, seed "
+        f"{cfg.seed}) to {args.out}: {stats['clients']} clients, {stats['clips']} clips "
+        f"({stats['min_clips']}-{stats['max_clips']} per client)"
+    )
     return 0
 
 
@@ -228,11 +305,17 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else default_out(s)
     done = pretrain(s, out, progress=not args.quiet, stop_after=args.stop_after, argv=args.argv)
     if done is None:
-        print(f"stopped after step {args.stop_after}; the same command continues from {out / 'state.pt'}")
+        print(
+            f"stopped after step {args.stop_after}; the same command continues from "
+            f"{out / 'state.pt'}"
+        )
         return 0
     summary = json.loads((out / "pretrain.json").read_text())
-    print(f"encoder in {out} ({summary['parameters']:,} parameters, {summary['wall_seconds']:.0f} s, "
-          f"mean loss of the last 100 steps {summary['final_loss_mean_last_100']:.3f}, sha256 {summary['sha256'][:16]}...)")
+    print(
+        f"encoder in {out} ({summary['parameters']:,} parameters, {summary['wall_seconds']:.0f} s, "
+        f"mean loss of the last 100 steps {summary['final_loss_mean_last_100']:.3f}, sha256 "
+        f"{summary['sha256'][:16]}...)"
+    )
     print(f"use it with: fedac run --set model.name={s.model} --set model.encoder_path={out}")
     return 0
 
@@ -243,9 +326,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="train one federated experiment and write a run directory")
     _add_experiment_args(run)
-    run.add_argument("--out", help="run directory (default runs/<time>-<algorithm>-<dataset>-s<seed>)")
+    run.add_argument(
+        "--out", help="run directory (default runs/<time>-<algorithm>-<dataset>-s<seed>)"
+    )
     run.add_argument("--resume", metavar="DIR", help="continue the killed run in DIR to its end")
-    run.add_argument("--stop-after", type=int, metavar="N", help="stop after round N as if killed (testing resume)")
+    run.add_argument(
+        "--stop-after",
+        type=int,
+        metavar="N",
+        help="stop after round N as if killed (testing resume)",
+    )
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=cmd_run)
 
@@ -260,10 +350,14 @@ def build_parser() -> argparse.ArgumentParser:
     models.add_argument("--num-classes", type=int, default=35)
     models.set_defaults(func=cmd_models)
 
-    listing = sub.add_parser("list", help="what is registered (algorithms, models, datasets, aggregators, attacks), "
-                             "plug-ins included, with a line on each")
-    listing.add_argument("kinds", nargs="*", metavar="KIND",
-                         help=f"only these kinds ({', '.join(REGISTRIES)})")
+    listing = sub.add_parser(
+        "list",
+        help="what is registered (algorithms, models, datasets, aggregators, attacks), "
+        "plug-ins included, with a line on each",
+    )
+    listing.add_argument(
+        "kinds", nargs="*", metavar="KIND", help=f"only these kinds ({', '.join(REGISTRIES)})"
+    )
     listing.set_defaults(func=cmd_list)
 
     data = sub.add_parser("data", help="synthesize, inspect and prepare datasets")
@@ -271,33 +365,63 @@ def build_parser() -> argparse.ArgumentParser:
     for name, spec in DATASETS.items():
         if spec.synth_command is None:
             continue
-        synth = data_sub.add_parser(spec.synth_command, help=f"write a synthetic {name} in its official layout")
+        synth = data_sub.add_parser(
+            spec.synth_command, help=f"write a synthetic {name} in its official layout"
+        )
         synth.add_argument("--out", required=True)
         synth.add_argument("--seed", type=int, default=0)
         if spec.synth_size_arg:
             synth.add_argument(f"--{spec.synth_size_arg}", dest="size", type=int)
         synth.add_argument("--quiet", action="store_true")
         synth.set_defaults(func=cmd_synth, dataset_name=name)
-    for verb, func, text in (("stats", cmd_stats, "clients, samples per client, class entropy, labels"),
-                             ("prepare", cmd_prepare, "build the feature cache")):
+    for verb, func, text in (
+        ("stats", cmd_stats, "clients, samples per client, class entropy, labels"),
+        ("prepare", cmd_prepare, "build the feature cache"),
+    ):
         p = data_sub.add_parser(verb, help=text)
-        p.add_argument("dataset", nargs="?", default=None, help=f"dataset name ({', '.join(DATASETS)})")
-        p.add_argument("--root", help="dataset root in its official layout (default: the embedded stand-in)")
+        p.add_argument(
+            "dataset", nargs="?", default=None, help=f"dataset name ({', '.join(DATASETS)})"
+        )
+        p.add_argument(
+            "--root", help="dataset root in its official layout (default: the embedded stand-in)"
+        )
         p.add_argument("--config")
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
         p.add_argument("--quiet", action="store_true")
         if verb == "stats":
-            p.add_argument("--scatter", metavar="PNG", help="also write FedKWS-UI's Fig. 1 scatter (n_k against "
-                           "class entropy per client, coloured by r0 * rbar_k) to this file")
+            p.add_argument(
+                "--scatter",
+                metavar="PNG",
+                help="also write FedKWS-UI's Fig. 1 scatter (n_k against "
+                "class entropy per client, coloured by r0 * rbar_k) to this file",
+            )
         p.set_defaults(func=func)
-    split = data_sub.add_parser("split-devices", help="one folder per client as the run's partition cuts it "
-                                "(<client>/<label>/<file>.wav + labels.csv), for Flower device nodes")
-    split.add_argument("dataset", nargs="?", default=None, help=f"dataset name ({', '.join(DATASETS)})")
-    split.add_argument("--out", required=True, help="folder that receives one sub-folder per client")
-    split.add_argument("--root", help="dataset root in its official layout (default: the embedded stand-in)")
+    split = data_sub.add_parser(
+        "split-devices",
+        help="one folder per client as the run's partition cuts it "
+        "(<client>/<label>/<file>.wav + labels.csv), for Flower device nodes",
+    )
+    split.add_argument(
+        "dataset", nargs="?", default=None, help=f"dataset name ({', '.join(DATASETS)})"
+    )
+    split.add_argument(
+        "--out", required=True, help="folder that receives one sub-folder per client"
+    )
+    split.add_argument(
+        "--root", help="dataset root in its official layout (default: the embedded stand-in)"
+    )
     split.add_argument("--config")
-    split.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
-                       help="the run's data settings, e.g. --set data.partition=iid --set data.num_clients=3 --set seed=0")
+    split.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help=(
+            "the run's data settings, e.g. --set data.partition=iid --set data.num_clients=3 --set "
+            "seed=0"
+        ),
+    )
     split.add_argument("--quiet", action="store_true")
     split.set_defaults(func=cmd_split_devices)
     return parser
@@ -310,18 +434,30 @@ TORCHRUN_COMMANDS = ("run", "compare", "reproduce")
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)  # the command line, for records of a run
+    # the command line, for records of a run
+    args.argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if args.command not in TORCHRUN_COMMANDS and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1:
-            raise ConfigError(f"fedac {args.command} runs in one process; torchrun starts `fedac "
-                              f"{'`, `fedac '.join(TORCHRUN_COMMANDS)}` only (docs/performance.md, 'Several processes: torchrun')")
+        if (
+            args.command not in TORCHRUN_COMMANDS
+            and int(os.environ.get("WORLD_SIZE", "1") or 1) > 1
+        ):
+            raise ConfigError(
+                f"fedac {args.command} runs in one process; torchrun starts `fedac "
+                f"{'`, `fedac '.join(TORCHRUN_COMMANDS)}` only (docs/performance.md, 'Several "
+                "processes: torchrun')"
+            )
         return args.func(args)
-    except RunInterrupted as exc:  # SIGINT / SIGTERM in a run's rounds: a checkpoint and the way on, no traceback
+    # SIGINT / SIGTERM in a run's rounds: a checkpoint and the way on, no traceback
+    except RunInterrupted as exc:
         print(f"fedac: {exc}", file=sys.stderr)
         return exc.exit_status
-    except KeyboardInterrupt:  # Ctrl-C outside the rounds (data building, feature extraction): no round was lost
-        print("fedac: interrupted outside the training rounds; no round was lost: run the same command again "
-              "(caches, checkpoints and finished runs are reused)", file=sys.stderr)
+    # Ctrl-C outside the rounds (data building, feature extraction): no round was lost
+    except KeyboardInterrupt:
+        print(
+            "fedac: interrupted outside the training rounds; no round was lost: run the same "
+            "command again (caches, checkpoints and finished runs are reused)",
+            file=sys.stderr,
+        )
         return 130
     except FedacError as exc:
         print(f"fedac: error: {exc}", file=sys.stderr)

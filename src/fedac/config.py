@@ -19,7 +19,9 @@ from typing import Any
 import yaml
 
 from fedac.errors import ConfigError
-from fedac.fields import number  # (also importable from here, as settings written before fields.py do)
+
+# (also importable from here, as settings written before fields.py do)
+from fedac.fields import number
 from fedac.registry import Entry, Registry, check_choice, choice, resolve
 from fedac.settings import ALGORITHMS
 from fedac.settings.aggregation import AGGREGATORS
@@ -31,8 +33,8 @@ log = logging.getLogger(__name__)
 
 
 def check_ranges(section: Any, prefix: str = "") -> None:
-    """Raise ConfigError naming the first numeric setting outside its declared range, or the first name-valued
-    setting (`choice`) that names none of its choices (None is always valid)."""
+    """Raise ConfigError naming the first numeric setting outside its declared range, or the first
+    name-valued setting (`choice`) that names none of its choices (None is always valid)."""
     if isinstance(section, Config):  # the algorithms' sections are no dataclass fields of Config
         for name, value in section.sections().items():
             check_ranges(value, prefix + name + ".")
@@ -50,19 +52,23 @@ def check_ranges(section: Any, prefix: str = "") -> None:
             if not all(v in valid for v in value):
                 raise ConfigError(f"{key} must hold numbers {valid}, got {value!r}")
         elif value not in valid:
-            raise ConfigError(f"{key} must {'lie' if valid.high is not None else 'be'} {valid}, got {value!r}")
+            raise ConfigError(
+                f"{key} must {'lie' if valid.high is not None else 'be'} {valid}, got {value!r}"
+            )
 
 
 @dataclass
 class DataShared:
-    """The `data` settings every dataset reads; a dataset's own (Speech Commands' task, hf's columns) are
-    declared with it in settings/datasets.py and joined in `DataConfig` below."""
+    """The `data` settings every dataset reads; a dataset's own (Speech Commands' task, hf's
+    columns) are declared with it in settings/datasets.py and joined in `DataConfig` below."""
 
     root: str | None = None
-    """Dataset root in its official layout. None: the embedded synthetic stand-in (generated once)."""
+    """Dataset root in its official layout. None: the embedded synthetic stand-in (generated
+    once)."""
     partition: str | None = choice(None, ("natural", "dirichlet", "iid", "pooled"))
-    """natural (speaker/actor id), dirichlet (over labels), iid, or pooled (one client holding every training
-    clip, what `--algorithm central` trains on); None: the dataset's protocol default (pooled for central)."""
+    """natural (speaker/actor id), dirichlet (over labels), iid, or pooled (one client holding every
+    training clip, what `--algorithm central` trains on); None: the dataset's protocol default
+    (pooled for central)."""
     num_clients: int = number(50, ">= 1")
     """Clients for dirichlet / iid partitions (natural: one per speaker)."""
     alpha: float = number(0.5, "> 0")
@@ -70,8 +76,8 @@ class DataShared:
     min_client_size: int = number(10, ">= 0")
     """Dirichlet: redraw until every client holds at least this many training clips."""
     min_speaker_clips: int = number(0, ">= 0")
-    """Natural partition: drop the clients (speakers) with fewer training clips than this (FedKWS-UI: 5);
-    0 keeps every client."""
+    """Natural partition: drop the clients (speakers) with fewer training clips than this
+    (FedKWS-UI: 5); 0 keeps every client."""
     group_by_source: bool = True
     """Dirichlet: keep clips of one source recording (e.g. UrbanSound8K fsID) on one client."""
     local_holdout: float = number(0.2, "[0, 1)")
@@ -79,7 +85,8 @@ class DataShared:
     max_clients: int | None = number(None, ">= 1")
     """Keep at most this many clients (seeded choice); None keeps all."""
     test_fold: str | None = None
-    """Held-out fold/session/actor group for datasets whose test split is a fold (None: dataset default)."""
+    """Held-out fold/session/actor group for datasets whose test split is a fold (None: dataset
+    default)."""
     snr_db: float = number(100.0, "finite")
     """White Gaussian noise added to train and test audio at this SNR; 100 dB = clean."""
     label_error: float = number(0.0, "[0, 1]")
@@ -87,8 +94,8 @@ class DataShared:
     cache_dir: str | None = None
     """Feature / synthetic data cache; None: $FEDAC_HOME or ~/.cache/fedac."""
     on_bad_file: str = "error"
-    """A clip that cannot be decoded (corrupt, truncated, empty): error (stop with a message naming the
-    file) or skip (leave it out, list it in the run directory's bad_files.txt and go on)."""
+    """A clip that cannot be decoded (corrupt, truncated, empty): error (stop with a message naming
+    the file) or skip (leave it out, list it in the run directory's bad_files.txt and go on)."""
 
 
 @dataclass
@@ -103,23 +110,25 @@ class FeatureConfig:
     clip_seconds: float = number(1.0, "> 0")
     """Model input length; shorter audio is zero-padded, longer audio windowed."""
     style: str = choice("fedac", ("fedac", "fedkws"))
-    """fedac: the settings above, natural-log mel, per-utterance mean/variance normalisation (CMVN). fedkws:
-    FedKWS-UI's official pipeline, which replaces sample_rate, win_ms, hop_ms, n_mels, n_mfcc and kind:
-    8 kHz audio, MFCC(n_mfcc 40, n_mels 40, n_fft = window = 240 (30 ms), hop 80 (10 ms), HTK mel 0-4 kHz),
-    power in dB floored 80 dB under each clip's peak, divided by 500, no CMVN (see data/features.py)."""
+    """fedac: the settings above, natural-log mel, per-utterance mean/variance normalisation (CMVN).
+    fedkws: FedKWS-UI's official pipeline, which replaces sample_rate, win_ms, hop_ms, n_mels,
+    n_mfcc and kind: 8 kHz audio, MFCC(n_mfcc 40, n_mels 40, n_fft = window = 240 (30 ms), hop 80
+    (10 ms), HTK mel 0-4 kHz), power in dB floored 80 dB under each clip's peak, divided by 500, no
+    CMVN (see data/features.py)."""
     augment: bool = False
-    """FedKWS-UI's training augmentation, drawn afresh for every batch (data/augment.py): +-100 ms time
-    shift, background noise (p 0.8, volume U(0, 0.1)) and SpecAugment (one mask of <= 5 coefficients, one
-    of <= 10 frames). Keeps training waveforms in memory and trains one client after another."""
+    """FedKWS-UI's training augmentation, drawn afresh for every batch (data/augment.py): +-100 ms
+    time shift, background noise (p 0.8, volume U(0, 0.1)) and SpecAugment (one mask of <= 5
+    coefficients, one of <= 10 frames). Keeps training waveforms in memory and trains one client
+    after another."""
     test_augment: bool = False
-    """The same shift and noise on validation and test clips, fixed per (seed, clip) (the official code
-    augments its test set); the clean test set is reported beside it as clean_* results."""
+    """The same shift and noise on validation and test clips, fixed per (seed, clip) (the official
+    code augments its test set); the clean test set is reported beside it as clean_* results."""
 
 
 @dataclass
 class ModelShared:
-    """The `model` settings of every network; a model's own (the SSL encoders') are declared with it in
-    settings/models.py and joined in `ModelConfig` below."""
+    """The `model` settings of every network; a model's own (the SSL encoders') are declared with it
+    in settings/models.py and joined in `ModelConfig` below."""
 
     name: str = choice("crnn_lite", MODELS)
     """Global model for FedAvg-family algorithms (see `fedac models`)."""
@@ -128,8 +137,11 @@ class ModelShared:
     """Each client draws one of `zoo` (seeded), for algorithms that allow per-client models."""
     client_model: str = choice("crnn_base", MODELS)
     """Personalized model of every client in the homogeneous setting (FedMLAC, FedKAD)."""
-    zoo: list[str] = choice(None, MODELS, default_factory=lambda: ["crnn_tiny", "crnn_lite", "crnn_mid", "crnn_base",
-                                                                  "crnn_deep"])
+    zoo: list[str] = choice(
+        None,
+        MODELS,
+        default_factory=lambda: ["crnn_tiny", "crnn_lite", "crnn_mid", "crnn_base", "crnn_deep"],
+    )
 
 
 @dataclass
@@ -140,7 +152,8 @@ class TrainConfig:
     local_epochs: int = number(5, ">= 1")
     local_steps: int = number(0, ">= 0")
     """0: `local_epochs` passes over the client's data; > 0: exactly this many SGD steps of a loader
-    reshuffled whenever it runs out (FedKWS-UI's protocol: every client 50 steps, whatever its size)."""
+    reshuffled whenever it runs out (FedKWS-UI's protocol: every client 50 steps, whatever its
+    size)."""
     batch_size: int = number(16, ">= 1")
     lr: float = number(0.1, "> 0")
     momentum: float = number(0.9, "[0, 1)")
@@ -149,83 +162,93 @@ class TrainConfig:
     20% active, 5000 rounds)."""
     weight_decay: float = number(0.0, ">= 0")
     optimizer: str = "sgd"
-    """Local optimiser, new every round: sgd (lr, momentum, weight_decay), adam or adamw (torch Adam / AdamW
-    with lr and weight_decay; FedKWS-UI's protocol trains its Transformer with adamw, the early-exit paper its
-    SSL encoders). The stacked cohort path has all three (training/functional.py)."""
+    """Local optimiser, new every round: sgd (lr, momentum, weight_decay), adam or adamw (torch Adam
+    / AdamW with lr and weight_decay; FedKWS-UI's protocol trains its Transformer with adamw, the
+    early-exit paper its SSL encoders). The stacked cohort path has all three
+    (training/functional.py)."""
     max_grad_norm: float = number(0.0, ">= 0")
-    """Clip every local step's gradient to this L2 norm (FedKWS-UI's protocol: 50); 0: no clipping. The
-    stacked cohort path clips each client's gradient on its own."""
+    """Clip every local step's gradient to this L2 norm (FedKWS-UI's protocol: 50); 0: no clipping.
+    The stacked cohort path clips each client's gradient on its own."""
     eval_every: int = number(5, ">= 1")
     """Evaluate on the validation split every k rounds (and after the last round)."""
     checkpoint_every: int = number(5, ">= 1")
     select: str = choice("best_val", ("best_val", "last"))
     """Final model: best_val (highest validation accuracy) or last. Never chosen on test."""
     test_curve: bool = False
-    """Also log the shared model's test accuracy at every evaluation (a curve only, never used to select
-    a model) and report `test_last5_mean`, the mean of the last 5 (FedKWS-UI Fig. 2's legend)."""
+    """Also log the shared model's test accuracy at every evaluation (a curve only, never used to
+    select a model) and report `test_last5_mean`, the mean of the last 5 (FedKWS-UI Fig. 2's
+    legend)."""
     eval_batch_size: int = number(512, ">= 1")
     threads: int = number(1, ">= 0")
     """torch intra-op threads; 0 keeps torch's default. Per-client batches of 16 short clips run
     fastest on one thread (see benchmarks/)."""
     execution: str = choice("auto", ("auto", "cohort", "sequential", "probe"))
-    """How a round's clients train: cohort (clients of one architecture stacked into one computation,
-    engine/cohort.py; a configuration that cannot stack is an error naming why), sequential (one client
-    after another), auto (stacked where the algorithm has a stacked path, except a vmapped network on
-    the CPU, slower there than one client at a time; on a GPU such a network is timed both ways on a probe
-    chunk of the first round and the faster path kept), or probe (that timing on any device). Both paths
-    give the same numbers to float rounding, so a choice by timing can differ between two runs: pin
-    cohort or sequential for bit-for-bit repeats. The run's first line and results.json's `execution`
-    name the path taken (`stacked` or `sequential: <reason>`)."""
+    """How a round's clients train: cohort (clients of one architecture stacked into one
+    computation, engine/cohort.py; a configuration that cannot stack is an error naming why),
+    sequential (one client after another), auto (stacked where the algorithm has a stacked path,
+    except a vmapped network on the CPU, slower there than one client at a time; on a GPU such a
+    network is timed both ways on a probe chunk of the first round and the faster path kept), or
+    probe (that timing on any device). Both paths give the same numbers to float rounding, so a
+    choice by timing can differ between two runs: pin cohort or sequential for bit-for-bit repeats.
+    The run's first line and results.json's `execution` name the path taken (`stacked` or
+    `sequential: <reason>`)."""
     cohort_chunk: int = number(0, ">= 0")
-    """Cohort path: at most this many clients stacked at once, which bounds activation memory; 0 (auto): 16
-    on the CPU (each step's tensors stay in cache; fastest on CRNN-Base + CRNN-Lite, benchmarks/README.md),
-    and on a GPU as many as fit in the free memory, measured on a probe chunk (training/packing.py)."""
+    """Cohort path: at most this many clients stacked at once, which bounds activation memory; 0
+    (auto): 16 on the CPU (each step's tensors stay in cache; fastest on CRNN-Base + CRNN-Lite,
+    benchmarks/README.md), and on a GPU as many as fit in the free memory, measured on a probe chunk
+    (training/packing.py)."""
     cohort_workers: int = number(0, ">= 0")
     """Cohort path: chunks trained at once on this many threads, each running torch ops on `threads`
-    intra-op threads; 0: one per usable core left by `threads`, or one on a GPU. Numbers do not depend on
-    it. On 2 free cores 2 workers ran 1.8x faster than 1, where threads=2 gave 1.36x (benchmarks/README.md)."""
+    intra-op threads; 0: one per usable core left by `threads`, or one on a GPU. Numbers do not
+    depend on it. On 2 free cores 2 workers ran 1.8x faster than 1, where threads=2 gave 1.36x
+    (benchmarks/README.md)."""
     keep_freed_memory: bool = True
-    """Let glibc's malloc keep freed memory for reuse instead of unmapping every large tensor (engine/
-    runtime.py): 7-9 % faster FedMLAC rounds, same peak RSS. Process-wide; no effect off glibc."""
+    """Let glibc's malloc keep freed memory for reuse instead of unmapping every large tensor
+    (engine/ runtime.py): 7-9 % faster FedMLAC rounds, same peak RSS. Process-wide; no effect off
+    glibc."""
     device: str = "auto"
-    """Where models, client data, training, aggregation and evaluation live: auto (the first CUDA GPU when
-    torch sees one, else the CPU), cpu, cuda or cuda:N (training/device.py). Numbers on a GPU equal the
-    CPU's to float rounding, not bitwise; a checkpoint written on one resumes on the other."""
+    """Where models, client data, training, aggregation and evaluation live: auto (the first CUDA
+    GPU when torch sees one, else the CPU), cpu, cuda or cuda:N (training/device.py). Numbers on a
+    GPU equal the CPU's to float rounding, not bitwise; a checkpoint written on one resumes on the
+    other."""
     devices: str = ""
-    """Several devices for one run's stacked cohort path: all (every CUDA GPU torch sees) or a comma list
-    (cuda:0,cuda:1); empty (the default): `train.device` alone. Each chunk of stacked clients trains on
-    the next free device (its data, payload and models copied there, its results back); the data, the
-    server, aggregation and evaluation stay on `train.device`, and the sequential path uses it alone.
-    Results equal one device's to float rounding, with dropout masks drawn per device type."""
+    """Several devices for one run's stacked cohort path: all (every CUDA GPU torch sees) or a comma
+    list (cuda:0,cuda:1); empty (the default): `train.device` alone. Each chunk of stacked clients
+    trains on the next free device (its data, payload and models copied there, its results back);
+    the data, the server, aggregation and evaluation stay on `train.device`, and the sequential path
+    uses it alone. Results equal one device's to float rounding, with dropout masks drawn per device
+    type."""
     client_memory: str = "auto"
     """Where the clients' data and personalized models live between rounds: device (resident on
-    `train.device`: a round copies nothing), host (CPU memory, page-locked on a GPU: each round copies its
-    cohort's data and models to the device and the updated models back), or auto (device when both fit in
-    half the GPU's free memory, the other half left to the stacked chunks; on the CPU the two are one).
-    Numbers do not depend on it (training/packing.py)."""
+    `train.device`: a round copies nothing), host (CPU memory, page-locked on a GPU: each round
+    copies its cohort's data and models to the device and the updated models back), or auto (device
+    when both fit in half the GPU's free memory, the other half left to the stacked chunks; on the
+    CPU the two are one). Numbers do not depend on it (training/packing.py)."""
     precision: str = "fp32"
-    """Arithmetic of training steps and evaluation forwards: fp32 (the default, reproducible), tf32 (CUDA
-    matmuls and convolutions in TensorFloat-32), bf16 or fp16 (torch.autocast around the clients' steps and
-    the evaluations; fp16 has no loss scaling, so bf16 is the safer of the two). Parameters, optimiser
-    state and the server's means stay fp32 / fp64. Tolerances: docs/performance.md."""
+    """Arithmetic of training steps and evaluation forwards: fp32 (the default, reproducible), tf32
+    (CUDA matmuls and convolutions in TensorFloat-32), bf16 or fp16 (torch.autocast around the
+    clients' steps and the evaluations; fp16 has no loss scaling, so bf16 is the safer of the two).
+    Parameters, optimiser state and the server's means stay fp32 / fp64. Tolerances:
+    docs/performance.md."""
     deterministic: bool = True
     """On a GPU, use only deterministic kernels (cuDNN's deterministic convolution algorithms, no
-    autotuning, torch's deterministic-algorithm mode, cuBLAS's fixed workspace), so a resumed run ends
-    exactly like an uninterrupted one on the same machine and two runs of one command agree. false: the
-    fastest kernels, some of which sum with atomics; results then differ between runs at float rounding,
-    which a long run grows to the few points docs/architecture.md's "Determinism and portability" shows.
-    No effect on the CPU, whose kernels are deterministic already. Process-wide."""
+    autotuning, torch's deterministic-algorithm mode, cuBLAS's fixed workspace), so a resumed run
+    ends exactly like an uninterrupted one on the same machine and two runs of one command agree.
+    false: the fastest kernels, some of which sum with atomics; results then differ between runs at
+    float rounding, which a long run grows to the few points docs/architecture.md's "Determinism and
+    portability" shows. No effect on the CPU, whose kernels are deterministic already.
+    Process-wide."""
     gru_kernel: str = choice("auto", ("auto", "fused", "torch", "triton"))
-    """Cohort path's GRU recurrence: fused (the compiled CPU kernel of fedac/kernels, built by scripts/setup.sh
-    or on first use; fail if it does not build), triton (the GPU kernel of kernels/gru_triton.py; fail if
-    Triton does not import), torch (the pure-torch loop, the reference), or auto (the CPU: fused when it
-    builds, else torch and a warning; a GPU: triton when it imports, else torch). Same numbers to float
-    rounding. Process-wide."""
+    """Cohort path's GRU recurrence: fused (the compiled CPU kernel of fedac/kernels, built by
+    scripts/setup.sh or on first use; fail if it does not build), triton (the GPU kernel of
+    kernels/gru_triton.py; fail if Triton does not import), torch (the pure-torch loop, the
+    reference), or auto (the CPU: fused when it builds, else torch and a warning; a GPU: triton when
+    it imports, else torch). Same numbers to float rounding. Process-wide."""
     dist_timeout: float = number(1800.0, "> 0")
-    """Several processes (torchrun, engine/distributed.py): seconds a rank waits in a collective (the gather
-    of a round's results) for the others before it stops with an error naming its rank and the round. It
-    must exceed the longest gap between two ranks reaching a collective: a round's training on the slowest
-    rank plus rank 0's evaluation and checkpoint."""
+    """Several processes (torchrun, engine/distributed.py): seconds a rank waits in a collective
+    (the gather of a round's results) for the others before it stops with an error naming its rank
+    and the round. It must exceed the longest gap between two ranks reaching a collective: a round's
+    training on the slowest rank plus rank 0's evaluation and checkpoint."""
 
 
 DEVICE_SYNTAX = re.compile(r"^(auto|cpu|cuda|cuda:\d+)$")
@@ -234,94 +257,127 @@ CLIENT_MEMORY = ("auto", "device", "host")
 
 
 def device_names(setting: str) -> list[str]:
-    """`train.devices` spelled right, as its names: [] (empty: `train.device` alone), ["all"], or the comma
-    list's cpu / cuda / cuda:N entries (training/device.py resolves them)."""
+    """`train.devices` spelled right, as its names: [] (empty: `train.device` alone), ["all"], or
+    the comma list's cpu / cuda / cuda:N entries (training/device.py resolves them)."""
     setting = str(setting).strip()
     if setting in ("", "all"):
         return [setting] if setting else []
     names = [name.strip() for name in setting.split(",")]
     if not all(DEVICE_SYNTAX.match(name) and name != "auto" for name in names):
-        raise ConfigError(f"train.devices must be empty, all, or a comma list of cpu, cuda or cuda:N, got {setting!r}")
+        raise ConfigError(
+            "train.devices must be empty, all, or a comma list of cpu, cuda or cuda:N, got "
+            f"{setting!r}"
+        )
     return names
 
 
 def check_compute(train: TrainConfig) -> None:
-    """`train.device` and `train.precision` spelled right, before torch loads (whether the GPU exists is
-    asked when the run starts: training/device.py)."""
+    """`train.device` and `train.precision` spelled right, before torch loads (whether the GPU
+    exists is asked when the run starts: training/device.py)."""
     if not DEVICE_SYNTAX.match(str(train.device)):
         raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {train.device!r}")
     if train.precision not in PRECISIONS:
-        raise ConfigError(f"train.precision must be one of {', '.join(PRECISIONS)}, got {train.precision!r}")
+        raise ConfigError(
+            f"train.precision must be one of {', '.join(PRECISIONS)}, got {train.precision!r}"
+        )
     device_names(train.devices)
     if train.client_memory not in CLIENT_MEMORY:
-        raise ConfigError(f"train.client_memory must be one of {', '.join(CLIENT_MEMORY)}, got {train.client_memory!r}")
+        raise ConfigError(
+            f"train.client_memory must be one of {', '.join(CLIENT_MEMORY)}, got "
+            f"{train.client_memory!r}"
+        )
 
 
 @dataclass
 class AggregationShared:
-    """The `aggregation` settings of every rule; a rule's own (LPA's v_l, Krum's num_malicious, ...) are
-    declared with it in settings/aggregation.py and joined in `AggregationConfig` below."""
+    """The `aggregation` settings of every rule; a rule's own (LPA's v_l, Krum's num_malicious, ...)
+    are declared with it in settings/aggregation.py and joined in `AggregationConfig` below."""
 
     method: str = choice("mean", AGGREGATORS)
-    """How uploaded models are combined: mean (n_k-weighted, Eq. 3), lpa (Layer-wise Pruning, Eq. 10-14), a
-    robust rule (median, trimmed_mean, krum, multikrum, bulyan, norm_bound) or a plug-in's (`fedac list`)."""
+    """How uploaded models are combined: mean (n_k-weighted, Eq. 3), lpa (Layer-wise Pruning, Eq.
+    10-14), a robust rule (median, trimmed_mean, krum, multikrum, bulyan, norm_bound) or a plug-in's
+    (`fedac list`)."""
     weighting: str = choice("n_k", ("n_k", "uniform"))
-    """The weights of every mean the server takes (mean, LPA's Eq. 14, Multi-Krum's and norm_bound's mean):
-    n_k (each upload by its client's training clips, Eq. 3) or uniform (1/|S| per upload, as FedKWS-UI's
-    paper and code average every method). Median, trimmed mean, Krum and Bulyan never weight."""
+    """The weights of every mean the server takes (mean, LPA's Eq. 14, Multi-Krum's and norm_bound's
+    mean): n_k (each upload by its client's training clips, Eq. 3) or uniform (1/|S| per upload, as
+    FedKWS-UI's paper and code average every method). Median, trimmed mean, Krum and Bulyan never
+    weight."""
 
 
 @dataclass
 class AttackShared:
-    """Poisoned clients (fedac/rules/attacks.py), applied by the runtimes over client data and uploads: the
-    settings of every attack; an attack's own (the backdoor's trigger, gaussian's noise_std, ...) are
-    declared with it in settings/attacks.py and joined in `AttackConfig` below."""
+    """Poisoned clients (fedac/rules/attacks.py), applied by the runtimes over client data and
+    uploads: the settings of every attack; an attack's own (the backdoor's trigger, gaussian's
+    noise_std, ...) are declared with it in settings/attacks.py and joined in `AttackConfig`
+    below."""
 
     kind: str = choice("none", ATTACKS)
-    """none; data poisoning: label_flip (all labels to `target`), label_permute (a seeded permutation of
-    the classes), backdoor (a trigger mixed into the audio, relabelled to `target`); model poisoning:
-    sign_flip, gaussian, scale (model replacement), little (a colluding "little is enough" shift)."""
+    """none; data poisoning: label_flip (all labels to `target`), label_permute (a seeded
+    permutation of the classes), backdoor (a trigger mixed into the audio, relabelled to `target`);
+    model poisoning: sign_flip, gaussian, scale (model replacement), little (a colluding "little is
+    enough" shift)."""
     fraction: float = number(0.0, "[0, 1]")
     """Share of the clients that are malicious (a seeded choice that holds for the whole run)."""
     measure_backdoor: bool = False
     """Report `attack_success_rate` (the triggered test clips of other classes that the shared model
-    assigns to `target`) with any attack.kind, not only the backdoor: for a run with no backdoor it is
-    the rate a model that never saw the trigger gives, the baseline the backdoor's rate is read against."""
+    assigns to `target`) with any attack.kind, not only the backdoor: for a run with no backdoor it
+    is the rate a model that never saw the trigger gives, the baseline the backdoor's rate is read
+    against."""
 
 
-#: The sections a registered part adds its settings to: section -> (its registry, the class of the fields
-#: every part shares). Each part's fields join its section (`--set aggregation.v_l=0.2`), so a config.yaml
-#: keeps one flat mapping per section, as before the parts declared their own.
+#: The sections a registered part adds its settings to: section -> (its registry, the class of the
+#: fields every part shares). Each part's fields join its section (`--set aggregation.v_l=0.2`), so
+#: a config.yaml keeps one flat mapping per section, as before the parts declared their own.
 KIND_SECTIONS: dict[str, tuple[Registry, type]] = {
-    "data": (DATASETS, DataShared), "model": (MODELS, ModelShared),
-    "aggregation": (AGGREGATORS, AggregationShared), "attack": (ATTACKS, AttackShared)}
+    "data": (DATASETS, DataShared),
+    "model": (MODELS, ModelShared),
+    "aggregation": (AGGREGATORS, AggregationShared),
+    "attack": (ATTACKS, AttackShared),
+}
 
 
 def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def joined(base: type, parts: tuple[tuple[str, type], ...], section: str) -> type:
-    """`base` (a dataclass) with the fields of each (part name, settings dataclass) in `parts` added, as a
-    dataclass named like `base`. Parts may declare one field alike (Krum and Bulyan: num_malicious); a field
-    declared twice with another type or default, or one that redefines a field of `base`, is refused."""
-    hints, owner = typing.get_type_hints(base), {f.name: "the shared one" for f in dataclasses.fields(base)}
+    """`base` (a dataclass) with the fields of each (part name, settings dataclass) in `parts`
+    added, as a dataclass named like `base`. Parts may declare one field alike (Krum and Bulyan:
+    num_malicious); a field declared twice with another type or default, or one that redefines a
+    field of `base`, is refused."""
+    hints, owner = (
+        typing.get_type_hints(base),
+        {f.name: "the shared one" for f in dataclasses.fields(base)},
+    )
     declared = {f.name: f for f in dataclasses.fields(base)}
     added: list[tuple[str, Any, Any]] = []
     for part, cls in parts:
         part_hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
-                raise ConfigError(f"{section}.{f.name} of '{part}' ({cls.__name__}) needs a default")
+                raise ConfigError(
+                    f"{section}.{f.name} of '{part}' ({cls.__name__}) needs a default"
+                )
             if f.name in declared:
-                if hints[f.name] == part_hints[f.name] and _default(declared[f.name]) == _default(f):
+                if hints[f.name] == part_hints[f.name] and _default(declared[f.name]) == _default(
+                    f
+                ):
                     continue
-                raise ConfigError(f"{section}.{f.name} of '{part}' ({cls.__name__}) differs in type or default from "
-                                  f"{owner[f.name]}; rename it")
+                raise ConfigError(
+                    f"{section}.{f.name} of '{part}' ({cls.__name__}) differs in type or default "
+                    f"from {owner[f.name]}; rename it"
+                )
             declared[f.name], hints[f.name], owner[f.name] = f, part_hints[f.name], f"'{part}''s"
-            added.append((f.name, part_hints[f.name], dataclasses.field(
-                default=f.default, default_factory=f.default_factory, metadata=f.metadata)))
+            added.append(
+                (
+                    f.name,
+                    part_hints[f.name],
+                    dataclasses.field(
+                        default=f.default, default_factory=f.default_factory, metadata=f.metadata
+                    ),
+                )
+            )
     if not added:
         return base
     name = base.__name__.removesuffix("Shared").removesuffix("Config") + "Config"
@@ -331,22 +387,38 @@ def joined(base: type, parts: tuple[tuple[str, type], ...], section: str) -> typ
 
 
 def section_class(section: str, plugins: bool = True) -> type:
-    """The dataclass of `section` (one of KIND_SECTIONS): the built-in parts' class (DataConfig, ...) with
-    the fields of every other registered part that declares settings (a plug-in's, or one added by
-    `register`) joined; `plugins` false: the built-ins' class alone."""
+    """The dataclass of `section` (one of KIND_SECTIONS): the built-in parts' class (DataConfig,
+    ...) with the fields of every other registered part that declares settings (a plug-in's, or one
+    added by `register`) joined; `plugins` false: the built-ins' class alone."""
     registry, _ = KIND_SECTIONS[section]
     builtin, known = _BUILTIN[section]
-    extra = tuple(part for part in registry.settings_classes().items() if part not in known) if plugins else ()
+    extra = (
+        tuple(part for part in registry.settings_classes().items() if part not in known)
+        if plugins
+        else ()
+    )
     return joined(builtin, extra, section) if extra else builtin
 
 
 _BUILTIN: dict[str, tuple[type, tuple[tuple[str, type], ...]]] = {}
 for _section, (_registry, _base) in KIND_SECTIONS.items():
-    _parts = tuple(_registry.settings_classes(plugins=False).items())  # (no entry point is read at import)
+    # (no entry point is read at import)
+    _parts = tuple(_registry.settings_classes(plugins=False).items())
     _BUILTIN[_section] = (joined(_base, _parts, _section), _parts)
-if typing.TYPE_CHECKING:  # what the type checker reads: the same fields, declared statically (tests/test_settings.py)
-    from fedac.settings.aggregation import LPASettings, MultiKrumSettings, NormBoundSettings, TrimSettings
-    from fedac.settings.attacks import BackdoorSettings, GaussianSettings, LittleSettings, ScaleSettings
+# what the type checker reads: the same fields, declared statically (tests/test_settings.py)
+if typing.TYPE_CHECKING:
+    from fedac.settings.aggregation import (
+        LPASettings,
+        MultiKrumSettings,
+        NormBoundSettings,
+        TrimSettings,
+    )
+    from fedac.settings.attacks import (
+        BackdoorSettings,
+        GaussianSettings,
+        LittleSettings,
+        ScaleSettings,
+    )
     from fedac.settings.datasets import HFSettings, SpeechCommandsSettings
     from fedac.settings.models import SSLSettings
 
@@ -357,13 +429,18 @@ if typing.TYPE_CHECKING:  # what the type checker reads: the same fields, declar
     class ModelConfig(ModelShared, SSLSettings): ...
 
     @dataclass
-    class AggregationConfig(AggregationShared, LPASettings, TrimSettings, MultiKrumSettings, NormBoundSettings): ...
+    class AggregationConfig(
+        AggregationShared, LPASettings, TrimSettings, MultiKrumSettings, NormBoundSettings
+    ): ...
 
     @dataclass
-    class AttackConfig(AttackShared, BackdoorSettings, GaussianSettings, ScaleSettings, LittleSettings): ...
+    class AttackConfig(
+        AttackShared, BackdoorSettings, GaussianSettings, ScaleSettings, LittleSettings
+    ): ...
 else:
     DataConfig, ModelConfig = _BUILTIN["data"][0], _BUILTIN["model"][0]
-    """The `data` / `model` sections of the built-in datasets / models: the shared fields and each part's own."""
+    """The `data` / `model` sections of the built-in datasets / models: the shared fields and each
+    part's own."""
     AggregationConfig, AttackConfig = _BUILTIN["aggregation"][0], _BUILTIN["attack"][0]
     """The `aggregation` / `attack` sections of the built-in rules / attacks."""
 
@@ -373,9 +450,9 @@ class PrivacyConfig:
     """Differential privacy of the shared model (fedac/rules/privacy.py)."""
 
     mode: str = "none"
-    """none; central (DP-FedAvg, McMahan et al. 2018: the server clips every update to `clip`, averages
-    them unweighted and adds Gaussian noise) or client (each client clips its own update before upload,
-    the server adds the same noise)."""
+    """none; central (DP-FedAvg, McMahan et al. 2018: the server clips every update to `clip`,
+    averages them unweighted and adds Gaussian noise) or client (each client clips its own update
+    before upload, the server adds the same noise)."""
     clip: float = number(1.0, "> 0")
     """L2 bound C on each client's update."""
     noise_multiplier: float = number(1.0, ">= 0")
@@ -386,37 +463,47 @@ class PrivacyConfig:
 
 @dataclass
 class LogConfig:
-    """Experiment trackers (fedac/engine/tracking.py), written when a run ends, next to the run directory's own files."""
+    """Experiment trackers (fedac/engine/tracking.py), written when a run ends, next to the run
+    directory's own files."""
 
     tensorboard: bool = False
-    """Write TensorBoard event files into <run directory>/tensorboard: metrics.csv's columns per round, each
-    evaluation's per-client accuracies as histograms, confusion.png and clients.png. Needs the optional
-    extra: pip install 'fedac[tensorboard]'."""
+    """Write TensorBoard event files into <run directory>/tensorboard: metrics.csv's columns per
+    round, each evaluation's per-client accuracies as histograms, confusion.png and clients.png.
+    Needs the optional extra: pip install 'fedac[tensorboard]'."""
     mlflow: str | None = None
     """Log the run to MLflow: a directory (a local file store, created if missing) or a tracking URI
-    (sqlite:///..., http://...); params (every setting), metrics per round, final metrics and the run
-    directory's files as artifacts. None: off. Needs the optional extra: pip install 'fedac[mlflow]'."""
+    (sqlite:///..., http://...); params (every setting), metrics per round, final metrics and the
+    run directory's files as artifacts. None: off. Needs the optional extra: pip install
+    'fedac[mlflow]'."""
 
 
 def algorithm_sections() -> dict[str, type]:
-    """Section name -> settings dataclass of every registered algorithm (built-ins and plug-ins), from the
-    algorithm registry (settings/): each algorithm owns its settings in a file of its own."""
+    """Section name -> settings dataclass of every registered algorithm (built-ins and plug-ins),
+    from the algorithm registry (settings/): each algorithm owns its settings in a file of its
+    own."""
     sections: dict[str, type] = {}
-    for name, cls in ALGORITHMS.settings_classes().items():  # (a broken plug-in is left out with a warning)
+    # (a broken plug-in is left out with a warning)
+    for name, cls in ALGORITHMS.settings_classes().items():
         section = ALGORITHMS[name].section or name
-        if section in {f.name for f in dataclasses.fields(Config)} or sections.get(section, cls) is not cls:
-            raise ConfigError(f"algorithm '{name}' declares settings section '{section}', which another part holds")
+        if (
+            section in {f.name for f in dataclasses.fields(Config)}
+            or sections.get(section, cls) is not cls
+        ):
+            raise ConfigError(
+                f"algorithm '{name}' declares settings section '{section}', which another part "
+                "holds"
+            )
         sections[section] = cls
     return sections
 
 
 @dataclass(eq=False)
 class Config:
-    """Every setting of a run. The fields below are shared by all algorithms; each registered algorithm
-    adds its own section (`cfg.fedmlac`, a plug-in's `cfg.mine`), built from the algorithm registry when a
-    Config is made (`algorithm_sections`), and each registered model, dataset, aggregator or attack adds
-    its own fields to `model`, `data`, `aggregation` or `attack` (`section_class`), so a config.yaml written
-    before keeps loading unchanged."""
+    """Every setting of a run. The fields below are shared by all algorithms; each registered
+    algorithm adds its own section (`cfg.fedmlac`, a plug-in's `cfg.mine`), built from the algorithm
+    registry when a Config is made (`algorithm_sections`), and each registered model, dataset,
+    aggregator or attack adds its own fields to `model`, `data`, `aggregation` or `attack`
+    (`section_class`), so a config.yaml written before keeps loading unchanged."""
 
     algorithm: str = choice("fedavg", ALGORITHMS)
     dataset: str = choice("speech_commands", DATASETS)
@@ -436,7 +523,11 @@ class Config:
         for section in KIND_SECTIONS:  # plug-ins' settings join their kind's section
             cls, current = section_class(section), getattr(self, section)
             if type(current) is not cls:
-                setattr(self, section, cls(**{f.name: getattr(current, f.name) for f in dataclasses.fields(current)}))
+                setattr(
+                    self,
+                    section,
+                    cls(**{f.name: getattr(current, f.name) for f in dataclasses.fields(current)}),
+                )
         for section, cls in algorithm_sections().items():
             setattr(self, section, cls())
 
@@ -448,7 +539,11 @@ class Config:
     def sections(self) -> dict[str, Any]:
         """The algorithms' sections, by name (the shared ones are dataclass fields)."""
         shared = {f.name for f in dataclasses.fields(self)}
-        return {name: value for name, value in vars(self).items() if name not in shared and not name.startswith("_")}
+        return {
+            name: value
+            for name, value in vars(self).items()
+            if name not in shared and not name.startswith("_")
+        }
 
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
@@ -460,7 +555,8 @@ class Config:
 
 
 def _field_types(obj: Any) -> dict[str, Any]:
-    """The settings `obj` holds, by name: its annotated fields, and on a Config the algorithms' sections."""
+    """The settings `obj` holds, by name: its annotated fields, and on a Config the algorithms'
+    sections."""
     hints = typing.get_type_hints(type(obj))
     if isinstance(obj, Config):
         hints.update({name: type(value) for name, value in obj.sections().items()})
@@ -493,7 +589,8 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
             return False
         raise ConfigError(f"setting '{key}' expects true/false, got {value!r}")
     if annotation in (int, float, str) and (
-        isinstance(value, (list, tuple, dict)) or (isinstance(value, bool) and annotation is not str)
+        isinstance(value, (list, tuple, dict))
+        or (isinstance(value, bool) and annotation is not str)
     ):
         # int(True) == 1 and str([...]) would silently turn a typo into a valid-looking setting.
         raise ConfigError(f"setting '{key}' expects {annotation.__name__}, got {value!r}")
@@ -511,9 +608,15 @@ def _coerce(value: Any, annotation: Any, key: str) -> Any:
     return value
 
 
-def _apply(obj: Any, values: dict[str, Any], prefix: str = "", given: dict[str, int] | None = None,
-           layer: int = 0) -> None:
-    """Set `values` on `obj`; `given` (if any) records the layer that set each key, a later layer a larger number."""
+def _apply(
+    obj: Any,
+    values: dict[str, Any],
+    prefix: str = "",
+    given: dict[str, int] | None = None,
+    layer: int = 0,
+) -> None:
+    """Set `values` on `obj`; `given` (if any) records the layer that set each key, a later layer a
+    larger number."""
     hints = _field_types(obj)
     for name, value in values.items():
         key = f"{prefix}{name}"
@@ -523,12 +626,15 @@ def _apply(obj: Any, values: dict[str, Any], prefix: str = "", given: dict[str, 
         current = getattr(obj, name)
         if dataclasses.is_dataclass(current):
             if not isinstance(value, dict):
-                raise ConfigError(f"setting '{key}' is a section; set its fields as {key}.<field>=...")
+                raise ConfigError(
+                    f"setting '{key}' is a section; set its fields as {key}.<field>=..."
+                )
             _apply(current, value, key + ".", given, layer)
         else:
             value = _coerce(value, hints[name], key)
             if key == "algorithm":  # named and loadable before its section is asked for
-                ALGORITHMS[value]  # ConfigError listing the registered algorithms, or naming a broken plug-in
+                # ConfigError listing the registered algorithms, or naming a broken plug-in
+                ALGORITHMS[value]
             setattr(obj, name, value)
             if given is not None:
                 given[key] = layer
@@ -562,17 +668,19 @@ def load_config(
     algorithm_defaults: bool = True,
     **flags: Any,
 ) -> Config:
-    """Resolve defaults, the algorithm's run defaults (its registry entry's `defaults`, e.g. RUN_DEFAULTS in
-    settings/fedmlac.py; unless `algorithm_defaults` is false), then a YAML file, then keyword flags (e.g.
-    rounds=...), then `key=value` overrides, then the algorithm's `finish` hook. Every numeric setting is
-    checked against its declared range before anything runs (ConfigError naming the key)."""
+    """Resolve defaults, the algorithm's run defaults (its registry entry's `defaults`, e.g.
+    RUN_DEFAULTS in settings/fedmlac.py; unless `algorithm_defaults` is false), then a YAML file,
+    then keyword flags (e.g. rounds=...), then `key=value` overrides, then the algorithm's `finish`
+    hook. Every numeric setting is checked against its declared range before anything runs
+    (ConfigError naming the key)."""
     given: dict[str, int] = {}
     cfg = _layered(Config(), path, overrides, flags, given)
     entry = ALGORITHMS[cfg.algorithm]
     entry = entry if isinstance(entry, Entry) else None  # (a plug-in may register its class itself)
     run_defaults = entry.run_defaults() if entry is not None and algorithm_defaults else {}
     if run_defaults:
-        # The algorithm is known only once every layer is read: start again with its defaults underneath.
+        # The algorithm is known only once every layer is read: start again with its defaults
+        # underneath.
         base = Config()
         for key, value in run_defaults.items():
             _apply(base, _nest(key, value))
@@ -582,7 +690,8 @@ def load_config(
     check_compute(cfg.train)
     if entry is not None and entry.finish:
         resolve(entry.finish)(cfg, given)
-    # The keys a file, flag or --set gave (defaults adapted to the data never override them); not a field: never saved.
+    # The keys a file, flag or --set gave (defaults adapted to the data never override them); not a
+    # field: never saved.
     vars(cfg)["_given"] = dict(given)
     return cfg
 
@@ -593,8 +702,13 @@ def algorithm_defaults(name: str) -> dict[str, Any]:
     return entry.run_defaults() if isinstance(entry, Entry) else {}
 
 
-def _layered(cfg: Config, path: str | Path | None, overrides: list[str] | None, flags: dict[str, Any],
-             given: dict[str, int]) -> Config:
+def _layered(
+    cfg: Config,
+    path: str | Path | None,
+    overrides: list[str] | None,
+    flags: dict[str, Any],
+    given: dict[str, int],
+) -> Config:
     """Apply the config file (layer 0), the flags (1), then each override (2, 3, ...) onto `cfg`."""
     if path is not None:
         path = Path(path)

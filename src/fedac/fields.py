@@ -1,7 +1,7 @@
-"""A numeric setting and its valid values: `number(default, "range")` declares a dataclass field whose
-range `config.check_ranges` enforces once every layer of a config is applied. The lowest core module:
-the settings of the algorithms (`fedac.settings`), of plug-ins and of `config` itself declare their
-numbers with it, so none of them needs `config` to do so. Nothing else belongs here.
+"""A numeric setting and its valid values: `number(default, "range")` declares a dataclass field
+whose range `config.check_ranges` enforces once every layer of a config is applied. The lowest core
+module: the settings of the algorithms (`fedac.settings`), of plug-ins and of `config` itself
+declare their numbers with it, so none of them needs `config` to do so. Nothing else belongs here.
 """
 
 from __future__ import annotations
@@ -13,7 +13,8 @@ from typing import Any
 
 @dataclass(frozen=True)
 class Range:
-    """The valid values of a numeric setting: finite numbers between optional bounds, each end closed or open."""
+    """The valid values of a numeric setting: finite numbers between optional bounds, each end
+    closed or open."""
 
     low: float | None = None
     high: float | None = None
@@ -22,20 +23,24 @@ class Range:
 
     @classmethod
     def parse(cls, text: str) -> Range:
-        """`>= 1`, `> 0`, an interval such as `[0, 1)` or `(0, 1]`, or `finite` (any finite number)."""
+        """`>= 1`, `> 0`, an interval such as `[0, 1)` or `(0, 1]`, or `finite` (any finite
+        number)."""
         text = text.strip()
         if text == "finite":
             return cls()
         for op in (">=", ">"):
             if text.startswith(op):
-                return cls(low=float(text[len(op):]), low_open=op == ">")
+                return cls(low=float(text[len(op) :]), low_open=op == ">")
         if text[:1] in "[(" and text[-1:] in "])" and text.count(",") == 1:
             low, high = (float(v) for v in text[1:-1].split(","))
             return cls(low, high, text[0] == "(", text[-1] == ")")
-        raise ValueError(f"unknown range {text!r}: use '>= x', '> x', '[a, b]' (either end open) or 'finite'")
+        raise ValueError(
+            f"unknown range {text!r}: use '>= x', '> x', '[a, b]' (either end open) or 'finite'"
+        )
 
     def __contains__(self, value: float) -> bool:
-        if not math.isfinite(value):  # NaN would pass every comparison below; inf is meaningful nowhere
+        # NaN would pass every comparison below; inf is meaningful nowhere
+        if not math.isfinite(value):
             return False
         if self.low is not None and (value < self.low or (self.low_open and value == self.low)):
             return False
@@ -46,13 +51,16 @@ class Range:
             return "a finite number"
         if self.high is None:
             return f"{'>' if self.low_open else '>='} {self.low:g}"
-        return f"in {'(' if self.low_open else '['}{self.low:g}, {self.high:g}{')' if self.high_open else ']'}"
+        return (
+            f"in {'(' if self.low_open else '['}{self.low:g}, "
+            f"{self.high:g}{')' if self.high_open else ']'}"
+        )
 
 
 def number(default: Any, valid: str) -> Any:
-    """A numeric setting (int or float, a list of them, or None where None means unset) and its valid values,
-    checked by `check_ranges` once every layer of a config is applied. Special values a docstring gives
-    (e.g. 0 = "the scenario's") lie inside the range."""
+    """A numeric setting (int or float, a list of them, or None where None means unset) and its
+    valid values, checked by `check_ranges` once every layer of a config is applied. Special values
+    a docstring gives (e.g. 0 = "the scenario's") lie inside the range."""
     meta = {"valid": Range.parse(valid)}
     if isinstance(default, list):
         return field(default_factory=lambda: list(default), metadata=meta)

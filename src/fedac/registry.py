@@ -1,10 +1,10 @@
 """One registry pattern for every kind of part fedac can be extended with (docs/extending.md).
 
-A `Registry` maps a name to what is registered under it: an `Entry` (a "module:attr" target imported only
-when the part is used, a one-line description, and the class of the part's own settings), or a ready
-object (a dataset's `DatasetSpec`, which carries its settings class too). Built-in names come from a
-torch-free table (fedac/settings/); third-party packages add names through Python entry points, one
-group per kind:
+A `Registry` maps a name to what is registered under it: an `Entry` (a "module:attr" target imported
+only when the part is used, a one-line description, and the class of the part's own settings), or a
+ready object (a dataset's `DatasetSpec`, which carries its settings class too). Built-in names come
+from a torch-free table (fedac/settings/); third-party packages add names through Python entry
+points, one group per kind:
 
     [project.entry-points."fedac.algorithms"]
     mine = "my_package.registry:MINE"        # an Entry (or the object itself)
@@ -12,8 +12,9 @@ group per kind:
 Only names are read to list them (`fedac list`, `--help`, an unknown-name error); an entry point is
 loaded when its name is used. No torch here: settings are resolved and checked before torch loads.
 
-A setting whose value names a part or one of a fixed list is declared with `choice` and checked when the
-config loads (config.check_ranges), so `--set aggregation.method=nosuch` stops before any data or torch.
+A setting whose value names a part or one of a fixed list is declared with `choice` and checked when
+the config loads (config.check_ranges), so `--set aggregation.method=nosuch` stops before any data
+or torch.
 """
 
 from __future__ import annotations
@@ -23,17 +24,23 @@ import difflib
 import functools
 import importlib
 import logging
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from fedac.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
 #: The entry-point group of each kind, in the order `fedac list` shows them.
-GROUPS = {"algorithm": "fedac.algorithms", "model": "fedac.models", "dataset": "fedac.datasets",
-          "aggregator": "fedac.aggregators", "attack": "fedac.attacks"}
+GROUPS = {
+    "algorithm": "fedac.algorithms",
+    "model": "fedac.models",
+    "dataset": "fedac.datasets",
+    "aggregator": "fedac.aggregators",
+    "attack": "fedac.attacks",
+}
 
 
 def resolve(target: str) -> Any:
@@ -57,22 +64,25 @@ class Entry:
     target: str
     """"module:attr" of the class or function (imported on first use)."""
     description: str | Callable[[], str] = ""
-    """One line for `fedac list`, or a function giving it (called only to list the part: a table that must
-    stay torch-free names its parts here and describes them from their torch-side specs)."""
+    """One line for `fedac list`, or a function giving it (called only to list the part: a table
+    that must stay torch-free names its parts here and describes them from their torch-side
+    specs)."""
     settings: str | type | None = None
-    """The part's settings dataclass, or its "module:Class" in a module that imports no torch (settings
-    are read and checked before torch loads). None: the part has no settings of its own. An algorithm's
-    settings are a section of their own (`cfg.fedmlac`); a model's, dataset's, aggregator's or attack's
-    fields join its kind's section (`model`, `data`, `aggregation`, `attack`: `--set aggregation.v_l=0.2`)."""
+    """The part's settings dataclass, or its "module:Class" in a module that imports no torch
+    (settings are read and checked before torch loads). None: the part has no settings of its own.
+    An algorithm's settings are a section of their own (`cfg.fedmlac`); a model's, dataset's,
+    aggregator's or attack's fields join its kind's section (`model`, `data`, `aggregation`,
+    `attack`: `--set aggregation.v_l=0.2`)."""
     section: str | None = None
     """Algorithms: the config section that holds those settings; None: the algorithm's name. Several
     algorithms may share one (fedadam, fedyogi, ... all read `fedopt`)."""
     defaults: str | dict | None = None
-    """Algorithms: their run defaults, {"train.rounds": 40, ...} or its "module:attr" (no torch): a layer
-    between the built-in defaults and a config file, flags and --set (config.load_config)."""
+    """Algorithms: their run defaults, {"train.rounds": 40, ...} or its "module:attr" (no torch): a
+    layer between the built-in defaults and a config file, flags and --set (config.load_config)."""
     finish: str | None = None
     """Algorithms: "module:function" called as function(cfg, given) once every layer is applied, for
-    settings that resolve one another (zero-shot's rounds); `given` maps a dotted key to its layer."""
+    settings that resolve one another (zero-shot's rounds); `given` maps a dotted key to its
+    layer."""
 
     def load(self) -> Any:
         return resolve(self.target)
@@ -81,14 +91,18 @@ class Entry:
         return resolve(self.settings) if isinstance(self.settings, str) else self.settings
 
     def run_defaults(self) -> dict:
-        return dict(resolve(self.defaults) if isinstance(self.defaults, str) else self.defaults or {})
+        return dict(
+            resolve(self.defaults) if isinstance(self.defaults, str) else self.defaults or {}
+        )
 
 
 def settings_class(value: Any) -> type | None:
-    """The settings dataclass a registered value declares (an Entry's or a DatasetSpec's `settings`), or None."""
+    """The settings dataclass a registered value declares (an Entry's or a DatasetSpec's
+    `settings`), or None."""
     if isinstance(value, Entry):
         return value.settings_class()
-    if isinstance(value, type) or callable(value):  # a part registered itself, not its entry: no settings
+    # a part registered itself, not its entry: no settings
+    if isinstance(value, type) or callable(value):
         return None
     declared = getattr(value, "settings", None)
     return resolve(declared) if isinstance(declared, str) else declared
@@ -105,16 +119,20 @@ def describe(value: Any) -> str:
 
 
 @functools.lru_cache(maxsize=1)
-def _installed_entry_points() -> Any:  # (metadata.EntryPoints; typeshed's varies with the Python version)
-    """Every installed entry point, read once per process (one scan of the installed distributions)."""
+# (metadata.EntryPoints; typeshed's varies with the Python version)
+def _installed_entry_points() -> Any:
+    """Every installed entry point, read once per process (one scan of the installed
+    distributions)."""
     return metadata.entry_points()
 
 
 class Registry:
-    """Name -> registered value (`Entry` or a ready object) for one kind: built-ins, then plug-ins."""
+    """Name -> registered value (`Entry` or a ready object) for one kind: built-ins, then
+    plug-ins."""
 
     def __init__(self, kind: str, builtins: dict[str, Any], setting: str | None = None):
-        """`setting`: the config key that names a part of this kind (aggregation.method), for error messages."""
+        """`setting`: the config key that names a part of this kind (aggregation.method), for error
+        messages."""
         if kind not in GROUPS:
             raise ValueError(f"unknown registry kind {kind!r}; one of {', '.join(GROUPS)}")
         self.kind, self.group, self.setting = kind, GROUPS[kind], setting or kind
@@ -128,8 +146,14 @@ class Registry:
             found: dict[str, metadata.EntryPoint] = {}
             for point in _installed_entry_points().select(group=self.group):
                 if point.name in self._values:
-                    log.warning("entry point %s = %s in group %s is ignored: %s is a built-in %s",
-                                point.name, point.value, self.group, point.name, self.kind)
+                    log.warning(
+                        "entry point %s = %s in group %s is ignored: %s is a built-in %s",
+                        point.name,
+                        point.value,
+                        self.group,
+                        point.name,
+                        self.kind,
+                    )
                 else:
                     found.setdefault(point.name, point)
             self._plugins = found
@@ -153,24 +177,30 @@ class Registry:
 
     # --- values -----------------------------------------------------------------------------------
     def __getitem__(self, name: str) -> Any:
-        """The registered value (a plug-in's entry point is loaded the first time); ConfigError naming
-        the registered names when `name` is not one of them."""
+        """The registered value (a plug-in's entry point is loaded the first time); ConfigError
+        naming the registered names when `name` is not one of them."""
         if name not in self._values:
             point = self.plugins().get(name)
             if point is None:
-                raise ConfigError(unknown(self.setting, name, self.names(), f"Registered {self.kind}s"))
+                raise ConfigError(
+                    unknown(self.setting, name, self.names(), f"Registered {self.kind}s")
+                )
             try:
                 value = point.load()
-            except Exception as exc:  # a broken plug-in names itself, not a traceback deep in importlib
-                raise ConfigError(f"{self.kind} '{name}' (entry point {point.value} in group {self.group}) does "
-                                  f"not load: {type(exc).__name__}: {exc}") from exc
-            # An entry point may name the part itself instead of an Entry: it is then loaded already.
+            # a broken plug-in names itself, not a traceback deep in importlib
+            except Exception as exc:
+                raise ConfigError(
+                    f"{self.kind} '{name}' (entry point {point.value} in group {self.group}) does "
+                    f"not load: {type(exc).__name__}: {exc}"
+                ) from exc
+            # An entry point may name the part itself instead of an Entry: it is then loaded
+            # already.
             self._values[name] = value
         return self._values[name]
 
     def items(self) -> list[tuple[str, Any]]:
-        """(name, value) of every part that loads; a broken plug-in is left out with a warning (naming it
-        in a run still gives its error)."""
+        """(name, value) of every part that loads; a broken plug-in is left out with a warning
+        (naming it in a run still gives its error)."""
         out = []
         for name in self.names():
             try:
@@ -194,9 +224,9 @@ class Registry:
         self._values[name] = value
 
     def settings_classes(self, plugins: bool = True) -> dict[str, type]:
-        """Name -> settings dataclass of every part that declares one (built-ins only when `plugins` is
-        false: no entry point is read). A plug-in that does not load is left out with one warning; naming
-        it in a run gives its error."""
+        """Name -> settings dataclass of every part that declares one (built-ins only when `plugins`
+        is false: no entry point is read). A plug-in that does not load is left out with one
+        warning; naming it in a run gives its error."""
         out = {}
         for name in self.names() if plugins else list(self._values):
             try:
@@ -208,7 +238,9 @@ class Registry:
                 continue
             if cls is not None:
                 if not dataclasses.is_dataclass(cls):
-                    raise ConfigError(f"{self.kind} '{name}': its settings {cls!r} must be a dataclass")
+                    raise ConfigError(
+                        f"{self.kind} '{name}': its settings {cls!r} must be a dataclass"
+                    )
                 out[name] = cls
         return out
 
@@ -217,15 +249,17 @@ _WARNED: set[tuple[str, str]] = set()  # broken plug-ins already warned about
 
 
 def unknown(setting: str, value: Any, names: list[str], what: str = "Choices") -> str:
-    """The message for a name that is none of `names`: the setting, the value, the names and the closest one."""
+    """The message for a name that is none of `names`: the setting, the value, the names and the
+    closest one."""
     close = difflib.get_close_matches(str(value), [str(n) for n in names], n=1)
     hint = f" (did you mean '{close[0]}'?)" if close else ""
     return f"unknown {setting} '{value}'. {what}: {', '.join(map(str, names))}{hint}"
 
 
 def choice(default: Any, among: tuple[str, ...] | Registry, *, default_factory: Any = None) -> Any:
-    """A setting whose value is a name (or a list of names): one of `among`, a tuple of names or a Registry,
-    checked when the config loads (config.check_ranges). None is always accepted (it means "the default")."""
+    """A setting whose value is a name (or a list of names): one of `among`, a tuple of names or a
+    Registry, checked when the config loads (config.check_ranges). None is always accepted (it means
+    "the default")."""
     meta = {"choices": among}
     if default_factory is not None:
         return dataclasses.field(default_factory=default_factory, metadata=meta)
@@ -233,7 +267,8 @@ def choice(default: Any, among: tuple[str, ...] | Registry, *, default_factory: 
 
 
 def check_choice(key: str, value: Any, among: tuple[str, ...] | Registry) -> None:
-    """ConfigError naming `key`, the value and the choices when `value` (or an item of a list) is none of `among`."""
+    """ConfigError naming `key`, the value and the choices when `value` (or an item of a list) is
+    none of `among`."""
     for item in value if isinstance(value, list) else [value]:
         if item is None or item in among:
             continue

@@ -26,9 +26,11 @@ def numpy_rng(seed: int, purpose: str, *ids: object) -> np.random.Generator:
     return np.random.default_rng(derive_seed(seed, purpose, *ids))
 
 
-def torch_generator(seed: int, purpose: str, *ids: object, device: "torch.device | str" = "cpu") -> "torch.Generator":
-    """A generator seeded by (seed, purpose, ids), on the CPU unless `device` names another: draws that
-    fill a tensor on a GPU need a generator there (its stream differs from the CPU's)."""
+def torch_generator(
+    seed: int, purpose: str, *ids: object, device: torch.device | str = "cpu"
+) -> torch.Generator:
+    """A generator seeded by (seed, purpose, ids), on the CPU unless `device` names another: draws
+    that fill a tensor on a GPU need a generator there (its stream differs from the CPU's)."""
     import torch  # imported here so data-generation workers that only need numpy_rng start fast
 
     gen = torch.Generator(device=device)

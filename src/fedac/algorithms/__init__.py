@@ -1,25 +1,25 @@
 """One file per method; `build_algorithm` maps names to classes through the algorithm registry
 (`ALGORITHMS`, in settings/ beside each algorithm's settings: built-ins and plug-ins).
 
-Belongs here: a federated method's client and server sides (base.py's Algorithm), one file each, with
-its own losses (mutual.py), its stacked cohort step (cohort.py), its capabilities as class attributes
-(streaming, centralised, personalized, augmentable, ...), and its registry entry and settings in
-settings/<name>.py. Must not be here: the round loop, client sampling, checkpoints or building data from
-a config (engine/), a runtime's transport (flower/), and no import of fedac.engine, flower, the
-experiment commands or cli; an aggregator or attack that every method can use belongs in rules/
-(aggregation.py, robust.py, attacks.py), not in one method's file.
+Belongs here: a federated method's client and server sides (base.py's Algorithm), one file each,
+with its own losses (mutual.py), its stacked cohort step (cohort.py), its capabilities as class
+attributes (streaming, centralised, personalized, augmentable, ...), and its registry entry and
+settings in settings/<name>.py. Must not be here: the round loop, client sampling, checkpoints or
+building data from a config (engine/), a runtime's transport (flower/), and no import of
+fedac.engine, flower, the experiment commands or cli; an aggregator or attack that every method can
+use belongs in rules/ (aggregation.py, robust.py, attacks.py), not in one method's file.
 """
 
 from __future__ import annotations
 
 import inspect
-
 from typing import TYPE_CHECKING
 
-from fedac.settings import ALGORITHMS
 from fedac.errors import ConfigError
+from fedac.settings import ALGORITHMS
 
-if TYPE_CHECKING:  # base imports torch; the registry's names must load without it (`fedac run --help` lists them)
+# base imports torch; the registry's names must load without it (`fedac run --help` lists them)
+if TYPE_CHECKING:
     from fedac.algorithms.base import Algorithm, Task
     from fedac.config import Config
     from fedac.training.runtime import Runtime
@@ -28,7 +28,8 @@ __all__ = ["ALGORITHMS", "algorithm_class", "build_algorithm"]
 
 
 def algorithm_class(name: str) -> type[Algorithm]:
-    """The class registered as `name` (imported now); ConfigError listing the registered names otherwise."""
+    """The class registered as `name` (imported now); ConfigError listing the registered names
+    otherwise."""
     return ALGORITHMS.load(name)
 
 
@@ -38,12 +39,12 @@ def build_algorithm(cfg: Config, task: Task, runtime: Runtime | None = None) -> 
     cls = algorithm_class(cfg.algorithm)
     if cfg.model.heterogeneous and not cls.personalized:
         raise ConfigError(
-            f"algorithm '{cfg.algorithm}' trains one shared model and cannot run heterogeneous clients; "
-            f"set model.heterogeneous=false or use one with personalized client models "
+            f"algorithm '{cfg.algorithm}' trains one shared model and cannot run heterogeneous "
+            "clients; set model.heterogeneous=false or use one with personalized client models "
             f"({', '.join(n for n in ALGORITHMS if algorithm_class(n).personalized)})"
         )
     if "runtime" not in inspect.signature(cls.__init__).parameters:
-        # a plug-in written before the runtime object (`__init__(self, cfg, task)`) still builds; its
-        # base class resolves the runtime from `train.*`, which is what a driver resolves too
+        # a plug-in written before the runtime object (`__init__(self, cfg, task)`) still builds;
+        # its base class resolves the runtime from `train.*`, which is what a driver resolves too
         return cls(cfg, task)
     return cls(cfg, task, runtime)

@@ -3,8 +3,9 @@
 - client: (global payload, persistent client state, client data, round, rng) -> ClientResult
 - server: (global state, [(upload, n_k)], round) -> (new global state, metrics)
 
-The simulator (engine/) and the Flower apps (flower/) only move payloads and states around. Payloads,
-uploads and states are plain dicts of tensors (or None), so they serialise to any transport.
+The simulator (engine/) and the Flower apps (flower/) only move payloads and states around.
+Payloads, uploads and states are plain dicts of tensors (or None), so they serialise to any
+transport.
 """
 
 from __future__ import annotations
@@ -15,22 +16,26 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedac.rules.aggregation import ServerMetrics, aggregate
 from fedac.config import Config
 from fedac.errors import ConfigError
 from fedac.models import build_model
+from fedac.rules.aggregation import ServerMetrics, aggregate
 from fedac.seeding import derive_seed, numpy_rng
 from fedac.training.device import device_name
-from fedac.training.packing import Packing
 from fedac.training.evaluate import evaluate
 from fedac.training.local import local_steps
+from fedac.training.packing import Packing
 from fedac.training.runtime import Runtime
 from fedac.training.step import train_client
-# The shared types live in training/; algorithms import them from here as well (a downward re-export).
+
+# The shared types live in training/; algorithms import them from here as well (a downward
+# re-export).
 from fedac.training.types import ClientData, ClientResult, Params, Task, clone_params, model_params  # noqa: F401
 
+
 def reproduces(client_update):
-    """Marks a `cohort_update` as the stacked form of `client_update` (see `Algorithm.cohort_ready`)."""
+    """Marks a `cohort_update` as the stacked form of `client_update` (see
+    `Algorithm.cohort_ready`)."""
 
     def mark(cohort_update):
         cohort_update.reproduces = client_update
@@ -40,70 +45,94 @@ def reproduces(client_update):
 
 
 class Algorithm(ABC):
-    """Base class: subclasses implement `client_update` and `server_update`; defaults cover the rest."""
+    """Base class: subclasses implement `client_update` and `server_update`; defaults cover the
+    rest."""
 
     name: str = ""
     #: True when clients own models of their own (so heterogeneous architectures are allowed).
     personalized: bool = False
-    #: True when every round brings each user fresh data (engine/zeroshot.py drives it), not a fixed partition.
+    #: True when every round brings each user fresh data (engine/zeroshot.py drives it), not a fixed
+    #: partition.
     streaming: bool = False
     # Capabilities the layers around an algorithm read from its class (never from a list of names):
-    #: True when the new global model is the aggregate itself, so DP noise on it is DP-FedAvg (privacy.py).
+    #: True when the new global model is the aggregate itself, so DP noise on it is DP-FedAvg
+    #: (privacy.py).
     dp_compatible: bool = False
-    #: The dotted setting that turns LPA on over `aggregation.method` (FedMLAC: "fedmlac.lpa"), or None;
-    #: DP reads it (privacy.py: the accountant holds for the plain mean only).
+    #: The dotted setting that turns LPA on over `aggregation.method` (FedMLAC: "fedmlac.lpa"), or
+    #: None; DP reads it (privacy.py: the accountant holds for the plain mean only).
     lpa_setting: str | None = None
-    #: True when its uploads are Params of the broadcast's shape and `server_update` reads them only through
-    #: `combine`'s weighted mean: over several processes one all-reduce of the weighted sums then replaces the
-    #: gather of every upload, when the aggregation rule sums too (engine/distributed.py `sums_uploads`).
+    #: True when its uploads are Params of the broadcast's shape and `server_update` reads them only
+    #: through `combine`'s weighted mean: over several processes one all-reduce of the weighted sums
+    #: then replaces the gather of every upload, when the aggregation rule sums too
+    #: (engine/distributed.py `sums_uploads`).
     sums_uploads: bool = False
-    #: True when it trains one pooled client (engine/data.py gives it the pooled partition by default).
+    #: True when it trains one pooled client (engine/data.py gives it the pooled partition by
+    #: default).
     centralised: bool = False
-    #: False when it needs each client's windows as one fixed tensor (features.augment draws them per batch).
+    #: False when it needs each client's windows as one fixed tensor (features.augment draws them
+    #: per batch).
     augmentable: bool = True
 
     def __init__(self, cfg: Config, task: Task, runtime: Runtime | None = None):
         self.cfg = cfg
         self.task = task
-        #: Where and how it computes: the driver's (resolved once per run, training/runtime.py), or, built
-        #: alone (tests, experiments), one resolved here from `train.*` without touching the process.
+        #: Where and how it computes: the driver's (resolved once per run, training/runtime.py), or,
+        #: built alone (tests, experiments), one resolved here from `train.*` without touching the
+        #: process.
         self.runtime = runtime if runtime is not None else Runtime.resolve(cfg.train)
-        #: Where this algorithm's models live (`train.device`); the client data arrives there from the engine.
+        #: Where this algorithm's models live (`train.device`); the client data arrives there from
+        #: the engine.
         self.device = self.runtime.device
-        #: Where the cohort path's stacked chunks train (`train.devices`; by default `self.device` alone).
+        #: Where the cohort path's stacked chunks train (`train.devices`; by default `self.device`
+        #: alone).
         self.devices = list(self.runtime.devices)
-        #: How many clients a stacked chunk holds (`train.cohort_chunk`; on a GPU, measured per architecture,
-        #: on the first of `devices`).
+        #: How many clients a stacked chunk holds (`train.cohort_chunk`; on a GPU, measured per
+        #: architecture, on the first of `devices`).
         self.packing = Packing(self.runtime.cohort_chunk, self.devices[0], spread=len(self.devices))
         self._scratch: dict[tuple[str, str], nn.Module] = {}
-        self._stacked: dict[tuple[str, str], Any] = {}  # per architecture: its stacked kind and forward
-        #: `train.execution=auto` with a vmapped network: the path measured faster on a probe chunk in the
-        #: first round, per (architectures, device) (engine/cohort.py measures; the checkpoint keeps it).
+        # per architecture: its stacked kind and forward
+        self._stacked: dict[tuple[str, str], Any] = {}
+        #: `train.execution=auto` with a vmapped network: the path measured faster on a probe chunk
+        #: in the first round, per (architectures, device) (engine/cohort.py measures; the
+        #: checkpoint keeps it).
         self.auto_choice: dict[str, dict[str, Any]] = {}
-        #: LPA's per-layer pruning in the last server update (diagnostics for the engine's log, not state).
+        #: LPA's per-layer pruning in the last server update (diagnostics for the engine's log, not
+        #: state).
 
     # --- models -------------------------------------------------------------------------------
     def build_network(self, name: str) -> nn.Module:
-        """A new model of architecture `name` as this algorithm trains it (the zoo's; FedKWS-UI wraps it
-        in two heads). Called on the CPU by `make_model`."""
-        return build_model(name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout,
-                           self.task.kind, self.cfg.model)
+        """A new model of architecture `name` as this algorithm trains it (the zoo's; FedKWS-UI
+        wraps it in two heads). Called on the CPU by `make_model`."""
+        return build_model(
+            name,
+            self.task.num_features,
+            self.task.num_classes,
+            self.cfg.model.dropout,
+            self.task.kind,
+            self.cfg.model,
+        )
 
     def make_model(self, name: str) -> nn.Module:
-        """A new model on `self.device`, its initial weights drawn on the CPU (so a GPU run starts from
-        the weights a CPU run starts from, and the CPU RNG stream the seeds fix is the one consumed)."""
+        """A new model on `self.device`, its initial weights drawn on the CPU (so a GPU run starts
+        from the weights a CPU run starts from, and the CPU RNG stream the seeds fix is the one
+        consumed)."""
         with torch.device("cpu"):
             model = self.build_network(name)
         return model.to(self.device)
 
-    def scratch_model(self, name: str, params: Params | None = None, role: str = "global") -> nn.Module:
-        """A reusable model instance per (role, architecture), loaded in place (no deepcopy per client).
+    def scratch_model(
+        self, name: str, params: Params | None = None, role: str = "global"
+    ) -> nn.Module:
+        """A reusable model instance per (role, architecture), loaded in place (no deepcopy per
+        client).
 
-        Roles keep two models of one architecture apart (e.g. a CRNN-Lite client next to a CRNN-Lite Plug-in).
+        Roles keep two models of one architecture apart (e.g. a CRNN-Lite client next to a CRNN-Lite
+        Plug-in).
         """
         if (role, name) not in self._scratch:
             # Building a model draws initial weights; keep that off the global RNG, whose state the
-            # engine sets per client for dropout, or a resumed run would see different dropout masks.
+            # engine sets per client for dropout, or a resumed run would see different dropout
+            # masks.
             with torch.random.fork_rng():
                 self._scratch[(role, name)] = self.make_model(name)
         model = self._scratch[(role, name)]
@@ -112,14 +141,16 @@ class Algorithm(ABC):
         return model
 
     def client_architecture(self, client: str) -> str:
-        """The client's own model: drawn once per client from the zoo (seeded) when heterogeneous."""
+        """The client's own model: drawn once per client from the zoo (seeded) when
+        heterogeneous."""
         if not self.cfg.model.heterogeneous:
             return self.cfg.model.client_model
         zoo = self.cfg.model.zoo
         return zoo[int(numpy_rng(self.cfg.seed, "architecture", client).integers(len(zoo)))]
 
     def initial_params(self, name: str, purpose: str, *ids: object) -> Params:
-        """Fresh weights that depend only on (seed, purpose, ids); the global torch RNG is left as it was."""
+        """Fresh weights that depend only on (seed, purpose, ids); the global torch RNG is left as
+        it was."""
         with torch.random.fork_rng():
             torch.manual_seed(derive_seed(self.cfg.seed, purpose, *ids))
             return model_params(self.make_model(name))
@@ -134,65 +165,88 @@ class Algorithm(ABC):
         return server["params"]
 
     def init_client_state(self, client: str) -> Any:
-        """Initial persistent client state: the client's own model for personalized methods, else None."""
+        """Initial persistent client state: the client's own model for personalized methods, else
+        None."""
         if not self.personalized:
             return None
         return self.initial_params(self.client_architecture(client), "client-init", client)
 
     @abstractmethod
-    def client_update(self, payload: Any, state: Any, data: ClientData, round_idx: int,
-                      generator: torch.Generator) -> ClientResult:
+    def client_update(
+        self, payload: Any, state: Any, data: ClientData, round_idx: int, generator: torch.Generator
+    ) -> ClientResult:
         """Train locally; `generator` orders batches (dropout uses the engine-seeded global RNG)."""
 
-    def cohort_update(self, payload: Any, states: list[Any], datas: list[ClientData], round_idx: int,
-                      seed: int) -> list[ClientResult]:
-        """Optional hook: the updates of a whole cohort, in `datas` order, with each client's randomness
-        fixed by (seed, round, client) exactly as `training.step.train_client` fixes it, so the results
-        equal the sequential ones. Overrides stack clients into one computation (training/cohort.py) and
-        are marked `@reproduces(client_update)`; this default trains one client after another."""
-        return [train_client(self, payload, state, data, round_idx, seed) for state, data in zip(states, datas)]
+    def cohort_update(
+        self, payload: Any, states: list[Any], datas: list[ClientData], round_idx: int, seed: int
+    ) -> list[ClientResult]:
+        """Optional hook: the updates of a whole cohort, in `datas` order, with each client's
+        randomness fixed by (seed, round, client) exactly as `training.step.train_client` fixes it,
+        so the results equal the sequential ones. Overrides stack clients into one computation
+        (training/cohort.py) and are marked `@reproduces(client_update)`; this default trains one
+        client after another."""
+        return [
+            train_client(self, payload, state, data, round_idx, seed)
+            for state, data in zip(states, datas)
+        ]
 
     def cohort_ready(self) -> bool:
-        """True when `cohort_update` can train this configuration stacked (`train.execution=cohort` would
-        run it): it is marked `@reproduces` the `client_update` in effect, and every setting and model it
-        meets has a stacked form (`sequential_reason`)."""
+        """True when `cohort_update` can train this configuration stacked (`train.execution=cohort`
+        would run it): it is marked `@reproduces` the `client_update` in effect, and every setting
+        and model it meets has a stacked form (`sequential_reason`)."""
         return self.sequential_reason("cohort") is None
 
     def execution_path(self) -> str:
-        """The path a round's clients take under `train.execution`: "stacked", or "sequential: <reason>"
-        (the run's first log line and results.json name it; engine/cohort.py runs it)."""
+        """The path a round's clients take under `train.execution`: "stacked", or "sequential:
+        <reason>" (the run's first log line and results.json name it; engine/cohort.py runs it)."""
         mode = self.cfg.train.execution
         if mode == "sequential":
             return "sequential: train.execution=sequential"
         reason = self.sequential_reason(mode)
         if reason is None and self.needs_probe():
-            return "auto: stacked or sequential, whichever a probe chunk of the first round trains faster"
+            return (
+                "auto: stacked or sequential, whichever a probe chunk of the first round trains "
+                "faster"
+            )
         return "stacked" if reason is None else f"sequential: {reason}"
 
     def _probe_key(self) -> str:
         return f"{','.join(self.stacked_architectures())}@{self.device}"
 
     def probes(self) -> bool:
-        """Whether this run times a vmapped network both ways on a probe chunk: under `train.execution=probe`,
-        and under auto on an accelerator. Under auto on the CPU it does not: there every network measured
-        slower vmapped than one client at a time (benchmarks/results/stacked_models.json), and a choice made
-        by timing could differ between two runs of one command on a busy machine, which would break
-        "a run repeats itself bit for bit on one machine"."""
+        """Whether this run times a vmapped network both ways on a probe chunk: under
+        `train.execution=probe`, and under auto on an accelerator. Under auto on the CPU it does
+        not: there every network measured slower vmapped than one client at a time
+        (benchmarks/results/stacked_models.json), and a choice made by timing could differ between
+        two runs of one command on a busy machine, which would break "a run repeats itself bit for
+        bit on one machine"."""
         mode = self.cfg.train.execution
         return mode == "probe" or (mode == "auto" and self.device.type != "cpu")
 
     def needs_probe(self) -> bool:
-        """True while this run probes (`probes`) and a vmapped network's speed against the sequential path
-        is unmeasured on this device (a hand-written CRNN is always faster stacked: no probe)."""
-        return (self.probes() and self._probe_key() not in self.auto_choice
-                and any(self.stacked_kind(arch) == "vmap" for arch in self.stacked_architectures()))
+        """True while this run probes (`probes`) and a vmapped network's speed against the
+        sequential path is unmeasured on this device (a hand-written CRNN is always faster stacked:
+        no probe)."""
+        return (
+            self.probes()
+            and self._probe_key() not in self.auto_choice
+            and any(self.stacked_kind(arch) == "vmap" for arch in self.stacked_architectures())
+        )
 
-    def record_probe(self, stacked_s: float, sequential_s: float, clients: int, error: str | None = None) -> str:
-        """The probe's timings (engine/cohort.py): the faster path (returned) is this run's from now on;
-        a stacked probe that raised (`error`) leaves the sequential path, with the error as its reason."""
+    def record_probe(
+        self, stacked_s: float, sequential_s: float, clients: int, error: str | None = None
+    ) -> str:
+        """The probe's timings (engine/cohort.py): the faster path (returned) is this run's from now
+        on; a stacked probe that raised (`error`) leaves the sequential path, with the error as its
+        reason."""
         path = "stacked" if error is None and stacked_s <= sequential_s else "sequential"
-        self.auto_choice[self._probe_key()] = {"path": path, "stacked_s": stacked_s, "sequential_s": sequential_s,
-                                               "clients": clients, **({"error": error} if error else {})}
+        self.auto_choice[self._probe_key()] = {
+            "path": path,
+            "stacked_s": stacked_s,
+            "sequential_s": sequential_s,
+            "clients": clients,
+            **({"error": error} if error else {}),
+        }
         return path
 
     def sequential_reason(self, mode: str = "auto") -> str | None:
@@ -203,96 +257,151 @@ class Algorithm(ABC):
             return f"{cls} has no stacked cohort_update"
         current = getattr(self.client_update, "__func__", None)
         if current is not target:
-            owner = next((k.__name__ for k in type(self).__mro__ if k.__dict__.get("client_update") is current), None)
-            return f"{owner} overrides client_update" if owner else f"{cls}.client_update was replaced"
+            owner = next(
+                (
+                    k.__name__
+                    for k in type(self).__mro__
+                    if k.__dict__.get("client_update") is current
+                ),
+                None,
+            )
+            return (
+                f"{owner} overrides client_update" if owner else f"{cls}.client_update was replaced"
+            )
         train = self.cfg.train
-        from fedac.training.functional import OPTIMIZERS  # lazy: torch.func loads with the stacked path
+        # lazy: torch.func loads with the stacked path
+        from fedac.training.functional import OPTIMIZERS
+
         if train.optimizer not in OPTIMIZERS:
             return f"train.optimizer={train.optimizer} has no stacked form"
         for arch in self.stacked_architectures():
             kind = self.stacked_kind(arch)
             if kind.startswith("none"):
-                return f"model {arch} has no stacked forward ({kind[len('none: '):]})"
+                return f"model {arch} has no stacked forward ({kind[len('none: ') :]})"
             if mode == "auto" and kind == "vmap" and not self.probes():
-                return (f"auto keeps model {arch} (vmap) sequential on the CPU, where vmapped networks measured "
-                        "slower than one client at a time (train.execution=probe measures this machine, "
-                        "cohort forces stacking)")
+                return (
+                    f"auto keeps model {arch} (vmap) sequential on the CPU, where vmapped networks "
+                    "measured slower than one client at a time (train.execution=probe measures "
+                    "this machine, cohort forces stacking)"
+                )
             choice = self.auto_choice.get(self._probe_key())
             if not (mode in ("auto", "probe") and kind == "vmap" and choice is not None):
                 continue  # not measured
             if "error" in choice:
-                return f"model {arch}'s stacked path (vmap) failed on the probe chunk: {choice['error']}"
+                return (
+                    f"model {arch}'s stacked path (vmap) failed on the probe chunk: "
+                    f"{choice['error']}"
+                )
             if choice["path"] == "sequential":
-                # On a CPU vmapped convolutions can lose to per-client MKL-DNN ones (issue 56): measured, not assumed.
-                return (f"auto measured model {arch}'s stacked path (vmap) slower on {device_name(self.device)}: "
-                        f"{choice['stacked_s']:.2f} s against {choice['sequential_s']:.2f} s for a probe of "
-                        f"{choice['clients']} clients (train.execution=cohort forces it)")
+                # On a CPU vmapped convolutions can lose to per-client MKL-DNN ones (issue 56):
+                # measured, not assumed.
+                return (
+                    f"auto measured model {arch}'s stacked path (vmap) slower on "
+                    f"{device_name(self.device)}: {choice['stacked_s']:.2f} s against "
+                    f"{choice['sequential_s']:.2f} s for a probe of {choice['clients']} clients "
+                    "(train.execution=cohort forces it)"
+                )
         return None
 
     def stacked_architectures(self) -> list[str]:
-        """The architectures `cohort_update` stacks: the clients' own (personalized methods) or the shared model."""
+        """The architectures `cohort_update` stacks: the clients' own (personalized methods) or the
+        shared model."""
         if self.personalized:
-            return list(dict.fromkeys(self.cfg.model.zoo if self.cfg.model.heterogeneous else [self.cfg.model.client_model]))
+            return list(
+                dict.fromkeys(
+                    self.cfg.model.zoo
+                    if self.cfg.model.heterogeneous
+                    else [self.cfg.model.client_model]
+                )
+            )
         return [self.cfg.model.name]
 
     def stacked_kind(self, arch: str) -> str:
-        """How `arch`, as this algorithm builds it, trains stacked: "crnn" (models/stacked.py's hand-written
-        forward, the zoo model itself), "vmap" (training/functional.py, any other nn.Module) or "none: why"."""
+        """How `arch`, as this algorithm builds it, trains stacked: "crnn" (models/stacked.py's
+        hand-written forward, the zoo model itself), "vmap" (training/functional.py, any other
+        nn.Module) or "none: why"."""
         if ("kind", arch) not in self._stacked:
-            from fedac.training.functional import unstackable_reason
             from fedac.models.stacked import stacked_model
+            from fedac.training.functional import unstackable_reason
+
             with torch.device("cpu"), torch.random.fork_rng():
                 network = self.build_network(arch)
-            own = type(network).__module__.startswith("fedac.models.crnn")  # the zoo model, not wrapped
+            # the zoo model, not wrapped
+            own = type(network).__module__.startswith("fedac.models.crnn")
             reason = unstackable_reason(network)
-            self._stacked[("kind", arch)] = ("crnn" if own and stacked_model(arch, 0.0) is not None else
-                                             "vmap" if reason is None else f"none: {reason}")
+            self._stacked[("kind", arch)] = (
+                "crnn"
+                if own and stacked_model(arch, 0.0) is not None
+                else "vmap"
+                if reason is None
+                else f"none: {reason}"
+            )
         return self._stacked[("kind", arch)]
 
     def stacked_forward(self, arch: str):
-        """The stacked forward of `arch` (`stacked_kind`): a `training.functional.StackedModule` or the
-        hand-written CRNN behind its interface; one per architecture, reused every round."""
+        """The stacked forward of `arch` (`stacked_kind`): a `training.functional.StackedModule` or
+        the hand-written CRNN behind its interface; one per architecture, reused every round."""
         if ("stacked", arch) not in self._stacked:
             from fedac.models.stacked import stacked_model
             from fedac.training.functional import HandWritten, StackedModule
+
             kind = self.stacked_kind(arch)
             if kind.startswith("none"):
-                raise ConfigError(f"model {arch} has no stacked forward ({kind[6:]}): set train.execution=sequential")
+                raise ConfigError(
+                    f"model {arch} has no stacked forward ({kind[6:]}): set "
+                    "train.execution=sequential"
+                )
             model = self.scratch_model(arch)
             names = [name for name, _ in model.named_parameters()]
-            self._stacked[("stacked", arch)] = (HandWritten(stacked_model(arch, self.cfg.model.dropout), names)
-                                                if kind == "crnn" else StackedModule(model))
+            self._stacked[("stacked", arch)] = (
+                HandWritten(stacked_model(arch, self.cfg.model.dropout), names)
+                if kind == "crnn"
+                else StackedModule(model)
+            )
         return self._stacked[("stacked", arch)]
 
     @abstractmethod
-    def server_update(self, server: dict[str, Any], uploads: list[tuple[Any, int]],
-                      round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
+    def server_update(
+        self, server: dict[str, Any], uploads: list[tuple[Any, int]], round_idx: int
+    ) -> tuple[dict[str, Any], dict[str, float]]:
         """Combine the cohort's uploads (each with its n_k) into the next global state."""
 
-    def combine(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
-                use_lpa: bool | None = None) -> tuple[Params, ServerMetrics]:
-        """`rules.aggregation.aggregate` of the uploads, with the round's global model and each client's local
-        step count for the deviations that need them. The metrics carry LPA's pruning (`ServerMetrics.pruning`):
-        `server_update` returns them, and the engine logs the pruning from there."""
+    def combine(
+        self, server: dict[str, Any], uploads: list[tuple[Params, int]], use_lpa: bool | None = None
+    ) -> tuple[Params, ServerMetrics]:
+        """`rules.aggregation.aggregate` of the uploads, with the round's global model and each
+        client's local step count for the deviations that need them. The metrics carry LPA's pruning
+        (`ServerMetrics.pruning`): `server_update` returns them, and the engine logs the pruning
+        from there."""
         steps = [local_steps(n, self.cfg.train) for _, n in uploads]
-        result = aggregate(uploads, self.cfg.aggregation, use_lpa, server.get("params"), steps,
-                           self.server_weighting(self.cfg))
+        result = aggregate(
+            uploads,
+            self.cfg.aggregation,
+            use_lpa,
+            server.get("params"),
+            steps,
+            self.server_weighting(self.cfg),
+        )
         return result.params, ServerMetrics(result.metrics, result.pruning)
 
     @classmethod
     def server_weighting(cls, cfg: Config) -> str:
-        """The weighting (`aggregation.weighting`: n_k or uniform) of the means `combine` takes; FedKWS-UI
-        has its own setting. A class method: tables name it without building the algorithm."""
+        """The weighting (`aggregation.weighting`: n_k or uniform) of the means `combine` takes;
+        FedKWS-UI has its own setting. A class method: tables name it without building the
+        algorithm."""
         return cfg.aggregation.weighting
 
     # --- evaluation ----------------------------------------------------------------------------
     def global_model(self, server: dict[str, Any]) -> nn.Module | None:
-        """The shared model evaluated on val/test; None when the method has no global model (FedKAD)."""
+        """The shared model evaluated on val/test; None when the method has no global model
+        (FedKAD)."""
         return self.scratch_model(self.cfg.model.name, server["params"])
 
-    def evaluate_views(self, model: nn.Module, split, batch_size: int) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
-        """The shared `model`'s metrics on a split, and those of its further views by tag, reported as
-        val_<tag>_* / <tag>_* (the exits of early-exit models); no views by default."""
+    def evaluate_views(
+        self, model: nn.Module, split, batch_size: int
+    ) -> tuple[dict[str, float], dict[str, dict[str, float]]]:
+        """The shared `model`'s metrics on a split, and those of its further views by tag, reported
+        as val_<tag>_* / <tag>_* (the exits of early-exit models); no views by default."""
         return evaluate(model, split, batch_size), {}
 
     def personalized_model(self, client: str, state: Any) -> nn.Module | None:

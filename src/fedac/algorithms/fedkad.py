@@ -1,4 +1,5 @@
-"""FedKAD baseline as fedmlac.md Section 5.2 modified it (after Shi et al., EuroMLSys '23, ref. [34]).
+"""FedKAD baseline as fedmlac.md Section 5.2 modified it (after Shi et al., EuroMLSys '23, ref.
+[34]).
 
 The original distils through logits on a public dataset. fedmlac.md removes the public data and the
 global logits and "restricts communication to class-wise aggregated feature maps only". Our reading:
@@ -8,8 +9,8 @@ global logits and "restricts communication to class-wise aggregated feature maps
   projected to a shared size by P, toward the global prototype g_c of the sample's class (classes
   without a global prototype yet contribute nothing).
 - It uploads only class prototypes: the mean projected feature per class and the class counts.
-- The server aggregates per class: g_c = sum_k count_{k,c} proto_{k,c} / sum_k count_{k,c}; a class no
-  sampled client holds keeps its previous prototype.
+- The server aggregates per class: g_c = sum_k count_{k,c} proto_{k,c} / sum_k count_{k,c}; a class
+  no sampled client holds keeps its previous prototype.
 
 P is a fixed random Gaussian matrix (scaled by 1/sqrt(d)) drawn from (seed, d) for each embedding
 size d, not trained: a trained projection could collapse to zero and make the alignment trivial.
@@ -27,30 +28,41 @@ from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params
 from fedac.models.base import EmbeddingModel
-from fedac.training.local import client_batches, local_step, make_optimizer
 from fedac.seeding import torch_generator
+from fedac.training.local import client_batches, local_step, make_optimizer
 
 
-def alignment_loss(projected: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor, known: torch.Tensor) -> torch.Tensor:
-    """Mean squared distance to the global prototype of each sample's class, over samples whose class has one."""
+def alignment_loss(
+    projected: torch.Tensor, y: torch.Tensor, prototypes: torch.Tensor, known: torch.Tensor
+) -> torch.Tensor:
+    """Mean squared distance to the global prototype of each sample's class, over samples whose
+    class has one."""
     mask = known[y]
     if not bool(mask.any()):
         return projected.sum() * 0.0
     return (projected[mask] - prototypes[y[mask]]).square().sum(dim=1).mean()
 
 
-def class_prototypes(projected: torch.Tensor, y: torch.Tensor, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
+def class_prototypes(
+    projected: torch.Tensor, y: torch.Tensor, num_classes: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-class mean of projected features (zeros for absent classes) and per-class counts."""
     counts = torch.bincount(y, minlength=num_classes).to(projected.dtype)
     sums = projected.new_zeros(num_classes, projected.shape[1]).index_add_(0, y, projected)
     return sums / counts.clamp(min=1).unsqueeze(1), counts
 
 
-def aggregate_prototypes(uploads: list[tuple[dict[str, torch.Tensor], int]], previous: torch.Tensor,
-                         previous_known: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Count-weighted per-class mean of the clients' prototypes; unseen classes keep their previous value."""
+def aggregate_prototypes(
+    uploads: list[tuple[dict[str, torch.Tensor], int]],
+    previous: torch.Tensor,
+    previous_known: torch.Tensor,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Count-weighted per-class mean of the clients' prototypes; unseen classes keep their previous
+    value."""
     counts = torch.stack([u["counts"] for u, _ in uploads])
-    weighted = torch.stack([u["prototypes"] * u["counts"].unsqueeze(1) for u, _ in uploads]).sum(dim=0)
+    weighted = torch.stack([u["prototypes"] * u["counts"].unsqueeze(1) for u, _ in uploads]).sum(
+        dim=0
+    )
     total = counts.sum(dim=0)
     seen = total > 0
     protos = previous.clone()
@@ -61,7 +73,8 @@ def aggregate_prototypes(uploads: list[tuple[dict[str, torch.Tensor], int]], pre
 class FedKAD(Algorithm):
     name = "fedkad"
     personalized = True
-    #: Its prototypes embed all of a client's windows at once, so features.augment's per-batch windows do not fit.
+    #: Its prototypes embed all of a client's windows at once, so features.augment's per-batch
+    #: windows do not fit.
     augmentable = False
 
     def __init__(self, cfg, task, runtime=None):
@@ -72,21 +85,36 @@ class FedKAD(Algorithm):
         if dim not in self._projections:
             gen = torch_generator(self.cfg.seed, "fedkad-projection", dim)
             # drawn on the CPU (the seeded stream a CPU run uses), then moved to the models' device
-            draw = torch.randn(dim, self.cfg.fedkad.proto_dim, generator=gen, device="cpu") / dim ** 0.5
+            draw = (
+                torch.randn(dim, self.cfg.fedkad.proto_dim, generator=gen, device="cpu") / dim**0.5
+            )
             self._projections[dim] = draw.to(self.device)
         return self._projections[dim]
 
     def init_server(self) -> dict[str, Any]:
         c, d = self.task.num_classes, self.cfg.fedkad.proto_dim
-        return {"prototypes": torch.zeros(c, d, device=self.device), "known": torch.zeros(c, dtype=torch.bool, device=self.device)}
+        return {
+            "prototypes": torch.zeros(c, d, device=self.device),
+            "known": torch.zeros(c, dtype=torch.bool, device=self.device),
+        }
 
     def broadcast(self, server: dict[str, Any]) -> dict[str, torch.Tensor]:
         return {"prototypes": server["prototypes"], "known": server["known"]}
 
-    def client_update(self, payload: dict[str, torch.Tensor], state: Params, data: ClientData, round_idx: int,
-                      generator: torch.Generator) -> ClientResult:
-        # the zoo's networks are EmbeddingModels (models/base.py); a plug-in needs embed, head, embedding_dim
-        model = cast(EmbeddingModel, self.scratch_model(self.client_architecture(data.name), state, role="personal"))
+    def client_update(
+        self,
+        payload: dict[str, torch.Tensor],
+        state: Params,
+        data: ClientData,
+        round_idx: int,
+        generator: torch.Generator,
+    ) -> ClientResult:
+        # the zoo's networks are EmbeddingModels (models/base.py); a plug-in needs embed, head,
+        # embedding_dim
+        model = cast(
+            EmbeddingModel,
+            self.scratch_model(self.client_architecture(data.name), state, role="personal"),
+        )
         proj = self.projection(model.embedding_dim)
         model.train()
         optimizer = make_optimizer(model.parameters(), self.cfg.train)
@@ -95,18 +123,30 @@ class FedKAD(Algorithm):
         for idx in client_batches(data.num_samples, self.cfg.train, generator):
             x, y = data.x[idx], data.y[idx]
             features = model.embed(x)
-            loss = F.cross_entropy(model.head(features), y) + self.cfg.fedkad.align_weight * alignment_loss(
-                features @ proj, y, payload["prototypes"], payload["known"])
+            loss = F.cross_entropy(
+                model.head(features), y
+            ) + self.cfg.fedkad.align_weight * alignment_loss(
+                features @ proj, y, payload["prototypes"], payload["known"]
+            )
             total += local_step(model, optimizer, loss, self.cfg.train)
             steps += 1
         model.eval()
         with torch.no_grad():
-            protos, counts = class_prototypes(model.embed(data.x) @ proj, data.y, self.task.num_classes)
-        return ClientResult({"prototypes": protos, "counts": counts}, model_params(model),
-                            {"loss": float(total) / max(steps, 1)})
+            protos, counts = class_prototypes(
+                model.embed(data.x) @ proj, data.y, self.task.num_classes
+            )
+        return ClientResult(
+            {"prototypes": protos, "counts": counts},
+            model_params(model),
+            {"loss": float(total) / max(steps, 1)},
+        )
 
-    def server_update(self, server: dict[str, Any], uploads: list[tuple[dict[str, torch.Tensor], int]],
-                      round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
+    def server_update(
+        self,
+        server: dict[str, Any],
+        uploads: list[tuple[dict[str, torch.Tensor], int]],
+        round_idx: int,
+    ) -> tuple[dict[str, Any], dict[str, float]]:
         protos, known = aggregate_prototypes(uploads, server["prototypes"], server["known"])
         return {"prototypes": protos, "known": known}, {"known_classes": float(known.sum())}
 

@@ -1,10 +1,11 @@
 """FedKWS-UI (Li et al., Interspeech 2022, "Avoid Overfitting User Specific Information in Federated
-Keyword Spotting"): FedAvg plus ALO (adversarial learning against overfitted models, Eq. 1-3) and ALT
-(adaptive local training, Sec. 4), as the paper writes them and its official code runs them.
+Keyword Spotting"): FedAvg plus ALO (adversarial learning against overfitted models, Eq. 1-3) and
+ALT (adaptive local training, Sec. 4), as the paper writes them and its official code runs them.
 
 The model is a shared encoder h = f(x) with two heads (code `CifNet`):
-global g(h) = W_g ReLU(P_g h) + b_g with P_g: h -> int(2 h g_ratio), private p(h) = W_p ReLU(P_p h) + b_p
-with P_p: h -> int(2 h (1 - g_ratio)) (no bias on P; g_ratio 0.6 gives 1.2 h and 0.8 h). The shared
+global g(h) = W_g ReLU(P_g h) + b_g with P_g: h -> int(2 h g_ratio), private p(h) = W_p ReLU(P_p h)
++ b_p with P_p: h -> int(2 h (1 - g_ratio)) (no bias on P; g_ratio 0.6 gives 1.2 h and 0.8 h). The
+  shared
 model evaluated on val/test is the encoder with the global head.
 
 Per sampled client k and round:
@@ -24,20 +25,21 @@ ALT (Sec. 4): with class counts c_k, n_k = sum c_k, q = c_k / n_k,
 A client with s_k = 0 still uploads (its private phase changed the private head and BN statistics).
 
 Where the paper and the code differ, the code's reading is the default and the paper's an option
-(`fedkwsui.` settings): mu_k = ls_mu (1 - rbar_k) (code) vs a constant mu (Eq. 1, `adaptive_mu=false`);
-cap = 100 / 300 on 12- / 35-class Speech Commands (code) vs max_j n_j (text, `size_cap=max`); r0 = 3.5 /
-5.0 (code and Sec. 5) vs K / sum_k rbar_k (Sec. 4's conservation rule, `r0=sum`); the private head
-averaged with everything else (code) vs kept per client (text's psi_p^k, `private=persistent`, held as
-the client's explicit persistent state so it works in the simulator and on Flower).
-Other choices: the 1e-8 inside the entropy's log is the code's (it makes 12 equal counts give
-s = 174, not 175); the encoder's gradients in the private phase are never formed (its forward runs
-without autograd), so SGD's weight decay does not touch the encoder there (the code zeroes them, which
-lets a 1e-5 decay through).
-The heads keep PyTorch's default initialisation, as the code's do; `fedkwsui.head_init=kaiming` gives
-them Kaiming-normal weights (config.py says why: the default shrinks the encoder's gradient 4-7x).
-Every step's gradient is clipped at `train.max_grad_norm` (fedkwsui's algorithm default: the code's 50).
-The stacked cohort form is `algorithms.cohort.fedkwsui_cohort` (any of the four networks, through
-training/functional.py; ALT's per-client step counts as a chunk whose active clients shrink).
+(`fedkwsui.` settings): mu_k = ls_mu (1 - rbar_k) (code) vs a constant mu (Eq. 1,
+`adaptive_mu=false`); cap = 100 / 300 on 12- / 35-class Speech Commands (code) vs max_j n_j (text,
+`size_cap=max`); r0 = 3.5 / 5.0 (code and Sec. 5) vs K / sum_k rbar_k (Sec. 4's conservation rule,
+`r0=sum`); the private head averaged with everything else (code) vs kept per client (text's psi_p^k,
+`private=persistent`, held as the client's explicit persistent state so it works in the simulator
+and on Flower). Other choices: the 1e-8 inside the entropy's log is the code's (it makes 12 equal
+counts give s = 174, not 175); the encoder's gradients in the private phase are never formed (its
+forward runs without autograd), so SGD's weight decay does not touch the encoder there (the code
+zeroes them, which lets a 1e-5 decay through).
+The heads keep PyTorch's default initialisation, as the code's do; `fedkwsui.head_init=kaiming`
+gives them Kaiming-normal weights (config.py says why: the default shrinks the encoder's gradient
+4-7x). Every step's gradient is clipped at `train.max_grad_norm` (fedkwsui's algorithm default: the
+code's 50). The stacked cohort form is `algorithms.cohort.fedkwsui_cohort` (any of the four
+networks, through training/functional.py; ALT's per-client step counts as a chunk whose active
+clients shrink).
 """
 
 from __future__ import annotations
@@ -49,12 +51,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, Task, model_params, reproduces
+from fedac.algorithms.base import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    Params,
+    Task,
+    model_params,
+    reproduces,
+)
 from fedac.algorithms.cohort import fedkwsui_cohort
-from fedac.training.local import clip_gradients, cycling_batches, make_optimizer, on_device
 from fedac.errors import ConfigError
 from fedac.models import build_model
 from fedac.models.base import EmbeddingModel
+from fedac.training.local import clip_gradients, cycling_batches, make_optimizer, on_device
 
 #: The code's constants for Speech Commands (fedkwsui.py): classes -> (size cap, r0).
 SPEECH_COMMANDS_ALT = {12: (100.0, 3.5), 35: (300.0, 5.0)}
@@ -65,18 +75,21 @@ AGGREGATIONS = ("uniform", "weighted", "general")
 
 # --- ALT ------------------------------------------------------------------------------------------
 def normalized_entropy(counts: list[int] | torch.Tensor) -> float:
-    """-sum_c q_c ln(q_c + 1e-8) / ln C of a client's class counts (Sec. 4, e_k; 1e-8 as the code)."""
+    """-sum_c q_c ln(q_c + 1e-8) / ln C of a client's class counts (Sec. 4, e_k; 1e-8 as the
+    code)."""
     c = torch.as_tensor(counts, dtype=torch.float64)
     total = float(c.sum())
     if total == 0 or len(c) < 2:
         return 0.0
     q = c / total
-    # Clamped at 0: one class gives -ln(1 + 1e-8) < 0 (in the code too, where it also means no steps).
+    # Clamped at 0: one class gives -ln(1 + 1e-8) < 0 (in the code too, where it also means no
+    # steps).
     return max(float(-(q * torch.log(q + 1e-8)).sum() / math.log(len(c))), 0.0)
 
 
 def alt_ratio(counts: list[int] | torch.Tensor, size_cap: float) -> float:
-    """rbar_k: harmonic mean of min(n_k / cap, 1) and the normalised class entropy (0 when both are 0)."""
+    """rbar_k: harmonic mean of min(n_k / cap, 1) and the normalised class entropy (0 when both are
+    0)."""
     w1 = min(float(sum(int(v) for v in counts)) / size_cap, 1.0)
     w2 = normalized_entropy(counts)
     return 2 * w1 * w2 / (w1 + w2) if w1 + w2 > 0 else 0.0
@@ -99,14 +112,22 @@ def smoothed_cross_entropy(logits: torch.Tensor, y: torch.Tensor, mu: float) -> 
     return -(target * logits.log_softmax(dim=-1)).sum(dim=-1).mean()
 
 
-def distillation_cross_entropy(global_logits: torch.Tensor, private_logits: torch.Tensor) -> torch.Tensor:
-    """mean_i[-sum_c pi_ic log softmax(g_i)_c] with pi = softmax(private) detached; Eq. 2 is its negative."""
+def distillation_cross_entropy(
+    global_logits: torch.Tensor, private_logits: torch.Tensor
+) -> torch.Tensor:
+    """mean_i[-sum_c pi_ic log softmax(g_i)_c] with pi = softmax(private) detached; Eq. 2 is its
+    negative."""
     teacher = private_logits.detach().softmax(dim=-1)
     return -(teacher * global_logits.log_softmax(dim=-1)).sum(dim=-1).mean()
 
 
-def alo_loss(global_logits: torch.Tensor, private_logits: torch.Tensor, y: torch.Tensor, mu: float,
-             adv_lambda: float) -> torch.Tensor:
+def alo_loss(
+    global_logits: torch.Tensor,
+    private_logits: torch.Tensor,
+    y: torch.Tensor,
+    mu: float,
+    adv_lambda: float,
+) -> torch.Tensor:
     """Eq. 3: L_ls + lambda * L_adv = CE_ls(g; mu) - lambda * CE(pi, g)."""
     loss = smoothed_cross_entropy(global_logits, y, mu)
     if adv_lambda:
@@ -115,28 +136,40 @@ def alo_loss(global_logits: torch.Tensor, private_logits: torch.Tensor, y: torch
 
 
 class TwoHeadModel(nn.Module):
-    """A network's encoder (`embed`) with FedKWS-UI's global and private heads; `forward` is the global one."""
+    """A network's encoder (`embed`) with FedKWS-UI's global and private heads; `forward` is the
+    global one."""
 
-    def __init__(self, network: EmbeddingModel, num_classes: int, g_ratio: float = 0.6, head_init: str = "default"):
+    def __init__(
+        self,
+        network: EmbeddingModel,
+        num_classes: int,
+        g_ratio: float = 0.6,
+        head_init: str = "default",
+    ):
         super().__init__()
         network.head = nn.Identity()  # replaced by the two heads (and not counted as parameters)
         self.encoder: EmbeddingModel = network
         h = network.embedding_dim
         global_width, private_width = int(2.0 * h * g_ratio), int(2.0 * h * (1.0 - g_ratio))
         if global_width < 1 or private_width < 1:
-            raise ConfigError(f"fedkwsui.g_ratio must lie in (0, 1) and leave both heads a unit, got {g_ratio}")
+            raise ConfigError(
+                f"fedkwsui.g_ratio must lie in (0, 1) and leave both heads a unit, got {g_ratio}"
+            )
         self.global_proj = nn.Linear(h, global_width, bias=False)
         self.global_head = nn.Linear(global_width, num_classes)
         self.private_proj = nn.Linear(h, private_width, bias=False)
         self.private_head = nn.Linear(private_width, num_classes)
         self.embedding_dim = h
-        if head_init == "kaiming":  # redrawn from the same (seeded) RNG stream the constructor drew from
+        # redrawn from the same (seeded) RNG stream the constructor drew from
+        if head_init == "kaiming":
             for layer in (self.global_proj, self.global_head, self.private_proj, self.private_head):
                 nn.init.kaiming_normal_(layer.weight, nonlinearity="relu")
                 if layer.bias is not None:
                     nn.init.zeros_(layer.bias)
         elif head_init != "default":
-            raise ConfigError(f"fedkwsui.head_init must be one of {', '.join(HEAD_INITS)}, got {head_init!r}")
+            raise ConfigError(
+                f"fedkwsui.head_init must be one of {', '.join(HEAD_INITS)}, got {head_init!r}"
+            )
 
     def embed(self, x: torch.Tensor) -> torch.Tensor:
         return self.encoder.embed(x)
@@ -160,45 +193,67 @@ def _setting(text: str, key: str, words: tuple[str, ...]) -> str | float:
     except ValueError:
         value = float("nan")
     if not value > 0:
-        raise ConfigError(f"{key} must be a positive number or one of {', '.join(words)}, got {text!r}")
+        raise ConfigError(
+            f"{key} must be a positive number or one of {', '.join(words)}, got {text!r}"
+        )
     return value
 
 
 class FedKWSUI(Algorithm):
     name = "fedkwsui"
-    sums_uploads = True  # (the server takes combine's mean of whole models, then keeps its private heads)
+    # (the server takes combine's mean of whole models, then keeps its private heads)
+    sums_uploads = True
 
     def __init__(self, cfg, task, runtime=None):
         super().__init__(cfg, task, runtime)
         opts = cfg.fedkwsui
         if opts.private not in ("shared", "persistent"):
-            raise ConfigError(f"fedkwsui.private must be shared or persistent, got {opts.private!r}")
+            raise ConfigError(
+                f"fedkwsui.private must be shared or persistent, got {opts.private!r}"
+            )
         if opts.aggregation not in AGGREGATIONS:
-            raise ConfigError(f"fedkwsui.aggregation must be uniform, weighted or general, got {opts.aggregation!r}")
+            raise ConfigError(
+                "fedkwsui.aggregation must be uniform, weighted or general, got "
+                f"{opts.aggregation!r}"
+            )
         if opts.head_init not in HEAD_INITS:
-            raise ConfigError(f"fedkwsui.head_init must be one of {', '.join(HEAD_INITS)}, got {opts.head_init!r}")
+            raise ConfigError(
+                f"fedkwsui.head_init must be one of {', '.join(HEAD_INITS)}, got {opts.head_init!r}"
+            )
         if not 0 <= opts.ls_mu <= 1:
             raise ConfigError(f"fedkwsui.ls_mu must lie in [0, 1], got {opts.ls_mu}")
         if opts.adv_lambda < 0:
-            raise ConfigError(f"fedkwsui.adv_lambda must be >= 0 (Eq. 2 already carries the minus), got {opts.adv_lambda}")
+            raise ConfigError(
+                "fedkwsui.adv_lambda must be >= 0 (Eq. 2 already carries the minus), got "
+                f"{opts.adv_lambda}"
+            )
         if opts.local_steps < 1:
             raise ConfigError(f"fedkwsui.local_steps (E) must be >= 1, got {opts.local_steps}")
         if task.class_counts is None:
-            raise ConfigError("fedkwsui needs every client's class counts (Task.class_counts) for ALT; build the "
-                              "task with engine.data.build_federated_data")
+            raise ConfigError(
+                "fedkwsui needs every client's class counts (Task.class_counts) for ALT; build the "
+                "task with engine.data.build_federated_data"
+            )
         self.size_cap, self.r0 = self.alt_constants(task.class_counts)
-        self.ratios = {c: alt_ratio(n, self.size_cap) for c, n in zip(task.clients, task.class_counts)}
-        if self.r0 is None:  # the paper's conservation rule, K / sum rbar_k, over the clients that hold data
+        self.ratios = {
+            c: alt_ratio(n, self.size_cap) for c, n in zip(task.clients, task.class_counts)
+        }
+        # the paper's conservation rule, K / sum rbar_k, over the clients that hold data
+        if self.r0 is None:
             held = [self.ratios[c] for c, n in zip(task.clients, task.class_counts) if sum(n)]
             self.r0 = len(held) / sum(held) if sum(held) > 0 else 1.0
 
     def alt_constants(self, class_counts: list[list[int]]) -> tuple[float, float | None]:
-        """(size cap, r0) after resolving auto / max / sum (r0 None: K / sum rbar, computed by the caller);
-        `class_counts` is the task's (checked present by the constructor)."""
+        """(size cap, r0) after resolving auto / max / sum (r0 None: K / sum rbar, computed by the
+        caller); `class_counts` is the task's (checked present by the constructor)."""
         opts, task = self.cfg.fedkwsui, self.task
         cap = _setting(opts.size_cap, "fedkwsui.size_cap", ("auto", "max"))
         r0 = _setting(opts.r0, "fedkwsui.r0", ("auto", "sum"))
-        known = SPEECH_COMMANDS_ALT.get(task.num_classes) if self.cfg.dataset == "speech_commands" else None
+        known = (
+            SPEECH_COMMANDS_ALT.get(task.num_classes)
+            if self.cfg.dataset == "speech_commands"
+            else None
+        )
         if cap == "auto":
             cap = known[0] if known else "max"
         if cap == "max":
@@ -209,16 +264,24 @@ class FedKWSUI(Algorithm):
 
     # --- models ---------------------------------------------------------------------------------
     def build_network(self, name: str) -> TwoHeadModel:
-        # the zoo's networks are EmbeddingModels (models/base.py); a plug-in needs embed, head, embedding_dim
-        network = cast(EmbeddingModel, build_model(name, self.task.num_features, self.task.num_classes,
-                                                   self.cfg.model.dropout))
-        return TwoHeadModel(network, self.task.num_classes, self.cfg.fedkwsui.g_ratio, self.cfg.fedkwsui.head_init)
+        # the zoo's networks are EmbeddingModels (models/base.py); a plug-in needs embed, head,
+        # embedding_dim
+        network = cast(
+            EmbeddingModel,
+            build_model(
+                name, self.task.num_features, self.task.num_classes, self.cfg.model.dropout
+            ),
+        )
+        return TwoHeadModel(
+            network, self.task.num_classes, self.cfg.fedkwsui.g_ratio, self.cfg.fedkwsui.head_init
+        )
 
     def init_server(self) -> dict[str, Any]:
         return {"params": self.initial_params(self.cfg.model.name, "global-init")}
 
     def init_client_state(self, client: str) -> Params | None:
-        """`private=persistent`: the client's own private head (seeded per client); shared: no state."""
+        """`private=persistent`: the client's own private head (seeded per client); shared: no
+        state."""
         if self.cfg.fedkwsui.private != "persistent":
             return None
         params = self.initial_params(self.cfg.model.name, "client-init", client)
@@ -233,8 +296,11 @@ class FedKWSUI(Algorithm):
         mu = adaptive_mu(opts.ls_mu, ratio) if opts.adaptive_mu else opts.ls_mu
         return {"ratio": ratio, "mu": mu, "steps": steps}
 
-    def scratch_model(self, name: str, params: Params | None = None, role: str = "global") -> TwoHeadModel:
-        return cast(TwoHeadModel, super().scratch_model(name, params, role))  # built by build_network above
+    def scratch_model(
+        self, name: str, params: Params | None = None, role: str = "global"
+    ) -> TwoHeadModel:
+        # built by build_network above
+        return cast(TwoHeadModel, super().scratch_model(name, params, role))
 
     def _step(self, model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor) -> None:
         optimizer.zero_grad(set_to_none=True)
@@ -242,8 +308,14 @@ class FedKWSUI(Algorithm):
         clip_gradients(model, self.cfg.train)
         optimizer.step()
 
-    def client_update(self, payload: Params, state: Params | None, data: ClientData, round_idx: int,
-                      generator: torch.Generator) -> ClientResult:
+    def client_update(
+        self,
+        payload: Params,
+        state: Params | None,
+        data: ClientData,
+        round_idx: int,
+        generator: torch.Generator,
+    ) -> ClientResult:
         opts, batch = self.cfg.fedkwsui, self.cfg.train.batch_size
         model = self.scratch_model(self.cfg.model.name, payload)
         if state is not None:
@@ -254,11 +326,13 @@ class FedKWSUI(Algorithm):
         private_steps = 0
         if opts.adv_lambda:
             optimizer = make_optimizer(model.parameters(), self.cfg.train)
-            private = cycling_batches(data.num_samples, batch, int(opts.private_ratio * opts.local_steps) + 1, generator)
+            private = cycling_batches(
+                data.num_samples, batch, int(opts.private_ratio * opts.local_steps) + 1, generator
+            )
             for idx in on_device(private, data.x):
-                # The encoder's gradients are dropped here, so its backward pass is never run: the encoder
-                # forward (BatchNorm statistics included) runs without autograd. Same numbers, and a private
-                # step costs about a third of a global one.
+                # The encoder's gradients are dropped here, so its backward pass is never run: the
+                # encoder forward (BatchNorm statistics included) runs without autograd. Same
+                # numbers, and a private step costs about a third of a global one.
                 with torch.no_grad():
                     h = model.embed(data.x[idx])
                 loss = F.cross_entropy(model.private_logits(h), data.y[idx])
@@ -268,22 +342,45 @@ class FedKWSUI(Algorithm):
         optimizer = make_optimizer(model.parameters(), self.cfg.train)
         total: float | torch.Tensor = 0.0
         steps = 0
-        for idx in on_device(cycling_batches(data.num_samples, batch, int(plan["steps"]), generator), data.x):
+        for idx in on_device(
+            cycling_batches(data.num_samples, batch, int(plan["steps"]), generator), data.x
+        ):
             h = model.embed(data.x[idx])
-            loss = alo_loss(model.global_logits(h), model.private_logits(h), data.y[idx], plan["mu"], opts.adv_lambda)
+            loss = alo_loss(
+                model.global_logits(h),
+                model.private_logits(h),
+                data.y[idx],
+                plan["mu"],
+                opts.adv_lambda,
+            )
             self._step(model, optimizer, loss)
             total += loss.detach().double()
             steps += 1
         params = model_params(model)
-        new_state = {k: v for k, v in params.items() if k.startswith(PRIVATE)} if state is not None else None
-        metrics = {"loss": float(total) / steps if steps else float("nan"), "steps": float(steps),
-                   "private_loss": float(private_loss) / max(private_steps, 1), "private_steps": float(private_steps),
-                   "alt_ratio": plan["ratio"], "mu": plan["mu"]}
+        new_state = (
+            {k: v for k, v in params.items() if k.startswith(PRIVATE)}
+            if state is not None
+            else None
+        )
+        metrics = {
+            "loss": float(total) / steps if steps else float("nan"),
+            "steps": float(steps),
+            "private_loss": float(private_loss) / max(private_steps, 1),
+            "private_steps": float(private_steps),
+            "alt_ratio": plan["ratio"],
+            "mu": plan["mu"],
+        }
         return ClientResult(params, new_state, metrics)
 
     @reproduces(client_update)
-    def cohort_update(self, payload: Params, states: list[Params | None], datas: list[ClientData], round_idx: int,
-                      seed: int) -> list[ClientResult]:
+    def cohort_update(
+        self,
+        payload: Params,
+        states: list[Params | None],
+        datas: list[ClientData],
+        round_idx: int,
+        seed: int,
+    ) -> list[ClientResult]:
         return fedkwsui_cohort(self, payload, states, datas, round_idx, seed)
 
     # --- server -----------------------------------------------------------------------------------
@@ -294,26 +391,36 @@ class FedKWSUI(Algorithm):
         choice = cfg.fedkwsui.aggregation
         return {"uniform": "uniform", "weighted": "n_k"}.get(choice, cfg.aggregation.weighting)
 
-    def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
-                      round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
+    def server_update(
+        self, server: dict[str, Any], uploads: list[tuple[Params, int]], round_idx: int
+    ) -> tuple[dict[str, Any], dict[str, float]]:
         params, metrics = self.combine(server, uploads)
         if self.cfg.fedkwsui.private == "persistent":  # private heads stay on the clients
             params.update({k: v for k, v in server["params"].items() if k.startswith(PRIVATE)})
         return {**server, "params": params}, metrics
 
 
-def alt_statistics(cfg, num_classes: int, clients: list[str], counts: list[list[int]]) -> dict[str, float]:
+def alt_statistics(
+    cfg, num_classes: int, clients: list[str], counts: list[list[int]]
+) -> dict[str, float]:
     """Paper Fig. 1's colour: r0 * rbar_k over the clients with data, under `cfg.fedkwsui`'s ALT
-    constants, with the max n_k of Table 1, the resolved cap and r0 (for `fedac data stats`), and the
-    mean ALT steps floor(r0 rbar_k E) per client against E: Sec. 4's rule sum_k r0 rbar_k E = K E
-    makes the mean r0 * rbar_k 1 and the mean steps E less the flooring."""
+    constants, with the max n_k of Table 1, the resolved cap and r0 (for `fedac data stats`), and
+    the mean ALT steps floor(r0 rbar_k E) per client against E: Sec. 4's rule sum_k r0 rbar_k E = K
+    E makes the mean r0 * rbar_k 1 and the mean steps E less the flooring."""
     algo = FedKWSUI(cfg, Task(0, num_classes, clients, counts))
     held = [c for c, n in zip(clients, counts) if sum(n)]
     values = [algo.r0 * algo.ratios[c] for c in held]
     if not values:
         return {}
     steps = cfg.fedkwsui.local_steps
-    return {"size_cap": algo.size_cap, "r0": algo.r0, "max_n_k": float(max(sum(n) for n in counts)),
-            "min": min(values), "median": float(torch.tensor(values).median()), "mean": sum(values) / len(values),
-            "max": max(values), "local_steps": float(steps),
-            "mean_steps": sum(alt_steps(algo.ratios[c], algo.r0, steps) for c in held) / len(held)}
+    return {
+        "size_cap": algo.size_cap,
+        "r0": algo.r0,
+        "max_n_k": float(max(sum(n) for n in counts)),
+        "min": min(values),
+        "median": float(torch.tensor(values).median()),
+        "mean": sum(values) / len(values),
+        "max": max(values),
+        "local_steps": float(steps),
+        "mean_steps": sum(alt_steps(algo.ratios[c], algo.r0, steps) for c in held) / len(held),
+    }

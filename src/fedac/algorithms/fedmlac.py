@@ -1,5 +1,5 @@
-"""FedMLAC (fedmlac.md Section 3.2): personalized client models and a shared Plug-in trained by mutual
-learning (Algorithm 1), Plug-ins combined by Layer-wise Pruning Aggregation (Algorithm 2).
+"""FedMLAC (fedmlac.md Section 3.2): personalized client models and a shared Plug-in trained by
+mutual learning (Algorithm 1), Plug-ins combined by Layer-wise Pruning Aggregation (Algorithm 2).
 
 Client k keeps its own model omega_k (architecture fixed once per client: `model.client_model`, or a
 seeded draw from `model.zoo` when heterogeneous) and receives the global Plug-in theta each round.
@@ -12,18 +12,20 @@ with KL(p || q) = sum_c p(c) log(p(c) / q(c)) (Eq. 5), the first argument being 
 output is detached. Only theta (with n_k) is uploaded; omega never leaves the client.
 
 Choices where the paper is silent (all config options under `fedmlac.`):
-- alpha = 0.5: equal weight of CE and distillation, the balance of deep mutual learning (Eq. 4, lambda = 1).
+- alpha = 0.5: equal weight of CE and distillation, the balance of deep mutual learning (Eq. 4,
+  lambda = 1).
 - temperature = 1: Eq. 7 and 9 on plain softmax outputs; T > 1 softens both and scales KL by T^2
   (Hinton et al.) so gradient magnitudes stay comparable.
 - plugin_ce_weight = 0: Eq. 9 as written, the Plug-in learns the labels only through omega.
-- teacher = "pre_update": Alg. 1 line 13 evaluates grad L^g at (omega_{t+(i)}, theta_{t+(i)}), i.e. the
-  teacher logits of omega computed before omega's step on the same batch are reused; "post_update"
-  recomputes them with the freshly updated omega (one more forward pass).
-- ml = false (`w/o ML`): omega on CE alone, theta on CE alone; lpa = false (`w/o LPA`): n_k-weighted mean.
+- teacher = "pre_update": Alg. 1 line 13 evaluates grad L^g at (omega_{t+(i)}, theta_{t+(i)}), i.e.
+  the teacher logits of omega computed before omega's step on the same batch are reused;
+  "post_update" recomputes them with the freshly updated omega (one more forward pass).
+- ml = false (`w/o ML`): omega on CE alone, theta on CE alone; lpa = false (`w/o LPA`): n_k-weighted
+  mean.
 - warmup_rounds = 0 (beyond the paper): rounds 1..W train as `w/o ML` before mutual learning starts.
-- min_visits = 10: a run whose clients train fewer times than this (rounds x active ratio) warns: the
-  Plug-in learns only through the clients' models (Eq. 9), which need many visits to become confident
-  teachers (README, FedMLAC section, for the measurements).
+- min_visits = 10: a run whose clients train fewer times than this (rounds x active ratio) warns:
+  the Plug-in learns only through the clients' models (Eq. 9), which need many visits to become
+  confident teachers (README, FedMLAC section, for the measurements).
 """
 
 from __future__ import annotations
@@ -34,7 +36,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params, reproduces
+from fedac.algorithms.base import (
+    Algorithm,
+    ClientData,
+    ClientResult,
+    Params,
+    model_params,
+    reproduces,
+)
 from fedac.algorithms.cohort import mutual_cohort
 from fedac.algorithms.mutual import distillation_kl, personalized_loss, plugin_loss  # noqa: F401 (FedMLAC's API)
 from fedac.errors import ConfigError
@@ -44,22 +53,30 @@ log = logging.getLogger(__name__)
 
 
 def expected_visits(cfg, num_clients: int) -> float:
-    """Rounds in which an average client trains: rounds x cohort size / clients (engine.sample_cohort)."""
+    """Rounds in which an average client trains: rounds x cohort size / clients
+    (engine.sample_cohort)."""
     cohort = max(1, int(round(cfg.train.fraction * num_clients)))
     return cfg.train.rounds * min(cohort, num_clients) / max(num_clients, 1)
 
 
 def warn_if_few_visits(cfg, num_clients: int) -> None:
-    """Mutual learning bootstraps slowly: a client's model must become a confident teacher before the
-    Plug-in learns from it (Eq. 9 has no label term). Warn when a client trains too rarely for that."""
+    """Mutual learning bootstraps slowly: a client's model must become a confident teacher before
+    the Plug-in learns from it (Eq. 9 has no label term). Warn when a client trains too rarely for
+    that."""
     visits = expected_visits(cfg, num_clients)
     # (0 clients: not known here, e.g. a Flower server whose clients are whatever devices connect.)
     if cfg.fedmlac.ml and num_clients and visits < cfg.fedmlac.min_visits:
-        log.warning("FedMLAC: each client trains in about %.1f of %d rounds (%d clients, train.fraction=%s); "
-                    "mutual learning needs about %d visits per client to bootstrap, so expect a Plug-in near "
-                    "chance. Raise train.rounds or train.fraction, or lower data.max_clients (or set "
-                    "fedmlac.min_visits to silence this).", visits, cfg.train.rounds, num_clients,
-                    cfg.train.fraction, cfg.fedmlac.min_visits)
+        log.warning(
+            "FedMLAC: each client trains in about %.1f of %d rounds (%d clients, "
+            "train.fraction=%s); mutual learning needs about %d visits per client to bootstrap, so "
+            "expect a Plug-in near chance. Raise train.rounds or train.fraction, or lower "
+            "data.max_clients (or set fedmlac.min_visits to silence this).",
+            visits,
+            cfg.train.rounds,
+            num_clients,
+            cfg.train.fraction,
+            cfg.fedmlac.min_visits,
+        )
 
 
 class FedMLAC(Algorithm):
@@ -75,19 +92,27 @@ class FedMLAC(Algorithm):
         if cfg.fedmlac.temperature <= 0:
             raise ConfigError(f"fedmlac.temperature must be > 0, got {cfg.fedmlac.temperature}")
         if cfg.fedmlac.warmup_rounds < 0:
-            raise ConfigError(f"fedmlac.warmup_rounds must be >= 0, got {cfg.fedmlac.warmup_rounds}")
+            raise ConfigError(
+                f"fedmlac.warmup_rounds must be >= 0, got {cfg.fedmlac.warmup_rounds}"
+            )
         warn_if_few_visits(cfg, len(task.clients))
 
     def mutual(self, round_idx: int) -> bool:
-        """Whether round `round_idx` trains by mutual learning (Eq. 8-9) or by CE alone (`w/o ML`, and
-        the rounds of `fedmlac.warmup_rounds`)."""
+        """Whether round `round_idx` trains by mutual learning (Eq. 8-9) or by CE alone (`w/o ML`,
+        and the rounds of `fedmlac.warmup_rounds`)."""
         return self.cfg.fedmlac.ml and round_idx > self.cfg.fedmlac.warmup_rounds
 
     def init_server(self) -> dict[str, Any]:
         return {"params": self.initial_params(self.cfg.fedmlac.plugin_model, "plugin-init")}
 
-    def client_update(self, payload: Params, state: Params, data: ClientData, round_idx: int,
-                      generator: torch.Generator) -> ClientResult:
+    def client_update(
+        self,
+        payload: Params,
+        state: Params,
+        data: ClientData,
+        round_idx: int,
+        generator: torch.Generator,
+    ) -> ClientResult:
         opts = self.cfg.fedmlac
         mutual = self.mutual(round_idx)
         omega = self.scratch_model(self.client_architecture(data.name), state, role="personal")
@@ -95,7 +120,8 @@ class FedMLAC(Algorithm):
         omega.train(), theta.train()
         opt_omega = make_optimizer(omega.parameters(), self.cfg.train)
         opt_theta = make_optimizer(theta.parameters(), self.cfg.train)
-        sums: dict[str, float | torch.Tensor] = {"loss": 0.0, "plugin_loss": 0.0}  # (tensors: no host sync)
+        # (tensors: no host sync)
+        sums: dict[str, float | torch.Tensor] = {"loss": 0.0, "plugin_loss": 0.0}
         steps = 0
         for idx in client_batches(data.num_samples, self.cfg.train, generator):
             x, y = data.x[idx], data.y[idx]
@@ -103,7 +129,9 @@ class FedMLAC(Algorithm):
             omega_logits = omega(x)
             with torch.no_grad():
                 theta_teacher = theta(x) if mutual else None
-            loss_omega = personalized_loss(omega_logits, theta_teacher, y, opts.alpha, opts.temperature, mutual)
+            loss_omega = personalized_loss(
+                omega_logits, theta_teacher, y, opts.alpha, opts.temperature, mutual
+            )
             opt_omega.zero_grad(set_to_none=True)
             loss_omega.backward()
             clip_gradients(omega, self.cfg.train)
@@ -113,8 +141,12 @@ class FedMLAC(Algorithm):
                 with torch.no_grad():
                     omega_logits = omega(x)
             elif opts.teacher != "pre_update":
-                raise ConfigError(f"fedmlac.teacher must be pre_update or post_update, got {opts.teacher!r}")
-            loss_theta = plugin_loss(theta(x), omega_logits.detach(), y, opts.temperature, opts.plugin_ce_weight, mutual)
+                raise ConfigError(
+                    f"fedmlac.teacher must be pre_update or post_update, got {opts.teacher!r}"
+                )
+            loss_theta = plugin_loss(
+                theta(x), omega_logits.detach(), y, opts.temperature, opts.plugin_ce_weight, mutual
+            )
             opt_theta.zero_grad(set_to_none=True)
             loss_theta.backward()
             clip_gradients(theta, self.cfg.train)
@@ -126,15 +158,23 @@ class FedMLAC(Algorithm):
         return ClientResult(model_params(theta), model_params(omega), metrics)
 
     def stacked_architectures(self) -> list[str]:
-        return [*super().stacked_architectures(), self.cfg.fedmlac.plugin_model]  # the clients' and the Plug-in
+        # the clients' and the Plug-in
+        return [*super().stacked_architectures(), self.cfg.fedmlac.plugin_model]
 
     @reproduces(client_update)
-    def cohort_update(self, payload: Params, states: list[Params], datas: list[ClientData], round_idx: int,
-                      seed: int) -> list[ClientResult]:
+    def cohort_update(
+        self,
+        payload: Params,
+        states: list[Params],
+        datas: list[ClientData],
+        round_idx: int,
+        seed: int,
+    ) -> list[ClientResult]:
         return mutual_cohort(self, payload, states, datas, round_idx, seed)
 
-    def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
-                      round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
+    def server_update(
+        self, server: dict[str, Any], uploads: list[tuple[Params, int]], round_idx: int
+    ) -> tuple[dict[str, Any], dict[str, float]]:
         params, metrics = self.combine(server, uploads, use_lpa=self.cfg.fedmlac.lpa)
         return {**server, "params": params}, metrics
 

@@ -26,7 +26,9 @@ from fedac.models.base import EmbeddingModel
 from fedac.training.local import client_batches, local_step, make_optimizer, on_device
 
 
-def mmd_rbf(source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0, kernel_num: int = 5) -> torch.Tensor:
+def mmd_rbf(
+    source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0, kernel_num: int = 5
+) -> torch.Tensor:
     """Biased MMD^2 of two (B, d) feature batches under a sum of `kernel_num` RBF kernels whose
     bandwidths are the mean pairwise squared distance times kernel_mul^(i - kernel_num // 2)."""
     total = torch.cat([source, target])
@@ -35,21 +37,34 @@ def mmd_rbf(source: torch.Tensor, target: torch.Tensor, kernel_mul: float = 2.0,
     bandwidth = distances.detach().sum() / (n * n - n) + 1e-8
     bandwidth = bandwidth / kernel_mul ** (kernel_num // 2)
     # (cast: a sum of tensors is a tensor, the start 0 aside)
-    kernel = cast(torch.Tensor, sum(torch.exp(-distances / (bandwidth * kernel_mul ** i)) for i in range(kernel_num)))
+    kernel = cast(
+        torch.Tensor,
+        sum(torch.exp(-distances / (bandwidth * kernel_mul**i)) for i in range(kernel_num)),
+    )
     b = source.shape[0]
     return (kernel[:b, :b] + kernel[b:, b:] - kernel[:b, b:] - kernel[b:, :b]).mean()
 
 
 class FedMMD(FedAvg):
     name = "fedmmd"
-    dp_compatible = False  # its DP accounting was never checked: DP runs stay with fedavg, fedprox, fedmlac
+    # its DP accounting was never checked: DP runs stay with fedavg, fedprox, fedmlac
+    dp_compatible = False
 
-    def client_update(self, payload: Params, state: Any, data: ClientData, round_idx: int,
-                      generator: torch.Generator) -> ClientResult:
+    def client_update(
+        self,
+        payload: Params,
+        state: Any,
+        data: ClientData,
+        round_idx: int,
+        generator: torch.Generator,
+    ) -> ClientResult:
         weight = self.cfg.fedmmd.weight
-        # the zoo's networks are EmbeddingModels (models/base.py); a plug-in model needs embed and head
+        # the zoo's networks are EmbeddingModels (models/base.py); a plug-in model needs embed and
+        # head
         model = cast(EmbeddingModel, self.scratch_model(self.cfg.model.name, payload))
-        frozen = cast(EmbeddingModel, self.scratch_model(self.cfg.model.name, payload, role="frozen-global")).eval()
+        frozen = cast(
+            EmbeddingModel, self.scratch_model(self.cfg.model.name, payload, role="frozen-global")
+        ).eval()
         model.train()
         optimizer = make_optimizer(model.parameters(), self.cfg.train)
         total: float | torch.Tensor = 0.0  # summed as tensors (no host sync per step)
@@ -67,5 +82,9 @@ class FedMMD(FedAvg):
                 mmd_total += mmd.detach().double()
             total += local_step(model, optimizer, loss, self.cfg.train)
             steps += 1
-        metrics = {"loss": float(total) / max(steps, 1), "mmd": float(mmd_total) / max(steps, 1), "steps": float(steps)}
+        metrics = {
+            "loss": float(total) / max(steps, 1),
+            "mmd": float(mmd_total) / max(steps, 1),
+            "steps": float(steps),
+        }
         return ClientResult(model_params(model), None, metrics)

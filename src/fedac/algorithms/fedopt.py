@@ -1,5 +1,5 @@
-"""FedOPT family (Reddi et al. 2021, "Adaptive Federated Optimization", Alg. 2): a server optimizer on
-the pseudo-gradient Delta_t = aggregate(client models) - x_t.
+"""FedOPT family (Reddi et al. 2021, "Adaptive Federated Optimization", Alg. 2): a server optimizer
+on the pseudo-gradient Delta_t = aggregate(client models) - x_t.
 
     m_t = beta1 * m_{t-1} + (1 - beta1) * Delta_t     (FedAvgM: m_t = momentum * m_{t-1} + Delta_t)
     FedAdagrad: v_t = v_{t-1} + Delta_t^2
@@ -10,9 +10,10 @@ the pseudo-gradient Delta_t = aggregate(client models) - x_t.
 m and v start at zero (as Flower's strategies do; Reddi et al. allow v_{-1} >= tau^2), without bias
 correction, exactly as Alg. 2 is written.
 
-`fedopt.form=torch` is instead torch's optimizers on the gradient x_t - aggregate, as FedKWS-UI's code
-runs FedOpt: FedAdam is torch.optim.Adam (bias-corrected, eps = tau) and FedAvgM torch.optim.SGD with
-momentum, both on the model's parameters only; buffers (BatchNorm statistics) take the aggregate.
+`fedopt.form=torch` is instead torch's optimizers on the gradient x_t - aggregate, as FedKWS-UI's
+code runs FedOpt: FedAdam is torch.optim.Adam (bias-corrected, eps = tau) and FedAvgM
+torch.optim.SGD with momentum, both on the model's parameters only; buffers (BatchNorm statistics)
+take the aggregate.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from fedac.algorithms.fedavg import FedAvg
 from fedac.errors import ConfigError
 
 
-def _second_moment(rule: str, v: torch.Tensor, delta_sq: torch.Tensor, beta2: float) -> torch.Tensor:
+def _second_moment(
+    rule: str, v: torch.Tensor, delta_sq: torch.Tensor, beta2: float
+) -> torch.Tensor:
     if rule == "adagrad":
         return v + delta_sq
     if rule == "yogi":
@@ -34,11 +37,18 @@ def _second_moment(rule: str, v: torch.Tensor, delta_sq: torch.Tensor, beta2: fl
     return beta2 * v + (1 - beta2) * delta_sq
 
 
-def server_step(rule: str, params: Params, average: Params, state: dict[str, Any], opt,
-                stepped: set[str] | None = None) -> tuple[Params, dict[str, Any]]:
-    """One server-optimizer step for rule in {adam, yogi, adagrad, avgm}; returns new params and moments.
-    `stepped`: the entries the optimizer moves (None: every floating entry); the others take the average.
-    `opt.form == "torch"` bias-corrects Adam's moments with the step count kept in the state."""
+def server_step(
+    rule: str,
+    params: Params,
+    average: Params,
+    state: dict[str, Any],
+    opt,
+    stepped: set[str] | None = None,
+) -> tuple[Params, dict[str, Any]]:
+    """One server-optimizer step for rule in {adam, yogi, adagrad, avgm}; returns new params and
+    moments. `stepped`: the entries the optimizer moves (None: every floating entry); the others
+    take the average. `opt.form == "torch"` bias-corrects Adam's moments with the step count kept in
+    the state."""
     new_params, new_m, new_v = {}, {}, {}
     step = int(state.get("step", 0)) + 1
     torch_form = getattr(opt, "form", "reddi") == "torch"
@@ -53,9 +63,11 @@ def server_step(rule: str, params: Params, average: Params, state: dict[str, Any
             new_params[name] = x + opt.avgm_server_lr * new_m[name]
             continue
         new_m[name] = opt.beta1 * m_prev + (1 - opt.beta1) * delta
-        new_v[name] = _second_moment(rule, state["v"].get(name, torch.zeros_like(x)), delta.square(), opt.beta2)
+        new_v[name] = _second_moment(
+            rule, state["v"].get(name, torch.zeros_like(x)), delta.square(), opt.beta2
+        )
         if torch_form and rule == "adam":  # torch.optim.Adam: bias-corrected moments
-            m_hat, v_hat = new_m[name] / (1 - opt.beta1 ** step), new_v[name] / (1 - opt.beta2 ** step)
+            m_hat, v_hat = new_m[name] / (1 - opt.beta1**step), new_v[name] / (1 - opt.beta2**step)
             new_params[name] = x + opt.server_lr * m_hat / (v_hat.sqrt() + opt.tau)
             continue
         new_params[name] = x + opt.server_lr * new_m[name] / (new_v[name].sqrt() + opt.tau)
@@ -74,15 +86,20 @@ class FedOpt(FedAvg):
     def init_server(self) -> dict[str, Any]:
         return {**super().init_server(), "moments": {"m": {}, "v": {}}}
 
-    def server_update(self, server: dict[str, Any], uploads: list[tuple[Params, int]],
-                      round_idx: int) -> tuple[dict[str, Any], dict[str, float]]:
+    def server_update(
+        self, server: dict[str, Any], uploads: list[tuple[Params, int]], round_idx: int
+    ) -> tuple[dict[str, Any], dict[str, float]]:
         average, metrics = self.combine(server, uploads)
         stepped = None
         if self.cfg.fedopt.form == "torch":
-            stepped = {name for name, _ in self.scratch_model(self.cfg.model.name).named_parameters()}
+            stepped = {
+                name for name, _ in self.scratch_model(self.cfg.model.name).named_parameters()
+            }
         elif self.cfg.fedopt.form != "reddi":
             raise ConfigError(f"fedopt.form must be reddi or torch, got {self.cfg.fedopt.form!r}")
-        params, moments = server_step(self.rule, server["params"], average, server["moments"], self.cfg.fedopt, stepped)
+        params, moments = server_step(
+            self.rule, server["params"], average, server["moments"], self.cfg.fedopt, stepped
+        )
         return {**server, "params": params, "moments": moments}, metrics
 
 

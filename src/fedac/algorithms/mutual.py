@@ -1,5 +1,6 @@
-"""FedMLAC's mutual-learning losses (Eqs. 5, 8, 9), shared by its per-client step (fedmlac.py) and its
-stacked cohort step (cohort.py), which fedmlac.py imports: kept here so the two never import each other."""
+"""FedMLAC's mutual-learning losses (Eqs. 5, 8, 9), shared by its per-client step (fedmlac.py) and
+its stacked cohort step (cohort.py), which fedmlac.py imports: kept here so the two never import
+each other."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ import torch.nn.functional as F
 from fedac.training.local import cross_entropy
 
 
-def distillation_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, temperature: float = 1.0,
-                    weight: torch.Tensor | None = None) -> torch.Tensor:
+def distillation_kl(
+    student_logits: torch.Tensor,
+    teacher_logits: torch.Tensor,
+    temperature: float = 1.0,
+    weight: torch.Tensor | None = None,
+) -> torch.Tensor:
     """KL(p_teacher || p_student) averaged over the batch (Eq. 5), teacher detached, scaled by T^2.
 
-    With per-sample `weight` (clients, batch), as the cohort path passes it, the average is the weighted
-    sum over each client's batch (see `local.cross_entropy`) and the result has one value per client."""
+    With per-sample `weight` (clients, batch), as the cohort path passes it, the average is the
+    weighted sum over each client's batch (see `local.cross_entropy`) and the result has one value
+    per client."""
     t = temperature
     teacher = F.log_softmax(teacher_logits.detach() / t, dim=-1)
     student = F.log_softmax(student_logits / t, dim=-1)
@@ -24,17 +30,34 @@ def distillation_kl(student_logits: torch.Tensor, teacher_logits: torch.Tensor, 
     return (per_sample * weight).sum(-1) * (t * t)
 
 
-def personalized_loss(omega_logits, theta_logits, y, alpha: float, temperature: float = 1.0, ml: bool = True,
-                      weight: torch.Tensor | None = None) -> torch.Tensor:
-    """Eq. 8: alpha * CE(omega) + (1 - alpha) * KL(p_theta || p_omega); CE alone without mutual learning."""
+def personalized_loss(
+    omega_logits,
+    theta_logits,
+    y,
+    alpha: float,
+    temperature: float = 1.0,
+    ml: bool = True,
+    weight: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Eq. 8: alpha * CE(omega) + (1 - alpha) * KL(p_theta || p_omega); CE alone without mutual
+    learning."""
     ce = cross_entropy(omega_logits, y, weight)
     if not ml:
         return ce
-    return alpha * ce + (1 - alpha) * distillation_kl(omega_logits, theta_logits, temperature, weight)
+    return alpha * ce + (1 - alpha) * distillation_kl(
+        omega_logits, theta_logits, temperature, weight
+    )
 
 
-def plugin_loss(theta_logits, omega_logits, y, temperature: float = 1.0, ce_weight: float = 0.0, ml: bool = True,
-                weight: torch.Tensor | None = None) -> torch.Tensor:
+def plugin_loss(
+    theta_logits,
+    omega_logits,
+    y,
+    temperature: float = 1.0,
+    ce_weight: float = 0.0,
+    ml: bool = True,
+    weight: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Eq. 9: KL(p_omega || p_theta) (+ optional CE weight); CE alone without mutual learning."""
     if not ml:
         return cross_entropy(theta_logits, y, weight)

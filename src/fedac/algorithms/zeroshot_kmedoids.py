@@ -1,9 +1,11 @@
-"""k-medoids by PAM (Kaufman & Rousseeuw 1990): a greedy BUILD, then SWAP until no swap lowers the cost.
+"""k-medoids by PAM (Kaufman & Rousseeuw 1990): a greedy BUILD, then SWAP until no swap lowers the
+cost.
 
-Why hand-written: the `kmedoids` package (FasterPAM) is GPL-3.0-or-later while fedac is Apache-2.0, and
-scikit-learn-extra's KMedoids does not import under numpy 2 (binary incompatibility). The zero-shot
-algorithm clusters a few thousand points into a handful of clusters, where PAM's O(k n^2) per swap
-pass over a precomputed distance matrix is cheap. Tested against brute force on small cases.
+Why hand-written: the `kmedoids` package (FasterPAM) is GPL-3.0-or-later while fedac is Apache-2.0,
+and scikit-learn-extra's KMedoids does not import under numpy 2 (binary incompatibility). The
+zero-shot algorithm clusters a few thousand points into a handful of clusters, where PAM's O(k n^2)
+per swap pass over a precomputed distance matrix is cheap. Tested against brute force on small
+cases.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import numpy as np
 def pairwise_distances(points: np.ndarray) -> np.ndarray:
     """Euclidean distances between the rows of `points` (n, d)."""
     points = np.asarray(points, dtype=np.float64)
-    sq = (points ** 2).sum(1)
+    sq = (points**2).sum(1)
     d = np.sqrt(np.clip(sq[:, None] + sq[None, :] - 2.0 * points @ points.T, 0.0, None))
     np.fill_diagonal(d, 0.0)  # the expansion leaves rounding residue where it must be exactly 0
     return d
@@ -28,9 +30,9 @@ def total_cost(distances: np.ndarray, medoids) -> float:
 def pam(distances: np.ndarray, k: int, max_iter: int = 100) -> tuple[np.ndarray, np.ndarray]:
     """(medoid indices (k,), cluster of each point (n,) as an index into the medoids).
 
-    BUILD adds, one at a time, the point that lowers the total cost most; SWAP then replaces a medoid
-    by a non-medoid while that lowers the cost (the best swap of each pass). Deterministic: ties go to
-    the lowest index.
+    BUILD adds, one at a time, the point that lowers the total cost most; SWAP then replaces a
+    medoid by a non-medoid while that lowers the cost (the best swap of each pass). Deterministic:
+    ties go to the lowest index.
     """
     d = np.asarray(distances, dtype=np.float64)
     n = d.shape[0]

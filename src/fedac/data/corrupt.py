@@ -10,13 +10,14 @@ the paper; `spread="uniform"` (default) gives e / (C - 1) to each, so every clie
 matrix and only its draws differ; `spread="random"` gives each client its own seeded split of e
 over the other classes (a Dirichlet(1) draw per row), i.e. client-specific confusions. Either way
 the expected flip rate of every class is exactly e, for any C >= 2. Only training labels change:
-validation, test and each client's local hold-out keep their true labels (`corrupt_training_labels`).
+validation, test and each client's local hold-out keep their true labels
+(`corrupt_training_labels`).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Iterable
+from collections.abc import Iterable
 
 import numpy as np
 
@@ -29,7 +30,8 @@ SPREADS = ("uniform", "random")
 
 
 def add_white_noise(audio: np.ndarray, snr_db: float, seed: int, key: str) -> np.ndarray:
-    """y = x + n with n ~ N(0, P_s * 10^(-SNR/10)), P_s = mean(x^2); SNR >= 100 dB returns x unchanged.
+    """y = x + n with n ~ N(0, P_s * 10^(-SNR/10)), P_s = mean(x^2); SNR >= 100 dB returns x
+    unchanged.
 
     `key` identifies the file (e.g. its path), so each file gets its own reproducible draw. The
     power is measured over the whole clip, silences included, as the paper's formula states.
@@ -49,7 +51,9 @@ def _check_rate(error_rate: float) -> None:
         raise ConfigError(f"data.label_error must lie in [0, 1], got {error_rate}")
 
 
-def transition_matrix(num_classes: int, error_rate: float, rng: np.random.Generator | None = None) -> np.ndarray:
+def transition_matrix(
+    num_classes: int, error_rate: float, rng: np.random.Generator | None = None
+) -> np.ndarray:
     """C x C row-stochastic matrix: diagonal 1 - e, the error mass e spread over the other classes.
 
     rng None: spread evenly (e / (C - 1) each). With an rng: each row's e is split by a Dirichlet(1)
@@ -63,12 +67,16 @@ def transition_matrix(num_classes: int, error_rate: float, rng: np.random.Genera
     else:
         matrix = np.zeros((num_classes, num_classes))
         off = ~np.eye(num_classes, dtype=bool)
-        matrix[off] = (error_rate * rng.dirichlet(np.ones(num_classes - 1), size=num_classes)).ravel()
+        matrix[off] = (
+            error_rate * rng.dirichlet(np.ones(num_classes - 1), size=num_classes)
+        ).ravel()
     np.fill_diagonal(matrix, 1.0 - error_rate)
     return matrix
 
 
-def client_matrix(num_classes: int, error_rate: float, seed: int, client: str, spread: str = "uniform") -> np.ndarray:
+def client_matrix(
+    num_classes: int, error_rate: float, seed: int, client: str, spread: str = "uniform"
+) -> np.ndarray:
     """The transition matrix of one client (see the module notes on `spread`)."""
     if spread not in SPREADS:
         raise ConfigError(f"label-error spread must be one of {', '.join(SPREADS)}, got {spread!r}")
@@ -77,7 +85,12 @@ def client_matrix(num_classes: int, error_rate: float, seed: int, client: str, s
 
 
 def corrupt_labels(
-    labels: np.ndarray, num_classes: int, error_rate: float, seed: int, client: str, spread: str = "uniform"
+    labels: np.ndarray,
+    num_classes: int,
+    error_rate: float,
+    seed: int,
+    client: str,
+    spread: str = "uniform",
 ) -> np.ndarray:
     """Draw each label of one client from its row of the client's transition matrix."""
     labels = np.asarray(labels)
@@ -85,7 +98,10 @@ def corrupt_labels(
     if error_rate <= 0 or len(labels) == 0:
         return labels.copy()
     if labels.min() < 0 or labels.max() >= num_classes:
-        raise ValueError(f"labels of client {client} must lie in [0, {num_classes}), got {labels.min()}..{labels.max()}")
+        raise ValueError(
+            f"labels of client {client} must lie in [0, {num_classes}), got "
+            f"{labels.min()}..{labels.max()}"
+        )
     matrix = client_matrix(num_classes, error_rate, seed, client, spread)
     rng = numpy_rng(seed, "label-error", client)
     cumulative = matrix[labels].cumsum(axis=1)
@@ -106,5 +122,7 @@ def corrupt_training_labels(
     for client in clients:
         train = np.asarray(client.train, dtype=np.int64)
         if len(train):
-            labels[train] = corrupt_labels(truth[train], manifest.num_classes, error_rate, seed, client.name, spread)
+            labels[train] = corrupt_labels(
+                truth[train], manifest.num_classes, error_rate, seed, client.name, spread
+            )
     return labels

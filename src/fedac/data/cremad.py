@@ -35,8 +35,8 @@ FILENAME = re.compile(
     rf"_(?P<level>{'|'.join(LEVELS)})\.wav$"
 )
 SOURCE = (
-    "CREMA-D comes from https://github.com/CheyneyComputerScience/CREMA-D (AudioWAV folder, Git LFS); "
-    "`fedac data synth-emotions --out DIR` writes a synthetic stand-in in the same layout."
+    "CREMA-D comes from https://github.com/CheyneyComputerScience/CREMA-D (AudioWAV folder, Git "
+    "LFS); `fedac data synth-emotions --out DIR` writes a synthetic stand-in in the same layout."
 )
 
 
@@ -51,7 +51,11 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
     folder = require_dir(root / "AudioWAV", "CREMA-D audio folder", SOURCE)
     test = int(choose_fold(cfg.test_fold, "0", FOLDS, "CREMA-D (5 actor folds)"))
     val = (test + 1) % NUM_FOLDS
-    files = sorted(reject_broken_link(p) for p in folder.iterdir() if p.suffix.lower() == ".wav" and not p.name.startswith("."))
+    files = sorted(
+        reject_broken_link(p)
+        for p in folder.iterdir()
+        if p.suffix.lower() == ".wav" and not p.name.startswith(".")
+    )
     if not files:
         raise DatasetError(f"CREMA-D audio folder {folder} holds no .wav files. {SOURCE}")
     parsed, bad = [], []
@@ -64,7 +68,8 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
     if bad:
         raise DatasetError(
             f"{folder}: file names {shorten(bad)} do not follow CREMA-D's "
-            "<actor>_<sentence>_<emotion>_<level>.wav naming (e.g. 1001_DFA_ANG_XX.wav); rename or remove them"
+            "<actor>_<sentence>_<emotion>_<level>.wav naming (e.g. 1001_DFA_ANG_XX.wav); rename or "
+            "remove them"
         )
     if not parsed:
         raise DatasetError(f"{folder} holds no clip of the emotions {', '.join(CLASSES)}")

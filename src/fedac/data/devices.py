@@ -1,26 +1,30 @@
-"""Audio that lives on one device, and `fedac data split-devices`, which makes such folders from a dataset.
+"""Audio that lives on one device, and `fedac data split-devices`, which makes such folders from a
+dataset.
 
-A Flower SuperNode in device mode (docs/flower.md) trains from a folder of its own labelled clips. The
-folder's layout (node-config `data-layout`):
+A Flower SuperNode in device mode (docs/flower.md) trains from a folder of its own labelled clips.
+The folder's layout (node-config `data-layout`):
 
   csv       a CSV with columns `file,label` (default `<root>/labels.csv`; `file` relative to the
-            root). The row order is the clip order, over which the local hold-out is drawn (`split-devices` writes
-            the rows in the order of the dataset's manifest, so a device draws the simulator's hold-out).
+            root). The row order is the clip order, over which the local hold-out is drawn
+            (`split-devices` writes the rows in the order of the dataset's manifest, so a device
+            draws the simulator's hold-out).
   folders   `<root>/<label>/<file>.wav`, clips in sorted path order.
   official  the official layout of the run's dataset, restricted to the files present: Speech
-            Commands `<word>/<file>.wav` (the 12-class task maps the other words to `_unknown_`; background
-            noise is not cut into `_silence_` slices on a device: list such slices in a CSV), CREMA-D
-            `AudioWAV/<actor>_<sentence>_<emotion>_<level>.wav`, UrbanSound8K
-            `audio/fold<k>/<fsID>-<classID>-<occurrence>-<slice>.wav`. File names are parsed with the
-            dataset loaders' own patterns. IEMOCAP has no per-file labels in its layout: use csv.
+            Commands `<word>/<file>.wav` (the 12-class task maps the other words to `_unknown_`;
+            background noise is not cut into `_silence_` slices on a device: list such slices in a
+            CSV), CREMA-D `AudioWAV/<actor>_<sentence>_<emotion>_<level>.wav`, UrbanSound8K
+            `audio/fold<k>/<fsID>-<classID>-<occurrence>-<slice>.wav`. File names are parsed with
+            the dataset loaders' own patterns. IEMOCAP has no per-file labels in its layout: use
+            csv.
   auto      (default) csv when the CSV exists, else official when the dataset's official folders are
             there, else folders.
 
-The run's label set comes from the server (it sends the class names with every message). A file whose
-label the run does not know is skipped and counted by label; a file that cannot be decoded is skipped
-and named. Both go into the `DeviceReport`, which the node sends to the server, so nothing crashes on a
-device's odd files. Every file is decoded once to check it (features.undecodable, the check data.on_bad_file=skip
-uses too); the verdict is cached under the feature cache, keyed by the file's path, size and modification time.
+The run's label set comes from the server (it sends the class names with every message). A file
+whose label the run does not know is skipped and counted by label; a file that cannot be decoded is
+skipped and named. Both go into the `DeviceReport`, which the node sends to the server, so nothing
+crashes on a device's odd files. Every file is decoded once to check it (features.undecodable, the
+check data.on_bad_file=skip uses too); the verdict is cached under the feature cache, keyed by the
+file's path, size and modification time.
 """
 
 from __future__ import annotations
@@ -69,23 +73,30 @@ class DeviceReport:
         parts = []
         if self.unknown:
             labels = ", ".join(f"{label} ({n})" for label, n in sorted(self.unknown.items()))
-            parts.append(f"{sum(self.unknown.values())} file(s) with labels the run does not know: {labels}")
+            parts.append(
+                f"{sum(self.unknown.values())} file(s) with labels the run does not know: {labels}"
+            )
         if self.corrupt:
             parts.append(f"{len(self.corrupt)} unreadable file(s): {shorten(self.corrupt, 3)}")
         if self.missing:
-            parts.append(f"{len(self.missing)} listed file(s) that do not exist: {shorten(self.missing, 3)}")
+            parts.append(
+                f"{len(self.missing)} listed file(s) that do not exist: {shorten(self.missing, 3)}"
+            )
         return "; ".join(parts)
 
 
-# --------------------------------------------------------------------------- reading a device's folder
+# --------------------------------------------------------------------------- reading a device's
+# folder
 
 
 def _official_entries(root: Path, dataset: str, classes: list[str]) -> list[tuple[Path, str]]:
-    """(file, label name) of the official-layout files present, named by the dataset loader's patterns."""
+    """(file, label name) of the official-layout files present, named by the dataset loader's
+    patterns."""
     entries: list[tuple[Path, str]] = []
     if dataset == "speech_commands":
-        # The label is the word folder; words outside the task's classes are `_unknown_` (12-class task).
-        # Other folders keep their name as label, so they are reported as labels the run does not know.
+        # The label is the word folder; words outside the task's classes are `_unknown_` (12-class
+        # task). Other folders keep their name as label, so they are reported as labels the run does
+        # not know.
         for path, word in _folder_entries(root):
             unknown = word in gsc.WORDS_35 and word not in classes and gsc.UNKNOWN in classes
             entries.append((path, gsc.UNKNOWN if unknown else word))
@@ -96,11 +107,16 @@ def _official_entries(root: Path, dataset: str, classes: list[str]) -> list[tupl
     elif dataset == "urbansound8k":
         for path in sorted((root / "audio").glob("fold*/*.wav")):
             parts = path.stem.split("-")
-            known = len(parts) == 4 and parts[1].isdigit() and int(parts[1]) < len(urbansound8k.CLASSES)
+            known = (
+                len(parts) == 4 and parts[1].isdigit() and int(parts[1]) < len(urbansound8k.CLASSES)
+            )
             entries.append((path, urbansound8k.CLASSES[int(parts[1])] if known else UNPARSED))
     else:
-        raise ConfigError(f"data-layout=official is not available for dataset '{dataset}' on a device (its labels "
-                          f"are not in its file names): write a {LABELS_CSV} with columns file,label and use data-layout=csv")
+        raise ConfigError(
+            f"data-layout=official is not available for dataset '{dataset}' on a device (its "
+            f"labels are not in its file names): write a {LABELS_CSV} with columns file,label and "
+            "use data-layout=csv"
+        )
     return entries
 
 
@@ -112,13 +128,17 @@ def _has_official_layout(root: Path, dataset: str) -> bool:
 
 def _csv_entries(root: Path, table: Path, report: DeviceReport) -> list[tuple[Path, str]]:
     if not table.is_file():
-        raise DatasetError(f"label table {table} does not exist: write one with columns file,label "
-                           f"(file relative to {root}), or start the node with data-layout=folders")
+        raise DatasetError(
+            f"label table {table} does not exist: write one with columns file,label "
+            f"(file relative to {root}), or start the node with data-layout=folders"
+        )
     with open(table, newline="") as handle:
         reader = csv.DictReader(handle)
         if not {"file", "label"} <= set(reader.fieldnames or []):
-            raise DatasetError(f"{table} must have the columns file,label (it has {reader.fieldnames}); "
-                               "add a header row 'file,label'")
+            raise DatasetError(
+                f"{table} must have the columns file,label (it has {reader.fieldnames}); "
+                "add a header row 'file,label'"
+            )
         entries = []
         for row in reader:
             path = root / str(row["file"]).strip()
@@ -130,21 +150,37 @@ def _csv_entries(root: Path, table: Path, report: DeviceReport) -> list[tuple[Pa
 
 
 def _folder_entries(root: Path) -> list[tuple[Path, str]]:
-    return [(path, path.parent.name) for path in sorted(root.glob("*/*.wav")) if not path.parent.name.startswith(".")]
+    return [
+        (path, path.parent.name)
+        for path in sorted(root.glob("*/*.wav"))
+        if not path.parent.name.startswith(".")
+    ]
 
 
-def read_device(root: str | Path, cfg: Config, classes: list[str], client: str, layout: str = "auto",
-                labels_csv: str | None = None) -> tuple[Manifest, DeviceReport]:
-    """The device's usable clips as a Manifest (every clip its own client's training data, labels indexed
-    in `classes`, the run's label set) and a report of what was skipped."""
+def read_device(
+    root: str | Path,
+    cfg: Config,
+    classes: list[str],
+    client: str,
+    layout: str = "auto",
+    labels_csv: str | None = None,
+) -> tuple[Manifest, DeviceReport]:
+    """The device's usable clips as a Manifest (every clip its own client's training data, labels
+    indexed in `classes`, the run's label set) and a report of what was skipped."""
     root = Path(root).expanduser()
     if not root.is_dir():
         raise DatasetError(f"device data folder {root} (node-config data-root) does not exist")
     if layout not in LAYOUTS:
-        raise ConfigError(f"node-config data-layout must be one of {', '.join(LAYOUTS)}, got {layout!r}")
+        raise ConfigError(
+            f"node-config data-layout must be one of {', '.join(LAYOUTS)}, got {layout!r}"
+        )
     table = Path(labels_csv).expanduser() if labels_csv else root / LABELS_CSV
     if layout == "auto":
-        layout = "csv" if table.is_file() else ("official" if _has_official_layout(root, cfg.dataset) else "folders")
+        layout = (
+            "csv"
+            if table.is_file()
+            else ("official" if _has_official_layout(root, cfg.dataset) else "folders")
+        )
     report = DeviceReport()
     if layout == "csv":
         entries = _csv_entries(root, table, report)
@@ -162,14 +198,19 @@ def read_device(root: str | Path, cfg: Config, classes: list[str], client: str, 
             report.unknown[label] += 1
     bad = undecodable([path for path, _ in known], cfg.data.cache_dir)
     report.corrupt = [f"{path}: {reason}" for path, reason in bad.items()]
-    clips = [Clip(str(path), label, client, "train", group=str(path)) for path, label in known if str(path) not in bad]
+    clips = [
+        Clip(str(path), label, client, "train", group=str(path))
+        for path, label in known
+        if str(path) not in bad
+    ]
     if report.summary():
         log.warning("device %s (%s): skipped %s", client, root, report.summary())
     if not clips:
         raise DatasetError(
-            f"device {client}: {root} holds no usable clip (layout {layout}, {report.files} file(s); "
-            f"{report.summary() or 'none found'}). Put clips as <label>/<file>.wav or list them in {table.name}, "
-            f"with labels of the run: {', '.join(classes)}")
+            f"device {client}: {root} holds no usable clip (layout {layout}, {report.files} "
+            f"file(s); {report.summary() or 'none found'}). Put clips as <label>/<file>.wav or "
+            f"list them in {table.name}, with labels of the run: {', '.join(classes)}"
+        )
     return Manifest(f"device-{cfg.dataset}", str(root), list(classes), clips), report
 
 
@@ -177,7 +218,8 @@ def read_device(root: str | Path, cfg: Config, classes: list[str], client: str, 
 
 
 def _device_name(clip: Clip, label: str, taken: set[str]) -> str:
-    """`<label>/<file>`, prefixed with the source folder (and the slice offset) when two clips would collide."""
+    """`<label>/<file>`, prefixed with the source folder (and the slice offset) when two clips would
+    collide."""
     path = Path(clip.path)
     stem = path.stem if not clip.duration else f"{path.stem}_{clip.offset:g}s"
     name = f"{label}/{stem}{path.suffix}"
@@ -201,23 +243,40 @@ def _copy_clip(clip: Clip, dest: Path) -> None:
 
 
 def split_devices(cfg: Config, out: str | Path, progress: bool = True) -> dict:
-    """One folder per client of the run's partition, `<out>/<client>/<label>/<file>` with a `labels.csv`
-    (rows in manifest order, true labels: label errors are drawn on the device at run time, as in the
-    simulator) and a `device.json` naming the client. Clips of validation and test stay off the devices."""
+    """One folder per client of the run's partition, `<out>/<client>/<label>/<file>` with a
+    `labels.csv` (rows in manifest order, true labels: label errors are drawn on the device at run
+    time, as in the simulator) and a `device.json` naming the client. Clips of validation and test
+    stay off the devices."""
     from tqdm import tqdm
 
     spec = dataset_spec(cfg.dataset)
-    # data.on_bad_file=skip leaves the same clips out as `fedac run`, so the devices get the simulator's partition
-    manifest, bad = screen_manifest(load_manifest(cfg, progress), cfg.data.on_bad_file, cfg.data.cache_dir, progress)
+    # data.on_bad_file=skip leaves the same clips out as `fedac run`, so the devices get the
+    # simulator's partition
+    manifest, bad = screen_manifest(
+        load_manifest(cfg, progress), cfg.data.on_bad_file, cfg.data.cache_dir, progress
+    )
     if bad:
-        log.warning("split-devices: left out %d audio file(s) that cannot be decoded (data.on_bad_file=skip): %s",
-                    len(bad), shorten(sorted(bad), 3))
+        log.warning(
+            "split-devices: left out %d audio file(s) that cannot be decoded "
+            "(data.on_bad_file=skip): %s",
+            len(bad),
+            shorten(sorted(bad), 3),
+        )
     splits = partition(manifest, cfg.data, cfg.seed, spec.default_partition)
     out = Path(out)
-    params = {"dataset": manifest.name, "root": str(Path(manifest.root).resolve()), "seed": cfg.seed, "task": cfg.data.task,
-              "partition": cfg.data.partition or spec.default_partition, "num_clients": cfg.data.num_clients,
-              "alpha": cfg.data.alpha, "max_clients": cfg.data.max_clients, "test_fold": cfg.data.test_fold,
-              "min_client_size": cfg.data.min_client_size, "group_by_source": cfg.data.group_by_source}
+    params = {
+        "dataset": manifest.name,
+        "root": str(Path(manifest.root).resolve()),
+        "seed": cfg.seed,
+        "task": cfg.data.task,
+        "partition": cfg.data.partition or spec.default_partition,
+        "num_clients": cfg.data.num_clients,
+        "alpha": cfg.data.alpha,
+        "max_clients": cfg.data.max_clients,
+        "test_fold": cfg.data.test_fold,
+        "min_client_size": cfg.data.min_client_size,
+        "group_by_source": cfg.data.group_by_source,
+    }
     if bad:  # (only then: folders written before this setting existed stay valid)
         params["bad_files"] = sorted(bad)
     names = [split.name for split in splits]
@@ -242,10 +301,20 @@ def split_devices(cfg: Config, out: str | Path, progress: bool = True) -> dict:
             writer = csv.writer(handle)
             writer.writerow(["file", "label"])
             writer.writerows(rows)
-        (folder / DEVICE_INFO).write_text(json.dumps({"client": split.name, "dataset": cfg.dataset, "clips": len(rows),
-                                                      **params}, indent=2) + "\n")
+        (folder / DEVICE_INFO).write_text(
+            json.dumps(
+                {"client": split.name, "dataset": cfg.dataset, "clips": len(rows), **params},
+                indent=2,
+            )
+            + "\n"
+        )
     sizes = [len(s.train) + len(s.holdout) for s in splits]
-    stats = {"clients": len(splits), "clips": sum(sizes), "min_clips": min(sizes), "max_clips": max(sizes)}
+    stats = {
+        "clients": len(splits),
+        "clips": sum(sizes),
+        "min_clips": min(sizes),
+        "max_clips": max(sizes),
+    }
     finish(out, params, stats)
     return stats
 
@@ -258,5 +327,7 @@ def device_client_name(root: str | Path) -> str | None:
     try:
         return str(json.loads(info.read_text())["client"])
     except (ValueError, KeyError):
-        raise DatasetError(f"{info} is not a split-devices description (no 'client'); delete it or "
-                           "name the client with node-config client=NAME") from None
+        raise DatasetError(
+            f"{info} is not a split-devices description (no 'client'); delete it or "
+            "name the client with node-config client=NAME"
+        ) from None

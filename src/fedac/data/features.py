@@ -8,12 +8,13 @@ torchaudio has no CPU build on our target machines and librosa would add numba/l
 filterbank, so the HTK mel filterbank is written here (tested against its defining properties);
 the DCT-II basis comes from scipy.
 
-`features.style=fedkws` is FedKWS-UI's official pipeline (torchaudio's MFCC with the code's arguments,
-re-derived here): audio at 8 kHz, n_fft = window = 240 with hop 80 (101 frames a second), HTK mel
-filters over 0-4 kHz, power -> 10 log10(max(p, 1e-10)) floored at the clip's peak - 80 dB (torchaudio's
-AmplitudeToDB(top_db=80), one clip at a time), orthonormal DCT-II to 40 coefficients, then / 500 and no
-CMVN (engine/data.py's `model_input`). Resampling uses scipy's polyphase filter, not torchaudio's sinc
-interpolation, so the features match the code's to the resampler's difference, not bit for bit.
+`features.style=fedkws` is FedKWS-UI's official pipeline (torchaudio's MFCC with the code's
+arguments, re-derived here): audio at 8 kHz, n_fft = window = 240 with hop 80 (101 frames a second),
+HTK mel filters over 0-4 kHz, power -> 10 log10(max(p, 1e-10)) floored at the clip's peak - 80 dB
+(torchaudio's AmplitudeToDB(top_db=80), one clip at a time), orthonormal DCT-II to 40 coefficients,
+then / 500 and no CMVN (engine/data.py's `model_input`). Resampling uses scipy's polyphase filter,
+not torchaudio's sinc interpolation, so the features match the code's to the resampler's difference,
+not bit for bit.
 """
 
 from __future__ import annotations
@@ -40,9 +41,11 @@ from fedac.data.manifest import Manifest
 from fedac.errors import AudioError, ConfigError
 from fedac.seeding import torch_generator
 
-#: 2: truncated WAV files are rejected (issue 43); a version-1 cache may hold the features of a cut file.
+#: 2: truncated WAV files are rejected (issue 43); a version-1 cache may hold the features of a cut
+#: file.
 CACHE_VERSION = 2
-#: Version of the decode verdicts of `undecodable`: bump it whenever `load_audio` rejects more files.
+#: Version of the decode verdicts of `undecodable`: bump it whenever `load_audio` rejects more
+#: files.
 VERDICT_VERSION = 1
 
 
@@ -54,8 +57,11 @@ def mel_to_hz(mel: np.ndarray | float) -> np.ndarray:
     return 700.0 * (10.0 ** (np.asarray(mel, dtype=np.float64) / 2595.0) - 1.0)
 
 
-def mel_filterbank(n_mels: int, n_fft: int, sample_rate: int, f_min: float = 20.0, f_max: float | None = None) -> np.ndarray:
-    """HTK-style triangular filters, shape (n_mels, n_fft // 2 + 1), each peaking at 1 on its centre."""
+def mel_filterbank(
+    n_mels: int, n_fft: int, sample_rate: int, f_min: float = 20.0, f_max: float | None = None
+) -> np.ndarray:
+    """HTK-style triangular filters, shape (n_mels, n_fft // 2 + 1), each peaking at 1 on its
+    centre."""
     f_max = f_max or sample_rate / 2
     fft_freqs = np.linspace(0.0, sample_rate / 2, n_fft // 2 + 1)
     edges = mel_to_hz(np.linspace(hz_to_mel(f_min), hz_to_mel(f_max), n_mels + 2))
@@ -65,7 +71,8 @@ def mel_filterbank(n_mels: int, n_fft: int, sample_rate: int, f_min: float = 20.
     return np.clip(np.minimum(rising, falling), 0.0, None).astype(np.float32)
 
 
-#: FedKWS-UI's feature constants (preprocess.py of the official code): dB floor under the peak, divisor.
+#: FedKWS-UI's feature constants (preprocess.py of the official code): dB floor under the peak,
+#: divisor.
 FEDKWS_TOP_DB, FEDKWS_SCALE = 80.0, 500.0
 
 
@@ -75,7 +82,9 @@ def resolve_features(cfg: FeatureConfig) -> FeatureConfig:
         return cfg
     if cfg.style != "fedkws":
         raise ConfigError(f"features.style must be fedac or fedkws, got {cfg.style!r}")
-    return replace(cfg, kind="mfcc", sample_rate=8000, win_ms=30.0, hop_ms=10.0, n_mels=40, n_mfcc=40)
+    return replace(
+        cfg, kind="mfcc", sample_rate=8000, win_ms=30.0, hop_ms=10.0, n_mels=40, n_mfcc=40
+    )
 
 
 class FeatureExtractor:
@@ -92,7 +101,9 @@ class FeatureExtractor:
         # fedkws: torchaudio's n_fft = window (240); fedac pads the window to a power of two
         self.n_fft = self.win_length if self.fedkws else 2 ** math.ceil(math.log2(self.win_length))
         self.window = torch.hann_window(self.win_length)
-        self.mel = torch.from_numpy(mel_filterbank(cfg.n_mels, self.n_fft, cfg.sample_rate, 0.0 if self.fedkws else 20.0))
+        self.mel = torch.from_numpy(
+            mel_filterbank(cfg.n_mels, self.n_fft, cfg.sample_rate, 0.0 if self.fedkws else 20.0)
+        )
         self.dct = None
         if cfg.kind == "mfcc":
             if cfg.n_mfcc > cfg.n_mels:
@@ -101,7 +112,8 @@ class FeatureExtractor:
             self.dct = torch.from_numpy(basis.astype(np.float32))
 
     def to(self, device: torch.device | str) -> FeatureExtractor:
-        """This extractor with its window, mel and DCT matrices on `device` (itself when already there)."""
+        """This extractor with its window, mel and DCT matrices on `device` (itself when already
+        there)."""
         if self.window.device == torch.device(device):
             return self
         moved = copy.copy(self)
@@ -116,8 +128,13 @@ class FeatureExtractor:
     def __call__(self, waves: torch.Tensor) -> torch.Tensor:
         """(batch, samples) float32 -> (batch, features, frames)."""
         spec = torch.stft(
-            waves, self.n_fft, self.hop_length, self.win_length, self.window,
-            center=True, return_complex=True,
+            waves,
+            self.n_fft,
+            self.hop_length,
+            self.win_length,
+            self.window,
+            center=True,
+            return_complex=True,
         )
         power = spec.real.square() + spec.imag.square()
         if self.fedkws:
@@ -131,7 +148,8 @@ class FeatureExtractor:
 
 @dataclass
 class FeatureSet:
-    """Features of every model-input window of a manifest; `clip_index` maps a window to its clip."""
+    """Features of every model-input window of a manifest; `clip_index` maps a window to its
+    clip."""
 
     features: torch.Tensor
     clip_index: torch.Tensor
@@ -146,10 +164,10 @@ def cache_root(cache_dir: str | None) -> Path:
 
 
 def undecodable(paths, cache_dir: str | None, progress: bool = False) -> dict[str, str]:
-    """path -> why `load_audio` rejects it, for each of `paths` that cannot be decoded: the one verdict
-    that data.on_bad_file=skip and device folders act on. Each file is decoded whole at its own rate
-    (the errors do not depend on the rate); the verdicts are cached under the feature cache, keyed by
-    every file's path, size and mtime, so an unchanged dataset is checked once."""
+    """path -> why `load_audio` rejects it, for each of `paths` that cannot be decoded: the one
+    verdict that data.on_bad_file=skip and device folders act on. Each file is decoded whole at its
+    own rate (the errors do not depend on the rate); the verdicts are cached under the feature
+    cache, keyed by every file's path, size and mtime, so an unchanged dataset is checked once."""
     paths = sorted({str(p) for p in paths})
     keys = [f"v{VERDICT_VERSION}"]
     for path in paths:
@@ -171,11 +189,19 @@ def undecodable(paths, cache_dir: str | None, progress: bool = False) -> dict[st
         return None
 
     with ThreadPoolExecutor(max_workers=4) as pool:
-        verdicts = list(tqdm(pool.map(verdict, paths), total=len(paths), desc="checking audio", unit="file",
-                             disable=not progress))
+        verdicts = list(
+            tqdm(
+                pool.map(verdict, paths),
+                total=len(paths),
+                desc="checking audio",
+                unit="file",
+                disable=not progress,
+            )
+        )
     bad = {path: reason for path, reason in zip(paths, verdicts) if reason is not None}
     cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = cached.with_name(f".{cached.name}.tmp{os.getpid()}")  # Flower ClientApp processes may race
+    # Flower ClientApp processes may race
+    tmp = cached.with_name(f".{cached.name}.tmp{os.getpid()}")
     tmp.write_text(json.dumps(bad))
     os.replace(tmp, cached)
     return bad
@@ -184,19 +210,25 @@ def undecodable(paths, cache_dir: str | None, progress: bool = False) -> dict[st
 ON_BAD_FILE = ("error", "skip")
 
 
-def screen_manifest(manifest: Manifest, on_bad_file: str, cache_dir: str | None,
-                    progress: bool = False) -> tuple[Manifest, dict[str, str]]:
-    """data.on_bad_file: `error` returns the manifest as it is (its first bad file stops the run where it
-    is decoded, at no cost to a good dataset); `skip` returns it without the clips whose file cannot be
-    decoded (and the verification trials naming one), with path -> reason of those files. Both the
-    features and their cache key then see only the good clips, so a skipped file never enters a cache
-    that a run with on_bad_file=error would reuse."""
+def screen_manifest(
+    manifest: Manifest, on_bad_file: str, cache_dir: str | None, progress: bool = False
+) -> tuple[Manifest, dict[str, str]]:
+    """data.on_bad_file: `error` returns the manifest as it is (its first bad file stops the run
+    where it is decoded, at no cost to a good dataset); `skip` returns it without the clips whose
+    file cannot be decoded (and the verification trials naming one), with path -> reason of those
+    files. Both the features and their cache key then see only the good clips, so a skipped file
+    never enters a cache that a run with on_bad_file=error would reuse."""
     if on_bad_file not in ON_BAD_FILE:
-        raise ConfigError(f"data.on_bad_file must be one of {', '.join(ON_BAD_FILE)}, got {on_bad_file!r}")
+        raise ConfigError(
+            f"data.on_bad_file must be one of {', '.join(ON_BAD_FILE)}, got {on_bad_file!r}"
+        )
     if on_bad_file == "error":
         return manifest, {}
-    decoded = [c.path for c in manifest.clips if c.duration != 0]  # duration 0: a zeroed waveform, never read
-    bad = undecodable(decoded + [p for a, b, _ in manifest.trials for p in (a, b)], cache_dir, progress)
+    # duration 0: a zeroed waveform, never read
+    decoded = [c.path for c in manifest.clips if c.duration != 0]
+    bad = undecodable(
+        decoded + [p for a, b, _ in manifest.trials for p in (a, b)], cache_dir, progress
+    )
     if not bad:
         return manifest, {}
     clips = [c for c in manifest.clips if c.duration == 0 or c.path not in bad]
@@ -204,46 +236,78 @@ def screen_manifest(manifest: Manifest, on_bad_file: str, cache_dir: str | None,
     return replace(manifest, clips=clips, trials=trials), bad
 
 
-def _fingerprint(manifest: Manifest, cfg: FeatureConfig, snr_db: float, noise_seed: int,
-                 device: torch.device | str = "cpu") -> str:
+def _fingerprint(
+    manifest: Manifest,
+    cfg: FeatureConfig,
+    snr_db: float,
+    noise_seed: int,
+    device: torch.device | str = "cpu",
+) -> str:
     digest = hashlib.sha256()
     settings = asdict(cfg)
     settings.pop("augment")  # training augmentation happens per batch, never in the cache
-    for key, default in (("style", "fedac"), ("test_augment", False)):  # the keys of caches written before them
+    # the keys of caches written before them
+    for key, default in (("style", "fedac"), ("test_augment", False)):
         if settings[key] == default:
             settings.pop(key)
     if cfg.test_augment:
         settings["test_augment_seed"] = noise_seed
-    head = {"v": CACHE_VERSION, "name": manifest.name, "root": str(Path(manifest.root).resolve()),
-            "features": settings, "snr_db": snr_db, "noise_seed": noise_seed if snr_db < 100 else None}
-    if torch.device(device).type != "cpu":  # a GPU's STFT differs from the CPU's by float rounding: its own
-        head["computed_on"] = torch.device(device).type  # cache, so a CPU run never reads a GPU's features
+    head = {
+        "v": CACHE_VERSION,
+        "name": manifest.name,
+        "root": str(Path(manifest.root).resolve()),
+        "features": settings,
+        "snr_db": snr_db,
+        "noise_seed": noise_seed if snr_db < 100 else None,
+    }
+    # a GPU's STFT differs from the CPU's by float rounding: its own
+    if torch.device(device).type != "cpu":
+        # cache, so a CPU run never reads a GPU's features
+        head["computed_on"] = torch.device(device).type
     digest.update(json.dumps(head, sort_keys=True).encode())
     for clip in manifest.clips:
         stat = os.stat(clip.path)
-        digest.update(f"{clip.path}|{clip.offset}|{clip.duration}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+        digest.update(
+            f"{clip.path}|{clip.offset}|{clip.duration}|{stat.st_size}|{stat.st_mtime_ns}\n".encode()
+        )
     return digest.hexdigest()[:24]
 
 
-def _clip_windows(manifest: Manifest, index: int, cfg: FeatureConfig, snr_db: float, noise_seed: int,
-                  audio_hook=None) -> list[np.ndarray]:
+def _clip_windows(
+    manifest: Manifest,
+    index: int,
+    cfg: FeatureConfig,
+    snr_db: float,
+    noise_seed: int,
+    audio_hook=None,
+) -> list[np.ndarray]:
     clip = manifest.clips[index]
-    # duration 0: a zeroed waveform (FedKWS-UI's _silence_, data.gsc12=fedkws), padded to one window below
-    audio = np.zeros(0, np.float32) if clip.duration == 0 else load_audio(clip.path, cfg.sample_rate, clip.offset, clip.duration)
+    # duration 0: a zeroed waveform (FedKWS-UI's _silence_, data.gsc12=fedkws), padded to one window
+    # below
+    audio = (
+        np.zeros(0, np.float32)
+        if clip.duration == 0
+        else load_audio(clip.path, cfg.sample_rate, clip.offset, clip.duration)
+    )
     if snr_db < 100:
         audio = add_white_noise(audio, snr_db, noise_seed, f"{clip.path}@{clip.offset}")
     if audio_hook is not None:  # e.g. attacks.py's backdoor trigger, mixed in before windowing
         audio = audio_hook(audio, index)
     windows = fit_length(audio, int(round(cfg.clip_seconds * cfg.sample_rate)))
-    if cfg.test_augment and clip.split in ("val", "test"):  # fixed per (seed, clip): the same noisy test set every time
+    # fixed per (seed, clip): the same noisy test set every time
+    if cfg.test_augment and clip.split in ("val", "test"):
         gen = torch_generator(noise_seed, "test-augment", clip.path, clip.offset)
         noise = noise_bank(manifest.root, cfg.sample_rate)
-        windows = [shift_and_noise(torch.from_numpy(w)[None], noise, cfg.sample_rate, gen)[0].numpy() for w in windows]
+        windows = [
+            shift_and_noise(torch.from_numpy(w)[None], noise, cfg.sample_rate, gen)[0].numpy()
+            for w in windows
+        ]
     return windows
 
 
-def clip_waveforms(manifest: Manifest, index: int, cfg: FeatureConfig, snr_db: float = 100.0,
-                   noise_seed: int = 0) -> list[np.ndarray]:
+def clip_waveforms(
+    manifest: Manifest, index: int, cfg: FeatureConfig, snr_db: float = 100.0, noise_seed: int = 0
+) -> list[np.ndarray]:
     """The model-input windows of one clip as waveforms at the style's sample rate (what the cache's
     features are computed from), for features.augment's per-batch features."""
     return _clip_windows(manifest, index, resolve_features(cfg), snr_db, noise_seed)
@@ -261,18 +325,25 @@ def compute_features(
 ) -> FeatureSet:
     """Features for every clip of `manifest` (no cache). Audio decoding runs on a small thread pool;
     the STFT, mel and DCT of each batch of windows run on `device` (a run's `train.device`), and the
-    features come back to the host. `audio_hook(audio, clip_index)`, when given, transforms each clip's
-    audio before windowing."""
+    features come back to the host. `audio_hook(audio, clip_index)`, when given, transforms each
+    clip's audio before windowing."""
     device = torch.device(device)
     extractor = FeatureExtractor(cfg).to(device)
     cfg = extractor.cfg  # the style's settings (sample rate of the decoded audio)
     chunks, owners = [], []
     indices = range(len(manifest.clips))
-    bar = tqdm(total=len(manifest.clips), desc=f"features {manifest.name}", unit="clip", disable=not progress)
+    bar = tqdm(
+        total=len(manifest.clips),
+        desc=f"features {manifest.name}",
+        unit="clip",
+        disable=not progress,
+    )
     with ThreadPoolExecutor(max_workers=4) as pool:
         for start in range(0, len(manifest.clips), batch_size):
             batch = indices[start : start + batch_size]
-            windows = pool.map(lambda i: _clip_windows(manifest, i, cfg, snr_db, noise_seed, audio_hook), batch)
+            windows = pool.map(
+                lambda i: _clip_windows(manifest, i, cfg, snr_db, noise_seed, audio_hook), batch
+            )
             waves, owner = [], []
             for clip_id, clip_windows in zip(batch, windows):
                 waves.extend(clip_windows)
@@ -281,12 +352,16 @@ def compute_features(
                 batch_waves = torch.from_numpy(np.stack(waves))
                 if device.type == "cuda":
                     batch_waves = batch_waves.pin_memory()
-                chunks.append(extractor(batch_waves.to(device, non_blocking=True)).to("cpu", torch.float16))
+                chunks.append(
+                    extractor(batch_waves.to(device, non_blocking=True)).to("cpu", torch.float16)
+                )
             owners.append(torch.tensor(owner, dtype=torch.long))
             bar.update(len(batch))
     bar.close()
     if not chunks:
-        return FeatureSet(torch.empty(0, extractor.num_features, 0), torch.empty(0, dtype=torch.long))
+        return FeatureSet(
+            torch.empty(0, extractor.num_features, 0), torch.empty(0, dtype=torch.long)
+        )
     return FeatureSet(torch.cat(chunks), torch.cat(owners))
 
 

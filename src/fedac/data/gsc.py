@@ -1,4 +1,5 @@
-"""Google Speech Commands v0.02 in its official layout (the real corpus and our synthetic one alike).
+"""Google Speech Commands v0.02 in its official layout (the real corpus and our synthetic one
+alike).
 
 Layout: ``<root>/<word>/<speaker>_nohash_<n>.wav``, ``validation_list.txt``, ``testing_list.txt``
 (paths relative to root), ``_background_noise_/*.wav``. A clip is in val or test if listed there,
@@ -6,10 +7,11 @@ otherwise in train. Client = speaker id, the filename prefix before ``_nohash_``
 
 Tasks: "35" (all words) and "12" (yes no up down left right on off stop go, ``_silence_`` and
 ``_unknown_``). ``_silence_`` clips are 1 s slices of the background-noise files; each slice goes to
-train/val/test by a stable hash (80/10/10), and a training slice is given to a training speaker by the
-same hash, so silence is spread over clients instead of forming one artificial client. ``_unknown_``
-keeps every clip of the other 25 words (no down-sampling; the class imbalance is reported by
-`fedac data stats`). ``data.gsc12=fedkws`` builds FedKWS-UI's 12 classes instead (`_fedkws_twelve`).
+train/val/test by a stable hash (80/10/10), and a training slice is given to a training speaker by
+the same hash, so silence is spread over clients instead of forming one artificial client.
+``_unknown_`` keeps every clip of the other 25 words (no down-sampling; the class imbalance is
+reported by `fedac data stats`). ``data.gsc12=fedkws`` builds FedKWS-UI's 12 classes instead
+(`_fedkws_twelve`).
 """
 
 from __future__ import annotations
@@ -27,14 +29,16 @@ from fedac.data.manifest import Clip, Manifest
 from fedac.errors import DatasetError
 
 WORDS_35 = (
-    "backward bed bird cat dog down eight five follow forward four go happy house learn left marvin "
-    "nine no off on one right seven sheila six stop three tree two up visual wow yes zero"
+    "backward bed bird cat dog down eight five follow forward four go happy house learn left "
+    "marvin nine no off on one right seven sheila six stop three tree two up visual wow yes zero"
 ).split()
 WORDS_10 = "yes no up down left right on off stop go".split()
 SILENCE, UNKNOWN = "_silence_", "_unknown_"
 BACKGROUND_DIR = "_background_noise_"
 FILENAME = re.compile(r"^(?P<speaker>[0-9a-zA-Z]+)_nohash_(?P<n>\d+)\.wav$")
-SOURCE = "Google Speech Commands v0.02: http://download.tensorflow.org/data/speech_commands_v0.02.tar.gz"
+SOURCE = (
+    "Google Speech Commands v0.02: http://download.tensorflow.org/data/speech_commands_v0.02.tar.gz"
+)
 
 
 def _stable_fraction(text: str) -> float:
@@ -59,7 +63,9 @@ def _silence_clips(root: Path, train_speakers: list[str], label: int) -> list[Cl
     folder = root / BACKGROUND_DIR
     files = sorted(folder.glob("*.wav")) if folder.is_dir() else []
     if not files:
-        raise DatasetError(f"the 12-class task needs background noise in {folder}, found no .wav files")
+        raise DatasetError(
+            f"the 12-class task needs background noise in {folder}, found no .wav files"
+        )
     clips = []
     for path in files:
         try:
@@ -70,23 +76,36 @@ def _silence_clips(root: Path, train_speakers: list[str], label: int) -> list[Cl
             key = f"{path.name}:{second}"
             u = _stable_fraction(key)
             split = "train" if u < 0.8 else ("val" if u < 0.9 else "test")
-            client = train_speakers[int(_stable_fraction("client:" + key) * len(train_speakers))] if split == "train" else "background"
-            clips.append(Clip(str(path), label, client, split, group=key, offset=float(second), duration=1.0))
+            client = (
+                train_speakers[int(_stable_fraction("client:" + key) * len(train_speakers))]
+                if split == "train"
+                else "background"
+            )
+            clips.append(
+                Clip(str(path), label, client, split, group=key, offset=float(second), duration=1.0)
+            )
     return clips
 
 
 def _fedkws_twelve(clips: list[Clip], index: dict[str, int]) -> list[Clip]:
-    """FedKWS-UI's 12-class task (its speech_commands_data.py): per split, the ten words' clips, plus
-    10% of their count drawn from the other words' clips as _unknown_ and another 10% of them with a zeroed
-    waveform (`duration=0`) as _silence_; both keep the source clip's speaker. The draw is a stable hash
-    of the file path (no run seed), like the silence split of fedac's construction."""
+    """FedKWS-UI's 12-class task (its speech_commands_data.py): per split, the ten words' clips,
+    plus 10% of their count drawn from the other words' clips as _unknown_ and another 10% of them
+    with a zeroed waveform (`duration=0`) as _silence_; both keep the source clip's speaker. The
+    draw is a stable hash of the file path (no run seed), like the silence split of fedac's
+    construction."""
     words = [c for c in clips if c.label != index[UNKNOWN]]
     chosen = list(words)
     for split in ("train", "val", "test"):
         k = round(0.1 * sum(c.split == split for c in words))
-        others = sorted((c for c in clips if c.label == index[UNKNOWN] and c.split == split),
-                        key=lambda c: _stable_fraction("fedkws-negatives:" + Path(c.path).parent.name + "/" + Path(c.path).name))
-        chosen += others[:k] + [replace(c, label=index[SILENCE], duration=0.0) for c in others[k:2 * k]]
+        others = sorted(
+            (c for c in clips if c.label == index[UNKNOWN] and c.split == split),
+            key=lambda c: _stable_fraction(
+                "fedkws-negatives:" + Path(c.path).parent.name + "/" + Path(c.path).name
+            ),
+        )
+        chosen += others[:k] + [
+            replace(c, label=index[SILENCE], duration=0.0) for c in others[k : 2 * k]
+        ]
     return chosen
 
 
@@ -109,16 +128,23 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
     for word in WORDS_35:
         files = sorted((root / word).glob("*.wav"))
         if not files:
-            raise DatasetError(f"word folder {root / word} holds no .wav files; re-extract the dataset")
+            raise DatasetError(
+                f"word folder {root / word} holds no .wav files; re-extract the dataset"
+            )
         label = index[word] if word in index else index[UNKNOWN]
         for path in files:
             reject_broken_link(path)
             match = FILENAME.match(path.name)
             if match is None:
-                raise DatasetError(f"{path} does not follow the '<speaker>_nohash_<n>.wav' naming of Speech Commands")
+                raise DatasetError(
+                    f"{path} does not follow the '<speaker>_nohash_<n>.wav' naming of Speech "
+                    "Commands"
+                )
             rel = f"{word}/{path.name}"
             split = "val" if rel in val else ("test" if rel in test else "train")
-            clips.append(Clip(str(path), label, match["speaker"], split, group=f"{match['speaker']}:{word}"))
+            clips.append(
+                Clip(str(path), label, match["speaker"], split, group=f"{match['speaker']}:{word}")
+            )
     if cfg.task == "12" and cfg.gsc12 == "fedkws":
         clips = _fedkws_twelve(clips, index)
     elif cfg.task == "12":

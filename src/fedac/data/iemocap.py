@@ -39,12 +39,15 @@ SUMMARY = re.compile(
     r"^\[\s*(?P<start>\d+(?:\.\d+)?)\s*-\s*(?P<end>\d+(?:\.\d+)?)\s*\]\s+(?P<utt>\S+)\s+(?P<label>[a-z]{3})\s+\[[^\]]*\]\s*$"
 )
 UTTERANCE_ID = re.compile(r"Ses\d\d[FM]_")
-SOURCE = ("IEMOCAP is released on request by USC SAIL: https://sail.usc.edu/iemocap/; "
-          "`fedac data synth-iemocap --out DIR` writes a synthetic stand-in in this layout.")
+SOURCE = (
+    "IEMOCAP is released on request by USC SAIL: https://sail.usc.edu/iemocap/; "
+    "`fedac data synth-iemocap --out DIR` writes a synthetic stand-in in this layout."
+)
 
 
 def speaker_of(utterance: str) -> str:
-    """'Ses01F_impro01_M003' -> 'Ses01M': the session plus the gender letter of the utterance's speaker."""
+    """'Ses01F_impro01_M003' -> 'Ses01M': the session plus the gender letter of the utterance's
+    speaker."""
     return utterance[:5] + utterance.rsplit("_", 1)[-1][0]
 
 
@@ -60,11 +63,15 @@ def parse_evaluation(path: Path) -> list[tuple[str, str, int]]:
         where = f"{path} line {number}"
         if match is None:
             raise DatasetError(
-                f"{where}: {text[:80]!r} is not an utterance line '[start - end]<TAB>utterance<TAB>label<TAB>[v, a, d]'"
+                f"{where}: {text[:80]!r} is not an utterance line '[start - "
+                "end]<TAB>utterance<TAB>label<TAB>[v, a, d]'"
             )
         utt, label = match["utt"], match["label"]
         if not utt.startswith(dialog + "_") or utt.rsplit("_", 1)[-1][:1] not in ("F", "M"):
-            raise DatasetError(f"{where}: utterance {utt} does not belong to dialog {dialog} (expected {dialog}_F000 style ids)")
+            raise DatasetError(
+                f"{where}: utterance {utt} does not belong to dialog {dialog} (expected "
+                f"{dialog}_F000 style ids)"
+            )
         if label not in LABEL_MAP and label not in OTHER_LABELS:
             raise DatasetError(f"{where}: unknown emotion label {label!r} for {utt}")
         entries.append((utt, label, number))
@@ -80,27 +87,42 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
     require_dir(root, "IEMOCAP root", SOURCE)
     missing = [f"Session{s}" for s in SESSIONS if not (root / f"Session{s}").is_dir()]
     if missing:
-        raise DatasetError(f"IEMOCAP root {root} lacks {', '.join(missing)} (expected Session1..Session5). {SOURCE}")
+        raise DatasetError(
+            f"IEMOCAP root {root} lacks {', '.join(missing)} (expected Session1..Session5). "
+            f"{SOURCE}"
+        )
     test = choose_fold(cfg.test_fold, "5", SESSIONS, "IEMOCAP (sessions)")
     clips = []
     for session in SESSIONS:
         base = root / f"Session{session}"
-        evaluations = require_dir(base / "dialog" / "EmoEvaluation", f"IEMOCAP Session{session} annotations", SOURCE)
-        files = sorted(p for p in evaluations.glob("*.txt") if "impro" in p.stem and not p.name.startswith("."))
+        evaluations = require_dir(
+            base / "dialog" / "EmoEvaluation", f"IEMOCAP Session{session} annotations", SOURCE
+        )
+        files = sorted(
+            p for p in evaluations.glob("*.txt") if "impro" in p.stem and not p.name.startswith(".")
+        )
         if not files:
-            raise DatasetError(f"{evaluations} holds no improvised-dialog annotation (*impro*.txt). {SOURCE}")
+            raise DatasetError(
+                f"{evaluations} holds no improvised-dialog annotation (*impro*.txt). {SOURCE}"
+            )
         val_dialog = None if session == test else _validation_dialog([p.stem for p in files])
         seen: dict[str, str] = {}
         for path in files:
             split = "test" if session == test else ("val" if path.stem == val_dialog else "train")
             for utt, label, number in parse_evaluation(path):
                 if utt in seen:
-                    raise DatasetError(f"{path} line {number}: {utt} is already labelled in {seen[utt]}")
+                    raise DatasetError(
+                        f"{path} line {number}: {utt} is already labelled in {seen[utt]}"
+                    )
                 seen[utt] = f"{path} line {number}"
                 if label not in LABEL_MAP:
                     continue
                 wav = base / "sentences" / "wav" / path.stem / f"{utt}.wav"
                 if not wav.is_file():
-                    raise DatasetError(f"{path} line {number} labels {utt}, but {wav} does not exist")
-                clips.append(Clip(str(wav), LABEL_MAP[label], speaker_of(utt), split, group=path.stem))
+                    raise DatasetError(
+                        f"{path} line {number} labels {utt}, but {wav} does not exist"
+                    )
+                clips.append(
+                    Clip(str(wav), LABEL_MAP[label], speaker_of(utt), split, group=path.stem)
+                )
     return Manifest("iemocap", str(root), list(CLASSES), clips)

@@ -1,4 +1,5 @@
-"""Helpers shared by the official-layout loaders and the stand-in generators that write those layouts.
+"""Helpers shared by the official-layout loaders and the stand-in generators that write those
+layouts.
 
 Loaders: root / file checks whose DatasetError says what is missing, where it was looked for and
 where the dataset comes from, and the `data.test_fold` choice.
@@ -18,9 +19,9 @@ import multiprocessing
 import shutil
 import sys
 import wave
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -49,27 +50,35 @@ def require_file(path: Path, what: str, source: str) -> Path:
 
 
 def read_text(path: Path) -> str:
-    """A metadata file's text; bytes that are not UTF-8 raise DatasetError naming the file and line."""
+    """A metadata file's text; bytes that are not UTF-8 raise DatasetError naming the file and
+    line."""
     data = path.read_bytes()
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
-        raise DatasetError(f"{path} line {line} is not UTF-8 text (byte {data[exc.start:exc.start + 1]!r}); "
-                           "fix or remove that line, or restore the file from the official archive") from None
+        raise DatasetError(
+            f"{path} line {line} is not UTF-8 text (byte {data[exc.start : exc.start + 1]!r}); "
+            "fix or remove that line, or restore the file from the official archive"
+        ) from None
 
 
-def csv_rows(path: Path, required: Sequence[str], hint: str) -> tuple[list[str], Iterator[tuple[str, int, dict]]]:
-    """A metadata CSV's header and its rows as (where, line number, {column: stripped field}): the header
-    must name every `required` column (`hint` says what it should hold), blank lines are skipped and a
-    line with another number of fields is an error naming its file and line. A spreadsheet's BOM is dropped."""
+def csv_rows(
+    path: Path, required: Sequence[str], hint: str
+) -> tuple[list[str], Iterator[tuple[str, int, dict]]]:
+    """A metadata CSV's header and its rows as (where, line number, {column: stripped field}): the
+    header must name every `required` column (`hint` says what it should hold), blank lines are
+    skipped and a line with another number of fields is an error naming its file and line. A
+    spreadsheet's BOM is dropped."""
     handle = io.StringIO(read_text(path), newline="")
     reader = csv.reader(handle)
     header = [h.strip().lstrip("\ufeff") for h in next(reader, [])]
     missing = [c for c in required if c not in header]
     if missing:
-        raise DatasetError(f"{path} line 1: header lacks column(s) {', '.join(missing)} (found "
-                           f"{','.join(header) or 'nothing'}); {hint}")
+        raise DatasetError(
+            f"{path} line 1: header lacks column(s) {', '.join(missing)} (found "
+            f"{','.join(header) or 'nothing'}); {hint}"
+        )
 
     def rows() -> Iterator[tuple[str, int, dict]]:
         for fields in reader:
@@ -77,7 +86,9 @@ def csv_rows(path: Path, required: Sequence[str], hint: str) -> tuple[list[str],
             if not any(f.strip() for f in fields):
                 continue
             if len(fields) != len(header):
-                raise DatasetError(f"{where}: {len(fields)} fields, expected {len(header)} ({','.join(header)})")
+                raise DatasetError(
+                    f"{where}: {len(fields)} fields, expected {len(header)} ({','.join(header)})"
+                )
             yield where, reader.line_num, dict(zip(header, (f.strip() for f in fields)))
 
     return header, rows()
@@ -86,7 +97,9 @@ def csv_rows(path: Path, required: Sequence[str], hint: str) -> tuple[list[str],
 def reject_broken_link(path: Path) -> Path:
     """A listed file that is a broken or looping symbolic link raises DatasetError naming it."""
     if path.is_symlink() and not path.exists():
-        raise DatasetError(f"{path} is a broken link or a symlink loop; remove it or point it at the audio file")
+        raise DatasetError(
+            f"{path} is a broken link or a symlink loop; remove it or point it at the audio file"
+        )
     return path
 
 
@@ -106,10 +119,12 @@ def shorten(names: Sequence[str], limit: int = 5) -> str:
     return head if len(names) <= limit else f"{head} ... ({len(names)} in all)"
 
 
-# --------------------------------------------------------------------------- user datasets (audiofolder, hf)
+# --------------------------------------------------------------------------- user datasets
+# (audiofolder, hf)
 
 HELD_OUT = 0.1
-"""Share of clients (or clips) drawn for validation, and again for test, when a user dataset has no such split."""
+"""Share of clients (or clips) drawn for validation, and again for test, when a user dataset has no
+such split."""
 SPLIT_NAMES = {"train": "train", "validation": "val", "val": "val", "test": "test"}
 """A user's split names -> manifest splits."""
 
@@ -120,13 +135,15 @@ def held_out_splits(keys: list[str], what: str, where: str, remedy: str) -> dict
     training, never which clips are tested."""
     keys = sorted(keys)
     if len(keys) < 3:
-        raise DatasetError(f"{where}: {len(keys)} {what} cannot be split into train, validation and test; {remedy}")
+        raise DatasetError(
+            f"{where}: {len(keys)} {what} cannot be split into train, validation and test; {remedy}"
+        )
     order = numpy_rng(0, "audiofolder-split").permutation(len(keys))
     n = max(1, round(HELD_OUT * len(keys)))
     n = min(n, (len(keys) - 1) // 2)
-    splits = {keys[k]: "train" for k in order[2 * n:]}
+    splits = {keys[k]: "train" for k in order[2 * n :]}
     splits.update({keys[k]: "test" for k in order[:n]})
-    splits.update({keys[k]: "val" for k in order[n:2 * n]})
+    splits.update({keys[k]: "val" for k in order[n : 2 * n]})
     return splits
 
 
@@ -152,10 +169,13 @@ def dealt_client_count(train_clips: int, num_clients: int) -> int:
 
 
 def redeal(manifest: Manifest, num_clients: int) -> Manifest:
-    """A dealt manifest (`Manifest.dealt`) dealt again over `num_clients`: the clients `user_manifest`
-    would have dealt with that count."""
+    """A dealt manifest (`Manifest.dealt`) dealt again over `num_clients`: the clients
+    `user_manifest` would have dealt with that count."""
     clients = dealt_clients([clip.split for clip in manifest.clips], num_clients)
-    return replace(manifest, clips=[replace(clip, client=client) for clip, client in zip(manifest.clips, clients)])
+    return replace(
+        manifest,
+        clips=[replace(clip, client=client) for clip, client in zip(manifest.clips, clients)],
+    )
 
 
 def case_twins(labels: Iterable[str]) -> list[list[str]]:
@@ -166,15 +186,24 @@ def case_twins(labels: Iterable[str]) -> list[list[str]]:
     return [group for group in groups.values() if len(group) > 1]
 
 
-def user_manifest(name: str, where: str, root: str, classes: list[str],
-                  rows: list[tuple[str, str, str | None, str | None]], has_clients: bool, cfg,
-                  why_no_split: str, remedy: str) -> tuple[Manifest, list[str]]:
-    """A user dataset's (path, label, client, split) rows -> Manifest, and notes on what was chosen for
-    the user (the caller warns with them). A split of None is train; validation and test, when no row has
-    them, are drawn from the training keys (clients when `has_clients`, else clips) by `held_out_splits`.
-    Without clients, training clips are dealt over `cfg.num_clients` (`dealt_clients`) and the manifest
-    is marked `dealt` (registry.load_manifest may deal them again over fewer clients, and says how
-    many); a training row with an empty client among clients is given a seeded training client."""
+def user_manifest(
+    name: str,
+    where: str,
+    root: str,
+    classes: list[str],
+    rows: list[tuple[str, str, str | None, str | None]],
+    has_clients: bool,
+    cfg,
+    why_no_split: str,
+    remedy: str,
+) -> tuple[Manifest, list[str]]:
+    """A user dataset's (path, label, client, split) rows -> Manifest, and notes on what was chosen
+    for the user (the caller warns with them). A split of None is train; validation and test, when
+    no row has them, are drawn from the training keys (clients when `has_clients`, else clips) by
+    `held_out_splits`. Without clients, training clips are dealt over `cfg.num_clients`
+    (`dealt_clients`) and the manifest is marked `dealt` (registry.load_manifest may deal them again
+    over fewer clients, and says how many); a training row with an empty client among clients is
+    given a seeded training client."""
     paths = [path for path, _, _, _ in rows]
     splits = [split or "train" for _, _, _, split in rows]
     clients = [client or "" for _, _, client, _ in rows]
@@ -184,25 +213,41 @@ def user_manifest(name: str, where: str, root: str, classes: list[str],
     if "train" not in splits:
         raise DatasetError(f"{where}: no clip is in the train split; {remedy}")
     if missing:
-        keys = {i: (clients[i] or paths[i]) if has_clients else paths[i] for i, s in enumerate(splits) if s == "train"}
-        of_key = held_out_splits(list(set(keys.values())), "clients" if has_clients else "clips", where, remedy)
+        keys = {
+            i: (clients[i] or paths[i]) if has_clients else paths[i]
+            for i, s in enumerate(splits)
+            if s == "train"
+        }
+        of_key = held_out_splits(
+            list(set(keys.values())), "clients" if has_clients else "clips", where, remedy
+        )
         for i, key in keys.items():
-            if of_key[key] in missing:  # a split the data has keeps its clips; only the missing ones are drawn
+            # a split the data has keeps its clips; only the missing ones are drawn
+            if of_key[key] in missing:
                 splits[i] = of_key[key]
         drawn = " / ".join(f"{HELD_OUT:.0%} {'validation' if m == 'val' else m}" for m in missing)
-        notes.append(f"seeded {drawn} split drawn {'client-disjoint' if has_clients else 'over clips'} ({why_no_split})")
+        notes.append(
+            f"seeded {drawn} split drawn {'client-disjoint' if has_clients else 'over clips'} "
+            f"({why_no_split})"
+        )
     if not has_clients:
         clients = dealt_clients(splits, cfg.num_clients)
     else:
         orphans = [i for i, (c, s) in enumerate(zip(clients, splits)) if not c and s == "train"]
         if orphans:
             owners = sorted({c for c, s in zip(clients, splits) if c and s == "train"})
-            for i, k in zip(orphans, numpy_rng(0, "orphan-clients").integers(len(owners), size=len(orphans))):
+            for i, k in zip(
+                orphans, numpy_rng(0, "orphan-clients").integers(len(owners), size=len(orphans))
+            ):
                 clients[i] = owners[k]
-            notes.append(f"{len(orphans)} training clip(s) without a client given to seeded training clients")
+            notes.append(
+                f"{len(orphans)} training clip(s) without a client given to seeded training clients"
+            )
     index = {label: k for k, label in enumerate(classes)}
-    clips = [Clip(path, index[label], client, split)
-             for path, (_, label, _, _), client, split in zip(paths, rows, clients, splits)]
+    clips = [
+        Clip(path, index[label], client, split)
+        for path, (_, label, _, _), client, split in zip(paths, rows, clients, splits)
+    ]
     return Manifest(name, root, list(classes), clips, dealt=not has_clients), notes
 
 
@@ -210,7 +255,8 @@ def user_manifest(name: str, where: str, root: str, classes: list[str],
 
 
 def cached_stats(out: Path, params: dict, owned: Iterable[str]) -> dict | None:
-    """Stats of a finished generation in `out` with exactly `params`, else None after clearing `owned`.
+    """Stats of a finished generation in `out` with exactly `params`, else None after clearing
+    `owned`.
 
     `owned` names the top-level entries the generator writes. If some exist without a marker (and
     without an in-progress note from an interrupted run), they are someone else's data: refuse.
@@ -222,7 +268,9 @@ def cached_stats(out: Path, params: dict, owned: Iterable[str]) -> dict | None:
     return stats
 
 
-def finished_stats(out: Path, params: dict, guard: Iterable[str], what: str | None = None) -> dict | None:
+def finished_stats(
+    out: Path, params: dict, guard: Iterable[str], what: str | None = None
+) -> dict | None:
     """Stats of a finished generation in `out` with exactly `params`, else None; touches nothing.
 
     Raises FileExistsError when an entry named in `guard` exists with neither a marker nor an
@@ -241,7 +289,10 @@ def finished_stats(out: Path, params: dict, guard: Iterable[str], what: str | No
             return dict(done["stats"], cached=True)
     elif not (out / IN_PROGRESS).exists() and any((out / name).exists() for name in guard):
         if what is None:
-            what = f"holds {', '.join(n for n in guard if (out / n).exists())} that fedac did not generate"
+            what = (
+                f"holds {', '.join(n for n in guard if (out / n).exists())} that fedac did not "
+                "generate"
+            )
         raise FileExistsError(
             f"{out} {what}; refusing to delete them (pick an empty or new directory)"
         )
@@ -249,7 +300,8 @@ def finished_stats(out: Path, params: dict, guard: Iterable[str], what: str | No
 
 
 def start(out: Path, params: dict, owned: Iterable[str]) -> None:
-    """Note that a generation is in progress, then remove `owned` and the marker of an earlier one."""
+    """Note that a generation is in progress, then remove `owned` and the marker of an earlier
+    one."""
     out.mkdir(parents=True, exist_ok=True)
     (out / IN_PROGRESS).write_text(json.dumps(params))
     for name in [*owned, MARKER]:
@@ -262,7 +314,9 @@ def start(out: Path, params: dict, owned: Iterable[str]) -> None:
 
 def finish(out: Path, params: dict, stats: dict) -> None:
     """Write the marker last: its presence means every file of the generation is complete."""
-    (out / MARKER).write_text(json.dumps({**params, "stats": stats}, indent=2, sort_keys=True) + "\n")
+    (out / MARKER).write_text(
+        json.dumps({**params, "stats": stats}, indent=2, sort_keys=True) + "\n"
+    )
     (out / IN_PROGRESS).unlink()
 
 
@@ -303,7 +357,9 @@ def run_tasks(fn: Callable, tasks: list, workers: int, desc: str, progress: bool
     try:
         with tqdm(total=len(tasks), desc=desc, unit="task", disable=not progress) as bar:
             if pool:
-                for index, result in pool.imap_unordered(_indexed, [(fn, i, t) for i, t in enumerate(tasks)]):
+                for index, result in pool.imap_unordered(
+                    _indexed, [(fn, i, t) for i, t in enumerate(tasks)]
+                ):
                     results[index] = result
                     bar.update()
                 pool.close()  # let the workers exit normally (their cleanup runs)

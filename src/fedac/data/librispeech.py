@@ -6,10 +6,11 @@ Layout: `<root>/<subset>/<speaker>/<chapter>/<speaker>-<chapter>-<utt>.flac` wit
 
 Splits: train = every `train-*` subset present (train-clean-100, -360, train-other-500), val =
 dev-clean, test = test-clean, and test_other = test-other (an extra test split, reported as
-`test_other_wer`). Client = speaker (the early-exit paper's partition). Transcripts are normalised to
-lower case; a character outside `data.text.VOCAB`, a line without an utterance id or text, an id of
-another chapter, or a listed utterance without its audio file is a DatasetError naming the file and
-line. Audio files not listed in their chapter's transcript are ignored (as LibriSpeech's own tools do).
+`test_other_wer`). Client = speaker (the early-exit paper's partition). Transcripts are normalised
+to lower case; a character outside `data.text.VOCAB`, a line without an utterance id or text, an id
+of another chapter, or a listed utterance without its audio file is a DatasetError naming the file
+and line. Audio files not listed in their chapter's transcript are ignored (as LibriSpeech's own
+tools do).
 """
 
 from __future__ import annotations
@@ -23,7 +24,10 @@ from fedac.data.manifest import Clip, Manifest
 from fedac.data.text import VOCAB, normalize_transcript, unknown_characters
 from fedac.errors import DatasetError
 
-SOURCE = "LibriSpeech comes from https://www.openslr.org/12 (or write a stand-in: `fedac data synth-librispeech --out DIR`)."
+SOURCE = (
+    "LibriSpeech comes from https://www.openslr.org/12 (or write a stand-in: `fedac data "
+    "synth-librispeech --out DIR`)."
+)
 SUBSETS = {"dev-clean": "val", "test-clean": "test", "test-other": "test_other"}
 _UTTERANCE = re.compile(r"^(\d+)-(\d+)-(\d+)$")
 
@@ -32,20 +36,28 @@ def read_transcripts(path: Path) -> dict[str, str]:
     """One chapter's `.trans.txt`: utterance id -> normalised transcript."""
     speaker, chapter = path.name[: -len(".trans.txt")].split("-", 1)
     out: dict[str, str] = {}
-    for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+    for number, line in enumerate(
+        path.read_text(encoding="utf-8", errors="replace").splitlines(), 1
+    ):
         if not line.strip():
             continue
         parts = line.strip().split(" ", 1)
         where = f"{path}, line {number}"
         match = _UTTERANCE.match(parts[0])
         if len(parts) < 2 or not parts[1].strip() or match is None:
-            raise DatasetError(f"{where}: expected '<speaker>-<chapter>-<utt> TRANSCRIPT', got {line!r}. {SOURCE}")
+            raise DatasetError(
+                f"{where}: expected '<speaker>-<chapter>-<utt> TRANSCRIPT', got {line!r}. {SOURCE}"
+            )
         if match.group(1) != speaker or match.group(2) != chapter:
-            raise DatasetError(f"{where}: utterance {parts[0]} does not belong to chapter {speaker}-{chapter}")
+            raise DatasetError(
+                f"{where}: utterance {parts[0]} does not belong to chapter {speaker}-{chapter}"
+            )
         bad = unknown_characters(parts[1])
         if bad:
-            raise DatasetError(f"{where}: characters {''.join(sorted(bad))!r} are outside the CTC vocabulary "
-                               f"(letters, apostrophe, space). Fix or remove the line.")
+            raise DatasetError(
+                f"{where}: characters {''.join(sorted(bad))!r} are outside the CTC vocabulary "
+                f"(letters, apostrophe, space). Fix or remove the line."
+            )
         out[parts[0]] = normalize_transcript(parts[1])
     return out
 
@@ -67,7 +79,9 @@ def load_manifest(root: str | Path, cfg: DataConfig | None = None) -> Manifest:
         root = root / "LibriSpeech"
     train = sorted(p for p in root.glob("train-*") if p.is_dir())
     if not train:
-        raise DatasetError(f"LibriSpeech root {root} holds no train-* subset (e.g. train-clean-100). {SOURCE}")
+        raise DatasetError(
+            f"LibriSpeech root {root} holds no train-* subset (e.g. train-clean-100). {SOURCE}"
+        )
     clips: list[Clip] = []
     for folder in train:
         clips += _subset_clips(folder, "train")

@@ -32,33 +32,45 @@ class ClientSplit:
         return len(self.train)
 
 
-def _units(manifest: Manifest, indices: list[int], grouped: bool) -> tuple[list[list[int]], np.ndarray]:
-    """Clips bundled into indivisible units (one source recording when grouped) with each unit's label."""
+def _units(
+    manifest: Manifest, indices: list[int], grouped: bool
+) -> tuple[list[list[int]], np.ndarray]:
+    """Clips bundled into indivisible units (one source recording when grouped) with each unit's
+    label."""
     if not grouped:
         return [[i] for i in indices], np.array([manifest.clips[i].label for i in indices])
     bundles: dict[str, list[int]] = defaultdict(list)
     for i in indices:
         bundles[manifest.clips[i].source].append(i)
     units = list(bundles.values())
-    labels = np.array([np.bincount([manifest.clips[i].label for i in unit]).argmax() for unit in units])
+    labels = np.array(
+        [np.bincount([manifest.clips[i].label for i in unit]).argmax() for unit in units]
+    )
     return units, labels
 
 
-def dirichlet_assign(unit_labels: np.ndarray, unit_sizes: np.ndarray, num_clients: int, alpha: float,
-                     min_size: int, rng: np.random.Generator) -> list[list[int]]:
-    """Units per client with label proportions ~ Dirichlet(alpha), redrawn until every client has min_size clips.
+def dirichlet_assign(
+    unit_labels: np.ndarray,
+    unit_sizes: np.ndarray,
+    num_clients: int,
+    alpha: float,
+    min_size: int,
+    rng: np.random.Generator,
+) -> list[list[int]]:
+    """Units per client with label proportions ~ Dirichlet(alpha), redrawn until every client has
+    min_size clips.
 
-    Per class c, p_c ~ Dir(alpha * 1_K) splits that class's units over the K clients (Hsu et al. 2019,
-    the protocol FedAudio uses); clients already above the mean size get no more units of later classes,
-    which keeps sizes bounded without changing the label skew.
+    Per class c, p_c ~ Dir(alpha * 1_K) splits that class's units over the K clients (Hsu et al.
+    2019, the protocol FedAudio uses); clients already above the mean size get no more units of
+    later classes, which keeps sizes bounded without changing the label skew.
     """
     if alpha <= 0:
         raise ConfigError(f"data.alpha must be > 0, got {alpha}")
     total = int(unit_sizes.sum())
     if num_clients * min_size > total:
         raise ConfigError(
-            f"cannot give {num_clients} clients at least {min_size} clips each from {total} training clips: "
-            f"lower data.num_clients or data.min_client_size"
+            f"cannot give {num_clients} clients at least {min_size} clips each from {total} "
+            "training clips: lower data.num_clients or data.min_client_size"
         )
     for _ in range(MAX_DIRICHLET_TRIES):
         assigned: list[list[int]] = [[] for _ in range(num_clients)]
@@ -67,7 +79,9 @@ def dirichlet_assign(unit_labels: np.ndarray, unit_sizes: np.ndarray, num_client
             members = rng.permutation(np.flatnonzero(unit_labels == label))
             share = rng.dirichlet(np.full(num_clients, alpha))
             share = share * (sizes < total / num_clients)
-            share = share / share.sum() if share.sum() > 0 else np.full(num_clients, 1 / num_clients)
+            share = (
+                share / share.sum() if share.sum() > 0 else np.full(num_clients, 1 / num_clients)
+            )
             cuts = (np.cumsum(share) * len(members)).astype(int)[:-1]
             for client, part in enumerate(np.split(members, cuts)):
                 assigned[client].extend(part.tolist())
@@ -75,13 +89,17 @@ def dirichlet_assign(unit_labels: np.ndarray, unit_sizes: np.ndarray, num_client
         if sizes.min() >= min_size:
             return assigned
     raise DatasetError(
-        f"no Dirichlet(alpha={alpha}) split over {num_clients} clients gave every client >= {min_size} clips "
-        f"in {MAX_DIRICHLET_TRIES} draws: raise data.alpha or lower data.min_client_size / data.num_clients"
+        f"no Dirichlet(alpha={alpha}) split over {num_clients} clients gave every client >= "
+        f"{min_size} clips in {MAX_DIRICHLET_TRIES} draws: raise data.alpha or lower "
+        "data.min_client_size / data.num_clients"
     )
 
 
-def partition(manifest: Manifest, cfg: DataConfig, seed: int, default_scheme: str = "natural") -> list[ClientSplit]:
-    """Training clients of `manifest` under `cfg.partition` (or `default_scheme`), each with its local held-out part."""
+def partition(
+    manifest: Manifest, cfg: DataConfig, seed: int, default_scheme: str = "natural"
+) -> list[ClientSplit]:
+    """Training clients of `manifest` under `cfg.partition` (or `default_scheme`), each with its
+    local held-out part."""
     scheme = cfg.partition or default_scheme
     train = manifest.split_indices("train")
     if not train:
@@ -91,27 +109,49 @@ def partition(manifest: Manifest, cfg: DataConfig, seed: int, default_scheme: st
         by_id: dict[str, list[int]] = defaultdict(list)
         for i in train:
             by_id[manifest.clips[i].client].append(i)
-        groups = [(name, by_id[name]) for name in sorted(by_id) if len(by_id[name]) >= cfg.min_speaker_clips]
+        groups = [
+            (name, by_id[name])
+            for name in sorted(by_id)
+            if len(by_id[name]) >= cfg.min_speaker_clips
+        ]
         if not groups:
-            raise DatasetError(f"no client of {manifest.name} holds data.min_speaker_clips={cfg.min_speaker_clips} "
-                               f"training clips (the largest holds {max(map(len, by_id.values()))}); lower it")
+            raise DatasetError(
+                f"no client of {manifest.name} holds "
+                f"data.min_speaker_clips={cfg.min_speaker_clips} training clips (the largest holds "
+                f"{max(map(len, by_id.values()))}); lower it"
+            )
     elif scheme in ("dirichlet", "iid"):
         units, labels = _units(manifest, train, scheme == "dirichlet" and cfg.group_by_source)
         sizes = np.array([len(u) for u in units])
         if scheme == "dirichlet":
-            owners = dirichlet_assign(labels, sizes, cfg.num_clients, cfg.alpha, cfg.min_client_size, rng)
+            owners = dirichlet_assign(
+                labels, sizes, cfg.num_clients, cfg.alpha, cfg.min_client_size, rng
+            )
         else:
             if cfg.num_clients > len(units):
-                raise ConfigError(f"data.num_clients={cfg.num_clients} exceeds the {len(units)} training clips")
-            owners = [part.tolist() for part in np.array_split(rng.permutation(len(units)), cfg.num_clients)]
-        groups = [(f"client{k:03d}", sorted(i for u in owned for i in units[u])) for k, owned in enumerate(owners)]
-    elif scheme == "pooled":  # one client holding every training clip: centralised training (--algorithm central)
+                raise ConfigError(
+                    f"data.num_clients={cfg.num_clients} exceeds the {len(units)} training clips"
+                )
+            owners = [
+                part.tolist()
+                for part in np.array_split(rng.permutation(len(units)), cfg.num_clients)
+            ]
+        groups = [
+            (f"client{k:03d}", sorted(i for u in owned for i in units[u]))
+            for k, owned in enumerate(owners)
+        ]
+    # one client holding every training clip: centralised training (--algorithm central)
+    elif scheme == "pooled":
         groups = [("pooled", list(train))]
     else:
-        raise ConfigError(f"unknown data.partition '{scheme}'; use natural, dirichlet, iid or pooled")
+        raise ConfigError(
+            f"unknown data.partition '{scheme}'; use natural, dirichlet, iid or pooled"
+        )
 
     if cfg.max_clients is not None and cfg.max_clients < len(groups):
-        keep = sorted(numpy_rng(seed, "max-clients").choice(len(groups), cfg.max_clients, replace=False))
+        keep = sorted(
+            numpy_rng(seed, "max-clients").choice(len(groups), cfg.max_clients, replace=False)
+        )
         groups = [groups[k] for k in keep]
     if not 0 <= cfg.local_holdout < 1:
         raise ConfigError(f"data.local_holdout must lie in [0, 1), got {cfg.local_holdout}")
@@ -120,7 +160,8 @@ def partition(manifest: Manifest, cfg: DataConfig, seed: int, default_scheme: st
 
 def holdout_split(name: str, indices: list[int], local_holdout: float, seed: int) -> ClientSplit:
     """A client's clips (in manifest order) cut into training and local held-out parts, drawn from
-    (seed, name) only, so a device holding the same clips in the same order draws the same hold-out."""
+    (seed, name) only, so a device holding the same clips in the same order draws the same
+    hold-out."""
     order = numpy_rng(seed, "holdout", name).permutation(indices).tolist()
     cut = int(np.floor(local_holdout * len(order)))
     return ClientSplit(name, sorted(order[cut:]), sorted(order[:cut]))

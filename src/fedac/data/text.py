@@ -22,7 +22,8 @@ def unknown_characters(text: str) -> set[str]:
 
 
 def encode(text: str) -> list[int]:
-    """Target ids of a transcript (normalised first); raises KeyError on a character outside VOCAB."""
+    """Target ids of a transcript (normalised first); raises KeyError on a character outside
+    VOCAB."""
     return [_INDEX[ch] for ch in normalize_transcript(text)]
 
 

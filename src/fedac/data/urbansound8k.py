@@ -21,8 +21,16 @@ from fedac.data.manifest import Clip, Manifest
 from fedac.errors import DatasetError
 
 CLASSES = [
-    "air_conditioner", "car_horn", "children_playing", "dog_bark", "drilling",
-    "engine_idling", "gun_shot", "jackhammer", "siren", "street_music",
+    "air_conditioner",
+    "car_horn",
+    "children_playing",
+    "dog_bark",
+    "drilling",
+    "engine_idling",
+    "gun_shot",
+    "jackhammer",
+    "siren",
+    "street_music",
 ]  # index = classID
 FOLDS = [str(k) for k in range(1, 11)]
 COLUMNS = ("slice_file_name", "fsID", "start", "end", "salience", "fold", "classID", "class")
@@ -43,7 +51,9 @@ def _int_field(row: dict, name: str, where: str) -> int:
     try:
         return int(row[name])
     except ValueError:
-        raise DatasetError(f"{where}: column {name} must be an integer, got {row[name]!r}") from None
+        raise DatasetError(
+            f"{where}: column {name} must be an integer, got {row[name]!r}"
+        ) from None
 
 
 def read_metadata(root: Path) -> list[dict]:
@@ -61,7 +71,8 @@ def read_metadata(root: Path) -> list[dict]:
             raise DatasetError(f"{where}: classID {row['classID']} is not one of 0..9")
         if row["class"] != CLASSES[row["classID"]]:
             raise DatasetError(
-                f"{where}: classID {row['classID']} is '{CLASSES[row['classID']]}', but the class column says '{row['class']}'"
+                f"{where}: classID {row['classID']} is '{CLASSES[row['classID']]}', but the class "
+                f"column says '{row['class']}'"
             )
         name = row["slice_file_name"]
         if name in seen:

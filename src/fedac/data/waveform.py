@@ -27,10 +27,15 @@ class Padded:
     """(N,) valid length of each row along T."""
 
     @classmethod
-    def stack(cls, rows: Sequence[torch.Tensor], empty_shape: tuple[int, ...] = (), dtype=torch.float32) -> "Padded":
-        """Rows of shape (T_i, ...) -> one padded batch; no rows gives an empty batch of `empty_shape`."""
+    def stack(
+        cls, rows: Sequence[torch.Tensor], empty_shape: tuple[int, ...] = (), dtype=torch.float32
+    ) -> Padded:
+        """Rows of shape (T_i, ...) -> one padded batch; no rows gives an empty batch of
+        `empty_shape`."""
         if not rows:
-            return cls(torch.zeros((0, 0, *empty_shape), dtype=dtype), torch.zeros(0, dtype=torch.long))
+            return cls(
+                torch.zeros((0, 0, *empty_shape), dtype=dtype), torch.zeros(0, dtype=torch.long)
+            )
         lengths = torch.tensor([len(r) for r in rows], dtype=torch.long)
         values = torch.nn.utils.rnn.pad_sequence(list(rows), batch_first=True)
         return cls(values, lengths)
@@ -42,26 +47,33 @@ class Padded:
     def shape(self) -> torch.Size:
         return self.values.shape
 
-    def __getitem__(self, index) -> "Padded":
+    def __getitem__(self, index) -> Padded:
         lengths = self.lengths[index]
         longest = int(lengths.max()) if lengths.numel() else 0
         return Padded(self.values[index][:, :longest], lengths)
 
-    def split(self, size: int) -> Iterator["Padded"]:
+    def split(self, size: int) -> Iterator[Padded]:
         for start in range(0, len(self), size):
-            yield self[torch.arange(start, min(start + size, len(self)), device=self.lengths.device)]
+            yield self[
+                torch.arange(start, min(start + size, len(self)), device=self.lengths.device)
+            ]
 
     def mask(self) -> torch.Tensor:
         """(N, T) True on valid positions."""
-        return torch.arange(self.values.shape[1], device=self.lengths.device) < self.lengths[:, None]
+        return (
+            torch.arange(self.values.shape[1], device=self.lengths.device) < self.lengths[:, None]
+        )
 
     def rows(self) -> list[torch.Tensor]:
         return [self.values[i, : int(n)] for i, n in enumerate(self.lengths)]
 
 
-def load_waveform(clip: Clip | str, sample_rate: int = 16000, snr_db: float = 100.0, noise_seed: int = 0) -> np.ndarray:
-    """A clip as float32 at `sample_rate`, SNR noise as the feature path adds it (same per-file draw),
-    then normalised to zero mean and unit variance per utterance (wav2vec 2.0's `do_normalize`)."""
+def load_waveform(
+    clip: Clip | str, sample_rate: int = 16000, snr_db: float = 100.0, noise_seed: int = 0
+) -> np.ndarray:
+    """A clip as float32 at `sample_rate`, SNR noise as the feature path adds it (same per-file
+    draw), then normalised to zero mean and unit variance per utterance (wav2vec 2.0's
+    `do_normalize`)."""
     clip = clip if isinstance(clip, Clip) else Clip(str(clip), 0, "", "")
     audio = load_audio(clip.path, sample_rate, clip.offset, clip.duration)
     if snr_db < 100:

@@ -1,10 +1,12 @@
-"""Atomic checkpoints: write to a temporary file in the run directory, fsync, then rename over the old one.
+"""Atomic checkpoints: write to a temporary file in the run directory, fsync, then rename over the
+old one.
 
 A run killed at any moment leaves either the previous checkpoint or the new one, never a torn file.
-In a run over several processes (engine/distributed.py) rank 0 alone writes and reads it. Where client
-states live with their owner (`owner`), a checkpoint gathers them to rank 0 first, so the file is always
-one whole run state that one process or any other world size resumes; on resume rank 0 sends the others
-the global state and each rank only the client states it owns under the new world size.
+In a run over several processes (engine/distributed.py) rank 0 alone writes and reads it. Where
+client states live with their owner (`owner`), a checkpoint gathers them to rank 0 first, so the
+file is always one whole run state that one process or any other world size resumes; on resume rank
+0 sends the others the global state and each rank only the client states it owns under the new world
+size.
 """
 
 from __future__ import annotations
@@ -24,13 +26,21 @@ CHECKPOINT = "checkpoint.pt"
 
 
 def save_checkpoint(run_dir: Path, payload: dict[str, Any], owned: bool = False) -> None:
-    """Write `payload` (the run state) as the run's checkpoint. `owned`: each rank holds only its own clients'
-    states (payload["clients"]); they are gathered to rank 0 first (every rank calls this then)."""
+    """Write `payload` (the run state) as the run's checkpoint. `owned`: each rank holds only its
+    own clients' states (payload["clients"]); they are gathered to rank 0 first (every rank calls
+    this then)."""
     world = current_world()
     if owned and world.distributed:
-        parts = world.to_rank0(payload["clients"], "gathering the client states for the checkpoint", payload.get("round"))
+        parts = world.to_rank0(
+            payload["clients"],
+            "gathering the client states for the checkpoint",
+            payload.get("round"),
+        )
         if parts is not None:  # (rank 0: the union, rank by rank)
-            payload = {**payload, "clients": {name: value for part in parts for name, value in part.items()}}
+            payload = {
+                **payload,
+                "clients": {name: value for part in parts for name, value in part.items()},
+            }
     if not world.writes:
         return  # (rank 0 writes the run's checkpoint)
     path = Path(run_dir) / CHECKPOINT
@@ -45,18 +55,25 @@ def save_checkpoint(run_dir: Path, payload: dict[str, Any], owned: bool = False)
 def load_checkpoint(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / CHECKPOINT
     if not path.is_file():
-        raise CheckpointError(f"no checkpoint at {path}: the run stopped before its first checkpoint; start it again")
+        raise CheckpointError(
+            f"no checkpoint at {path}: the run stopped before its first checkpoint; start it again"
+        )
     try:
         return torch.load(path, weights_only=False)
     except Exception as exc:  # a foreign or damaged file: say so instead of a pickle traceback
-        raise CheckpointError(f"checkpoint {path} cannot be read ({exc}); start the run again") from None
+        raise CheckpointError(
+            f"checkpoint {path} cannot be read ({exc}); start the run again"
+        ) from None
 
 
-def open_run(run_dir: Path, cfg, resume: bool, fresh, owner: Callable[[str], int] | None = None) -> dict[str, Any]:
-    """The state a run starts from: its checkpoint (resume; refused when it is another algorithm's), or
-    `fresh()` after writing the resolved config.yaml into a new run directory. Over several processes,
-    rank 0's state (or its error) on every rank, whatever the world size that wrote the checkpoint; with
-    `owner` (client name -> its rank), a rank receives only the client states it owns."""
+def open_run(
+    run_dir: Path, cfg, resume: bool, fresh, owner: Callable[[str], int] | None = None
+) -> dict[str, Any]:
+    """The state a run starts from: its checkpoint (resume; refused when it is another algorithm's),
+    or `fresh()` after writing the resolved config.yaml into a new run directory. Over several
+    processes, rank 0's state (or its error) on every rank, whatever the world size that wrote the
+    checkpoint; with `owner` (client name -> its rank), a rank receives only the client states it
+    owns."""
     world = current_world()
     if not world.distributed:
         return _open_run(run_dir, cfg, resume, fresh)
@@ -67,7 +84,8 @@ def open_run(run_dir: Path, cfg, resume: bool, fresh, owner: Callable[[str], int
             outcome = (_open_run(run_dir, cfg, resume, fresh), None)
         except FedacError as exc:  # sent on, so every rank stops with rank 0's reason
             outcome = (None, exc)
-        if owner is not None and outcome[0] is not None:  # (the states travel to their owners alone)
+        # (the states travel to their owners alone)
+        if owner is not None and outcome[0] is not None:
             state = outcome[0]
             per_rank = [{} for _ in range(world.size)]
             for name, value in state.get("clients", {}).items():
@@ -77,11 +95,14 @@ def open_run(run_dir: Path, cfg, resume: bool, fresh, owner: Callable[[str], int
     if error is not None:
         raise error
     if owner is not None:
-        state["clients"] = world.from_rank0_each(per_rank, "handing each rank the client states it owns")
+        state["clients"] = world.from_rank0_each(
+            per_rank, "handing each rank the client states it owns"
+        )
     if not world.writes:
         Path(run_dir).mkdir(parents=True, exist_ok=True)
         if not resume:
-            fresh()  # (whatever building it sets up in the algorithm, as on rank 0; the state is rank 0's)
+            # (whatever building it sets up in the algorithm, as on rank 0; the state is rank 0's)
+            fresh()
     return state
 
 
@@ -93,5 +114,7 @@ def _open_run(run_dir: Path, cfg, resume: bool, fresh) -> dict[str, Any]:
         return {**fresh(), "algorithm": cfg.algorithm}
     state = load_checkpoint(run_dir)
     if state.get("algorithm") != cfg.algorithm:
-        raise CheckpointError(f"checkpoint in {run_dir} is for '{state.get('algorithm')}', not '{cfg.algorithm}'")
+        raise CheckpointError(
+            f"checkpoint in {run_dir} is for '{state.get('algorithm')}', not '{cfg.algorithm}'"
+        )
     return state

@@ -1,8 +1,8 @@
-"""Every client, not only their mean: each client's metrics at every evaluation (clients.csv) and the
-bytes each client receives and uploads (metrics.csv's totals, clients.csv's per-client sums).
+"""Every client, not only their mean: each client's metrics at every evaluation (clients.csv) and
+the bytes each client receives and uploads (metrics.csv's totals, clients.csv's per-client sums).
 
-Evaluation only runs models in eval mode on resident tensors: it draws from no random generator, so a
-run's trained numbers are the same with or without it."""
+Evaluation only runs models in eval mode on resident tensors: it draws from no random generator, so
+a run's trained numbers are the same with or without it."""
 
 from __future__ import annotations
 
@@ -15,10 +15,10 @@ from torch import nn
 
 from fedac.data.waveform import Padded
 from fedac.engine.distributed import Summed, current_world
-from fedac.training.metrics import confusion, confusion_metrics, spread
 from fedac.engine.report import append_client_rows, no_holdout_reason
 from fedac.training.device import nbytes, to_device
 from fedac.training.evaluate import clip_predictions, logits
+from fedac.training.metrics import confusion, confusion_metrics, spread
 from fedac.training.types import ClientData
 
 if TYPE_CHECKING:  # (models/ssl.py imports transformers: not at run time)
@@ -30,30 +30,38 @@ CLIENT_METRICS = ("accuracy", "macro_f1", "uar")
 
 
 def scored(data: ClientData) -> bool:
-    """Whether a client's held-out windows can be scored: it holds some, with class labels (not CTC texts)."""
+    """Whether a client's held-out windows can be scored: it holds some, with class labels (not CTC
+    texts)."""
     return not isinstance(data.holdout_y, Padded) and len(data.holdout_y) > 0
 
 
 def prediction_scores(pred: torch.Tensor, y: torch.Tensor, num_classes: int) -> dict[str, float]:
-    """Accuracy, macro-F1 and UAR of window predictions; accuracy computed as `window_accuracy` does."""
+    """Accuracy, macro-F1 and UAR of window predictions; accuracy computed as `window_accuracy`
+    does."""
     scores = confusion_metrics(confusion(y.cpu().numpy(), pred.cpu().numpy(), num_classes))
     scores["accuracy"] = float((pred == y).float().mean())
     return scores
 
 
-def holdout_metrics(model: nn.Module, data: ClientData, num_classes: int, batch_size: int) -> dict[str, float]:
+def holdout_metrics(
+    model: nn.Module, data: ClientData, num_classes: int, batch_size: int
+) -> dict[str, float]:
     """`model` on the client's held-out windows; {} when they cannot be scored (`scored`)."""
     if not scored(data):
         return {}
-    return prediction_scores(logits(model, data.holdout_x, batch_size).argmax(dim=1), data.holdout_y, num_classes)
+    return prediction_scores(
+        logits(model, data.holdout_x, batch_size).argmax(dim=1), data.holdout_y, num_classes
+    )
 
 
-def batched_holdout_metrics(model: nn.Module, clients: list[ClientData], num_classes: int, batch_size: int,
-                            device) -> dict[str, dict[str, float]]:
-    """`holdout_metrics` of every client, with the clients' held-out windows run through the model in
-    batches of about `batch_size` windows across clients: one forward per batch, not one per client (a
-    GRU's steps are sequential, so a call costs nearly the same for 5 windows as for 500: scoring 240
-    clients one by one took 11 % of the default run). Waveform inputs (Padded) are scored per client."""
+def batched_holdout_metrics(
+    model: nn.Module, clients: list[ClientData], num_classes: int, batch_size: int, device
+) -> dict[str, dict[str, float]]:
+    """`holdout_metrics` of every client, with the clients' held-out windows run through the model
+    in batches of about `batch_size` windows across clients: one forward per batch, not one per
+    client (a GRU's steps are sequential, so a call costs nearly the same for 5 windows as for 500:
+    scoring 240 clients one by one took 11 % of the default run). Waveform inputs (Padded) are
+    scored per client."""
     out: dict[str, dict[str, float]] = {}
     group: list[ClientData] = []
 
@@ -83,7 +91,8 @@ NOT_SCORES = ("round", "client", "n_k", "holdout", "depth", "bytes_down", "bytes
 
 
 def spreads(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """metrics.spread of every score column of one evaluation's rows, weighted by n_k where rows have it."""
+    """metrics.spread of every score column of one evaluation's rows, weighted by n_k where rows
+    have it."""
     keys = list(dict.fromkeys(k for r in rows for k in r if k not in NOT_SCORES))
     out = {}
     for key in keys:
@@ -93,35 +102,52 @@ def spreads(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
     return out
 
 
-def exit_scores(model: MultiExitSSL, data: ClientData, num_classes: int, batch_size: int) -> dict[str, float]:
+def exit_scores(
+    model: MultiExitSSL, data: ClientData, num_classes: int, batch_size: int
+) -> dict[str, float]:
     """An early-exit model (MultiExitSSL) at each of its exits on the client's held-out windows, as
     exit<L>_<metric> (evaluate_views' tags); the model is left at the exit it was at."""
     at, out = model.depth, {}
     for depth in model.exits:
-        out.update({f"exit{depth}_{k}": v for k, v in holdout_metrics(model.use_exit(depth), data, num_classes,
-                                                                      batch_size).items()})
+        out.update(
+            {
+                f"exit{depth}_{k}": v
+                for k, v in holdout_metrics(
+                    model.use_exit(depth), data, num_classes, batch_size
+                ).items()
+            }
+        )
     model.use_exit(at)
     return out
 
 
 class ByteLedger:
-    """Bytes each client received (the round's broadcast payload) and uploaded (its upload), counted from
-    the tensors themselves (`nbytes`: numel x element size over nested dicts / lists). Kept in the run's
-    state, so a resumed run's totals continue; a checkpoint written before the ledger existed has no
-    count of its earlier rounds, and its cumulative totals are NaN (unknown) rather than too small."""
+    """Bytes each client received (the round's broadcast payload) and uploaded (its upload), counted
+    from the tensors themselves (`nbytes`: numel x element size over nested dicts / lists). Kept in
+    the run's state, so a resumed run's totals continue; a checkpoint written before the ledger
+    existed has no count of its earlier rounds, and its cumulative totals are NaN (unknown) rather
+    than too small."""
 
     def __init__(self, state: dict[str, Any]):
         if "bytes" not in state:
             known = state.get("round", 0) == 0
-            state["bytes"] = {"down": 0 if known else math.nan, "up": 0 if known else math.nan, "clients": {}}
+            state["bytes"] = {
+                "down": 0 if known else math.nan,
+                "up": 0 if known else math.nan,
+                "clients": {},
+            }
         self.book = state["bytes"]
 
     def round(self, payload: Any, uploads: dict[str, Any]) -> dict[str, float]:
-        """Count one round: every client in `uploads` (name -> its upload) received `payload`. Returns
-        metrics.csv's columns: the round's sums, the mean per client and the cumulative totals."""
+        """Count one round: every client in `uploads` (name -> its upload) received `payload`.
+        Returns metrics.csv's columns: the round's sums, the mean per client and the cumulative
+        totals."""
         down = nbytes(payload)
         # (an upload summed by the all-reduce of several processes counts what it would have sent)
-        ups = {name: upload.bytes if isinstance(upload, Summed) else nbytes(upload) for name, upload in uploads.items()}
+        ups = {
+            name: upload.bytes if isinstance(upload, Summed) else nbytes(upload)
+            for name, upload in uploads.items()
+        }
         for name, up in ups.items():
             pair = self.book["clients"].setdefault(name, [0, 0])
             pair[0] += down
@@ -129,9 +155,13 @@ class ByteLedger:
         self.book["down"] += down * len(ups)
         self.book["up"] += sum(ups.values())
         per_client = float(np.mean(list(ups.values()))) if ups else math.nan
-        return {"download_bytes": float(down * len(ups)), "upload_bytes": float(sum(ups.values())),
-                "upload_bytes_per_client": per_client, "download_bytes_total": float(self.book["down"]),
-                "upload_bytes_total": float(self.book["up"])}
+        return {
+            "download_bytes": float(down * len(ups)),
+            "upload_bytes": float(sum(ups.values())),
+            "upload_bytes_per_client": per_client,
+            "download_bytes_total": float(self.book["down"]),
+            "upload_bytes_total": float(self.book["up"]),
+        }
 
     @property
     def clients(self) -> dict[str, list[int]]:
@@ -149,14 +179,14 @@ def columns(rows: list[dict[str, Any]], personalized: bool) -> list[str]:
 
 
 def shared_out(clients: list[ClientData], score, what: str, owner=None) -> dict[str, Any]:
-    """`score(group)` ({client: its scores}) of `clients` over the processes of a torchrun run: rank r
-    scores every size-th client from r as one group (engine/distributed.py `World.each`), or, with
-    `owner` (client name -> rank), the clients it owns (their states live there); every rank gets every
-    client's scores. Over all the run's clients both agree (distributed.py `owner`). In one process, all
-    clients as one group."""
+    """`score(group)` ({client: its scores}) of `clients` over the processes of a torchrun run: rank
+    r scores every size-th client from r as one group (engine/distributed.py `World.each`), or, with
+    `owner` (client name -> rank), the clients it owns (their states live there); every rank gets
+    every client's scores. Over all the run's clients both agree (distributed.py `owner`). In one
+    process, all clients as one group."""
     world = current_world()
     if owner is None:
-        groups_in = [clients[r::world.size] for r in range(world.size)]
+        groups_in = [clients[r :: world.size] for r in range(world.size)]
     else:
         groups_in = [[c for c in clients if owner(c.name) == r] for r in range(world.size)]
     groups = world.each(groups_in, score, what)
@@ -165,22 +195,32 @@ def shared_out(clients: list[ClientData], score, what: str, owner=None) -> dict[
 
 def own_scores(sim, state: dict[str, Any], score) -> dict[str, Any]:
     """`score(client data, its own model)` of every client with a model of its own (a personalized
-    method's trained clients: Simulator._personalized_models), shared out over the processes, by client
-    name in the clients' order. Each is scored as it is yielded (own models share one scratch model)."""
+    method's trained clients: Simulator._personalized_models), shared out over the processes, by
+    client name in the clients' order. Each is scored as it is yielded (own models share one scratch
+    model)."""
     visits = state.get("visits", {})
     trained = [c for c in sim.data.clients if visits.get(c.name)]
-    scores = shared_out(trained, lambda group: {data.name: score(data, own)
-                                                for data, own in sim._personalized_models(state, group)},
-                        "gathering the own models' scores", getattr(sim, "state_owner", None))
+    scores = shared_out(
+        trained,
+        lambda group: {
+            data.name: score(data, own) for data, own in sim._personalized_models(state, group)
+        },
+        "gathering the own models' scores",
+        getattr(sim, "state_owner", None),
+    )
     return {c.name: scores[c.name] for c in trained if c.name in scores}
 
 
-def evaluate_clients(sim, state: dict[str, Any], round_idx: int, server: dict[str, Any]) -> list[dict[str, Any]]:
-    """clients.csv's rows of one evaluation by a Simulator `sim`: the shared model of `server` and each
-    trained client's own model on every client's held-out windows (each process its share of the
-    clients: `shared_out`). Own models are scored before the shared model is loaded."""
+def evaluate_clients(
+    sim, state: dict[str, Any], round_idx: int, server: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """clients.csv's rows of one evaluation by a Simulator `sim`: the shared model of `server` and
+    each trained client's own model on every client's held-out windows (each process its share of
+    the clients: `shared_out`). Own models are scored before the shared model is loaded."""
     batch, num_classes = sim.cfg.train.eval_batch_size, sim.data.task.num_classes
-    own = own_scores(sim, state, lambda data, model: holdout_metrics(model, data, num_classes, batch))
+    own = own_scores(
+        sim, state, lambda data, model: holdout_metrics(model, data, num_classes, batch)
+    )
     shared = sim.algorithm.global_model(server)
 
     def shared_scores(group: list[ClientData]) -> dict[str, dict[str, float]]:
@@ -188,10 +228,16 @@ def evaluate_clients(sim, state: dict[str, Any], round_idx: int, server: dict[st
         if hasattr(shared, "exits"):
             for data in group:
                 if scores_of.get(data.name):
-                    scores_of[data.name].update(exit_scores(shared, to_device(data, sim.device), num_classes, batch))
+                    scores_of[data.name].update(
+                        exit_scores(shared, to_device(data, sim.device), num_classes, batch)
+                    )
         return scores_of
 
-    scores_of = shared_out(sim.data.clients, shared_scores, "gathering the clients' scores") if shared is not None else {}
+    scores_of = (
+        shared_out(sim.data.clients, shared_scores, "gathering the clients' scores")
+        if shared is not None
+        else {}
+    )
     depths = getattr(sim.algorithm, "depths", {})  # early exit: each client's own exit
     rows = []
     for data in sim.data.clients:
@@ -200,9 +246,18 @@ def evaluate_clients(sim, state: dict[str, Any], round_idx: int, server: dict[st
         if not scores and not mine:
             continue
         where = {"depth": depths[data.name]} if data.name in depths else {}
-        rows.append({"round": round_idx, "client": data.name, "n_k": data.num_samples,
-                     "holdout": len(data.holdout_y), **where, **scores, **{f"own_{k}": v for k, v in mine.items()},
-                     **client_bytes(state, data.name)})
+        rows.append(
+            {
+                "round": round_idx,
+                "client": data.name,
+                "n_k": data.num_samples,
+                "holdout": len(data.holdout_y),
+                **where,
+                **scores,
+                **{f"own_{k}": v for k, v in mine.items()},
+                **client_bytes(state, data.name),
+            }
+        )
     return rows
 
 
@@ -229,10 +284,16 @@ def client_summary(sim, state: dict[str, Any], server: dict[str, Any]) -> dict[s
     scored, and those that could not be, with the reason."""
     rows = evaluate_clients(sim, state, state["round"], server)
     total = len(sim.data.clients)
-    out: dict[str, Any] = {"spreads": spreads(rows), "evaluated": len(rows), "without_holdout": total - len(rows)}
+    out: dict[str, Any] = {
+        "spreads": spreads(rows),
+        "evaluated": len(rows),
+        "without_holdout": total - len(rows),
+    }
     if total > len(rows):
         ctc = any(isinstance(c.holdout_y, Padded) for c in sim.data.clients)
-        out["without_holdout_reason"] = no_holdout_reason(sim.cfg, ctc, sim.holds_clients, any_holdout=bool(rows))
+        out["without_holdout_reason"] = no_holdout_reason(
+            sim.cfg, ctc, sim.holds_clients, any_holdout=bool(rows)
+        )
     return out
 
 
@@ -250,18 +311,24 @@ def test_confusion(sim, model: nn.Module | None) -> dict[str, Any] | None:
     return {"classes": classes, "counts": counts.tolist()}
 
 
-#: A streaming run's per-user scores (engine/zeroshot.py's history columns <key>/<user>): the user's own
-#: model on its labels, the shared score table on them, and the gain.
+#: A streaming run's per-user scores (engine/zeroshot.py's history columns <key>/<user>): the user's
+#: own model on its labels, the shared score table on them, and the gain.
 USER_SCORES = ("local_acc", "global_acc", "increase")
 
 
 def user_rows(state: dict[str, Any], round_idx: int, row: dict[str, float]) -> list[dict[str, Any]]:
-    """clients.csv's rows of a streaming (zero-shot) round: one per user that reported scores, from the
-    round's history row, with the bytes the user has received and uploaded so far."""
+    """clients.csv's rows of a streaming (zero-shot) round: one per user that reported scores, from
+    the round's history row, with the bytes the user has received and uploaded so far."""
     users = [key.split("/", 1)[1] for key in row if key.startswith(f"{USER_SCORES[0]}/")]
-    return [{"round": round_idx, "client": user,
-             **{key: row[f"{key}/{user}"] for key in USER_SCORES if f"{key}/{user}" in row},
-             **client_bytes(state, user)} for user in users]
+    return [
+        {
+            "round": round_idx,
+            "client": user,
+            **{key: row[f"{key}/{user}"] for key in USER_SCORES if f"{key}/{user}" in row},
+            **client_bytes(state, user),
+        }
+        for user in users
+    ]
 
 
 def log_users(run_dir, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
@@ -271,7 +338,8 @@ def log_users(run_dir, state: dict[str, Any], round_idx: int, row: dict[str, flo
 
 
 def user_summary(state: dict[str, Any]) -> dict[str, Any]:
-    """results.json's `per_client` of a streaming run: the spreads of the last round's per-user scores."""
+    """results.json's `per_client` of a streaming run: the spreads of the last round's per-user
+    scores."""
     last = state["history"][-1]
     rows = user_rows(state, int(last["round"]), last)
     return {"spreads": spreads(rows), "evaluated": len(rows), "without_holdout": 0}

@@ -12,4 +12,6 @@ from fedac.data.registry import load_manifest
 def usable_manifest(cfg: Config, progress: bool = True) -> tuple[Manifest, dict[str, str]]:
     """The dataset's manifest and, with data.on_bad_file=skip, without its undecodable clips (see
     features.screen_manifest): path -> reason of the files left out."""
-    return screen_manifest(load_manifest(cfg, progress), cfg.data.on_bad_file, cfg.data.cache_dir, progress)
+    return screen_manifest(
+        load_manifest(cfg, progress), cfg.data.on_bad_file, cfg.data.cache_dir, progress
+    )

@@ -54,8 +54,14 @@ def plot_curves(run_dir: Path, history: list[dict[str, float]], title: str) -> N
     for key, label in (("val_accuracy", "val accuracy"), ("val_macro_f1", "val macro-F1")):
         ax_acc.plot(rounds, [row.get(key, math.nan) for row in history], marker="o", label=label)
     ax_acc.set_xlabel("round"), ax_acc.set_ylabel("score"), ax_acc.legend(), ax_acc.grid(alpha=0.3)
-    ax_loss.plot(rounds, [row.get("train_loss", math.nan) for row in history], marker="o", color="tab:red")
-    ax_loss.set_xlabel("round"), ax_loss.set_ylabel("mean client training loss"), ax_loss.grid(alpha=0.3)
+    ax_loss.plot(
+        rounds, [row.get("train_loss", math.nan) for row in history], marker="o", color="tab:red"
+    )
+    (
+        ax_loss.set_xlabel("round"),
+        ax_loss.set_ylabel("mean client training loss"),
+        ax_loss.grid(alpha=0.3),
+    )
     fig.suptitle(title)
     fig.tight_layout()
     fig.savefig(Path(run_dir) / "curves.png", dpi=100)
@@ -71,38 +77,68 @@ FINAL_KEYS = {
     "selected_round": "round of the evaluated shared model (train.select)",
     "client_accuracy_mean": "shared model on each client's own held-out windows: mean over clients",
     "client_accuracy_std": "shared model on each client's own held-out windows: std over clients",
-    "personalized_accuracy_mean": "each trained client's own model on the test split: mean over those clients",
-    "personalized_accuracy_std": "each trained client's own model on the test split: std over those clients",
-    "personalized_macro_f1_mean": "each trained client's own model on the test split: mean macro-F1",
-    "personalized_macro_f1_std": "each trained client's own model on the test split: std of macro-F1",
-    "personalized_local_accuracy_mean": "each trained client's own model on its own held-out windows: mean",
-    "personalized_local_accuracy_std": "each trained client's own model on its own held-out windows: std",
-    "personalized_clients": "clients whose own models the personalized_* means cover (trained at least once)",
+    "personalized_accuracy_mean": (
+        "each trained client's own model on the test split: mean over those clients"
+    ),
+    "personalized_accuracy_std": (
+        "each trained client's own model on the test split: std over those clients"
+    ),
+    "personalized_macro_f1_mean": (
+        "each trained client's own model on the test split: mean macro-F1"
+    ),
+    "personalized_macro_f1_std": (
+        "each trained client's own model on the test split: std of macro-F1"
+    ),
+    "personalized_local_accuracy_mean": (
+        "each trained client's own model on its own held-out windows: mean"
+    ),
+    "personalized_local_accuracy_std": (
+        "each trained client's own model on its own held-out windows: std"
+    ),
+    "personalized_clients": (
+        "clients whose own models the personalized_* means cover (trained at least once)"
+    ),
     "clients_trained": "clients sampled and trained at least once in the run",
-    "wer": "shared model on the test split (CTC tasks): corpus word error rate of greedy transcripts",
+    "wer": (
+        "shared model on the test split (CTC tasks): corpus word error rate of greedy transcripts"
+    ),
     "cer": "shared model on the test split (CTC tasks): corpus character error rate",
     "test_other_wer": "shared model on LibriSpeech's test-other split: word error rate",
     "test_other_cer": "shared model on LibriSpeech's test-other split: character error rate",
-    "asv_eer": "shared model's pooled embeddings on the verification trials (cosine score): equal error rate",
+    "asv_eer": (
+        "shared model's pooled embeddings on the verification trials (cosine score): equal error "
+        "rate"
+    ),
     "visits_per_trained_client": "mean number of rounds in which a trained client trained",
     "fa": "shared model on the test split (12-class keyword spotting): false accepts / all clips",
     "fr": "shared model on the test split (12-class keyword spotting): false rejects / all clips",
-    "test_last5_mean": "shared model on the test split: mean accuracy of the last 5 evaluations (train.test_curve)",
-    "clean_accuracy": "shared model on the clean test split, when features.test_augment augments the test split",
+    "test_last5_mean": (
+        "shared model on the test split: mean accuracy of the last 5 evaluations (train.test_curve)"
+    ),
+    "clean_accuracy": (
+        "shared model on the clean test split, when features.test_augment augments the test split"
+    ),
     "malicious_clients": "clients poisoned by attack.kind (a seeded choice fixed for the run)",
-    "attack_success_rate": "backdoor (or attack.measure_backdoor): shared model on the triggered test clips of other classes: share predicted as attack.target",
-    "dp_epsilon": "differential privacy: epsilon spent over the rounds trained at dp_delta (opacus RDP accountant)",
+    "attack_success_rate": (
+        "backdoor (or attack.measure_backdoor): shared model on the triggered test clips of other "
+        "classes: share predicted as attack.target"
+    ),
+    "dp_epsilon": (
+        "differential privacy: epsilon spent over the rounds trained at dp_delta (opacus RDP "
+        "accountant)"
+    ),
     "dp_delta": "differential privacy: the delta of dp_epsilon (dp.delta)",
 }
 
 
-#: Final keys measured on the clients' local held-out windows (data.local_holdout of each client's clips).
+#: Final keys measured on the clients' local held-out windows (data.local_holdout of each client's
+#: clips).
 HELD_OUT_KEYS = ("client_accuracy_mean", "personalized_local_accuracy_mean")
 
 
 def no_holdout_reason(cfg: Config, ctc: bool, holds_clients: bool, any_holdout: bool) -> str:
-    """Why a client (every client, when not `any_holdout`) has no held-out score, with the setting that
-    gives it one."""
+    """Why a client (every client, when not `any_holdout`) has no held-out score, with the setting
+    that gives it one."""
     holdout = cfg.data.local_holdout
     if ctc:
         return "a CTC task has no clip accuracy"
@@ -112,50 +148,70 @@ def no_holdout_reason(cfg: Config, ctc: bool, holds_clients: bool, any_holdout: 
         return "data.local_holdout=0 holds back no clip; set it in (0, 1), e.g. 0.2"
     fewest = math.ceil(1 / holdout - 1e-9)  # floor(holdout * clips) = 0 below this many clips
     if any_holdout:
-        return (f"fewer than {fewest} clips: a client keeps floor(data.local_holdout={holdout:g} x its clips) "
-                f"for held-out scoring")
-    return (f"no client holds back a clip: each keeps floor(data.local_holdout={holdout:g} x its clips), "
-            f"none below {fewest} clips; give clients more clips (fewer "
-            f"data.num_clients where clips are dealt) or raise data.local_holdout")
+        return (
+            f"fewer than {fewest} clips: a client keeps floor(data.local_holdout={holdout:g} x its "
+            "clips) for held-out scoring"
+        )
+    return (
+        f"no client holds back a clip: each keeps floor(data.local_holdout={holdout:g} x its "
+        f"clips), none below {fewest} clips; give clients more clips (fewer "
+        f"data.num_clients where clips are dealt) or raise data.local_holdout"
+    )
 
 
 def unavailable(results: dict[str, Any], cfg: Config) -> dict[str, str]:
     """Why each of HELD_OUT_KEYS that is NaN has no value, with the setting that gives it one."""
     final, why = results["final"], {}
-    for key in (k for k in HELD_OUT_KEYS if isinstance(final.get(k), float) and math.isnan(final[k])):
+    for key in (
+        k for k in HELD_OUT_KEYS if isinstance(final.get(k), float) and math.isnan(final[k])
+    ):
         # NaN only when no client holds back a clip
-        why[key] = no_holdout_reason(cfg, "wer" in final, results.get("clients") != 0, any_holdout=False)
+        why[key] = no_holdout_reason(
+            cfg, "wer" in final, results.get("clients") != 0, any_holdout=False
+        )
     return why
 
 
 def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
-    """results.json, with the code that made it (version.py); `results` gains that `code_version` too, so
-    what the caller keeps of the run (compare's summary.json) says the same as the file. A held-out
-    metric that is NaN (null in the file) gets its reason under `unavailable` (shown by `final_table`)."""
+    """results.json, with the code that made it (version.py); `results` gains that `code_version`
+    too, so what the caller keeps of the run (compare's summary.json) says the same as the file. A
+    held-out metric that is NaN (null in the file) gets its reason under `unavailable` (shown by
+    `final_table`)."""
     results["code_version"] = code_version()
     why = unavailable(results, cfg)
     if why:
         results["unavailable"] = why
     legend = {k: v for k, v in FINAL_KEYS.items() if k in results.get("final", {})}
-    _atomic_write(Path(run_dir) / "results.json", json.dumps(_clean({**results, "legend": legend}), indent=2))
+    _atomic_write(
+        Path(run_dir) / "results.json", json.dumps(_clean({**results, "legend": legend}), indent=2)
+    )
     title = f"{cfg.algorithm} on {cfg.dataset} (seed {cfg.seed})"
     plot_curves(run_dir, results["history"], title)
     rows = read_client_rows(run_dir)
     plot_clients(run_dir, rows, title, results.get("per_client", {}).get("without_holdout_reason"))
     if "confusion" in results:
-        plot_confusion(run_dir, results["confusion"]["counts"], results["confusion"]["classes"],
-                       f"{title}\nshared model (round {results['final'].get('selected_round')}) on the test split")
+        plot_confusion(
+            run_dir,
+            results["confusion"]["counts"],
+            results["confusion"]["classes"],
+            f"{title}\nshared model (round {results['final'].get('selected_round')}) on the test "
+            "split",
+        )
     track(run_dir, cfg, results, rows)  # log.tensorboard, log.mlflow
 
 
 PRUNING_LOG = "lpa.jsonl"
 
 
-def log_pruning(run_dir: Path, round_idx: int, layers: dict, clients: list[str], sizes: list[int]) -> None:
+def log_pruning(
+    run_dir: Path, round_idx: int, layers: dict, clients: list[str], sizes: list[int]
+) -> None:
     """Append one round of LPA decisions to lpa.jsonl: the cohort with its n_k and, per layer, the
     clients pruned (not in the trusted set)."""
-    pruned = {layer: [c for k, c in enumerate(clients) if k not in trusted]
-              for layer, trusted in ((layer, set(p.trusted)) for layer, p in layers.items())}
+    pruned = {
+        layer: [c for k, c in enumerate(clients) if k not in trusted]
+        for layer, trusted in ((layer, set(p.trusted)) for layer, p in layers.items())
+    }
     row = {"round": round_idx, "n_k": dict(zip(clients, sizes)), "pruned": pruned}
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     with open(Path(run_dir) / PRUNING_LOG, "a") as handle:
@@ -177,9 +233,13 @@ def format_table(rows: list[tuple[str, str]]) -> str:
 
 
 #: Final keys of the speech tasks beyond classification (models/ssl.py), shown when present.
-SPEECH_ROWS = (("wer", "shared model: test WER"), ("cer", "shared model: test CER"),
-               ("test_other_wer", "shared model: test-other WER"), ("test_other_cer", "shared model: test-other CER"),
-               ("asv_eer", "shared model: verification EER"))
+SPEECH_ROWS = (
+    ("wer", "shared model: test WER"),
+    ("cer", "shared model: test CER"),
+    ("test_other_wer", "shared model: test-other WER"),
+    ("test_other_cer", "shared model: test-other CER"),
+    ("asv_eer", "shared model: verification EER"),
+)
 
 
 def _spread(results: dict[str, Any], key: str) -> str:
@@ -187,18 +247,26 @@ def _spread(results: dict[str, Any], key: str) -> str:
     final = results["final"]
     mean, std = final[key], final[key.replace("_mean", "_std")]
     if mean is None or math.isnan(mean):
-        why = results.get("unavailable", {}).get(key, "no client holds back a clip (data.local_holdout)")
+        why = results.get("unavailable", {}).get(
+            key, "no client holds back a clip (data.local_holdout)"
+        )
         return f"n/a ({why})"
     return f"{mean:.4f} ± {std:.4f}"
 
 
 def _percentile_row(results: dict[str, Any], key: str, who: str) -> list[tuple[str, str]]:
-    """The clients' held-out accuracy spread beyond mean ± std (results.json's per_client), when scored."""
+    """The clients' held-out accuracy spread beyond mean ± std (results.json's per_client), when
+    scored."""
     spread = results.get("per_client", {}).get("spreads", {}).get(key)
     if not spread or spread["p50"] is None or math.isnan(spread["p50"]):
         return []
-    return [(f"{who}: clients' p10 / median / worst 10 %",
-             f"{spread['p10']:.4f} / {spread['p50']:.4f} / {spread['worst10_mean']:.4f} ({spread['clients']} clients)")]
+    return [
+        (
+            f"{who}: clients' p10 / median / worst 10 %",
+            f"{spread['p10']:.4f} / {spread['p50']:.4f} / {spread['worst10_mean']:.4f} "
+            f"({spread['clients']} clients)",
+        )
+    ]
 
 
 def final_table(results: dict[str, Any]) -> str:
@@ -220,11 +288,27 @@ def final_table(results: dict[str, Any]) -> str:
         rows += _percentile_row(results, "accuracy", "shared model")
     rows.append(("rounds", str(results["rounds"])))
     if "clients_trained" in final:
-        rows.append(("clients trained (mean visits)", f"{final['clients_trained']} ({final['visits_per_trained_client']:.1f})"))
+        rows.append(
+            (
+                "clients trained (mean visits)",
+                f"{final['clients_trained']} ({final['visits_per_trained_client']:.1f})",
+            )
+        )
     if "personalized_accuracy_mean" in final:
         n = final["personalized_clients"]
-        rows.append((f"own models ({n}): test acc.", f"{final['personalized_accuracy_mean']:.4f} ± {final['personalized_accuracy_std']:.4f}"))
-        rows.append((f"own models ({n}): held-out acc.", _spread(results, "personalized_local_accuracy_mean")))
+        rows.append(
+            (
+                f"own models ({n}): test acc.",
+                f"{final['personalized_accuracy_mean']:.4f} ± "
+                f"{final['personalized_accuracy_std']:.4f}",
+            )
+        )
+        rows.append(
+            (
+                f"own models ({n}): held-out acc.",
+                _spread(results, "personalized_local_accuracy_mean"),
+            )
+        )
         rows += _percentile_row(results, "own_accuracy", f"own models ({n})")
     rows.append(("wall time", f"{results['wall_seconds']:.1f} s"))
     return format_table(rows)
@@ -234,8 +318,8 @@ CLIENTS_CSV = "clients.csv"
 
 
 def append_client_rows(run_dir: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
-    """Append one evaluation's per-client rows to clients.csv (its header written with the first rows).
-    A cell left empty is a score the client has not got: an own model not trained yet."""
+    """Append one evaluation's per-client rows to clients.csv (its header written with the first
+    rows). A cell left empty is a score the client has not got: an own model not trained yet."""
     path = Path(run_dir) / CLIENTS_CSV
     new = not path.is_file()
     if not new:  # (the header the file began with: a resumed run appends under it)
@@ -254,12 +338,15 @@ def read_client_rows(run_dir: Path) -> list[dict[str, Any]]:
     if not path.is_file():
         return []
     with open(path, newline="") as handle:
-        return [{k: (v if k == "client" else float(v)) for k, v in row.items() if v != ""}
-                for row in csv.DictReader(handle)]
+        return [
+            {k: (v if k == "client" else float(v)) for k, v in row.items() if v != ""}
+            for row in csv.DictReader(handle)
+        ]
 
 
 def truncate_client_rows(run_dir: Path, last_round: int) -> None:
-    """On resume, drop clients.csv's rows after the checkpoint (those rounds are evaluated again)."""
+    """On resume, drop clients.csv's rows after the checkpoint (those rounds are evaluated
+    again)."""
     path = Path(run_dir) / CLIENTS_CSV
     if path.is_file():
         lines = path.read_text().splitlines(keepends=True)
@@ -278,8 +365,8 @@ def pyplot():
 
 
 def plot_confusion(run_dir: Path, counts: list[list[int]], classes: list[str], title: str) -> None:
-    """confusion.png: the shared model's test-split confusion matrix, each row (true class) as shares of
-    its clips, class names on both axes."""
+    """confusion.png: the shared model's test-split confusion matrix, each row (true class) as
+    shares of its clips, class names on both axes."""
     import numpy as np
 
     plt = pyplot()
@@ -301,15 +388,21 @@ def plot_confusion(run_dir: Path, counts: list[list[int]], classes: list[str], t
 
 
 #: clients.png's panels: a clients.csv column and what it scores, each drawn when the run has it.
-CLIENT_PANELS = (("accuracy", "shared model"), ("own_accuracy", "each client's own model"),
-                 ("global_acc", "shared score table, each user's labels"), ("local_acc", "each user's own model"))
+CLIENT_PANELS = (
+    ("accuracy", "shared model"),
+    ("own_accuracy", "each client's own model"),
+    ("global_acc", "shared score table, each user's labels"),
+    ("local_acc", "each user's own model"),
+)
 
 
-def plot_clients(run_dir: Path, rows: list[dict[str, Any]], title: str, why_empty: str | None = None) -> None:
+def plot_clients(
+    run_dir: Path, rows: list[dict[str, Any]], title: str, why_empty: str | None = None
+) -> None:
     """clients.png from clients.csv's rows: per evaluated round, the clients' held-out accuracy as
-    percentile bands (10-90 and 25-75) around the median, with the worst-10 % mean dashed; the shared
-    model, and next to it the clients' own models where the method keeps them. Without any client
-    score the picture says why (`why_empty`)."""
+    percentile bands (10-90 and 25-75) around the median, with the worst-10 % mean dashed; the
+    shared model, and next to it the clients' own models where the method keeps them. Without any
+    client score the picture says why (`why_empty`)."""
     import numpy as np
 
     from fedac.training.metrics import spread
@@ -320,20 +413,40 @@ def plot_clients(run_dir: Path, rows: list[dict[str, Any]], title: str, why_empt
         fig, ax = plt.subplots(figsize=(7, 2.5))
         ax.axis("off")
         text = why_empty or "this run scores no client on held-out data"
-        ax.text(0.5, 0.5, "No per-client scores:\n" + "\n".join(textwrap.wrap(text, 70)), ha="center", va="center")
+        ax.text(
+            0.5,
+            0.5,
+            "No per-client scores:\n" + "\n".join(textwrap.wrap(text, 70)),
+            ha="center",
+            va="center",
+        )
         ax.set_title(title)
         fig.savefig(Path(run_dir) / "clients.png", dpi=100)
         plt.close(fig)
         return
-    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 * len(panels), 4), sharey=True, squeeze=False)
+    fig, axes = plt.subplots(
+        1, len(panels), figsize=(5.5 * len(panels), 4), sharey=True, squeeze=False
+    )
     for ax, (key, label) in zip(axes[0], panels):
         rounds = sorted({r["round"] for r in rows if key in r})
-        values = [np.asarray([r[key] for r in rows if r["round"] == t and key in r]) for t in rounds]
-        p10, p25, p50, p75, p90 = np.stack([np.percentile(v, [10, 25, 50, 75, 90]) for v in values]).T
+        values = [
+            np.asarray([r[key] for r in rows if r["round"] == t and key in r]) for t in rounds
+        ]
+        p10, p25, p50, p75, p90 = np.stack(
+            [np.percentile(v, [10, 25, 50, 75, 90]) for v in values]
+        ).T
         ax.fill_between(rounds, p10, p90, alpha=0.2, color="tab:blue", label="10th-90th percentile")
-        ax.fill_between(rounds, p25, p75, alpha=0.35, color="tab:blue", label="25th-75th percentile")
+        ax.fill_between(
+            rounds, p25, p75, alpha=0.35, color="tab:blue", label="25th-75th percentile"
+        )
         ax.plot(rounds, p50, marker="o", color="tab:blue", label="median")
-        ax.plot(rounds, [spread(v)["worst10_mean"] for v in values], ls="--", color="tab:red", label="worst 10 % mean")
+        ax.plot(
+            rounds,
+            [spread(v)["worst10_mean"] for v in values],
+            ls="--",
+            color="tab:red",
+            label="worst 10 % mean",
+        )
         ax.set_title(f"{label} ({len(values[-1])} clients)")
         ax.set_xlabel("round"), ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy per client")

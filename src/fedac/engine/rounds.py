@@ -1,30 +1,31 @@
-"""What the round loop of engine/run.py (every driver's) holds: the progress of the rounds (with a bar
-of the clients inside a slow round and a time estimate after the first one), and SIGINT / SIGTERM that
-lose nothing.
+"""What the round loop of engine/run.py (every driver's) holds: the progress of the rounds (with a
+bar of the clients inside a slow round and a time estimate after the first one), and SIGINT /
+SIGTERM that lose nothing.
 
 Signals, while a `RoundLoop` is open in the main thread:
-- the first asks the run to stop at the end of the round under way: the round finishes, a checkpoint of
-  that round boundary is written (the state a `train.checkpoint_every` checkpoint holds there, so the
-  resumed run stays bit-exact) and `RunInterrupted` ends the run;
+- the first asks the run to stop at the end of the round under way: the round finishes, a checkpoint
+  of that round boundary is written (the state a `train.checkpoint_every` checkpoint holds there, so
+  the resumed run stays bit-exact) and `RunInterrupted` ends the run;
 - a second one during the round's computation abandons it: nothing of that round is written, and the
   last checkpoint on disk is where a resume starts. The round's writes (metrics.csv, the checkpoint)
   are never cut: a second signal then changes nothing;
-- after the last round (final evaluation) every round is checkpointed, so a signal ends the run at once.
+- after the last round (final evaluation) every round is checkpointed, so a signal ends the run at
+  once.
 Python runs signal handlers in the main thread between bytecodes: the cohort's worker threads and
-torch's intra-op threads never see them, and a stop request only sets a flag that the loop reads at the
-round boundary. Abandoning waits for the cohort chunks already on worker threads (threads cannot be
-killed); further signals meanwhile only say so, and the one-line message stays the last word. The
+torch's intra-op threads never see them, and a stop request only sets a flag that the loop reads at
+the round boundary. Abandoning waits for the cohort chunks already on worker threads (threads cannot
+be killed); further signals meanwhile only say so, and the one-line message stays the last word. The
 previous handlers come back when the loop closes.
 
-A signal that is ignored when the loop opens stays ignored (a choice). A shell without job control (a
-script's `fedac run ... &` or `nohup fedac run ... &`, `bash -c '... &'`) starts its background jobs with
-SIGINT ignored so that a Ctrl-C at the terminal, which reaches the script's whole process group, leaves
-them running; Python itself then installs no KeyboardInterrupt, and fedac keeps that contract instead of
-turning the Ctrl-C meant for the script into a stop of every job it started. Such a job stops just as
-cleanly with SIGTERM (`kill PID`: checkpoint, exit 143), which shells leave alone; the estimate after the
-first round then names that instead of Ctrl-C. From an interactive shell `nohup fedac run ... &` keeps
-SIGINT (nohup ignores SIGHUP only), so `kill -INT PID` stops it too. A SIGTERM ignored by the parent stays
-ignored by the same rule.
+A signal that is ignored when the loop opens stays ignored (a choice). A shell without job control
+(a script's `fedac run ... &` or `nohup fedac run ... &`, `bash -c '... &'`) starts its background
+jobs with SIGINT ignored so that a Ctrl-C at the terminal, which reaches the script's whole process
+group, leaves them running; Python itself then installs no KeyboardInterrupt, and fedac keeps that
+contract instead of turning the Ctrl-C meant for the script into a stop of every job it started.
+Such a job stops just as cleanly with SIGTERM (`kill PID`: checkpoint, exit 143), which shells leave
+alone; the estimate after the first round then names that instead of Ctrl-C. From an interactive
+shell `nohup fedac run ... &` keeps SIGINT (nohup ignores SIGHUP only), so `kill -INT PID` stops it
+too. A SIGTERM ignored by the parent stays ignored by the same rule.
 """
 
 from __future__ import annotations
@@ -34,19 +35,21 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
-from fedac.training.cohort import client_progress
 from fedac.errors import RunInterrupted
+from fedac.training.cohort import client_progress
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
-#: A round slower than this shows a bar of its clients (tqdm's `delay`): fast rounds print nothing more.
+#: A round slower than this shows a bar of its clients (tqdm's `delay`): fast rounds print nothing
+#: more.
 CLIENT_BAR_DELAY_S = 2.0
-#: After the first round, a run expected to take longer than this says how long (and how to stop it).
+#: After the first round, a run expected to take longer than this says how long (and how to stop
+#: it).
 ESTIMATE_ABOVE_S = 300.0
 
 
@@ -70,11 +73,25 @@ class RoundLoop:
                 loop.end_round(r, save, boundary)  # checkpoint; a signal ends the run here
             loop.finishing()                  # final evaluation: a signal ends the run at once
 
-    `checkpointed`: the round of the checkpoint on disk when the loop opens (None: there is none)."""
+    `checkpointed`: the round of the checkpoint on disk when the loop opens (None: there is
+    none)."""
 
-    def __init__(self, run_dir: str | Path, rounds: int, start: int, desc: str, progress: bool,
-                 checkpointed: int | None):
-        self.run_dir, self.rounds, self.start, self.desc, self.progress = Path(run_dir), rounds, start, desc, progress
+    def __init__(
+        self,
+        run_dir: str | Path,
+        rounds: int,
+        start: int,
+        desc: str,
+        progress: bool,
+        checkpointed: int | None,
+    ):
+        self.run_dir, self.rounds, self.start, self.desc, self.progress = (
+            Path(run_dir),
+            rounds,
+            start,
+            desc,
+            progress,
+        )
         self.checkpointed = checkpointed
         self.completed = start
         """The last round whose state is complete in memory."""
@@ -94,11 +111,19 @@ class RoundLoop:
 
     # --- context ----------------------------------------------------------------------------------
     def __enter__(self) -> RoundLoop:
-        self.bar = tqdm(total=self.rounds, initial=self.start, desc=self.desc, unit="round", disable=not self.progress)
-        if threading.current_thread() is threading.main_thread():  # (signal.signal works there only)
+        self.bar = tqdm(
+            total=self.rounds,
+            initial=self.start,
+            desc=self.desc,
+            unit="round",
+            disable=not self.progress,
+        )
+        # (signal.signal works there only)
+        if threading.current_thread() is threading.main_thread():
             for sig in SIGNALS:
                 previous = signal.getsignal(sig)
-                if previous not in (signal.SIG_IGN, None):  # (None: a handler set outside Python, not restorable)
+                # (None: a handler set outside Python, not restorable)
+                if previous not in (signal.SIG_IGN, None):
                     self._previous[sig] = signal.signal(sig, self._on_signal)
         return self
 
@@ -108,7 +133,9 @@ class RoundLoop:
             self.bar.close()
         if kind is _Abandon:
             assert self.signum is not None  # only a signal abandons a round
-            raise RunInterrupted(self.run_dir, self.checkpointed, self.rounds, self.signum, self.abandoned) from None
+            raise RunInterrupted(
+                self.run_dir, self.checkpointed, self.rounds, self.signum, self.abandoned
+            ) from None
 
     def _restore(self) -> None:
         for sig, previous in self._previous.items():
@@ -116,9 +143,12 @@ class RoundLoop:
         self._previous = {}
 
     def _on_signal(self, signum: int, frame) -> None:
-        # os.write: a print here could re-enter the stderr buffer that the interrupted code is writing
+        # os.write: a print here could re-enter the stderr buffer that the interrupted code is
+        # writing
         if self.abandoned is not None:
-            os.write(2, f"\nfedac: already stopping (kill -9 {os.getpid()} ends it at once)\n".encode())
+            os.write(
+                2, f"\nfedac: already stopping (kill -9 {os.getpid()} ends it at once)\n".encode()
+            )
             return
         if self.final or (self.signum is not None and self.cutting is not None):
             self.signum = self.signum or signum
@@ -129,20 +159,29 @@ class RoundLoop:
         self.signum = signum
         name = signal.Signals(signum).name
         again = "Ctrl-C" if signum == signal.SIGINT else name
-        os.write(2, f"\nfedac: {name}: stopping at the end of round {self.current} with a checkpoint "
-                    f"(another {again} abandons the round)\n".encode())
+        os.write(
+            2,
+            f"\nfedac: {name}: stopping at the end of round {self.current} with a checkpoint "
+            f"(another {again} abandons the round)\n".encode(),
+        )
 
     # --- rounds -----------------------------------------------------------------------------------
     @contextmanager
     def round(self, round_idx: int, clients: int) -> Iterator[None]:
-        """The computation of one round: a bar of its `clients` (shown once the round takes longer than
-        CLIENT_BAR_DELAY_S; training/cohort.py `clients_done` advances it) and the window in which a second
-        signal abandons the round."""
+        """The computation of one round: a bar of its `clients` (shown once the round takes longer
+        than CLIENT_BAR_DELAY_S; training/cohort.py `clients_done` advances it) and the window in
+        which a second signal abandons the round."""
         self._stop_if_asked()
         self.current = round_idx
         self._round_started = time.perf_counter()
-        inner = tqdm(total=clients, desc=f"round {round_idx}", unit="client", leave=False, delay=CLIENT_BAR_DELAY_S,
-                     disable=not self.progress)
+        inner = tqdm(
+            total=clients,
+            desc=f"round {round_idx}",
+            unit="client",
+            leave=False,
+            delay=CLIENT_BAR_DELAY_S,
+            disable=not self.progress,
+        )
         self.cutting = f"round {round_idx} of {self.rounds}, which was abandoned"
         try:
             with client_progress(inner.update):
@@ -153,8 +192,8 @@ class RoundLoop:
 
     def end_round(self, round_idx: int, save: Callable[[], None], boundary: bool) -> None:
         """After round `round_idx` and its writes: `save()` its checkpoint when it is a checkpoint
-        boundary, advance the bar, give the estimate after the first round, and end the run here when a
-        signal asked (saving the checkpoint of this boundary first)."""
+        boundary, advance the bar, give the estimate after the first round, and end the run here
+        when a signal asked (saving the checkpoint of this boundary first)."""
         self.completed = round_idx
         self._pending_save = save
         if boundary:
@@ -165,12 +204,24 @@ class RoundLoop:
             took = time.perf_counter() - self._round_started
             left = self.rounds - round_idx
             if took * left > ESTIMATE_ABOVE_S:
-                # the signal this process stops cleanly on (SIGINT ignored: see above; none off the main thread)
-                stop = ("Ctrl-C" if signal.SIGINT in self._previous else
-                        f"kill {os.getpid()}" if signal.SIGTERM in self._previous else None)
-                how = f" ({stop} stops cleanly at the end of a round; the run resumes from there)" if stop else ""
-                tqdm.write(f"round {round_idx} took {took:.1f} s; {left} more round{'s' if left > 1 else ''}: "
-                           f"about {_duration(took * left)}{how}")
+                # the signal this process stops cleanly on (SIGINT ignored: see above; none off the
+                # main thread)
+                stop = (
+                    "Ctrl-C"
+                    if signal.SIGINT in self._previous
+                    else f"kill {os.getpid()}"
+                    if signal.SIGTERM in self._previous
+                    else None
+                )
+                how = (
+                    f" ({stop} stops cleanly at the end of a round; the run resumes from there)"
+                    if stop
+                    else ""
+                )
+                tqdm.write(
+                    f"round {round_idx} took {took:.1f} s; {left} more "
+                    f"round{'s' if left > 1 else ''}: about {_duration(took * left)}{how}"
+                )
         self._stop_if_asked()
 
     def finishing(self) -> None:

@@ -1,13 +1,14 @@
-"""The one run skeleton every round driver shares (`RoundDriver.run`): open the run directory (or resume
-its checkpoint), put the state on the run's device, say the run's first line, cut the logs back to the
-checkpoint on resume, then round after round: train, evaluate, append the history row (metrics.csv),
-checkpoint at the boundary, stop where asked; after the last round the final results, with what every
-run reports (wall time, where it resumed, rounds trained, device, execution path), into results.json.
+"""The one run skeleton every round driver shares (`RoundDriver.run`): open the run directory (or
+resume its checkpoint), put the state on the run's device, say the run's first line, cut the logs
+back to the checkpoint on resume, then round after round: train, evaluate, append the history row
+(metrics.csv), checkpoint at the boundary, stop where asked; after the last round the final results,
+with what every run reports (wall time, where it resumed, rounds trained, device, execution path),
+into results.json.
 
-A driver supplies only what differs: its round (`run_round`), its evaluation and the round's own writes,
-its fresh state and how it is placed, its closing results. Drivers: engine/simulator.py (fixed clients,
-sampled cohorts) and engine/zeroshot.py (the zero-shot scenarios' users on fresh clips every round).
-Signals and the progress bars are engine/rounds.py's `RoundLoop`.
+A driver supplies only what differs: its round (`run_round`), its evaluation and the round's own
+writes, its fresh state and how it is placed, its closing results. Drivers: engine/simulator.py
+(fixed clients, sampled cohorts) and engine/zeroshot.py (the zero-shot scenarios' users on fresh
+clips every round). Signals and the progress bars are engine/rounds.py's `RoundLoop`.
 """
 
 from __future__ import annotations
@@ -40,7 +41,8 @@ class RoundDriver(ABC):
     runtime: Runtime
     #: The row's metrics the rounds' bar shows (those the row has).
     shown: tuple[str, ...] = ()
-    #: After `run`: the state it ended with (None before), where it resumed and how many rounds it trained.
+    #: After `run`: the state it ended with (None before), where it resumed and how many rounds it
+    #: trained.
     state: dict[str, Any] | None = None
     resumed_from = 0
     rounds_trained = 0
@@ -85,8 +87,8 @@ class RoundDriver(ABC):
         return to_device(state, self.runtime.device)
 
     def rewind_logs(self, round_idx: int) -> None:
-        """On resume: cut the logs written round by round back to the checkpoint's round (metrics.csv is
-        rewritten from the history)."""
+        """On resume: cut the logs written round by round back to the checkpoint's round
+        (metrics.csv is rewritten from the history)."""
         truncate_client_rows(self.run_dir, round_idx)
 
     def evaluates(self, round_idx: int) -> bool:
@@ -107,7 +109,8 @@ class RoundDriver(ABC):
 
     @property
     def writes(self) -> bool:
-        """Whether this process writes the run directory (only rank 0 of several: engine/distributed.py)."""
+        """Whether this process writes the run directory (only rank 0 of several:
+        engine/distributed.py)."""
         return True
 
     def final(self, state: dict[str, Any]) -> dict[str, Any]:
@@ -119,31 +122,43 @@ class RoundDriver(ABC):
         """What this driver adds to every run's results (its execution path)."""
         return {}
 
-    # --- the skeleton ------------------------------------------------------------------------------
+    # --- the skeleton -----------------------------------------------------------------------------
     def run(self, resume: bool = False, stop_after: int | None = None) -> dict[str, Any] | None:
-        """Train all rounds (continuing from the checkpoint when resume) and write the run directory.
+        """Train all rounds (continuing from the checkpoint when resume) and write the run
+        directory.
 
         `stop_after` ends the process-like run after that round without final evaluation, as a kill
         would (used to test resume); it returns None then, as does a process that does not write.
         SIGINT / SIGTERM end it at a round boundary with a checkpoint, raising RunInterrupted
         (engine/rounds.py).
         """
-        state = self.place_state(open_run(self.run_dir, self.cfg, resume, self._fresh_state, self.state_owner))
+        state = self.place_state(
+            open_run(self.run_dir, self.cfg, resume, self._fresh_state, self.state_owner)
+        )
         line = self.first_line()
         log.info(line)
         if self.progress:
-            print(f"fedac: {line}", file=sys.stderr, flush=True)  # the run's first line (cli logs warnings only)
+            # the run's first line (cli logs warnings only)
+            print(f"fedac: {line}", file=sys.stderr, flush=True)
         if resume:
             self.rewind_logs(state["round"])
-        # Rounds this process trains, reported so a resumed run shows where it started (tests/test_resume.py).
+        # Rounds this process trains, reported so a resumed run shows where it started
+        # (tests/test_resume.py).
         self.resumed_from, self.rounds_trained = state["round"], 0
         started = time.perf_counter() - state["wall_seconds"]
         rounds = self.rounds
-        with RoundLoop(self.run_dir, rounds, state["round"], self.desc, self.progress,
-                       state["round"] if resume else None) as loop:
+        with RoundLoop(
+            self.run_dir,
+            rounds,
+            state["round"],
+            self.desc,
+            self.progress,
+            state["round"] if resume else None,
+        ) as loop:
             for round_idx in range(state["round"] + 1, rounds + 1):
                 evaluated = self.evaluates(round_idx)
-                with loop.round(round_idx, self.clients_per_round):  # (a second signal abandons the round in here)
+                # (a second signal abandons the round in here)
+                with loop.round(round_idx, self.clients_per_round):
                     row = {"round": float(round_idx), **self.run_round(state, round_idx)}
                     if evaluated:
                         self.evaluate(state, round_idx, row)
@@ -157,9 +172,13 @@ class RoundDriver(ABC):
                         loop.bar.set_postfix({k: f"{row[k]:.3f}" for k in self.shown if k in row})
                 state["round"] = round_idx
                 state["wall_seconds"] = time.perf_counter() - started
-                loop.end_round(round_idx, lambda: save_checkpoint(self.run_dir, to_device(state, "cpu"),
-                                                                      self.state_owner is not None),
-                               boundary=self.checkpoint_boundary(round_idx))
+                loop.end_round(
+                    round_idx,
+                    lambda: save_checkpoint(
+                        self.run_dir, to_device(state, "cpu"), self.state_owner is not None
+                    ),
+                    boundary=self.checkpoint_boundary(round_idx),
+                )
                 if stop_after is not None and round_idx >= stop_after:
                     return None
             loop.finishing()

@@ -1,16 +1,17 @@
 """Which round driver runs an algorithm, chosen by its `streaming` capability, so that no command
-names an algorithm: the simulator over a fixed partition, or the zero-shot driver (engine/zeroshot.py:
-fresh user data every round). Both run the one skeleton of engine/run.py."""
+names an algorithm: the simulator over a fixed partition, or the zero-shot driver
+(engine/zeroshot.py: fresh user data every round). Both run the one skeleton of engine/run.py."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from fedac.algorithms import algorithm_class
 from fedac.config import Config
+from fedac.engine.report import final_table
 from fedac.engine.simulator import Simulator
 from fedac.engine.zeroshot import ZeroShotDriver, zeroshot_table
-from fedac.engine.report import final_table
 
 
 def runner_for(cfg: Config) -> tuple[type, Callable[[dict[str, Any]], str]]:

@@ -1,9 +1,9 @@
-"""The single-machine simulator: sample a cohort, run the algorithm's client side for each member, run
-its server side, evaluate on validation, checkpoint. No algorithm logic lives here.
+"""The single-machine simulator: sample a cohort, run the algorithm's client side for each member,
+run its server side, evaluate on validation, checkpoint. No algorithm logic lives here.
 
 Reproducibility and resume: the cohort of round t, each client's batch order and its dropout masks
-derive from (seed, t, client) only, and the checkpoint holds the global state, every persistent client
-state and the history. A run resumed from round r's checkpoint therefore produces exactly the
+derive from (seed, t, client) only, and the checkpoint holds the global state, every persistent
+client state and the history. A run resumed from round r's checkpoint therefore produces exactly the
 parameters of an uninterrupted run.
 """
 
@@ -20,22 +20,29 @@ import torch
 
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm
-from fedac.rules.attacks import Attack
 from fedac.config import Config
 from fedac.engine.clients import ByteLedger, client_summary, log_clients, own_scores, test_confusion
 from fedac.engine.cohort import check_execution, check_path
-from fedac.engine.distributed import current_world, evaluation, how_shared, owner, run_shared, sums_uploads
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
-from fedac.engine.run import RoundDriver
-from fedac.errors import ConfigError
-from fedac.training.metrics import mean_std
-from fedac.rules.aggregation import ServerMetrics
-from fedac.rules.privacy import Privacy
+from fedac.engine.distributed import (
+    current_world,
+    evaluation,
+    how_shared,
+    owner,
+    run_shared,
+    sums_uploads,
+)
 from fedac.engine.report import log_pruning, truncate_client_rows, truncate_pruning_log
-from fedac.seeding import numpy_rng
+from fedac.engine.run import RoundDriver
 from fedac.engine.tracking import check_trackers
+from fedac.errors import ConfigError
+from fedac.rules.aggregation import ServerMetrics
+from fedac.rules.attacks import Attack
+from fedac.rules.privacy import Privacy
+from fedac.seeding import numpy_rng
 from fedac.training.device import device_name, nbytes, place, to_device
 from fedac.training.evaluate import evaluate, kws_rates, selection_score, window_accuracy
+from fedac.training.metrics import mean_std
 from fedac.training.packing import client_home
 from fedac.training.runtime import start_runtime
 from fedac.training.types import ClientData
@@ -60,11 +67,14 @@ def all_finite(obj: Any) -> bool:
 
     if not scan(obj):
         return False
-    # One foreach L2 norm call (16x faster than an isfinite + all per tensor, 2.7 % of a FedMLAC round,
-    # issue 18): NaN and Inf propagate into a norm, so a finite one proves the tensor finite; only a
-    # non-finite norm (possibly an overflow of huge finite values) needs the exact check.
-    return not tensors or bool(torch.stack(torch._foreach_norm(tensors)).isfinite().all()) or \
-        all(bool(torch.isfinite(t).all()) for t in tensors)
+    # One foreach L2 norm call (16x faster than an isfinite + all per tensor, 2.7 % of a FedMLAC
+    # round, issue 18): NaN and Inf propagate into a norm, so a finite one proves the tensor finite;
+    # only a non-finite norm (possibly an overflow of huge finite values) needs the exact check.
+    return (
+        not tensors
+        or bool(torch.stack(torch._foreach_norm(tensors)).isfinite().all())
+        or all(bool(torch.isfinite(t).all()) for t in tensors)
+    )
 
 
 def usable(result) -> bool:
@@ -73,7 +83,8 @@ def usable(result) -> bool:
 
 
 def sample_cohort(clients: list[str], fraction: float, seed: int, round_idx: int) -> list[str]:
-    """ceil-free active ratio: max(1, round(fraction * N)) clients, drawn without replacement from (seed, round)."""
+    """ceil-free active ratio: max(1, round(fraction * N)) clients, drawn without replacement from
+    (seed, round)."""
     if not 0 < fraction <= 1:
         raise ConfigError(f"train.fraction must lie in (0, 1], got {fraction}")
     size = max(1, int(round(fraction * len(clients))))
@@ -81,16 +92,30 @@ def sample_cohort(clients: list[str], fraction: float, seed: int, round_idx: int
     return [clients[i] for i in sorted(picked)]
 
 
-def tagged(views: dict[str, dict[str, float]], prefix: str = "", suffix: str = "") -> dict[str, float]:
-    """The further views' metrics (Algorithm.evaluate_views) as flat keys <prefix><tag>_<suffix><key>."""
-    return {f"{prefix}{tag}_{suffix}{k}": v for tag, metrics in views.items() for k, v in metrics.items()}
+def tagged(
+    views: dict[str, dict[str, float]], prefix: str = "", suffix: str = ""
+) -> dict[str, float]:
+    """The further views' metrics (Algorithm.evaluate_views) as flat keys
+    <prefix><tag>_<suffix><key>."""
+    return {
+        f"{prefix}{tag}_{suffix}{k}": v
+        for tag, metrics in views.items()
+        for k, v in metrics.items()
+    }
 
 
 class Simulator(RoundDriver):
-    #: False for a server whose clients hold their data elsewhere (the Flower ServerApp in device mode).
+    #: False for a server whose clients hold their data elsewhere (the Flower ServerApp in device
+    #: mode).
     holds_clients = True
 
-    def __init__(self, cfg: Config, run_dir: str | Path, data: FederatedData | None = None, progress: bool = True):
+    def __init__(
+        self,
+        cfg: Config,
+        run_dir: str | Path,
+        data: FederatedData | None = None,
+        progress: bool = True,
+    ):
         self.cfg = cfg
         self.run_dir = Path(run_dir)
         self.progress = progress
@@ -103,29 +128,50 @@ class Simulator(RoundDriver):
         self.data = data or build_federated_data(cfg, progress, self.device)
         record_bad_files(self.run_dir, self.data)  # data.on_bad_file=skip: the files left out
         self.algorithm: Algorithm = build_algorithm(cfg, self.data.task, self.runtime)
-        #: "stacked" or "sequential: <reason>" (train.execution=cohort that cannot stack fails here, at start)
+        #: "stacked" or "sequential: <reason>" (train.execution=cohort that cannot stack fails here,
+        #: at start)
         self.execution = check_path(self.algorithm)
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
         if self.holds_clients and not self.trainable:
             raise ConfigError(f"no client holds training data for dataset {cfg.dataset}")
-        # Issue 13: poisoned clients and DP act as layers over client data and uploads (attacks.py, privacy.py).
+        # Issue 13: poisoned clients and DP act as layers over client data and uploads (attacks.py,
+        # privacy.py).
         self.attack = Attack(cfg, [c.name for c in self.data.clients])
         self.data = self.attack.poison_data(self.data)
         self.attack.prepare_success_rate(self.data)
-        # Built on the host, then on the run's device for every round (training/device.py); the clients'
-        # data and models stay on the host instead when they do not fit there (`train.client_memory`).
-        self.client_home = client_home(self.runtime.client_memory, self.device, self._resident_bytes)
+        # Built on the host, then on the run's device for every round (training/device.py); the
+        # clients' data and models stay on the host instead when they do not fit there
+        # (`train.client_memory`).
+        self.client_home = client_home(
+            self.runtime.client_memory, self.device, self._resident_bytes
+        )
         self.data = place(self.data, self.device, clients_on=self.client_home)
         self.attack.backdoor_test = to_device(self.attack.backdoor_test, self.device)
         # the clients of every round (the size depends on the fraction and the client count only)
-        self.cohort_size = len(sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, 1)) if self.trainable else 0
-        self.privacy = Privacy(cfg, len(self.trainable), self.cohort_size,  # (a device-mode server holds no clients)
-                               type(self.algorithm).dp_compatible, type(self.algorithm).lpa_setting)
-        # over several processes: one all-reduce of the weighted sums where nothing needs each upload
-        self.sums = self.world.distributed and sums_uploads(self.algorithm, self.attack, self.privacy)
-        # over several processes: a client's persistent state lives on its owner alone (memory / N per rank)
-        if self.world.distributed and (type(self.algorithm).personalized or
-                                       type(self.algorithm).init_client_state is not Algorithm.init_client_state):
+        self.cohort_size = (
+            len(sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, 1))
+            if self.trainable
+            else 0
+        )
+        # (a device-mode server holds no clients)
+        self.privacy = Privacy(
+            cfg,
+            len(self.trainable),
+            self.cohort_size,
+            type(self.algorithm).dp_compatible,
+            type(self.algorithm).lpa_setting,
+        )
+        # over several processes: one all-reduce of the weighted sums where nothing needs each
+        # upload
+        self.sums = self.world.distributed and sums_uploads(
+            self.algorithm, self.attack, self.privacy
+        )
+        # over several processes: a client's persistent state lives on its owner alone (memory / N
+        # per rank)
+        if self.world.distributed and (
+            type(self.algorithm).personalized
+            or type(self.algorithm).init_client_state is not Algorithm.init_client_state
+        ):
             owners = {c.name: owner(i, self.world.size) for i, c in enumerate(self.data.clients)}
             self.state_owner = owners.__getitem__
 
@@ -135,8 +181,15 @@ class Simulator(RoundDriver):
 
     # --- state ---------------------------------------------------------------------------------
     def _fresh_state(self) -> dict[str, Any]:
-        return {"round": 0, "server": self.algorithm.init_server(), "clients": {}, "visits": {}, "history": [],
-                "best": None, "wall_seconds": 0.0}
+        return {
+            "round": 0,
+            "server": self.algorithm.init_server(),
+            "clients": {},
+            "visits": {},
+            "history": [],
+            "best": None,
+            "wall_seconds": 0.0,
+        }
 
     def _client_state(self, state: dict[str, Any], name: str) -> Any:
         """The client's persistent state where it lives between rounds (`self.client_home`)."""
@@ -148,7 +201,8 @@ class Simulator(RoundDriver):
         return to_device(obj, self.client_home, pin=self.client_home != self.device)
 
     def _resident_bytes(self) -> int:
-        """Bytes of every client's data and persistent state (one state measured per architecture)."""
+        """Bytes of every client's data and persistent state (one state measured per
+        architecture)."""
         per_arch: dict[str, int] = {}
         for name in self.trainable:
             arch = self.algorithm.client_architecture(name)
@@ -168,16 +222,31 @@ class Simulator(RoundDriver):
         uploads, losses, rejected, uploaded = [], [], [], []
         names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
         datas = [self._client_data(name) for name in names]
-        states = [to_device(self._client_state(state, name), self.device) if self.holds(name) else None
-                  for name in names]  # (the others' states live on their owners)
+        states = [
+            to_device(self._client_state(state, name), self.device) if self.holds(name) else None
+            for name in names
+        ]  # (the others' states live on their owners)
         # (autocast inside; over several processes each trains its share and all get every result)
-        results = run_shared(self.world, self.algorithm, payload, states, datas, round_idx, cfg.seed,
-                             usable if self.sums else None,
-                             [self.state_owner(n) for n in names] if self.state_owner is not None else None)
-        state["auto_choice"] = dict(self.algorithm.auto_choice)  # auto's measured path, kept for a resume
+        results = run_shared(
+            self.world,
+            self.algorithm,
+            payload,
+            states,
+            datas,
+            round_idx,
+            cfg.seed,
+            usable if self.sums else None,
+            [self.state_owner(n) for n in names] if self.state_owner is not None else None,
+        )
+        # auto's measured path, kept for a resume
+        state["auto_choice"] = dict(self.algorithm.auto_choice)
         for name, data, result in zip(names, datas, results):
             if not usable(result):
-                log.warning("round %d: client %s returned NaN/Inf parameters; its update is discarded", round_idx, name)
+                log.warning(
+                    "round %d: client %s returned NaN/Inf parameters; its update is discarded",
+                    round_idx,
+                    name,
+                )
                 rejected.append(name)
                 continue
             if result.state is not None and self.holds(name):
@@ -187,60 +256,92 @@ class Simulator(RoundDriver):
             visits = state.setdefault("visits", {})
             visits[name] = visits.get(name, 0) + 1
             losses.append(result.metrics.get("loss", float("nan")))
-        metrics: dict[str, float] = {"clients": float(len(uploads)), "rejected": float(len(rejected))}
-        metrics.update(ByteLedger(state).round(payload, {n: r.upload for n, r in zip(names, results)}))
+        metrics: dict[str, float] = {
+            "clients": float(len(uploads)),
+            "rejected": float(len(rejected)),
+        }
+        metrics.update(
+            ByteLedger(state).round(payload, {n: r.upload for n, r in zip(names, results)})
+        )
         uploads = self.poison_and_clip(payload, uploaded, uploads, round_idx)
-        if results.summed is not None and uploads:  # (all-reduced: their weighted mean stands for them all)
+        # (all-reduced: their weighted mean stands for them all)
+        if results.summed is not None and uploads:
             uploads = [results.summed]
         if uploads:
-            state["server"], server_metrics = self.algorithm.server_update(state["server"], uploads, round_idx)
-            state["server"], dp_metrics = self.privacy.add_noise(state["server"], round_idx, len(uploads))
+            state["server"], server_metrics = self.algorithm.server_update(
+                state["server"], uploads, round_idx
+            )
+            state["server"], dp_metrics = self.privacy.add_noise(
+                state["server"], round_idx, len(uploads)
+            )
             metrics.update(server_metrics, **dp_metrics)
-            pruning = server_metrics.pruning if isinstance(server_metrics, ServerMetrics) else None  # LPA's, returned
+            # LPA's, returned
+            pruning = server_metrics.pruning if isinstance(server_metrics, ServerMetrics) else None
             if pruning is not None:
                 log_pruning(self.run_dir, round_idx, pruning, uploaded, [n for _, n in uploads])
         else:
-            log.warning("round %d: no usable client update; the global state is unchanged", round_idx)
+            log.warning(
+                "round %d: no usable client update; the global state is unchanged", round_idx
+            )
         metrics["train_loss"] = float(np.nanmean(losses)) if losses else float("nan")
         if self.world.traffic:  # (benchmarks and tests: the states this process holds)
             self.world.log_held(round_idx, len(state["clients"]), nbytes(state["clients"]))
         return metrics
 
-    def poison_and_clip(self, payload: Any, names: list[str], uploads: list, round_idx: int) -> list:
-        """The cohort's uploads after the malicious clients' model poisoning and DP clipping (issue 13);
-        the Flower strategy calls this too, so both runtimes aggregate the same uploads."""
+    def poison_and_clip(
+        self, payload: Any, names: list[str], uploads: list, round_idx: int
+    ) -> list:
+        """The cohort's uploads after the malicious clients' model poisoning and DP clipping (issue
+        13); the Flower strategy calls this too, so both runtimes aggregate the same uploads."""
         uploads = self.attack.poison_uploads(payload, names, uploads, round_idx)
         return self.privacy.clip(payload, names, uploads, self.attack.malicious)
 
     def _personalized_models(self, state: dict[str, Any], clients: list[ClientData] | None = None):
-        """(client, its own model) for every client (of `clients`, default all) that has trained at least
-        once (the others still hold their random initial weights); nothing for non-personalized methods."""
+        """(client, its own model) for every client (of `clients`, default all) that has trained at
+        least once (the others still hold their random initial weights); nothing for
+        non-personalized methods."""
         visits = state.get("visits", {})
         for client in self.data.clients if clients is None else clients:
             if not visits.get(client.name):
                 continue
-            own = self.algorithm.personalized_model(client.name, self._client_state(state, client.name))
+            own = self.algorithm.personalized_model(
+                client.name, self._client_state(state, client.name)
+            )
             if own is not None:
                 yield to_device(client, self.device), own
 
-    def _personalized_local_accuracy(self, state: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> list[float]:
-        """Each client's own model on its local held-out windows (empty for non-personalized methods):
-        read from this evaluation's clients.csv `rows` when given (each own model is then scored once a
-        round, not twice; the same accuracy, computed as `window_accuracy` does), else scored here."""
+    def _personalized_local_accuracy(
+        self, state: dict[str, Any], rows: list[dict[str, Any]] | None = None
+    ) -> list[float]:
+        """Each client's own model on its local held-out windows (empty for non-personalized
+        methods): read from this evaluation's clients.csv `rows` when given (each own model is then
+        scored once a round, not twice; the same accuracy, computed as `window_accuracy` does), else
+        scored here."""
         if rows is not None:
             return [row["own_accuracy"] for row in rows if "own_accuracy" in row]
         batch = self.cfg.train.eval_batch_size
-        return list(own_scores(self, state, lambda c, own: window_accuracy(own, c.holdout_x, c.holdout_y, batch)).values())
+        return list(
+            own_scores(
+                self, state, lambda c, own: window_accuracy(own, c.holdout_x, c.holdout_y, batch)
+            ).values()
+        )
 
     def _personalized_test_results(self, state: dict[str, Any]) -> list[dict[str, float]]:
-        """Each client's own model on the test split (empty for non-personalized methods). The Flower
-        ServerApp overrides this and `_personalized_local_accuracy` with what its nodes report."""
-        batch = self.cfg.train.eval_batch_size  # (over several processes each scores its share: clients.own_scores)
-        return list(own_scores(self, state, lambda _, own: evaluate(own, self.data.eval_split("test"), batch)).values())
+        """Each client's own model on the test split (empty for non-personalized methods). The
+        Flower ServerApp overrides this and `_personalized_local_accuracy` with what its nodes
+        report."""
+        # (over several processes each scores its share: clients.own_scores)
+        batch = self.cfg.train.eval_batch_size
+        return list(
+            own_scores(
+                self, state, lambda _, own: evaluate(own, self.data.eval_split("test"), batch)
+            ).values()
+        )
 
     def _evaluate_round(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
         """Validation metrics of the global model (kept as `best` when they improve); personalized
-        methods also log their clients' mean local held-out accuracy. Every client's scores go to clients.csv."""
+        methods also log their clients' mean local held-out accuracy. Every client's scores go to
+        clients.csv."""
         rows = log_clients(self, state, round_idx)
         local = self._personalized_local_accuracy(state, rows)
         if local:
@@ -248,15 +349,23 @@ class Simulator(RoundDriver):
         model = self.algorithm.global_model(state["server"])
         if model is None:
             return
-        val, views = self.algorithm.evaluate_views(model, self.data.val, self.cfg.train.eval_batch_size)
+        val, views = self.algorithm.evaluate_views(
+            model, self.data.val, self.cfg.train.eval_batch_size
+        )
         row.update({f"val_{k}": v for k, v in val.items()})
         row.update(tagged(views, "val_"))
         if self.cfg.train.test_curve:  # a curve only: selection below reads validation alone
-            row["test_accuracy"] = evaluate(model, self.data.eval_split("test"), self.cfg.train.eval_batch_size)["accuracy"]
+            row["test_accuracy"] = evaluate(
+                model, self.data.eval_split("test"), self.cfg.train.eval_batch_size
+            )["accuracy"]
         best, score = state["best"], selection_score(val)
         if best is None or score > best.get("val_score", best["val_accuracy"]):
-            state["best"] = {"round": round_idx, "val_accuracy": val.get("accuracy", score), "val_score": score,
-                             "server": copy.deepcopy(state["server"])}
+            state["best"] = {
+                "round": round_idx,
+                "val_accuracy": val.get("accuracy", score),
+                "val_score": score,
+                "server": copy.deepcopy(state["server"]),
+            }
 
     # --- whole run (the skeleton: engine/run.py) ------------------------------------------------
     shown = ("val_accuracy", "val_wer", "local_accuracy", "train_loss")
@@ -278,8 +387,8 @@ class Simulator(RoundDriver):
         return self.world.writes
 
     def place_state(self, state: dict[str, Any]) -> dict[str, Any]:
-        """The run state on the run's device, every client's persistent state where it lives (`client_home`);
-        a resumed run keeps auto's measured choice of path."""
+        """The run state on the run's device, every client's persistent state where it lives
+        (`client_home`); a resumed run keeps auto's measured choice of path."""
         clients, state["clients"] = state["clients"], {}
         state = to_device(state, self.device)
         state["clients"] = {name: self._homed(value) for name, value in clients.items()}
@@ -288,8 +397,11 @@ class Simulator(RoundDriver):
         return state
 
     def first_line(self) -> str:
-        return (f"{self.cfg.algorithm} on {device_name(self.device)} (train.device={self.cfg.train.device}); "
-                f"clients train {self.execution}{how_shared(self.world, self.sums)}")
+        return (
+            f"{self.cfg.algorithm} on {device_name(self.device)} "
+            f"(train.device={self.cfg.train.device}); clients train "
+            f"{self.execution}{how_shared(self.world, self.sums)}"
+        )
 
     def rewind_logs(self, round_idx: int) -> None:
         truncate_pruning_log(self.run_dir, round_idx)
@@ -299,7 +411,9 @@ class Simulator(RoundDriver):
         return round_idx % self.cfg.train.eval_every == 0 or round_idx == self.cfg.train.rounds
 
     def checkpoint_boundary(self, round_idx: int) -> bool:
-        return round_idx % self.cfg.train.checkpoint_every == 0 or round_idx == self.cfg.train.rounds
+        return (
+            round_idx % self.cfg.train.checkpoint_every == 0 or round_idx == self.cfg.train.rounds
+        )
 
     def evaluate(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
         # (every rank its share, gathered: engine/distributed.py `evaluation`)
@@ -311,7 +425,8 @@ class Simulator(RoundDriver):
             return self.final_results(state)
 
     def closing(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"execution": self.algorithm.execution_path()}  # (auto: what the probe chose)
+        # (auto: what the probe chose)
+        out: dict[str, Any] = {"execution": self.algorithm.execution_path()}
         if self.algorithm.auto_choice:
             out["execution_probe"] = dict(self.algorithm.auto_choice)
         return out
@@ -320,11 +435,14 @@ class Simulator(RoundDriver):
         if self.cfg.train.select == "last" or state["best"] is None:
             return state["server"]
         if self.cfg.train.select != "best_val":
-            raise ConfigError(f"train.select must be best_val or last, got {self.cfg.train.select!r}")
+            raise ConfigError(
+                f"train.select must be best_val or last, got {self.cfg.train.select!r}"
+            )
         return state["best"]["server"]
 
     def final_results(self, state: dict[str, Any]) -> dict[str, Any]:
-        """Test metrics of the model selected on validation, plus per-client and personalized metrics."""
+        """Test metrics of the model selected on validation, plus per-client and personalized
+        metrics."""
         batch = self.cfg.train.eval_batch_size
         server = self.selected_server(state)
         model = self.algorithm.global_model(server)
@@ -334,7 +452,11 @@ class Simulator(RoundDriver):
             final.update(test)
             final.update(tagged(views))
             if self.data.manifest is not None:  # (benchmark workloads carry no class names)
-                final.update(kws_rates(model, self.data.eval_split("test"), self.data.manifest.classes, batch))
+                final.update(
+                    kws_rates(
+                        model, self.data.eval_split("test"), self.data.manifest.classes, batch
+                    )
+                )
             curve = [row["test_accuracy"] for row in state["history"] if "test_accuracy" in row]
             if curve:
                 final["test_last5_mean"] = float(np.mean(curve[-5:]))
@@ -342,22 +464,39 @@ class Simulator(RoundDriver):
                 metrics, views = self.algorithm.evaluate_views(model, split, batch)
                 final.update({f"{name}_{k}": v for k, v in metrics.items()})
                 final.update(tagged(views, suffix=f"{name}_"))
-            final["selected_round"] = state["best"]["round"] if self.cfg.train.select == "best_val" and state["best"] else state["round"]
-            local = self.world.each(self.data.clients, lambda c: window_accuracy(
-                model, to_device(c.holdout_x, self.device), to_device(c.holdout_y, self.device), batch),
-                "gathering the clients' accuracy")
+            final["selected_round"] = (
+                state["best"]["round"]
+                if self.cfg.train.select == "best_val" and state["best"]
+                else state["round"]
+            )
+            local = self.world.each(
+                self.data.clients,
+                lambda c: window_accuracy(
+                    model,
+                    to_device(c.holdout_x, self.device),
+                    to_device(c.holdout_y, self.device),
+                    batch,
+                ),
+                "gathering the clients' accuracy",
+            )
             final["client_accuracy_mean"], final["client_accuracy_std"] = mean_std(local)
         personal = self._personalized_test_results(state)
         if personal:
             # The clients' own models, over the clients that trained (the count is reported).
             for key in ("accuracy", "macro_f1"):
-                final[f"personalized_{key}_mean"], final[f"personalized_{key}_std"] = mean_std([p[key] for p in personal])
+                final[f"personalized_{key}_mean"], final[f"personalized_{key}_std"] = mean_std(
+                    [p[key] for p in personal]
+                )
             local = self._personalized_local_accuracy(state)
-            final["personalized_local_accuracy_mean"], final["personalized_local_accuracy_std"] = mean_std(local)
+            final["personalized_local_accuracy_mean"], final["personalized_local_accuracy_std"] = (
+                mean_std(local)
+            )
             final["personalized_clients"] = len(personal)
         if model is None:
             final["selected_round"] = state["round"]
-        final.update(self.attack.final_metrics(model, batch), **self.privacy.final_metrics(state["round"]))
+        final.update(
+            self.attack.final_metrics(model, batch), **self.privacy.final_metrics(state["round"])
+        )
         visits = list(state.get("visits", {}).values())
         if visits:  # the simulator's count (a Flower deployment's nodes keep their own)
             final["clients_trained"] = len(visits)
@@ -365,7 +504,14 @@ class Simulator(RoundDriver):
         extra = {"per_client": client_summary(self, state, server)}  # (spreads and cohort counts)
         if (counts := test_confusion(self, model)) is not None:
             extra["confusion"] = counts
-        return {"algorithm": self.cfg.algorithm, "dataset": self.cfg.dataset, "seed": self.cfg.seed,
-                "final": final, "history": state["history"], "rounds": state["round"],
-                "clients": len(self.data.clients), "num_classes": self.data.task.num_classes, **extra}
-
+        return {
+            "algorithm": self.cfg.algorithm,
+            "dataset": self.cfg.dataset,
+            "seed": self.cfg.seed,
+            "final": final,
+            "history": state["history"],
+            "rounds": state["round"],
+            "clients": len(self.data.clients),
+            "num_classes": self.data.task.num_classes,
+            **extra,
+        }

@@ -1,10 +1,11 @@
 """Experiment trackers: a finished run's numbers and pictures in TensorBoard (`log.tensorboard`) and
 MLflow (`log.mlflow`), written with the libraries themselves, offline.
 
-Both are optional extras (`pip install 'fedac[tensorboard]'`, `'fedac[mlflow]'`); a run that asks for a
-missing one fails at its start with that command (`check_trackers`), not after training. The trackers
-are written once, when the run ends (report.write_results), from what the run directory holds: the
-history (every evaluated round), clients.csv and the pictures; a resumed run rewrites them whole."""
+Both are optional extras (`pip install 'fedac[tensorboard]'`, `'fedac[mlflow]'`); a run that asks
+for a missing one fails at its start with that command (`check_trackers`), not after training. The
+trackers are written once, when the run ends (report.write_results), from what the run directory
+holds: the history (every evaluated round), clients.csv and the pictures; a resumed run rewrites
+them whole."""
 
 from __future__ import annotations
 
@@ -19,28 +20,47 @@ from fedac.config import Config, LogConfig
 from fedac.errors import ConfigError
 
 #: setting -> (the module it imports, the pip install that provides it)
-EXTRAS = {"tensorboard": ("tensorboard", "pip install 'fedac[tensorboard]'"),
-          "mlflow": ("mlflow", "pip install 'fedac[mlflow]'")}
+EXTRAS = {
+    "tensorboard": ("tensorboard", "pip install 'fedac[tensorboard]'"),
+    "mlflow": ("mlflow", "pip install 'fedac[mlflow]'"),
+}
 #: The run directory's files logged as MLflow artifacts (those that exist).
-ARTIFACTS = ("config.yaml", "metrics.csv", "clients.csv", "results.json", "curves.png", "clients.png", "confusion.png")
+ARTIFACTS = (
+    "config.yaml",
+    "metrics.csv",
+    "clients.csv",
+    "results.json",
+    "curves.png",
+    "clients.png",
+    "confusion.png",
+)
 TENSORBOARD_DIR = "tensorboard"
 
 
 def check_trackers(log: LogConfig) -> None:
-    """A ConfigError of one line naming the pip install for each tracker asked for whose package is missing."""
+    """A ConfigError of one line naming the pip install for each tracker asked for whose package is
+    missing."""
     for setting, wanted in (("tensorboard", log.tensorboard), ("mlflow", bool(log.mlflow))):
         module, install = EXTRAS[setting]
         if wanted and importlib.util.find_spec(module) is None:
-            raise ConfigError(f"log.{setting} needs the {module} package, which is not installed: {install}")
+            raise ConfigError(
+                f"log.{setting} needs the {module} package, which is not installed: {install}"
+            )
 
 
 def _numbers(row: dict[str, Any]) -> dict[str, float]:
-    """The finite numbers of a row (a tracker has no place for NaN: results.json says why one is missing)."""
-    return {k: float(v) for k, v in row.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
+    """The finite numbers of a row (a tracker has no place for NaN: results.json says why one is
+    missing)."""
+    return {
+        k: float(v)
+        for k, v in row.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    }
 
 
-def track(run_dir: Path, cfg: Config, results: dict[str, Any], client_rows: list[dict[str, Any]]) -> None:
+def track(
+    run_dir: Path, cfg: Config, results: dict[str, Any], client_rows: list[dict[str, Any]]
+) -> None:
     """Write the finished run to every tracker `cfg.log` asks for."""
     check_trackers(cfg.log)
     if cfg.log.tensorboard:
@@ -49,16 +69,21 @@ def track(run_dir: Path, cfg: Config, results: dict[str, Any], client_rows: list
         write_mlflow(cfg.log.mlflow, Path(run_dir), cfg, results)
 
 
-def write_tensorboard(run_dir: Path, results: dict[str, Any], client_rows: list[dict[str, Any]]) -> Path:
-    """Event files in <run_dir>/tensorboard: each history column as a scalar at its round, final metrics
-    as final/<key> at the last round, each evaluation's per-client scores as histograms clients/<metric>,
-    and the run's pictures as images."""
+def write_tensorboard(
+    run_dir: Path, results: dict[str, Any], client_rows: list[dict[str, Any]]
+) -> Path:
+    """Event files in <run_dir>/tensorboard: each history column as a scalar at its round, final
+    metrics as final/<key> at the last round, each evaluation's per-client scores as histograms
+    clients/<metric>, and the run's pictures as images."""
     import matplotlib.image  # lazy: start-up time
     import numpy as np
-    from torch.utils.tensorboard import SummaryWriter  # lazy: optional extra (needs the tensorboard package)
+
+    # lazy: optional extra (needs the tensorboard package)
+    from torch.utils.tensorboard import SummaryWriter
 
     out = run_dir / TENSORBOARD_DIR
-    shutil.rmtree(out, ignore_errors=True)  # a resumed run's events are written again from the whole history
+    # a resumed run's events are written again from the whole history
+    shutil.rmtree(out, ignore_errors=True)
     writer = SummaryWriter(log_dir=str(out))
     try:
         for row in results["history"]:
@@ -68,8 +93,11 @@ def write_tensorboard(run_dir: Path, results: dict[str, Any], client_rows: list[
                     writer.add_scalar(key, value, step)
         for key, value in _numbers(results["final"]).items():
             writer.add_scalar(f"final/{key}", value, results["rounds"])
-        metrics = [k for k in ("accuracy", "macro_f1", "uar", "own_accuracy", "own_macro_f1", "own_uar")
-                   if any(k in r for r in client_rows)]
+        metrics = [
+            k
+            for k in ("accuracy", "macro_f1", "uar", "own_accuracy", "own_macro_f1", "own_uar")
+            if any(k in r for r in client_rows)
+        ]
         for step in sorted({int(r["round"]) for r in client_rows}):
             for key in metrics:
                 values = [r[key] for r in client_rows if int(r["round"]) == step and key in r]
@@ -77,16 +105,20 @@ def write_tensorboard(run_dir: Path, results: dict[str, Any], client_rows: list[
                     writer.add_histogram(f"clients/{key}", np.asarray(values), step)
         for picture in ("confusion.png", "clients.png", "curves.png"):
             if (run_dir / picture).is_file():
-                image = matplotlib.image.imread(run_dir / picture)[..., :3]  # RGBA -> RGB, floats in [0, 1]
-                writer.add_image(picture.removesuffix(".png"), image, results["rounds"], dataformats="HWC")
+                # RGBA -> RGB, floats in [0, 1]
+                image = matplotlib.image.imread(run_dir / picture)[..., :3]
+                writer.add_image(
+                    picture.removesuffix(".png"), image, results["rounds"], dataformats="HWC"
+                )
     finally:
         writer.close()
     return out
 
 
 def tracking_uri(setting: str) -> str:
-    """log.mlflow as MLflow's tracking URI: a URI as given, a directory as a local file store. MLflow 3
-    keeps its file store in maintenance mode behind MLFLOW_ALLOW_FILE_STORE; a directory asks for it."""
+    """log.mlflow as MLflow's tracking URI: a URI as given, a directory as a local file store.
+    MLflow 3 keeps its file store in maintenance mode behind MLFLOW_ALLOW_FILE_STORE; a directory
+    asks for it."""
     if "://" in setting or setting.startswith("file:"):
         return setting
     path = Path(setting).expanduser().resolve()
@@ -106,9 +138,9 @@ def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, str]:
 
 
 def write_mlflow(setting: str, run_dir: Path, cfg: Config, results: dict[str, Any]) -> str:
-    """One MLflow run in experiment 'fedac', named after the run directory: every setting as a param,
-    each history column as a metric at its round, final metrics as final_<key>, the run directory's
-    files as artifacts. Returns the MLflow run id."""
+    """One MLflow run in experiment 'fedac', named after the run directory: every setting as a
+    param, each history column as a metric at its round, final metrics as final_<key>, the run
+    directory's files as artifacts. Returns the MLflow run id."""
     import time
 
     from mlflow.entities import Metric, Param  # lazy: optional extra
@@ -117,17 +149,27 @@ def write_mlflow(setting: str, run_dir: Path, cfg: Config, results: dict[str, An
     client = MlflowClient(tracking_uri=tracking_uri(setting))
     experiment = client.get_experiment_by_name("fedac")
     experiment_id = experiment.experiment_id if experiment else client.create_experiment("fedac")
-    run = client.create_run(experiment_id, run_name=run_dir.name, tags={"fedac.run_dir": str(run_dir.resolve())})
+    run = client.create_run(
+        experiment_id, run_name=run_dir.name, tags={"fedac.run_dir": str(run_dir.resolve())}
+    )
     run_id = run.info.run_id
     params = [Param(k, v[:6000]) for k, v in _flat(cfg.to_dict()).items()]
     now = int(time.time() * 1000)
-    metrics = [Metric(key, value, now, int(row["round"])) for row in results["history"]
-               for key, value in _numbers(row).items() if key != "round"]
-    metrics += [Metric(f"final_{key}", value, now, results["rounds"]) for key, value in _numbers(results["final"]).items()]
-    for start in range(0, len(params), 100):  # (MLflow's batch limits: 100 params, 1000 metrics a call)
-        client.log_batch(run_id, params=params[start:start + 100])
+    metrics = [
+        Metric(key, value, now, int(row["round"]))
+        for row in results["history"]
+        for key, value in _numbers(row).items()
+        if key != "round"
+    ]
+    metrics += [
+        Metric(f"final_{key}", value, now, results["rounds"])
+        for key, value in _numbers(results["final"]).items()
+    ]
+    # (MLflow's batch limits: 100 params, 1000 metrics a call)
+    for start in range(0, len(params), 100):
+        client.log_batch(run_id, params=params[start : start + 100])
     for start in range(0, len(metrics), 1000):
-        client.log_batch(run_id, metrics=metrics[start:start + 1000])
+        client.log_batch(run_id, metrics=metrics[start : start + 1000])
     for name in ARTIFACTS:
         if (run_dir / name).is_file():
             client.log_artifact(run_id, str(run_dir / name))

@@ -4,8 +4,8 @@ Every clip is read whole (no 1 s windows), resampled to 16 kHz, noised as the fe
 (`data.snr_db`) and normalised per utterance. With the CNN frozen (`model.freeze_cnn`, the default)
 each clip goes through it once and its frames (T, C) are what the clients hold, cached on disk under
 $FEDAC_HOME/ssl-frames keyed by the files (size, mtime), the audio settings and a hash of the CNN's
-weights; otherwise the clients hold the waveforms. Either way a client's clips are one `Padded` batch
-with their lengths, and a CTC task's targets are `Padded` character ids.
+weights; otherwise the clients hold the waveforms. Either way a client's clips are one `Padded`
+batch with their lengths, and a CTC task's targets are `Padded` character ids.
 
 The frozen CNN is the one of the model every client starts from: the checkpoint's at
 `model.encoder_path`, else the named size drawn with the global model's seed (`global-init`).
@@ -42,38 +42,61 @@ from fedac.seeding import derive_seed
 from fedac.training.types import ClientData, EvalSplit, FederatedData, Task
 
 log = logging.getLogger(__name__)
-CACHE_VERSION = 2  # 2: truncated WAV files are rejected (issue 43); a version-1 cache may hold a cut file's frames
+# 2: truncated WAV files are rejected (issue 43); a version-1 cache may hold a cut file's frames
+CACHE_VERSION = 2
 
 
 def frozen_cnn(cfg: Config) -> torch.nn.Module:
     """The CNN feature encoder the global model starts from (see the module docstring)."""
     with torch.random.fork_rng():
         torch.manual_seed(derive_seed(cfg.seed, "global-init"))
-        return build_encoder(cfg.model.name, cfg.model.encoder_path, cfg.model.dropout).feature_extractor
+        return build_encoder(
+            cfg.model.name, cfg.model.encoder_path, cfg.model.dropout
+        ).feature_extractor
 
 
 def _fingerprint(clips: list[Clip], cfg: Config, cnn_key: str) -> str:
     digest = hashlib.sha256()
-    head = {"v": CACHE_VERSION, "rate": cfg.features.sample_rate, "snr_db": cfg.data.snr_db,
-            "noise_seed": cfg.seed if cfg.data.snr_db < 100 else None, "cnn": cnn_key}
+    head = {
+        "v": CACHE_VERSION,
+        "rate": cfg.features.sample_rate,
+        "snr_db": cfg.data.snr_db,
+        "noise_seed": cfg.seed if cfg.data.snr_db < 100 else None,
+        "cnn": cnn_key,
+    }
     digest.update(json.dumps(head, sort_keys=True).encode())
     for clip in clips:
         stat = os.stat(clip.path)
-        digest.update(f"{clip.path}|{clip.offset}|{clip.duration}|{stat.st_size}|{stat.st_mtime_ns}\n".encode())
+        digest.update(
+            f"{clip.path}|{clip.offset}|{clip.duration}|{stat.st_size}|{stat.st_mtime_ns}\n".encode()
+        )
     return digest.hexdigest()[:24]
 
 
-def clip_inputs(clips: list[Clip], cfg: Config, cnn: torch.nn.Module | None, name: str,
-                progress: bool = True) -> list[torch.Tensor]:
+def clip_inputs(
+    clips: list[Clip], cfg: Config, cnn: torch.nn.Module | None, name: str, progress: bool = True
+) -> list[torch.Tensor]:
     """Each clip's model input: CNN frames (T, C) in float16 when `cnn` is given (cached), else its
     float32 waveform (S,)."""
-    def waveform(clip: Clip) -> torch.Tensor:
-        return torch.from_numpy(load_waveform(clip, cfg.features.sample_rate, cfg.data.snr_db, cfg.seed))
 
-    bar = tqdm(clips, desc=f"{'CNN frames' if cnn is not None else 'waveforms'} {name}", unit="clip", disable=not progress)
+    def waveform(clip: Clip) -> torch.Tensor:
+        return torch.from_numpy(
+            load_waveform(clip, cfg.features.sample_rate, cfg.data.snr_db, cfg.seed)
+        )
+
+    bar = tqdm(
+        clips,
+        desc=f"{'CNN frames' if cnn is not None else 'waveforms'} {name}",
+        unit="clip",
+        disable=not progress,
+    )
     if cnn is None:
         return [waveform(clip) for clip in bar]
-    path = cache_root(cfg.data.cache_dir) / "ssl-frames" / f"{name}-{_fingerprint(clips, cfg, cnn_fingerprint(cnn))}.pt"
+    path = (
+        cache_root(cfg.data.cache_dir)
+        / "ssl-frames"
+        / f"{name}-{_fingerprint(clips, cfg, cnn_fingerprint(cnn))}.pt"
+    )
     if path.is_file():
         stored = torch.load(path, weights_only=True)
         return list(stored["frames"].split(stored["lengths"].tolist()))
@@ -89,12 +112,16 @@ def clip_inputs(clips: list[Clip], cfg: Config, cnn: torch.nn.Module | None, nam
 
 def _targets(manifest: Manifest, indices: list[int], labels: list[int]):
     if manifest.kind == "ctc":
-        return Padded.stack([torch.tensor(encode(manifest.clips[i].text), dtype=torch.long) for i in indices],
-                            dtype=torch.long)
+        return Padded.stack(
+            [torch.tensor(encode(manifest.clips[i].text), dtype=torch.long) for i in indices],
+            dtype=torch.long,
+        )
     return torch.tensor([labels[i] for i in indices], dtype=torch.long)
 
 
-def _eval_split(manifest: Manifest, inputs: list[torch.Tensor], split: str, empty_shape) -> EvalSplit:
+def _eval_split(
+    manifest: Manifest, inputs: list[torch.Tensor], split: str, empty_shape
+) -> EvalSplit:
     clips = manifest.split_indices(split)
     if not clips:
         raise DatasetError(f"dataset {manifest.name} at {manifest.root} has no '{split}' clips")
@@ -107,18 +134,28 @@ def _eval_split(manifest: Manifest, inputs: list[torch.Tensor], split: str, empt
 def _trial_split(manifest: Manifest, cfg: Config, cnn, empty_shape, progress: bool) -> EvalSplit:
     paths = sorted({p for a, b, _ in manifest.trials for p in (a, b)})
     position = {p: i for i, p in enumerate(paths)}
-    inputs = clip_inputs([Clip(p, 0, "", "trial") for p in paths], cfg, cnn, f"{manifest.name}-trials", progress)
-    trials = torch.tensor([(position[a], position[b], target) for a, b, target in manifest.trials], dtype=torch.long)
-    return EvalSplit(Padded.stack(inputs, empty_shape), torch.arange(len(paths)),  # type: ignore[arg-type]
-                     torch.zeros(len(paths), dtype=torch.long),
-                     kind="verification", trials=trials)
+    inputs = clip_inputs(
+        [Clip(p, 0, "", "trial") for p in paths], cfg, cnn, f"{manifest.name}-trials", progress
+    )
+    trials = torch.tensor(
+        [(position[a], position[b], target) for a, b, target in manifest.trials], dtype=torch.long
+    )
+    return EvalSplit(
+        Padded.stack(inputs, empty_shape),
+        torch.arange(len(paths)),  # type: ignore[arg-type]
+        torch.zeros(len(paths), dtype=torch.long),
+        kind="verification",
+        trials=trials,
+    )
 
 
 def build_waveform_data(cfg: Config, progress: bool = True) -> FederatedData:
     if algorithm_class(cfg.algorithm).personalized:
-        raise ConfigError(f"algorithm '{cfg.algorithm}' keeps CRNN client models, which read MFCC windows, not the "
-                          f"waveforms of model.name={cfg.model.name}; use fedavg, fedprox, fedadam, fedyogi, fedadagrad "
-                          "or fedavgm with SSL encoders")
+        raise ConfigError(
+            f"algorithm '{cfg.algorithm}' keeps CRNN client models, which read MFCC windows, not "
+            f"the waveforms of model.name={cfg.model.name}; use fedavg, fedprox, fedadam, fedyogi, "
+            "fedadagrad or fedavgm with SSL encoders"
+        )
     manifest, bad = usable_manifest(cfg, progress)
     cnn = frozen_cnn(cfg) if cfg.model.freeze_cnn else None
     inputs = clip_inputs(manifest.clips, cfg, cnn, manifest.name, progress)
@@ -130,17 +167,40 @@ def build_waveform_data(cfg: Config, progress: bool = True) -> FederatedData:
         # Padded stands in for ClientData's and EvalSplit's tensor x (here and above): indexable
         # windows the SSL models read (declaring that union in training/types.py would reach every
         # consumer's signature)
-        train_x, holdout_x = (Padded.stack([inputs[i] for i in rows], empty_shape) for rows in (split.train, split.holdout))
-        clients.append(ClientData(split.name, train_x, _targets(manifest, split.train, labels),  # type: ignore[arg-type]
-                                  holdout_x, _targets(manifest, split.holdout, labels)))  # type: ignore[arg-type]
+        train_x, holdout_x = (
+            Padded.stack([inputs[i] for i in rows], empty_shape)
+            for rows in (split.train, split.holdout)
+        )
+        clients.append(
+            ClientData(
+                split.name,
+                train_x,
+                _targets(manifest, split.train, labels),  # type: ignore[arg-type]
+                holdout_x,
+                _targets(manifest, split.holdout, labels),
+            )
+        )  # type: ignore[arg-type]
     empty = [c.name for c in clients if c.num_samples == 0]
     if empty:
-        log.warning("%d clients hold no training clips and are skipped when sampled: %s", len(empty), empty[:5])
-    extra = {name: _eval_split(manifest, inputs, name, empty_shape)
-             for name in sorted({c.split for c in manifest.clips} - set(SPLITS))}
+        log.warning(
+            "%d clients hold no training clips and are skipped when sampled: %s",
+            len(empty),
+            empty[:5],
+        )
+    extra = {
+        name: _eval_split(manifest, inputs, name, empty_shape)
+        for name in sorted({c.split for c in manifest.clips} - set(SPLITS))
+    }
     if manifest.trials:
         extra["asv"] = _trial_split(manifest, cfg, cnn, empty_shape, progress)
     num_features = int(empty_shape[0]) if empty_shape else 1
     task = Task(num_features, manifest.num_classes, [c.name for c in clients], kind=manifest.kind)
-    return FederatedData(task, manifest, clients, _eval_split(manifest, inputs, "val", empty_shape),
-                         _eval_split(manifest, inputs, "test", empty_shape), extra_test=extra, bad_files=bad)
+    return FederatedData(
+        task,
+        manifest,
+        clients,
+        _eval_split(manifest, inputs, "val", empty_shape),
+        _eval_split(manifest, inputs, "test", empty_shape),
+        extra_test=extra,
+        bad_files=bad,
+    )

@@ -1,9 +1,10 @@
 """`fedac compare`: several methods x several seeds in one command, summarised as mean ± std.
 
-A method is `LABEL=ALGORITHM[:key=value,key=value...]`, e.g. `FedAvg+LPA=fedavg:aggregation.method=lpa`.
-Presets name the method lists of the papers' tables. Every run keeps its own run directory; the
-comparison writes `summary.json` and `table.md`. The data are built once per comparison and reused
-across methods and seeds (the partition depends on the seed, so one build per seed).
+A method is `LABEL=ALGORITHM[:key=value,key=value...]`, e.g.
+`FedAvg+LPA=fedavg:aggregation.method=lpa`. Presets name the method lists of the papers' tables.
+Every run keeps its own run directory; the comparison writes `summary.json` and `table.md`. The data
+are built once per comparison and reused across methods and seeds (the partition depends on the
+seed, so one build per seed).
 """
 
 from __future__ import annotations
@@ -31,8 +32,9 @@ if TYPE_CHECKING:  # (training.types imports torch: not for the parser)
     from fedac.training.types import FederatedData
 
 PRESETS: dict[str, list[str]] = {
-    # fedmlac.md Fig. 2/3 methods with heterogeneous clients (each draws a CRNN from the zoo). FedAvg
-    # cannot mix architectures, so its rows train one shared CRNN-Lite (the Plug-in's architecture).
+    # fedmlac.md Fig. 2/3 methods with heterogeneous clients (each draws a CRNN from the zoo).
+    # FedAvg cannot mix architectures, so its rows train one shared CRNN-Lite (the Plug-in's
+    # architecture).
     "fedmlac": [
         "FedAvg=fedavg",
         "FedAvg+LPA=fedavg:aggregation.method=lpa",
@@ -41,27 +43,40 @@ PRESETS: dict[str, list[str]] = {
         "FedMLAC w/o LPA=fedmlac:fedmlac.lpa=false,model.heterogeneous=true",
         "FedMLAC=fedmlac:model.heterogeneous=true",
     ],
-    "baselines": ["FedAvg=fedavg", "FedProx=fedprox", "FedAdam=fedadam", "FedYogi=fedyogi",
-                  "FedAdagrad=fedadagrad", "FedAvgM=fedavgm"],
-    # FedKWS-UI's Fig. 2 methods, its ALT-only ablation and the two-head control (FedAvg on the two-head
-    # model, mu = lambda = 0, no ALT); FedOpt as torch's server SGD momentum;
+    "baselines": [
+        "FedAvg=fedavg",
+        "FedProx=fedprox",
+        "FedAdam=fedadam",
+        "FedYogi=fedyogi",
+        "FedAdagrad=fedadagrad",
+        "FedAvgM=fedavgm",
+    ],
+    # FedKWS-UI's Fig. 2 methods, its ALT-only ablation and the two-head control (FedAvg on the
+    # two-head model, mu = lambda = 0, no ALT); FedOpt as torch's server SGD momentum;
     # FedProx in the official code's smooth-L1 form with its script's weight.
-    "fedkws": ["FedAvg=fedavg", "FedProx=fedprox:fedprox.form=smooth_l1,fedprox.mu=0.0001", "FedMMD=fedmmd",
-               "FedOpt=fedavgm:fedopt.form=torch", "FedKWS-UI=fedkwsui",
-               "ALT only=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0",
-               "Two-head FedAvg=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false",
-               # issue 46: the same two methods with Kaiming-initialised heads (fedkwsui.head_init's docstring)
-               "FedKWS-UI (Kaiming heads)=fedkwsui:fedkwsui.head_init=kaiming",
-               "Two-head FedAvg (Kaiming heads)=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false,"
-               "fedkwsui.head_init=kaiming"],
+    "fedkws": [
+        "FedAvg=fedavg",
+        "FedProx=fedprox:fedprox.form=smooth_l1,fedprox.mu=0.0001",
+        "FedMMD=fedmmd",
+        "FedOpt=fedavgm:fedopt.form=torch",
+        "FedKWS-UI=fedkwsui",
+        "ALT only=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0",
+        "Two-head FedAvg=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false",
+        # issue 46: the same two methods with Kaiming-initialised heads (fedkwsui.head_init's
+        # docstring)
+        "FedKWS-UI (Kaiming heads)=fedkwsui:fedkwsui.head_init=kaiming",
+        "Two-head FedAvg (Kaiming "
+        "heads)=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false,fedkwsui.head_init=kaiming",
+    ],
 }
-#: Settings a preset gives every one of its methods, before `--set` (which wins). FedKWS-UI's paper and
-#: code average every method's uploads unweighted: its table does, all methods under one setting
+#: Settings a preset gives every one of its methods, before `--set` (which wins). FedKWS-UI's paper
+#: and code average every method's uploads unweighted: its table does, all methods under one setting
 #: (`--set aggregation.weighting=n_k` weights them all by n_k).
 PRESET_SETTINGS: dict[str, list[str]] = {
     "fedkws": ["aggregation.weighting=uniform", "fedkwsui.aggregation=general"],
 }
-#: The table's columns: one per kind of model and split, never mixed (report.FINAL_KEYS says what each is).
+#: The table's columns: one per kind of model and split, never mixed (report.FINAL_KEYS says what
+#: each is).
 COLUMNS = {
     "accuracy": "Shared model: test acc.",
     "macro_f1": "Shared model: test macro-F1",
@@ -70,10 +85,17 @@ COLUMNS = {
     "personalized_accuracy_mean": "Own models: test acc.",
 }
 METRICS = tuple(COLUMNS)
-#: Further results.json `final` keys that summary.json's mean_std also averages, for the runs that have
-#: them (FedKWS-UI's FA / FR, last-5 mean and clean-test accuracy; UAR for emotion sets).
-EXTRA_METRICS = ("uar", "fa", "fr", "test_last5_mean", "clean_accuracy", "client_accuracy_worst10",
-                 "personalized_local_accuracy_worst10")
+#: Further results.json `final` keys that summary.json's mean_std also averages, for the runs that
+#: have them (FedKWS-UI's FA / FR, last-5 mean and clean-test accuracy; UAR for emotion sets).
+EXTRA_METRICS = (
+    "uar",
+    "fa",
+    "fr",
+    "test_last5_mean",
+    "clean_accuracy",
+    "client_accuracy_worst10",
+    "personalized_local_accuracy_worst10",
+)
 #: `fedac compare --worst`: columns of the worst 10 % of clients' held-out accuracy (results.json's
 #: per_client spreads, metrics.spread), after the columns of their means.
 WORST_COLUMNS = {
@@ -81,7 +103,10 @@ WORST_COLUMNS = {
     "personalized_local_accuracy_worst10": "Own models: worst 10 % clients' held-out acc.",
 }
 #: per_client spread -> the run's key for it
-WORST_SOURCES = {"accuracy": "client_accuracy_worst10", "own_accuracy": "personalized_local_accuracy_worst10"}
+WORST_SOURCES = {
+    "accuracy": "client_accuracy_worst10",
+    "own_accuracy": "personalized_local_accuracy_worst10",
+}
 
 
 @dataclass
@@ -112,57 +137,78 @@ def finished_results(run_dir: Path) -> dict | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
-HOW_TO_COMPUTE = ("threads", "execution", "cohort_chunk", "cohort_workers", "keep_freed_memory", "gru_kernel", "device",
-                  "devices", "client_memory", "checkpoint_every", "dist_timeout")
+HOW_TO_COMPUTE = (
+    "threads",
+    "execution",
+    "cohort_chunk",
+    "cohort_workers",
+    "keep_freed_memory",
+    "gru_kernel",
+    "device",
+    "devices",
+    "client_memory",
+    "checkpoint_every",
+    "dist_timeout",
+)
 """`train` settings documented (config.py) to leave a run's numbers unchanged, to float rounding."""
 
 
 def check_same_config(cfg: Config, run_dir: Path) -> None:
-    """A run directory is reused only for the configuration it was made for. The saved file is read as a
-    config (settings added to fedac since then take their defaults), so upgrading fedac does not orphan a
-    half-finished table; a setting whose value differs still refuses. `out`, the folder the run was
-    written to, is not a setting of the run: a moved or copied run directory (a committed table copied
-    back to resume it, a run shared by two experiments of the same settings) is read back. Nor are the
-    settings that only say how this machine computes the same numbers (`HOW_TO_COMPUTE`): a table begun
-    with two cohort workers may be finished with one, or on a machine of more cores."""
+    """A run directory is reused only for the configuration it was made for. The saved file is read
+    as a config (settings added to fedac since then take their defaults), so upgrading fedac does
+    not orphan a half-finished table; a setting whose value differs still refuses. `out`, the folder
+    the run was written to, is not a setting of the run: a moved or copied run directory (a
+    committed table copied back to resume it, a run shared by two experiments of the same settings)
+    is read back. Nor are the settings that only say how this machine computes the same numbers
+    (`HOW_TO_COMPUTE`): a table begun with two cohort workers may be finished with one, or on a
+    machine of more cores."""
     saved = run_dir / "config.yaml"
 
     def settings(config: dict) -> dict:
         train = {k: v for k, v in config.get("train", {}).items() if k not in HOW_TO_COMPUTE}
         return {**{k: v for k, v in config.items() if k != "out"}, "train": train}
 
-    if saved.is_file() and settings(load_config(str(saved), algorithm_defaults=False).to_dict()) != \
-            settings(yaml.safe_load(yaml.safe_dump(cfg.to_dict()))):
-        raise ConfigError(f"{run_dir} holds a run of other settings (see its config.yaml); "
-                          "choose another --out or remove that directory")
+    if saved.is_file() and settings(
+        load_config(str(saved), algorithm_defaults=False).to_dict()
+    ) != settings(yaml.safe_load(yaml.safe_dump(cfg.to_dict()))):
+        raise ConfigError(
+            f"{run_dir} holds a run of other settings (see its config.yaml); "
+            "choose another --out or remove that directory"
+        )
 
 
 def read_back(cfg: Config, run_dir: Path) -> dict | None:
-    """The results of the run in `run_dir` if it ended (None otherwise), once its settings are checked."""
+    """The results of the run in `run_dir` if it ended (None otherwise), once its settings are
+    checked."""
     check_same_config(cfg, run_dir)
     return finished_results(run_dir)
 
 
 def runs_mean_std(runs: dict[str, list[dict]]) -> dict[str, dict[str, tuple[float, float]]]:
-    """Each method's mean and std over its seeds of every METRICS column, and of each EXTRA_METRICS key
-    that some run has; a run without a value (a key absent, or None where the task has no such metric:
-    CTC runs have no client accuracy) is left out."""
-    extra = [k for k in EXTRA_METRICS if any(r.get(k) is not None for rs in runs.values() for r in rs)]
-    return {label: {k: mean_std([r[k] for r in rs if r.get(k) is not None]) for k in (*METRICS, *extra)}
-            for label, rs in runs.items()}
+    """Each method's mean and std over its seeds of every METRICS column, and of each EXTRA_METRICS
+    key that some run has; a run without a value (a key absent, or None where the task has no such
+    metric: CTC runs have no client accuracy) is left out."""
+    extra = [
+        k for k in EXTRA_METRICS if any(r.get(k) is not None for rs in runs.values() for r in rs)
+    ]
+    return {
+        label: {k: mean_std([r[k] for r in rs if r.get(k) is not None]) for k in (*METRICS, *extra)}
+        for label, rs in runs.items()
+    }
 
 
 def runs_wall_seconds(runs: dict[str, list[dict]]) -> float:
-    """The runs' own wall times, summed: what training took, however many sittings or readings it spanned."""
+    """The runs' own wall times, summed: what training took, however many sittings or readings it
+    spanned."""
     return sum(r["wall_seconds"] for rs in runs.values() for r in rs)
 
 
 @contextmanager
 def run_lock(run_dir: Path, wait: bool):
-    """An exclusive lock on a run directory, held while one process trains that run: two copies of the same
-    comparison (one per core) then share its runs instead of training one twice. `flock` on the
-    directory itself, so a killed process leaves no stale lock. Yields False when `wait` is False and
-    another process holds it. Without fcntl (Windows) runs are not locked."""
+    """An exclusive lock on a run directory, held while one process trains that run: two copies of
+    the same comparison (one per core) then share its runs instead of training one twice. `flock` on
+    the directory itself, so a killed process leaves no stale lock. Yields False when `wait` is
+    False and another process holds it. Without fcntl (Windows) runs are not locked."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover
@@ -183,10 +229,11 @@ def run_lock(run_dir: Path, wait: bool):
 
 @contextmanager
 def claim(run_dir: Path, wait: bool):
-    """`run_lock` taken by rank 0 alone under torchrun (this process otherwise), and what it then sees, on
-    every rank: (held, the results of a run that ended meanwhile, whether a checkpoint is there to resume).
-    Every rank thus trains, reads back or passes over the same runs; the others wait in the broadcast, at
-    most `train.dist_timeout`, while rank 0 waits for another copy of the command."""
+    """`run_lock` taken by rank 0 alone under torchrun (this process otherwise), and what it then
+    sees, on every rank: (held, the results of a run that ended meanwhile, whether a checkpoint is
+    there to resume). Every rank thus trains, reads back or passes over the same runs; the others
+    wait in the broadcast, at most `train.dist_timeout`, while rank 0 waits for another copy of the
+    command."""
     from fedac.engine.checkpoint import CHECKPOINT  # lazy: start-up time (the engine imports torch)
     from fedac.engine.distributed import current_world
 
@@ -195,7 +242,11 @@ def claim(run_dir: Path, wait: bool):
         yield world.from_rank0(None, "sharing which runs to train")
         return
     with run_lock(run_dir, wait) as held:
-        seen = (held, finished_results(run_dir) if held else None, held and (run_dir / CHECKPOINT).is_file())
+        seen = (
+            held,
+            finished_results(run_dir) if held else None,
+            held and (run_dir / CHECKPOINT).is_file(),
+        )
         yield world.from_rank0(seen, "sharing which runs to train")
 
 
@@ -205,43 +256,58 @@ def cell_folder(label: str) -> str:
 
 
 def comparison_passes(finished_only: bool) -> list[bool]:
-    """`wait_for_others` for each pass of a table made of several comparisons (cells). The first pass
-    trains, in every cell, what no other copy of the command holds; only the second waits for the
-    rest. Two copies of one command thus keep two cores busy across cells, where waiting at the end of
-    each cell would leave a core idle whenever a cell has fewer runs left than copies."""
+    """`wait_for_others` for each pass of a table made of several comparisons (cells). The first
+    pass trains, in every cell, what no other copy of the command holds; only the second waits for
+    the rest. Two copies of one command thus keep two cores busy across cells, where waiting at the
+    end of each cell would leave a core idle whenever a cell has fewer runs left than copies."""
     return [True] if finished_only else [False, True]
 
 
-def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: Path, overrides: list[str],
-                   config_path: str | None, progress: bool = True, last: Sequence[str] = (),
-                   on_run: Callable[[dict[str, list[dict]]], None] | None = None,
-                   finished_only: bool = False, wait_for_others: bool = True) -> dict:
-    """Every method x seed, each in its own run directory under `out`. Runs that already ended are read
-    back, and a run killed midway resumes from its checkpoint, so a killed comparison is completed by
-    running the same command again. A run another process is training (`run_lock`) is passed over and
-    waited for at the end, so the same command started twice uses two cores and each copy ends with
-    the whole table. `on_run` sees the runs so far after each one (partial tables).
-    `finished_only` trains nothing: the summary holds the runs that have ended (the rest are left out) and,
-    as `wall_seconds`, the sum of their own wall times. Without `wait_for_others` the runs another process
-    holds are left out instead of waited for (see `comparison_passes`)."""
-    from fedac.engine.data import build_federated_data  # lazy: start-up time (the engine imports torch; the parser does not)
+def run_comparison(
+    base: Config,
+    methods: list[Method],
+    seeds: list[int],
+    out: Path,
+    overrides: list[str],
+    config_path: str | None,
+    progress: bool = True,
+    last: Sequence[str] = (),
+    on_run: Callable[[dict[str, list[dict]]], None] | None = None,
+    finished_only: bool = False,
+    wait_for_others: bool = True,
+) -> dict:
+    """Every method x seed, each in its own run directory under `out`. Runs that already ended are
+    read back, and a run killed midway resumes from its checkpoint, so a killed comparison is
+    completed by running the same command again. A run another process is training (`run_lock`) is
+    passed over and waited for at the end, so the same command started twice uses two cores and each
+    copy ends with the whole table. `on_run` sees the runs so far after each one (partial tables).
+    `finished_only` trains nothing: the summary holds the runs that have ended (the rest are left
+    out) and, as `wall_seconds`, the sum of their own wall times. Without `wait_for_others` the runs
+    another process holds are left out instead of waited for (see `comparison_passes`)."""
+    # lazy: start-up time (the engine imports torch; the parser does not)
+    from fedac.engine.data import build_federated_data
     from fedac.engine.distributed import cleanup, current_world, scratch_run_dir
     from fedac.engine.simulator import Simulator
 
-    # torchrun: every rank runs the same runs in the same order (each trains its share of every round);
-    # rank 0 decides what to train from its disk, writes the run directories and the summary, and prints.
+    # torchrun: every rank runs the same runs in the same order (each trains its share of every
+    # round); rank 0 decides what to train from its disk, writes the run directories and the
+    # summary, and prints.
     world = current_world()
     progress = progress and world.writes
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runs: dict[str, list[dict]] = {m.label: [] for m in methods}
-    built: dict[tuple[int, str], FederatedData] = {}  # one seed's data: methods that share data settings share the tensors
+    # one seed's data: methods that share data settings share the tensors
+    built: dict[tuple[int, str], FederatedData] = {}
 
     def train(cfg: Config, run_dir: Path, label: str, seen: tuple[bool, dict | None, bool]) -> dict:
         _, results, resume = seen
         if results is not None:  # it ended between the first look and the lock
             return results
-        key = (cfg.seed, json.dumps([cfg.dataset, asdict(cfg.data), asdict(cfg.features)], sort_keys=True))
+        key = (
+            cfg.seed,
+            json.dumps([cfg.dataset, asdict(cfg.data), asdict(cfg.features)], sort_keys=True),
+        )
         if key not in built:
             if any(seed != cfg.seed for seed, _ in built):
                 built.clear()  # a new seed: the last one's data are not needed again
@@ -252,19 +318,33 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
         try:
             results = Simulator(cfg, where, data=built[key], progress=progress).run(resume=resume)
         except RunInterrupted as exc:  # the whole comparison continues, not this run alone
-            exc.continue_with = ("the same command again (runs that ended are read back, this one resumes "
-                                 "from its checkpoint)")
+            exc.continue_with = (
+                "the same command again (runs that ended are read back, this one resumes "
+                "from its checkpoint)"
+            )
             raise
         finally:
             cleanup(world, where)
         return world.from_rank0(results, "sharing a run's results")  # (rank 0 alone returns them)
 
     def record(label: str, cfg: Config, run_dir: Path, results: dict) -> None:
-        spreads = results.get("per_client", {}).get("spreads", {})  # (runs written before issue 57 have none)
-        worst = {key: spreads[metric]["worst10_mean"] for metric, key in WORST_SOURCES.items() if metric in spreads}
-        runs[label].append({"seed": cfg.seed, "run_dir": str(run_dir), **results["final"], **worst,
-                            "wall_seconds": results["wall_seconds"],
-                            "source_sha256": results.get("code_version", {}).get("source_sha256")})
+        # (runs written before issue 57 have none)
+        spreads = results.get("per_client", {}).get("spreads", {})
+        worst = {
+            key: spreads[metric]["worst10_mean"]
+            for metric, key in WORST_SOURCES.items()
+            if metric in spreads
+        }
+        runs[label].append(
+            {
+                "seed": cfg.seed,
+                "run_dir": str(run_dir),
+                **results["final"],
+                **worst,
+                "wall_seconds": results["wall_seconds"],
+                "source_sha256": results.get("code_version", {}).get("source_sha256"),
+            }
+        )
         runs[label].sort(key=lambda r: seeds.index(r["seed"]))
         if on_run is not None:
             on_run(runs)
@@ -273,12 +353,19 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
     for seed in seeds:
         for method in methods:
             # One schedule for every method (no per-algorithm defaults): like is compared with like.
-            cfg = load_config(config_path, overrides + method.overrides + list(last), algorithm_defaults=False,
-                              algorithm=method.algorithm,
-                              dataset=base.dataset, seed=seed, **{"train.rounds": base.train.rounds})
+            cfg = load_config(
+                config_path,
+                overrides + method.overrides + list(last),
+                algorithm_defaults=False,
+                algorithm=method.algorithm,
+                dataset=base.dataset,
+                seed=seed,
+                **{"train.rounds": base.train.rounds},
+            )
             run_dir = out / f"{method.label.replace(' ', '_').replace('/', '')}-s{seed}"
             cfg.out = str(run_dir)
-            fit_user_data(cfg)  # the clients and fraction its run will fit to a small dataset, as config.yaml has them
+            # the clients and fraction its run will fit to a small dataset, as config.yaml has them
+            fit_user_data(cfg)
             results = world.on_rank0(partial(read_back, cfg, run_dir), "reading a run's results")
             if results is None and finished_only:
                 continue
@@ -286,19 +373,27 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
                 with claim(run_dir, wait=False) as seen:
                     if not seen[0]:
                         if progress:
-                            print(f"== {method.label} (seed {seed}): another process is training it")
+                            print(
+                                f"== {method.label} (seed {seed}): another process is training it"
+                            )
                         elsewhere.append((method.label, cfg, run_dir))
                         continue
                     results = train(cfg, run_dir, method.label, seen)
             record(method.label, cfg, run_dir, results)
     for label, cfg, run_dir in elsewhere if wait_for_others else ():
-        with claim(run_dir, wait=True) as seen:  # until the other process ends it (or dies: then resume it here)
+        # until the other process ends it (or dies: then resume it here)
+        with claim(run_dir, wait=True) as seen:
             results = train(cfg, run_dir, label, seen)
         record(label, cfg, run_dir, results)
     # With finished_only nothing ran here: report what the runs themselves took.
     wall = runs_wall_seconds(runs) if finished_only else time.perf_counter() - started
-    summary = {"methods": [m.__dict__ for m in methods], "seeds": seeds, "runs": runs, "wall_seconds": wall,
-               "mean_std": runs_mean_std(runs)}
+    summary = {
+        "methods": [m.__dict__ for m in methods],
+        "seeds": seeds,
+        "runs": runs,
+        "wall_seconds": wall,
+        "mean_std": runs_mean_std(runs),
+    }
     if world.writes:
         (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
         (out / "table.md").write_text(markdown_table(runs))
@@ -306,11 +401,17 @@ def run_comparison(base: Config, methods: list[Method], seeds: list[int], out: P
 
 
 def markdown_table(runs: dict[str, list[dict]], worst: bool = False) -> str:
-    """The table of every METRICS column (mean ± std over seeds); `worst` adds the WORST_COLUMNS that
-    some run has (n/a for a method whose runs have none)."""
+    """The table of every METRICS column (mean ± std over seeds); `worst` adds the WORST_COLUMNS
+    that some run has (n/a for a method whose runs have none)."""
     columns = dict(COLUMNS)
     if worst:
-        columns.update({k: v for k, v in WORST_COLUMNS.items() if any(r.get(k) is not None for rs in runs.values() for r in rs)})
+        columns.update(
+            {
+                k: v
+                for k, v in WORST_COLUMNS.items()
+                if any(r.get(k) is not None for rs in runs.values() for r in rs)
+            }
+        )
     lines = ["| Method | " + " | ".join(columns.values()) + " |", "|---" * (len(columns) + 1) + "|"]
     for label, stats in runs_mean_std(runs).items():  # the same cells as summary.json's mean_std
         cells = [_format(*stats.get(k, (float("nan"), float("nan")))) for k in columns]
@@ -322,8 +423,9 @@ UPLOAD_PLOT = "accuracy_vs_upload.png"
 
 
 def plot_accuracy_vs_upload(runs: dict[str, list[dict]], out: Path) -> Path:
-    """`fedac compare --plot-bytes`: each run's validation accuracy at every evaluated round against the
-    bytes its clients had uploaded by then (metrics.csv's upload_bytes_total), one colour per method."""
+    """`fedac compare --plot-bytes`: each run's validation accuracy at every evaluated round against
+    the bytes its clients had uploaded by then (metrics.csv's upload_bytes_total), one colour per
+    method."""
     import csv
 
     from fedac.engine.report import pyplot
@@ -333,9 +435,20 @@ def plot_accuracy_vs_upload(runs: dict[str, list[dict]], out: Path) -> Path:
     for index, (label, rs) in enumerate(runs.items()):
         for k, run in enumerate(rs):
             with open(Path(run["run_dir"]) / "metrics.csv", newline="") as handle:
-                rows = [r for r in csv.DictReader(handle) if r.get("upload_bytes_total") and r.get("val_accuracy")]
-            ax.plot([float(r["upload_bytes_total"]) / 2**20 for r in rows], [float(r["val_accuracy"]) for r in rows],
-                    marker="o", ms=3, color=f"C{index % 10}", alpha=0.8, label=label if k == 0 else None)
+                rows = [
+                    r
+                    for r in csv.DictReader(handle)
+                    if r.get("upload_bytes_total") and r.get("val_accuracy")
+                ]
+            ax.plot(
+                [float(r["upload_bytes_total"]) / 2**20 for r in rows],
+                [float(r["val_accuracy"]) for r in rows],
+                marker="o",
+                ms=3,
+                color=f"C{index % 10}",
+                alpha=0.8,
+                label=label if k == 0 else None,
+            )
     ax.set_xlabel("cumulative upload (MiB, all clients)"), ax.set_ylabel("validation accuracy")
     ax.grid(alpha=0.3), ax.legend(fontsize=8)
     fig.tight_layout()
@@ -344,9 +457,12 @@ def plot_accuracy_vs_upload(runs: dict[str, list[dict]], out: Path) -> Path:
     return out / UPLOAD_PLOT
 
 
-#: How a comparison or table over several processes goes on after a failed collective (engine/distributed.py).
-AGAIN = ("the same `fedac %s` command (runs that ended are read back, the one under way resumes from its "
-         "checkpoint)")
+#: How a comparison or table over several processes goes on after a failed collective
+#: (engine/distributed.py).
+AGAIN = (
+    "the same `fedac %s` command (runs that ended are read back, the one under way resumes from "
+    "its checkpoint)"
+)
 
 
 def cmd_compare(args: argparse.Namespace) -> int:
@@ -359,14 +475,29 @@ def cmd_compare(args: argparse.Namespace) -> int:
         raise ConfigError("give --preset NAME or --method LABEL=ALGORITHM[:k=v,...] (repeatable)")
     methods = [parse_method(t) for t in texts]
     overrides = PRESET_SETTINGS.get(args.preset, []) + list(args.overrides)
-    base = load_config(args.config, overrides, dataset=args.dataset, **{"train.rounds": args.rounds})
+    base = load_config(
+        args.config, overrides, dataset=args.dataset, **{"train.rounds": args.rounds}
+    )
     from fedac.engine import distributed  # lazy: start-up time (torch)
 
-    # torchrun: every rank runs the same runs; rank 0 alone writes and prints (engine/distributed.py)
+    # torchrun: every rank runs the same runs; rank 0 alone writes and prints
+    # (engine/distributed.py)
     with distributed.joined(base.train.dist_timeout, base.train.device, AGAIN % "compare") as world:
-        out = Path(world.from_rank0(args.out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}", "naming --out"))
-        summary = run_comparison(base, methods, args.seeds, out, overrides, args.config, progress=not args.quiet,
-                                 finished_only=args.finished_only)
+        out = Path(
+            world.from_rank0(
+                args.out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}", "naming --out"
+            )
+        )
+        summary = run_comparison(
+            base,
+            methods,
+            args.seeds,
+            out,
+            overrides,
+            args.config,
+            progress=not args.quiet,
+            finished_only=args.finished_only,
+        )
     if not world.writes:
         return 0
     if args.worst:
@@ -374,7 +505,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.plot_bytes:
         print(f"accuracy against upload bytes: {plot_accuracy_vs_upload(summary['runs'], out)}")
     print((out / "table.md").read_text())
-    print(f"{len(methods)} methods x {len(args.seeds)} seeds in {summary['wall_seconds']:.0f} s; results in {out}")
+    print(
+        f"{len(methods)} methods x {len(args.seeds)} seeds in {summary['wall_seconds']:.0f} s; "
+        f"results in {out}"
+    )
     return 0
 
 
@@ -385,21 +519,39 @@ def add_grid_arguments(p: argparse.ArgumentParser, out_help: str) -> None:
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     p.add_argument("--out", help=out_help)
     p.add_argument("--quiet", action="store_true")
-    p.add_argument("--finished-only", action="store_true",
-                   help="train nothing: write the tables from the runs in --out that have ended")
+    p.add_argument(
+        "--finished-only",
+        action="store_true",
+        help="train nothing: write the tables from the runs in --out that have ended",
+    )
 
 
 def add_compare_parser(sub) -> None:
     p = sub.add_parser("compare", help="several methods x seeds, summarised as mean ± std")
     p.add_argument("--preset", help=f"named method list: {', '.join(PRESETS)}")
-    p.add_argument("--method", dest="methods", action="append", metavar="LABEL=ALGO[:k=v,...]",
-                   help=f"a method (repeatable), e.g. FedAvg+LPA=fedavg:aggregation.method=lpa; ALGO is one of "
-                        f"{', '.join(ALGORITHMS)}")
+    p.add_argument(
+        "--method",
+        dest="methods",
+        action="append",
+        metavar="LABEL=ALGO[:k=v,...]",
+        help="a method (repeatable), e.g. FedAvg+LPA=fedavg:aggregation.method=lpa; ALGO is one "
+        f"of {', '.join(ALGORITHMS)}",
+    )
     p.add_argument("--config")
-    p.add_argument("--dataset", metavar="NAME", help=f"one of {', '.join(DATASETS)} (default {Config.dataset})")
-    add_grid_arguments(p, "output folder (default runs/compare-<time>); rerun to complete a killed comparison")
-    p.add_argument("--worst", action="store_true",
-                   help="table.md adds the worst 10 %% of clients' held-out accuracy (mean ± std over seeds)")
-    p.add_argument("--plot-bytes", action="store_true",
-                   help=f"also draw {UPLOAD_PLOT}: validation accuracy against cumulative upload bytes")
+    p.add_argument(
+        "--dataset", metavar="NAME", help=f"one of {', '.join(DATASETS)} (default {Config.dataset})"
+    )
+    add_grid_arguments(
+        p, "output folder (default runs/compare-<time>); rerun to complete a killed comparison"
+    )
+    p.add_argument(
+        "--worst",
+        action="store_true",
+        help="table.md adds the worst 10 %% of clients' held-out accuracy (mean ± std over seeds)",
+    )
+    p.add_argument(
+        "--plot-bytes",
+        action="store_true",
+        help=f"also draw {UPLOAD_PLOT}: validation accuracy against cumulative upload bytes",
+    )
     p.set_defaults(func=cmd_compare)

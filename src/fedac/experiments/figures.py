@@ -3,16 +3,18 @@
 The figures are declared in `docs/results/figures.yaml`, one entry per quote:
 
     - doc: README.md                              # the document that quotes it
-      file: docs/results/default-run/results.json # committed result (or `files:` for a range over several)
+      file: docs/results/default-run/results.json # committed result (or `files:` for a range over
+      several)
       key: final.accuracy                         # dotted path into the JSON (list items by index)
       format: "{:.2%}"                            # how the document writes the value
       quote: "reached {} test accuracy"           # the document's words around it; {} is the value
 
 or, for a `fedac compare` table, `table: compare` with `file:` its summary.json: every row that
-`fedac.experiments.compare.markdown_table` renders from the file must appear in the document verbatim (`table:
-earlyexit` likewise for an early-exit table's summary.json, `fedac.experiments.earlyexit.markdown_table`;
-`table: robustness` for one table of `fedac reproduce robustness`'s summary.json, chosen by `algorithm:`
-and `metric:`, `accuracy` or `attack_success_rate`: the rows of `fedac.experiments.robustness.table_rows`).
+`fedac.experiments.compare.markdown_table` renders from the file must appear in the document
+verbatim (`table: earlyexit` likewise for an early-exit table's summary.json,
+`fedac.experiments.earlyexit.markdown_table`; `table: robustness` for one table of `fedac reproduce
+robustness`'s summary.json, chosen by `algorithm:` and `metric:`, `accuracy` or
+`attack_success_rate`: the rows of `fedac.experiments.robustness.table_rows`).
 
 A table of one figure per cell, such as a reproduction's mean ± std per method and column, is one
 `table: grid` entry rather than a quote per cell:
@@ -27,14 +29,14 @@ A table of one figure per cell, such as a reproduction's mean ± std per method 
 Each row must appear verbatim: `| label | cell | cell | ... |`, a cell being `key.0` (or, without
 `std`, `key` itself) of each file in turn.
 
-`fedac report` prints each figure as regenerated; `fedac report --check` exits 1 naming every quote a
-document no longer contains (tests/test_figures.py runs it on this repository).
+`fedac report` prints each figure as regenerated; `fedac report --check` exits 1 naming every quote
+a document no longer contains (tests/test_figures.py runs it on this repository).
 
 It also says which quoted results were made by other training code than the current one (version.py:
-results.json's `code_version`, a comparison's summary.json each run's `source_sha256`): a `stale:` line
-with the command that remakes it, a warning only, since a training change in a commit must not fail CI.
-`fedac report --fresh` exits 1 when a result of `RERUN` (the README's default run) is stale or records
-no code: run it before committing a README that quotes it.
+results.json's `code_version`, a comparison's summary.json each run's `source_sha256`): a `stale:`
+line with the command that remakes it, a warning only, since a training change in a commit must not
+fail CI. `fedac report --fresh` exits 1 when a result of `RERUN` (the README's default run) is stale
+or records no code: run it before committing a README that quotes it.
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ from fedac.version import source_sha256
 FIGURES = Path("docs/results/figures.yaml")
 
 #: The results that `fedac report --fresh` requires to come from the current training code, with the
-#: command that remakes each: the README's default run, about 90 s on two cores. Other quoted results
-#: (reproductions of hours) are only reported when stale.
+#: command that remakes each: the README's default run, about 90 s on two cores. Other quoted
+#: results (reproductions of hours) are only reported when stale.
 RERUN = {"docs/results/default-run/results.json": "scripts/default_run.sh"}
 
 
@@ -81,7 +83,8 @@ def lookup(data: Any, key: str) -> Any:
 
 
 def render_value(entry: dict, root: Path) -> str:
-    """The entry's value as the document writes it; several files give `min-max` (one value when equal)."""
+    """The entry's value as the document writes it; several files give `min-max` (one value when
+    equal)."""
     files = entry.get("files") or [entry["file"]]
     fmt = entry.get("format", "{}")
     values = sorted(lookup(json.loads((root / f).read_text()), entry["key"]) for f in files)
@@ -90,21 +93,28 @@ def render_value(entry: dict, root: Path) -> str:
 
 
 def grid_rows(entry: dict, root: Path) -> list[str]:
-    """A `table: grid` entry's rows: `| label | cell | ... |`, a cell per file (`mean ± std` with `std: true`)."""
+    """A `table: grid` entry's rows: `| label | cell | ... |`, a cell per file (`mean ± std` with
+    `std: true`)."""
     fmt = entry.get("format", "{}")
     columns = [json.loads((root / f).read_text()) for f in entry["files"]]
 
     def cell(data: Any, key: str) -> str:
         if entry.get("std"):
-            return f"{fmt.format(lookup(data, key + '.0'))} ± {fmt.format(lookup(data, key + '.1'))}"
+            return (
+                f"{fmt.format(lookup(data, key + '.0'))} ± {fmt.format(lookup(data, key + '.1'))}"
+            )
         return fmt.format(lookup(data, key))
 
-    return [f"| {label} | " + " | ".join(cell(data, key) for data in columns) + " |" for label, key in entry["rows"]]
+    return [
+        f"| {label} | " + " | ".join(cell(data, key) for data in columns) + " |"
+        for label, key in entry["rows"]
+    ]
 
 
 def quotes_of(entry: dict, root: Path) -> list[str]:
     if entry.get("table") == "compare":
-        from fedac.experiments.compare import markdown_table  # lazy: start-up time (as the two below)
+        # lazy: start-up time (as the two below)
+        from fedac.experiments.compare import markdown_table
 
         summary = json.loads((root / entry["file"]).read_text())
         return markdown_table(summary["runs"]).splitlines()[2:]  # the rows, not the header
@@ -116,12 +126,16 @@ def quotes_of(entry: dict, root: Path) -> list[str]:
     if entry.get("table") == "grid":
         return grid_rows(entry, root)
     if entry.get("table") == "robustness":
-        from fedac.experiments.robustness import table_rows  # lazy: start-up time (attacks import torch)
+        # lazy: start-up time (attacks import torch)
+        from fedac.experiments.robustness import table_rows
 
         summary = json.loads((root / entry["file"]).read_text())
         return table_rows(summary, entry["algorithm"], entry["metric"])
     if "table" in entry:
-        raise ConfigError(f"unknown figure table kind {entry['table']!r} (known: compare, earlyexit, grid, robustness)")
+        raise ConfigError(
+            f"unknown figure table kind {entry['table']!r} (known: compare, earlyexit, grid, "
+            "robustness)"
+        )
     return [entry["quote"].replace("{}", render_value(entry, root))]
 
 
@@ -137,28 +151,35 @@ def collect(root: Path, figures: Path = FIGURES) -> list[Quote]:
         doc = entry["doc"]
         if doc not in docs:
             docs[doc] = (root / doc).read_text()
-        source = ", ".join(entry.get("files") or [entry["file"]]) + (f" [{entry['key']}]" if "key" in entry else "")
+        source = ", ".join(entry.get("files") or [entry["file"]]) + (
+            f" [{entry['key']}]" if "key" in entry else ""
+        )
         out += [Quote(doc, text, source, text in docs[doc]) for text in quotes_of(entry, root)]
     return out
 
 
 def recorded_code(data: Any) -> list[str | None]:
-    """The training-code hashes a result records: results.json's `code_version`, or in a comparison's
-    summary.json each run's `source_sha256` (None for a run that records none); [] when it records none."""
+    """The training-code hashes a result records: results.json's `code_version`, or in a
+    comparison's summary.json each run's `source_sha256` (None for a run that records none); [] when
+    it records none."""
     if not isinstance(data, dict):
         return []
     if isinstance(data.get("code_version"), dict):
         return [data["code_version"].get("source_sha256")]
     runs = data.get("runs")
     if isinstance(runs, dict) and all(isinstance(rs, list) for rs in runs.values()):
-        hashes = [r.get("source_sha256") if isinstance(r, dict) else None for rs in runs.values() for r in rs]
+        hashes = [
+            r.get("source_sha256") if isinstance(r, dict) else None
+            for rs in runs.values()
+            for r in rs
+        ]
         return hashes if any(hashes) else []
     return []
 
 
 def freshness(root: Path, file: str, current: str) -> tuple[str, str]:
-    """("current", "") when `file` was made by the training code whose hash is `current`, else ("stale" or
-    "unrecorded", a line saying why and how to remake it)."""
+    """("current", "") when `file` was made by the training code whose hash is `current`, else
+    ("stale" or "unrecorded", a line saying why and how to remake it)."""
     path = root / file
     if not path.is_file():
         command: str | None = RERUN.get(file, "the command that made it")
@@ -170,16 +191,25 @@ def freshness(root: Path, file: str, current: str) -> tuple[str, str]:
     command = RERUN.get(file) or (data.get("command") if isinstance(data, dict) else None)
     if command is None and (path.parent / "run.json").is_file():
         command = json.loads((path.parent / "run.json").read_text()).get("command")
-    fix = f"rerun `{command}` and commit it" if command else "rerun the command that made it and commit it"
+    fix = (
+        f"rerun `{command}` and commit it"
+        if command
+        else "rerun the command that made it and commit it"
+    )
     if not hashes:
-        return "unrecorded", f"unrecorded: {file} records no code_version (made before fedac recorded one): {fix}"
+        return (
+            "unrecorded",
+            f"unrecorded: {file} records no code_version (made before fedac recorded one): {fix}",
+        )
     made_by = ", ".join(sorted({h[:12] if h else "unrecorded" for h in hashes}))
     version = data.get("code_version") or {}
     if version.get("git_commit"):
         dirty = " with uncommitted changes" if version.get("git_dirty") else ""
         made_by += f" (commit {version['git_commit'][:7]}{dirty})"
-    return "stale", (f"stale: {file} was produced by training code {made_by}; "
-                     f"the current training code is {current[:12]}: {fix}")
+    return "stale", (
+        f"stale: {file} was produced by training code {made_by}; "
+        f"the current training code is {current[:12]}: {fix}"
+    )
 
 
 def quoted_files(root: Path, figures: Path = FIGURES) -> list[str]:
@@ -194,28 +224,48 @@ def cmd_report(args: argparse.Namespace) -> int:
         mark = "ok     " if q.found else "MISSING"
         print(f"{mark} {q.doc}: {q.text}\n        from {q.source}")
     missing = [q for q in quotes if not q.found]
-    print(f"{len(quotes) - len(missing)} of {len(quotes)} quoted figures match their committed results")
+    print(
+        f"{len(quotes) - len(missing)} of {len(quotes)} quoted figures match their committed "
+        "results"
+    )
     current = source_sha256()
-    states = {file: freshness(root, file, current) for file in sorted({*quoted_files(root), *RERUN})}
-    # One line each for the stale and for RERUN's; the many results older than code_version, counted.
-    unrecorded = [file for file, (state, _) in states.items() if state == "unrecorded" and file not in RERUN]
+    states = {
+        file: freshness(root, file, current) for file in sorted({*quoted_files(root), *RERUN})
+    }
+    # One line each for the stale and for RERUN's; the many results older than code_version,
+    # counted.
+    unrecorded = [
+        file for file, (state, _) in states.items() if state == "unrecorded" and file not in RERUN
+    ]
     for file, (state, line) in states.items():
         if state != "current" and file not in unrecorded:
             print(line)
     if unrecorded:
-        print(f"{len(unrecorded)} quoted result files record no code_version (made before fedac recorded one): "
-              "whether their training code is current is unknown")
+        print(
+            f"{len(unrecorded)} quoted result files record no code_version (made before fedac "
+            "recorded one): whether their training code is current is unknown"
+        )
     not_fresh = [file for file in RERUN if states[file][0] != "current"]
     if args.fresh and not_fresh:
-        print(f"--fresh: {', '.join(not_fresh)} must be remade by the current training code ({current[:12]})")
+        print(
+            f"--fresh: {', '.join(not_fresh)} must be remade by the current training code "
+            f"({current[:12]})"
+        )
     return 1 if (args.check and missing) or (args.fresh and not_fresh) else 0
 
 
 def add_report_parser(sub) -> None:
-    p = sub.add_parser("report", help="regenerate the README's quoted figures from committed results")
+    p = sub.add_parser(
+        "report", help="regenerate the README's quoted figures from committed results"
+    )
     p.add_argument("--root", default=".", help="repository root (default: the current directory)")
-    p.add_argument("--check", action="store_true", help="exit 1 when a document no longer quotes a figure")
-    p.add_argument("--fresh", action="store_true",
-                   help="exit 1 when the default run's result was made by other training code than the current "
-                        "(run before committing a README that quotes it; CI runs --check alone)")
+    p.add_argument(
+        "--check", action="store_true", help="exit 1 when a document no longer quotes a figure"
+    )
+    p.add_argument(
+        "--fresh",
+        action="store_true",
+        help="exit 1 when the default run's result was made by other training code than the "
+        "current (run before committing a README that quotes it; CI runs --check alone)",
+    )
     p.set_defaults(func=cmd_report)

@@ -1,7 +1,8 @@
-"""The settings and command line of `fedac pretrain` (the training itself is experiments/pretrain.py).
+"""The settings and command line of `fedac pretrain` (the training itself is
+experiments/pretrain.py).
 
-Kept apart from experiments/pretrain.py, which loads torch, transformers and the feature pipeline: building the
-`fedac` parser must not load them (`fedac --help` starts in well under a second).
+Kept apart from experiments/pretrain.py, which loads torch, transformers and the feature pipeline:
+building the `fedac` parser must not load them (`fedac --help` starts in well under a second).
 """
 
 from __future__ import annotations
@@ -36,27 +37,71 @@ class PretrainSettings:
 
     def check(self) -> None:
         if self.model not in SIZES:
-            raise ConfigError(f"--model {self.model!r} is not an SSL size; choose one of {', '.join(SIZES)}")
+            raise ConfigError(
+                f"--model {self.model!r} is not an SSL size; choose one of {', '.join(SIZES)}"
+            )
         if self.objective not in OBJECTIVES:
             raise ConfigError(f"--objective {self.objective!r}: choose {' or '.join(OBJECTIVES)}")
-        if min(self.steps, self.batch_size, self.speakers, self.utterances, self.clusters, self.checkpoint_every) < 1:
-            raise ConfigError("--steps, --batch-size, --speakers, --utterances, --clusters and --checkpoint-every must be >= 1")
+        if (
+            min(
+                self.steps,
+                self.batch_size,
+                self.speakers,
+                self.utterances,
+                self.clusters,
+                self.checkpoint_every,
+            )
+            < 1
+        ):
+            raise ConfigError(
+                "--steps, --batch-size, --speakers, --utterances, --clusters and "
+                "--checkpoint-every must be >= 1"
+            )
 
 
 def settings_from_args(args: argparse.Namespace) -> PretrainSettings:
-    """The settings a parsed `fedac pretrain` command line asks for (defaults where it is silent)."""
-    return PretrainSettings(**{k: getattr(args, k) for k in asdict(PretrainSettings()) if getattr(args, k, None) is not None})
+    """The settings a parsed `fedac pretrain` command line asks for (defaults where it is
+    silent)."""
+    return PretrainSettings(
+        **{
+            k: getattr(args, k)
+            for k in asdict(PretrainSettings())
+            if getattr(args, k, None) is not None
+        }
+    )
 
 
 def add_pretrain_parser(sub, func) -> None:
-    """`fedac pretrain`; `func` (cli.cmd_pretrain) runs it, so this module never imports the heavy trainer."""
-    p = sub.add_parser("pretrain", help="pretrain a small wav2vec 2.0-style encoder on synthetic speech (HF format)")
+    """`fedac pretrain`; `func` (cli.cmd_pretrain) runs it, so this module never imports the heavy
+    trainer."""
+    p = sub.add_parser(
+        "pretrain",
+        help="pretrain a small wav2vec 2.0-style encoder on synthetic speech (HF format)",
+    )
     defaults = PretrainSettings()
     for name, value in asdict(defaults).items():
-        p.add_argument(f"--{name.replace('_', '-')}", dest=name, type=type(value), default=None,
-                       help=f"default {value}")
-    p.add_argument("--out", help="output folder (default $FEDAC_HOME/encoders/<model>-<objective>-s<seed>-<steps>)")
-    p.add_argument("--stop-after", type=int, metavar="N", help="stop after step N as if killed (testing resume)")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1: small models run fastest)")
+        p.add_argument(
+            f"--{name.replace('_', '-')}",
+            dest=name,
+            type=type(value),
+            default=None,
+            help=f"default {value}",
+        )
+    p.add_argument(
+        "--out",
+        help="output folder (default $FEDAC_HOME/encoders/<model>-<objective>-s<seed>-<steps>)",
+    )
+    p.add_argument(
+        "--stop-after",
+        type=int,
+        metavar="N",
+        help="stop after step N as if killed (testing resume)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads (default 1: small models run fastest)",
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=func)

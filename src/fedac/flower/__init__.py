@@ -15,6 +15,7 @@
 See docs/flower.md. Importing this package does not import flwr; its modules do.
 
 Belongs here: adapters between Flower and the fedac algorithms (apps, strategy, transport, settings,
-device mode, SecAgg+). Must not be here: algorithm logic (a client or server step is the algorithm's own,
-called unchanged) or a round loop of the simulator's, and no import of the experiment commands or cli.
+device mode, SecAgg+). Must not be here: algorithm logic (a client or server step is the algorithm's
+own, called unchanged) or a round loop of the simulator's, and no import of the experiment commands
+or cli.
 """

@@ -1,8 +1,9 @@
-"""Running Flower on this machine: free ports, process trees, and the SuperLink that `flwr run` leaves.
+"""Running Flower on this machine: free ports, process trees, and the SuperLink that `flwr run`
+leaves.
 
-`flwr run` with a connection whose address is `:local:` starts a detached SuperLink (and, through it,
-the simulation runtime and Ray) and leaves it running after the run; `stop_local_superlink` stops it
-and everything it started. Linux only (reads /proc).
+`flwr run` with a connection whose address is `:local:` starts a detached SuperLink (and, through
+it, the simulation runtime and Ray) and leaves it running after the run; `stop_local_superlink`
+stops it and everything it started. Linux only (reads /proc).
 """
 
 from __future__ import annotations
@@ -49,8 +50,8 @@ def send_signal(pid: int, sig: int) -> bool:
 
 
 def stop_local_superlink(port: int) -> int:
-    """SIGKILL the `flower-superlink` serving `port` (its HTTP API port) and all its descendants; returns
-    how many processes were signalled (0: none was running)."""
+    """SIGKILL the `flower-superlink` serving `port` (its HTTP API port) and all its descendants;
+    returns how many processes were signalled (0: none was running)."""
     stopped = 0
     for entry in Path("/proc").iterdir():
         try:
@@ -59,5 +60,7 @@ def stop_local_superlink(port: int) -> int:
             continue
         if any(b"flower-superlink" in a for a in args) and str(port).encode() in args:
             pid = int(entry.name)
-            stopped += sum(send_signal(victim, signal.SIGKILL) for victim in [pid, *descendants(pid)])
+            stopped += sum(
+                send_signal(victim, signal.SIGKILL) for victim in [pid, *descendants(pid)]
+            )
     return stopped

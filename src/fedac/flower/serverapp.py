@@ -2,12 +2,12 @@
 
 The ServerApp builds the same `Simulator` object as `fedac run` for everything that is not client
 training -- the dataset's validation / test splits, the algorithm, validation-based model selection,
-`final_results`, metrics.csv / results.json / config.yaml / curves.png -- and replaces the round loop
-by Flower's `Strategy.start` with `FedacStrategy`, which sends the algorithm's broadcast to the sampled
-SuperNodes and runs `Algorithm.server_update` on their replies. Personalized metrics (FedMLAC's,
-FedKAD's own models) are computed on the nodes, where those models live, and reported back.
-With run-config `data-mode=device` the server holds only the validation and test splits and trains
-whichever device nodes connect (`DeviceServerSide`, fedac.flower.devices).
+`final_results`, metrics.csv / results.json / config.yaml / curves.png -- and replaces the round
+loop by Flower's `Strategy.start` with `FedacStrategy`, which sends the algorithm's broadcast to the
+sampled SuperNodes and runs `Algorithm.server_update` on their replies. Personalized metrics
+(FedMLAC's, FedKAD's own models) are computed on the nodes, where those models live, and reported
+back. With run-config `data-mode=device` the server holds only the validation and test splits and
+trains whichever device nodes connect (`DeviceServerSide`, fedac.flower.devices).
 
 Besides the `fedac run` outputs the run directory holds:
   server.log           the ServerApp's log (rounds, cohorts, dropped nodes, state digests)
@@ -33,13 +33,13 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
 from fedac.config import Config, save_config
 from fedac.engine.data import build_eval_data
+from fedac.engine.report import final_table, write_history, write_results
 from fedac.engine.simulator import Simulator
 from fedac.errors import ConfigError
 from fedac.flower import transport
 from fedac.flower.devices import refuse_attacks_on_devices
 from fedac.flower.settings import DeploymentSettings, deployment_settings, fedac_config
 from fedac.flower.strategy import FedacStrategy, NodeDirectory, PollingGrid, flower_strategy
-from fedac.engine.report import final_table, write_history, write_results
 
 log = logging.getLogger("fedac.flower")
 
@@ -51,22 +51,32 @@ class FlowerServerSide(Simulator):
 
     strategy: FedacStrategy | None = None
 
-    def _personalized_local_accuracy(self, state: dict[str, Any], rows: list[dict[str, Any]] | None = None) -> list[float]:
+    def _personalized_local_accuracy(
+        self, state: dict[str, Any], rows: list[dict[str, Any]] | None = None
+    ) -> list[float]:
         # (the nodes score their own models: the server holds none, so `rows` carry no own scores)
         if self.strategy is None:
             return []
-        return [r.metrics["local_accuracy"] for r in self.strategy.ordered_eval_reports() if "local_accuracy" in r.metrics]
+        return [
+            r.metrics["local_accuracy"]
+            for r in self.strategy.ordered_eval_reports()
+            if "local_accuracy" in r.metrics
+        ]
 
     def _personalized_test_results(self, state: dict[str, Any]) -> list[dict[str, float]]:
         if self.strategy is None:
             return []
-        return [{"accuracy": r.metrics["test_accuracy"], "macro_f1": r.metrics["test_macro_f1"]}
-                for r in self.strategy.ordered_eval_reports() if "test_accuracy" in r.metrics]
+        return [
+            {"accuracy": r.metrics["test_accuracy"], "macro_f1": r.metrics["test_macro_f1"]}
+            for r in self.strategy.ordered_eval_reports()
+            if "test_accuracy" in r.metrics
+        ]
 
 
 class DeviceServerSide(FlowerServerSide):
-    """Device mode (run-config data-mode=device): the server holds only the validation and test splits
-    (`build_eval_data`); the clients are whichever device nodes connect, each with its own audio."""
+    """Device mode (run-config data-mode=device): the server holds only the validation and test
+    splits (`build_eval_data`); the clients are whichever device nodes connect, each with its own
+    audio."""
 
     holds_clients = False
 
@@ -83,12 +93,15 @@ def _atomic_torch_save(obj: Any, path: Path) -> None:
 
 
 def _attach_log(run_dir: Path) -> list[tuple[logging.Logger, logging.Handler]]:
-    """server.log gets fedac's and Flower's records; fedac's also go to stderr (streamed by `flwr run --stream`)."""
+    """server.log gets fedac's and Flower's records; fedac's also go to stderr (streamed by `flwr
+    run --stream`)."""
     formatter = logging.Formatter("%(asctime)s %(name)s %(levelname)s %(message)s")
     file_handler = logging.FileHandler(run_dir / "server.log")
     file_handler.setFormatter(formatter)
     attached: list[tuple[logging.Logger, logging.Handler]] = [
-        (logging.getLogger("fedac"), file_handler), (logging.getLogger("flwr"), file_handler)]
+        (logging.getLogger("fedac"), file_handler),
+        (logging.getLogger("flwr"), file_handler),
+    ]
     fedac_logger = logging.getLogger("fedac")
     if not fedac_logger.handlers:
         stream = logging.StreamHandler(sys.stderr)
@@ -102,45 +115,75 @@ def _attach_log(run_dir: Path) -> list[tuple[logging.Logger, logging.Handler]]:
 
 def _client_log(strategy: FedacStrategy) -> dict[str, Any]:
     return {
-        "nodes": {str(n.node_id): {"client": n.client, "partition-id": n.partition_id, "num-examples": n.num_examples}
-                  for n in strategy.directory.nodes.values()},
-        "rounds": {str(r): [{"node": rep.node_id, "client": rep.client, **rep.info,
-                             **{f"metric.{k}": v for k, v in rep.metrics.items()}} for rep in reports]
-                   for r, reports in strategy.train_reports.items()},
+        "nodes": {
+            str(n.node_id): {
+                "client": n.client,
+                "partition-id": n.partition_id,
+                "num-examples": n.num_examples,
+            }
+            for n in strategy.directory.nodes.values()
+        },
+        "rounds": {
+            str(r): [
+                {
+                    "node": rep.node_id,
+                    "client": rep.client,
+                    **rep.info,
+                    **{f"metric.{k}": v for k, v in rep.metrics.items()},
+                }
+                for rep in reports
+            ]
+            for r, reports in strategy.train_reports.items()
+        },
         "dropped": {str(r): nodes for r, nodes in strategy.dropped.items() if nodes},
     }
 
 
-def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_dir: Path) -> dict[str, Any]:
-    """Train `cfg` on the SuperNodes connected to `grid`; write and return results.json's content."""
+def run_deployment(
+    grid: Grid, cfg: Config, settings: DeploymentSettings, run_dir: Path
+) -> dict[str, Any]:
+    """Train `cfg` on the SuperNodes connected to `grid`; write and return results.json's
+    content."""
     started = time.perf_counter()
     device = settings.data_mode == "device"
     secure = settings.secagg is not None and settings.secagg.enabled
     if secure:  # before any data is built: SecAgg+ refuses what needs each client's upload
-        from fedac.flower.secagg import SecAggStrategy, refuse_unsupported  # lazy: start-up time (SecAgg+ workflow)
+        # lazy: start-up time (SecAgg+ workflow)
+        from fedac.flower.secagg import SecAggStrategy, refuse_unsupported
 
         refuse_unsupported(cfg, settings)
     side: DeviceServerSide | FlowerServerSide
     if device:
         refuse_attacks_on_devices(cfg)
-        side = DeviceServerSide(cfg, run_dir, data=build_eval_data(cfg, progress=False), progress=False)
+        side = DeviceServerSide(
+            cfg, run_dir, data=build_eval_data(cfg, progress=False), progress=False
+        )
     else:
         side = FlowerServerSide(cfg, run_dir, progress=False)
     save_config(cfg, run_dir / "config.yaml")
     state = side._fresh_state()
     state["algorithm"] = cfg.algorithm
-    # Every message carries the run's label set: device nodes label their own clips with it. (Workloads
-    # built without a manifest, such as benchmarks/flower_apps.py's, have no label names to send.)
+    # Every message carries the run's label set: device nodes label their own clips with it.
+    # (Workloads built without a manifest, such as benchmarks/flower_apps.py's, have no label names
+    # to send.)
     manifest = side.data.manifest
     announce = {"classes": list(manifest.classes)} if manifest is not None else {}
-    directory = NodeDirectory(side.data.task.clients, settings.min_nodes, settings.node_wait,
-                              settings.round_timeout, settings.poll_interval, open_roster=device, announce=announce)
+    directory = NodeDirectory(
+        side.data.task.clients,
+        settings.min_nodes,
+        settings.node_wait,
+        settings.round_timeout,
+        settings.poll_interval,
+        open_roster=device,
+        announce=announce,
+    )
     polling = PollingGrid(grid, settings.poll_interval, directory.describe)
     if settings.strategy == "flower":
         refuse_layers(cfg)
         strategy, round_metrics = _flower_builtin(cfg, settings, state)
         strategy = flower_dp(strategy, cfg, side.privacy)
-    elif secure and settings.secagg is not None:  # run-config secagg=true: the uploads are summed by Flower's SecAgg+ (fedac.flower.secagg)
+    # run-config secagg=true: the uploads are summed by Flower's SecAgg+ (fedac.flower.secagg)
+    elif secure and settings.secagg is not None:
         strategy = SecAggStrategy(side.algorithm, state["server"], directory, cfg, settings.secagg)
         round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731
     else:
@@ -160,60 +203,92 @@ def run_deployment(grid: Grid, cfg: Config, settings: DeploymentSettings, run_di
             row["wall_seconds"] = time.perf_counter() - started
             state["history"].append(row)
             write_history(run_dir, state["history"])
-            shown = ", ".join(f"{k} {row[k]:.4f}" for k in ("val_accuracy", "local_accuracy", "train_loss") if k in row)
+            shown = ", ".join(
+                f"{k} {row[k]:.4f}"
+                for k in ("val_accuracy", "local_accuracy", "train_loss")
+                if k in row
+            )
             log.info("round %d evaluated: %s", server_round, shown)
         state["round"] = server_round
         _atomic_torch_save(state["server"], run_dir / "server_state.pt")
         if isinstance(strategy, FedacStrategy):
-            (run_dir / "flower_clients.json").write_text(json.dumps(_client_log(strategy), indent=2, default=str))
+            (run_dir / "flower_clients.json").write_text(
+                json.dumps(_client_log(strategy), indent=2, default=str)
+            )
         return MetricRecord({k: float(v) for k, v in row.items()})
 
     initial = transport.to_records(side.algorithm.broadcast(state["server"]))[0]
-    strategy.start(grid=polling, initial_arrays=initial, num_rounds=cfg.train.rounds,
-                   timeout=settings.round_timeout, evaluate_fn=evaluate_fn,
-                   train_config=ConfigRecord(announce), evaluate_config=ConfigRecord(announce))
+    strategy.start(
+        grid=polling,
+        initial_arrays=initial,
+        num_rounds=cfg.train.rounds,
+        timeout=settings.round_timeout,
+        evaluate_fn=evaluate_fn,
+        train_config=ConfigRecord(announce),
+        evaluate_config=ConfigRecord(announce),
+    )
     results = side.final_results(state)
-    if device:  # the clients are the nodes (client_accuracy_* stay NaN: their held-out data never left them)
+    # the clients are the nodes (client_accuracy_* stay NaN: their held-out data never left them)
+    if device:
         results["clients"] = len(directory.nodes)
     results["wall_seconds"] = time.perf_counter() - started
-    results["runtime"] = {"engine": "flower", "flwr": flwr.__version__, "strategy": type(strategy).__name__}
+    results["runtime"] = {
+        "engine": "flower",
+        "flwr": flwr.__version__,
+        "strategy": type(strategy).__name__,
+    }
     # named like the simulator's: each ClientApp call trains its one client (training/step.py)
     results["execution"] = "sequential: a Flower ClientApp trains one client per message"
     if isinstance(strategy, FedacStrategy):
         results["runtime"]["nodes"] = {n.client: n.node_id for n in directory.nodes.values()}
-        results["runtime"]["dropped"] = {str(r): nodes for r, nodes in strategy.dropped.items() if nodes}
+        results["runtime"]["dropped"] = {
+            str(r): nodes for r, nodes in strategy.dropped.items() if nodes
+        }
     if secure:
-        results["runtime"]["secagg"] = {**vars(strategy.secagg), "rounds": {str(r): v for r, v in strategy.rounds.items()}}
+        results["runtime"]["secagg"] = {
+            **vars(strategy.secagg),
+            "rounds": {str(r): v for r, v in strategy.rounds.items()},
+        }
     write_results(run_dir, results, cfg)
     log.info("fedac run finished\n%s\nrun directory: %s", final_table(results), run_dir)
     return results
 
 
 def refuse_layers(cfg: Config) -> None:
-    """Flower's built-in strategies know nothing of fedac's attacks (nor of client-side clipping here): say
-    so instead of ignoring them. dp.mode=central goes through Flower's own DP wrapper (`flower_dp`)."""
+    """Flower's built-in strategies know nothing of fedac's attacks (nor of client-side clipping
+    here): say so instead of ignoring them. dp.mode=central goes through Flower's own DP wrapper
+    (`flower_dp`)."""
     if cfg.attack.kind != "none" or cfg.dp.mode == "client":
-        raise ConfigError(f"attack.kind={cfg.attack.kind} / dp.mode={cfg.dp.mode} run through the fedac strategy; "
-                          "set strategy=fedac (the default) in the run config")
+        raise ConfigError(
+            f"attack.kind={cfg.attack.kind} / dp.mode={cfg.dp.mode} run through the fedac "
+            "strategy; set strategy=fedac (the default) in the run config"
+        )
 
 
 def flower_dp(strategy, cfg: Config, privacy):
-    """dp.mode=central on a built-in strategy: Flower's DifferentialPrivacyServerSideFixedClipping (each
-    update clipped to dp.clip, the strategy's mean, Gaussian noise of std z * C / m with m the cohort
-    size). Flower's FedAvg weights the clipped updates by n_k where fedac's DP-FedAvg (privacy.py) does
-    not, so the two agree when clients hold equal data; epsilon comes from fedac's accountant either way."""
+    """dp.mode=central on a built-in strategy: Flower's DifferentialPrivacyServerSideFixedClipping
+    (each update clipped to dp.clip, the strategy's mean, Gaussian noise of std z * C / m with m the
+    cohort size). Flower's FedAvg weights the clipped updates by n_k where fedac's DP-FedAvg
+    (privacy.py) does not, so the two agree when clients hold equal data; epsilon comes from fedac's
+    accountant either way."""
     if cfg.dp.mode != "central":
         return strategy
     from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
 
-    return DifferentialPrivacyServerSideFixedClipping(strategy, cfg.dp.noise_multiplier, cfg.dp.clip, privacy.cohort)
+    return DifferentialPrivacyServerSideFixedClipping(
+        strategy, cfg.dp.noise_multiplier, cfg.dp.clip, privacy.cohort
+    )
 
 
 def _flower_builtin(cfg: Config, settings: DeploymentSettings, state: dict[str, Any]):
-    """Flower's own strategy for a FedAvg-family algorithm, and how to read each round's outcome from it."""
+    """Flower's own strategy for a FedAvg-family algorithm, and how to read each round's outcome
+    from it."""
     if cfg.algorithm == "fedadam":
-        log.warning("Flower's FedAdam applies Adam's bias correction to the server step; fedac's FedAdam (Reddi et "
-                    "al., Alg. 2) does not, so this run will not reproduce `fedac run` (use strategy=fedac for that)")
+        log.warning(
+            "Flower's FedAdam applies Adam's bias correction to the server step; fedac's FedAdam "
+            "(Reddi et al., Alg. 2) does not, so this run will not reproduce `fedac run` (use "
+            "strategy=fedac for that)"
+        )
     recorded: dict[str, Any] = {}
 
     def train_metrics(records, weight_key):
@@ -221,10 +296,18 @@ def _flower_builtin(cfg: Config, settings: DeploymentSettings, state: dict[str, 
         recorded["metrics"] = aggregate_metricrecords(records, weight_key)
         return recorded["metrics"]
 
-    strategy = flower_strategy(cfg, fraction_train=cfg.train.fraction, fraction_evaluate=0.0,
-                               min_available_nodes=settings.min_nodes, min_train_nodes=1,
-                               train_metrics_aggr_fn=train_metrics)
-    log.info("server side: Flower's %s (node sampling is Flower's, not seeded by fedac)", type(strategy).__name__)
+    strategy = flower_strategy(
+        cfg,
+        fraction_train=cfg.train.fraction,
+        fraction_evaluate=0.0,
+        min_available_nodes=settings.min_nodes,
+        min_train_nodes=1,
+        train_metrics_aggr_fn=train_metrics,
+    )
+    log.info(
+        "server side: Flower's %s (node sampling is Flower's, not seeded by fedac)",
+        type(strategy).__name__,
+    )
 
     def round_metrics(arrays: ArrayRecord) -> tuple[dict[str, Any], dict[str, float]]:
         metrics = {"clients": recorded.pop("clients", 0.0)}
@@ -249,7 +332,9 @@ def main(grid: Grid, context: Context) -> None:
     cfg.out = str(run_dir)
     attached = _attach_log(run_dir)
     try:
-        log.info("fedac %s on Flower %s: run directory %s", cfg.algorithm, flwr.__version__, run_dir)
+        log.info(
+            "fedac %s on Flower %s: run directory %s", cfg.algorithm, flwr.__version__, run_dir
+        )
         run_deployment(grid, cfg, settings, run_dir)
     except Exception:
         log.exception("the fedac ServerApp failed")

@@ -7,23 +7,24 @@ The run-config keys (`[tool.flwr.app.config]` in pyproject.toml, overridable wit
     algorithm, dataset, seed, rounds (train.rounds), fraction (train.fraction), lr (train.lr)
     fedac-set      any other fedac settings, "key=value" pairs separated by ';' (`fedac run --set`)
 
-with fedac's precedence: defaults < fedac-config < the named keys < fedac-set. The remaining keys are the
-deployment's own: run-dir, strategy, min-nodes, round-timeout, node-wait, poll-interval,
+with fedac's precedence: defaults < fedac-config < the named keys < fedac-set. The remaining keys
+are the deployment's own: run-dir, strategy, min-nodes, round-timeout, node-wait, poll-interval,
 data-mode, and secagg with its secagg-* parameters (`secagg_settings`).
 
 Each SuperNode's node-config selects its client: `partition-id` (index into the clients that fedac's
 partitioner makes from the config), `num-partitions` (checked against that count) and optionally
-`data-root` (this device's copy of the dataset) and `cache-dir` (feature cache). With `data-mode=device`
-(and the run's `data-mode=device`) a node holds only its own clips instead: `data-root` is that folder,
-`partition-id` is not needed, and `data-layout`, `labels-csv`, `client` and `test-root` describe it
-(see fedac.data.devices).
+`data-root` (this device's copy of the dataset) and `cache-dir` (feature cache). With
+`data-mode=device` (and the run's `data-mode=device`) a node holds only its own clips instead:
+`data-root` is that folder, `partition-id` is not needed, and `data-layout`, `labels-csv`, `client`
+and `test-root` describe it (see fedac.data.devices).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 from fedac.config import DEVICE_SYNTAX, Config, load_config
 from fedac.errors import ConfigError
@@ -61,22 +62,26 @@ def fedac_config(run_config: Mapping[str, Any]) -> Config:
 @dataclass
 class DeploymentSettings:
     run_dir: Path | None
-    """Where the ServerApp writes config.yaml / metrics.csv / results.json; None: runs/<time>-...-flower."""
+    """Where the ServerApp writes config.yaml / metrics.csv / results.json; None:
+    runs/<time>-...-flower."""
     min_nodes: int = 2
-    """SuperNodes that must be connected before a round is sampled (Flower's min_available_nodes)."""
+    """SuperNodes that must be connected before a round is sampled (Flower's
+    min_available_nodes)."""
     round_timeout: float = 600.0
-    """Seconds the ServerApp waits for replies of one exchange; nodes that miss it are dropped from the round."""
+    """Seconds the ServerApp waits for replies of one exchange; nodes that miss it are dropped from
+    the round."""
     node_wait: float = 120.0
     """Seconds to wait for `min_nodes` SuperNodes before giving up with an error."""
     poll_interval: float = 0.5
     """Seconds between reply polls (Flower's Grid.send_and_receive sleeps 3 s)."""
     strategy: str = "fedac"
-    """fedac: `FedacStrategy` (any algorithm, the simulator's cohorts); flower: Flower's built-in strategy of
-    the same name (FedAvg-family algorithms only, Flower's random node sampling)."""
+    """fedac: `FedacStrategy` (any algorithm, the simulator's cohorts); flower: Flower's built-in
+    strategy of the same name (FedAvg-family algorithms only, Flower's random node sampling)."""
     data_mode: str = "full"
-    """full: the server builds the run's partition and nodes pick their client by partition-id; device: the
-    server holds only validation and test data and the clients are whatever device nodes connect."""
-    secagg: "SecAggSettings | None" = None
+    """full: the server builds the run's partition and nodes pick their client by partition-id;
+    device: the server holds only validation and test data and the clients are whatever device nodes
+    connect."""
+    secagg: SecAggSettings | None = None
     """run-config secagg=true: the uploads travel through Flower's SecAgg+ (fedac.flower.secagg)."""
 
 
@@ -108,11 +113,14 @@ def deployment_settings(run_config: Mapping[str, Any]) -> DeploymentSettings:
 def _choice(run_config: Mapping[str, Any], key: str, options: tuple[str, ...]) -> str:
     value = str(run_config.get(key, options[0]) or options[0]).strip().lower()
     if value not in options:
-        raise ConfigError(f"run-config '{key}' must be one of {', '.join(options)}, got {run_config.get(key)!r}")
+        raise ConfigError(
+            f"run-config '{key}' must be one of {', '.join(options)}, got {run_config.get(key)!r}"
+        )
     return value
 
 
-#: full: a copy of the dataset, client chosen by partition-id; device: the node's own clips (data/devices.py).
+#: full: a copy of the dataset, client chosen by partition-id; device: the node's own clips
+#: (data/devices.py).
 DATA_MODES = ("full", "device")
 
 
@@ -130,10 +138,11 @@ class NodeSettings:
     client: str | None = None
     """device mode: the client's name (default: the split-devices folder's, else node<node id>)."""
     test_root: str | None = None
-    """device mode: a copy of the dataset whose test split the node's own model is scored on at the end."""
+    """device mode: a copy of the dataset whose test split the node's own model is scored on at the
+    end."""
     device: str | None = None
-    """node-config `device` (cpu, cuda, cuda:N): where this node trains, in place of the run's train.device
-    (one SuperNode per GPU: `device="cuda:1"`; docs/flower.md)."""
+    """node-config `device` (cpu, cuda, cuda:N): where this node trains, in place of the run's
+    train.device (one SuperNode per GPU: `device="cuda:1"`; docs/flower.md)."""
 
 
 def node_settings(node_config: Mapping[str, Any]) -> NodeSettings:
@@ -143,14 +152,17 @@ def node_settings(node_config: Mapping[str, Any]) -> NodeSettings:
     if "partition-id" not in node_config:
         raise ConfigError(
             "this SuperNode has no 'partition-id' in its node-config; start it with "
-            "--node-config \"partition-id=<k> num-partitions=<N>\" (k in 0..N-1 selects fedac's k-th client)"
+            '--node-config "partition-id=<k> num-partitions=<N>" (k in 0..N-1 selects fedac\'s '
+            "k-th client)"
         )
     try:
         partition_id = int(node_config["partition-id"])
         num = node_config.get("num-partitions")
         num_partitions = None if num in (None, "") else int(num)
     except (TypeError, ValueError):
-        raise ConfigError(f"node-config partition-id / num-partitions must be integers, got {dict(node_config)}") from None
+        raise ConfigError(
+            f"node-config partition-id / num-partitions must be integers, got {dict(node_config)}"
+        ) from None
     root = str(node_config.get("data-root", "") or "").strip() or None
     cache = str(node_config.get("cache-dir", "") or "").strip() or None
     return NodeSettings(partition_id, num_partitions, root, cache, device=_device(node_config))
@@ -159,7 +171,9 @@ def node_settings(node_config: Mapping[str, Any]) -> NodeSettings:
 def _node_choice(node_config: Mapping[str, Any], key: str, options: tuple[str, ...]) -> str:
     value = str(node_config.get(key, options[0]) or options[0]).strip().lower()
     if value not in options:
-        raise ConfigError(f"node-config '{key}' must be one of {', '.join(options)}, got {node_config.get(key)!r}")
+        raise ConfigError(
+            f"node-config '{key}' must be one of {', '.join(options)}, got {node_config.get(key)!r}"
+        )
     return value
 
 
@@ -168,20 +182,33 @@ def _text(node_config: Mapping[str, Any], key: str) -> str | None:
 
 
 def _device_node_settings(node_config: Mapping[str, Any]) -> NodeSettings:
-    """A device node: its own folder (data-root, required), no partition-id needed (one is kept as a label)."""
+    """A device node: its own folder (data-root, required), no partition-id needed (one is kept as a
+    label)."""
     root = _text(node_config, "data-root")
     if root is None:
-        raise ConfigError("this SuperNode has data-mode=device but no data-root: start it with "
-                          "--node-config 'data-mode=\"device\" data-root=\"/path/to/its/clips\"'")
+        raise ConfigError(
+            "this SuperNode has data-mode=device but no data-root: start it with "
+            '--node-config \'data-mode="device" data-root="/path/to/its/clips"\''
+        )
     try:
         pid = node_config.get("partition-id")
         partition_id = None if pid in (None, "") else int(pid)
     except (TypeError, ValueError):
-        raise ConfigError(f"node-config partition-id must be an integer, got {node_config.get('partition-id')!r}") from None
-    return NodeSettings(partition_id, None, root, _text(node_config, "cache-dir"), "device",
-                        _node_choice(node_config, "data-layout", ("auto", "csv", "folders", "official")),
-                        _text(node_config, "labels-csv"), _text(node_config, "client"), _text(node_config, "test-root"),
-                        _device(node_config))
+        raise ConfigError(
+            f"node-config partition-id must be an integer, got {node_config.get('partition-id')!r}"
+        ) from None
+    return NodeSettings(
+        partition_id,
+        None,
+        root,
+        _text(node_config, "cache-dir"),
+        "device",
+        _node_choice(node_config, "data-layout", ("auto", "csv", "folders", "official")),
+        _text(node_config, "labels-csv"),
+        _text(node_config, "client"),
+        _text(node_config, "test-root"),
+        _device(node_config),
+    )
 
 
 def _device(node_config: Mapping[str, Any]) -> str | None:
@@ -192,9 +219,9 @@ def _device(node_config: Mapping[str, Any]) -> str | None:
 
 
 def apply_node_settings(cfg: Config, node: NodeSettings) -> Config:
-    """A node's own data location replaces the run's (the partitioning settings stay the run's). A device
-    node's data-root is its own folder, not a dataset root: only its cache-dir applies. The node's device
-    is no setting of the run: `node_runtime` takes it."""
+    """A node's own data location replaces the run's (the partitioning settings stay the run's). A
+    device node's data-root is its own folder, not a dataset root: only its cache-dir applies. The
+    node's device is no setting of the run: `node_runtime` takes it."""
     if node.data_root is not None and node.data_mode == "full":
         cfg.data.root = node.data_root
     if node.cache_dir is not None:
@@ -203,8 +230,9 @@ def apply_node_settings(cfg: Config, node: NodeSettings) -> Config:
 
 
 def node_runtime(cfg: Config, node: NodeSettings) -> Runtime:
-    """Where and how this node trains (training/runtime.py), resolved once: node-config `device` in place
-    of the run's train.device, the run's other train.* settings; applies the process settings."""
+    """Where and how this node trains (training/runtime.py), resolved once: node-config `device` in
+    place of the run's train.device, the run's other train.* settings; applies the process
+    settings."""
     from fedac.training.device import resolve_device
     from fedac.training.runtime import start_runtime
 
@@ -219,34 +247,42 @@ def node_runtime(cfg: Config, node: NodeSettings) -> Runtime:
 
 @dataclass
 class SecAggSettings:
-    """Flower's SecAgg+ parameters (flwr.server.workflow.SecAggPlusWorkflow); see fedac.flower.secagg.
+    """Flower's SecAgg+ parameters (flwr.server.workflow.SecAggPlusWorkflow); see
+    fedac.flower.secagg.
 
     Integers are counts, floats fractions, exactly as Flower reads them."""
 
     enabled: bool = False
     num_shares: int | float = 1.0
-    """Shares of each client's secrets: an int > 2 is a count, a float the fraction of the round's cohort
-    (1.0: every sampled client, i.e. the complete graph of SecAgg)."""
+    """Shares of each client's secrets: an int > 2 is a count, a float the fraction of the round's
+    cohort (1.0: every sampled client, i.e. the complete graph of SecAgg)."""
     threshold: int | float = 0.67
-    """Shares needed to reconstruct a secret: an int is a count (< num_shares), a float the fraction of
-    num_shares (Flower rounds it and takes at least 2). Lower tolerates more dropouts, higher resists more
-    colluding clients."""
+    """Shares needed to reconstruct a secret: an int is a count (< num_shares), a float the fraction
+    of num_shares (Flower rounds it and takes at least 2). Lower tolerates more dropouts, higher
+    resists more colluding clients."""
     clipping_range: float = 8.0
-    """Each client's weighted update (n_k / max_weight) * (theta_k - theta) is clipped to [-C, C] per entry."""
+    """Each client's weighted update (n_k / max_weight) * (theta_k - theta) is clipped to [-C, C]
+    per entry."""
     quantization_range: int = 4194304
-    """Q: entries are stochastically quantized onto Q levels over [-C, C] (step 2C/Q); Flower's default 2**22."""
+    """Q: entries are stochastically quantized onto Q levels over [-C, C] (step 2C/Q); Flower's
+    default 2**22."""
     max_weight: float = 0.0
     """W: client k's weight is n_k / W. 0 (the default): the largest n_k of each round's cohort."""
 
 
 #: run-config key -> (SecAggSettings field, type); `secagg` itself switches it on.
-SECAGG_KEYS = {"secagg-num-shares": "num_shares", "secagg-threshold": "threshold",
-               "secagg-clipping-range": "clipping_range", "secagg-quantization-range": "quantization_range",
-               "secagg-max-weight": "max_weight"}
+SECAGG_KEYS = {
+    "secagg-num-shares": "num_shares",
+    "secagg-threshold": "threshold",
+    "secagg-clipping-range": "clipping_range",
+    "secagg-quantization-range": "quantization_range",
+    "secagg-max-weight": "max_weight",
+}
 
 
 def secagg_settings(run_config: Mapping[str, Any]) -> SecAggSettings:
-    """run-config `secagg` (true / false) and `secagg-*` -> SecAggSettings (checked further by Flower)."""
+    """run-config `secagg` (true / false) and `secagg-*` -> SecAggSettings (checked further by
+    Flower)."""
     flag = run_config.get("secagg", False)
     if isinstance(flag, str):
         if flag.strip().lower() not in ("true", "false", "1", "0", ""):

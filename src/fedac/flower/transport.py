@@ -1,11 +1,11 @@
 """fedac payloads <-> Flower records, exactly.
 
-An algorithm's payloads, uploads and client states are dicts of tensors, possibly nested (FedKAD sends
-{"prototypes": ..., "known": ...}), possibly with lists, scalars or None in them. On the wire they
-become one `ArrayRecord` (every tensor, serialised by Flower as a NumPy `.npy` buffer, so dtype, shape
-and every bit survive) and, unless the object is a plain flat dict of tensors, one `ConfigRecord`
-holding its layout as JSON. A flat dict of tensors (a model's state_dict) is sent under its own keys,
-so Flower's built-in strategies can aggregate it key by key.
+An algorithm's payloads, uploads and client states are dicts of tensors, possibly nested (FedKAD
+sends {"prototypes": ..., "known": ...}), possibly with lists, scalars or None in them. On the wire
+they become one `ArrayRecord` (every tensor, serialised by Flower as a NumPy `.npy` buffer, so
+dtype, shape and every bit survive) and, unless the object is a plain flat dict of tensors, one
+`ConfigRecord` holding its layout as JSON. A flat dict of tensors (a model's state_dict) is sent
+under its own keys, so Flower's built-in strategies can aggregate it key by key.
 
 Only dtypes that NumPy can represent travel (float16/32/64, integers, bool, complex); a bfloat16 or
 float8 tensor raises `TransportError` naming the entry, rather than being silently converted.
@@ -35,7 +35,9 @@ class TransportError(FedacError):
 
 
 def _is_flat(obj: Any) -> bool:
-    return isinstance(obj, dict) and all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items())
+    return isinstance(obj, dict) and all(
+        isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in obj.items()
+    )
 
 
 def _to_array(tensor: torch.Tensor, where: str) -> Array:
@@ -43,8 +45,9 @@ def _to_array(tensor: torch.Tensor, where: str) -> Array:
         ndarray = tensor.detach().cpu().numpy()
     except TypeError as exc:
         raise TransportError(
-            f"tensor '{where}' has dtype {tensor.dtype}, which Flower's NumPy serialisation cannot carry "
-            f"({exc}); cast it to float32 in the algorithm before it leaves the client or server"
+            f"tensor '{where}' has dtype {tensor.dtype}, which Flower's NumPy serialisation cannot "
+            f"carry ({exc}); cast it to float32 in the algorithm before it leaves the client or "
+            "server"
         ) from None
     if not ndarray.flags.c_contiguous:
         ndarray = ndarray.copy(order="C")  # (np.ascontiguousarray would turn a 0-d array into 1-d)
@@ -59,7 +62,8 @@ def _to_tensor(array: Array) -> torch.Tensor:
 
 
 def _encode(obj: Any, path: str, arrays: dict[str, Array]) -> Any:
-    """Tree of JSON values with tensors replaced by {"$tensor": key}; tensors collected in `arrays`."""
+    """Tree of JSON values with tensors replaced by {"$tensor": key}; tensors collected in
+    `arrays`."""
     if isinstance(obj, torch.Tensor):
         key = str(len(arrays))
         arrays[key] = _to_array(obj, path)
@@ -68,7 +72,9 @@ def _encode(obj: Any, path: str, arrays: dict[str, Array]) -> Any:
         items = []
         for k, v in obj.items():
             if not isinstance(k, str):
-                raise TransportError(f"payload entry '{path}' has a non-string key {k!r}; use string keys")
+                raise TransportError(
+                    f"payload entry '{path}' has a non-string key {k!r}; use string keys"
+                )
             items.append([k, _encode(v, f"{path}/{k}" if path else k, arrays)])
         return {_DICT: items}
     if isinstance(obj, (list, tuple)):
@@ -79,8 +85,10 @@ def _encode(obj: Any, path: str, arrays: dict[str, Array]) -> Any:
     if isinstance(obj, float):
         # JSON has no NaN / Inf: keep the exact value as its repr.
         return {"$float": repr(obj)}
-    raise TransportError(f"payload entry '{path or '<root>'}' has type {type(obj).__name__}; "
-                         "payloads may hold tensors, dicts, lists, tuples, numbers, strings and None")
+    raise TransportError(
+        f"payload entry '{path or '<root>'}' has type {type(obj).__name__}; "
+        "payloads may hold tensors, dicts, lists, tuples, numbers, strings and None"
+    )
 
 
 def _decode(node: Any, arrays: ArrayRecord) -> Any:
@@ -109,7 +117,8 @@ def to_records(obj: Any) -> tuple[ArrayRecord, ConfigRecord | None]:
 
 
 def from_records(arrays: ArrayRecord | None, layout: ConfigRecord | None = None) -> Any:
-    """Inverse of `to_records`. Without a layout the ArrayRecord is read as a flat dict of tensors."""
+    """Inverse of `to_records`. Without a layout the ArrayRecord is read as a flat dict of
+    tensors."""
     if layout is None or LAYOUT_KEY not in layout:
         if arrays is None:
             raise TransportError("message carries neither arrays nor a layout: nothing to decode")
@@ -122,7 +131,8 @@ def from_records(arrays: ArrayRecord | None, layout: ConfigRecord | None = None)
 
 
 def put(content: RecordDict, name: str, obj: Any) -> None:
-    """Store `obj` in a RecordDict under `name` (arrays) and `name + '.layout'` (layout, when needed)."""
+    """Store `obj` in a RecordDict under `name` (arrays) and `name + '.layout'` (layout, when
+    needed)."""
     arrays, layout = to_records(obj)
     content[name] = arrays
     if layout is not None:
@@ -134,7 +144,9 @@ def put(content: RecordDict, name: str, obj: Any) -> None:
 def get(content: RecordDict, name: str) -> Any:
     """Inverse of `put`; raises TransportError when `name` is absent."""
     if name not in content and f"{name}.layout" not in content:
-        raise TransportError(f"message has no record '{name}' (it holds: {', '.join(content.keys()) or 'nothing'})")
+        raise TransportError(
+            f"message has no record '{name}' (it holds: {', '.join(content.keys()) or 'nothing'})"
+        )
     arrays = content.array_records.get(name)
     layout = content.config_records.get(f"{name}.layout")
     return from_records(arrays, layout)
@@ -148,7 +160,11 @@ def digest(obj: Any) -> str:
         if isinstance(node, torch.Tensor):
             t = node.detach().cpu().contiguous()
             h.update(f"{path}|{t.dtype}|{tuple(t.shape)}|".encode())
-            h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.view(torch.int16).numpy().tobytes())
+            h.update(
+                t.numpy().tobytes()
+                if t.dtype != torch.bfloat16
+                else t.view(torch.int16).numpy().tobytes()
+            )
         elif isinstance(node, dict):
             for k in sorted(node):
                 feed(node[k], f"{path}/{k}")

@@ -1,9 +1,9 @@
 """The CRNN model zoo of fedmlac.md Table 3.
 
-Every variant is Conv1D -> ReLU -> max-pool(2) -> dropout per conv layer (convolving over time with the
-feature coefficients as channels), a GRU or Bi-GRU over the pooled frames, mean over time, and a fully
-connected head. Kernel 5 with padding 2 keeps the frame count before pooling; pooling uses ceil mode so
-any input length >= 1 frame works.
+Every variant is Conv1D -> ReLU -> max-pool(2) -> dropout per conv layer (convolving over time with
+the feature coefficients as channels), a GRU or Bi-GRU over the pooled frames, mean over time, and a
+fully connected head. Kernel 5 with padding 2 keeps the frame count before pooling; pooling uses
+ceil mode so any input length >= 1 frame works.
 
 Table 3 leaves "3 x Conv1D (64->128 filters)" of CRNN-Deep open; we read it as 64, 128, 128.
 """
@@ -35,7 +35,14 @@ CRNN_SPECS: dict[str, CRNNSpec] = {
 
 
 class CRNN(EmbeddingModel):
-    def __init__(self, spec: CRNNSpec, num_features: int, num_classes: int, dropout: float = 0.1, kernel: int = 5):
+    def __init__(
+        self,
+        spec: CRNNSpec,
+        num_features: int,
+        num_classes: int,
+        dropout: float = 0.1,
+        kernel: int = 5,
+    ):
         super().__init__()
         layers: list[nn.Module] = []
         channels = num_features

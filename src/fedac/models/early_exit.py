@@ -1,15 +1,16 @@
-"""Multi-exit SSL model for early-exit fine-tuning (issue 17): one SSL encoder, an independent head at
-each exit layer.
+"""Multi-exit SSL model for early-exit fine-tuning (issue 17): one SSL encoder, an independent head
+at each exit layer.
 
-`MultiExitSSL` is an `SSLModel` whose single head is replaced by one per exit (`exit_heads.<L>`, each
-with its own BiLSTM on CTC tasks, or its own pooled-vector norm with `model.head_norm`). `use_exit(L)`
-selects the exit every SSLModel method then runs: the encoder stops after `encoder.layers[:L]` (deeper
-layers are never computed) and the head at L scores it. The selected head is bound as a plain attribute (not a registered submodule), so the state dict
-holds each head once, under `exit_heads`.
+`MultiExitSSL` is an `SSLModel` whose single head is replaced by one per exit (`exit_heads.<L>`,
+each with its own BiLSTM on CTC tasks, or its own pooled-vector norm with `model.head_norm`).
+`use_exit(L)` selects the exit every SSLModel method then runs: the encoder stops after
+`encoder.layers[:L]` (deeper layers are never computed) and the head at L scores it. The selected
+head is bound as a plain attribute (not a registered submodule), so the state dict holds each head
+once, under `exit_heads`.
 
 `shared_pass()` lets one batch be scored at every exit for the cost of one encoder pass (evaluation:
-`training.evaluate.evaluate_exits`): within it, the exits of a batch visited shallow to deep continue the
-encoder where the previous exit stopped.
+`training.evaluate.evaluate_exits`): within it, the exits of a batch visited shallow to deep
+continue the encoder where the previous exit stopped.
 """
 
 from __future__ import annotations
@@ -32,13 +33,23 @@ def scale_depth(depth: int, layers: int) -> int:
 
 def scaled_exits(exits: list[int], layers: int) -> list[int]:
     if not exits or any(not 1 <= e <= BASE_LAYERS for e in exits):
-        raise ConfigError(f"earlyexit.exits={exits} must be layers in 1..{BASE_LAYERS} (the 12-layer scale)")
+        raise ConfigError(
+            f"earlyexit.exits={exits} must be layers in 1..{BASE_LAYERS} (the 12-layer scale)"
+        )
     return sorted({scale_depth(e, layers) for e in exits})
 
 
 class MultiExitSSL(SSLModel):
-    def __init__(self, backbone: nn.Module, kind: str, num_classes: int, exits: list[int],
-                 freeze_cnn: bool = True, ctc_hidden: int = 0, head_norm: bool = False):
+    def __init__(
+        self,
+        backbone: nn.Module,
+        kind: str,
+        num_classes: int,
+        exits: list[int],
+        freeze_cnn: bool = True,
+        ctc_hidden: int = 0,
+        head_norm: bool = False,
+    ):
         super().__init__(backbone, kind, num_classes, freeze_cnn, 0, ctc_hidden, head_norm)
         parts = ("lstm", "head") if kind == "ctc" else ("norm", "head")
         template = nn.ModuleDict({part: getattr(self, part) for part in parts})
@@ -58,14 +69,15 @@ class MultiExitSSL(SSLModel):
             self.exit_heads[str(depth)] = head
         self.use_exit(self.exits[-1])
 
-    def use_exit(self, depth: int) -> "MultiExitSSL":
+    def use_exit(self, depth: int) -> MultiExitSSL:
         if depth not in self.exits:
             raise ConfigError(f"exit {depth} is not one of this model's exits {self.exits}")
         self.depth = depth
         heads = self.exit_heads[str(depth)]
         assert isinstance(heads, nn.ModuleDict)  # each exit's parts, as __init__ stores them
         for part, module in heads.items():
-            object.__setattr__(self, part, module)  # bound, not registered (see the module docstring)
+            # bound, not registered (see the module docstring)
+            object.__setattr__(self, part, module)
         return self
 
     @contextmanager
@@ -88,9 +100,19 @@ class MultiExitSSL(SSLModel):
         return run.to(depth), run.mask
 
 
-def build_multi_exit(name: str, kind: str, num_classes: int, exits: list[int], options, dropout: float) -> MultiExitSSL:
-    """The named size or `options.encoder_path` checkpoint with heads at `exits` (12-layer scale)."""
+def build_multi_exit(
+    name: str, kind: str, num_classes: int, exits: list[int], options, dropout: float
+) -> MultiExitSSL:
+    """The named size or `options.encoder_path` checkpoint with heads at `exits` (12-layer
+    scale)."""
     backbone = build_encoder(name, options.encoder_path, dropout)
     layers = len(backbone.encoder.layers)
-    return MultiExitSSL(backbone, kind, num_classes, scaled_exits(exits, layers), options.freeze_cnn, options.ctc_hidden,
-                        options.head_norm)
+    return MultiExitSSL(
+        backbone,
+        kind,
+        num_classes,
+        scaled_exits(exits, layers),
+        options.freeze_cnn,
+        options.ctc_hidden,
+        options.head_norm,
+    )

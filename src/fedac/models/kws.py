@@ -1,10 +1,11 @@
 """The four keyword-spotting networks of the FedKWS-UI paper (Sec. 5, Table 2), as its official code
-builds them: DSCNN, MHAttRNN, ResNet15 and the keyword Transformer (KWT), each about 0.2M parameters.
+builds them: DSCNN, MHAttRNN, ResNet15 and the keyword Transformer (KWT), each about 0.2M
+parameters.
 
 Every network takes fedac's features (batch, coefficients, frames), views them as a one-channel
 image (batch, 1, frames, coefficients) as the paper's code does (T = 101, F = 40), and exposes
-`embed()` (the penultimate features) and `head` (one linear layer), so the FedKWS-UI two-head model and
-FedMMD can reach the encoder output.
+`embed()` (the penultimate features) and `head` (one linear layer), so the FedKWS-UI two-head model
+and FedMMD can reach the encoder output.
 
 Choices:
 - KWT's model dimension is 80, the official code's value, which gives Table 2's 232K / 234K
@@ -44,8 +45,8 @@ def kws_init(module: nn.Module) -> None:
 
 
 class KWSNet(EmbeddingModel):
-    """Shared plumbing: (batch, F, T) -> (batch, 1, T, F) for `features`, then the linear head (`head` and
-    `embedding_dim` set by each subclass)."""
+    """Shared plumbing: (batch, F, T) -> (batch, 1, T, F) for `features`, then the linear head
+    (`head` and `embedding_dim` set by each subclass)."""
 
     def features(self, image: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
@@ -63,11 +64,19 @@ class DSCNN(KWSNet):
 
     def __init__(self, num_features: int, num_classes: int, channels: int = 172, blocks: int = 5):
         super().__init__()
-        layers: list[nn.Module] = [nn.Conv2d(1, channels, (10, 4), stride=2), nn.BatchNorm2d(channels), nn.ReLU()]
+        layers: list[nn.Module] = [
+            nn.Conv2d(1, channels, (10, 4), stride=2),
+            nn.BatchNorm2d(channels),
+            nn.ReLU(),
+        ]
         for _ in range(blocks):
-            layers += [nn.Conv2d(channels, channels, 3, padding=1, groups=channels),  # depthwise (with bias)
-                       nn.Conv2d(channels, channels, 1),  # pointwise
-                       nn.BatchNorm2d(channels), nn.ReLU()]
+            # depthwise (with bias)
+            layers += [
+                nn.Conv2d(channels, channels, 3, padding=1, groups=channels),
+                nn.Conv2d(channels, channels, 1),  # pointwise
+                nn.BatchNorm2d(channels),
+                nn.ReLU(),
+            ]
         self.cnn = nn.Sequential(*layers)
         self.embedding_dim = channels
         self.head = nn.Linear(channels, num_classes)
@@ -78,16 +87,27 @@ class DSCNN(KWSNet):
 
 
 class MHAttRNN(KWSNet):
-    """Two (5x1) time convolutions, a 2-layer Bi-GRU, and 4-head attention queried by the middle frame."""
+    """Two (5x1) time convolutions, a 2-layer Bi-GRU, and 4-head attention queried by the middle
+    frame."""
 
     def __init__(self, num_features: int, num_classes: int, hidden: int = 80, heads: int = 4):
         super().__init__()
-        self.cnn = nn.Sequential(nn.Conv2d(1, 10, (5, 1)), nn.BatchNorm2d(10), nn.ReLU(),
-                                 nn.Conv2d(10, 1, (5, 1)), nn.BatchNorm2d(1), nn.ReLU())
+        self.cnn = nn.Sequential(
+            nn.Conv2d(1, 10, (5, 1)),
+            nn.BatchNorm2d(10),
+            nn.ReLU(),
+            nn.Conv2d(10, 1, (5, 1)),
+            nn.BatchNorm2d(1),
+            nn.ReLU(),
+        )
         self.rnn = nn.GRU(num_features, hidden, num_layers=2, bidirectional=True, batch_first=True)
         width = 2 * hidden
-        self.keys = nn.ModuleList(nn.Linear(width, width // heads, bias=False) for _ in range(heads))
-        self.queries = nn.ModuleList(nn.Linear(width, width // heads, bias=False) for _ in range(heads))
+        self.keys = nn.ModuleList(
+            nn.Linear(width, width // heads, bias=False) for _ in range(heads)
+        )
+        self.queries = nn.ModuleList(
+            nn.Linear(width, width // heads, bias=False) for _ in range(heads)
+        )
         self.embedding_dim = width // heads * heads
         self.head = nn.Linear(self.embedding_dim, num_classes)
         self.apply(kws_init)
@@ -104,7 +124,8 @@ class MHAttRNN(KWSNet):
 
 
 class ResBlock(nn.Module):
-    """conv-BN-ReLU-conv-BN plus the input, then ReLU; 3x3 dilated convolutions, BN without affine."""
+    """conv-BN-ReLU-conv-BN plus the input, then ReLU; 3x3 dilated convolutions, BN without
+    affine."""
 
     def __init__(self, channels: int, dilations: tuple[int, int]):
         super().__init__()
@@ -127,8 +148,12 @@ class ResNet15(KWSNet):
         self.conv0 = nn.Conv2d(1, channels, 3, padding=1, bias=False)
         self.bn0 = nn.BatchNorm2d(channels, affine=False)
         # Dilations 2^floor(2b/3), 2^floor((2b+1)/3): (1,1) (1,2) (2,2) (4,4) (4,8) (8,8), then 16.
-        self.blocks = nn.Sequential(*(ResBlock(channels, (2 ** (2 * b // 3), 2 ** ((2 * b + 1) // 3)))
-                                      for b in range(blocks)))
+        self.blocks = nn.Sequential(
+            *(
+                ResBlock(channels, (2 ** (2 * b // 3), 2 ** ((2 * b + 1) // 3)))
+                for b in range(blocks)
+            )
+        )
         last = 2 ** (2 * blocks // 3)
         self.last_conv = nn.Conv2d(channels, channels, 3, padding=last, dilation=last, bias=False)
         self.embedding_dim = channels
@@ -141,21 +166,34 @@ class ResNet15(KWSNet):
 
 
 class KWT(KWSNet):
-    """Keyword Transformer: 8x8 patches at stride 4 (no bias), a class token, learned positions, four
-    post-norm encoder layers (4 heads, feed-forward 2d, GELU, no dropout), the class token's output."""
+    """Keyword Transformer: 8x8 patches at stride 4 (no bias), a class token, learned positions,
+    four post-norm encoder layers (4 heads, feed-forward 2d, GELU, no dropout), the class token's
+    output."""
 
-    def __init__(self, num_features: int, num_classes: int, frames: int = 101, dim: int = 80, layers: int = 4,
-                 patch: int = 8, stride: int = 4):
+    def __init__(
+        self,
+        num_features: int,
+        num_classes: int,
+        frames: int = 101,
+        dim: int = 80,
+        layers: int = 4,
+        patch: int = 8,
+        stride: int = 4,
+    ):
         super().__init__()
         if frames < patch or num_features < patch:
-            raise ConfigError(f"kwt needs at least {patch} frames and {patch} features, got {frames} x {num_features}")
+            raise ConfigError(
+                f"kwt needs at least {patch} frames and {patch} features, got {frames} x "
+                f"{num_features}"
+            )
         self.frames, self.num_features = frames, num_features
         patches = ((frames - patch) // stride + 1) * ((num_features - patch) // stride + 1)
         self.patch = nn.Conv2d(1, dim, patch, stride=stride, bias=False)
         self.pos_embedding = nn.Parameter(torch.randn(1, patches + 1, dim))
         self.cls_embedding = nn.Parameter(torch.randn(1, 1, dim))
-        layer = nn.TransformerEncoderLayer(dim, 4, dim_feedforward=2 * dim, dropout=0.0, activation="gelu",
-                                           batch_first=True)
+        layer = nn.TransformerEncoderLayer(
+            dim, 4, dim_feedforward=2 * dim, dropout=0.0, activation="gelu", batch_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
         self.embedding_dim = dim
         self.head = nn.Linear(dim, num_classes)
@@ -163,11 +201,16 @@ class KWT(KWSNet):
 
     def features(self, image: torch.Tensor) -> torch.Tensor:
         if image.shape[2:] != (self.frames, self.num_features):
-            raise ConfigError(f"kwt was built for {self.frames} frames x {self.num_features} features, got "
-                              f"{image.shape[2]} x {image.shape[3]}: 1 s clips at a 10 ms hop give 101 frames "
-                              f"(features.clip_seconds / features.hop_ms)")
+            raise ConfigError(
+                f"kwt was built for {self.frames} frames x {self.num_features} features, got "
+                f"{image.shape[2]} x {image.shape[3]}: 1 s clips at a 10 ms hop give 101 frames "
+                f"(features.clip_seconds / features.hop_ms)"
+            )
         tokens = self.patch(image).flatten(2).transpose(1, 2)
-        tokens = torch.cat([self.cls_embedding.expand(len(tokens), -1, -1), tokens], dim=1) + self.pos_embedding
+        tokens = (
+            torch.cat([self.cls_embedding.expand(len(tokens), -1, -1), tokens], dim=1)
+            + self.pos_embedding
+        )
         return self.encoder(tokens)[:, 0]
 
 

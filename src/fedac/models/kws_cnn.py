@@ -8,10 +8,11 @@ class-similarity matrix (Eq. 1). `embed()` returns the pooled vector.
 Readings where the paper is silent:
 - "Softmax activation" is Keras' Conv2D(activation="softmax"): a softmax over the channels at each
   position (`ChannelSoftmax`), not a softmax over the image.
-- The depthwise-separable CNN starts with a regular 3x3 convolution (one input channel has nothing to
-  separate), then depthwise 3x3 + pointwise 1x1 per layer, as in DS-CNN (Zhang et al. 2017).
-- The 3-layer ANN (Dense 16, 16, 32 on the flattened input) first average-pools time to 21 frames (one
-  1 s window at a 50 ms hop, the paper's 20 windows + 1), so any clip length gives the same input size.
+- The depthwise-separable CNN starts with a regular 3x3 convolution (one input channel has nothing
+  to separate), then depthwise 3x3 + pointwise 1x1 per layer, as in DS-CNN (Zhang et al. 2017).
+- The 3-layer ANN (Dense 16, 16, 32 on the flattened input) first average-pools time to 21 frames
+  (one 1 s window at a 50 ms hop, the paper's 20 windows + 1), so any clip length gives the same
+  input size.
 - No dropout or batch normalisation (none is listed).
 """
 
@@ -73,7 +74,10 @@ class KWSCNN(EmbeddingModel):
             channels = 1
             for i, out in enumerate(spec.channels):
                 if spec.kind == "dscnn" and i > 0:
-                    layers += [nn.Conv2d(channels, channels, 3, padding=1, groups=channels), nn.Conv2d(channels, out, 1)]
+                    layers += [
+                        nn.Conv2d(channels, channels, 3, padding=1, groups=channels),
+                        nn.Conv2d(channels, out, 1),
+                    ]
                 else:
                     layers.append(nn.Conv2d(channels, out, 3, padding=1))
                 layers += [_activation(spec.activation), nn.MaxPool2d(2, ceil_mode=True)]

@@ -4,35 +4,36 @@ Encoders come from two places, both offline:
 
 - `model.encoder_path=DIR`: any Hugging Face wav2vec 2.0 or HuBERT checkpoint folder (config.json +
   weights), loaded with `from_pretrained(DIR, local_files_only=True)` into the bare encoder, so a
-  pretraining checkpoint (Wav2Vec2ForPreTraining: the quantizer and projections are dropped) and a CTC
-  checkpoint (its lm_head is dropped) both load. The folder is checked first: transformers reports a
-  missing path as a malformed hub repository id. `HF_HUB_OFFLINE=1` is set before transformers is
-  imported, so nothing ever contacts a hub.
+  pretraining checkpoint (Wav2Vec2ForPreTraining: the quantizer and projections are dropped) and a
+  CTC checkpoint (its lm_head is dropped) both load. The folder is checked first: transformers
+  reports a missing path as a malformed hub repository id. `HF_HUB_OFFLINE=1` is set before
+  transformers is imported, so nothing ever contacts a hub.
 - a named size (`SIZES`: w2v2_tiny, w2v2_s, w2v2_m, w2v2_base); w2v2_base is the wav2vec 2.0 Base
   configuration for users who bring its weights through `model.encoder_path`.
-- the encoder shipped inside the package (`SHIPPED`: w2v2_s, pretrained by `fedac pretrain`; the folder
-  models/pretrained/<size>/ holds its HF checkpoint and a README with the command, seed and checksum).
-  `resolve_encoder_path` reads `model.encoder_path`: unset (the default) loads the shipped encoder of a
-  size that has one and random weights otherwise; `random` asks for random weights whatever the size;
-  any other value is a checkpoint folder.
+- the encoder shipped inside the package (`SHIPPED`: w2v2_s, pretrained by `fedac pretrain`; the
+  folder models/pretrained/<size>/ holds its HF checkpoint and a README with the command, seed and
+  checksum). `resolve_encoder_path` reads `model.encoder_path`: unset (the default) loads the
+  shipped encoder of a size that has one and random weights otherwise; `random` asks for random
+  weights whatever the size; any other value is a checkpoint folder.
 
 Fine-tuning settings follow the early-exit paper's SpeechBrain recipe: layerdrop 0, no SpecAugment
-(`apply_spec_augment=False`), the CNN feature encoder frozen (`model.freeze_cnn`, default true). With a
-frozen CNN the model holds only the feature projection, the transformer and the head; the CNN runs once
-per clip when the data is built (engine/waveform.py caches its outputs): on small encoders the CNN's
-forward and backward pass dominate a training step's CPU time. Inputs are `data.waveform.Padded` batches: cached
-CNN frames (N, T, C) with frame lengths, or waveforms (N, S) with sample lengths when the CNN trains.
+(`apply_spec_augment=False`), the CNN feature encoder frozen (`model.freeze_cnn`, default true).
+With a frozen CNN the model holds only the feature projection, the transformer and the head; the CNN
+runs once per clip when the data is built (engine/waveform.py caches its outputs): on small encoders
+the CNN's forward and backward pass dominate a training step's CPU time. Inputs are
+`data.waveform.Padded` batches: cached CNN frames (N, T, C) with frame lengths, or waveforms (N, S)
+with sample lengths when the CNN trains.
 
 Heads (`kind`):
 - classification (KWS, ER, SID): statistics pooling over the valid frames, [mean; std] (2H), then
   Linear(2H, C); `embed` returns the pooled vector, which speaker verification scores by cosine.
 - ctc (ASR): a 2-layer BiLSTM (`model.ctc_hidden` per direction; 0 = the encoder width H for small
-  encoders, where SUPERB's recipe for Base uses 1024) -> Linear -> log-softmax over `data.text.VOCAB`
-  (blank = 0), CTC loss, greedy (best-path) decoding without a language model.
+  encoders, where SUPERB's recipe for Base uses 1024) -> Linear -> log-softmax over
+  `data.text.VOCAB` (blank = 0), CTC loss, greedy (best-path) decoding without a language model.
 
-`encoder_layers(hidden, mask, depth)` runs `encoder.layers[:depth]` with the encoder's own positional
-convolution and layer norms: the exit point early-exit training needs. `model.encoder_depth` (0 = all)
-fixes the depth of a run.
+`encoder_layers(hidden, mask, depth)` runs `encoder.layers[:depth]` with the encoder's own
+positional convolution and layer norms: the exit point early-exit training needs.
+`model.encoder_depth` (0 = all) fixes the depth of a run.
 """
 
 from __future__ import annotations
@@ -51,7 +52,9 @@ from torch import nn
 from fedac.data.text import greedy_ctc
 from fedac.data.waveform import Padded
 from fedac.errors import EncoderError
-from fedac.models.ssl_sizes import SIZES  # torch-free: the CLI names the sizes without loading torch
+
+# torch-free: the CLI names the sizes without loading torch
+from fedac.models.ssl_sizes import SIZES
 
 ENCODER_TYPES = ("wav2vec2", "hubert")
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
@@ -82,18 +85,31 @@ def size_config(name: str, dropout: float = 0.1):
 
     s = SIZES[name]
     return Wav2Vec2Config(
-        hidden_size=s.hidden, num_hidden_layers=s.layers, num_attention_heads=s.heads, intermediate_size=s.ffn,
-        conv_dim=(s.conv,) * 7, num_conv_pos_embeddings=s.pos_kernel, num_conv_pos_embedding_groups=s.pos_groups,
-        hidden_dropout=dropout, attention_dropout=dropout, activation_dropout=0.0, feat_proj_dropout=dropout,
-        vocab_size=32, **FINETUNE,
+        hidden_size=s.hidden,
+        num_hidden_layers=s.layers,
+        num_attention_heads=s.heads,
+        intermediate_size=s.ffn,
+        conv_dim=(s.conv,) * 7,
+        num_conv_pos_embeddings=s.pos_kernel,
+        num_conv_pos_embedding_groups=s.pos_groups,
+        hidden_dropout=dropout,
+        attention_dropout=dropout,
+        activation_dropout=0.0,
+        feat_proj_dropout=dropout,
+        vocab_size=32,
+        **FINETUNE,
     )
 
 
 def check_encoder_dir(path: str | Path) -> Path:
-    """The checkpoint folder, or an EncoderError saying what is missing and how to get a valid one."""
+    """The checkpoint folder, or an EncoderError saying what is missing and how to get a valid
+    one."""
     directory = Path(path).expanduser()
-    fix = ("Point model.encoder_path at a local Hugging Face wav2vec 2.0 / HuBERT checkpoint folder "
-           "(config.json + model.safetensors), e.g. one written by `fedac pretrain` or by save_pretrained().")
+    fix = (
+        "Point model.encoder_path at a local Hugging Face wav2vec 2.0 / HuBERT checkpoint folder "
+        "(config.json + model.safetensors), e.g. one written by `fedac pretrain` or by "
+        "save_pretrained()."
+    )
     if not directory.is_dir():
         raise EncoderError(f"model.encoder_path={path}: folder {directory} does not exist. {fix}")
     if not (directory / "config.json").is_file():
@@ -101,38 +117,53 @@ def check_encoder_dir(path: str | Path) -> Path:
     try:
         config = json.loads((directory / "config.json").read_text())
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise EncoderError(f"model.encoder_path={path}: {directory / 'config.json'} is not valid JSON ({exc}). {fix}") from None
+        raise EncoderError(
+            f"model.encoder_path={path}: {directory / 'config.json'} is not valid JSON ({exc}). "
+            f"{fix}"
+        ) from None
     if not isinstance(config, dict) or config.get("model_type") not in ENCODER_TYPES:
         kind = config.get("model_type") if isinstance(config, dict) else None
-        raise EncoderError(f"model.encoder_path={path}: {directory / 'config.json'} has model_type {kind!r}; "
-                           f"fedac loads {', '.join(ENCODER_TYPES)} encoders. {fix}")
+        raise EncoderError(
+            f"model.encoder_path={path}: {directory / 'config.json'} has model_type {kind!r}; "
+            f"fedac loads {', '.join(ENCODER_TYPES)} encoders. {fix}"
+        )
     if not any((directory / name).is_file() for name in WEIGHT_FILES):
-        raise EncoderError(f"model.encoder_path={path}: {directory} holds no weights ({' or '.join(WEIGHT_FILES)}). {fix}")
+        raise EncoderError(
+            f"model.encoder_path={path}: {directory} holds no weights "
+            f"({' or '.join(WEIGHT_FILES)}). {fix}"
+        )
     return directory
 
 
 def load_encoder(path: str | Path, dropout: float | None = None) -> HFModule:
-    """The bare encoder (Wav2Vec2Model / HubertModel) of a local checkpoint folder, never a hub download."""
+    """The bare encoder (Wav2Vec2Model / HubertModel) of a local checkpoint folder, never a hub
+    download."""
     from transformers import HubertModel, Wav2Vec2Model
     from transformers.utils import logging as hf_logging
 
     directory = check_encoder_dir(path)
-    hf_logging.set_verbosity_error()  # its load report lists the pretraining heads dropped on purpose
+    # its load report lists the pretraining heads dropped on purpose
+    hf_logging.set_verbosity_error()
     hf_logging.disable_progress_bar()
     model_type = json.loads((directory / "config.json").read_text())["model_type"]
     cls = Wav2Vec2Model if model_type == "wav2vec2" else HubertModel
     overrides = dict(FINETUNE)
     if dropout is not None:
-        overrides.update(hidden_dropout=dropout, attention_dropout=dropout, feat_proj_dropout=dropout)
+        overrides.update(
+            hidden_dropout=dropout, attention_dropout=dropout, feat_proj_dropout=dropout
+        )
     try:
         return cls.from_pretrained(str(directory), local_files_only=True, **overrides)
     except (OSError, ValueError, RuntimeError, KeyError) as exc:
-        raise EncoderError(f"model.encoder_path={path}: transformers cannot load {directory}: {exc}. "
-                           "Check that config.json and the weights come from the same save_pretrained call.") from None
+        raise EncoderError(
+            f"model.encoder_path={path}: transformers cannot load {directory}: {exc}. "
+            "Check that config.json and the weights come from the same save_pretrained call."
+        ) from None
 
 
 def resolve_encoder_path(name: str, encoder_path: str | None) -> str | Path | None:
-    """The checkpoint folder `model.encoder_path` asks for, or None for random weights (module docstring)."""
+    """The checkpoint folder `model.encoder_path` asks for, or None for random weights (module
+    docstring)."""
     if encoder_path == RANDOM_INIT:
         return None
     if encoder_path:
@@ -141,15 +172,17 @@ def resolve_encoder_path(name: str, encoder_path: str | None) -> str | Path | No
         return None
     folder = SHIPPED[name]
     if not (folder / SHIPPED_WEIGHTS).is_file():
-        raise EncoderError(f"model.name={name}: the shipped pretrained encoder {folder / SHIPPED_WEIGHTS} is missing "
-                           "from this installation. Reinstall fedac, set model.encoder_path=DIR to your own "
-                           f"checkpoint, or model.encoder_path={RANDOM_INIT} for random weights.")
+        raise EncoderError(
+            f"model.name={name}: the shipped pretrained encoder {folder / SHIPPED_WEIGHTS} is "
+            "missing from this installation. Reinstall fedac, set model.encoder_path=DIR to your "
+            f"own checkpoint, or model.encoder_path={RANDOM_INIT} for random weights."
+        )
     return folder
 
 
 def build_encoder(name: str, encoder_path: str | None, dropout: float = 0.1) -> HFModule:
-    """The checkpoint `resolve_encoder_path` names (its config defines the size), else the named size
-    with random weights drawn from the current torch RNG."""
+    """The checkpoint `resolve_encoder_path` names (its config defines the size), else the named
+    size with random weights drawn from the current torch RNG."""
     path = resolve_encoder_path(name, encoder_path)
     if path:
         return load_encoder(path, dropout)
@@ -187,17 +220,20 @@ def cnn_frames(cnn: nn.Module, waveform: torch.Tensor) -> torch.Tensor:
 
 
 class EncoderRun:
-    """`encoder.forward` of transformers' Wav2Vec2Encoder / ...StableLayerNorm / Hubert encoders, advanced
-    layer by layer: `to(depth)` runs `encoder.layers` up to `depth`, continuing from where the previous
-    call stopped, and returns the frames there (stable-layer-norm encoders end with their final
-    LayerNorm). Evaluating every exit of a batch shallow to deep thus costs one encoder pass."""
+    """`encoder.forward` of transformers' Wav2Vec2Encoder / ...StableLayerNorm / Hubert encoders,
+    advanced layer by layer: `to(depth)` runs `encoder.layers` up to `depth`, continuing from where
+    the previous call stopped, and returns the frames there (stable-layer-norm encoders end with
+    their final LayerNorm). Evaluating every exit of a batch shallow to deep thus costs one encoder
+    pass."""
 
     def __init__(self, encoder: HFModule, hidden: torch.Tensor, mask: torch.Tensor):
         from transformers.masking_utils import create_bidirectional_mask
 
         self.encoder, self.mask, self.depth = encoder, mask, 0
         hidden = hidden.masked_fill(~mask[..., None], 0.0)
-        self.attention = create_bidirectional_mask(config=encoder.config, inputs_embeds=hidden, attention_mask=mask)
+        self.attention = create_bidirectional_mask(
+            config=encoder.config, inputs_embeds=hidden, attention_mask=mask
+        )
         hidden = hidden + encoder.pos_conv_embed(hidden)
         self.stable = bool(getattr(encoder.config, "do_stable_layer_norm", False))
         self.hidden = encoder.dropout(hidden if self.stable else encoder.layer_norm(hidden))
@@ -205,14 +241,18 @@ class EncoderRun:
     def to(self, depth: int | None = None) -> torch.Tensor:
         depth = len(self.encoder.layers) if depth is None else depth
         if depth < self.depth:
-            raise ValueError(f"the encoder already ran {self.depth} layers; it cannot stop at {depth}")
-        for layer in self.encoder.layers[self.depth:depth]:
+            raise ValueError(
+                f"the encoder already ran {self.depth} layers; it cannot stop at {depth}"
+            )
+        for layer in self.encoder.layers[self.depth : depth]:
             self.hidden = layer(self.hidden, attention_mask=self.attention)
         self.depth = depth
         return self.encoder.layer_norm(self.hidden) if self.stable else self.hidden
 
 
-def encoder_layers(encoder: HFModule, hidden: torch.Tensor, mask: torch.Tensor, depth: int | None = None) -> torch.Tensor:
+def encoder_layers(
+    encoder: HFModule, hidden: torch.Tensor, mask: torch.Tensor, depth: int | None = None
+) -> torch.Tensor:
     """The encoder's forward pass running only `encoder.layers[:depth]` (None: all)."""
     return EncoderRun(encoder, hidden, mask).to(depth)
 
@@ -227,22 +267,31 @@ def stats_pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 class PooledNorm(nn.BatchNorm1d):
-    """`model.head_norm`: a BatchNorm1d over the pooled vector, each dimension standardised before the
-    linear head. A training batch of one clip (a client's last, short batch) is normalised with the
-    running statistics instead of failing as BatchNorm1d does."""
+    """`model.head_norm`: a BatchNorm1d over the pooled vector, each dimension standardised before
+    the linear head. A training batch of one clip (a client's last, short batch) is normalised with
+    the running statistics instead of failing as BatchNorm1d does."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.training and x.shape[0] == 1:
-            return nn.functional.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
-                                            False, 0.0, self.eps)
+            return nn.functional.batch_norm(
+                x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps
+            )
         return super().forward(x)
 
 
 class SSLModel(nn.Module):
     """An SSL encoder (without its CNN when frozen) and one task head. See the module docstring."""
 
-    def __init__(self, backbone: HFModule, kind: str, num_classes: int, freeze_cnn: bool = True,
-                 depth: int = 0, ctc_hidden: int = 0, head_norm: bool = False):
+    def __init__(
+        self,
+        backbone: HFModule,
+        kind: str,
+        num_classes: int,
+        freeze_cnn: bool = True,
+        depth: int = 0,
+        ctc_hidden: int = 0,
+        head_norm: bool = False,
+    ):
         super().__init__()
         if kind not in KINDS:
             raise EncoderError(f"SSL models have heads for {', '.join(KINDS)} tasks, not {kind!r}")
@@ -250,7 +299,9 @@ class SSLModel(nn.Module):
         self.config = backbone.config
         layers = len(backbone.encoder.layers)
         if not 0 <= depth <= layers:
-            raise EncoderError(f"model.encoder_depth={depth} must lie in 0..{layers} (0 = all {layers} layers)")
+            raise EncoderError(
+                f"model.encoder_depth={depth} must lie in 0..{layers} (0 = all {layers} layers)"
+            )
         self.depth = depth or layers
         self.cnn = None if freeze_cnn else backbone.feature_extractor
         self.projection = backbone.feature_projection
@@ -263,8 +314,10 @@ class SSLModel(nn.Module):
         else:
             self.head = nn.Linear(2 * hidden, num_classes)
         if head_norm and kind == "ctc":
-            raise EncoderError("model.head_norm standardises the pooled vector of classification heads; "
-                               "a CTC head has none (leave model.head_norm=false for ASR)")
+            raise EncoderError(
+                "model.head_norm standardises the pooled vector of classification heads; "
+                "a CTC head has none (leave model.head_norm=false for ASR)"
+            )
         self.norm = PooledNorm(2 * hidden) if head_norm else nn.Identity()
 
     def frames(self, x: Padded) -> tuple[torch.Tensor, torch.Tensor]:
@@ -276,7 +329,8 @@ class SSLModel(nn.Module):
             feats, lengths = x.values.float(), x.lengths
         mask = torch.arange(feats.shape[1], device=feats.device) < lengths[:, None]
         hidden = self.projection(feats)
-        hidden = hidden[0] if isinstance(hidden, tuple) else hidden  # wav2vec2 also returns the normed input
+        # wav2vec2 also returns the normed input
+        hidden = hidden[0] if isinstance(hidden, tuple) else hidden
         return hidden, mask
 
     def hidden(self, x: Padded, depth: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -284,15 +338,20 @@ class SSLModel(nn.Module):
         return encoder_layers(self.encoder, hidden, mask, depth or self.depth), mask
 
     def embed(self, x: Padded) -> torch.Tensor:
-        """The pooled utterance vector (N, 2H) of a classification model (speaker embeddings for ASV)."""
+        """The pooled utterance vector (N, 2H) of a classification model (speaker embeddings for
+        ASV)."""
         return stats_pool(*self.hidden(x))
 
     def _ctc_log_probs(self, x: Padded) -> tuple[torch.Tensor, torch.Tensor]:
         hidden, mask = self.hidden(x)
         lengths = mask.sum(1)
-        packed = nn.utils.rnn.pack_padded_sequence(hidden, lengths.clamp(min=1), batch_first=True, enforce_sorted=False)
+        packed = nn.utils.rnn.pack_padded_sequence(
+            hidden, lengths.clamp(min=1), batch_first=True, enforce_sorted=False
+        )
         out, _ = self.lstm(packed)
-        out, _ = nn.utils.rnn.pad_packed_sequence(out, batch_first=True, total_length=hidden.shape[1])
+        out, _ = nn.utils.rnn.pad_packed_sequence(
+            out, batch_first=True, total_length=hidden.shape[1]
+        )
         return self.head(out).log_softmax(-1), lengths
 
     def forward(self, x: Padded) -> torch.Tensor:
@@ -308,8 +367,15 @@ class SSLModel(nn.Module):
         log_probs, lengths = self._ctc_log_probs(x)
         # zero_infinity: a target longer than its frames has no alignment; it adds no gradient
         # instead of an infinite loss.
-        return nn.functional.ctc_loss(log_probs.transpose(0, 1), y.values, lengths, y.lengths, blank=0,
-                                      reduction="mean", zero_infinity=True)
+        return nn.functional.ctc_loss(
+            log_probs.transpose(0, 1),
+            y.values,
+            lengths,
+            y.lengths,
+            blank=0,
+            reduction="mean",
+            zero_infinity=True,
+        )
 
     @torch.no_grad()
     def transcribe(self, x: Padded) -> list[str]:
@@ -319,7 +385,23 @@ class SSLModel(nn.Module):
         return [greedy_ctc(best[i, : int(n)].tolist()) for i, n in enumerate(lengths)]
 
 
-def build_ssl_model(name: str, kind: str, num_classes: int, encoder_path: str | None = None, freeze_cnn: bool = True,
-                    depth: int = 0, ctc_hidden: int = 0, dropout: float = 0.1, head_norm: bool = False) -> SSLModel:
-    return SSLModel(build_encoder(name, encoder_path, dropout), kind, num_classes, freeze_cnn, depth, ctc_hidden,
-                    head_norm)
+def build_ssl_model(
+    name: str,
+    kind: str,
+    num_classes: int,
+    encoder_path: str | None = None,
+    freeze_cnn: bool = True,
+    depth: int = 0,
+    ctc_hidden: int = 0,
+    dropout: float = 0.1,
+    head_norm: bool = False,
+) -> SSLModel:
+    return SSLModel(
+        build_encoder(name, encoder_path, dropout),
+        kind,
+        num_classes,
+        freeze_cnn,
+        depth,
+        ctc_hidden,
+        head_norm,
+    )

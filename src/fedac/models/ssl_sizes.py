@@ -1,5 +1,5 @@
-"""The named sizes of the SSL speech encoders (models/ssl.py builds them), kept free of torch so that
-`fedac memory --help` and `fedac pretrain` can name them without loading it."""
+"""The named sizes of the SSL speech encoders (models/ssl.py builds them), kept free of torch so
+that `fedac memory --help` and `fedac pretrain` can name them without loading it."""
 
 from __future__ import annotations
 
@@ -13,7 +13,8 @@ class SSLSize:
     heads: int
     ffn: int
     conv: int
-    """Channels of each of the 7 CNN layers (kernels 10,3,3,3,3,2,2, strides 5,2,2,2,2,2,2: 49 frames/s)."""
+    """Channels of each of the 7 CNN layers (kernels 10,3,3,3,3,2,2, strides 5,2,2,2,2,2,2: 49
+    frames/s)."""
     pos_kernel: int = 128
     pos_groups: int = 16
 

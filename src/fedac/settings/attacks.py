@@ -1,10 +1,11 @@
 """The attack registry (`attack.kind`) and each attack's own settings.
 
-An attack's settings are a dataclass here; its registry entry names it (`Entry(..., settings=...)`) and
-`Config` adds its fields to the `attack` section (`--set attack.noise_std=2`), beside the shared `kind`,
-`fraction` and `measure_backdoor` (config.py). The attacks themselves (fedac/rules/attacks.py) load only
-when a run uses one, and describe themselves by their docstrings (`fedac list`): this module imports no
-torch, so a name or a setting is checked when the config loads.
+An attack's settings are a dataclass here; its registry entry names it (`Entry(..., settings=...)`)
+and `Config` adds its fields to the `attack` section (`--set attack.noise_std=2`), beside the shared
+`kind`, `fraction` and `measure_backdoor` (config.py). The attacks themselves
+(fedac/rules/attacks.py) load only when a run uses one, and describe themselves by their docstrings
+(`fedac list`): this module imports no torch, so a name or a setting is checked when the config
+loads.
 """
 
 from __future__ import annotations
@@ -44,31 +45,37 @@ class GaussianSettings:
 @dataclass
 class ScaleSettings:
     boost: float | None = number(None, "finite")
-    """scale: factor on the update; None: cohort size / malicious clients in it (Bagdasaryan et al.'s
-    model replacement with server learning rate 1)."""
+    """scale: factor on the update; None: cohort size / malicious clients in it (Bagdasaryan et
+    al.'s model replacement with server learning rate 1)."""
 
 
 @dataclass
 class LittleSettings:
     z: float | None = number(None, "finite")
-    """little: shift in per-coordinate standard deviations; None: Baruch et al. 2019's z_max from the
-    cohort size and malicious count."""
+    """little: shift in per-coordinate standard deviations; None: Baruch et al. 2019's z_max from
+    the cohort size and malicious count."""
 
 
 def _attack(cls: str, settings: type | None = None) -> Entry:
-    return Entry(f"fedac.rules.attacks:{cls}", settings=settings)  # described by the class's docstring
+    # described by the class's docstring
+    return Entry(f"fedac.rules.attacks:{cls}", settings=settings)
 
 
-#: The attack registry (fedac/registry.py): built-ins here, plug-ins from the `fedac.attacks` entry points.
-#: fedac.rules.attacks re-exports it.
-ATTACKS = Registry("attack", {
-    "none": _attack("NoAttack"),
-    "label_flip": _attack("LabelFlip", TargetSettings),
-    "label_permute": _attack("LabelPermute"),
-    # attack.measure_backdoor triggers clips under any kind: the trigger's settings are always in the section
-    "backdoor": _attack("Backdoor", BackdoorSettings),
-    "sign_flip": _attack("SignFlip"),
-    "gaussian": _attack("Gaussian", GaussianSettings),
-    "scale": _attack("Scale", ScaleSettings),
-    "little": _attack("Little", LittleSettings),
-}, setting="attack.kind")
+#: The attack registry (fedac/registry.py): built-ins here, plug-ins from the `fedac.attacks` entry
+#: points. fedac.rules.attacks re-exports it.
+ATTACKS = Registry(
+    "attack",
+    {
+        "none": _attack("NoAttack"),
+        "label_flip": _attack("LabelFlip", TargetSettings),
+        "label_permute": _attack("LabelPermute"),
+        # attack.measure_backdoor triggers clips under any kind: the trigger's settings are always
+        # in the section
+        "backdoor": _attack("Backdoor", BackdoorSettings),
+        "sign_flip": _attack("SignFlip"),
+        "gaussian": _attack("Gaussian", GaussianSettings),
+        "scale": _attack("Scale", ScaleSettings),
+        "little": _attack("Little", LittleSettings),
+    },
+    setting="attack.kind",
+)

@@ -12,7 +12,8 @@ from fedac.fields import number
 @dataclass
 class FedMMDConfig:
     weight: float = number(0.01, ">= 0")
-    """lambda of CE + lambda * MMD^2(local, frozen global penultimate features) (official script: 0.01)."""
+    """lambda of CE + lambda * MMD^2(local, frozen global penultimate features) (official script:
+    0.01)."""
 
 
 #: FedMMD, FedKWS-UI's KWS baseline, shares its default cohort and rounds (settings/fedkwsui.py).

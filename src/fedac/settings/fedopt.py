@@ -1,4 +1,5 @@
-"""The server optimisers' settings (algorithms/fedopt.py: FedAdam, FedYogi, FedAdagrad, FedAvgM share them).
+"""The server optimisers' settings (algorithms/fedopt.py: FedAdam, FedYogi, FedAdagrad, FedAvgM
+share them).
 
 Settings are read and checked before torch loads: this module imports no torch."""
 
@@ -20,5 +21,5 @@ class FedOptConfig:
     """FedAvgM server momentum."""
     avgm_server_lr: float = number(1.0, "> 0")
     form: str = "reddi"
-    """reddi (Alg. 2 as written: no bias correction, every floating entry stepped) or torch (torch.optim.Adam
-    / SGD-momentum on the parameters, buffers averaged: FedKWS-UI's code)."""
+    """reddi (Alg. 2 as written: no bias correction, every floating entry stepped) or torch
+    (torch.optim.Adam / SGD-momentum on the parameters, buffers averaged: FedKWS-UI's code)."""

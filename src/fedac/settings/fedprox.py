@@ -14,5 +14,5 @@ class FedProxConfig:
     mu: float = number(0.01, ">= 0")
     """Proximal weight: local loss + mu/2 * ||w - w_global||^2."""
     form: str = "l2"
-    """l2 (Li et al.: mu/2 ||w - w_global||^2) or smooth_l1 (FedKWS-UI's code: mu * the mean over parameter
-    tensors of the mean smooth-L1 distance to the global model)."""
+    """l2 (Li et al.: mu/2 ||w - w_global||^2) or smooth_l1 (FedKWS-UI's code: mu * the mean over
+    parameter tensors of the mean smooth-L1 distance to the global model)."""

@@ -1,21 +1,25 @@
-"""Stacked cohort training: the clients of one round that share an architecture train as one computation.
+"""Stacked cohort training: the clients of one round that share an architecture train as one
+computation.
 
 The machinery here knows nothing about losses; `algorithms/cohort.py` writes the FedAvg-family and
-FedMLAC client steps on top of it, and `engine/cohort.py` dispatches a round to them. What it provides:
+FedMLAC client steps on top of it, and `engine/cohort.py` dispatches a round to them. What it
+provides:
 
 - `plan_chunks`: each client's batch order, drawn exactly as the sequential path draws it
-  (`torch_generator(seed, "batches", round, client)` through `training.local.client_batches`), laid out
-  step by step. Clients are sorted by sample count (stable), so the clients still training at step s
-  are a prefix of the chunk and every stacked tensor is sliced, never gathered. A client whose batch
-  is smaller than the step's widest one is padded with copies of its own first sample at weight 0.
+  (`torch_generator(seed, "batches", round, client)` through `training.local.client_batches`), laid
+  out step by step. Clients are sorted by sample count (stable), so the clients still training at
+  step s are a prefix of the chunk and every stacked tensor is sliced, never gathered. A client
+  whose batch is smaller than the step's widest one is padded with copies of its own first sample at
+  weight 0.
 - chunking: at most `train.cohort_chunk` clients are stacked at once, which bounds the memory of
-  activations kept for the backward pass; training/schedule.py cuts chunks by modelled cost (padding,
-  per-step overheads, an even share per worker); `run_chunks` trains them on `train.cohort_workers`
-  threads, costliest first. On a GPU auto packs chunks by free memory instead (training/packing.py).
+  activations kept for the backward pass; training/schedule.py cuts chunks by modelled cost
+  (padding, per-step overheads, an even share per worker); `run_chunks` trains them on
+  `train.cohort_workers` threads, costliest first. On a GPU auto packs chunks by free memory instead
+  (training/packing.py).
 - dropout: every client owns a generator seeded with `derive_seed(seed, "dropout", round, client)`,
   the seed the sequential path gives the global RNG, and draws its masks with the op `nn.Dropout`
-  uses on CPU (`bernoulli_` into a fresh buffer, then `div_(1 - p)`), layer by layer in forward order.
-  So each client sees the masks, and hence the numbers, it would see training alone.
+  uses on CPU (`bernoulli_` into a fresh buffer, then `div_(1 - p)`), layer by layer in forward
+  order. So each client sees the masks, and hence the numbers, it would see training alone.
 - `StackedSGD`: torch.optim.SGD's update (momentum, weight decay) on stacked parameters, touching
   only the clients still training.
 - `client_progress` / `clients_done`: a round's progress (engine/rounds.py) hears of every finished
@@ -47,13 +51,16 @@ from fedac.training.types import ClientData
 if TYPE_CHECKING:  # (the augmenting windows load the audio readers; only the annotation is needed)
     from fedac.data.augment import AugmentedWindows
 
-_clients_done: ContextVar[Callable[[int], None] | None] = ContextVar("fedac_clients_done", default=None)
+_clients_done: ContextVar[Callable[[int], None] | None] = ContextVar(
+    "fedac_clients_done", default=None
+)
 
 
 @contextmanager
 def client_progress(callback: Callable[[int], None]) -> Iterator[None]:
     """Within the block, `callback(n)` hears of every n clients that finish their update (one per
-    client on the sequential paths, a chunk's clients at once on the stacked one), in the caller's thread."""
+    client on the sequential paths, a chunk's clients at once on the stacked one), in the caller's
+    thread."""
     token = _clients_done.set(callback)
     try:
         yield
@@ -69,7 +76,8 @@ def clients_done(count: int) -> None:
 
 
 def progress_callback() -> Callable[[int], None] | None:
-    """The `client_progress` callback in effect (engine/distributed.py counts a rank's share as the round's)."""
+    """The `client_progress` callback in effect (engine/distributed.py counts a rank's share as the
+    round's)."""
     return _clients_done.get()
 
 
@@ -84,65 +92,102 @@ class Step:
     index: torch.Tensor
     """(active, width) rows of the chunk's concatenated data."""
     weight: torch.Tensor
-    """(active, width): 1 / size for a client's real samples, 0 for padding (so sums are batch means)."""
+    """(active, width): 1 / size for a client's real samples, 0 for padding (so sums are batch
+    means)."""
     number: int = 0
     """The step's place in its chunk's schedule."""
 
 
 class CohortChunk:
-    """Up to `train.cohort_chunk` clients of one architecture, their data and their step schedule."""
+    """Up to `train.cohort_chunk` clients of one architecture, their data and their step
+    schedule."""
 
-    def __init__(self, positions: list[int], datas: list[ClientData], cfg: TrainConfig, round_idx: int, seed: int,
-                 batches: list[list[torch.Tensor]] | None = None):
+    def __init__(
+        self,
+        positions: list[int],
+        datas: list[ClientData],
+        cfg: TrainConfig,
+        round_idx: int,
+        seed: int,
+        batches: list[list[torch.Tensor]] | None = None,
+    ):
         self.positions = positions
         """Where each client of the chunk sits in the caller's list."""
         self.datas = datas
-        # `features.augment`: a client's x draws fresh windows per batch (data/augment.AugmentedWindows),
-        # so there is no tensor to concatenate; `batch` draws each client's rows from its own generator.
+        # `features.augment`: a client's x draws fresh windows per batch
+        # (data/augment.AugmentedWindows), so there is no tensor to concatenate; `batch` draws each
+        # client's rows from its own generator.
         self.augmented = not all(isinstance(d.x, torch.Tensor) for d in datas)
-        self.x = None if self.augmented else torch.cat([d.x for d in datas]) if len(datas) > 1 else datas[0].x
+        self.x = (
+            None
+            if self.augmented
+            else torch.cat([d.x for d in datas])
+            if len(datas) > 1
+            else datas[0].x
+        )
         self.y = torch.cat([d.y for d in datas]) if len(datas) > 1 else datas[0].y
         device = self.y.device
         offsets = [0]
         for d in datas[:-1]:
             offsets.append(offsets[-1] + d.num_samples)
         self.offsets = offsets
-        if batches is None:  # (a method with its own step plan, FedKWS-UI's, gives each client's batches, longest first)
-            batches = [list(client_batches(d.num_samples, cfg, torch_generator(seed, "batches", round_idx, d.name)))
-                       for d in datas]
+        # (a method with its own step plan, FedKWS-UI's, gives each client's batches, longest first)
+        if batches is None:
+            batches = [
+                list(
+                    client_batches(
+                        d.num_samples, cfg, torch_generator(seed, "batches", round_idx, d.name)
+                    )
+                )
+                for d in datas
+            ]
         self.batches = batches
         """Each client's own rows per step (CPU indices into its data)."""
         self.client_steps = [len(b) for b in batches]
         self.steps: list[Step] = []
         for s in range(max(self.client_steps)):
-            active = sum(1 for n in self.client_steps if n > s)  # a prefix: clients are sorted by size
+            # a prefix: clients are sorted by size
+            active = sum(1 for n in self.client_steps if n > s)
             rows = [batches[k][s] + offsets[k] for k in range(active)]
             sizes = [len(r) for r in rows]
             width = max(sizes)
-            # planned on the host (the batch order comes from CPU generators), then moved to the data
+            # planned on the host (the batch order comes from CPU generators), then moved to the
+            # data
             index = torch.empty(active, width, dtype=torch.long, device="cpu")
             weight = torch.zeros(active, width, device="cpu")
             for k, r in enumerate(rows):
-                index[k, :len(r)] = r
-                index[k, len(r):] = offsets[k]
-                weight[k, :len(r)] = 1.0 / len(r)
-            self.steps.append(Step(active, width, sizes, index.to(device, non_blocking=True),
-                                   weight.to(device, non_blocking=True), s))
-        # Masks are drawn where the activations are: on a GPU from a GPU generator with the same seed
-        # (a stream of its own, so a GPU run's dropout masks differ from the CPU's).
+                index[k, : len(r)] = r
+                index[k, len(r) :] = offsets[k]
+                weight[k, : len(r)] = 1.0 / len(r)
+            self.steps.append(
+                Step(
+                    active,
+                    width,
+                    sizes,
+                    index.to(device, non_blocking=True),
+                    weight.to(device, non_blocking=True),
+                    s,
+                )
+            )
+        # Masks are drawn where the activations are: on a GPU from a GPU generator with the same
+        # seed (a stream of its own, so a GPU run's dropout masks differ from the CPU's).
         self._dropout_ids = [(seed, "dropout", round_idx, d.name) for d in datas]
         self._seed_generators(device)
 
     def _seed_generators(self, device: torch.device) -> None:
-        """Each client's dropout generator on `device` and augmentation generator on the CPU, seeded as
-        `train_client` seeds the global RNG. Alone, a client draws its augmentation from the CPU's global
-        stream and its masks from the device's: on the CPU that is one stream (augmentation, then the
-        step's masks), so there the two are one generator."""
-        self.augment_generators = [torch_generator(*ids) for ids in self._dropout_ids] if self.augmented else []
+        """Each client's dropout generator on `device` and augmentation generator on the CPU, seeded
+        as `train_client` seeds the global RNG. Alone, a client draws its augmentation from the
+        CPU's global stream and its masks from the device's: on the CPU that is one stream
+        (augmentation, then the step's masks), so there the two are one generator."""
+        self.augment_generators = (
+            [torch_generator(*ids) for ids in self._dropout_ids] if self.augmented else []
+        )
         if self.augmented and torch.device(device).type == "cpu":
             self.dropout_generators = self.augment_generators
         else:
-            self.dropout_generators = [torch_generator(*ids, device=device) for ids in self._dropout_ids]
+            self.dropout_generators = [
+                torch_generator(*ids, device=device) for ids in self._dropout_ids
+            ]
 
     @property
     def device(self) -> torch.device:
@@ -157,7 +202,9 @@ class CohortChunk:
         moved.x = None if self.x is None else self.x.to(device)
         moved.y = self.y.to(device)
         moved.datas = [replace(d, x=d.x.to(device)) if self.augmented else d for d in self.datas]
-        moved.steps = [replace(s, index=s.index.to(device), weight=s.weight.to(device)) for s in self.steps]
+        moved.steps = [
+            replace(s, index=s.index.to(device), weight=s.weight.to(device)) for s in self.steps
+        ]
         moved._seed_generators(device)
         return moved
 
@@ -165,24 +212,30 @@ class CohortChunk:
         return len(self.datas)
 
     def batch(self, step: Step) -> tuple[torch.Tensor, torch.Tensor]:
-        """(active, width, features, frames) inputs and (active, width) labels of one step (augmented data:
-        each client's windows drawn afresh from its own generator, padding rows zero)."""
+        """(active, width, features, frames) inputs and (active, width) labels of one step
+        (augmented data: each client's windows drawn afresh from its own generator, padding rows
+        zero)."""
         flat = step.index.reshape(-1)
         y = self.y.index_select(0, flat).view(step.active, step.width)
         if self.augmented:
             # augmented: every client's x is AugmentedWindows (engine/data.py), not a tensor
-            parts = [cast("AugmentedWindows", self.datas[k].x).draw(self.batches[k][step.number], self.augment_generators[k])
-                     for k in range(step.active)]
+            parts = [
+                cast("AugmentedWindows", self.datas[k].x).draw(
+                    self.batches[k][step.number], self.augment_generators[k]
+                )
+                for k in range(step.active)
+            ]
             x = parts[0].new_zeros(step.active, step.width, *parts[0].shape[1:])
             for k, part in enumerate(parts):
-                x[k, :len(part)] = part
+                x[k, : len(part)] = part
             return x, y
         assert self.x is not None  # (None for augmented data only)
         x = self.x.index_select(0, flat)
         return x.view(step.active, step.width, *x.shape[1:]), y
 
     def dropout(self, step: Step) -> Callable[[tuple[int, ...], float], torch.Tensor | None]:
-        """Mask source for one forward pass at `step`; each call draws one dropout layer for every active client."""
+        """Mask source for one forward pass at `step`; each call draws one dropout layer for every
+        active client."""
 
         def masks(shape: tuple[int, ...], p: float) -> torch.Tensor | None:
             if p == 0:
@@ -191,37 +244,55 @@ class CohortChunk:
                 return step.weight.new_zeros(step.active, step.width, *shape)  # nor here
             buf = step.weight.new_ones(step.active, step.width, *shape)
             for k, size in enumerate(step.sizes):
-                # buf[k, :size] is contiguous, so this fills it exactly as nn.Dropout fills a fresh tensor
+                # buf[k, :size] is contiguous, so this fills it exactly as nn.Dropout fills a fresh
+                # tensor
                 buf[k, :size].bernoulli_(1 - p, generator=self.dropout_generators[k])
             return buf.div_(1 - p)
 
         return masks
 
 
-def plan_chunks(datas: Sequence[ClientData], positions: Sequence[int], cfg: TrainConfig, round_idx: int,
-                seed: int, packing: Packing | None = None, key: str = "",
-                workers: int | None = None) -> Iterator[CohortChunk]:
-    """Sort one architecture's clients (`key`) by training size (largest first, so similar sizes share a
-    chunk and pad little) and build their chunks one at a time (a chunk holds a copy of its data). With a
-    chunk size (a fixed `train.cohort_chunk`, or auto on the CPU) training/schedule.py cuts them by
-    modelled cost (little padding, and an even share of the work per chunk when several workers train at
-    once), the costliest first so the workers finish together; auto on a GPU packs each chunk as full as
-    the free memory allows (training/packing.py)."""
+def plan_chunks(
+    datas: Sequence[ClientData],
+    positions: Sequence[int],
+    cfg: TrainConfig,
+    round_idx: int,
+    seed: int,
+    packing: Packing | None = None,
+    key: str = "",
+    workers: int | None = None,
+) -> Iterator[CohortChunk]:
+    """Sort one architecture's clients (`key`) by training size (largest first, so similar sizes
+    share a chunk and pad little) and build their chunks one at a time (a chunk holds a copy of its
+    data). With a chunk size (a fixed `train.cohort_chunk`, or auto on the CPU) training/schedule.py
+    cuts them by modelled cost (little padding, and an even share of the work per chunk when several
+    workers train at once), the costliest first so the workers finish together; auto on a GPU packs
+    each chunk as full as the free memory allows (training/packing.py)."""
     packing = packing if packing is not None else Packing(cfg.cohort_chunk, torch.device("cpu"))
     if packing.chunk < 0:
-        raise ConfigError(f"train.cohort_chunk must be >= 0 (clients stacked at once; 0: auto), got {packing.chunk}")
+        raise ConfigError(
+            "train.cohort_chunk must be >= 0 (clients stacked at once; 0: auto), got "
+            f"{packing.chunk}"
+        )
     order = sorted(range(len(datas)), key=lambda i: -datas[i].num_samples)
 
     def build(picked: list[int]) -> CohortChunk:
-        return CohortChunk([positions[i] for i in picked], [datas[i] for i in picked], cfg, round_idx, seed)
+        return CohortChunk(
+            [positions[i] for i in picked], [datas[i] for i in picked], cfg, round_idx, seed
+        )
 
     if packing.by_memory:
         yield from packing.chunks(order, key, build)
         return
     if workers is None:  # (the run's runtime holds it resolved: training/runtime.py)
         workers = cohort_workers(cfg, packing.device)
-    ranges = partition([datas[i].num_samples for i in order], cfg.batch_size, cfg.local_epochs, packing.fixed_chunk,
-                       workers)
+    ranges = partition(
+        [datas[i].num_samples for i in order],
+        cfg.batch_size,
+        cfg.local_epochs,
+        packing.fixed_chunk,
+        workers,
+    )
     for part, _ in sorted(ranges, key=lambda rc: -rc[1]):
         yield build([order[i] for i in part])
 
@@ -231,30 +302,46 @@ def cohort_workers(cfg: TrainConfig, device: torch.device | None = None) -> int:
     torch's intra-op threads, or one on a GPU (its chunks queue on one device; packing fills it)."""
     workers = cfg.cohort_workers
     if workers < 0:
-        raise ConfigError(f"train.cohort_workers must be >= 0 (0: one per free core), got {workers}")
+        raise ConfigError(
+            f"train.cohort_workers must be >= 0 (0: one per free core), got {workers}"
+        )
     if workers == 0:
         if device is not None and device.type != "cpu":
             return 1
-        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-        # (torchrun's processes on this node share its cores: LOCAL_WORLD_SIZE, engine/distributed.py)
+        cores = (
+            len(os.sched_getaffinity(0))
+            if hasattr(os, "sched_getaffinity")
+            else (os.cpu_count() or 1)
+        )
+        # (torchrun's processes on this node share its cores: LOCAL_WORLD_SIZE,
+        # engine/distributed.py)
         processes = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
         workers = max(1, cores // max(1, torch.get_num_threads()) // processes)
     return workers
 
 
-def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
-               cfg: TrainConfig, device: torch.device | None = None, devices: Sequence[torch.device] = (),
-               first_alone: bool = False, workers: int | None = None) -> Iterator[tuple[int, Any]]:
-    """`train` over the chunks, on `workers` threads (the runtime's; None: `cohort_workers(cfg)`): chunks
-    hold different clients and every client's randomness is its own, so the results do not depend on the
-    schedule. torch releases the GIL inside its ops (and the fused GRU inside its whole recurrence), so
-    with one intra-op thread each, two workers keep two cores busy. A worker takes the next chunk as soon as it is free (results
-    come back in completion order, with their positions); at most `workers` chunks (and their
-    activations) are in memory at once. Several `devices` (`train.devices`): one worker per device, each
-    chunk trained where its worker sits and its results brought back to `device`; `first_alone`: the first
-    chunk trains before the next is planned (packing's probe, whose memory is measured on the first device)."""
+def run_chunks(
+    train: Callable[[CohortChunk], list[tuple[int, Any]]],
+    chunks: Iterator[CohortChunk],
+    cfg: TrainConfig,
+    device: torch.device | None = None,
+    devices: Sequence[torch.device] = (),
+    first_alone: bool = False,
+    workers: int | None = None,
+) -> Iterator[tuple[int, Any]]:
+    """`train` over the chunks, on `workers` threads (the runtime's; None: `cohort_workers(cfg)`):
+    chunks hold different clients and every client's randomness is its own, so the results do not
+    depend on the schedule. torch releases the GIL inside its ops (and the fused GRU inside its
+    whole recurrence), so with one intra-op thread each, two workers keep two cores busy. A worker
+    takes the next chunk as soon as it is free (results come back in completion order, with their
+    positions); at most `workers` chunks (and their activations) are in memory at once. Several
+    `devices` (`train.devices`): one worker per device, each chunk trained where its worker sits and
+    its results brought back to `device`; `first_alone`: the first chunk trains before the next is
+    planned (packing's probe, whose memory is measured on the first device)."""
     if len(devices) > 1:
-        yield from _spread(train, chunks, devices, device if device is not None else devices[0], first_alone)
+        yield from _spread(
+            train, chunks, devices, device if device is not None else devices[0], first_alone
+        )
         return
     if workers is None:  # (the run's runtime holds it resolved: training/runtime.py)
         workers = cohort_workers(cfg, device)
@@ -265,10 +352,15 @@ def run_chunks(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: It
     yield from _pooled(lambda _, chunk: train(chunk), chunks, range(workers), "fedac-cohort")
 
 
-def _spread(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
-            devices: Sequence[torch.device], home: torch.device, first_alone: bool) -> Iterator[tuple[int, Any]]:
-    """`run_chunks` over several devices: the next chunk goes to the first device that is free (the first
-    one alone on the first device when `first_alone`)."""
+def _spread(
+    train: Callable[[CohortChunk], list[tuple[int, Any]]],
+    chunks: Iterator[CohortChunk],
+    devices: Sequence[torch.device],
+    home: torch.device,
+    first_alone: bool,
+) -> Iterator[tuple[int, Any]]:
+    """`run_chunks` over several devices: the next chunk goes to the first device that is free (the
+    first one alone on the first device when `first_alone`)."""
 
     def on(device: torch.device, chunk: CohortChunk) -> list[tuple[int, Any]]:
         with torch.cuda.device(device) if device.type == "cuda" else nullcontext():
@@ -283,11 +375,15 @@ def _spread(train: Callable[[CohortChunk], list[tuple[int, Any]]], chunks: Itera
     yield from _pooled(on, chunks, devices, "fedac-device")
 
 
-def _pooled(work: Callable[[Any, CohortChunk], list[tuple[int, Any]]], chunks: Iterator[CohortChunk],
-            slots: Sequence[Any], prefix: str) -> Iterator[tuple[int, Any]]:
-    """`work(slot, chunk)` for every chunk on one thread per slot (a worker, a device): a chunk waits for
-    the first slot that is free, so at most len(slots) chunks are in memory at once; results come back
-    in completion order."""
+def _pooled(
+    work: Callable[[Any, CohortChunk], list[tuple[int, Any]]],
+    chunks: Iterator[CohortChunk],
+    slots: Sequence[Any],
+    prefix: str,
+) -> Iterator[tuple[int, Any]]:
+    """`work(slot, chunk)` for every chunk on one thread per slot (a worker, a device): a chunk
+    waits for the first slot that is free, so at most len(slots) chunks are in memory at once;
+    results come back in completion order."""
     with ThreadPoolExecutor(len(slots), thread_name_prefix=prefix) as pool:
         free, running = list(slots), dict[Any, Any]()
         for chunk in chunks:
@@ -303,7 +399,8 @@ def _pooled(work: Callable[[Any, CohortChunk], list[tuple[int, Any]]], chunks: I
 
 
 class OnDevices:
-    """A value every chunk of a round reads (the broadcast payload), copied once to each device asking."""
+    """A value every chunk of a round reads (the broadcast payload), copied once to each device
+    asking."""
 
     def __init__(self, value: Any):
         self.value = value
@@ -323,18 +420,22 @@ def _reported(results: list[tuple[int, Any]]) -> list[tuple[int, Any]]:
 
 def broadcast_params(params: dict[str, torch.Tensor], count: int) -> dict[str, torch.Tensor]:
     """One parameter dict copied for `count` clients, as (count, ...) tensors."""
-    return {name: value.detach().unsqueeze(0).expand(count, *value.shape).clone() for name, value in params.items()}
+    return {
+        name: value.detach().unsqueeze(0).expand(count, *value.shape).clone()
+        for name, value in params.items()
+    }
 
 
 def leaves(params: dict[str, torch.Tensor], active: int) -> dict[str, torch.Tensor]:
-    """Gradient leaves over the first `active` clients' parameters (views: the optimizer updates in place)."""
+    """Gradient leaves over the first `active` clients' parameters (views: the optimizer updates in
+    place)."""
     return {name: value[:active].detach().requires_grad_() for name, value in params.items()}
 
 
 class StackedSGD:
-    """torch.optim.SGD (dampening 0, no Nesterov) on stacked parameters, one new instance per round as
-    the sequential path builds one optimizer per client update: buffers start at zero, so the first
-    momentum step is buf = d exactly as torch's clone of d."""
+    """torch.optim.SGD (dampening 0, no Nesterov) on stacked parameters, one new instance per round
+    as the sequential path builds one optimizer per client update: buffers start at zero, so the
+    first momentum step is buf = d exactly as torch's clone of d."""
 
     def __init__(self, params: dict[str, torch.Tensor], cfg: TrainConfig):
         self.params = params
@@ -358,8 +459,8 @@ class StackedSGD:
 
 
 def grads_of(loss: torch.Tensor, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
-    # Backward outside autocast (train.precision), as torch recommends: each op's backward follows its
-    # forward's dtype, and the stacked models' hand-written backward passes are fp32.
+    # Backward outside autocast (train.precision), as torch recommends: each op's backward follows
+    # its forward's dtype, and the stacked models' hand-written backward passes are fp32.
     with torch.autocast(loss.device.type, enabled=False):
         values = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
     return dict(zip(params, values))

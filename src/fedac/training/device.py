@@ -21,10 +21,11 @@ from fedac.config import DEVICE_SYNTAX, PRECISIONS, device_names
 from fedac.errors import ConfigError
 from fedac.training.types import FederatedData
 
+
 def resolve_device(setting: str) -> torch.device:
-    """`train.device` as a torch.device: auto is $FEDAC_DEVICE when set (so a whole test suite or job can
-    be pointed at one device), else the first CUDA GPU when torch sees one, else the CPU. Naming a GPU
-    that is not there fails here, with the setting's name, before anything is built."""
+    """`train.device` as a torch.device: auto is $FEDAC_DEVICE when set (so a whole test suite or
+    job can be pointed at one device), else the first CUDA GPU when torch sees one, else the CPU.
+    Naming a GPU that is not there fails here, with the setting's name, before anything is built."""
     if not DEVICE_SYNTAX.match(str(setting)):
         raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {setting!r}")
     if setting == "auto":
@@ -35,27 +36,35 @@ def resolve_device(setting: str) -> torch.device:
     device = torch.device(setting)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise ConfigError(f"train.device={setting}: this torch sees no CUDA GPU (torch {torch.__version__}, "
-                              f"CUDA build {torch.version.cuda or 'none'}); use --set train.device=cpu, or install a "
-                              "CUDA build of torch (README, Quick start)")
+            raise ConfigError(
+                f"train.device={setting}: this torch sees no CUDA GPU (torch {torch.__version__}, "
+                f"CUDA build {torch.version.cuda or 'none'}); use --set train.device=cpu, or "
+                "install a CUDA build of torch (README, Quick start)"
+            )
         if device.index is not None and device.index >= torch.cuda.device_count():
-            raise ConfigError(f"train.device={setting}: only {torch.cuda.device_count()} CUDA GPU(s) are visible")
-        if device.index is None:  # `cuda` is the current GPU, named with its index: tensors report cuda:N
+            raise ConfigError(
+                f"train.device={setting}: only {torch.cuda.device_count()} CUDA GPU(s) are visible"
+            )
+        # `cuda` is the current GPU, named with its index: tensors report cuda:N
+        if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
     return device
 
 
 def resolve_devices(setting: str, device: torch.device) -> list[torch.device]:
-    """`train.devices` as the list of devices the cohort path spreads its chunks over: empty, the run's
-    `device` alone; `all`, every CUDA GPU torch sees; else a comma list of `train.device` values (each
-    checked as `resolve_device` checks it; `cpu` may appear, so a one-GPU machine or a test can mix)."""
+    """`train.devices` as the list of devices the cohort path spreads its chunks over: empty, the
+    run's `device` alone; `all`, every CUDA GPU torch sees; else a comma list of `train.device`
+    values (each checked as `resolve_device` checks it; `cpu` may appear, so a one-GPU machine or a
+    test can mix)."""
     names = device_names(setting)
     if not names:
         return [device]
     if names == ["all"]:
         if not torch.cuda.is_available():
-            raise ConfigError("train.devices=all: this torch sees no CUDA GPU; leave train.devices empty to train on "
-                              "train.device alone")
+            raise ConfigError(
+                "train.devices=all: this torch sees no CUDA GPU; leave train.devices empty to "
+                "train on train.device alone"
+            )
         return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
     try:
         return [resolve_device(name) for name in names]
@@ -72,14 +81,20 @@ def device_name(device: torch.device) -> str:
 
 
 def to_device(obj: Any, device: torch.device | str, pin: bool = False) -> Any:
-    """`obj` with every tensor inside (dicts, lists, tuples, dataclasses and objects with a `.to`, such as
-    data.waveform.Padded or data.augment.AugmentedWindows) moved to `device`; other values unchanged.
-    Checkpoints go through it twice: to the CPU when written, to the run's device when resumed, so a GPU
-    checkpoint resumes on the CPU and the reverse. `pin`: tensors that land on the CPU are page-locked
-    (what makes copies to a GPU asynchronous; needs CUDA), those of `.to` objects excepted."""
+    """`obj` with every tensor inside (dicts, lists, tuples, dataclasses and objects with a `.to`,
+    such as data.waveform.Padded or data.augment.AugmentedWindows) moved to `device`; other values
+    unchanged. Checkpoints go through it twice: to the CPU when written, to the run's device when
+    resumed, so a GPU checkpoint resumes on the CPU and the reverse. `pin`: tensors that land on the
+    CPU are page-locked (what makes copies to a GPU asynchronous; needs CUDA), those of `.to`
+    objects excepted."""
     if isinstance(obj, torch.Tensor):
-        moved = obj.to(device, non_blocking=torch.device(device).type != "cpu")  # host to GPU only: no race
-        return moved.pin_memory() if pin and moved.device.type == "cpu" and not moved.is_pinned() else moved
+        # host to GPU only: no race
+        moved = obj.to(device, non_blocking=torch.device(device).type != "cpu")
+        return (
+            moved.pin_memory()
+            if pin and moved.device.type == "cpu" and not moved.is_pinned()
+            else moved
+        )
     if isinstance(obj, dict):
         return {k: to_device(v, device, pin) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -95,24 +110,31 @@ def to_device(obj: Any, device: torch.device | str, pin: bool = False) -> Any:
     return obj
 
 
-def place(data: FederatedData, device: torch.device, clients_on: torch.device | None = None) -> FederatedData:
-    """The federation's client data and evaluation splits moved to `device` (the manifest, task and file
-    lists stay as they are), resident there for the whole run. `clients_on`: the clients' data goes there
-    instead (the host, pinned, when it does not fit on a GPU: `train.client_memory`); each round then
-    copies its cohort's data to `device`."""
+def place(
+    data: FederatedData, device: torch.device, clients_on: torch.device | None = None
+) -> FederatedData:
+    """The federation's client data and evaluation splits moved to `device` (the manifest, task and
+    file lists stay as they are), resident there for the whole run. `clients_on`: the clients' data
+    goes there instead (the host, pinned, when it does not fit on a GPU: `train.client_memory`);
+    each round then copies its cohort's data to `device`."""
     home = clients_on if clients_on is not None else device
     pin = home.type == "cpu" and device.type == "cuda"
     clients = [to_device(c, home, pin) for c in data.clients]
     val, test = to_device(data.val, device), to_device(data.test, device)
     extra = {name: to_device(split, device) for name, split in data.extra_test.items()}
-    if val is data.val and test is data.test and all(a is b for a, b in zip(clients, data.clients)) \
-            and all(extra[name] is split for name, split in data.extra_test.items()):
+    if (
+        val is data.val
+        and test is data.test
+        and all(a is b for a, b in zip(clients, data.clients))
+        and all(extra[name] is split for name, split in data.extra_test.items())
+    ):
         return data  # already resident there (a CPU run): nothing copied, the same object
     return dataclasses.replace(data, clients=clients, val=val, test=test, extra_test=extra)
 
 
 def nbytes(obj: Any) -> int:
-    """Bytes of every tensor inside `obj` (the containers `to_device` walks, and the attributes of objects)."""
+    """Bytes of every tensor inside `obj` (the containers `to_device` walks, and the attributes of
+    objects)."""
     if isinstance(obj, torch.Tensor):
         return obj.numel() * obj.element_size()
     if isinstance(obj, dict):
@@ -126,10 +148,14 @@ def nbytes(obj: Any) -> int:
 
 def check_precision(precision: str, device: torch.device) -> None:
     if precision not in PRECISIONS:
-        raise ConfigError(f"train.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
+        raise ConfigError(
+            f"train.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"
+        )
     if precision == "tf32" and device.type != "cuda":
-        raise ConfigError("train.precision=tf32 needs a CUDA device (TensorFloat-32 is a GPU number format); "
-                          "on the CPU use fp32 or bf16")
+        raise ConfigError(
+            "train.precision=tf32 needs a CUDA device (TensorFloat-32 is a GPU number format); "
+            "on the CPU use fp32 or bf16"
+        )
 
 
 def autocast(precision: str, device: torch.device) -> contextlib.AbstractContextManager:
@@ -143,17 +169,18 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 
 def configure_precision(precision: str, device: torch.device, deterministic: bool = True) -> None:
     """tf32: CUDA matmuls and convolutions in TensorFloat-32 (process-wide, as torch sets it); the
-    other precisions leave torch's fp32 defaults alone. `deterministic` (train.deterministic): on a GPU,
-    only deterministic kernels. Without it a resumed run on an H200 ended unlike the uninterrupted one
-    (cuDNN's convolution backward sums with atomics); warn_only keeps an op with no deterministic
-    kernel running, with torch's warning naming it."""
+    other precisions leave torch's fp32 defaults alone. `deterministic` (train.deterministic): on a
+    GPU, only deterministic kernels. Without it a resumed run on an H200 ended unlike the
+    uninterrupted one (cuDNN's convolution backward sums with atomics); warn_only keeps an op with
+    no deterministic kernel running, with torch's warning naming it."""
     check_precision(precision, device)
     if device.type == "cuda":
         tf32 = precision == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
         if deterministic:
-            # cuBLAS reads this when it creates its handle; ":4096:8" is the setting torch's docs give
+            # cuBLAS reads this when it creates its handle; ":4096:8" is the setting torch's docs
+            # give
             os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.deterministic = deterministic
         torch.backends.cudnn.benchmark = False

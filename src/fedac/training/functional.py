@@ -1,27 +1,29 @@
 """A stacked path for any nn.Module: the clients of a chunk as one computation through
-`torch.func.functional_call` under `vmap`, with parameters and buffers stacked along a leading client
-axis (as `models.stacked.stack_params` stacks them), plus the stacked optimizers and per-client gradient
-clipping every stacked path shares.
+`torch.func.functional_call` under `vmap`, with parameters and buffers stacked along a leading
+client axis (as `models.stacked.stack_params` stacks them), plus the stacked optimizers and
+per-client gradient clipping every stacked path shares.
 
 How each client keeps the numbers it gets training alone (`training.step.train_client`):
-- gradients: the forward is vmapped, the backward is autograd's on the stacked leaves (one backward for
-  the chunk). `vmap(grad(...))` was measured too; autograd on the stacked leaves keeps one graph and lets
-  the caller's loss mix several forwards (FedKWS-UI's two heads), so it is the one used.
-- BatchNorm: each client's running statistics are its own rows of the stacked buffers, updated in place
-  by the module's own batch-norm op under vmap. A step whose clients' batches differ in size pads the
-  shorter ones (training/cohort.py); padding must not enter a client's batch statistics, so in such a
-  step BatchNorm computes them over the client's real samples only (`_masked_batch_norm`, equal to the
-  op to float rounding).
-- dropout: under vmap, `randomness="different"` draws every client's mask from the one global RNG, so a
-  client's masks would depend on its chunk. Instead each `nn.Dropout` is replayed: its per-sample shape
-  is recorded once, and its masks are drawn outside vmap from the client's own generator seeded by
-  (seed, "dropout", round, client), the seed `train_client` gives the global RNG, with the op
-  `nn.Dropout` uses (`CohortChunk.dropout`). A client therefore sees the masks it draws alone. Random
-  ops anywhere else raise (vmap's `randomness="error"`), so nothing random is drawn silently.
+- gradients: the forward is vmapped, the backward is autograd's on the stacked leaves (one backward
+  for the chunk). `vmap(grad(...))` was measured too; autograd on the stacked leaves keeps one graph
+  and lets the caller's loss mix several forwards (FedKWS-UI's two heads), so it is the one used.
+- BatchNorm: each client's running statistics are its own rows of the stacked buffers, updated in
+  place by the module's own batch-norm op under vmap. A step whose clients' batches differ in size
+  pads the shorter ones (training/cohort.py); padding must not enter a client's batch statistics, so
+  in such a step BatchNorm computes them over the client's real samples only (`_masked_batch_norm`,
+  equal to the op to float rounding).
+- dropout: under vmap, `randomness="different"` draws every client's mask from the one global RNG,
+  so a client's masks would depend on its chunk. Instead each `nn.Dropout` is replayed: its
+  per-sample shape is recorded once, and its masks are drawn outside vmap from the client's own
+  generator seeded by (seed, "dropout", round, client), the seed `train_client` gives the global
+  RNG, with the op `nn.Dropout` uses (`CohortChunk.dropout`). A client therefore sees the masks it
+  draws alone. Random ops anywhere else raise (vmap's `randomness="error"`), so nothing random is
+  drawn silently.
 - `nn.GRU` has no vmap batching rule: its forward is written out as torch's GRU equations.
 
-`StackedSGD` lives in training/cohort.py (the hand-written CRNN path uses it); `StackedAdam` here gives
-torch.optim.Adam's and AdamW's update; `clip_stacked` gives `nn.utils.clip_grad_norm_` per client.
+`StackedSGD` lives in training/cohort.py (the hand-written CRNN path uses it); `StackedAdam` here
+gives torch.optim.Adam's and AdamW's update; `clip_stacked` gives `nn.utils.clip_grad_norm_` per
+client.
 """
 
 from __future__ import annotations
@@ -47,13 +49,17 @@ Params = dict[str, torch.Tensor]
 OPTIMIZERS = ("sgd", "adam", "adamw")
 # vmap runs ops without a batching rule (CPU attention) client by client and warns on every run; the
 # benchmark (benchmarks/bench_stacked_models.py) and auto's probe measure the cost instead.
-warnings.filterwarnings("ignore", message="There is a performance drop because we have not yet implemented the batching rule")
+warnings.filterwarnings(
+    "ignore",
+    message="There is a performance drop because we have not yet implemented the batching rule",
+)
 
 
 @dataclass
 class _Replay:
-    """What the replayed modules of one vmapped forward read: the dropout masks still to use (in forward
-    order), each client's sample weights and whether the step pads (BatchNorm's statistics then mask)."""
+    """What the replayed modules of one vmapped forward read: the dropout masks still to use (in
+    forward order), each client's sample weights and whether the step pads (BatchNorm's statistics
+    then mask)."""
 
     masks: list[torch.Tensor]
     weight: torch.Tensor | None
@@ -72,8 +78,10 @@ def _dropout_forward(module: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
         return x
     if replay.record is not None:  # the shape pass: a batch of 2 outside vmap
         if x.shape[0] != 2:
-            raise ConfigError(f"the stacked path replays dropout on batch-first tensors; {type(module).__name__} "
-                              f"got shape {tuple(x.shape)}: set train.execution=sequential")
+            raise ConfigError(
+                f"the stacked path replays dropout on batch-first tensors; {type(module).__name__} "
+                f"got shape {tuple(x.shape)}: set train.execution=sequential"
+            )
         replay.record.append((tuple(x.shape[1:]), float(module.p)))
         return x
     return x * replay.masks.pop(0)
@@ -85,8 +93,10 @@ def _masked_batch_norm(module: nn.modules.batchnorm._BatchNorm, x: torch.Tensor)
     if not (module.training and replay is not None and replay.padded and replay.record is None):
         return type(module).forward(module, x)
     if module.track_running_stats and module.momentum is None:
-        raise ConfigError("the stacked path needs BatchNorm's momentum (cumulative averages read a count per "
-                          "client): set train.execution=sequential")
+        raise ConfigError(
+            "the stacked path needs BatchNorm's momentum (cumulative averages read a count per "
+            "client): set train.execution=sequential"
+        )
     assert replay.weight is not None  # `padded` replays carry the sample weights
     real = (replay.weight > 0).to(x.dtype).view(-1, *[1] * (x.dim() - 1))
     dims = [0, *range(2, x.dim())]
@@ -98,7 +108,9 @@ def _masked_batch_norm(module: nn.modules.batchnorm._BatchNorm, x: torch.Tensor)
     if module.track_running_stats:
         with torch.no_grad():
             m = module.momentum  # (None refused above; tracked statistics are buffers)
-            assert m is not None and module.running_mean is not None and module.running_var is not None
+            assert (
+                m is not None and module.running_mean is not None and module.running_var is not None
+            )
             assert module.num_batches_tracked is not None
             module.num_batches_tracked.add_(1)
             module.running_mean.mul_(1 - m).add_(mean.detach() * m)
@@ -113,9 +125,14 @@ def _gru_forward(module: nn.GRU, x: torch.Tensor, hx: torch.Tensor | None = None
     """torch's GRU equations (r, z, n gates; h' = (1 - z) n + z h), layer by layer and direction by
     direction, so vmap can batch it; zero initial state only."""
     if hx is not None or module.proj_size or not module.bias:
-        raise ConfigError("the stacked path writes out nn.GRU with bias, no projection and a zero initial state")
+        raise ConfigError(
+            "the stacked path writes out nn.GRU with bias, no projection and a zero initial state"
+        )
     if module.training and module.dropout and module.num_layers > 1:
-        raise ConfigError("the stacked path does not draw nn.GRU's inter-layer dropout: set train.execution=sequential")
+        raise ConfigError(
+            "the stacked path does not draw nn.GRU's inter-layer dropout: set "
+            "train.execution=sequential"
+        )
     seq = x if module.batch_first else x.transpose(0, 1)  # (B, T, C)
     finals = []
     for layer in range(module.num_layers):
@@ -163,13 +180,15 @@ class StackedModule:
     """The stacked forward of any nn.Module, for a chunk's first `active` clients:
     `module(state, x, masks, weight, method)` with `state` the (active, ...) parameters and buffers,
     `x` (active, width, ...), `masks` a `CohortChunk.dropout(step)` source, `weight` (active, width)
-    the per-sample weights (0 on padding), `method` the model's method to call (forward by default)."""
+    the per-sample weights (0 on padding), `method` the model's method to call (forward by
+    default)."""
 
     def __init__(self, model: nn.Module):
         self.param_names = [name for name, _ in model.named_parameters()]
         self.buffer_names = [name for name, _ in model.named_buffers()]
         self._prototype = _replayable(copy.deepcopy(model).cpu())
-        self._local = threading.local()  # functional_call swaps a module's tensors: one template per thread
+        # functional_call swaps a module's tensors: one template per thread
+        self._local = threading.local()
         self._shapes: dict[tuple, list[tuple[tuple[int, ...], float]]] = {}
 
     def _template(self, device: torch.device) -> _Calls:
@@ -178,7 +197,9 @@ class StackedModule:
             templates[device] = _Calls(copy.deepcopy(self._prototype).to(device)).train()
         return templates[device]
 
-    def _dropout_shapes(self, template: _Calls, method: str, x: torch.Tensor) -> list[tuple[tuple[int, ...], float]]:
+    def _dropout_shapes(
+        self, template: _Calls, method: str, x: torch.Tensor
+    ) -> list[tuple[tuple[int, ...], float]]:
         key = (method, tuple(x.shape[2:]), x.dtype)
         if key not in self._shapes:
             record: list = []
@@ -192,23 +213,49 @@ class StackedModule:
             self._shapes[key] = record
         return self._shapes[key]
 
-    def __call__(self, state: Params, x: torch.Tensor, masks=None, weight: torch.Tensor | None = None,
-                 method: str = "forward", padded: bool | None = None) -> torch.Tensor:
-        return self.map(lambda forward, params, inputs, w: forward(inputs, method), state, x, masks, weight,
-                        method=method, padded=padded)
+    def __call__(
+        self,
+        state: Params,
+        x: torch.Tensor,
+        masks=None,
+        weight: torch.Tensor | None = None,
+        method: str = "forward",
+        padded: bool | None = None,
+    ) -> torch.Tensor:
+        return self.map(
+            lambda forward, params, inputs, w: forward(inputs, method),
+            state,
+            x,
+            masks,
+            weight,
+            method=method,
+            padded=padded,
+        )
 
-    def map(self, fn, state: Params, x: torch.Tensor, masks=None, weight: torch.Tensor | None = None, *extras,
-            method: str = "forward", padded: bool | None = None):
-        """vmap over the clients of `fn(forward, params, x_k, weight_k, *extras_k)`, where `forward(inputs,
-        method="forward")` is client k's model (parameters and buffers bound), `params` its trainable
-        parameters by name, and each of `extras` a tensor or dict of tensors with a leading client axis.
-        Dropout masks are drawn for one call of `method` per step (see the module's docstring)."""
+    def map(
+        self,
+        fn,
+        state: Params,
+        x: torch.Tensor,
+        masks=None,
+        weight: torch.Tensor | None = None,
+        *extras,
+        method: str = "forward",
+        padded: bool | None = None,
+    ):
+        """vmap over the clients of `fn(forward, params, x_k, weight_k, *extras_k)`, where
+        `forward(inputs, method="forward")` is client k's model (parameters and buffers bound),
+        `params` its trainable parameters by name, and each of `extras` a tensor or dict of tensors
+        with a leading client axis. Dropout masks are drawn for one call of `method` per step (see
+        the module's docstring)."""
         template = self._template(x.device)
         drawn = []
         if masks is not None and template.training:
             for shape, p in self._dropout_shapes(template, method, x):
                 mask = masks(shape, p)
-                drawn.append(mask if mask is not None else x.new_ones(x.shape[0], x.shape[1], *shape))
+                drawn.append(
+                    mask if mask is not None else x.new_ones(x.shape[0], x.shape[1], *shape)
+                )
         if weight is None:
             weight, padded = x.new_ones(x.shape[:2]), False
         elif padded is None:
@@ -216,9 +263,12 @@ class StackedModule:
         params = {"m." + name: state[name] for name in self.param_names if name in state}
         buffers = {"m." + name: state[name] for name in self.buffer_names if name in state}
 
-        def one(p: Params, b: Params, inputs: torch.Tensor, ms: list[torch.Tensor], w: torch.Tensor, *ex):
+        def one(
+            p: Params, b: Params, inputs: torch.Tensor, ms: list[torch.Tensor], w: torch.Tensor, *ex
+        ):
             token = _REPLAY.set(_Replay(list(ms), w, padded))
             try:
+
                 def forward(data: torch.Tensor, name: str = "forward"):
                     return functional_call(template, (p, b), (name, data), strict=False)
 
@@ -239,8 +289,10 @@ def _replayable(model: nn.Module) -> nn.Module:
         elif isinstance(module, nn.GRU):
             _bind(module, _gru_forward)
         elif isinstance(module, (nn.RNNBase,)):
-            raise ConfigError(f"the stacked path has no form of {type(module).__name__}: set "
-                              "train.execution=sequential")
+            raise ConfigError(
+                f"the stacked path has no form of {type(module).__name__}: set "
+                "train.execution=sequential"
+            )
     return model
 
 
@@ -251,16 +303,22 @@ def unstackable_reason(model: nn.Module) -> str | None:
     for module in model.modules():
         if isinstance(module, nn.RNNBase) and not isinstance(module, nn.GRU):
             return f"holds an {type(module).__name__}, which vmap cannot batch"
-        if isinstance(module, nn.modules.batchnorm._BatchNorm) and module.track_running_stats \
-                and module.momentum is None:
+        if (
+            isinstance(module, nn.modules.batchnorm._BatchNorm)
+            and module.track_running_stats
+            and module.momentum is None
+        ):
             return "holds a BatchNorm with cumulative running statistics (momentum None)"
     return None
 
 
-SSL_MEASURED = ("measured slower vmapped on the CPU: the w2v2_s encoder took 1.10x the sequential CPU time "
-                "(8 clients, 2 steps of 8 clips, one thread; benchmarks/bench_stacked_models.py --ssl)")
+SSL_MEASURED = (
+    "measured slower vmapped on the CPU: the w2v2_s encoder took 1.10x the sequential CPU time "
+    "(8 clients, 2 steps of 8 clips, one thread; benchmarks/bench_stacked_models.py --ssl)"
+)
 """Why the SSL encoders keep the sequential path: their one measurement (benchmarks/results/
-stacked_models.json, "ssl"); besides, their batches are padded waveforms with a loss of their own."""
+stacked_models.json, "ssl"); besides, their batches are padded waveforms with a loss of their
+own."""
 
 
 def stacked_support(name: str, model: nn.Module) -> str:
@@ -276,14 +334,21 @@ def stacked_support(name: str, model: nn.Module) -> str:
     return "vmap" if reason is None else f"no: {reason}"
 
 
-# --- stacked optimizers --------------------------------------------------------------------------------
+# --- stacked optimizers ---------------------------------------------------------------------------
 class StackedAdam:
-    """torch.optim.Adam (`decoupled=False`) or AdamW (True) with torch's defaults (betas 0.9 / 0.999,
-    eps 1e-8, no amsgrad) on stacked parameters, new every client update as the sequential path's is.
-    The active clients of a step have all taken the same number of steps (they are a prefix of the
-    chunk), so one step count per parameter serves them."""
+    """torch.optim.Adam (`decoupled=False`) or AdamW (True) with torch's defaults (betas 0.9 /
+    0.999, eps 1e-8, no amsgrad) on stacked parameters, new every client update as the sequential
+    path's is. The active clients of a step have all taken the same number of steps (they are a
+    prefix of the chunk), so one step count per parameter serves them."""
 
-    def __init__(self, params: Params, cfg: TrainConfig, decoupled: bool, betas=(0.9, 0.999), eps: float = 1e-8):
+    def __init__(
+        self,
+        params: Params,
+        cfg: TrainConfig,
+        decoupled: bool,
+        betas=(0.9, 0.999),
+        eps: float = 1e-8,
+    ):
         self.params = params
         self.lr, self.weight_decay, self.decoupled = cfg.lr, cfg.weight_decay, decoupled
         self.betas, self.eps = betas, eps
@@ -298,7 +363,10 @@ class StackedAdam:
                     continue
                 param = self.params[name][:active]
                 if name not in self.state:
-                    self.state[name] = (torch.zeros_like(self.params[name]), torch.zeros_like(self.params[name]))
+                    self.state[name] = (
+                        torch.zeros_like(self.params[name]),
+                        torch.zeros_like(self.params[name]),
+                    )
                 self.steps[name] = self.steps.get(name, 0) + 1
                 exp_avg, exp_avg_sq = (s[:active] for s in self.state[name])
                 if self.weight_decay != 0:
@@ -309,8 +377,8 @@ class StackedAdam:
                 exp_avg.lerp_(grad, 1 - beta1)
                 exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
                 step = self.steps[name]
-                step_size = self.lr / (1 - beta1 ** step)
-                denom = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2 ** step)).add_(self.eps)
+                step_size = self.lr / (1 - beta1**step)
+                denom = (exp_avg_sq.sqrt() / math.sqrt(1 - beta2**step)).add_(self.eps)
                 param.addcdiv_(exp_avg, denom, value=-step_size)
 
 
@@ -320,12 +388,14 @@ def stacked_optimizer(params: Params, cfg: TrainConfig):
         return StackedSGD(params, cfg)
     if cfg.optimizer in ("adam", "adamw"):
         return StackedAdam(params, cfg, decoupled=cfg.optimizer == "adamw")
-    raise ConfigError(f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {cfg.optimizer!r}")
+    raise ConfigError(
+        f"train.optimizer must be one of {', '.join(OPTIMIZERS)}, got {cfg.optimizer!r}"
+    )
 
 
 def clip_stacked(grads: dict[str, torch.Tensor | None], max_norm: float) -> None:
-    """`nn.utils.clip_grad_norm_` for every client at once: each client's gradients (its rows) scaled in
-    place to at most `max_norm` in L2 over all its parameters; 0: nothing."""
+    """`nn.utils.clip_grad_norm_` for every client at once: each client's gradients (its rows)
+    scaled in place to at most `max_norm` in L2 over all its parameters; 0: nothing."""
     present = [g for g in grads.values() if g is not None]
     if max_norm <= 0 or not present:
         return
@@ -338,25 +408,35 @@ def clip_stacked(grads: dict[str, torch.Tensor | None], max_norm: float) -> None
 
 
 class HandWritten:
-    """A hand-written stacked forward (models/stacked.py's CRNNs) behind `StackedModule`'s interface:
-    no buffers, no other method than forward, no need of the sample weights (no batch statistics)."""
+    """A hand-written stacked forward (models/stacked.py's CRNNs) behind `StackedModule`'s
+    interface: no buffers, no other method than forward, no need of the sample weights (no batch
+    statistics)."""
 
     def __init__(self, model, param_names: list[str]):
         self.model, self.param_names = model, param_names
         self.buffer_names: list[str] = []
 
-    def __call__(self, state: Params, x: torch.Tensor, masks=None, weight: torch.Tensor | None = None,
-                 method: str = "forward", padded: bool | None = None) -> torch.Tensor:
+    def __call__(
+        self,
+        state: Params,
+        x: torch.Tensor,
+        masks=None,
+        weight: torch.Tensor | None = None,
+        method: str = "forward",
+        padded: bool | None = None,
+    ) -> torch.Tensor:
         if method != "forward":
             raise ConfigError(f"the hand-written stacked CRNN has no method {method!r}")
         return self.model(state, x, masks)
 
 
 def param_leaves(params: Params, active: int, names: list[str]) -> Params:
-    """Gradient leaves over the first `active` clients' trainable entries `names` (views: updated in place)."""
+    """Gradient leaves over the first `active` clients' trainable entries `names` (views: updated in
+    place)."""
     return {name: params[name][:active].detach().requires_grad_() for name in names}
 
 
 def with_buffers(leaf: Params, params: Params, active: int, names: list[str]) -> Params:
-    """The leaves plus the first `active` clients' buffers (views: BatchNorm updates them in place)."""
+    """The leaves plus the first `active` clients' buffers (views: BatchNorm updates them in
+    place)."""
     return {**leaf, **{name: params[name][:active] for name in names}}

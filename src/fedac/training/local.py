@@ -1,4 +1,5 @@
-"""Local SGD shared by the algorithms: batch order from a seeded generator, one optimizer per call."""
+"""Local SGD shared by the algorithms: batch order from a seeded generator, one optimizer per
+call."""
 
 from __future__ import annotations
 
@@ -11,36 +12,48 @@ from fedac.config import TrainConfig
 from fedac.errors import ConfigError
 
 
-def batch_indices(num_samples: int, batch_size: int, epochs: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
+def batch_indices(
+    num_samples: int, batch_size: int, epochs: int, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
     """Shuffled mini-batches for `epochs` passes; the last partial batch of an epoch is kept."""
     for _ in range(epochs):
-        order = torch.randperm(num_samples, generator=generator, device="cpu")  # the CPU stream fixes the order
+        # the CPU stream fixes the order
+        order = torch.randperm(num_samples, generator=generator, device="cpu")
         yield from order.split(batch_size)
 
 
-def cycling_batches(num_samples: int, batch_size: int, steps: int, generator: torch.Generator) -> Iterator[torch.Tensor]:
-    """Exactly `steps` mini-batches of a loader that is reshuffled whenever it runs out (partial last
-    batch kept), as step-based local training (FedKWS-UI's protocol) reads it. No data: no batches."""
+def cycling_batches(
+    num_samples: int, batch_size: int, steps: int, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
+    """Exactly `steps` mini-batches of a loader that is reshuffled whenever it runs out (partial
+    last batch kept), as step-based local training (FedKWS-UI's protocol) reads it. No data: no
+    batches."""
     while steps > 0 and num_samples > 0:
-        for idx in torch.randperm(num_samples, generator=generator, device="cpu").split(batch_size)[:steps]:
+        for idx in torch.randperm(num_samples, generator=generator, device="cpu").split(batch_size)[
+            :steps
+        ]:
             yield idx
             steps -= 1
 
 
-def client_batches(num_samples: int, cfg: TrainConfig, generator: torch.Generator) -> Iterator[torch.Tensor]:
-    """One local update's mini-batches: `train.local_steps` cycling steps when set, else `local_epochs` passes."""
+def client_batches(
+    num_samples: int, cfg: TrainConfig, generator: torch.Generator
+) -> Iterator[torch.Tensor]:
+    """One local update's mini-batches: `train.local_steps` cycling steps when set, else
+    `local_epochs` passes."""
     if cfg.local_steps > 0:
         return cycling_batches(num_samples, cfg.batch_size, cfg.local_steps, generator)
     return batch_indices(num_samples, cfg.batch_size, cfg.local_epochs, generator)
 
 
 def on_device(batches: Iterable[torch.Tensor], x) -> Iterable[torch.Tensor]:
-    """A client's batch indices moved where its data `x` lives, in one copy per client update. Indexing a
-    GPU tensor with a CPU index copies the index at every step, and a copy from pageable host memory waits
-    for the device's queued work: a host sync per step, which made the sequential GPU loop ~15% slower than a
-    plain one (issue 56). The indices come from a CPU generator (the CPU stream fixes the order), so they are
-    drawn up front, pinned and sent at once. Data on the CPU, or that is no tensor (augmented windows,
-    padded waveforms, indexed on the host): the batches as they are."""
+    """A client's batch indices moved where its data `x` lives, in one copy per client update.
+    Indexing a GPU tensor with a CPU index copies the index at every step, and a copy from pageable
+    host memory waits for the device's queued work: a host sync per step, which made the sequential
+    GPU loop ~15% slower than a plain one (issue 56). The indices come from a CPU generator (the CPU
+    stream fixes the order), so they are drawn up front, pinned and sent at once. Data on the CPU,
+    or that is no tensor (augmented windows, padded waveforms, indexed on the host): the batches as
+    they are."""
     if not isinstance(x, torch.Tensor) or x.device.type == "cpu":
         return batches
     parts = list(batches)
@@ -59,9 +72,12 @@ def local_steps(num_samples: int, cfg: TrainConfig) -> int:
     return cfg.local_epochs * -(-num_samples // cfg.batch_size)
 
 
-def cross_entropy(logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None) -> torch.Tensor:
+def cross_entropy(
+    logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None
+) -> torch.Tensor:
     """Batch-mean cross-entropy; with per-sample `weight` (clients, batch) from the cohort path, the
-    weighted sum over each client's batch (weight 1/b on its b real samples, 0 on padding) -> (clients,)."""
+    weighted sum over each client's batch (weight 1/b on its b real samples, 0 on padding) ->
+    (clients,)."""
     if weight is None:
         return nn.functional.cross_entropy(logits, y)
     per_sample = nn.functional.cross_entropy(logits.flatten(0, -2), y.flatten(), reduction="none")
@@ -79,14 +95,18 @@ def make_optimizer(params, cfg: TrainConfig) -> torch.optim.Optimizer:
 
 
 def clip_gradients(model: nn.Module, cfg: TrainConfig) -> None:
-    """`train.max_grad_norm` > 0: scale the model's gradient to at most that L2 norm (before the step)."""
+    """`train.max_grad_norm` > 0: scale the model's gradient to at most that L2 norm (before the
+    step)."""
     if cfg.max_grad_norm > 0:
         nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
 
 
-def local_step(model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, cfg: TrainConfig) -> torch.Tensor:
-    """One local step of any method: backward, the optional gradient clip, the update; returns the loss as
-    a float64 tensor where it was computed, so callers sum it without a host round-trip per step."""
+def local_step(
+    model: nn.Module, optimizer: torch.optim.Optimizer, loss: torch.Tensor, cfg: TrainConfig
+) -> torch.Tensor:
+    """One local step of any method: backward, the optional gradient clip, the update; returns the
+    loss as a float64 tensor where it was computed, so callers sum it without a host round-trip per
+    step."""
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     clip_gradients(model, cfg)
@@ -103,14 +123,20 @@ def train_supervised(
     regularizer: Callable[[nn.Module], torch.Tensor] | None = None,
     optimizer: torch.optim.Optimizer | None = None,
 ) -> dict[str, float]:
-    """Cross-entropy SGD (or the given optimizer) on (x, y) for cfg.local_epochs; returns the mean loss."""
+    """Cross-entropy SGD (or the given optimizer) on (x, y) for cfg.local_epochs; returns the mean
+    loss."""
     model.train()
     optimizer = optimizer or make_optimizer(model.parameters(), cfg)
     total: float | torch.Tensor = 0.0  # (local_step returns the loss as a tensor: no host sync)
     steps = 0
-    own_loss = getattr(model, "task_loss", None)  # SSL models' CTC / padded-batch loss (models/ssl.py)
+    # SSL models' CTC / padded-batch loss (models/ssl.py)
+    own_loss = getattr(model, "task_loss", None)
     for idx in on_device(client_batches(len(y), cfg, generator), x):
-        loss = own_loss(x[idx], y[idx]) if own_loss is not None else nn.functional.cross_entropy(model(x[idx]), y[idx])
+        loss = (
+            own_loss(x[idx], y[idx])
+            if own_loss is not None
+            else nn.functional.cross_entropy(model(x[idx]), y[idx])
+        )
         if regularizer is not None:
             loss = loss + regularizer(model)
         total += local_step(model, optimizer, loss, cfg)

@@ -1,13 +1,14 @@
 """One run's runtime: where and how it computes, resolved once from `train.*` and passed down.
 
-`Runtime` holds the device (`train.device`), the devices the cohort path spreads over (`train.devices`),
-the arithmetic (`train.precision`, `train.deterministic`), the packing settings (`train.cohort_chunk`,
-`train.client_memory`) and the worker threads (`train.cohort_workers`). A driver (engine/) builds it with
-`start_runtime`, which also applies the process-wide settings (torch threads, the allocator, the GRU
-kernel, then precision and determinism) in that order, since the auto worker count reads the threads.
-The driver hands it to the algorithm and to the data builders, so no layer reads `train.device` again.
-Packing's measurements per architecture (training/packing.py) and where the clients' data lives
-(`client_home`, which needs the data's size) stay outside: they change or are known only later.
+`Runtime` holds the device (`train.device`), the devices the cohort path spreads over
+(`train.devices`), the arithmetic (`train.precision`, `train.deterministic`), the packing settings
+(`train.cohort_chunk`, `train.client_memory`) and the worker threads (`train.cohort_workers`). A
+driver (engine/) builds it with `start_runtime`, which also applies the process-wide settings (torch
+threads, the allocator, the GRU kernel, then precision and determinism) in that order, since the
+auto worker count reads the threads. The driver hands it to the algorithm and to the data builders,
+so no layer reads `train.device` again. Packing's measurements per architecture
+(training/packing.py) and where the clients' data lives (`client_home`, which needs the data's size)
+stay outside: they change or are known only later.
 """
 
 from __future__ import annotations
@@ -49,23 +50,34 @@ class Runtime:
     deterministic: bool
     #: `train.cohort_chunk` (0: sized by the cost model, or by free memory on a GPU).
     cohort_chunk: int
-    #: `train.client_memory`: device, host or auto (engine/simulator.py decides auto once the data is built).
+    #: `train.client_memory`: device, host or auto (engine/simulator.py decides auto once the data
+    #: is built).
     client_memory: str
-    #: Worker threads for a cohort's chunks and a round's reports (`train.cohort_workers`, 0 resolved).
+    #: Worker threads for a cohort's chunks and a round's reports (`train.cohort_workers`, 0
+    #: resolved).
     workers: int
 
     @classmethod
     def resolve(cls, train: TrainConfig, device: torch.device | None = None) -> Runtime:
-        """The runtime `train` names, checked (a missing GPU or tf32 on the CPU fails here, naming the
-        setting); nothing process-wide changes. `device`: one already resolved (a Flower node's)."""
+        """The runtime `train` names, checked (a missing GPU or tf32 on the CPU fails here, naming
+        the setting); nothing process-wide changes. `device`: one already resolved (a Flower
+        node's)."""
         device = device if device is not None else resolve_device(train.device)
         check_precision(train.precision, device)
-        return cls(device, tuple(resolve_devices(train.devices, device)), train.precision, train.deterministic,
-                   train.cohort_chunk, train.client_memory, cohort_workers(train, device))
+        return cls(
+            device,
+            tuple(resolve_devices(train.devices, device)),
+            train.precision,
+            train.deterministic,
+            train.cohort_chunk,
+            train.client_memory,
+            cohort_workers(train, device),
+        )
 
     @property
     def name(self) -> str:
-        """What results.json and a run's first line say (`cpu`, `cuda:0 (NVIDIA H100 80GB HBM3)`)."""
+        """What results.json and a run's first line say (`cpu`, `cuda:0 (NVIDIA H100 80GB
+        HBM3)`)."""
         return device_name(self.device)
 
     def autocast(self) -> contextlib.AbstractContextManager:
@@ -74,8 +86,8 @@ class Runtime:
 
 
 def start_runtime(train: TrainConfig, device: torch.device | None = None) -> Runtime:
-    """The process settings (`configure_process`), then the runtime, then its precision and determinism
-    applied process-wide: what a driver calls once, before it builds data or models."""
+    """The process settings (`configure_process`), then the runtime, then its precision and
+    determinism applied process-wide: what a driver calls once, before it builds data or models."""
     configure_process(train)
     runtime = Runtime.resolve(train, device)
     configure_precision(runtime.precision, runtime.device, runtime.deterministic)
@@ -83,8 +95,8 @@ def start_runtime(train: TrainConfig, device: torch.device | None = None) -> Run
 
 
 def configure_process(cfg: TrainConfig) -> None:
-    """`train.threads` torch intra-op threads, `train.gru_kernel` and, with `train.keep_freed_memory`,
-    `keep_freed_memory()`."""
+    """`train.threads` torch intra-op threads, `train.gru_kernel` and, with
+    `train.keep_freed_memory`, `keep_freed_memory()`."""
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     if cfg.keep_freed_memory:
@@ -93,14 +105,15 @@ def configure_process(cfg: TrainConfig) -> None:
 
 
 def keep_freed_memory() -> bool:
-    """Ask glibc's malloc to serve blocks up to 1 GiB from its heap and to keep freed memory for reuse.
+    """Ask glibc's malloc to serve blocks up to 1 GiB from its heap and to keep freed memory for
+    reuse.
 
     A training step allocates and frees the same multi-megabyte activation buffers every time. By
-    default glibc maps each such block afresh and unmaps it when freed, so every step's buffers fault
-    their pages in again and the kernel zeroes them: 0.2-0.3 s of system time in a 3.9 s FedMLAC cohort
-    round (500 clients, 100 per round). Keeping the memory made that round 7-9 % faster in alternating
-    runs, with the same peak RSS (the working set is reused, not grown). Returns False where the C
-    library is not glibc (nothing changes there)."""
+    default glibc maps each such block afresh and unmaps it when freed, so every step's buffers
+    fault their pages in again and the kernel zeroes them: 0.2-0.3 s of system time in a 3.9 s
+    FedMLAC cohort round (500 clients, 100 per round). Keeping the memory made that round 7-9 %
+    faster in alternating runs, with the same peak RSS (the working set is reused, not grown).
+    Returns False where the C library is not glibc (nothing changes there)."""
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name) if name else None
@@ -110,4 +123,6 @@ def keep_freed_memory() -> bool:
     if mallopt is None:
         log.debug("no glibc mallopt: allocator left as it is")
         return False
-    return bool(mallopt(_M_MMAP_THRESHOLD, _KEEP_LIMIT)) and bool(mallopt(_M_TRIM_THRESHOLD, _KEEP_LIMIT))
+    return bool(mallopt(_M_MMAP_THRESHOLD, _KEEP_LIMIT)) and bool(
+        mallopt(_M_TRIM_THRESHOLD, _KEEP_LIMIT)
+    )

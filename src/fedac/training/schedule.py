@@ -1,4 +1,5 @@
-"""Which clients train together: cutting one architecture's clients into cohort chunks (training/cohort.py).
+"""Which clients train together: cutting one architecture's clients into cohort chunks
+(training/cohort.py).
 
 A chunk trains its clients as one stacked computation, step by step; the clients still training at a
 step are padded to the step's widest batch. What a chunk costs is therefore about
@@ -20,8 +21,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 STEP_ROWS = 4.0
-"""Fixed cost of one stacked step in padded rows: a FedMLAC step (CRNN-Base + CRNN-Lite, batch 16) of
-one client took about 1.2x its per-client time at 16 clients, i.e. ~0.2 x 16 rows (fused GRU)."""
+"""Fixed cost of one stacked step in padded rows: a FedMLAC step (CRNN-Base + CRNN-Lite, batch 16)
+of one client took about 1.2x its per-client time at 16 clients, i.e. ~0.2 x 16 rows (fused GRU)."""
 CHUNK_ROWS = 8.0
 """Fixed cost of one chunk in padded rows (broadcasting, stacking and unstacking parameters)."""
 SHARES_PER_WORKER = 2
@@ -30,13 +31,15 @@ so the costliest-first queue can even out the workers' finishing times."""
 
 
 def batch_sizes(samples: int, batch_size: int, epochs: int) -> list[int]:
-    """A client's batch size at each of its steps (`local.batch_indices` keeps each epoch's last partial batch)."""
+    """A client's batch size at each of its steps (`local.batch_indices` keeps each epoch's last
+    partial batch)."""
     full, rest = divmod(samples, batch_size)
     return ([batch_size] * full + ([rest] if rest else [])) * epochs
 
 
-def partition(sizes: Sequence[int], batch_size: int, epochs: int, max_clients: int,
-              workers: int) -> list[tuple[range, float]]:
+def partition(
+    sizes: Sequence[int], batch_size: int, epochs: int, max_clients: int, workers: int
+) -> list[tuple[range, float]]:
     """Consecutive ranges of `sizes` (sample counts, sorted largest first) as chunks of at most
     `max_clients` clients, minimising the summed cost (module docstring) under the per-chunk share;
     each with its modelled cost."""
@@ -45,15 +48,19 @@ def partition(sizes: Sequence[int], batch_size: int, epochs: int, max_clients: i
         return []
     steps = [batch_sizes(s, batch_size, epochs) for s in sizes]
     alone = [CHUNK_ROWS + sum(STEP_ROWS + b for b in bs) for bs in steps]
-    share = max(max(alone), sum(alone) / (workers * SHARES_PER_WORKER)) if workers > 1 else float("inf")
+    share = (
+        max(max(alone), sum(alone) / (workers * SHARES_PER_WORKER)) if workers > 1 else float("inf")
+    )
     best = [0.0] + [float("inf")] * n
     cut = [0] * (n + 1)
     cost_of = [0.0] * (n + 1)  # the cost of the last chunk of the best plan up to each client
-    for start in range(n):  # push form: extend a chunk from `start`, keeping its step widths incrementally
+    # push form: extend a chunk from `start`, keeping its step widths incrementally
+    for start in range(n):
         widths: list[int] = []
         active: list[int] = []
         for stop in range(start + 1, min(n, start + max_clients) + 1):
-            for s, b in enumerate(steps[stop - 1]):  # clients are sorted, so never more steps than the first
+            # clients are sorted, so never more steps than the first
+            for s, b in enumerate(steps[stop - 1]):
                 if s == len(widths):
                     widths.append(b)
                     active.append(1)

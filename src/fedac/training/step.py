@@ -1,5 +1,6 @@
-"""One client's update with its randomness fixed: the step every runtime (simulator, Flower ClientApp,
-zero-shot driver, an algorithm's sequential cohort fallback) goes through, so they produce the same numbers."""
+"""One client's update with its randomness fixed: the step every runtime (simulator, Flower
+ClientApp, zero-shot driver, an algorithm's sequential cohort fallback) goes through, so they
+produce the same numbers."""
 
 from __future__ import annotations
 
@@ -15,23 +16,28 @@ from fedac.training.types import ClientData, ClientResult
 
 
 class ClientUpdater(Protocol):
-    """What `train_client` needs of an algorithm (algorithms.base.Algorithm, which sits above this layer)."""
+    """What `train_client` needs of an algorithm (algorithms.base.Algorithm, which sits above this
+    layer)."""
 
     cfg: Config
     device: torch.device
 
-    def client_update(self, payload: Any, state: Any, data: ClientData, round_idx: int,
-                      generator: torch.Generator) -> ClientResult: ...
+    def client_update(
+        self, payload: Any, state: Any, data: ClientData, round_idx: int, generator: torch.Generator
+    ) -> ClientResult: ...
 
 
-def train_client(algorithm: ClientUpdater, payload: Any, state: Any, data: ClientData, round_idx: int, seed: int) -> ClientResult:
+def train_client(
+    algorithm: ClientUpdater, payload: Any, state: Any, data: ClientData, round_idx: int, seed: int
+) -> ClientResult:
     """One client's update with its randomness fixed by (seed, round, client): the batch order comes
     from a derived generator and dropout from the global RNG seeded the same way. Every runtime
-    (simulator, zero-shot driver, Flower ClientApp) calls this, so they produce the same numbers, in the same
-    arithmetic (`train.precision`'s autocast)."""
+    (simulator, zero-shot driver, Flower ClientApp) calls this, so they produce the same numbers, in
+    the same arithmetic (`train.precision`'s autocast)."""
     torch.manual_seed(derive_seed(seed, "dropout", round_idx, data.name))
     with autocast(algorithm.cfg.train.precision, algorithm.device):
-        result = algorithm.client_update(payload, state, data, round_idx,
-                                         torch_generator(seed, "batches", round_idx, data.name))
+        result = algorithm.client_update(
+            payload, state, data, round_idx, torch_generator(seed, "batches", round_idx, data.name)
+        )
     clients_done(1)  # the round's progress bar (engine/rounds.py), whichever path called this
     return result

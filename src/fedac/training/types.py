@@ -1,8 +1,10 @@
-"""The types that algorithms, engine, attacks and the Flower apps pass around, and what the models read.
+"""The types that algorithms, engine, attacks and the Flower apps pass around, and what the models
+read.
 
 Plain data, no behaviour beyond accessors: a client's resident tensors (`ClientData`), what a client
-update returns (`ClientResult`), what an algorithm knows of the federation (`Task`), evaluation splits
-and the whole federation's tensors (`EvalSplit`, `FederatedData`), parameter dicts (`Params`).
+update returns (`ClientResult`), what an algorithm knows of the federation (`Task`), evaluation
+splits and the whole federation's tensors (`EvalSplit`, `FederatedData`), parameter dicts
+(`Params`).
 """
 
 from __future__ import annotations
@@ -75,7 +77,8 @@ class EvalSplit:
     labels: torch.Tensor
     """One label per clip."""
     kind: str = "classification"
-    """classification, ctc (scored by WER / CER against `texts`) or verification (EER over `trials`)."""
+    """classification, ctc (scored by WER / CER against `texts`) or verification (EER over
+    `trials`)."""
     texts: list[str] | None = None
     """ctc: the reference transcript of each clip."""
     trials: torch.Tensor | None = None
@@ -96,17 +99,21 @@ class FederatedData:
     """val, test: None only on a Flower device node started without test-root (flower/devices.py); a
     simulation holds both and reads them through `eval_split`."""
     extra_test: dict[str, EvalSplit] = field(default_factory=dict)
-    """Further test splits reported as `<name>_<metric>` (LibriSpeech test_other, VoxCeleb1 asv trials)."""
+    """Further test splits reported as `<name>_<metric>` (LibriSpeech test_other, VoxCeleb1 asv
+    trials)."""
     bad_files: dict[str, str] = field(default_factory=dict)
-    """data.on_bad_file=skip: path -> reason of the audio files left out because they cannot be decoded."""
+    """data.on_bad_file=skip: path -> reason of the audio files left out because they cannot be
+    decoded."""
 
     def eval_split(self, name: str) -> EvalSplit:
         """`val` or `test`, which every simulation holds;
         a DatasetError where this data has none."""
         held = self.val if name == "val" else self.test
         if held is None:
-            raise DatasetError(f"this federation's data holds no {name} split (a Flower device "
-                               "node holds one only when started with test-root)")
+            raise DatasetError(
+                f"this federation's data holds no {name} split (a Flower device "
+                "node holds one only when started with test-root)"
+            )
         return held
 
     def client(self, name: str) -> ClientData:
@@ -117,7 +124,8 @@ class FederatedData:
 
 
 def normalize(features: torch.Tensor) -> torch.Tensor:
-    """Per-utterance, per-coefficient mean/variance normalisation (needs no statistics from other clients)."""
+    """Per-utterance, per-coefficient mean/variance normalisation (needs no statistics from other
+    clients)."""
     x = features.float()
     mean = x.mean(dim=2, keepdim=True)
     std = x.std(dim=2, keepdim=True, unbiased=False)

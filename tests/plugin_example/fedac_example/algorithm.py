@@ -10,6 +10,8 @@ class FedAvgLR(FedAvg):
     def server_update(self, server, uploads, round_idx):
         mean, metrics = self.combine(server, uploads)
         lr, old = self.cfg.fedavg_lr.server_lr, server["params"]
-        params = {name: old[name] + lr * (value - old[name]) if value.is_floating_point() else value
-                  for name, value in mean.items()}
+        params = {
+            name: old[name] + lr * (value - old[name]) if value.is_floating_point() else value
+            for name, value in mean.items()
+        }
         return {**server, "params": params}, metrics

@@ -1,6 +1,6 @@
 # fedac_example/attack.py
-"""An attack: what each malicious client (attack.fraction of them) sends. A free rider trains nothing
-and uploads the global model it received, i.e. an update of zero."""
+"""An attack: what each malicious client (attack.fraction of them) sends. A free rider trains
+nothing and uploads the global model it received, i.e. an update of zero."""
 
 import torch
 

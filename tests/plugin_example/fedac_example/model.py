@@ -1,5 +1,6 @@
 # fedac_example/model.py
-"""A model builder: fedac calls it with keywords whenever model.name (or another model setting) names it."""
+"""A model builder: fedac calls it with keywords whenever model.name (or another model setting)
+names it."""
 
 from torch import nn
 

@@ -1,6 +1,7 @@
 # fedac_example/scaffold.py
 """SCAFFOLD (Karimireddy et al. 2020, option II) stated once as a local objective: fedac builds its
-sequential and its stacked client update from these functions, the control variates stacked per client."""
+sequential and its stacked client update from these functions, the control variates stacked per
+client."""
 
 import torch
 import torch.nn.functional as F
@@ -30,19 +31,27 @@ class Scaffold(LocalObjective):
         return (F.cross_entropy(forward(x), y, reduction="none") * weight).sum()
 
     def transform_grads(self, grads, params, state, payload):
-        return {name: g - state[name] + payload["control"][name] for name, g in grads.items()}  # g - c_i + c
+        # g - c_i + c
+        return {name: g - state[name] + payload["control"][name] for name, g in grads.items()}
 
     def finish_local(self, params, state, payload, steps):
         x, c, lr = payload["params"], payload["control"], self.cfg.train.lr
-        new = {name: ci - c[name] + (x[name] - params[name]) / (max(steps, 1) * lr) for name, ci in state.items()}
+        new = {
+            name: ci - c[name] + (x[name] - params[name]) / (max(steps, 1) * lr)
+            for name, ci in state.items()
+        }
         return {"params": params, "control": {name: new[name] - state[name] for name in new}}, new
 
     def server_update(self, server, uploads, round_idx):
         def mean(key, name):
             return torch.stack([upload[key][name] for upload, _ in uploads]).mean(0)
 
-        params = {name: mean("params", name) if value.is_floating_point() else value
-                  for name, value in server["params"].items()}  # x + 1 * mean(y_i - x)
+        params = {
+            name: mean("params", name) if value.is_floating_point() else value
+            for name, value in server["params"].items()
+        }  # x + 1 * mean(y_i - x)
         share = len(uploads) / len(self.task.clients)
-        control = {name: value + share * mean("control", name) for name, value in server["control"].items()}
+        control = {
+            name: value + share * mean("control", name) for name, value in server["control"].items()
+        }
         return {"params": params, "control": control}, {}

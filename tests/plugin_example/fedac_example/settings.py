@@ -16,4 +16,5 @@ class FedAvgLRSettings:
 @dataclass
 class DropFarthestSettings:
     drop: int = number(1, ">= 0")
-    """drop_farthest: how many uploads farthest from the cohort's mean are left out (two are always kept)."""
+    """drop_farthest: how many uploads farthest from the cohort's mean are left out (two are always
+    kept)."""

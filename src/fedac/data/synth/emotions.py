@@ -83,9 +83,20 @@ class _Prosody:
 
 _PROSODY = {
     "NEU": _Prosody(exclaim=0.05),
-    "ANG": _Prosody(pitch=8, pitch_range=12, rate=1.10, gain_db=6, tilt_db=6, roughness=0.012, drive=1.5, exclaim=0.6),
+    "ANG": _Prosody(
+        pitch=8,
+        pitch_range=12,
+        rate=1.10,
+        gain_db=6,
+        tilt_db=6,
+        roughness=0.012,
+        drive=1.5,
+        exclaim=0.6,
+    ),
     "HAP": _Prosody(pitch=16, pitch_range=28, rate=1.08, gain_db=2.5, tilt_db=2.5, exclaim=0.45),
-    "SAD": _Prosody(pitch=-12, pitch_range=-25, rate=0.80, gain_db=-5, tilt_db=-6, tremor=0.012, breath=0.5),
+    "SAD": _Prosody(
+        pitch=-12, pitch_range=-25, rate=0.80, gain_db=-5, tilt_db=-6, tremor=0.012, breath=0.5
+    ),
     "DIS": _Prosody(pitch=-6, pitch_range=-5, rate=0.88, gain_db=1, tilt_db=-2, roughness=0.006),
     "FEA": _Prosody(pitch=14, pitch_range=-5, rate=1.15, gain_db=-2, tremor=0.02, breath=0.3),
 }
@@ -107,15 +118,19 @@ class _Actor:
 
 
 def plan_files(extra_sentence: str) -> list[tuple[str, str, str]]:
-    """(sentence, emotion, level) of every file an actor records; DIS and FEA only for `extra_sentence`."""
+    """(sentence, emotion, level) of every file an actor records; DIS and FEA only for
+    `extra_sentence`."""
     files = [(s, e, "XX") for s in SENTENCES if s != "IEO" for e in EMOTIONS]
-    files += [("IEO", "NEU", "XX")] + [("IEO", e, lv) for e in EMOTIONS if e != "NEU" for lv in ("LO", "MD", "HI")]
+    files += [("IEO", "NEU", "XX")] + [
+        ("IEO", e, lv) for e in EMOTIONS if e != "NEU" for lv in ("LO", "MD", "HI")
+    ]
     files += [(extra_sentence, "DIS", "XX"), (extra_sentence, "FEA", "XX")]
     return files
 
 
 def plan_actors(actors: int, seed: int, purpose: str = "cremad-actors") -> list[_Actor]:
-    """`actors` distinct espeak voices with their own pitch, rate, expressiveness, level and channel."""
+    """`actors` distinct espeak voices with their own pitch, rate, expressiveness, level and
+    channel."""
     rng = numpy_rng(seed, purpose)
     variants = [v for v in espeak.voice_variants() if v not in _UNVOICED]
     pairs = [f"{a}+{v}" for a in espeak.english_voices() for v in variants]
@@ -176,7 +191,9 @@ def _voice_quality(x: np.ndarray, p: _Prosody, s: float, rng: np.random.Generato
     if p.roughness:
         speed += s * p.roughness * _smooth_noise(n, rng.uniform(30, 70), rng)
     if p.tremor:
-        speed += s * p.tremor * np.sin(2 * np.pi * rng.uniform(4, 7) * t + rng.uniform(0, 2 * np.pi))
+        speed += (
+            s * p.tremor * np.sin(2 * np.pi * rng.uniform(4, 7) * t + rng.uniform(0, 2 * np.pi))
+        )
     if p.roughness or p.tremor:
         x = _warp(x, speed)
         t = t[: len(x)]
@@ -186,7 +203,10 @@ def _voice_quality(x: np.ndarray, p: _Prosody, s: float, rng: np.random.Generato
         highs = signal.sosfilt(signal.butter(1, 1500, "highpass", fs=SAMPLE_RATE, output="sos"), x)
         x = x + (10 ** (s * p.tilt_db / 20) - 1) * highs
     if p.breath:
-        hiss = signal.sosfilt(signal.butter(2, [1500, 6000], "bandpass", fs=SAMPLE_RATE, output="sos"), rng.standard_normal(len(x)))
+        hiss = signal.sosfilt(
+            signal.butter(2, [1500, 6000], "bandpass", fs=SAMPLE_RATE, output="sos"),
+            rng.standard_normal(len(x)),
+        )
         hiss *= _envelope(x) / (np.sqrt(np.mean(hiss**2)) + 1e-12)
         x = x + min(s, 2.0) * p.breath * hiss
     if p.drive:
@@ -206,9 +226,12 @@ def _render(actor: _Actor, sentence: str, emotion: str, level: str, seed: int) -
     return perform(actor, text, emotion, s, rng)
 
 
-def perform(actor: _Actor, text: str, emotion: str, s: float, rng: np.random.Generator) -> np.ndarray:
-    """`actor` reads `text` acting `emotion` (a key of the prosody table) at intensity `s`: 16 kHz audio
-    with the actor's band, level, pauses and noise floor. Shared by the CREMA-D and IEMOCAP stand-ins."""
+def perform(
+    actor: _Actor, text: str, emotion: str, s: float, rng: np.random.Generator
+) -> np.ndarray:
+    """`actor` reads `text` acting `emotion` (a key of the prosody table) at intensity `s`: 16 kHz
+    audio with the actor's band, level, pauses and noise floor. Shared by the CREMA-D and IEMOCAP
+    stand-ins."""
     p = _PROSODY[emotion]
     eng = espeak.engine()
     raw = eng.synth(
@@ -216,13 +239,17 @@ def perform(actor: _Actor, text: str, emotion: str, s: float, rng: np.random.Gen
         actor.voice,
         rate=int(np.clip(actor.rate * np.exp(s * np.log(p.rate) + rng.normal(0, 0.07)), 80, 450)),
         pitch=int(np.clip(round(actor.pitch + s * p.pitch + rng.normal(0, 6)), 0, 100)),
-        pitch_range=int(np.clip(round(actor.pitch_range + s * p.pitch_range + rng.normal(0, 10)), 0, 100)),
+        pitch_range=int(
+            np.clip(round(actor.pitch_range + s * p.pitch_range + rng.normal(0, 10)), 0, 100)
+        ),
         seed=int(rng.integers(2**31)),
     )
     if raw.size == 0 or not np.any(raw):
         raise espeak.EspeakError(f"espeak rendered no audio for {text!r} with {actor.voice!r}")
     x = _voice_quality(_trim(_to_16k(raw, eng.sample_rate)), p, s, rng)
-    band = signal.butter(2, [actor.highpass_hz, actor.lowpass_hz], "bandpass", fs=SAMPLE_RATE, output="sos")
+    band = signal.butter(
+        2, [actor.highpass_hz, actor.lowpass_hz], "bandpass", fs=SAMPLE_RATE, output="sos"
+    )
     x = signal.sosfilt(band, x)
     level = 10 ** ((actor.level_db + s * p.gain_db + rng.normal(0, 2.5)) / 20)
     x *= level / (np.sqrt(np.mean(x**2)) + 1e-12)
@@ -242,7 +269,13 @@ def _render_actor(task: tuple) -> int:
     return len(files)
 
 
-def generate(out_dir: str | Path, actors: int = DEFAULT_ACTORS, seed: int = 0, progress: bool = True, workers: int = 2) -> dict:
+def generate(
+    out_dir: str | Path,
+    actors: int = DEFAULT_ACTORS,
+    seed: int = 0,
+    progress: bool = True,
+    workers: int = 2,
+) -> dict:
     """Generate (or reuse) a synthetic CREMA-D tree under `out_dir`; returns its stats.
 
     A complete generation with the same seed and actors is returned as is (stats["cached"] True);
@@ -251,7 +284,12 @@ def generate(out_dir: str | Path, actors: int = DEFAULT_ACTORS, seed: int = 0, p
     """
     start = time.perf_counter()
     out = Path(out_dir)
-    params = {"generator": "cremad", "format_version": _FORMAT_VERSION, "seed": int(seed), "actors": int(actors)}
+    params = {
+        "generator": "cremad",
+        "format_version": _FORMAT_VERSION,
+        "seed": int(seed),
+        "actors": int(actors),
+    }
     if int(actors) < 1:  # validate before touching the disk
         raise ValueError(f"need at least one actor, got {actors}")
     cached = layout.cached_stats(out, params, [_AUDIO_DIR, _README])
@@ -259,15 +297,20 @@ def generate(out_dir: str | Path, actors: int = DEFAULT_ACTORS, seed: int = 0, p
         return dict(cached, seconds=round(time.perf_counter() - start, 3), out_dir=str(out))
     plan = plan_actors(int(actors), int(seed))
     (out / _AUDIO_DIR).mkdir()
-    counts = layout.run_tasks(_render_actor, [(a, out, int(seed)) for a in plan], workers, "synth cremad", progress)
+    counts = layout.run_tasks(
+        _render_actor, [(a, out, int(seed)) for a in plan], workers, "synth cremad", progress
+    )
     kept = sum(len([f for f in plan_files(a.extra_sentence) if f[1] in EMOTIONS]) for a in plan)
     stats = {"actors": len(plan), "files": int(sum(counts)), "kept_files": kept}
     (out / _README).write_text(
         "SYNTHETIC stand-in for CREMA-D -- not real speech.\n"
-        f"Generated by fedac.data.synth.emotions.generate() with espeak-ng, format version {_FORMAT_VERSION}.\n"
-        f"seed: {seed}\nactors: {actors} ({FIRST_ACTOR}..{FIRST_ACTOR + actors - 1})\nfiles: {stats['files']}\n"
-        "Emotions are acted by prosody and voice-quality changes of espeak-ng voices.\n"
-        "espeak-ng is GPL-3.0-or-later; the audio contains no third-party recordings.\n"
+        "Generated by fedac.data.synth.emotions.generate() with espeak-ng, format version "
+        f"{_FORMAT_VERSION}.\nseed: {seed}\nactors: {actors} "
+        f"({FIRST_ACTOR}..{FIRST_ACTOR + actors - 1})\nfiles: {stats['files']}\nEmotions are acted "
+        "by prosody and voice-quality changes of espeak-ng voices.\nespeak-ng is GPL-3.0-or-later; "
+        "the audio contains no third-party recordings.\n"
     )
     layout.finish(out, params, stats)
-    return dict(stats, cached=False, seconds=round(time.perf_counter() - start, 3), out_dir=str(out))
+    return dict(
+        stats, cached=False, seconds=round(time.perf_counter() - start, 3), out_dir=str(out)
+    )

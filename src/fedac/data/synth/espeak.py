@@ -231,7 +231,8 @@ class Espeak:
         seed: int = 0,
         fresh: bool = True,
     ) -> np.ndarray:
-        """Render ``text`` with ``voice``: an accent, optionally ``+variant`` (``"en-gb-x-rp+Andy"``).
+        """Render ``text`` with ``voice``: an accent, optionally ``+variant``
+        (``"en-gb-x-rp+Andy"``).
 
         ``rate`` is in words per minute (80..450); ``pitch`` and ``pitch_range`` are 0..100 with 50
         the voice's default; ``volume`` is 0..200. ``seed`` drives espeak's noise generators.

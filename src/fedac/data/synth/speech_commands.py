@@ -465,7 +465,9 @@ def generate(
     ]
     splits = ("train", "validation", "testing")
     clips = dict.fromkeys(splits, 0)
-    for split, n in layout.run_tasks(_run_task, tasks, int(workers), "synth speech commands", progress):
+    for split, n in layout.run_tasks(
+        _run_task, tasks, int(workers), "synth speech commands", progress
+    ):
         clips[split] = clips.get(split, 0) + n
     clips.pop("background", None)
 

@@ -71,17 +71,23 @@ class _Recording:
     snr_db: float  # foreground over the noise bed
     interferer: int | None = None  # classID of a quieter sound of another class in the scene
     interferer_db: float = 0.0  # its level relative to the foreground
-    occurrences: list[tuple[float, float]] = field(default_factory=list)  # (start, duration) seconds
+    # (start, duration) seconds
+    occurrences: list[tuple[float, float]] = field(default_factory=list)
 
     @property
     def name(self) -> str:
         return CLASSES[self.class_id]
 
     def slices(self) -> list[tuple[int, int, float, float]]:
-        """(occurrence, slice, start, end) of every slice file; a tail under _MIN_TAIL s is not cut."""
+        """(occurrence, slice, start, end) of every slice file; a tail under _MIN_TAIL s is not
+        cut."""
         out = []
         for occ, (start, duration) in enumerate(self.occurrences):
-            cuts = [a for a in np.arange(0.0, duration, SLICE_SECONDS) if a == 0 or duration - a >= _MIN_TAIL]
+            cuts = [
+                a
+                for a in np.arange(0.0, duration, SLICE_SECONDS)
+                if a == 0 or duration - a >= _MIN_TAIL
+            ]
             for k, a in enumerate(cuts):
                 out.append((occ, k, start + a, start + min(a + SLICE_SECONDS, duration)))
         return out
@@ -92,7 +98,9 @@ class _Recording:
 
 def _plan(recordings: int, seed: int) -> list[_Recording]:
     if recordings < len(CLASSES):
-        raise ValueError(f"need at least {len(CLASSES)} recordings (one per class), got {recordings}")
+        raise ValueError(
+            f"need at least {len(CLASSES)} recordings (one per class), got {recordings}"
+        )
     rng = numpy_rng(seed, "urban-plan")
     fs_ids = rng.choice(np.arange(1000, 200000), size=recordings, replace=False)
     classes = np.arange(recordings) % len(CLASSES)
@@ -139,7 +147,9 @@ def _filt(x: np.ndarray, kind: str, freq, order: int = 2) -> np.ndarray:
     return signal.sosfilt(signal.butter(order, freq, kind, fs=SR, output="sos"), x)
 
 
-def _tone(freq: np.ndarray | float, n: int, harmonics: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _tone(
+    freq: np.ndarray | float, n: int, harmonics: np.ndarray, rng: np.random.Generator
+) -> np.ndarray:
     """Harmonic tone following an instantaneous frequency track (phase = running integral)."""
     track = np.broadcast_to(np.asarray(freq, dtype=float), (n,))
     phase = 2 * np.pi * np.cumsum(track) / SR
@@ -150,7 +160,13 @@ def _tone(freq: np.ndarray | float, n: int, harmonics: np.ndarray, rng: np.rando
     return out
 
 
-def _gate(n: int, rng: np.random.Generator, on: tuple[float, float], off: tuple[float, float], ramp: float = 0.01) -> np.ndarray:
+def _gate(
+    n: int,
+    rng: np.random.Generator,
+    on: tuple[float, float],
+    off: tuple[float, float],
+    ramp: float = 0.01,
+) -> np.ndarray:
     """0/1 envelope of random on/off segments with short ramps."""
     env = np.zeros(n)
     t = int(rng.uniform(0, off[1]) * SR)
@@ -173,7 +189,9 @@ def _place(out: np.ndarray, event: np.ndarray, at: int) -> None:
 
 def _resonate(x: np.ndarray, freqs: list[float], q: float) -> np.ndarray:
     """Sum of band-pass resonators: crude formants / body modes."""
-    return np.asarray(sum(_filt(x, "bandpass", [f / (1 + 0.5 / q), f * (1 + 0.5 / q)]) for f in freqs))
+    return np.asarray(
+        sum(_filt(x, "bandpass", [f / (1 + 0.5 / q), f * (1 + 0.5 / q)]) for f in freqs)
+    )
 
 
 # --------------------------------------------------------------------------- class sources
@@ -183,9 +201,16 @@ def _resonate(x: np.ndarray, freqs: list[float], q: float) -> np.ndarray:
 
 def _air_conditioner(n, p, r):
     f0, rolloff = p.uniform(45, 130), p.uniform(0.8, 2.0)
-    cutoff, fan_rate, fan_depth, hum_share = p.uniform(400, 2500), p.uniform(2, 15), p.uniform(0, 0.25), p.uniform(0.1, 0.6)
+    cutoff, fan_rate, fan_depth, hum_share = (
+        p.uniform(400, 2500),
+        p.uniform(2, 15),
+        p.uniform(0, 0.25),
+        p.uniform(0.1, 0.6),
+    )
     t = np.arange(n) / SR
-    hum = _tone(f0 * (1 + 0.002 * np.sin(2 * np.pi * 0.1 * t)), n, 1 / np.arange(1, 9) ** rolloff, r)
+    hum = _tone(
+        f0 * (1 + 0.002 * np.sin(2 * np.pi * 0.1 * t)), n, 1 / np.arange(1, 9) ** rolloff, r
+    )
     air = _filt(_noise(n, r, 0.5), "lowpass", cutoff, 4)
     x = hum_share * hum / np.std(hum) + (1 - hum_share) * air
     return x * (1 + fan_depth * np.sin(2 * np.pi * fan_rate * t))
@@ -203,16 +228,33 @@ def _car_horn(n, p, r):
 
 def _children_playing(n, p, r):
     eng = espeak.engine()
-    variants = [f"{a}+{v}" for a in ("en-us", "en", "en-gb-scotland") for v in ("f1", "f2", "f3", "f4", "f5", "Annie", "linda", "belinda")]
-    voices = [variants[i] for i in p.choice(len(variants), size=int(p.integers(3, 6)), replace=False)]
-    words = "play ball catch me run here come on my turn look no yes again throw it wow hey stop tag you're it".split()
+    variants = [
+        f"{a}+{v}"
+        for a in ("en-us", "en", "en-gb-scotland")
+        for v in ("f1", "f2", "f3", "f4", "f5", "Annie", "linda", "belinda")
+    ]
+    voices = [
+        variants[i] for i in p.choice(len(variants), size=int(p.integers(3, 6)), replace=False)
+    ]
+    words = (
+        "play ball catch me run here come on my turn look no yes again throw it wow hey stop tag "
+        "you're it"
+    ).split()
     x = np.zeros(n)
     for voice in voices:
         track, at = np.zeros(n), int(r.uniform(0, 0.8) * SR)
         while at < n:
-            phrase = " ".join(r.choice(words, size=int(r.integers(2, 6)))) + r.choice(["!", "?", "."])
-            speech = eng.synth(phrase, voice, rate=int(r.uniform(170, 260)), pitch=int(r.uniform(75, 100)),
-                               pitch_range=int(r.uniform(60, 100)), seed=int(r.integers(2**31)))
+            phrase = " ".join(r.choice(words, size=int(r.integers(2, 6)))) + r.choice(
+                ["!", "?", "."]
+            )
+            speech = eng.synth(
+                phrase,
+                voice,
+                rate=int(r.uniform(170, 260)),
+                pitch=int(r.uniform(75, 100)),
+                pitch_range=int(r.uniform(60, 100)),
+                seed=int(r.integers(2**31)),
+            )
             g = np.gcd(SR, eng.sample_rate)
             speech = signal.resample_poly(speech, SR // g, eng.sample_rate // g)
             _place(track, speech * 10 ** (r.uniform(-12, 0) / 20), at)
@@ -226,7 +268,10 @@ def _children_playing(n, p, r):
 
 
 def _dog_bark(n, p, r):
-    f0, formants = p.uniform(350, 900), [p.uniform(500, 1000), p.uniform(1200, 2500), p.uniform(2600, 3800)]
+    f0, formants = (
+        p.uniform(350, 900),
+        [p.uniform(500, 1000), p.uniform(1200, 2500), p.uniform(2600, 3800)],
+    )
     length, grit = p.uniform(0.08, 0.25), p.uniform(0.1, 0.5)
     x, at = np.zeros(n), int(r.uniform(0, 0.5) * SR)
     while at < n:
@@ -245,7 +290,8 @@ def _dog_bark(n, p, r):
 def _drilling(n, p, r):
     f_motor, brightness, band = p.uniform(150, 500), p.uniform(0.3, 0.9), p.uniform(2000, 5000)
     t = np.arange(n) / SR
-    gate = _gate(n, r, (p.uniform(0.8, 2), p.uniform(2.5, 6)), (0.2, 1.0), ramp=0.25)  # spin up / down
+    # spin up / down
+    gate = _gate(n, r, (p.uniform(0.8, 2), p.uniform(2.5, 6)), (0.2, 1.0), ramp=0.25)
     freq = f_motor * (0.4 + 0.6 * gate) * (1 + 0.01 * np.sin(2 * np.pi * r.uniform(3, 9) * t))
     whine = _tone(freq, n, brightness ** np.arange(12), r)
     grind = _filt(r.standard_normal(n), "bandpass", [band * 0.7, min(band * 1.4, 7800)], 2)
@@ -265,7 +311,12 @@ def _engine_idling(n, p, r):
 
 
 def _gun_shot(n, p, r):
-    tau, boom, tail, automatic = p.uniform(0.02, 0.15), p.uniform(60, 120), p.uniform(0.3, 0.8), p.random() < 0.2
+    tau, boom, tail, automatic = (
+        p.uniform(0.02, 0.15),
+        p.uniform(60, 120),
+        p.uniform(0.3, 0.8),
+        p.random() < 0.2,
+    )
     x, at = np.zeros(n), int(r.uniform(0.0, 0.3) * SR)
     while at < n:
         shots = int(r.integers(4, 10)) if automatic else 1
@@ -281,10 +332,16 @@ def _gun_shot(n, p, r):
 
 
 def _jackhammer(n, p, r):
-    rate, modes, ring = p.uniform(12, 25), [p.uniform(800, 1600), p.uniform(1800, 3200)], p.uniform(0.01, 0.03)
+    rate, modes, ring = (
+        p.uniform(12, 25),
+        [p.uniform(800, 1600), p.uniform(1800, 3200)],
+        p.uniform(0.01, 0.03),
+    )
     gate = _gate(n, r, (p.uniform(1, 3), p.uniform(3.5, 7)), (0.2, 1.0), ramp=0.05)
     strikes, m = np.zeros(n), int(0.01 * SR)
-    for at in np.cumsum(SR / (rate * r.uniform(0.95, 1.05, size=int(n / SR * rate * 1.1) + 1))).astype(int):
+    for at in np.cumsum(
+        SR / (rate * r.uniform(0.95, 1.05, size=int(n / SR * rate * 1.1) + 1))
+    ).astype(int):
         if at < n and gate[at] > 0.5:
             _place(strikes, r.uniform(0.7, 1.0) * r.standard_normal(m) * _decay(m, 0.002), at)
     # The tool body rings after each strike: resonators with a decay of `ring` seconds.
@@ -304,7 +361,9 @@ def _siren(n, p, r):
     else:
         freq = np.where(np.floor(t / p.uniform(0.5, 0.7)) % 2 == 0, lo, hi)
     doppler = 1 + 0.02 * np.sin(2 * np.pi * t / 20)
-    return _tone(freq * doppler, n, harmonics, r) * (0.6 + 0.4 * np.sin(np.pi * np.linspace(0, 1, n)))
+    return _tone(freq * doppler, n, harmonics, r) * (
+        0.6 + 0.4 * np.sin(np.pi * np.linspace(0, 1, n))
+    )
 
 
 def _street_music(n, p, r):
@@ -324,16 +383,30 @@ def _street_music(n, p, r):
             for s in chord:
                 _place(x, 0.3 * note(s, 2 * step), at)
         _place(x, 0.4 * note(12 + float(r.choice(scale)), step), at)
-        kick = np.sin(2 * np.pi * np.cumsum(np.linspace(120, 45, step // 2)) / SR) * _decay(step // 2, 0.05)
+        kick = np.sin(2 * np.pi * np.cumsum(np.linspace(120, 45, step // 2)) / SR) * _decay(
+            step // 2, 0.05
+        )
         _place(x, 0.8 * kick, at)
         hat = int(0.04 * SR)
-        _place(x, 0.2 * _filt(r.standard_normal(hat), "highpass", 6000) * _decay(hat, 0.01), at + step // 2)
+        _place(
+            x,
+            0.2 * _filt(r.standard_normal(hat), "highpass", 6000) * _decay(hat, 0.01),
+            at + step // 2,
+        )
     return x
 
 
 _SOURCES = [
-    _air_conditioner, _car_horn, _children_playing, _dog_bark, _drilling,
-    _engine_idling, _gun_shot, _jackhammer, _siren, _street_music,
+    _air_conditioner,
+    _car_horn,
+    _children_playing,
+    _dog_bark,
+    _drilling,
+    _engine_idling,
+    _gun_shot,
+    _jackhammer,
+    _siren,
+    _street_music,
 ]  # index = classID
 
 
@@ -353,7 +426,13 @@ def _channel(rng: np.random.Generator) -> np.ndarray:
     """A recording's microphone and distance colouring: band limits plus two random EQ bands."""
     sections = [
         signal.butter(2, rng.uniform(20, 300), "highpass", fs=SR, output="sos"),
-        signal.butter(2, float(np.exp(rng.uniform(np.log(1500), np.log(7800)))), "lowpass", fs=SR, output="sos"),
+        signal.butter(
+            2,
+            float(np.exp(rng.uniform(np.log(1500), np.log(7800)))),
+            "lowpass",
+            fs=SR,
+            output="sos",
+        ),
     ]
     for _ in range(2):
         freq = float(np.exp(rng.uniform(np.log(100), np.log(6000))))
@@ -371,12 +450,15 @@ def _render_recording(task: tuple) -> list[dict]:
     for occ, (start, duration) in enumerate(rec.occurrences):
         r = numpy_rng(seed, "urban-occurrence", rec.fs_id, occ)
         n = int(round(duration * SR))
-        # A fresh parameter stream per occurrence: all occurrences of a recording share the parameters.
+        # A fresh parameter stream per occurrence: all occurrences of a recording share the
+        # parameters.
         fg = _SOURCES[rec.class_id](n, numpy_rng(seed, "urban-source", rec.fs_id), r)
         fg = fg * 10 ** (level_db / 20) / (np.sqrt(np.mean(fg**2)) + 1e-12)
         if rec.interferer is not None:
             other = _SOURCES[rec.interferer](n, numpy_rng(seed, "urban-interferer", rec.fs_id), r)
-            fg = fg + other * 10 ** ((level_db + rec.interferer_db) / 20) / (np.sqrt(np.mean(other**2)) + 1e-12)
+            fg = fg + other * 10 ** ((level_db + rec.interferer_db) / 20) / (
+                np.sqrt(np.mean(other**2)) + 1e-12
+            )
         bg = _noise(n, r, exponent) + rumble * _filt(_noise(n, r, 2.0), "lowpass", 150)
         fg_power = np.mean(fg**2)
         x = fg + bg * np.sqrt(fg_power * 10 ** (-rec.snr_db / 10) / (np.mean(bg**2) + 1e-12))
@@ -390,14 +472,28 @@ def _render_recording(task: tuple) -> list[dict]:
             piece = piece * (0.97 / peak) if peak > 0.97 else piece
             name = f"{rec.fs_id}-{rec.class_id}-{occ}-{k}.wav"
             layout.write_wav(out / "audio" / f"fold{rec.fold}" / name, piece)
-            rows.append({
-                "slice_file_name": name, "fsID": rec.fs_id, "start": f"{a:.6f}", "end": f"{b:.6f}",
-                "salience": rec.salience, "fold": rec.fold, "classID": rec.class_id, "class": rec.name,
-            })
+            rows.append(
+                {
+                    "slice_file_name": name,
+                    "fsID": rec.fs_id,
+                    "start": f"{a:.6f}",
+                    "end": f"{b:.6f}",
+                    "salience": rec.salience,
+                    "fold": rec.fold,
+                    "classID": rec.class_id,
+                    "class": rec.name,
+                }
+            )
     return rows
 
 
-def generate(out_dir: str | Path, recordings: int = DEFAULT_RECORDINGS, seed: int = 0, progress: bool = True, workers: int = 2) -> dict:
+def generate(
+    out_dir: str | Path,
+    recordings: int = DEFAULT_RECORDINGS,
+    seed: int = 0,
+    progress: bool = True,
+    workers: int = 2,
+) -> dict:
     """Generate (or reuse) a synthetic UrbanSound8K tree under `out_dir`; returns its stats.
 
     A complete generation with the same seed and recordings is returned as is (stats["cached"]
@@ -406,9 +502,16 @@ def generate(out_dir: str | Path, recordings: int = DEFAULT_RECORDINGS, seed: in
     """
     start = time.perf_counter()
     out = Path(out_dir)
-    params = {"generator": "urbansound8k", "format_version": _FORMAT_VERSION, "seed": int(seed), "recordings": int(recordings)}
+    params = {
+        "generator": "urbansound8k",
+        "format_version": _FORMAT_VERSION,
+        "seed": int(seed),
+        "recordings": int(recordings),
+    }
     if int(recordings) < len(CLASSES):  # validate before touching the disk
-        raise ValueError(f"need at least {len(CLASSES)} recordings (one per class), got {recordings}")
+        raise ValueError(
+            f"need at least {len(CLASSES)} recordings (one per class), got {recordings}"
+        )
     cached = layout.cached_stats(out, params, ["audio", "metadata", _README])
     if cached is not None:
         return dict(cached, seconds=round(time.perf_counter() - start, 3), out_dir=str(out))
@@ -418,7 +521,13 @@ def generate(out_dir: str | Path, recordings: int = DEFAULT_RECORDINGS, seed: in
     (out / METADATA).parent.mkdir(parents=True)
     # Longest recordings first so the pool's workers finish together.
     tasks = sorted(plan, key=lambda rec: -sum(d for _, d in rec.occurrences))
-    results = layout.run_tasks(_render_recording, [(rec, out, int(seed)) for rec in tasks], workers, "synth urbansound8k", progress)
+    results = layout.run_tasks(
+        _render_recording,
+        [(rec, out, int(seed)) for rec in tasks],
+        workers,
+        "synth urbansound8k",
+        progress,
+    )
     rows = sorted((row for rows in results for row in rows), key=lambda row: row["slice_file_name"])
     with (out / METADATA).open("w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=COLUMNS)
@@ -437,4 +546,6 @@ def generate(out_dir: str | Path, recordings: int = DEFAULT_RECORDINGS, seed: in
         "Procedural sources per class; children's voices by espeak-ng (GPL-3.0-or-later).\n"
     )
     layout.finish(out, params, stats)
-    return dict(stats, cached=False, seconds=round(time.perf_counter() - start, 3), out_dir=str(out))
+    return dict(
+        stats, cached=False, seconds=round(time.perf_counter() - start, 3), out_dir=str(out)
+    )
