@@ -141,8 +141,8 @@ def _trial_split(manifest: Manifest, cfg: Config, cnn, empty_shape, progress: bo
         [(position[a], position[b], target) for a, b, target in manifest.trials], dtype=torch.long
     )
     return EvalSplit(
-        Padded.stack(inputs, empty_shape),
-        torch.arange(len(paths)),  # type: ignore[arg-type]
+        Padded.stack(inputs, empty_shape),  # type: ignore[arg-type]
+        torch.arange(len(paths)),
         torch.zeros(len(paths), dtype=torch.long),
         kind="verification",
         trials=trials,
@@ -174,12 +174,12 @@ def build_waveform_data(cfg: Config, progress: bool = True) -> FederatedData:
         clients.append(
             ClientData(
                 split.name,
-                train_x,
-                _targets(manifest, split.train, labels),  # type: ignore[arg-type]
-                holdout_x,
+                train_x,  # type: ignore[arg-type]
+                _targets(manifest, split.train, labels),
+                holdout_x,  # type: ignore[arg-type]
                 _targets(manifest, split.holdout, labels),
             )
-        )  # type: ignore[arg-type]
+        )
     empty = [c.name for c in clients if c.num_samples == 0]
     if empty:
         log.warning(
