@@ -10,7 +10,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 "${PIP[@]}" torch==2.13.0
-# tensorboard, mlflow: the optional trackers (log.tensorboard, log.mlflow), tested by tests/test_trackers.py
+# tensorboard, mlflow: the optional trackers (log.tensorboard, log.mlflow), tested by tests/engine/test_trackers.py
 "${PIP[@]}" -e ".[test,ssl,hf,tensorboard,mlflow]"
 .venv/bin/python -c "import torch, fedac; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 # The fused GRU kernel (src/fedac/kernels/gru.cpp, g++ + ninja, about a minute once). If it cannot be

@@ -5,6 +5,14 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+# The tests mirror the package's folders; a test module imports another's helpers by its base name
+# (`from test_cohort import ...`), as pytest's default import mode names it, so each folder is on
+# the path.
+sys.path[1:1] = [
+    str(p)
+    for p in sorted(Path(__file__).parent.iterdir())
+    if p.is_dir() and any(p.glob("test_*.py"))
+]
 
 from gsc_fixture import make_gsc_tree  # noqa: E402
 from helpers import terminal_process_state  # noqa: E402

@@ -4,7 +4,7 @@ Tests that compare with numbers written on another machine hold under other kern
 one.
 
 Those numbers are only reproducible to float rounding away from the machine, thread count and
-kernels that wrote them, so such a test states a tolerance (tests/test_old_runs.py REL). Each
+kernels that wrote them, so such a test states a tolerance (tests/engine/test_old_runs.py REL). Each
 variant here reruns them in a fresh pytest with one kernel choice changed: a test that passes only
 with the writer's kernels (a bit-exact comparison with a stored number) fails here, on any machine.
 Bit-exact comparisons stay where both sides run in one process (resume against an uninterrupted
@@ -32,8 +32,8 @@ REPO = Path(__file__).parents[1]
 #: Every test that compares with numbers computed elsewhere: the old code's runs
 #: (tests/data/old_runs) and a published value (Opacus' accountant).
 NUMERIC = [
-    "tests/test_old_runs.py",
-    "tests/test_privacy.py::test_accountant_matches_the_published_value",
+    "tests/engine/test_old_runs.py",
+    "tests/rules/test_privacy.py::test_accountant_matches_the_published_value",
 ]
 #: One kernel choice changed each (the environment of the rerun), with code that checks it takes
 #: effect here.

@@ -6,9 +6,9 @@ written for a chunk of stacked clients: the same batches, dropout masks, loss fu
 per-sample weights, so padding counts for nothing and each client keeps its own batch mean), SGD
 update (`train.optimizer`, each client's gradient clipped at `train.max_grad_norm`) and order of
 forward passes. The numbers therefore match the sequential path to float rounding
-(tests/test_cohort.py, tests/test_stacked_models.py). Each architecture's stacked forward is
-`Algorithm.stacked_forward`: the hand-written CRNN (models/stacked.py) for the zoo's CRNNs,
-training/functional.py's vmapped module for any other network; the engine
+(tests/training/test_cohort.py, tests/models/test_stacked_models.py). Each architecture's stacked
+forward is `Algorithm.stacked_forward`: the hand-written CRNN (models/stacked.py) for the zoo's
+CRNNs, training/functional.py's vmapped module for any other network; the engine
 (`Algorithm.execution_path`) sends a configuration with no stacked form to the sequential path and
 says so, so nothing here falls back.
 """

@@ -143,7 +143,7 @@ class RoundDriver(ABC):
         if resume:
             self.rewind_logs(state["round"])
         # Rounds this process trains, reported so a resumed run shows where it started
-        # (tests/test_resume.py).
+        # (tests/engine/test_resume.py).
         self.resumed_from, self.rounds_trained = state["round"], 0
         started = time.perf_counter() - state["wall_seconds"]
         rounds = self.rounds

@@ -30,7 +30,7 @@ Each row must appear verbatim: `| label | cell | cell | ... |`, a cell being `ke
 `std`, `key` itself) of each file in turn.
 
 `fedac report` prints each figure as regenerated; `fedac report --check` exits 1 naming every quote
-a document no longer contains (tests/test_figures.py runs it on this repository).
+a document no longer contains (tests/experiments/test_figures.py runs it on this repository).
 
 It also says which quoted results were made by other training code than the current one (version.py:
 results.json's `code_version`, a comparison's summary.json each run's `source_sha256`): a `stale:`

@@ -17,14 +17,14 @@ when Triton imports).
 
 The kernels and the pure-torch recurrence do the same math but not in the same instructions (Sleef
 vector exp / tanh and fused multiply-adds against torch's own ops), so they agree to float rounding
-per step, not bit for bit: tests/test_gru_kernel.py checks outputs to 1e-6 and gradients to 1e-5
-(absolute and relative) against the pure-torch recurrence and nn.GRU. Over a long run those per-step
-differences grow like any rounding change: on one machine the default run's final test accuracy was
-63.53% with the fused kernel and 64.01% with train.gru_kernel=torch (0.48 points), so a long run's
-final metrics move with the kernel choice by that order, and bit-identical reruns need the same
-choice. The AVX2 and AVX-512 builds run the same per-element code and agree bit for bit (tested), so
-the build does not move a run; the ATen matmuls around the kernel may still round differently from
-machine to machine.
+per step, not bit for bit: tests/models/test_gru_kernel.py checks outputs to 1e-6 and gradients to
+1e-5 (absolute and relative) against the pure-torch recurrence and nn.GRU. Over a long run those
+per-step differences grow like any rounding change: on one machine the default run's final test
+accuracy was 63.53% with the fused kernel and 64.01% with train.gru_kernel=torch (0.48 points), so a
+long run's final metrics move with the kernel choice by that order, and bit-identical reruns need
+the same choice. The AVX2 and AVX-512 builds run the same per-element code and agree bit for bit
+(tested), so the build does not move a run; the ATen matmuls around the kernel may still round
+differently from machine to machine.
 
 Belongs here: compiled kernels and their build, in the models layer (models/stacked.py calls them,
 training/runtime.py chooses the mode). Must not be here: a model, a training step or anything that

@@ -10,8 +10,8 @@ reference, so `_GRULayer` takes either; the results agree to float rounding (tan
 1, which every Triton version compiles).
 
 Imported only when used (Triton ships with CUDA builds of torch). With TRITON_INTERPRET=1 set before
-the import, Triton interprets the kernels on CPU tensors: how tests/test_gru_kernel.py checks them
-against the reference on machines without a GPU.
+the import, Triton interprets the kernels on CPU tensors: how tests/models/test_gru_kernel.py checks
+them against the reference on machines without a GPU.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ loop, against about 0.6x for this module (benchmarks/README.md, part `vmap`).
 This module therefore writes the CRNN out once more, the same function as `models/crnn.py` (equal to
 float rounding: convolutions are matmuls here, the GRU follows torch's CPU GRU step for step), with
 the GRU as batched matmuls over clients (forward and a hand-written backward) and dropout masks
-supplied by the caller. `tests/test_cohort.py` checks it against `nn.Module` outputs and gradients.
+supplied by the caller. `tests/training/test_cohort.py` checks it against `nn.Module` outputs and
+gradients.
 
 Layouts: inputs (K, B, features, frames); logits (K, B, classes); activations channels-last (K, B,
 T, C). Every op runs once for the whole stack: convolutions as one batched im2col matmul

@@ -17,7 +17,7 @@ from fedac.rules.aggregation import Aggregate, Params, weighted_mean
 # Each takes the cohort's uploads like `weighted_mean` and returns one model; integer entries are
 # copied from the first upload. Median, trimmed mean, Krum and Bulyan ignore n_k, as their papers
 # and Flower's functions (flwr.server.strategy.aggregate) do; Multi-Krum averages its selection
-# n_k-weighted, as Flower does. tests/test_robust_aggregation.py checks each against Flower's
+# n_k-weighted, as Flower does. tests/rules/test_robust_aggregation.py checks each against Flower's
 # function.
 
 

@@ -54,9 +54,9 @@ class FedKWSUIConfig:
     than Kaiming's, and at initialisation the encoder's gradient is 0.13-0.23x that of the
     single-head network (DSCNN and MHAttRNN, seeds 0-4): MHAttRNN's two-head control then reached
     9.7% test accuracy at round 12 of the scaled protocol against plain FedAvg's 29.0%, and 32.0%
-    with kaiming, which makes the ratio 0.86-1.29x (tests/test_fedkwsui_init.py). Drawn right after
-    the default in the model's seeded construction, so the same seed gives the same weights and the
-    encoder's are unchanged."""
+    with kaiming, which makes the ratio 0.86-1.29x (tests/algorithms/test_fedkwsui_init.py). Drawn
+    right after the default in the model's seeded construction, so the same seed gives the same
+    weights and the encoder's are unchanged."""
 
 
 #: FedKWS-UI's run defaults (the layer `fedac compare` / `reproduce` skip). Its code clips every

@@ -4,8 +4,8 @@ The rule every layer follows: tensors are created where the data they meet alrea
 (`device=x.device`, `x.new_zeros`, `zeros_like`), so only two places choose a device: the engine,
 which puts the client data and evaluation splits there once (`place`), and `Algorithm.make_model`,
 which builds every model on the CPU (so its initial weights equal a CPU run's, whatever the device)
-and then moves it. tests/test_device.py runs rounds with torch's default device set to `meta`, so a
-tensor created without following that rule fails the test.
+and then moves it. tests/training/test_device.py runs rounds with torch's default device set to
+`meta`, so a tensor created without following that rule fails the test.
 """
 
 from __future__ import annotations

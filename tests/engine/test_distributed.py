@@ -36,7 +36,7 @@ from fedac.engine.distributed import (
 from fedac.training.device import nbytes
 from helpers import tiny_run
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 #: Relative tolerance of a float in results.json: the stacked path's documented agreement
 #: (architecture.md).
 TOLERANCE = 1e-5

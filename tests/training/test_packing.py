@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from tests.test_cohort import assert_same_run, federate, make_algorithm, make_clients
+from test_cohort import assert_same_run, federate, make_algorithm, make_clients
 
 from fedac.training.cohort import cohort_workers, plan_chunks
 from fedac.training.packing import CPU_CHUNK, MEMORY_FRACTION, PROBE_CLIENTS, Packing

@@ -575,8 +575,8 @@ def test_live_device_supernodes_equal_the_simulator(dataset, tmp_path_factory, c
             node_log = fed.logs[f"node{k}"].read_text(errors="replace")
             assert f"device client{k:03d}: {len(listed)} clips in {folder} (" in node_log
             assert by_client[f"client{k:03d}"]["files"] == len(listed) + (2 if k == 0 else 0)
-        # Equal to the simulator on the same partition (the tolerance of tests/test_flower.py).
-        # the ClientApp's path (the stacked one reorders float sums)
+        # Equal to the simulator on the same partition (the tolerance of
+        # tests/flower/test_flower.py). the ClientApp's path (the stacked one reorders float sums)
         cfg.train.execution = "sequential"
         sim = Simulator(cfg, tmp_path_factory.mktemp("device_sim"), progress=False)
         expected = sim.run()

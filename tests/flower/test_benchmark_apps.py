@@ -17,7 +17,7 @@ from flwr.app import Context, MessageType, RecordDict  # noqa: E402
 
 from flower_helpers import LocalGrid, use_task_identity  # noqa: E402
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
 @pytest.fixture

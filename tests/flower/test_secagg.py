@@ -14,10 +14,11 @@ pytest.importorskip(
     "flwr", reason="flwr is not installed (pip install 'flwr>=1.41,<1.42'); Flower tests skipped"
 )
 
+import test_flower  # noqa: E402
 from flwr.common import bytes_to_ndarray  # noqa: E402
 from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS, Key, Stage  # noqa: E402
+from test_flower import dataset, nodes_for, run_config, run_local  # noqa: F401,E402  (dataset is a fixture)
 
-import test_flower  # noqa: E402
 from fedac.engine.simulator import Simulator  # noqa: E402
 from fedac.errors import ConfigError  # noqa: E402
 from fedac.flower import clientapp, secagg  # noqa: E402
@@ -25,7 +26,6 @@ from fedac.flower.settings import fedac_config  # noqa: E402
 from fedac.flower.strategy import FlowerRunError  # noqa: E402
 from fedac.rules.aggregation import weighted_mean  # noqa: E402
 from flower_helpers import LocalGrid, use_task_identity  # noqa: E402
-from test_flower import dataset, nodes_for, run_config, run_local  # noqa: F401,E402  (dataset is a fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 STAGES = [Stage.SETUP, Stage.SHARE_KEYS, Stage.COLLECT_MASKED_VECTORS, Stage.UNMASK]

@@ -9,6 +9,7 @@ import logging
 
 import pytest
 import torch
+from test_fedmlac import _client, _fedmlac_cfg, _task
 
 from fedac.algorithms.fedmlac import FedMLAC, expected_visits
 from fedac.cli import main
@@ -17,7 +18,6 @@ from fedac.engine.simulator import Simulator, sample_cohort
 from fedac.experiments.fedmlac import DATASETS, EXPERIMENTS
 from fedac.rules.aggregation import layer_groups
 from fedac.training.evaluate import window_accuracy
-from test_fedmlac import _client, _fedmlac_cfg, _task
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -286,7 +286,7 @@ def test_the_signal_tests_pass_in_a_pytest_started_with_sigint_ignored(tmp_path)
             f"--basetemp={tmp_path / 'tmp'}",
             *[f"{__file__}::{name}" for name in tests],
         ],
-        cwd=Path(__file__).parents[1],
+        cwd=Path(__file__).parents[2],
         capture_output=True,
         text=True,
         timeout=600,

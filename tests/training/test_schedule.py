@@ -4,7 +4,7 @@ consecutive size order, cut where padding costs more than a chunk, and balanced 
 from __future__ import annotations
 
 import pytest
-from tests.test_cohort import make_clients
+from test_cohort import make_clients
 
 from fedac.config import load_config
 from fedac.training.cohort import plan_chunks

@@ -15,7 +15,7 @@ from fedac.cli import main
 from fedac.errors import ConfigError
 from fedac.experiments.figures import FIGURES, collect, lookup, render_value
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_every_quoted_figure_matches_its_committed_result():

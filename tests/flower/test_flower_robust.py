@@ -13,12 +13,12 @@ pytest.importorskip(
 )
 
 from flwr.supercore.differential_privacy import compute_clip_model_update, compute_stdv  # noqa: E402
+from test_flower import dataset, nodes_for, run_local  # noqa: F401,E402  (dataset is a fixture)
 
 from fedac.engine.simulator import Simulator  # noqa: E402
 from fedac.flower.settings import fedac_config  # noqa: E402
 from fedac.rules.robust import clip_update  # noqa: E402
 from flower_helpers import use_task_identity  # noqa: E402
-from test_flower import dataset, nodes_for, run_local  # noqa: F401,E402  (dataset is a fixture)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -106,8 +106,9 @@ def test_flower_app_with_attack_or_dp_equals_the_simulator(
 
 
 def test_flower_builtin_strategies_refuse_attacks_and_client_clipping(dataset, tmp_path):
-    from fedac.errors import ConfigError
     from test_flower import run_config
+
+    from fedac.errors import ConfigError
 
     settings = {"algorithm": "fedavg", "strategy": "flower", "rounds": 1, "poll-interval": 0.01}
     for sets in ("dp.mode=client", "attack.kind=sign_flip;attack.fraction=0.3"):

@@ -432,8 +432,9 @@ def test_fedkwsui_on_flower_equals_the_simulator(tmp_path_factory, tmp_path, mon
     """In-process Flower deployment (LocalGrid): persistent private heads travel as explicit client
     state and the global model equals the simulator's."""
     pytest.importorskip("flwr")
-    from flower_helpers import use_task_identity
     from test_flower import fedac_config, make_gsc_tree, nodes_for, run_config, run_local
+
+    from flower_helpers import use_task_identity
 
     use_task_identity(monkeypatch)
 

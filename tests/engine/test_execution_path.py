@@ -106,7 +106,7 @@ def test_fedac_models_shows_each_models_stacked_support(capsys):
     # the SSL encoders stay sequential: measured slower vmapped
     # (benchmarks/results/stacked_models.json, "ssl")
     ssl = json.loads(
-        (Path(__file__).parents[1] / "benchmarks" / "results" / "stacked_models.json").read_text()
+        (Path(__file__).parents[2] / "benchmarks" / "results" / "stacked_models.json").read_text()
     )["ssl"]
     assert (
         ssl["ratio_cpu"] > 1

@@ -23,12 +23,12 @@ from cryptography import x509  # noqa: E402
 from cryptography.hazmat.primitives import hashes, serialization  # noqa: E402
 from cryptography.hazmat.primitives.asymmetric import ec  # noqa: E402
 from cryptography.x509.oid import NameOID  # noqa: E402
+from test_flower import dataset, run_config  # noqa: F401,E402  (dataset is a fixture)
 
 from fedac.engine.data import build_federated_data  # noqa: E402
 from fedac.flower.local import free_port  # noqa: E402
 from fedac.flower.settings import fedac_config  # noqa: E402
 from flower_helpers import BIN, PROCESS_WAIT, Federation  # noqa: E402
-from test_flower import dataset, run_config  # noqa: F401,E402  (dataset is a fixture)
 
 PEM = serialization.Encoding.PEM
 

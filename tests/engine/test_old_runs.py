@@ -26,7 +26,7 @@ from fedac.engine.checkpoint import load_checkpoint
 from fedac.training.device import resolve_device
 from helpers import compute_overrides, numbers_differ
 
-OLD = Path(__file__).parent / "data" / "old_runs"
+OLD = Path(__file__).parents[1] / "data" / "old_runs"
 CONFIGS = sorted((OLD / "configs").glob("*.yaml"))
 RUNS = sorted(path.parent for path in OLD.glob("*/checkpoint.pt"))
 #: The round count each old zero-shot file means: it holds train.rounds 50 (the then unused global

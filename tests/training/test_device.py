@@ -136,8 +136,9 @@ def test_a_round_creates_every_tensor_on_the_runs_device(case, tree, tmp_path):
 def test_zeroshot_rounds_create_every_tensor_on_the_runs_device(tmp_path):
     """The streaming driver and zero-shot's score tables, impressions and k-medoids (a registration
     round)."""
-    from fedac.engine.zeroshot import ZeroShotDriver
     from test_zeroshot import WORDS_10
+
+    from fedac.engine.zeroshot import ZeroShotDriver
 
     root = tmp_path / "gsc"
     make_gsc_tree(root, speakers=8, clips=1)

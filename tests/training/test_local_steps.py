@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_cohort import assert_same_run, federate, make_algorithm
 
 from fedac.config import load_config
 from fedac.training.local import cycling_batches, local_steps
-from test_cohort import assert_same_run, federate, make_algorithm
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -62,7 +62,7 @@ def test_optimizer_and_clipping_settings():
     with pytest.raises(ConfigError, match="train.optimizer must be sgd, adam or adamw"):
         make_optimizer(params, load_config(overrides=["train.optimizer=lion"]).train)
     # the stacked path has AdamW and clips per client (training/functional.py,
-    # tests/test_stacked_models.py)
+    # tests/models/test_stacked_models.py)
     assert make_algorithm()[0].cohort_ready()
     assert make_algorithm("train.optimizer=adamw")[0].cohort_ready()
     assert make_algorithm("train.max_grad_norm=5")[0].cohort_ready()

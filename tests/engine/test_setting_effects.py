@@ -35,7 +35,7 @@ from fedac.settings.fedopt import FedOptConfig
 from helpers import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 # --- probes ---------------------------------------------------------------------------------------

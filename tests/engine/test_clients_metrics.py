@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from test_earlyexit import voxceleb_root  # noqa: F401 (a fixture: the synthetic VoxCeleb1 tree)
 
 from fedac.config import load_config
 from fedac.engine.clients import ByteLedger
@@ -21,7 +22,6 @@ from fedac.models import build_model
 from fedac.training.device import nbytes
 from fedac.training.metrics import classification_metrics, confusion, confusion_metrics, spread
 from helpers import tiny_run
-from test_earlyexit import voxceleb_root  # noqa: F401 (a fixture: the synthetic VoxCeleb1 tree)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -8,6 +8,7 @@ import json
 
 import pytest
 import torch
+from test_resume import params_equal, trained_rounds
 
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import ClientData, Task
@@ -21,7 +22,6 @@ from fedac.models.early_exit import MultiExitSSL, scaled_exits
 from fedac.models.ssl import frame_lengths, size_config, stats_pool
 from fedac.rules.exits import exit_aggregate
 from fedac.seeding import torch_generator
-from test_resume import params_equal, trained_rounds
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

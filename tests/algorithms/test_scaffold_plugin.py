@@ -18,7 +18,7 @@ from fedac.engine.cohort import run_clients
 from fedac.seeding import torch_generator
 from fedac.training.local import client_batches
 
-sys.path.insert(0, str(Path(__file__).parent / "plugin_example"))
+sys.path.insert(0, str(Path(__file__).parents[1] / "plugin_example"))
 from fedac_example.scaffold import Scaffold  # noqa: E402
 
 FEATURES, FRAMES, CLASSES = 6, 9, 3
