@@ -1,4 +1,4 @@
-"""engine/simulator.py `all_finite`, the check that rejects NaN/Inf uploads (one foreach call per
+"""training/types.py `all_finite`, the check that rejects NaN/Inf uploads (one foreach call per
 upload)."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fedac.engine.simulator import all_finite
+from fedac.training.types import all_finite
 
 
 @pytest.mark.parametrize("bad", [float("nan"), float("inf"), float("-inf")])

@@ -61,6 +61,7 @@ from fedac.training.cohort import client_progress, progress_callback
 from fedac.training.device import to_device
 from fedac.training.evaluate import sharded
 from fedac.training.schedule import STEP_ROWS, batch_sizes
+from fedac.training.types import all_finite
 
 log = logging.getLogger(__name__)
 
@@ -525,8 +526,6 @@ def run_shared(
         )
     travel = results
     if owners is not None:
-        from fedac.engine.simulator import all_finite  # (simulator.py imports this module)
-
         travel = [replace(r, state=None if all_finite(r.state) else r.state) for r in results]
     travel, kept, summed = to_device(travel, "cpu"), [False] * len(results), None
     if usable is not None:

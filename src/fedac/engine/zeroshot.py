@@ -51,12 +51,12 @@ from fedac.engine.clients import ByteLedger, log_users, user_summary
 from fedac.engine.data import _gather, _rows_by_clip, normalize
 from fedac.engine.report import format_table
 from fedac.engine.run import RoundDriver
-from fedac.engine.simulator import all_finite
 from fedac.engine.tracking import check_trackers
 from fedac.errors import ConfigError
 from fedac.training.metrics import classification_metrics
 from fedac.training.runtime import start_runtime
 from fedac.training.step import train_client
+from fedac.training.types import all_finite
 
 log = logging.getLogger(__name__)
 

@@ -33,7 +33,6 @@ from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm, ClientData
 from fedac.config import Config
 from fedac.engine.data import FederatedData, build_federated_data
-from fedac.engine.simulator import all_finite
 from fedac.errors import ConfigError
 from fedac.flower import transport
 from fedac.flower.devices import device_client, run_classes
@@ -51,6 +50,7 @@ from fedac.training.device import autocast, place, to_device
 from fedac.training.evaluate import evaluate as evaluate_split
 from fedac.training.evaluate import window_accuracy
 from fedac.training.step import train_client
+from fedac.training.types import all_finite
 
 log = logging.getLogger("fedac.flower")
 

@@ -35,9 +35,10 @@ from flwr.serverapp.strategy import Strategy
 from fedac.algorithms.base import Algorithm
 from fedac.config import Config
 from fedac.engine.clients import ByteLedger
-from fedac.engine.simulator import all_finite, sample_cohort
+from fedac.engine.simulator import sample_cohort
 from fedac.errors import ConfigError, FedacError
 from fedac.flower import transport
+from fedac.training.types import all_finite
 
 log = logging.getLogger("fedac.flower")
 

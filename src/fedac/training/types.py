@@ -9,6 +9,7 @@ splits and the whole federation's tensors (`EvalSplit`, `FederatedData`), parame
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -136,3 +137,35 @@ def model_input(features: torch.Tensor, cfg: Config) -> torch.Tensor:
     """What the models read: CMVN-normalised features, or FedKWS-UI's scaled MFCCs as they are
     (`features.style=fedkws`: the official code applies no normalisation)."""
     return features.float().contiguous() if cfg.features.style == "fedkws" else normalize(features)
+
+
+def all_finite(obj: Any) -> bool:
+    """True when every tensor inside an upload (dicts / lists of tensors) is free of NaN and Inf."""
+    tensors: list[torch.Tensor] = []
+
+    def scan(o: Any) -> bool:  # collects the floating tensors, checks Python floats
+        if isinstance(o, torch.Tensor):
+            if o.is_floating_point() and o.numel():
+                tensors.append(o)
+            return True
+        if isinstance(o, dict):
+            return all(scan(v) for v in o.values())
+        if isinstance(o, (list, tuple)):
+            return all(scan(v) for v in o)
+        return math.isfinite(o) if isinstance(o, float) else True
+
+    if not scan(obj):
+        return False
+    # One foreach L2 norm call (16x faster than an isfinite + all per tensor, 2.7 % of a FedMLAC
+    # round, issue 18): NaN and Inf propagate into a norm, so a finite one proves the tensor finite;
+    # only a non-finite norm (possibly an overflow of huge finite values) needs the exact check.
+    return (
+        not tensors
+        or bool(torch.stack(torch._foreach_norm(tensors)).isfinite().all())
+        or all(bool(torch.isfinite(t).all()) for t in tensors)
+    )
+
+
+def usable(result: ClientResult) -> bool:
+    """Whether a client's result enters the round: its upload and new state are finite."""
+    return all_finite(result.upload) and all_finite(result.state)
