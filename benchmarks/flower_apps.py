@@ -39,8 +39,9 @@ from fedac.models import build_model
 from workloads import CLASSES, FEATURES, W_PER_ROUND, uniform_federation
 
 
-def benchmark_data(cfg, progress: bool = True):
-    """fedac's dataset builder for this benchmark: `data.num_clients` clients of random features."""
+def benchmark_data(cfg, progress: bool = True, device=None):
+    """fedac's dataset builder for this benchmark: `data.num_clients` clients of random features (on
+    the CPU, where the benchmark's apps train; `device` is the builder's signature)."""
     return uniform_federation(cfg.data.num_clients)
 
 

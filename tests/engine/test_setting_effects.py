@@ -26,7 +26,7 @@ from fedac.algorithms.fedopt import server_step
 from fedac.config import load_config
 from fedac.data.partition import partition
 from fedac.data.registry import dataset_spec
-from fedac.engine import simulator as simulator_mod
+from fedac.engine import run as run_mod  # the run skeleton saves the checkpoints
 from fedac.engine.cohort import run_clients
 from fedac.engine.data import build_federated_data
 from fedac.engine.simulator import Simulator
@@ -67,15 +67,15 @@ def run(build, gsc_root, tmp_path_factory):
         cfg = load_config(overrides=[f"{k}={v}" for k, v in settings.items()] + list(overrides))
         sim = Simulator(cfg, tmp_path_factory.mktemp("effects_run"), build()[1], progress=False)
         trained, saved = [], []
-        real_round, real_save = sim.run_round, simulator_mod.save_checkpoint
+        real_round, real_save = sim.run_round, run_mod.save_checkpoint
         sim.run_round = lambda state, r: trained.append(r) or real_round(state, r)
-        simulator_mod.save_checkpoint = lambda d, state: (
-            saved.append(state["round"]) or real_save(d, state)
+        run_mod.save_checkpoint = lambda d, state, *rest: (
+            saved.append(state["round"]) or real_save(d, state, *rest)
         )
         try:
             return sim.run(), trained, saved
         finally:
-            simulator_mod.save_checkpoint = real_save
+            run_mod.save_checkpoint = real_save
 
     return go
 
