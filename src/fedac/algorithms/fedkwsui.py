@@ -234,14 +234,15 @@ class FedKWSUI(Algorithm):
                 "fedkwsui needs every client's class counts (Task.class_counts) for ALT; build the "
                 "task with engine.data.build_federated_data"
             )
-        self.size_cap, self.r0 = self.alt_constants(task.class_counts)
+        self.size_cap, r0 = self.alt_constants(task.class_counts)
         self.ratios = {
             c: alt_ratio(n, self.size_cap) for c, n in zip(task.clients, task.class_counts)
         }
         # the paper's conservation rule, K / sum rbar_k, over the clients that hold data
-        if self.r0 is None:
+        if r0 is None:
             held = [self.ratios[c] for c, n in zip(task.clients, task.class_counts) if sum(n)]
-            self.r0 = len(held) / sum(held) if sum(held) > 0 else 1.0
+            r0 = len(held) / sum(held) if sum(held) > 0 else 1.0
+        self.r0: float = r0
 
     def alt_constants(self, class_counts: list[list[int]]) -> tuple[float, float | None]:
         """(size cap, r0) after resolving auto / max / sum (r0 None: K / sum rbar, computed by the
@@ -422,5 +423,5 @@ def alt_statistics(
         "mean": sum(values) / len(values),
         "max": max(values),
         "local_steps": float(steps),
-        "mean_steps": sum(alt_steps(algo.ratios[c], algo.r0, steps) for c in held) / len(held),
+        "mean_steps": sum([alt_steps(algo.ratios[c], algo.r0, steps) for c in held]) / len(held),
     }
