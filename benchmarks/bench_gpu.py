@@ -8,13 +8,14 @@ items 7-8).
     .venv/bin/python benchmarks/bench_gpu.py --device cuda --only gsc --paths fedac,plain  # paths
 
 The code: this file (the command line, the report, the targets and the table), gpu_timing.py (sizes,
-the device, timing one path) and gpu_workloads.py (the workloads). benchmarks/gpu/check.sh runs the
-quick form on a lent GPU machine, the GSC workload first. JSON goes to
-$OUT/bench_gpu.json when OUT is set, else benchmarks/results/bench_gpu.json (or --out), rewritten
-after every path (so a run stopped by a time limit keeps every path it measured; `running` names the
-workload under way); a table is printed last. `--summary FILE` keeps the GSC round's one-line
-summary (fedac and plain s/round, their ratio, the targets) in FILE from the moment fedac's round is
-measured.
+the device, timing one path, the helpers workloads share) and the package gpu_workloads/, one module
+per workload (paper.py, gsc.py, kws.py, w2v2.py, impressions.py, gru.py, torchrun.py; its RUNS maps
+each --only name to its function). benchmarks/gpu/check.sh runs the quick form on a lent GPU
+machine, the GSC workload first. JSON goes to $OUT/bench_gpu.json when OUT is set, else
+benchmarks/results/bench_gpu.json (or --out), rewritten after every path (so a run stopped by a time
+limit keeps every path it measured; `running` names the workload under way); a table is printed
+last. `--summary FILE` keeps the GSC round's one-line summary (fedac and plain s/round, their ratio,
+the targets) in FILE from the moment fedac's round is measured.
 
 Workloads (--only NAME, comma-separated):
 - paper: bench_paper.py's workload, configs/paper.yaml on the embedded Speech Commands stand-in (240
@@ -35,6 +36,8 @@ Workloads (--only NAME, comma-separated):
   engine/waveform.py caches them).
 - impressions: zero-shot data-impression synthesis (Eq. 3) of round 4's reports of the homogeneous
   scenario (bench_impressions.py's capture), timed per new class.
+- torchrun (only when named): the default run as 1 and as 2 torchrun processes sharing the device
+  (bench_distributed.py's `run`).
 
 Paths of every workload, one after another in this process (each built, timed, then freed, so each
 one's peak GPU memory is its own plus what the process holds between paths):

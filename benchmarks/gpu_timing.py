@@ -18,7 +18,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
 from fedac.engine.simulator import Simulator, sample_cohort
-from workloads import BASE_SETTINGS, GSC_CLIENTS
+from workloads import BASE_SETTINGS, GSC_CLIENTS, SupervisedFloor
 
 NO_EVAL = ["train.eval_every=1000000", "train.checkpoint_every=1000000"]
 #: workload W's schedule without its one-thread pinning: the fedac paths run with fedac's own
@@ -304,6 +304,26 @@ def cohort(cfg, names: list[str]):
     return lambda r: sample_cohort(names, cfg.train.fraction, cfg.seed, r)
 
 
+def supervised_floor(cfg, clients: list, model: torch.nn.Module, names: list[str], device):
+    """workloads.SupervisedFloor training `model` with `cfg.train`'s local settings (lr, batch,
+    steps, optimizer, momentum, weight decay, clipping) on the clients fedac samples each round: the
+    plain loop of a FedAvg-style workload (kws, w2v2)."""
+    t = cfg.train
+    return SupervisedFloor(
+        clients,
+        model=model,
+        lr=t.lr,
+        device=device,
+        pick=cohort(cfg, names),
+        batch=t.batch_size,
+        steps=t.local_steps,
+        optimizer=t.optimizer,
+        momentum=t.momentum,
+        weight_decay=t.weight_decay,
+        max_grad_norm=t.max_grad_norm,
+    )
+
+
 def run_paths(
     args,
     paths: dict,
@@ -329,6 +349,21 @@ def run_paths(
         out[name]["measured_after_s"] = time.perf_counter() - args.started
         against_plain(out)
         args.save()
+    return out
+
+
+def run_cohort_paths(args, cfg, names: list[str], paths: dict, flop_per_sample: float) -> dict:
+    """A workload of one cohort a round (paper, gsc): its node (the clients, how many a round,
+    FLOPs per sample) joins the report, then its paths are timed into it (`run_paths`)."""
+    out = args.live(
+        {
+            "clients": len(names),
+            "per_round": len(cohort(cfg, names)(1)),
+            "flop_per_sample": flop_per_sample,
+            "paths": {},
+        }
+    )
+    run_paths(args, paths, flop_per_sample, into=out["paths"])
     return out
 
 
