@@ -356,13 +356,7 @@ def capture_reports(
     )
     cfg.out = out or f"/tmp/fedac-bench-impressions-{dataset}"
     runner = ZeroShotDriver(cfg, cfg.out, progress=False)
-    state = {
-        "round": 0,
-        "server": runner.algorithm.init_server(),
-        "history": [],
-        "wall_seconds": 0.0,
-    }
-    payload = runner.algorithm.broadcast(state["server"])
+    payload = runner.algorithm.broadcast(runner.algorithm.init_server())
     reports = []
     for user in runner.scenario.users:
         result = runner.algorithm.client_update(

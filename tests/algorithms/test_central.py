@@ -89,16 +89,16 @@ def test_one_pooled_client_trains_with_the_scheduled_lr(full_run):
     assert losses == sorted(losses, reverse=True) and losses[-1] < losses[0] - 0.2
     assert results["final"]["accuracy"] > 1.5 / 12
     # the optimiser's momentum is the client's persistent state
-    state = sim.state["clients"]["pooled"]
+    state = sim.state.clients["pooled"]
     assert state["state"] and all("momentum_buffer" in s for s in state["state"].values())
 
 
 def test_persistent_optimizer_changes_the_update(full_run):
     sim, _ = full_run
     algo, data = sim.algorithm, sim.data.clients[0]
-    payload = sim.state["server"]["params"]
+    payload = sim.state.server["params"]
     gen = lambda: torch.Generator().manual_seed(0)  # noqa: E731
-    with_state = algo.client_update(payload, sim.state["clients"]["pooled"], data, 2, gen()).upload
+    with_state = algo.client_update(payload, sim.state.clients["pooled"], data, 2, gen()).upload
     fresh = algo.client_update(payload, None, data, 2, gen()).upload
     assert any(
         not torch.equal(with_state[k], fresh[k]) for k in fresh if fresh[k].is_floating_point()
@@ -112,8 +112,8 @@ def test_resumed_central_run_ends_with_the_uninterrupted_parameters(full_run, se
     assert part.run(stop_after=2) is None  # mid-decay, with momentum buffers in the checkpoint
     resumed = Simulator(cfg, tmp_path / "part", full.data, progress=False)
     resumed.run(resume=True)
-    for key, value in full.state["server"]["params"].items():
-        assert torch.equal(value, resumed.state["server"]["params"][key]), key
+    for key, value in full.state.server["params"].items():
+        assert torch.equal(value, resumed.state.server["params"][key]), key
 
 
 def test_fedac_run_central_writes_a_run_directory(settings, tmp_path, capsys):

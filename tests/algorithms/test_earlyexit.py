@@ -484,7 +484,7 @@ def test_resumed_earlyexit_run_equals_the_uninterrupted_one(voxceleb_root, tmp_p
     rounds = trained_rounds(resumed)
     resumed.run(resume=True)
     assert rounds == [2]
-    assert params_equal(resumed.state["server"]["params"], whole.state["server"]["params"])
+    assert params_equal(resumed.state.server["params"], whole.state.server["params"])
 
 
 @pytest.mark.slow
@@ -526,7 +526,7 @@ def test_flower_deployment_runs_earlyexit_unchanged(voxceleb_root, tmp_path, mon
     sim = Simulator(cfg, tmp_path / "sim", progress=False)
     expected = sim.run()
     flower_params = torch.load(tmp_path / "run" / "server_state.pt")["params"]
-    for name, value in sim.state["server"]["params"].items():
+    for name, value in sim.state.server["params"].items():
         torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-6, msg=name)
     assert results["final"]["exit1_accuracy"] == pytest.approx(expected["final"]["exit1_accuracy"])
     # val_exit* too

@@ -379,11 +379,11 @@ def test_resumed_fedkwsui_run_ends_with_the_uninterrupted_parameters(settings, t
     resumed = Simulator(cfg, tmp_path / "part", full.data, progress=False)
     resumed.run(resume=True)
     assert resumed.rounds_trained == 1
-    for key, value in full.state["server"]["params"].items():
-        assert torch.equal(value, resumed.state["server"]["params"][key]), key
-    assert full.state["clients"].keys() == resumed.state["clients"].keys()
-    for name, state in full.state["clients"].items():  # the persistent private heads too
-        assert all(torch.equal(v, resumed.state["clients"][name][k]) for k, v in state.items())
+    for key, value in full.state.server["params"].items():
+        assert torch.equal(value, resumed.state.server["params"][key]), key
+    assert full.state.clients.keys() == resumed.state.clients.keys()
+    for name, state in full.state.clients.items():  # the persistent private heads too
+        assert all(torch.equal(v, resumed.state.clients[name][k]) for k, v in state.items())
 
 
 def test_fedac_run_fedkwsui_writes_a_run_directory(settings, tmp_path, capsys):
@@ -457,7 +457,7 @@ def test_fedkwsui_on_flower_equals_the_simulator(tmp_path_factory, tmp_path, mon
     sim = Simulator(fedac_config(config), tmp_path / "sim", progress=False)
     expected = sim.run()
     flower_params = torch.load(tmp_path / "run" / "server_state.pt")["params"]
-    for name, value in sim.state["server"]["params"].items():
+    for name, value in sim.state.server["params"].items():
         torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-5, msg=name)
     assert results["final"]["accuracy"] == pytest.approx(expected["final"]["accuracy"], abs=1e-6)
 

@@ -179,9 +179,7 @@ def test_personalized_state_persists_between_sampled_rounds_and_unsampled_are_un
     seen_after: dict[str, dict] = {}
     for t in range(1, 5):
         cohort = set(sample_cohort(sim.trainable, cfg.train.fraction, cfg.seed, t))
-        snapshot = {
-            name: {k: v.clone() for k, v in s.items()} for name, s in state["clients"].items()
-        }
+        snapshot = {name: {k: v.clone() for k, v in s.items()} for name, s in state.clients.items()}
         started_with = {}
         original = sim.algorithm.client_update
 
@@ -198,10 +196,10 @@ def test_personalized_state_persists_between_sampled_rounds_and_unsampled_are_un
                     torch.equal(seen_after[name][k], started_with[name][k])
                     for k in started_with[name]
                 )
-            seen_after[name] = {k: v.clone() for k, v in state["clients"][name].items()}
+            seen_after[name] = {k: v.clone() for k, v in state.clients[name].items()}
         for name, params in snapshot.items():
             if name not in cohort:
-                assert all(torch.equal(params[k], state["clients"][name][k]) for k in params)
+                assert all(torch.equal(params[k], state.clients[name][k]) for k in params)
     assert any(len(v) for v in seen_after.values())
 
 
@@ -226,14 +224,14 @@ def test_resume_of_a_killed_run_gives_identical_models(gsc_root, tmp_path, algor
     )
     again = resumed.run(resume=True)
     assert (again["resumed_from"], again["rounds_trained"]) == (3, 1)  # not a restart from round 0
-    for key, value in straight.state["server"].items():
+    for key, value in straight.state.server.items():
         if isinstance(value, torch.Tensor):
-            assert torch.equal(value, resumed.state["server"][key])
+            assert torch.equal(value, resumed.state.server[key])
         else:
-            assert all(torch.equal(value[k], resumed.state["server"][key][k]) for k in value)
-    assert straight.state["clients"].keys() == resumed.state["clients"].keys()
-    for name, params in straight.state["clients"].items():
-        assert all(torch.equal(params[k], resumed.state["clients"][name][k]) for k in params)
+            assert all(torch.equal(value[k], resumed.state.server[key][k]) for k in value)
+    assert straight.state.clients.keys() == resumed.state.clients.keys()
+    for name, params in straight.state.clients.items():
+        assert all(torch.equal(params[k], resumed.state.clients[name][k]) for k in params)
     assert full["final"] == again["final"]
 
 

@@ -119,8 +119,8 @@ def test_augmented_run_is_resume_exact_and_differs_from_a_clean_one(settings, tm
     assert part.run(stop_after=1) is None
     resumed = Simulator(cfg, tmp_path / "part", full.data, progress=False)
     resumed.run(resume=True)
-    for key, value in full.state["server"]["params"].items():
-        assert torch.equal(value, resumed.state["server"]["params"][key]), key
+    for key, value in full.state.server["params"].items():
+        assert torch.equal(value, resumed.state.server["params"][key]), key
     # one client's update from the same model and RNG state, on augmented and on clean windows
     algo, client = full.algorithm, next(c for c in full.data.clients if c.num_samples)
     clean = build_federated_data(
@@ -131,7 +131,7 @@ def test_augmented_run_is_resume_exact_and_differs_from_a_clean_one(settings, tm
         torch.manual_seed(0)
         updates.append(
             algo.client_update(
-                full.state["server"]["params"], None, data, 3, torch.Generator().manual_seed(0)
+                full.state.server["params"], None, data, 3, torch.Generator().manual_seed(0)
             ).upload
         )
     assert any(

@@ -18,6 +18,7 @@ from fedac.engine.clients import ByteLedger
 from fedac.engine.data import build_federated_data
 from fedac.engine.report import plot_clients, plot_confusion
 from fedac.engine.simulator import Simulator
+from fedac.engine.state import RunState
 from fedac.models import build_model
 from fedac.training.device import nbytes
 from fedac.training.metrics import classification_metrics, confusion, confusion_metrics, spread
@@ -66,7 +67,7 @@ def test_spread_by_hand():
 
 
 def test_byte_ledger_counts_the_tensors_it_is_given():
-    state = {"round": 0}
+    state = RunState("fedavg", None)
     ledger = ByteLedger(state)
     payload = {"w": torch.zeros(10, 3), "b": torch.zeros(3, dtype=torch.float64)}  # 120 + 24 bytes
     row = ledger.round(
@@ -82,9 +83,13 @@ def test_byte_ledger_counts_the_tensors_it_is_given():
     # kept in the state
     row = ByteLedger(state).round(payload, {"a": [torch.zeros(1, dtype=torch.int8)]})
     assert (row["download_bytes_total"], row["upload_bytes_total"]) == (432.0, 22.0)
-    assert state["bytes"]["clients"] == {"a": [288, 6], "b": [144, 16]}
+    assert state.bytes.clients == {"a": [288, 6], "b": [144, 16]}
     # a checkpoint made before the ledger existed: its earlier rounds' bytes are unknown, not zero
-    assert math.isnan(ByteLedger({"round": 3}).round(payload, {"a": payload})["upload_bytes_total"])
+    assert math.isnan(
+        ByteLedger(RunState("fedavg", None, round=3)).round(payload, {"a": payload})[
+            "upload_bytes_total"
+        ]
+    )
 
 
 # --- a run ----------------------------------------------------------------------------------------
@@ -166,7 +171,7 @@ def test_a_run_writes_every_clients_scores_spreads_and_bytes(cfg_for, tmp_path):
     assert float(history[-1]["upload_bytes_total"]) == sum(
         float(r["upload_bytes"]) for r in history
     )
-    trained = {c: up for c, (down, up) in sim.state["bytes"]["clients"].items()}
+    trained = {c: up for c, (down, up) in sim.state.bytes.clients.items()}
     assert {r["client"]: int(r["bytes_up"]) for r in rows if r["round"] == "2"} == {
         c.name: trained.get(c.name, 0) for c in held
     }
@@ -200,7 +205,7 @@ def test_fedmlac_uploads_only_its_plugin(cfg_for, tmp_path, monkeypatch):
         own_models.clear()
         results = sim.run()
         if name == "fedmlac":
-            trained = len(sim.state["visits"])
+            trained = len(sim.state.visits)
             # round 1's evaluation, then results' own-model test scores and local figure, then
             # per_client
             assert len(own_models) == 4 * trained
@@ -314,11 +319,11 @@ def test_an_early_exit_client_at_layer_3_uploads_fewer_bytes_than_one_at_12(
     )
     sim.run()
     depths = sim.algorithm.depths  # layers of w2v2_tiny: exit 3 -> 1, exit 12 -> 4
-    uploaded = {client: up for client, (down, up) in sim.state["bytes"]["clients"].items()}
+    uploaded = {client: up for client, (down, up) in sim.state.bytes.clients.items()}
     shallow = {uploaded[c] for c, d in depths.items() if d == 1 and c in uploaded}
     deep = {uploaded[c] for c, d in depths.items() if d == 4 and c in uploaded}
     assert shallow and deep and max(shallow) < min(deep)
-    received = {down for down, up in sim.state["bytes"]["clients"].values()}
+    received = {down for down, up in sim.state.bytes.clients.values()}
     # every client received the whole model
     assert len(received) == 1 and received.pop() > min(deep)
     # clients.csv: each client's own exit and the shared model at every exit ("accuracy": at

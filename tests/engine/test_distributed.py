@@ -409,11 +409,11 @@ def test_two_processes_give_one_process_results(settings, tmp_path, extra, how):
         ]
         for rank in (0, 1)
     }
-    states = load_checkpoint(tmp_path / "two")["clients"]
+    states = load_checkpoint(tmp_path / "two").clients
     # each rank held only the own models of the clients it owns; the checkpoint all of them
     if extra == FEDMLAC:
         trained = one["final"]["clients_trained"]
-        assert len(states) == trained == len(load_checkpoint(tmp_path / "one")["clients"])
+        assert len(states) == trained == len(load_checkpoint(tmp_path / "one").clients)
         last = [held[rank][-1] for rank in (0, 1)]
         assert (
             all(0 < h["clients"] < trained for h in last)
@@ -441,8 +441,8 @@ def test_client_states_move_with_the_world_size_on_resume(settings, tmp_path):
     out, _ = two.communicate(timeout=300)
     assert two.returncode == 0, out
     assert (
-        load_checkpoint(tmp_path / "from_two")["round"] == 1
-        and load_checkpoint(tmp_path / "from_two")["clients"]
+        load_checkpoint(tmp_path / "from_two").round == 1
+        and load_checkpoint(tmp_path / "from_two").clients
     )
     two = torchrun(
         ["-m", "fedac", "run", "--resume", str(tmp_path / "from_one"), "--quiet"], tmp_path
@@ -532,7 +532,7 @@ def test_a_killed_rank_stops_the_run_and_one_process_resumes_it(settings, tmp_pa
     assert two.returncode != 0, out
     # rank 0 says how to go on: its gather failed (the usual case) or torchrun's SIGTERM came first
     assert f"fedac run --resume {run_dir}" in out, out
-    kept = load_checkpoint(run_dir)["round"]
+    kept = load_checkpoint(run_dir).round
     assert 1 <= kept < rounds, out
     assert not (run_dir / "results.json").exists()
     # one process continues the killed run to the numbers of a run never killed

@@ -83,18 +83,18 @@ def test_resume_gives_the_uninterrupted_result(
     killed = Simulator(cfg, tmp_path / "resumed", data, progress=False)
     assert killed.run(stop_after=stop_after) is None
     checkpoint = load_checkpoint(tmp_path / "resumed")
-    assert checkpoint["round"] == resumed_from
+    assert checkpoint.round == resumed_from
     if algorithm == "fedadam":
         # the server moments are part of the checkpoint and are non-trivial by round 3
-        assert checkpoint["server"]["moments"]["v"]
-        assert any(v.abs().sum() > 0 for v in checkpoint["server"]["moments"]["v"].values())
+        assert checkpoint.server["moments"]["v"]
+        assert any(v.abs().sum() > 0 for v in checkpoint.server["moments"]["v"].values())
 
     resumed = Simulator(cfg, tmp_path / "resumed", data, progress=False)
     got = resumed.run(resume=True)
     # not a restart
     assert (got["resumed_from"], got["rounds_trained"]) == (resumed_from, 6 - resumed_from)
 
-    a, b = straight.state["server"], resumed.state["server"]
+    a, b = straight.state.server, resumed.state.server
     assert a["params"].keys() == b["params"].keys()
     for name in a["params"]:
         assert torch.equal(a["params"][name], b["params"][name]), name
@@ -139,7 +139,7 @@ def test_eval_rows_at_eval_every_and_last_round(data, cfg_for, tmp_path):
     assert [int(row["round"]) for row in results["history"]] == [2, 4, 5]
     assert {"val_accuracy", "val_macro_f1", "val_uar", "train_loss"} <= set(rows[0])
     assert results["rounds"] == 5
-    assert load_checkpoint(tmp_path)["round"] == 5
+    assert load_checkpoint(tmp_path).round == 5
     # fraction 0.5 of 6 clients -> 3 per round
     assert all(row["clients"] == 3.0 and row["rejected"] == 0.0 for row in results["history"])
 
@@ -257,7 +257,7 @@ def test_nan_client_update_is_discarded(data, cfg_for, tmp_path, monkeypatch, ca
     )
     row = results["history"][0]
     assert row["rejected"] == 1.0 and row["clients"] == 5.0
-    params = sim.state["server"]["params"]
+    params = sim.state.server["params"]
     assert all(torch.isfinite(v).all() for v in params.values() if v.is_floating_point())
     # the new global model is the n_k-weighted mean of the five remaining clients
     assert len(kept) == 5
@@ -288,7 +288,7 @@ def test_all_clients_nan_keeps_global_state(data, cfg_for, tmp_path, monkeypatch
         results = sim.run()
     assert results["history"][0]["clients"] == 0.0
     assert any("no usable client update" in r.getMessage() for r in caplog.records)
-    assert same_params(sim.state["server"]["params"], initial)
+    assert same_params(sim.state.server["params"], initial)
 
 
 # --- cohort sampling ----------------------------------------------------------------------------

@@ -189,5 +189,5 @@ def test_a_resumed_stacked_run_ends_exactly_like_an_uninterrupted_one(
     resumed = Simulator(cfg, tmp_path / "resumed", straight.data, progress=False)
     resumed.run(resume=True)
     assert resumed.rounds_trained == 1 and resumed.execution == "stacked"
-    for name, value in straight.state["server"]["params"].items():
-        assert torch.equal(value, resumed.state["server"]["params"][name]), name
+    for name, value in straight.state.server["params"].items():
+        assert torch.equal(value, resumed.state.server["params"][name]), name

@@ -62,7 +62,7 @@ def straight(settings, data, tmp_path_factory):
     """The uninterrupted run: its final parameters and results."""
     sim = Simulator(config(settings), tmp_path_factory.mktemp("straight"), data, progress=False)
     sim.run()
-    return sim.state["server"]["params"], json.loads((sim.run_dir / "results.json").read_text())
+    return sim.state.server["params"], json.loads((sim.run_dir / "results.json").read_text())
 
 
 def metrics_rounds(run_dir: Path) -> list[int]:
@@ -125,7 +125,7 @@ def test_signalled_fedac_run_checkpoints_its_round_and_resumes_exactly(
     assert "Traceback" not in out
     # written by the signal: no checkpoint_every boundary came before
     state = load_checkpoint(run_dir)
-    stopped = state["round"]
+    stopped = state.round
     assert 2 <= stopped < ROUNDS and not (run_dir / "results.json").exists()
     hint = (
         f"fedac: interrupted after round {stopped} of {ROUNDS}; checkpoint written; continue with: "
@@ -135,7 +135,7 @@ def test_signalled_fedac_run_checkpoints_its_round_and_resumes_exactly(
     # metrics.csv holds what the checkpoint's history holds, as at a checkpoint_every boundary
     assert (
         metrics_rounds(run_dir)
-        == [int(row["round"]) for row in state["history"]]
+        == [int(row["round"]) for row in state.history]
         == list(range(2, stopped + 1, 2))
     )
     if sig == signal.SIGTERM:
@@ -147,7 +147,7 @@ def test_signalled_fedac_run_checkpoints_its_round_and_resumes_exactly(
     results = json.loads((run_dir / "results.json").read_text())
     assert (results["resumed_from"], results["rounds_trained"]) == (stopped, ROUNDS - stopped)
     params, expected = straight
-    final = load_checkpoint(run_dir)["server"]["params"]
+    final = load_checkpoint(run_dir).server["params"]
     assert final.keys() == params.keys() and all(torch.equal(final[k], params[k]) for k in params)
     assert results["final"] == expected["final"]
     assert [
@@ -192,7 +192,7 @@ def test_second_signal_abandons_the_round_and_keeps_the_last_checkpoint(
         f"of {ROUNDS} (the last checkpoint); continue with: fedac run --resume {tmp_path}"
     )
     assert trained == [2, 4]  # round 5 was cut before its evaluation
-    assert load_checkpoint(tmp_path)["round"] == 4 and metrics_rounds(tmp_path) == [2, 4]
+    assert load_checkpoint(tmp_path).round == 4 and metrics_rounds(tmp_path) == [2, 4]
     assert signal.getsignal(signal.SIGINT) is before  # the handlers are given back
 
 
@@ -211,7 +211,7 @@ def test_signal_in_the_final_evaluation_ends_the_run_at_once(settings, data, tmp
         "the final evaluation",
         143,
     )
-    assert load_checkpoint(tmp_path)["round"] == 2 and not (tmp_path / "results.json").exists()
+    assert load_checkpoint(tmp_path).round == 2 and not (tmp_path / "results.json").exists()
 
 
 def test_interrupted_comparison_says_to_rerun_it_and_rerunning_resumes(
@@ -261,7 +261,7 @@ def test_a_background_job_keeps_sigint_ignored_and_stops_cleanly_on_sigterm(
         signal.SIGTERM,
         143,
     )
-    assert load_checkpoint(tmp_path)["round"] == 3 and metrics_rounds(tmp_path) == [2]
+    assert load_checkpoint(tmp_path).round == 3 and metrics_rounds(tmp_path) == [2]
     assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     assert f"(kill {os.getpid()} stops cleanly at the end of a round" in capsys.readouterr().out
 

@@ -128,7 +128,7 @@ def test_an_old_run_directory_resumes_to_its_end(old, tmp_path, monkeypatch, cap
     trained = (results["rounds"], results["resumed_from"], results["rounds_trained"])
     # resumed at its checkpoint, not restarted
     assert trained == (rounds, stopped_at, rounds - stopped_at)
-    assert load_checkpoint(run)["round"] == rounds
+    assert load_checkpoint(run).round == rounds
     assert sorted(p.name for p in tmp_path.iterdir()) == ["copy"]
     # What today's code writes beside the old files: the final results and figures, and the
     # per-client record the old code did not keep (confusion.png only where the method has a shared

@@ -21,6 +21,7 @@ from fedac.config import load_config
 from fedac.engine.checkpoint import load_checkpoint, save_checkpoint
 from fedac.engine.data import build_federated_data
 from fedac.engine.simulator import Simulator
+from fedac.engine.state import RunState
 from helpers import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -80,17 +81,17 @@ def test_resumed_run_trains_only_the_remaining_rounds(settings, data, tmp_path, 
     assert [row["round"] for row in results["history"]] == [2.0, 4.0, 5.0]
 
 
-def tamper(state: dict, extra: dict) -> str:
+def tamper(state: RunState, extra: dict) -> str:
     """Change the checkpoint's global model (FedAvg) or one client's own model (FedMLAC); returns
     what."""
     if extra:
-        name = sorted(state["clients"])[0]
-        state["clients"][name] = {
-            k: v * 0.5 if v.is_floating_point() else v for k, v in state["clients"][name].items()
+        name = sorted(state.clients)[0]
+        state.clients[name] = {
+            k: v * 0.5 if v.is_floating_point() else v for k, v in state.clients[name].items()
         }
         return name
-    state["server"]["params"] = {
-        k: v * 0.5 if v.is_floating_point() else v for k, v in state["server"]["params"].items()
+    state.server["params"] = {
+        k: v * 0.5 if v.is_floating_point() else v for k, v in state.server["params"].items()
     }
     return "server"
 
@@ -117,11 +118,11 @@ def test_resume_continues_from_what_the_checkpoint_holds(settings, data, tmp_pat
 
     resumed = Simulator(cfg, tmp_path / "run", data, progress=False)
     resumed.run(resume=True)
-    assert params_equal(resumed.state["server"]["params"], expected["server"]["params"])
-    assert not params_equal(resumed.state["server"]["params"], straight.state["server"]["params"])
+    assert params_equal(resumed.state.server["params"], expected.server["params"])
+    assert not params_equal(resumed.state.server["params"], straight.state.server["params"])
     if what != "server":
-        assert params_equal(resumed.state["clients"][what], expected["clients"][what])
-        assert not params_equal(resumed.state["clients"][what], straight.state["clients"][what])
+        assert params_equal(resumed.state.clients[what], expected.clients[what])
+        assert not params_equal(resumed.state.clients[what], straight.state.clients[what])
 
 
 def wait_for_checkpoint(
@@ -135,7 +136,7 @@ def wait_for_checkpoint(
                 f"{proc.stderr.read()}"
             )
         try:
-            if load_checkpoint(run_dir)["round"] >= at_least:
+            if load_checkpoint(run_dir).round >= at_least:
                 return
         except Exception:  # not written yet (the rename makes a checkpoint appear whole)
             pass
@@ -165,7 +166,7 @@ def test_killed_fedac_run_resumes_to_the_uninterrupted_parameters(settings, data
         proc.kill()
         proc.wait()
     assert proc.returncode == -signal.SIGKILL
-    killed_at = load_checkpoint(run_dir)["round"]
+    killed_at = load_checkpoint(run_dir).round
     assert 2 <= killed_at < rounds and not (run_dir / "results.json").exists()
 
     done = subprocess.run(
@@ -186,7 +187,5 @@ def test_killed_fedac_run_resumes_to_the_uninterrupted_parameters(settings, data
         load_config(run_dir / "config.yaml"), tmp_path / "straight", data, progress=False
     )
     expected = straight.run()
-    assert params_equal(
-        load_checkpoint(run_dir)["server"]["params"], straight.state["server"]["params"]
-    )
+    assert params_equal(load_checkpoint(run_dir).server["params"], straight.state.server["params"])
     assert results["final"] == expected["final"]

@@ -70,7 +70,7 @@ def run(build, gsc_root, tmp_path_factory):
         real_round, real_save = sim.run_round, run_mod.save_checkpoint
         sim.run_round = lambda state, r: trained.append(r) or real_round(state, r)
         run_mod.save_checkpoint = lambda d, state, *rest: (
-            saved.append(state["round"]) or real_save(d, state, *rest)
+            saved.append(state.round) or real_save(d, state, *rest)
         )
         try:
             return sim.run(), trained, saved

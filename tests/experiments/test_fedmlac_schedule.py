@@ -41,7 +41,7 @@ def test_personalized_means_cover_only_clients_that_trained(gsc_root, tmp_path):
     by_hand = []
     for client in sim.data.clients:
         if client.name in trained:
-            own = sim.algorithm.personalized_model(client.name, sim.state["clients"][client.name])
+            own = sim.algorithm.personalized_model(client.name, sim.state.clients[client.name])
             by_hand.append(window_accuracy(own, client.holdout_x, client.holdout_y))
     assert final["personalized_local_accuracy_mean"] == pytest.approx(sum(by_hand) / len(by_hand))
     legend = json.loads((tmp_path / "run" / "results.json").read_text())["legend"]
@@ -110,9 +110,7 @@ def test_lpa_log_names_pruned_clients_with_their_sizes(gsc_root, tmp_path):
         cohort = sample_cohort(sim.trainable, cfg.train.fraction, cfg.seed, row["round"])
         assert sorted(row["n_k"]) == sorted(cohort)
         assert all(row["n_k"][c] == sim.data.client(c).num_samples for c in cohort)
-        assert set(row["pruned"]) == set(
-            layer_groups(list(sim.state["server"]["params"]), "module")
-        )
+        assert set(row["pruned"]) == set(layer_groups(list(sim.state.server["params"]), "module"))
         assert "rnn.l0" in row["pruned"]  # a recurrent layer's tensors are one LPA layer
         assert all(len(p) == 2 * int(0.25 * len(cohort)) for p in row["pruned"].values())
     # the round's summary of LPA's bias is in metrics.csv

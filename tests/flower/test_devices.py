@@ -440,9 +440,7 @@ def test_in_process_fedkad_device_nodes_equal_the_simulator(dataset, tmp_path, m
             continue
         info = context.state.config_records["fedac.state-info"]
         state = transport.get(context.state, "fedac.state")
-        assert transport.digest(state) == transport.digest(
-            sim.state["clients"][str(info["client"])]
-        )
+        assert transport.digest(state) == transport.digest(sim.state.clients[str(info["client"])])
 
 
 def test_device_mode_errors_reach_the_operator(dataset, tmp_path):
@@ -581,14 +579,12 @@ def test_live_device_supernodes_equal_the_simulator(dataset, tmp_path_factory, c
         sim = Simulator(cfg, tmp_path_factory.mktemp("device_sim"), progress=False)
         expected = sim.run()
         flower_params = torch.load(run_dir / "server_state.pt")["params"]
-        for name, value in sim.state["server"]["params"].items():
+        for name, value in sim.state.server["params"].items():
             torch.testing.assert_close(
                 flower_params[name], value, rtol=0, atol=1e-5, msg=f"Plug-in parameter {name}"
             )
         for client, report in by_client.items():
-            assert report["new-state-digest"] == transport.digest(sim.state["clients"][client]), (
-                client
-            )
+            assert report["new-state-digest"] == transport.digest(sim.state.clients[client]), client
         for key in ("accuracy", "macro_f1"):
             assert results["final"][key] == pytest.approx(expected["final"][key], abs=1e-6), key
         # the nodes hold no test split (no test-root)

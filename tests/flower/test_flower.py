@@ -206,7 +206,7 @@ def test_flower_run_matches_the_simulator(fedmlac_run, tmp_path):
     sim = Simulator(cfg, tmp_path / "sim", progress=False)
     expected = sim.run()
     flower_params = torch.load(fedmlac_run["run_dir"] / "server_state.pt")["params"]
-    sim_params = sim.state["server"]["params"]
+    sim_params = sim.state.server["params"]
     assert list(flower_params) == list(sim_params)
     for name, value in sim_params.items():
         torch.testing.assert_close(
@@ -225,7 +225,7 @@ def test_flower_run_matches_the_simulator(fedmlac_run, tmp_path):
     log = json.loads((fedmlac_run["run_dir"] / "flower_clients.json").read_text())
     for report in log["rounds"]["2"]:
         assert report["new-state-digest"] == transport.digest(
-            sequential.state["clients"][report["client"]]
+            sequential.state.clients[report["client"]]
         )
     flower_results = json.loads((fedmlac_run["run_dir"] / "results.json").read_text())
     for key in (
@@ -355,7 +355,7 @@ def test_in_process_deployment_equals_the_simulator(dataset, tmp_path, algorithm
     sim = Simulator(cfg, tmp_path / "sim", progress=False)
     expected = sim.run()
     flower_params = torch.load(tmp_path / "run" / "server_state.pt")["params"]
-    for name, value in sim.state["server"]["params"].items():
+    for name, value in sim.state.server["params"].items():
         torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-5, msg=name)
     assert results["final"]["accuracy"] == pytest.approx(expected["final"]["accuracy"], abs=1e-6)
     if strategy == "fedac":

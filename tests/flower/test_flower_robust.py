@@ -140,7 +140,7 @@ def test_flowers_dp_wrapper_equals_fedac_dp_fedavg_without_noise(dataset, tmp_pa
     assert len({c.num_samples for c in sim.data.clients}) == 1
     expected = sim.run()
     flower_params = torch.load(tmp_path / "run" / "server_state.pt")["params"]
-    for name, value in sim.state["server"]["params"].items():
+    for name, value in sim.state.server["params"].items():
         torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-5, msg=name)
     # z = 0
     assert results["final"]["dp_epsilon"] == expected["final"]["dp_epsilon"] == float("inf")

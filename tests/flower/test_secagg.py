@@ -151,7 +151,7 @@ def test_secagg_fedavg_equals_the_weighted_mean_within_the_quantization_error(
     # difference; 1e-4.
     sim = Simulator(fedac_config(config), tmp_path / "sim", progress=False)
     sim.run()
-    assert max_gap(rounds[2], sim.state["server"]["params"]) < 1e-4
+    assert max_gap(rounds[2], sim.state.server["params"]) < 1e-4
 
     # Coarse quantization (Q = 2**8: step 2C/Q = 0.0625) is clearly not the mean: the test can fail.
     _, _, _, coarse_uploads, coarse = run_secagg(

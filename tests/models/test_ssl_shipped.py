@@ -224,7 +224,7 @@ def test_in_process_flower_run_of_an_ssl_model_equals_the_simulator(tmp_path, mo
     sim = Simulator(fedac_config(config), tmp_path / "sim", progress=False)
     expected = sim.run()
     flower_params = torch.load(tmp_path / "run" / "server_state.pt")["params"]
-    assert set(flower_params) == set(sim.state["server"]["params"])
-    for name, value in sim.state["server"]["params"].items():
+    assert set(flower_params) == set(sim.state.server["params"])
+    for name, value in sim.state.server["params"].items():
         torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-5, msg=name)
     assert results["final"]["accuracy"] == pytest.approx(expected["final"]["accuracy"], abs=1e-6)

@@ -455,11 +455,11 @@ def test_simulator_default_run_takes_the_cohort_path_and_matches_sequential(
     auto = Simulator(load_config(overrides=base), tmp_path / "auto", seq.data, progress=False)
     auto.run()
     assert calls == [1, 1]
-    assert max_diff(seq.state["server"]["params"], auto.state["server"]["params"]) <= TOL
-    for name, state in seq.state["clients"].items():
-        assert max_diff(state, auto.state["clients"][name]) <= TOL
+    assert max_diff(seq.state.server["params"], auto.state.server["params"]) <= TOL
+    for name, state in seq.state.clients.items():
+        assert max_diff(state, auto.state.clients[name]) <= TOL
     # parameters agree to ~1e-7; at most a tie could flip one clip
     one_clip = 1.0 / seq.data.val.num_clips
-    for a, b in zip(seq.state["history"], auto.state["history"]):
+    for a, b in zip(seq.state.history, auto.state.history):
         assert abs(a["val_accuracy"] - b["val_accuracy"]) <= one_clip + 1e-12
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-5)

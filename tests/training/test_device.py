@@ -248,7 +248,7 @@ def test_precision_bf16_autocasts_the_sequential_steps_and_leaves_the_stacked_cr
     def trained(name, *extra):
         sim = simulator(tree, tmp_path / name, "fedavg", ["train.select=last", *extra])
         sim.run()
-        return sim.state["server"]["params"]
+        return sim.state.server["params"]
 
     fp32 = trained("fp32", "train.execution=sequential")
     bf16 = trained("bf16", "train.execution=sequential", "train.precision=bf16")

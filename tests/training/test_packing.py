@@ -207,7 +207,7 @@ def test_residency_host_gives_the_numbers_of_resident_clients_and_resumes(gsc_ro
     results = sim.run(resume=True)
     assert sim.resumed_from == 2 and sim.client_home.type == "cpu"
     on_gpu = sim.device.type == "cuda"
-    states = [v for state in sim.state["clients"].values() for v in state.values()]
+    states = [v for state in sim.state.clients.values() for v in state.values()]
     assert states and all(v.device.type == "cpu" and v.is_pinned() == on_gpu for v in states)
     assert (
         all(c.x.device.type == "cpu" for c in sim.data.clients)

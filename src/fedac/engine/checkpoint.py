@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,27 +21,23 @@ import torch
 
 from fedac.config import save_config
 from fedac.engine.distributed import current_world
+from fedac.engine.state import RunState
 from fedac.errors import CheckpointError, FedacError
 
 CHECKPOINT = "checkpoint.pt"
 
 
-def save_checkpoint(run_dir: Path, payload: dict[str, Any], owned: bool = False) -> None:
-    """Write `payload` (the run state) as the run's checkpoint. `owned`: each rank holds only its
-    own clients' states (payload["clients"]); they are gathered to rank 0 first (every rank calls
-    this then)."""
+def save_checkpoint(run_dir: Path, state: RunState, owned: bool = False) -> None:
+    """Write `state` as the run's checkpoint. `owned`: each rank holds only its own clients' states
+    (`state.clients`); they are gathered to rank 0 first (every rank calls this then)."""
     world = current_world()
+    payload = state.to_checkpoint()
     if owned and world.distributed:
         parts = world.to_rank0(
-            payload["clients"],
-            "gathering the client states for the checkpoint",
-            payload.get("round"),
+            state.clients, "gathering the client states for the checkpoint", state.round
         )
         if parts is not None:  # (rank 0: the union, rank by rank)
-            payload = {
-                **payload,
-                "clients": {name: value for part in parts for name, value in part.items()},
-            }
+            payload["clients"] = {name: value for part in parts for name, value in part.items()}
     if not world.writes:
         return  # (rank 0 writes the run's checkpoint)
     path = Path(run_dir) / CHECKPOINT
@@ -52,23 +49,26 @@ def save_checkpoint(run_dir: Path, payload: dict[str, Any], owned: bool = False)
     os.replace(tmp, path)
 
 
-def load_checkpoint(run_dir: Path) -> dict[str, Any]:
+def load_checkpoint(run_dir: Path) -> RunState:
     path = Path(run_dir) / CHECKPOINT
     if not path.is_file():
         raise CheckpointError(
             f"no checkpoint at {path}: the run stopped before its first checkpoint; start it again"
         )
     try:
-        return torch.load(path, weights_only=False)
+        saved = torch.load(path, weights_only=False)
     except Exception as exc:  # a foreign or damaged file: say so instead of a pickle traceback
         raise CheckpointError(
             f"checkpoint {path} cannot be read ({exc}); start the run again"
         ) from None
+    if not isinstance(saved, dict):
+        raise CheckpointError(f"checkpoint {path} holds no run state; start the run again")
+    return RunState.from_checkpoint(saved, path)
 
 
 def open_run(
     run_dir: Path, cfg, resume: bool, fresh, owner: Callable[[str], int] | None = None
-) -> dict[str, Any]:
+) -> RunState:
     """The state a run starts from: its checkpoint (resume; refused when it is another algorithm's),
     or `fresh()` after writing the resolved config.yaml into a new run directory. Over several
     processes, rank 0's state (or its error) on every rank, whatever the world size that wrote the
@@ -77,7 +77,7 @@ def open_run(
     world = current_world()
     if not world.distributed:
         return _open_run(run_dir, cfg, resume, fresh)
-    outcome: tuple[dict[str, Any] | None, FedacError | None] = (None, None)
+    outcome: tuple[RunState | None, FedacError | None] = (None, None)
     per_rank: list[dict[str, Any]] | None = None
     if world.writes:
         try:
@@ -88,14 +88,15 @@ def open_run(
         if owner is not None and outcome[0] is not None:
             state = outcome[0]
             per_rank = [{} for _ in range(world.size)]
-            for name, value in state.get("clients", {}).items():
+            for name, value in state.clients.items():
                 per_rank[owner(name)][name] = value
-            outcome = ({**state, "clients": {}}, None)
+            outcome = (replace(state, clients={}), None)
     state, error = world.from_rank0(outcome, "sharing the run's starting state")
     if error is not None:
         raise error
+    assert state is not None  # (rank 0 sent a state or an error)
     if owner is not None:
-        state["clients"] = world.from_rank0_each(
+        state.clients = world.from_rank0_each(
             per_rank, "handing each rank the client states it owns"
         )
     if not world.writes:
@@ -106,15 +107,15 @@ def open_run(
     return state
 
 
-def _open_run(run_dir: Path, cfg, resume: bool, fresh) -> dict[str, Any]:
+def _open_run(run_dir: Path, cfg, resume: bool, fresh) -> RunState:
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     if not resume:
         save_config(cfg, run_dir / "config.yaml")
-        return {**fresh(), "algorithm": cfg.algorithm}
+        return fresh()
     state = load_checkpoint(run_dir)
-    if state.get("algorithm") != cfg.algorithm:
+    if state.algorithm != cfg.algorithm:
         raise CheckpointError(
-            f"checkpoint in {run_dir} is for '{state.get('algorithm')}', not '{cfg.algorithm}'"
+            f"checkpoint in {run_dir} is for '{state.algorithm}', not '{cfg.algorithm}'"
         )
     return state

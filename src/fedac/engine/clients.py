@@ -16,6 +16,7 @@ from torch import nn
 from fedac.data.waveform import Padded
 from fedac.engine.distributed import Summed, current_world
 from fedac.engine.report import append_client_rows, no_holdout_reason
+from fedac.engine.state import ByteBook, RunState
 from fedac.training.device import nbytes, to_device
 from fedac.training.evaluate import clip_predictions, logits
 from fedac.training.metrics import confusion, confusion_metrics, spread
@@ -128,15 +129,11 @@ class ByteLedger:
     existed has no count of its earlier rounds, and its cumulative totals are NaN (unknown) rather
     than too small."""
 
-    def __init__(self, state: dict[str, Any]):
-        if "bytes" not in state:
-            known = state.get("round", 0) == 0
-            state["bytes"] = {
-                "down": 0 if known else math.nan,
-                "up": 0 if known else math.nan,
-                "clients": {},
-            }
-        self.book = state["bytes"]
+    def __init__(self, state: RunState):
+        if state.bytes is None:
+            known = state.round == 0
+            state.bytes = ByteBook(0 if known else math.nan, 0 if known else math.nan)
+        self.book = state.bytes
 
     def round(self, payload: Any, uploads: dict[str, Any]) -> dict[str, float]:
         """Count one round: every client in `uploads` (name -> its upload) received `payload`.
@@ -149,23 +146,23 @@ class ByteLedger:
             for name, upload in uploads.items()
         }
         for name, up in ups.items():
-            pair = self.book["clients"].setdefault(name, [0, 0])
+            pair = self.book.clients.setdefault(name, [0, 0])
             pair[0] += down
             pair[1] += up
-        self.book["down"] += down * len(ups)
-        self.book["up"] += sum(ups.values())
+        self.book.down += down * len(ups)
+        self.book.up += sum(ups.values())
         per_client = float(np.mean(list(ups.values()))) if ups else math.nan
         return {
             "download_bytes": float(down * len(ups)),
             "upload_bytes": float(sum(ups.values())),
             "upload_bytes_per_client": per_client,
-            "download_bytes_total": float(self.book["down"]),
-            "upload_bytes_total": float(self.book["up"]),
+            "download_bytes_total": float(self.book.down),
+            "upload_bytes_total": float(self.book.up),
         }
 
     @property
     def clients(self) -> dict[str, list[int]]:
-        return self.book["clients"]
+        return self.book.clients
 
 
 def columns(rows: list[dict[str, Any]], personalized: bool) -> list[str]:
@@ -193,13 +190,12 @@ def shared_out(clients: list[ClientData], score, what: str, owner=None) -> dict[
     return {name: scores for group in groups for name, scores in group.items()}
 
 
-def own_scores(sim, state: dict[str, Any], score) -> dict[str, Any]:
+def own_scores(sim, state: RunState, score) -> dict[str, Any]:
     """`score(client data, its own model)` of every client with a model of its own (a personalized
     method's trained clients: Simulator._personalized_models), shared out over the processes, by
     client name in the clients' order. Each is scored as it is yielded (own models share one scratch
     model)."""
-    visits = state.get("visits", {})
-    trained = [c for c in sim.data.clients if visits.get(c.name)]
+    trained = [c for c in sim.data.clients if state.visits.get(c.name)]
     scores = shared_out(
         trained,
         lambda group: {
@@ -212,7 +208,7 @@ def own_scores(sim, state: dict[str, Any], score) -> dict[str, Any]:
 
 
 def evaluate_clients(
-    sim, state: dict[str, Any], round_idx: int, server: dict[str, Any]
+    sim, state: RunState, round_idx: int, server: dict[str, Any]
 ) -> list[dict[str, Any]]:
     """clients.csv's rows of one evaluation by a Simulator `sim`: the shared model of `server` and
     each trained client's own model on every client's held-out windows (each process its share of
@@ -261,28 +257,28 @@ def evaluate_clients(
     return rows
 
 
-def client_bytes(state: dict[str, Any], client: str) -> dict[str, int]:
+def client_bytes(state: RunState, client: str) -> dict[str, int]:
     """clients.csv's bytes_down / bytes_up of a client so far; none where the driver counts no bytes
     (the Flower ServerApp: its messages travel through Flower, not through `ByteLedger`)."""
-    if "bytes" not in state:
+    if state.bytes is None:
         return {}
-    down, up = state["bytes"]["clients"].get(client, (0, 0))
+    down, up = state.bytes.clients.get(client, (0, 0))
     return {"bytes_down": down, "bytes_up": up}
 
 
-def log_clients(sim, state: dict[str, Any], round_idx: int) -> list[dict[str, Any]]:
+def log_clients(sim, state: RunState, round_idx: int) -> list[dict[str, Any]]:
     """Append this evaluation's rows to the run's clients.csv, and return them."""
-    rows = evaluate_clients(sim, state, round_idx, state["server"])
+    rows = evaluate_clients(sim, state, round_idx, state.server)
     if rows:
         append_client_rows(sim.run_dir, columns(rows, type(sim.algorithm).personalized), rows)
     return rows
 
 
-def client_summary(sim, state: dict[str, Any], server: dict[str, Any]) -> dict[str, Any]:
+def client_summary(sim, state: RunState, server: dict[str, Any]) -> dict[str, Any]:
     """results.json's `clients`: every per-client metric's spread (metrics.spread, n_k-weighted mean
     included) for the selected shared model and the last own models, and the cohort counts: clients
     scored, and those that could not be, with the reason."""
-    rows = evaluate_clients(sim, state, state["round"], server)
+    rows = evaluate_clients(sim, state, state.round, server)
     total = len(sim.data.clients)
     out: dict[str, Any] = {
         "spreads": spreads(rows),
@@ -316,7 +312,7 @@ def test_confusion(sim, model: nn.Module | None) -> dict[str, Any] | None:
 USER_SCORES = ("local_acc", "global_acc", "increase")
 
 
-def user_rows(state: dict[str, Any], round_idx: int, row: dict[str, float]) -> list[dict[str, Any]]:
+def user_rows(state: RunState, round_idx: int, row: dict[str, float]) -> list[dict[str, Any]]:
     """clients.csv's rows of a streaming (zero-shot) round: one per user that reported scores, from
     the round's history row, with the bytes the user has received and uploaded so far."""
     users = [key.split("/", 1)[1] for key in row if key.startswith(f"{USER_SCORES[0]}/")]
@@ -331,15 +327,15 @@ def user_rows(state: dict[str, Any], round_idx: int, row: dict[str, float]) -> l
     ]
 
 
-def log_users(run_dir, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
+def log_users(run_dir, state: RunState, round_idx: int, row: dict[str, float]) -> None:
     rows = user_rows(state, round_idx, row)
     if rows:
         append_client_rows(run_dir, columns(rows, False), rows)
 
 
-def user_summary(state: dict[str, Any]) -> dict[str, Any]:
+def user_summary(state: RunState) -> dict[str, Any]:
     """results.json's `per_client` of a streaming run: the spreads of the last round's per-user
     scores."""
-    last = state["history"][-1]
+    last = state.history[-1]
     rows = user_rows(state, int(last["round"]), last)
     return {"spreads": spreads(rows), "evaluated": len(rows), "without_holdout": 0}

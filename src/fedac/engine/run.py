@@ -25,6 +25,7 @@ from fedac.config import Config
 from fedac.engine.checkpoint import open_run, save_checkpoint
 from fedac.engine.report import truncate_client_rows, write_history, write_results
 from fedac.engine.rounds import RoundLoop
+from fedac.engine.state import RunState
 from fedac.training.device import to_device
 from fedac.training.runtime import Runtime
 
@@ -43,7 +44,7 @@ class RoundDriver(ABC):
     shown: tuple[str, ...] = ()
     #: After `run`: the state it ended with (None before), where it resumed and how many rounds it
     #: trained.
-    state: dict[str, Any] | None = None
+    state: RunState | None = None
     resumed_from = 0
     rounds_trained = 0
     #: Over several processes, a client name -> the rank that alone holds its persistent state
@@ -67,22 +68,22 @@ class RoundDriver(ABC):
         """The size of a round's inner bar (its clients or users)."""
 
     @abstractmethod
-    def _fresh_state(self) -> dict[str, Any]:
-        """Round 0's state (at least round, server, history and wall_seconds)."""
+    def _fresh_state(self) -> RunState:
+        """Round 0's state."""
 
     @abstractmethod
     def first_line(self) -> str:
         """The run's first line (logged, and printed to stderr with the progress shown)."""
 
     @abstractmethod
-    def run_round(self, state: dict[str, Any], round_idx: int) -> dict[str, float]:
+    def run_round(self, state: RunState, round_idx: int) -> dict[str, float]:
         """Train round `round_idx` (updates `state`); its metrics for the history row."""
 
     @abstractmethod
-    def final_results(self, state: dict[str, Any]) -> dict[str, Any]:
+    def final_results(self, state: RunState) -> dict[str, Any]:
         """The results after the last round (results.json, less what `run` adds to every run's)."""
 
-    def place_state(self, state: dict[str, Any]) -> dict[str, Any]:
+    def place_state(self, state: RunState) -> RunState:
         """The opened (fresh or resumed) state on the run's device."""
         return to_device(state, self.runtime.device)
 
@@ -95,11 +96,11 @@ class RoundDriver(ABC):
         """Whether round `round_idx` is evaluated and gets a history row."""
         return True
 
-    def evaluate(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
+    def evaluate(self, state: RunState, round_idx: int, row: dict[str, float]) -> None:
         """The round's evaluation into `row`, inside the round (a second signal abandons it)."""
         return None  # (a driver whose round scores itself)
 
-    def round_written(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
+    def round_written(self, state: RunState, round_idx: int, row: dict[str, float]) -> None:
         """The round's own files, after its computation (a signal does not cut them)."""
         return None  # (a driver whose rows are all it writes per round)
 
@@ -113,7 +114,7 @@ class RoundDriver(ABC):
         engine/distributed.py)."""
         return True
 
-    def final(self, state: dict[str, Any]) -> dict[str, Any]:
+    def final(self, state: RunState) -> dict[str, Any]:
         """`final_results` as this driver computes them (e.g. under its precision's autocast; every
         process of a distributed run computes them, rank 0 writes them)."""
         return self.final_results(state)
@@ -141,21 +142,21 @@ class RoundDriver(ABC):
             # the run's first line (cli logs warnings only)
             print(f"fedac: {line}", file=sys.stderr, flush=True)
         if resume:
-            self.rewind_logs(state["round"])
+            self.rewind_logs(state.round)
         # Rounds this process trains, reported so a resumed run shows where it started
         # (tests/engine/test_resume.py).
-        self.resumed_from, self.rounds_trained = state["round"], 0
-        started = time.perf_counter() - state["wall_seconds"]
+        self.resumed_from, self.rounds_trained = state.round, 0
+        started = time.perf_counter() - state.wall_seconds
         rounds = self.rounds
         with RoundLoop(
             self.run_dir,
             rounds,
-            state["round"],
+            state.round,
             self.desc,
             self.progress,
-            state["round"] if resume else None,
+            state.round if resume else None,
         ) as loop:
-            for round_idx in range(state["round"] + 1, rounds + 1):
+            for round_idx in range(state.round + 1, rounds + 1):
                 evaluated = self.evaluates(round_idx)
                 # (a second signal abandons the round in here)
                 with loop.round(round_idx, self.clients_per_round):
@@ -166,12 +167,12 @@ class RoundDriver(ABC):
                 self.round_written(state, round_idx, row)
                 if evaluated:
                     row["wall_seconds"] = time.perf_counter() - started
-                    state["history"].append(row)
-                    write_history(self.run_dir, state["history"])
+                    state.history.append(row)
+                    write_history(self.run_dir, state.history)
                     if loop.bar is not None:  # (open inside the loop)
                         loop.bar.set_postfix({k: f"{row[k]:.3f}" for k in self.shown if k in row})
-                state["round"] = round_idx
-                state["wall_seconds"] = time.perf_counter() - started
+                state.round = round_idx
+                state.wall_seconds = time.perf_counter() - started
                 loop.end_round(
                     round_idx,
                     lambda: save_checkpoint(

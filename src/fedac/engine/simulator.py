@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from fedac.engine.distributed import (
 )
 from fedac.engine.report import log_pruning, truncate_client_rows, truncate_pruning_log
 from fedac.engine.run import RoundDriver
+from fedac.engine.state import BestModel, RunState
 from fedac.engine.tracking import check_trackers
 from fedac.errors import ConfigError
 from fedac.rules.aggregation import ServerMetrics
@@ -146,22 +148,14 @@ class Simulator(RoundDriver):
         return self.state_owner is None or self.state_owner(name) == self.world.rank
 
     # --- state ---------------------------------------------------------------------------------
-    def _fresh_state(self) -> dict[str, Any]:
-        return {
-            "round": 0,
-            "server": self.algorithm.init_server(),
-            "clients": {},
-            "visits": {},
-            "history": [],
-            "best": None,
-            "wall_seconds": 0.0,
-        }
+    def _fresh_state(self) -> RunState:
+        return RunState(self.cfg.algorithm, self.algorithm.init_server())
 
-    def _client_state(self, state: dict[str, Any], name: str) -> Any:
+    def _client_state(self, state: RunState, name: str) -> Any:
         """The client's persistent state where it lives between rounds (`self.client_home`)."""
-        if name not in state["clients"]:
-            state["clients"][name] = self._homed(self.algorithm.init_client_state(name))
-        return state["clients"][name]
+        if name not in state.clients:
+            state.clients[name] = self._homed(self.algorithm.init_client_state(name))
+        return state.clients[name]
 
     def _homed(self, obj: Any) -> Any:
         return to_device(obj, self.client_home, pin=self.client_home != self.device)
@@ -182,9 +176,9 @@ class Simulator(RoundDriver):
         return to_device(self.data.client(name), self.device)
 
     # --- one round -----------------------------------------------------------------------------
-    def run_round(self, state: dict[str, Any], round_idx: int) -> dict[str, float]:
+    def run_round(self, state: RunState, round_idx: int) -> dict[str, float]:
         cfg = self.cfg
-        payload = self.algorithm.broadcast(state["server"])
+        payload = self.algorithm.broadcast(state.server)
         uploads, losses, rejected, uploaded = [], [], [], []
         names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
         datas = [self._client_data(name) for name in names]
@@ -205,7 +199,7 @@ class Simulator(RoundDriver):
             [self.state_owner(n) for n in names] if self.state_owner is not None else None,
         )
         # auto's measured path, kept for a resume
-        state["auto_choice"] = dict(self.algorithm.auto_choice)
+        state.auto_choice = dict(self.algorithm.auto_choice)
         for name, data, result in zip(names, datas, results):
             if not usable(result):
                 log.warning(
@@ -216,11 +210,10 @@ class Simulator(RoundDriver):
                 rejected.append(name)
                 continue
             if result.state is not None and self.holds(name):
-                state["clients"][name] = self._homed(result.state)
+                state.clients[name] = self._homed(result.state)
             uploads.append((result.upload, data.num_samples))
             uploaded.append(name)
-            visits = state.setdefault("visits", {})
-            visits[name] = visits.get(name, 0) + 1
+            state.visits[name] = state.visits.get(name, 0) + 1
             losses.append(result.metrics.get("loss", float("nan")))
         metrics: dict[str, float] = {
             "clients": float(len(uploads)),
@@ -234,12 +227,10 @@ class Simulator(RoundDriver):
         if results.summed is not None and uploads:
             uploads = [results.summed]
         if uploads:
-            state["server"], server_metrics = self.algorithm.server_update(
-                state["server"], uploads, round_idx
+            state.server, server_metrics = self.algorithm.server_update(
+                state.server, uploads, round_idx
             )
-            state["server"], dp_metrics = self.privacy.add_noise(
-                state["server"], round_idx, len(uploads)
-            )
+            state.server, dp_metrics = self.privacy.add_noise(state.server, round_idx, len(uploads))
             metrics.update(server_metrics, **dp_metrics)
             # LPA's, returned
             pruning = server_metrics.pruning if isinstance(server_metrics, ServerMetrics) else None
@@ -251,7 +242,7 @@ class Simulator(RoundDriver):
             )
         metrics["train_loss"] = float(np.nanmean(losses)) if losses else float("nan")
         if self.world.traffic:  # (benchmarks and tests: the states this process holds)
-            self.world.log_held(round_idx, len(state["clients"]), nbytes(state["clients"]))
+            self.world.log_held(round_idx, len(state.clients), nbytes(state.clients))
         return metrics
 
     def poison_and_clip(
@@ -262,13 +253,12 @@ class Simulator(RoundDriver):
         uploads = self.attack.poison_uploads(payload, names, uploads, round_idx)
         return self.privacy.clip(payload, names, uploads, self.attack.malicious)
 
-    def _personalized_models(self, state: dict[str, Any], clients: list[ClientData] | None = None):
+    def _personalized_models(self, state: RunState, clients: list[ClientData] | None = None):
         """(client, its own model) for every client (of `clients`, default all) that has trained at
         least once (the others still hold their random initial weights); nothing for
         non-personalized methods."""
-        visits = state.get("visits", {})
         for client in self.data.clients if clients is None else clients:
-            if not visits.get(client.name):
+            if not state.visits.get(client.name):
                 continue
             own = self.algorithm.personalized_model(
                 client.name, self._client_state(state, client.name)
@@ -277,7 +267,7 @@ class Simulator(RoundDriver):
                 yield to_device(client, self.device), own
 
     def _personalized_local_accuracy(
-        self, state: dict[str, Any], rows: list[dict[str, Any]] | None = None
+        self, state: RunState, rows: list[dict[str, Any]] | None = None
     ) -> list[float]:
         """Each client's own model on its local held-out windows (empty for non-personalized
         methods): read from this evaluation's clients.csv `rows` when given (each own model is then
@@ -292,7 +282,7 @@ class Simulator(RoundDriver):
             ).values()
         )
 
-    def _personalized_test_results(self, state: dict[str, Any]) -> list[dict[str, float]]:
+    def _personalized_test_results(self, state: RunState) -> list[dict[str, float]]:
         """Each client's own model on the test split (empty for non-personalized methods). The
         Flower ServerApp overrides this and `_personalized_local_accuracy` with what its nodes
         report."""
@@ -304,7 +294,7 @@ class Simulator(RoundDriver):
             ).values()
         )
 
-    def _evaluate_round(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
+    def _evaluate_round(self, state: RunState, round_idx: int, row: dict[str, float]) -> None:
         """Validation metrics of the global model (kept as `best` when they improve); personalized
         methods also log their clients' mean local held-out accuracy. Every client's scores go to
         clients.csv."""
@@ -312,7 +302,7 @@ class Simulator(RoundDriver):
         local = self._personalized_local_accuracy(state, rows)
         if local:
             row["local_accuracy"] = mean_std(local)[0]
-        model = self.algorithm.global_model(state["server"])
+        model = self.algorithm.global_model(state.server)
         if model is None:
             return
         val, views = self.algorithm.evaluate_views(
@@ -324,14 +314,11 @@ class Simulator(RoundDriver):
             row["test_accuracy"] = evaluate(
                 model, self.data.eval_split("test"), self.cfg.train.eval_batch_size
             )["accuracy"]
-        best, score = state["best"], selection_score(val)
-        if best is None or score > best.get("val_score", best["val_accuracy"]):
-            state["best"] = {
-                "round": round_idx,
-                "val_accuracy": val.get("accuracy", score),
-                "val_score": score,
-                "server": copy.deepcopy(state["server"]),
-            }
+        score = selection_score(val)
+        if state.best is None or score > state.best.val_score:
+            state.best = BestModel(
+                round_idx, val.get("accuracy", score), score, copy.deepcopy(state.server)
+            )
 
     # --- whole run (the skeleton: engine/run.py) ------------------------------------------------
     shown = ("val_accuracy", "val_wer", "local_accuracy", "train_loss")
@@ -352,13 +339,13 @@ class Simulator(RoundDriver):
     def writes(self) -> bool:
         return self.world.writes
 
-    def place_state(self, state: dict[str, Any]) -> dict[str, Any]:
+    def place_state(self, state: RunState) -> RunState:
         """The run state on the run's device, every client's persistent state where it lives
         (`client_home`); a resumed run keeps auto's measured choice of path."""
-        clients, state["clients"] = state["clients"], {}
-        state = to_device(state, self.device)
-        state["clients"] = {name: self._homed(value) for name, value in clients.items()}
-        self.algorithm.auto_choice.update(state.get("auto_choice", {}))
+        clients = state.clients
+        state = to_device(replace(state, clients={}), self.device)
+        state.clients = {name: self._homed(value) for name, value in clients.items()}
+        self.algorithm.auto_choice.update(state.auto_choice)
         self.execution = self.algorithm.execution_path()
         return state
 
@@ -381,12 +368,12 @@ class Simulator(RoundDriver):
             round_idx % self.cfg.train.checkpoint_every == 0 or round_idx == self.cfg.train.rounds
         )
 
-    def evaluate(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
+    def evaluate(self, state: RunState, round_idx: int, row: dict[str, float]) -> None:
         # (every rank its share, gathered: engine/distributed.py `evaluation`)
         with self.runtime.autocast(), evaluation(self.world, round_idx):
             self._evaluate_round(state, round_idx, row)
 
-    def final(self, state: dict[str, Any]) -> dict[str, Any]:
+    def final(self, state: RunState) -> dict[str, Any]:
         with self.runtime.autocast(), evaluation(self.world, None):
             return self.final_results(state)
 
@@ -397,16 +384,16 @@ class Simulator(RoundDriver):
             out["execution_probe"] = dict(self.algorithm.auto_choice)
         return out
 
-    def selected_server(self, state: dict[str, Any]) -> dict[str, Any]:
-        if self.cfg.train.select == "last" or state["best"] is None:
-            return state["server"]
+    def selected_server(self, state: RunState) -> dict[str, Any]:
+        if self.cfg.train.select == "last" or state.best is None:
+            return state.server
         if self.cfg.train.select != "best_val":
             raise ConfigError(
                 f"train.select must be best_val or last, got {self.cfg.train.select!r}"
             )
-        return state["best"]["server"]
+        return state.best.server
 
-    def final_results(self, state: dict[str, Any]) -> dict[str, Any]:
+    def final_results(self, state: RunState) -> dict[str, Any]:
         """Test metrics of the model selected on validation, plus per-client and personalized
         metrics."""
         batch = self.cfg.train.eval_batch_size
@@ -423,7 +410,7 @@ class Simulator(RoundDriver):
                         model, self.data.eval_split("test"), self.data.manifest.classes, batch
                     )
                 )
-            curve = [row["test_accuracy"] for row in state["history"] if "test_accuracy" in row]
+            curve = [row["test_accuracy"] for row in state.history if "test_accuracy" in row]
             if curve:
                 final["test_last5_mean"] = float(np.mean(curve[-5:]))
             for name, split in self.data.extra_test.items():
@@ -431,9 +418,9 @@ class Simulator(RoundDriver):
                 final.update({f"{name}_{k}": v for k, v in metrics.items()})
                 final.update(tagged(views, suffix=f"{name}_"))
             final["selected_round"] = (
-                state["best"]["round"]
-                if self.cfg.train.select == "best_val" and state["best"]
-                else state["round"]
+                state.best.round
+                if self.cfg.train.select == "best_val" and state.best
+                else state.round
             )
             local = self.world.each(
                 self.data.clients,
@@ -459,11 +446,11 @@ class Simulator(RoundDriver):
             )
             final["personalized_clients"] = len(personal)
         if model is None:
-            final["selected_round"] = state["round"]
+            final["selected_round"] = state.round
         final.update(
-            self.attack.final_metrics(model, batch), **self.privacy.final_metrics(state["round"])
+            self.attack.final_metrics(model, batch), **self.privacy.final_metrics(state.round)
         )
-        visits = list(state.get("visits", {}).values())
+        visits = list(state.visits.values())
         if visits:  # the simulator's count (a Flower deployment's nodes keep their own)
             final["clients_trained"] = len(visits)
             final["visits_per_trained_client"] = float(np.mean(visits))
@@ -475,8 +462,8 @@ class Simulator(RoundDriver):
             "dataset": self.cfg.dataset,
             "seed": self.cfg.seed,
             "final": final,
-            "history": state["history"],
-            "rounds": state["round"],
+            "history": state.history,
+            "rounds": state.round,
             "clients": len(self.data.clients),
             "num_classes": self.data.task.num_classes,
             **extra,

@@ -51,6 +51,7 @@ from fedac.engine.clients import ByteLedger, log_users, user_summary
 from fedac.engine.data import _gather, _rows_by_clip, normalize
 from fedac.engine.report import format_table
 from fedac.engine.run import RoundDriver
+from fedac.engine.state import RunState
 from fedac.engine.tracking import check_trackers
 from fedac.errors import ConfigError
 from fedac.training.metrics import classification_metrics
@@ -227,9 +228,9 @@ class ZeroShotDriver(RoundDriver):
         }
 
     # --- rounds ---------------------------------------------------------------------------------
-    def run_round(self, state: dict[str, Any], round_idx: int) -> dict[str, float]:
+    def run_round(self, state: RunState, round_idx: int) -> dict[str, float]:
         alg, cfg = self.algorithm, self.cfg
-        payload = alg.broadcast(state["server"])
+        payload = alg.broadcast(state.server)
         uploads, row, users, sent = [], {}, {}, {}
         for user in self.scenario.users:
             data = self.client_data(user, round_idx)
@@ -248,13 +249,13 @@ class ZeroShotDriver(RoundDriver):
                 row[f"local_acc/{user}"] = result.metrics["local_acc"]
         reports = [u for u, _ in uploads if u["kind"] == "report"]
         step = alg.update(
-            state["server"],
+            state.server,
             uploads,
             round_idx,
-            num_new=self.truly_new(state["server"]["registry"], reports),
+            num_new=self.truly_new(state.server["registry"], reports),
         )
-        state["server"], metrics, self.grouping = step.server, step.metrics, step.grouping
-        server = state["server"]
+        state.server, metrics, self.grouping = step.server, step.metrics, step.grouping
+        server = state.server
         E = len(self.splits["val"][0]) + len(self.splits["test"][0])
         for user, labels in users.items():
             row[f"global_acc/{user}"] = labelled_accuracy(
@@ -303,27 +304,22 @@ class ZeroShotDriver(RoundDriver):
     def clients_per_round(self) -> int:
         return len(self.scenario.users)
 
-    def _fresh_state(self) -> dict[str, Any]:
-        return {
-            "round": 0,
-            "server": self.algorithm.init_server(),
-            "history": [],
-            "wall_seconds": 0.0,
-        }
+    def _fresh_state(self) -> RunState:
+        return RunState(self.cfg.algorithm, self.algorithm.init_server())
 
     def first_line(self) -> str:
         self.execution = self.algorithm.execution_path()
         return f"zeroshot {self.scenario.name} on {self.runtime.name}; users train {self.execution}"
 
-    def round_written(self, state: dict[str, Any], round_idx: int, row: dict[str, float]) -> None:
+    def round_written(self, state: RunState, round_idx: int, row: dict[str, float]) -> None:
         self.save_impressions(round_idx, self.grouping)
         log_users(self.run_dir, state, round_idx, row)  # clients.csv: one row per user
 
     def closing(self) -> dict[str, Any]:
         return {"execution": self.execution}
 
-    def final_results(self, state: dict[str, Any]) -> dict[str, Any]:
-        history = state["history"]
+    def final_results(self, state: RunState) -> dict[str, Any]:
+        history = state.history
         last = history[-1]
 
         def mean(key: str) -> float:
@@ -366,7 +362,7 @@ class ZeroShotDriver(RoundDriver):
             "seed": self.cfg.seed,
             "final": final,
             "history": history,
-            "rounds": state["round"],
+            "rounds": state.round,
             "clients": len(users),
             "num_classes": len(self.scenario.classes),
             "zeroshot_legend": LEGEND,

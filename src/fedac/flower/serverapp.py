@@ -35,6 +35,7 @@ from fedac.config import Config, save_config
 from fedac.engine.data import build_eval_data
 from fedac.engine.report import final_table, write_history, write_results
 from fedac.engine.simulator import Simulator
+from fedac.engine.state import RunState
 from fedac.errors import ConfigError
 from fedac.flower import transport
 from fedac.flower.devices import refuse_attacks_on_devices
@@ -52,7 +53,7 @@ class FlowerServerSide(Simulator):
     strategy: FedacStrategy | None = None
 
     def _personalized_local_accuracy(
-        self, state: dict[str, Any], rows: list[dict[str, Any]] | None = None
+        self, state: RunState, rows: list[dict[str, Any]] | None = None
     ) -> list[float]:
         # (the nodes score their own models: the server holds none, so `rows` carry no own scores)
         if self.strategy is None:
@@ -63,7 +64,7 @@ class FlowerServerSide(Simulator):
             if "local_accuracy" in r.metrics
         ]
 
-    def _personalized_test_results(self, state: dict[str, Any]) -> list[dict[str, float]]:
+    def _personalized_test_results(self, state: RunState) -> list[dict[str, float]]:
         if self.strategy is None:
             return []
         return [
@@ -162,7 +163,6 @@ def run_deployment(
         side = FlowerServerSide(cfg, run_dir, progress=False)
     save_config(cfg, run_dir / "config.yaml")
     state = side._fresh_state()
-    state["algorithm"] = cfg.algorithm
     # Every message carries the run's label set: device nodes label their own clips with it.
     # (Workloads built without a manifest, such as benchmarks/flower_apps.py's, have no label names
     # to send.)
@@ -184,10 +184,10 @@ def run_deployment(
         strategy = flower_dp(strategy, cfg, side.privacy)
     # run-config secagg=true: the uploads are summed by Flower's SecAgg+ (fedac.flower.secagg)
     elif secure and settings.secagg is not None:
-        strategy = SecAggStrategy(side.algorithm, state["server"], directory, cfg, settings.secagg)
+        strategy = SecAggStrategy(side.algorithm, state.server, directory, cfg, settings.secagg)
         round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731
     else:
-        strategy = FedacStrategy(side.algorithm, state["server"], directory, cfg)
+        strategy = FedacStrategy(side.algorithm, state.server, directory, cfg)
         strategy.ledger_state = state  # the bytes per client, for clients.csv (engine/clients.py)
         side.strategy = strategy
         strategy.layers = side  # attacks and DP over the uploads, as in the simulator
@@ -196,28 +196,28 @@ def run_deployment(
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         if server_round == 0:
             return None
-        state["server"], metrics = round_metrics(arrays)
+        state.server, metrics = round_metrics(arrays)
         row = {"round": float(server_round), **metrics}
         if server_round % cfg.train.eval_every == 0 or server_round == cfg.train.rounds:
             side._evaluate_round(state, server_round, row)
             row["wall_seconds"] = time.perf_counter() - started
-            state["history"].append(row)
-            write_history(run_dir, state["history"])
+            state.history.append(row)
+            write_history(run_dir, state.history)
             shown = ", ".join(
                 f"{k} {row[k]:.4f}"
                 for k in ("val_accuracy", "local_accuracy", "train_loss")
                 if k in row
             )
             log.info("round %d evaluated: %s", server_round, shown)
-        state["round"] = server_round
-        _atomic_torch_save(state["server"], run_dir / "server_state.pt")
+        state.round = server_round
+        _atomic_torch_save(state.server, run_dir / "server_state.pt")
         if isinstance(strategy, FedacStrategy):
             (run_dir / "flower_clients.json").write_text(
                 json.dumps(_client_log(strategy), indent=2, default=str)
             )
         return MetricRecord({k: float(v) for k, v in row.items()})
 
-    initial = transport.to_records(side.algorithm.broadcast(state["server"]))[0]
+    initial = transport.to_records(side.algorithm.broadcast(state.server))[0]
     strategy.start(
         grid=polling,
         initial_arrays=initial,
@@ -280,7 +280,7 @@ def flower_dp(strategy, cfg: Config, privacy):
     )
 
 
-def _flower_builtin(cfg: Config, settings: DeploymentSettings, state: dict[str, Any]):
+def _flower_builtin(cfg: Config, settings: DeploymentSettings, state: RunState):
     """Flower's own strategy for a FedAvg-family algorithm, and how to read each round's outcome
     from it."""
     if cfg.algorithm == "fedadam":
@@ -315,10 +315,10 @@ def _flower_builtin(cfg: Config, settings: DeploymentSettings, state: dict[str, 
         if "loss" in aggregated:  # Flower weights client losses by n_k; the simulator averages them
             metrics["train_loss"] = float(aggregated["loss"])
         params = transport.from_records(arrays)
-        reference = state["server"]["params"]
+        reference = state.server["params"]
         # Flower's FedAdam returns float64 under NumPy 2: keep the model's own dtypes.
         params = {k: v.to(reference[k].dtype) if k in reference else v for k, v in params.items()}
-        return {**state["server"], "params": params}, metrics
+        return {**state.server, "params": params}, metrics
 
     return strategy, round_metrics
 

@@ -36,6 +36,7 @@ from fedac.algorithms.base import Algorithm
 from fedac.config import Config
 from fedac.engine.clients import ByteLedger
 from fedac.engine.simulator import sample_cohort
+from fedac.engine.state import RunState
 from fedac.errors import ConfigError, FedacError
 from fedac.flower import transport
 from fedac.training.types import all_finite
@@ -317,7 +318,7 @@ class FedacStrategy(Strategy):
         self._sent: dict[int, str] = {}
         self._messages: list[Message] = []
         self._skip_eval: set[int] = set()
-        self.ledger_state: dict[str, Any] = {"round": 0}
+        self.ledger_state = RunState(cfg.algorithm, None)
         """Where the bytes sent are counted (engine/clients.py ByteLedger): the ServerApp's run
         state."""
 

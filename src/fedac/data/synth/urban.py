@@ -263,7 +263,11 @@ def _children_playing(n, p, r):
     for _ in range(int(r.poisson(n / SR * 0.3))):  # shrieks and squeals
         m = int(r.uniform(0.2, 0.6) * SR)
         sweep = np.linspace(r.uniform(900, 1400), r.uniform(1400, 2200), m)
-        _place(x, 0.6 * _tone(sweep, m, np.array([1, 0.4, 0.2]), r) * np.hanning(m), int(r.integers(0, n)))
+        _place(
+            x,
+            0.6 * _tone(sweep, m, np.array([1, 0.4, 0.2]), r) * np.hanning(m),
+            int(r.integers(0, n)),
+        )
     return x
 
 
