@@ -18,6 +18,15 @@ from gsc_fixture import make_gsc_tree  # noqa: E402
 from helpers import terminal_process_state  # noqa: E402
 
 
+def pytest_collection_modifyitems(items):
+    """Under pytest-xdist (`-n auto`), the live Flower federations all run on one worker
+    (`--dist loadgroup`): each starts a SuperLink and SuperNodes of its own, and two at once on a
+    2-core machine would starve each other's timeouts."""
+    for item in items:
+        if "flower" in Path(item.fspath).parent.name:
+            item.add_marker(pytest.mark.xdist_group("flower"))
+
+
 @pytest.fixture(autouse=True)
 def fedac_home(tmp_path_factory, monkeypatch):
     """Caches of every test go to a temporary FEDAC_HOME, never the user's home."""
