@@ -59,14 +59,27 @@ def test_client_mode_attackers_skip_their_own_clipping():
     assert privacy("none").clip(REFERENCE, ["a", "b"], UPLOADS) is UPLOADS
 
 
+class KeepsWeights:
+    """An algorithm whose global state keeps its model under another key: DP reaches the model
+    through the algorithm's accessors, never by a key of its own."""
+
+    def global_params(self, server):
+        return server["weights"]
+
+    def with_global_params(self, server, params):
+        return {**server, "weights": params}
+
+
 def test_server_noise_has_std_z_c_over_m_and_is_seeded():
-    dp = privacy("central")
-    server = {"params": {"w": torch.zeros(40000), "n": torch.tensor(3)}, "round": 1}
-    noisy, metrics = dp.add_noise(server, round_idx=3, cohort=4)
-    assert float(noisy["params"]["w"].std()) == pytest.approx(2.0 * 1.0 / 4, rel=0.03)
-    assert int(noisy["params"]["n"]) == 3 and noisy["round"] == 1
-    assert torch.equal(noisy["params"]["w"], dp.add_noise(server, 3, 4)[0]["params"]["w"])
-    assert not torch.equal(noisy["params"]["w"], dp.add_noise(server, 4, 4)[0]["params"]["w"])
+    dp, owner = privacy("central"), KeepsWeights()
+    server = {"weights": {"w": torch.zeros(40000), "n": torch.tensor(3)}, "round": 1}
+    noisy, metrics = dp.add_noise(owner, server, round_idx=3, cohort=4)
+    assert float(noisy["weights"]["w"].std()) == pytest.approx(2.0 * 1.0 / 4, rel=0.03)
+    assert int(noisy["weights"]["n"]) == 3 and noisy["round"] == 1
+    assert torch.equal(noisy["weights"]["w"], dp.add_noise(owner, server, 3, 4)[0]["weights"]["w"])
+    assert not torch.equal(
+        noisy["weights"]["w"], dp.add_noise(owner, server, 4, 4)[0]["weights"]["w"]
+    )
     assert metrics["dp_epsilon"] == pytest.approx(epsilon(2.0, 0.4, 3, 1e-5))
 
 

@@ -160,6 +160,20 @@ class Algorithm(ABC):
     def init_server(self) -> dict[str, Any]:
         """Initial global state (must hold 'params' of the global model)."""
 
+    def restore_server(self, saved: Any) -> Any:
+        """The global state from a checkpoint's `server` (what `init_server` / `server_update`
+        returned, or an earlier fedac's form of it); by default as saved."""
+        return saved
+
+    def global_params(self, server: Any) -> Params:
+        """The global model's parameters in `server` (what DP noises and Flower's built-in
+        strategies replace; an algorithm whose global state keeps them elsewhere overrides both)."""
+        return server["params"]
+
+    def with_global_params(self, server: Any, params: Params) -> Any:
+        """`server` with the global model's parameters replaced by `params` (a new state)."""
+        return {**server, "params": params}
+
     def broadcast(self, server: dict[str, Any]) -> Any:
         """What every sampled client receives this round."""
         return server["params"]

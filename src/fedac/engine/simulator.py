@@ -230,7 +230,9 @@ class Simulator(RoundDriver):
             state.server, server_metrics = self.algorithm.server_update(
                 state.server, uploads, round_idx
             )
-            state.server, dp_metrics = self.privacy.add_noise(state.server, round_idx, len(uploads))
+            state.server, dp_metrics = self.privacy.add_noise(
+                self.algorithm, state.server, round_idx, len(uploads)
+            )
             metrics.update(server_metrics, **dp_metrics)
             # LPA's, returned
             pruning = server_metrics.pruning if isinstance(server_metrics, ServerMetrics) else None
@@ -345,6 +347,7 @@ class Simulator(RoundDriver):
         clients = state.clients
         state = to_device(replace(state, clients={}), self.device)
         state.clients = {name: self._homed(value) for name, value in clients.items()}
+        state.server = self.algorithm.restore_server(state.server)
         self.algorithm.auto_choice.update(state.auto_choice)
         self.execution = self.algorithm.execution_path()
         return state

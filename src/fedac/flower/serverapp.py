@@ -31,6 +31,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, MetricRecord
 from flwr.serverapp import Grid, ServerApp
 from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 
+from fedac.algorithms.base import Algorithm
 from fedac.config import Config, save_config
 from fedac.engine.data import build_eval_data
 from fedac.engine.report import final_table, write_history, write_results
@@ -180,7 +181,7 @@ def run_deployment(
     polling = PollingGrid(grid, settings.poll_interval, directory.describe)
     if settings.strategy == "flower":
         refuse_layers(cfg)
-        strategy, round_metrics = _flower_builtin(cfg, settings, state)
+        strategy, round_metrics = _flower_builtin(cfg, settings, state, side.algorithm)
         strategy = flower_dp(strategy, cfg, side.privacy)
     # run-config secagg=true: the uploads are summed by Flower's SecAgg+ (fedac.flower.secagg)
     elif secure and settings.secagg is not None:
@@ -280,7 +281,9 @@ def flower_dp(strategy, cfg: Config, privacy):
     )
 
 
-def _flower_builtin(cfg: Config, settings: DeploymentSettings, state: RunState):
+def _flower_builtin(
+    cfg: Config, settings: DeploymentSettings, state: RunState, algorithm: Algorithm
+):
     """Flower's own strategy for a FedAvg-family algorithm, and how to read each round's outcome
     from it."""
     if cfg.algorithm == "fedadam":
@@ -315,10 +318,10 @@ def _flower_builtin(cfg: Config, settings: DeploymentSettings, state: RunState):
         if "loss" in aggregated:  # Flower weights client losses by n_k; the simulator averages them
             metrics["train_loss"] = float(aggregated["loss"])
         params = transport.from_records(arrays)
-        reference = state.server["params"]
+        reference = algorithm.global_params(state.server)
         # Flower's FedAdam returns float64 under NumPy 2: keep the model's own dtypes.
         params = {k: v.to(reference[k].dtype) if k in reference else v for k, v in params.items()}
-        return {**state.server, "params": params}, metrics
+        return algorithm.with_global_params(state.server, params), metrics
 
     return strategy, round_metrics
 

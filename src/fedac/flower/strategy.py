@@ -505,7 +505,7 @@ class FedacStrategy(Strategy):
             )
             if self.layers is not None:
                 self.server, dp_metrics = self.layers.privacy.add_noise(
-                    self.server, server_round, len(uploads)
+                    self.algorithm, self.server, server_round, len(uploads)
                 )
                 server_metrics = {**server_metrics, **dp_metrics}
             metrics.update(server_metrics)

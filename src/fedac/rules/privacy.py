@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -51,6 +51,15 @@ def epsilon(noise_multiplier: float, sample_rate: float, rounds: int, delta: flo
     accountant = RDPAccountant()
     accountant.history = [(noise_multiplier, sample_rate, rounds)]
     return float(accountant.get_epsilon(delta))
+
+
+class GlobalModelOwner(Protocol):
+    """How DP reaches the global model inside an algorithm's global state (algorithms/base.py
+    `Algorithm`; a rule sits below the algorithms and names only what it calls)."""
+
+    def global_params(self, server: Any) -> Params: ...
+
+    def with_global_params(self, server: Any, params: Params) -> Any: ...
 
 
 class Privacy:
@@ -118,10 +127,10 @@ class Privacy:
         ]
 
     def add_noise(
-        self, server: dict[str, Any], round_idx: int, cohort: int
-    ) -> tuple[dict[str, Any], dict[str, float]]:
-        """The new global model plus N(0, (z C / m)^2) per coordinate, drawn from (seed, round), and
-        the epsilon spent after `round_idx` rounds."""
+        self, algorithm: GlobalModelOwner, server: Any, round_idx: int, cohort: int
+    ) -> tuple[Any, dict[str, float]]:
+        """The new global state, its model (`algorithm.global_params`) plus N(0, (z C / m)^2) per
+        coordinate drawn from (seed, round), and the epsilon spent after `round_idx` rounds."""
         if not self.on:
             return server, {}
         dp = self.cfg.dp
@@ -138,9 +147,9 @@ class Privacy:
             )
             if value.is_floating_point()
             else value
-            for name, value in server["params"].items()
+            for name, value in algorithm.global_params(server).items()
         }
-        return {**server, "params": params}, {"dp_epsilon": self.epsilon(round_idx)}
+        return algorithm.with_global_params(server, params), {"dp_epsilon": self.epsilon(round_idx)}
 
     def epsilon(self, rounds: int) -> float:
         return epsilon(self.cfg.dp.noise_multiplier, self.sample_rate, rounds, self.cfg.dp.delta)
