@@ -103,6 +103,8 @@ PATHS = (
     "torch",
     "triton",
     "torch_graph",
+    "fedac_1process",
+    "fedac_2processes",
 )
 """Every path name a workload may time (--paths picks some)."""
 PRECISIONS = ("fp32", "tf32", "bf16", "fp16")
