@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedac.algorithms.zeroshot import ClassReport
 from fedac.seeding import numpy_rng, torch_generator
 from fedac.training.cohort import cohort_workers
 from workloads import capture_reports
@@ -60,23 +61,23 @@ def baseline_module():
     return module
 
 
-def before(module, alg, report: dict, round_idx: int) -> list[torch.Tensor]:
+def before(module, alg, report: ClassReport, round_idx: int) -> list[torch.Tensor]:
     """The baseline's `_impressions` loop: one synthesis per class, batches one after another."""
     from fedac.models import build_model
 
-    zs, K = alg.cfg.zeroshot, report["num_known"]
-    model = build_model(report["arch"], alg.task.num_features, K + len(report["local_ids"]))
-    model.load_state_dict(report["state"])
+    zs, K = alg.cfg.zeroshot, report.num_known
+    model = build_model(report.arch, alg.task.num_features, K + len(report.local_ids))
+    model.load_state_dict(report.state)
     similarity = module.class_similarity(model.head.weight).numpy()
     count = zs.di_per_class or int(np.bincount(alg.public_y).max())
     out = []
-    for j, local_id in enumerate(report["local_ids"]):
-        rng = numpy_rng(alg.cfg.seed, "zeroshot-dirichlet", round_idx, report["user"], local_id)
+    for j, local_id in enumerate(report.local_ids):
+        rng = numpy_rng(alg.cfg.seed, "zeroshot-dirichlet", round_idx, report.user, local_id)
         targets = torch.from_numpy(
             module.dirichlet_targets(similarity[K + j], count, zs.di_betas, rng)
         )
         gen = torch_generator(
-            alg.cfg.seed, "zeroshot-impressions", round_idx, report["user"], local_id
+            alg.cfg.seed, "zeroshot-impressions", round_idx, report.user, local_id
         )
         x, _ = module.synthesize_impressions(
             model,
@@ -113,7 +114,7 @@ def main() -> int:
     for dataset in args.datasets:
         runner, reports = capture_reports(dataset, args.steps)
         alg = runner.algorithm
-        classes = sum(len(r["local_ids"]) for r in reports)
+        classes = sum(len(r.local_ids) for r in reports)
         paths = ["before", "after_1_worker", "after"]
         runs: dict[str, list[tuple[float, float]]] = {p: [] for p in paths}
         xs = {}
@@ -142,7 +143,7 @@ def main() -> int:
         }
         row = {
             "dataset": dataset,
-            "reports": [(r["user"], r["arch"], len(r["local_ids"])) for r in reports],
+            "reports": [(r.user, r.arch, len(r.local_ids)) for r in reports],
             "impressions_per_class": len(xs["after"][0]),
             "steps": args.steps,
             "workers_after": cohort_workers(runner.cfg.train),

@@ -344,6 +344,7 @@ def capture_reports(
     (the ZeroShotDriver, [report]). `out`: the runner's folder (default
     /tmp/fedac-bench-impressions-<dataset>)."""
     # lazy: the zero-shot machinery, for two benchmarks only
+    from fedac.algorithms.zeroshot import ClassReport
     from fedac.engine.zeroshot import ZeroShotDriver
     from fedac.seeding import torch_generator
 
@@ -362,6 +363,6 @@ def capture_reports(
         result = runner.algorithm.client_update(
             payload, None, runner.client_data(user, 4), 4, torch_generator(0, "bench", user)
         )
-        if result.upload["kind"] == "report":
+        if isinstance(result.upload, ClassReport):
             reports.append(result.upload)
     return runner, reports

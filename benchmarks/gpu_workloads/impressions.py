@@ -25,12 +25,10 @@ class ImpressionFloor:
         self.zs, self.count, self.shape, self.device = zs, count, shape, device
         self.models = []
         for report in reports:
-            model = build_model(
-                report["arch"], features, report["num_known"] + len(report["local_ids"])
-            )
-            model.load_state_dict({k: v.cpu() for k, v in report["state"].items()})
+            model = build_model(report.arch, features, report.num_known + len(report.local_ids))
+            model.load_state_dict({k: v.cpu() for k, v in report.state.items()})
             self.models.append(
-                (model.to(device).eval().requires_grad_(False), len(report["local_ids"]))
+                (model.to(device).eval().requires_grad_(False), len(report.local_ids))
             )
         self.samples = 0
 
@@ -68,7 +66,7 @@ def workload_impressions(args, tmp: Path) -> dict:
     )
     alg, zs = runner.algorithm, runner.cfg.zeroshot
     first = alg.synthesize_reports(reports, 4)
-    count, classes = len(first[0][0][0]), sum(len(r["local_ids"]) for r in reports)
+    count, classes = len(first[0][0][0]), sum(len(r.local_ids) for r in reports)
     shape = tuple(alg.public_x.shape[1:])
     per_class_samples = count * steps
 
@@ -103,7 +101,7 @@ def workload_impressions(args, tmp: Path) -> dict:
     )
     out = args.live(
         {
-            "reports": [(r["user"], r["arch"], len(r["local_ids"])) for r in reports],
+            "reports": [(r.user, r.arch, len(r.local_ids)) for r in reports],
             "classes": classes,
             "impressions_per_class": count,
             "di_steps": steps,

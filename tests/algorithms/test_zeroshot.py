@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -352,7 +353,12 @@ def test_run_directory_per_user_columns_and_registration(full_run):
     assert results["execution"] == runner.algorithm.execution_path() and results[
         "execution"
     ].startswith("sequential: ")
+    # the checkpoint holds the server as a plain dict (ZeroShotState), the run the typed state
     server = torch.load(out / "checkpoint.pt", weights_only=False)["server"]
+    kept = runner.state.server.saved()
+    assert type(server) is dict and server.keys() == kept.keys()
+    assert all(torch.equal(v, kept[k]) for k, v in server.items() if isinstance(v, torch.Tensor))
+    assert type(runner.state.server).__name__ == "ZeroShotServer"
     assert server["registry"] == {("u1", 1000): 8, ("u2", 1000): 8}
     assert server["scores"].shape == (len(runner.algorithm.eval_x) + len(server["public_y"]), 9)
     assert int(server["public_di"].sum()) == 10 and set(
@@ -361,9 +367,15 @@ def test_run_directory_per_user_columns_and_registration(full_run):
 
 
 def test_resume_after_a_kill_gives_the_uninterrupted_numbers(full_run, runner_factory, tmp_path):
+    from fedac.algorithms.zeroshot import ZeroShotServer
+
     _, results, _ = full_run
     assert runner_factory(tmp_path).run(stop_after=3) is None
-    resumed = runner_factory(tmp_path).run(resume=True)
+    # resumed from the checkpoint's dict form, the run's state typed again
+    assert type(torch.load(tmp_path / "checkpoint.pt", weights_only=False)["server"]) is dict
+    runner = runner_factory(tmp_path)
+    resumed = runner.run(resume=True)
+    assert isinstance(runner.state.server, ZeroShotServer)
     assert resumed["resumed_from"] == 3 and resumed["rounds_trained"] == 2
     drop = {"wall_seconds", "di_seconds", "di_seconds_per_class"}
     strip = lambda rows: [{k: v for k, v in r.items() if k not in drop} for r in rows]  # noqa: E731
@@ -626,18 +638,11 @@ def zeroshot_algorithm(*overrides, K=8):
 
 def report(user, arch, new, names=None, K=8, seed=0):
     from fedac.algorithms.base import model_params
+    from fedac.algorithms.zeroshot import ClassReport
 
     torch.manual_seed(seed)
     model = build_model(arch, 6, K + len(new))
-    return {
-        "kind": "report",
-        "user": user,
-        "arch": arch,
-        "state": model_params(model),
-        "num_known": K,
-        "local_ids": new,
-        "names": names or [None] * len(new),
-    }
+    return ClassReport(user, arch, model_params(model), K, new, names or [None] * len(new))
 
 
 def test_a_report_optimises_all_its_classes_at_once_each_from_its_own_seed():
@@ -647,7 +652,7 @@ def test_a_report_optimises_all_its_classes_at_once_each_from_its_own_seed():
     up = report("u1", "cnn1_softmax", [1000, 1001])
     xs, consistency, similarity = alg._impressions(up, 4)
     model = build_model("cnn1_softmax", 6, 10)
-    model.load_state_dict(up["state"])
+    model.load_state_dict(up.state)
     for j, local_id in enumerate((1000, 1001)):  # the old path: one synthesis per class
         rng = numpy_rng(0, "zeroshot-dirichlet", 4, "u1", local_id)
         targets = torch.from_numpy(dirichlet_targets(similarity[8 + j].numpy(), 5, [1.0, 0.1], rng))
@@ -699,22 +704,22 @@ def test_identity_reported_gives_one_label_per_name_where_anonymous_clusters():
     anonymous = zeroshot_algorithm()
     # one truly new class said the oracle: one cluster, one label for both
     server = anonymous.update(anonymous.init_server(), [(u, 1) for u in ups], 4, num_new=1).server
-    assert server["registry"] == {("u1", 1000): 8, ("u2", 1000): 8} and server["names"] == {}
+    assert server.registry == {("u1", 1000): 8, ("u2", 1000): 8} and server.names == {}
     reported = zeroshot_algorithm("zeroshot.identity=reported")
     # (ignored: the names decide)
     step = reported.update(reported.init_server(), [(u, 1) for u in ups], 4, num_new=1)
     server, metrics = step.server, step.metrics
-    assert server["registry"] == {("u1", 1000): 8, ("u2", 1000): 9} and server["names"] == {
+    assert server.registry == {("u1", 1000): 8, ("u2", 1000): 9} and server.names == {
         "stop": 8,
         "go": 9,
     }
-    assert metrics["new_labels"] == 2 and server["scores"].shape[1] == 10
+    assert metrics["new_labels"] == 2 and server.scores.shape[1] == 10
     assert len(step.grouping.cluster) == 10  # the clustering is kept as a diagnostic
     # A later report of a registered name takes its label; its impressions join D0 under it.
     later = report("u3", "cnn3_relu", [1000], ["stop"], K=10, seed=3)
     server, _ = reported.server_update(server, [(later, 1)], 8)
-    assert server["registry"][("u3", 1000)] == 8 and server["scores"].shape[1] == 10
-    assert server["public_y"][server["public_di"]].tolist().count(8) == 10
+    assert server.registry[("u3", 1000)] == 8 and server.scores.shape[1] == 10
+    assert server.public_y[server.public_di].tolist().count(8) == 10
 
 
 def test_the_oracle_count_is_an_argument_and_the_grouping_a_return_value():
@@ -729,7 +734,7 @@ def test_the_oracle_count_is_an_argument_and_the_grouping_a_return_value():
         # the contract's form has no count
         alg.server_update(alg.init_server(), [(u, 1) for u in ups], 4)
     one, two = (alg.update(alg.init_server(), [(u, 1) for u in ups], 4, num_new=n) for n in (1, 2))
-    assert set(one.server["registry"].values()) == {8} and set(two.server["registry"].values()) == {
+    assert set(one.server.registry.values()) == {8} and set(two.server.registry.values()) == {
         8,
         9,
     }
@@ -737,6 +742,47 @@ def test_the_oracle_count_is_an_argument_and_the_grouping_a_return_value():
     assert alg.update(one.server, [], 5).grouping is None  # a round without reports groups nothing
     with pytest.raises(ConfigError, match="SharedRows"):
         algorithm_without_rows().init_server()
+
+
+def test_restore_server_rebuilds_a_saved_dict_and_refuses_another_form():
+    from fedac.algorithms.zeroshot import ZeroShotServer
+    from fedac.errors import CheckpointError
+
+    alg = zeroshot_algorithm()
+    step = alg.update(alg.init_server(), [(report("u1", "cnn1_softmax", [1000]), 1)], 4, num_new=1)
+    server = step.server
+    assert alg.restore_server(server) is server
+    saved = server.saved()
+    assert type(saved) is dict and saved["registry"] == {("u1", 1000): 8}
+    restored = alg.restore_server(saved)
+    assert isinstance(restored, ZeroShotServer) and restored.registry == server.registry
+    assert all(torch.equal(getattr(restored, k), v) for k, v in saved.items() if k.startswith("p"))
+    # a dict from before zeroshot.identity=reported has no names
+    assert alg.restore_server({k: v for k, v in saved.items() if k != "names"}).names == {}
+    with pytest.raises(
+        CheckpointError, match=r"unknown entries \['params'\] and lacks \['scores'\]"
+    ):
+        alg.restore_server({**{k: v for k, v in saved.items() if k != "scores"}, "params": {}})
+    with pytest.raises(CheckpointError, match="server state is a list, not a dict"):
+        alg.restore_server([saved])
+
+
+def test_a_non_finite_value_in_either_upload_is_caught():
+    """The driver discards an upload `all_finite` rejects; the uploads are dataclasses."""
+    from fedac.algorithms.zeroshot import ScoreUpload
+    from fedac.training.types import all_finite
+
+    good = ScoreUpload("u1", [0, 2], torch.rand(5, 2), 0.5)
+    up = report("u1", "cnn1_softmax", [1000])
+    assert all_finite(good) and all_finite(up)
+    table = good.scores.clone()
+    table[3, 1] = float("nan")
+    assert not all_finite(ScoreUpload("u1", [0, 2], table, 0.5))
+    assert not all_finite(ScoreUpload("u1", [0, 2], good.scores, float("inf")))
+    weights = dict(up.state)
+    name = next(iter(weights))
+    weights[name] = weights[name].clone().fill_(float("nan"))
+    assert not all_finite(replace(up, state=weights))
 
 
 def algorithm_without_rows():

@@ -61,7 +61,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from typing import Any, cast
 
 import numpy as np
@@ -71,7 +71,7 @@ from torch import nn
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, model_params
 from fedac.algorithms.zeroshot_kmedoids import pairwise_distances, pam
 from fedac.data.streams import NEW_ID
-from fedac.errors import ConfigError
+from fedac.errors import CheckpointError, ConfigError
 from fedac.models import build_model
 from fedac.seeding import derive_seed, numpy_rng, torch_generator
 from fedac.training.local import train_supervised
@@ -124,12 +124,97 @@ class Grouping:
         return {f.name: getattr(self, f.name) for f in fields(self)}
 
 
+@dataclass
+class ZeroShotServer:
+    """The global state (`ZeroShotFL.init_server` / `update`). The rows R of the score table are the
+    evaluation rows (official validation + test clips) followed by the rows of D0."""
+
+    scores: torch.Tensor
+    """f_G, the global score table: (|R|, |Y|) scores, a column per registered label."""
+    is_set: torch.Tensor
+    """(|Y|,) bool: whether some user has sent column c yet (`alpha_update` mixes only those)."""
+    public_x: torch.Tensor
+    """D0's windows: the public clips', then the registered labels' data impressions."""
+    public_y: torch.Tensor
+    """D0's labels (an impression's is the label it registered)."""
+    public_di: torch.Tensor
+    """(|D0|,) bool: which D0 rows are data impressions (the anchors of later groupings)."""
+    registry: dict[tuple[str, int], int]
+    """(user, local id) of each reported new class -> the global label registered for it."""
+    names: dict[str, int] = field(default_factory=dict)
+    """Class name -> label, under `zeroshot.identity=reported` (empty otherwise)."""
+
+    def saved(self) -> dict[str, Any]:
+        """The fields as a plain dict: a checkpoint's form (engine/zeroshot.py `ZeroShotState`),
+        which names no class, so renaming or moving this one leaves checkpoints resumable; it is
+        the dict earlier fedac kept as the state itself."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_saved(cls, saved: dict[str, Any]) -> ZeroShotServer:
+        """The state from `saved`'s dict (a checkpoint's, this fedac's or an earlier one's)."""
+        known = {f.name for f in fields(cls)}
+        required = {f.name for f in fields(cls) if f.name != "names"}  # (names came later)
+        unknown, missing = sorted(set(saved) - known), sorted(required - set(saved))
+        if unknown or missing:
+            raise CheckpointError(
+                f"the checkpoint's zero-shot server state has unknown entries {unknown} and lacks "
+                f"{missing}: it was written by another fedac version; resume it with that "
+                "version, or start the run again"
+            )
+        return cls(**saved)
+
+
+@dataclass(frozen=True)
+class ZeroShotBroadcast:
+    """What every user receives in a round: the global state and the rows it scores."""
+
+    server: ZeroShotServer
+    rows: torch.Tensor
+    """R's windows: the evaluation rows, then D0's (`server.public_x`)."""
+
+
+@dataclass(frozen=True)
+class ScoreUpload:
+    """Choice 1's upload: the user's alpha-updated scores on its labels."""
+
+    user: str
+    labels: list[int]
+    """l_m: the global labels the user's data hold (the columns of `scores`)."""
+    scores: torch.Tensor
+    """(|R|, |l_m|): f_m after `alpha_update`."""
+    acc: float
+    """acc_m: the accuracy of `scores` on the D0 rows of l_m (its beta in `beta_aggregate`)."""
+
+
+@dataclass(frozen=True)
+class ClassReport:
+    """Choice 2's upload: a user whose data hold unregistered local ids reports them with the model
+    it trained on D0 and its data (for the server's impressions)."""
+
+    user: str
+    arch: str
+    """The model's architecture (the zoo's name)."""
+    state: dict[str, torch.Tensor]
+    """The model's weights: outputs 0..num_known-1 are the labels Y, then one per local id."""
+    num_known: int
+    """|Y| when the user trained."""
+    local_ids: list[int]
+    """The user's unregistered local ids, in the order of the model's extra outputs."""
+    names: list[str | None]
+    """Each new class's name (`zeroshot.identity=reported`), else None."""
+
+
+#: What a user uploads in a round.
+ZeroShotUpload = ScoreUpload | ClassReport
+
+
 @dataclass(frozen=True)
 class ServerStep:
     """One server update's outcome: the new state, the round's metrics and, in a round with reports
     under choice 2, its grouping."""
 
-    server: dict[str, Any]
+    server: ZeroShotServer
     metrics: dict[str, float]
     grouping: Grouping | None = None
 
@@ -436,7 +521,9 @@ class ZeroShotFL(Algorithm):
                 f"{zs.di_batch}, {zs.di_tau}"
             )
 
-    def init_server(self) -> dict[str, Any]:
+    # The contract's methods take and return this method's typed state where the base class types a
+    # dict (hence the ignores).
+    def init_server(self) -> ZeroShotServer:  # type: ignore[override]
         if not hasattr(self, "eval_x"):
             raise ConfigError(
                 "ZeroShotFL(cfg, task, runtime, rows) starts a server only with the driver's "
@@ -445,23 +532,36 @@ class ZeroShotFL(Algorithm):
         K = self.task.num_classes
         rows = len(self.eval_x) + len(self.public_x)
         device = self.device
-        return {
-            "scores": torch.zeros(rows, K, device=device),
-            "is_set": torch.zeros(K, dtype=torch.bool, device=device),
-            "public_x": self.public_x,
-            "public_y": self.public_y,
-            "public_di": torch.zeros(len(self.public_y), dtype=torch.bool, device=device),
-            "registry": {},
-            "names": {},
-        }
+        return ZeroShotServer(
+            scores=torch.zeros(rows, K, device=device),
+            is_set=torch.zeros(K, dtype=torch.bool, device=device),
+            public_x=self.public_x,
+            public_y=self.public_y,
+            public_di=torch.zeros(len(self.public_y), dtype=torch.bool, device=device),
+            registry={},
+            names={},
+        )
 
-    def broadcast(self, server: dict[str, Any]) -> dict[str, Any]:
-        return {**server, "rows": torch.cat([self.eval_x, server["public_x"]])}
+    def restore_server(self, saved: Any) -> ZeroShotServer:
+        """The state from a checkpoint: its plain dict (`ZeroShotServer.saved`, also the form
+        earlier fedac kept the state in) rebuilt, a `ZeroShotServer` as it is."""
+        if isinstance(saved, ZeroShotServer):
+            return saved
+        if not isinstance(saved, dict):
+            raise CheckpointError(
+                f"the checkpoint's zero-shot server state is a {type(saved).__name__}, not a dict: "
+                "it was written by another fedac version; resume it with that version, or start "
+                "the run again"
+            )
+        return ZeroShotServer.from_saved(saved)
+
+    def broadcast(self, server: ZeroShotServer) -> ZeroShotBroadcast:  # type: ignore[override]
+        return ZeroShotBroadcast(server, torch.cat([self.eval_x, server.public_x]))
 
     def init_client_state(self, client: str) -> Any:
         return None  # every round trains a fresh model (Alg. 1 "Build")
 
-    def global_model(self, server: dict[str, Any]) -> nn.Module | None:
+    def global_model(self, server: ZeroShotServer) -> nn.Module | None:  # type: ignore[override]
         return None  # the global "model" is the score table f_G
 
     def personalized_model(self, client: str, state: Any) -> nn.Module | None:
@@ -495,13 +595,14 @@ class ZeroShotFL(Algorithm):
 
     def client_update(
         self,
-        payload: dict[str, Any],
+        payload: ZeroShotBroadcast,
         state: Any,
         data: ClientData,
         round_idx: int,
         generator: torch.Generator,
     ) -> ClientResult:
-        registry, K = payload["registry"], payload["scores"].shape[1]
+        server = payload.server
+        registry, K = server.registry, server.scores.shape[1]
         ids = sorted(set(data.y.tolist()))
         mapping = {i: (registry.get((data.name, i)) if i >= NEW_ID else i) for i in ids}
         unknown = [i for i in ids if mapping[i] is None]
@@ -512,10 +613,10 @@ class ZeroShotFL(Algorithm):
                 **{i: m for i, m in mapping.items() if m is not None},
                 **{i: K + j for j, i in enumerate(unknown)},
             }
-            x = torch.cat([payload["public_x"], data.x])
+            x = torch.cat([server.public_x, data.x])
             y = torch.cat(
                 [
-                    payload["public_y"],
+                    server.public_y,
                     torch.tensor([outputs[int(i)] for i in data.y], device=data.y.device),
                 ]
             )
@@ -523,16 +624,15 @@ class ZeroShotFL(Algorithm):
             metrics = train_supervised(
                 model, x, y, self.cfg.train, generator, optimizer=self._optimizer(model)
             )
-            upload = {
-                "kind": "report",
-                "user": data.name,
-                "arch": arch,
-                "state": model_params(model),
-                "num_known": K,
-                "local_ids": unknown,
-                "names": [user.names.get(i) for i in unknown],
-            }
-            return ClientResult(upload, None, {**metrics, "reported": float(len(unknown))})
+            report = ClassReport(
+                user=data.name,
+                arch=arch,
+                state=model_params(model),
+                num_known=K,
+                local_ids=unknown,
+                names=[user.names.get(i) for i in unknown],
+            )
+            return ClientResult(report, None, {**metrics, "reported": float(len(unknown))})
         device = data.y.device
         keep = torch.tensor(
             [mapping[int(i)] is not None for i in data.y], dtype=torch.bool, device=device
@@ -551,34 +651,29 @@ class ZeroShotFL(Algorithm):
             generator,
             optimizer=self._optimizer(model),
         )
-        local = self._scores(model, payload["rows"])
-        n_public = len(payload["public_y"])
+        local = self._scores(model, payload.rows)
+        n_public = len(server.public_y)
         alpha = int(keep.sum()) / n_public
         cols = torch.tensor(labels, device=device)
         updated = alpha_update(
-            payload["scores"][:, cols],
+            server.scores[:, cols],
             local,
             alpha,
-            payload["is_set"][cols],
+            server.is_set[cols],
             self.cfg.zeroshot.score_rule,
         )
         rows = len(local) - n_public
-        local_acc = labelled_accuracy(local[rows:], payload["public_y"], labels)
-        acc = labelled_accuracy(updated[rows:], payload["public_y"], labels)
-        upload = {
-            "kind": "scores",
-            "user": data.name,
-            "labels": labels,
-            "scores": updated,
-            "acc": acc,
-        }
+        local_acc = labelled_accuracy(local[rows:], server.public_y, labels)
+        acc = labelled_accuracy(updated[rows:], server.public_y, labels)
         return ClientResult(
-            upload, None, {**metrics, "local_acc": local_acc, "acc": acc, "n": float(keep.sum())}
+            ScoreUpload(user=data.name, labels=labels, scores=updated, acc=acc),
+            None,
+            {**metrics, "local_acc": local_acc, "acc": acc, "n": float(keep.sum())},
         )
 
-    def server_update(
-        self, server: dict[str, Any], uploads: list[tuple[Any, int]], round_idx: int
-    ) -> tuple[dict[str, Any], dict[str, float]]:
+    def server_update(  # type: ignore[override]
+        self, server: ZeroShotServer, uploads: list[tuple[Any, int]], round_idx: int
+    ) -> tuple[ZeroShotServer, dict[str, float]]:
         """The contract's form of `update` (no oracle count: `zeroshot.num_new=oracle` rounds with
         reports need the driver's `update`)."""
         step = self.update(server, uploads, round_idx)
@@ -586,8 +681,8 @@ class ZeroShotFL(Algorithm):
 
     def update(
         self,
-        server: dict[str, Any],
-        uploads: list[tuple[Any, int]],
+        server: ZeroShotServer,
+        uploads: list[tuple[ZeroShotUpload, int]],
         round_idx: int,
         num_new: int | None = None,
     ) -> ServerStep:
@@ -595,49 +690,42 @@ class ZeroShotFL(Algorithm):
         number of truly new classes among the reports, which only the driver knows
         (`zeroshot.num_new=oracle`)."""
         zs = self.cfg.zeroshot
-        shared = [(u["scores"], u["labels"], u["acc"]) for u, _ in uploads if u["kind"] == "scores"]
-        reports = [u for u, _ in uploads if u["kind"] == "report"]
-        scores, is_set = beta_aggregate(server["scores"], server["is_set"], shared, zs.score_rule)
-        server = {
-            **server,
-            "scores": scores,
-            "is_set": is_set,
-            "registry": dict(server["registry"]),
-        }
-        metrics = {"reports": float(sum(len(r["local_ids"]) for r in reports))}
+        shared = [(u.scores, u.labels, u.acc) for u, _ in uploads if isinstance(u, ScoreUpload)]
+        reports = [u for u, _ in uploads if isinstance(u, ClassReport)]
+        scores, is_set = beta_aggregate(server.scores, server.is_set, shared, zs.score_rule)
+        server = replace(server, scores=scores, is_set=is_set, registry=dict(server.registry))
+        metrics = {"reports": float(sum(len(r.local_ids) for r in reports))}
         if not reports:
             return ServerStep(server, metrics)
         registered, grouping = self._register(server, reports, round_idx, num_new)
         return ServerStep(server, {**metrics, **registered}, grouping)
 
     def _impressions(
-        self, report: dict[str, Any], round_idx: int
+        self, report: ClassReport, round_idx: int
     ) -> tuple[list[torch.Tensor], float, torch.Tensor]:
         """Each new class's impressions from a reporter's model, their self-consistency and the
         model's class-similarity matrix."""
 
         zs = self.cfg.zeroshot
-        K, new = report["num_known"], report["local_ids"]
+        K, new = report.num_known, report.local_ids
         with torch.device("cpu"):
-            model = build_model(report["arch"], self.task.num_features, K + len(new))
+            model = build_model(report.arch, self.task.num_features, K + len(new))
         model = model.to(self.device)
-        model.load_state_dict(report["state"])
+        model.load_state_dict(report.state)
         similarity = class_similarity(model.head.weight).cpu().numpy()
         count = zs.di_per_class or int(np.bincount(self.public_y).max())
         shape = tuple(self.public_x.shape[1:])
         targets, x0, weights = [], [], []
         # every class seeded on its own, all optimised in one tensor
         for j, local_id in enumerate(new):
-            rng = numpy_rng(
-                self.cfg.seed, "zeroshot-dirichlet", round_idx, report["user"], local_id
-            )
+            rng = numpy_rng(self.cfg.seed, "zeroshot-dirichlet", round_idx, report.user, local_id)
             targets.append(
                 torch.from_numpy(dirichlet_targets(similarity[K + j], count, zs.di_betas, rng)).to(
                     self.device
                 )
             )
             gen = torch_generator(
-                self.cfg.seed, "zeroshot-impressions", round_idx, report["user"], local_id
+                self.cfg.seed, "zeroshot-impressions", round_idx, report.user, local_id
             )
             x0.append(initial_impressions(count, shape, zs.di_batch, gen, self.device))
             weights.append(batch_weights(count, zs.di_batch, self.device))
@@ -658,7 +746,7 @@ class ZeroShotFL(Algorithm):
         return out, hits / max(1, count * len(new)), torch.from_numpy(similarity)
 
     def synthesize_reports(
-        self, reports: list[dict[str, Any]], round_idx: int, workers: int | None = None
+        self, reports: list[ClassReport], round_idx: int, workers: int | None = None
     ) -> list[tuple[list[torch.Tensor], float, torch.Tensor]]:
         """`_impressions` of every report, on `workers` threads (default the runtime's,
         `train.cohort_workers`; torch releases the GIL inside its ops, so each report keeps one core
@@ -675,8 +763,8 @@ class ZeroShotFL(Algorithm):
 
     def _register(
         self,
-        server: dict[str, Any],
-        reports: list[dict[str, Any]],
+        server: ZeroShotServer,
+        reports: list[ClassReport],
         round_idx: int,
         oracle: int | None,
     ) -> tuple[dict[str, float], Grouping]:
@@ -689,18 +777,18 @@ class ZeroShotFL(Algorithm):
             reports, self.synthesize_reports(reports, round_idx)
         ):
             impressions += xs
-            keys += [(report["user"], i) for i in report["local_ids"]]
+            keys += [(report.user, i) for i in report.local_ids]
             consistency.append(share)
-            similarity[(report["user"], report["local_ids"][0])] = matrix
+            similarity[(report.user, report.local_ids[0])] = matrix
         di_seconds = time.perf_counter() - started
         points = torch.cat(impressions).flatten(1).cpu().numpy()  # k-medoids runs on the host
         owner = np.concatenate([np.full(len(x), g) for g, x in enumerate(impressions)])
-        is_di = server["public_di"]
-        anchors = server["public_x"][is_di].flatten(1).cpu().numpy()
-        anchor_labels = server["public_y"][is_di].cpu().numpy()
-        K = server["scores"].shape[1]
+        is_di = server.public_di
+        anchors = server.public_x[is_di].flatten(1).cpu().numpy()
+        anchor_labels = server.public_y[is_di].cpu().numpy()
+        K = server.scores.shape[1]
         if zs.identity == "reported":
-            names = [name for r in reports for name in r["names"]]
+            names = [name for r in reports for name in r.names]
             if None in names:
                 user, local_id = keys[names.index(None)]
                 raise ConfigError(
@@ -708,8 +796,8 @@ class ZeroShotFL(Algorithm):
                     "names no class: the driver must give each new class's name (or use "
                     "identity=anonymous)"
                 )
-            num_new = len(set(names) - set(server.get("names", {})))
-            labels, server["names"] = labels_by_name(names, server.get("names", {}), K)
+            num_new = len(set(names) - set(server.names))
+            labels, server.names = labels_by_name(cast(list[str], names), server.names, K)
             _, cluster = group_new_classes(
                 points, owner, anchors, anchor_labels, max(1, num_new), K
             )  # diagnostic
@@ -735,18 +823,18 @@ class ZeroShotFL(Algorithm):
             new_x.append(merged)
             new_y.append(torch.full((len(merged),), label, dtype=torch.long, device=merged.device))
         for key, label in zip(keys, labels):
-            server["registry"][key] = label
+            server.registry[key] = label
         added = torch.cat(new_x)
         width = max(K, max(labels) + 1)
-        server["public_x"] = torch.cat([server["public_x"], added])
-        server["public_y"] = torch.cat([server["public_y"], torch.cat(new_y)])
-        server["public_di"] = torch.cat(
+        server.public_x = torch.cat([server.public_x, added])
+        server.public_y = torch.cat([server.public_y, torch.cat(new_y)])
+        server.public_di = torch.cat(
             [is_di, torch.ones(len(added), dtype=torch.bool, device=is_di.device)]
         )
-        scores = server["scores"].new_zeros(len(server["scores"]) + len(added), width)
-        scores[: len(server["scores"]), :K] = server["scores"]
-        server["scores"] = scores
-        server["is_set"] = torch.cat([server["is_set"], server["is_set"].new_zeros(width - K)])
+        scores = server.scores.new_zeros(len(server.scores) + len(added), width)
+        scores[: len(server.scores), :K] = server.scores
+        server.scores = scores
+        server.is_set = torch.cat([server.is_set, server.is_set.new_zeros(width - K)])
         grouping = Grouping(
             keys,
             labels,

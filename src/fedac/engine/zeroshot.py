@@ -20,14 +20,16 @@ Metrics (per round; the truth of new classes is read here, never by the algorith
   as the true class most of its reports hold, an unregistered new class is never right;
 - registration: ARI of the reported (user, local id) groups against their true classes, impression
   purity, correct share, data-impression synthesis time.
-Resume: the checkpoint holds the server state and the history; every random choice derives from
-(seed, purpose, round, user), so a resumed run ends with the numbers of an uninterrupted one.
+Resume: the checkpoint holds the server state (a plain dict: `ZeroShotState`) and the history;
+every random choice derives from (seed, purpose, round, user), so a resumed run ends with the
+numbers of an uninterrupted one.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -37,10 +39,14 @@ import torch
 from fedac.algorithms import algorithm_class
 from fedac.algorithms.base import Task
 from fedac.algorithms.zeroshot import (
+    ClassReport,
     Grouping,
+    ScoreUpload,
     SharedRows,
     StreamClientData,
     ZeroShotFL,
+    ZeroShotServer,
+    ZeroShotUpload,
     labelled_accuracy,
 )
 from fedac.config import Config
@@ -80,6 +86,19 @@ LEGEND = {
     ),
     "ari / registration_correct / di_purity": "means over rounds with reports",
 }
+
+
+@dataclass
+class ZeroShotState(RunState):
+    """The driver's run state: `server` is a `ZeroShotServer`. Its checkpoint holds the server as a
+    plain dict (`ZeroShotServer.saved`): the file then names no class of fedac's, so renaming or
+    moving the class keeps checkpoints resumable, and it is the form earlier fedac wrote, which
+    `ZeroShotFL.restore_server` rebuilds either way."""
+
+    server: ZeroShotServer
+
+    def to_checkpoint(self) -> dict[str, Any]:
+        return {**super().to_checkpoint(), "server": self.server.saved()}
 
 
 class ZeroShotDriver(RoundDriver):
@@ -166,7 +185,7 @@ class ZeroShotDriver(RoundDriver):
         )
 
     # --- truth-side helpers (metrics only) -------------------------------------------------------
-    def label_truth(self, registry: dict) -> dict[int, int]:
+    def label_truth(self, registry: dict[tuple[str, int], int]) -> dict[int, int]:
         """Global label -> true task class: old labels are themselves; a registered label is the
         true class most of its reports hold."""
         votes: dict[int, Counter] = {}
@@ -177,24 +196,22 @@ class ZeroShotDriver(RoundDriver):
             **{label: v.most_common(1)[0][0] for label, v in votes.items()},
         }
 
-    def truly_new(self, registry: dict, reports: list[dict]) -> int:
+    def truly_new(self, registry: dict[tuple[str, int], int], reports: list[ClassReport]) -> int:
         """The number of distinct true classes among the reports not registered yet (the oracle
         l_new)."""
         known = set(self.label_truth(registry).values())
-        return len(
-            {self.stream.truth[(r["user"], i)] for r in reports for i in r["local_ids"]} - known
-        )
+        return len({self.stream.truth[(r.user, i)] for r in reports for i in r.local_ids} - known)
 
-    def split_metrics(self, server: dict[str, Any], split: str) -> dict[str, float]:
+    def split_metrics(self, server: ZeroShotServer, split: str) -> dict[str, float]:
         """The score table on one split's clips: window scores averaged per clip, argmax over Y."""
         E_val = len(self.splits["val"][0])
         start = 0 if split == "val" else E_val
         wx, position, labels = self.splits[split]
-        table = server["scores"][start : start + len(wx)]
+        table = server.scores[start : start + len(wx)]
         clip_scores = (
             table.new_zeros(len(labels), table.shape[1]).index_add_(0, position, table).cpu()
         )
-        mapping = self.label_truth(server["registry"])
+        mapping = self.label_truth(server.registry)
         predicted = np.array([mapping.get(int(p), -1) for p in clip_scores.argmax(1)])
         truth = labels.cpu().numpy()
         out = classification_metrics(truth, predicted)
@@ -207,13 +224,13 @@ class ZeroShotDriver(RoundDriver):
         )
         return out
 
-    def grouping_metrics(self, server: dict[str, Any], g: Grouping | None) -> dict[str, float]:
+    def grouping_metrics(self, server: ZeroShotServer, g: Grouping | None) -> dict[str, float]:
         from sklearn.metrics import adjusted_rand_score
 
         if g is None:
             return {}
         truth = [self.stream.truth[key] for key in g.keys]
-        mapping = self.label_truth(server["registry"])
+        mapping = self.label_truth(server.registry)
         point_truth = np.array(truth)[g.owner]
         purity = sum(
             Counter(point_truth[g.cluster == c].tolist()).most_common(1)[0][1]
@@ -231,7 +248,10 @@ class ZeroShotDriver(RoundDriver):
     def run_round(self, state: RunState, round_idx: int) -> dict[str, float]:
         alg, cfg = self.algorithm, self.cfg
         payload = alg.broadcast(state.server)
-        uploads, row, users, sent = [], {}, {}, {}
+        uploads: list[tuple[ZeroShotUpload, int]] = []
+        row: dict[str, float] = {}
+        users: dict[str, list[int]] = {}
+        sent: dict[str, ZeroShotUpload] = {}
         for user in self.scenario.users:
             data = self.client_data(user, round_idx)
             result = train_client(alg, payload, None, data, round_idx, cfg.seed)
@@ -244,22 +264,22 @@ class ZeroShotDriver(RoundDriver):
                 )
                 continue
             uploads.append((result.upload, data.num_samples))
-            if result.upload["kind"] == "scores":
-                users[user] = result.upload["labels"]
+            if isinstance(result.upload, ScoreUpload):
+                users[user] = result.upload.labels
                 row[f"local_acc/{user}"] = result.metrics["local_acc"]
-        reports = [u for u, _ in uploads if u["kind"] == "report"]
+        reports = [u for u, _ in uploads if isinstance(u, ClassReport)]
         step = alg.update(
             state.server,
             uploads,
             round_idx,
-            num_new=self.truly_new(state.server["registry"], reports),
+            num_new=self.truly_new(state.server.registry, reports),
         )
         state.server, metrics, self.grouping = step.server, step.metrics, step.grouping
         server = state.server
         E = len(self.splits["val"][0]) + len(self.splits["test"][0])
         for user, labels in users.items():
             row[f"global_acc/{user}"] = labelled_accuracy(
-                server["scores"][E:, labels], server["public_y"], labels
+                server.scores[E:, labels], server.public_y, labels
             )
             row[f"increase/{user}"] = row[f"global_acc/{user}"] - row[f"local_acc/{user}"]
         for key in ("local_acc", "global_acc", "increase"):
@@ -270,7 +290,7 @@ class ZeroShotDriver(RoundDriver):
         row.update({f"val_{k}": v for k, v in self.split_metrics(server, "val").items()})
         row.update({f"test_{k}": v for k, v in self.split_metrics(server, "test").items()})
         row.update(self.grouping_metrics(server, self.grouping))
-        row["labels"] = float(server["scores"].shape[1])
+        row["labels"] = float(server.scores.shape[1])
         return row
 
     def save_impressions(self, round_idx: int, g: Grouping | None) -> None:
@@ -305,7 +325,14 @@ class ZeroShotDriver(RoundDriver):
         return len(self.scenario.users)
 
     def _fresh_state(self) -> RunState:
-        return RunState(self.cfg.algorithm, self.algorithm.init_server())
+        return ZeroShotState(self.cfg.algorithm, self.algorithm.init_server())
+
+    def place_state(self, state: RunState) -> RunState:
+        """The state on the run's device, its server a `ZeroShotServer` (a checkpoint holds a dict)
+        in a `ZeroShotState` (which checkpoints it as a dict)."""
+        state = super().place_state(state)
+        state.server = self.algorithm.restore_server(state.server)
+        return ZeroShotState(**{f.name: getattr(state, f.name) for f in fields(state)})
 
     def first_line(self) -> str:
         self.execution = self.algorithm.execution_path()

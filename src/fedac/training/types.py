@@ -10,7 +10,7 @@ splits and the whole federation's tensors (`EvalSplit`, `FederatedData`), parame
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 import torch
@@ -140,7 +140,8 @@ def model_input(features: torch.Tensor, cfg: Config) -> torch.Tensor:
 
 
 def all_finite(obj: Any) -> bool:
-    """True when every tensor inside an upload (dicts / lists of tensors) is free of NaN and Inf."""
+    """True when every tensor inside an upload (dicts / lists / dataclasses of tensors) is free of
+    NaN and Inf."""
     tensors: list[torch.Tensor] = []
 
     def scan(o: Any) -> bool:  # collects the floating tensors, checks Python floats
@@ -152,6 +153,8 @@ def all_finite(obj: Any) -> bool:
             return all(scan(v) for v in o.values())
         if isinstance(o, (list, tuple)):
             return all(scan(v) for v in o)
+        if is_dataclass(o) and not isinstance(o, type):  # (zero-shot's uploads)
+            return all(scan(getattr(o, f.name)) for f in fields(o))
         return math.isfinite(o) if isinstance(o, float) else True
 
     if not scan(obj):
