@@ -32,6 +32,11 @@ from fedac.training.step import train_client
 # re-export).
 from fedac.training.types import ClientData, ClientResult, Params, Task, clone_params, model_params  # noqa: F401
 
+#: An algorithm's global state, its own: a dict of tensors for most (holding "params", the global
+#: model), a dataclass for zero-shot. The engine stores, moves and checkpoints it, and reads it only
+#: through the algorithm (`broadcast`, `global_model`, `global_params`).
+ServerState = Any
+
 
 def reproduces(client_update):
     """Marks a `cohort_update` as the stacked form of `client_update` (see
@@ -157,24 +162,24 @@ class Algorithm(ABC):
 
     # --- contract ------------------------------------------------------------------------------
     @abstractmethod
-    def init_server(self) -> dict[str, Any]:
+    def init_server(self) -> ServerState:
         """Initial global state (must hold 'params' of the global model)."""
 
-    def restore_server(self, saved: Any) -> Any:
+    def restore_server(self, saved: Any) -> ServerState:
         """The global state from a checkpoint's `server` (what `init_server` / `server_update`
         returned, or an earlier fedac's form of it); by default as saved."""
         return saved
 
-    def global_params(self, server: Any) -> Params:
+    def global_params(self, server: ServerState) -> Params:
         """The global model's parameters in `server` (what DP noises and Flower's built-in
         strategies replace; an algorithm whose global state keeps them elsewhere overrides both)."""
         return server["params"]
 
-    def with_global_params(self, server: Any, params: Params) -> Any:
+    def with_global_params(self, server: ServerState, params: Params) -> ServerState:
         """`server` with the global model's parameters replaced by `params` (a new state)."""
         return {**server, "params": params}
 
-    def broadcast(self, server: dict[str, Any]) -> Any:
+    def broadcast(self, server: ServerState) -> Any:
         """What every sampled client receives this round."""
         return server["params"]
 
@@ -376,8 +381,8 @@ class Algorithm(ABC):
 
     @abstractmethod
     def server_update(
-        self, server: dict[str, Any], uploads: list[tuple[Any, int]], round_idx: int
-    ) -> tuple[dict[str, Any], dict[str, float]]:
+        self, server: ServerState, uploads: list[tuple[Any, int]], round_idx: int
+    ) -> tuple[ServerState, dict[str, float]]:
         """Combine the cohort's uploads (each with its n_k) into the next global state."""
 
     def combine(
@@ -406,7 +411,7 @@ class Algorithm(ABC):
         return cfg.aggregation.weighting
 
     # --- evaluation ----------------------------------------------------------------------------
-    def global_model(self, server: dict[str, Any]) -> nn.Module | None:
+    def global_model(self, server: ServerState) -> nn.Module | None:
         """The shared model evaluated on val/test; None when the method has no global model
         (FedKAD)."""
         return self.scratch_model(self.cfg.model.name, server["params"])

@@ -523,7 +523,7 @@ class ZeroShotFL(Algorithm):
 
     # The contract's methods take and return this method's typed state where the base class types a
     # dict (hence the ignores).
-    def init_server(self) -> ZeroShotServer:  # type: ignore[override]
+    def init_server(self) -> ZeroShotServer:
         if not hasattr(self, "eval_x"):
             raise ConfigError(
                 "ZeroShotFL(cfg, task, runtime, rows) starts a server only with the driver's "
@@ -555,13 +555,13 @@ class ZeroShotFL(Algorithm):
             )
         return ZeroShotServer.from_saved(saved)
 
-    def broadcast(self, server: ZeroShotServer) -> ZeroShotBroadcast:  # type: ignore[override]
+    def broadcast(self, server: ZeroShotServer) -> ZeroShotBroadcast:
         return ZeroShotBroadcast(server, torch.cat([self.eval_x, server.public_x]))
 
     def init_client_state(self, client: str) -> Any:
         return None  # every round trains a fresh model (Alg. 1 "Build")
 
-    def global_model(self, server: ZeroShotServer) -> nn.Module | None:  # type: ignore[override]
+    def global_model(self, server: ZeroShotServer) -> nn.Module | None:
         return None  # the global "model" is the score table f_G
 
     def personalized_model(self, client: str, state: Any) -> nn.Module | None:
@@ -671,7 +671,7 @@ class ZeroShotFL(Algorithm):
             {**metrics, "local_acc": local_acc, "acc": acc, "n": float(keep.sum())},
         )
 
-    def server_update(  # type: ignore[override]
+    def server_update(
         self, server: ZeroShotServer, uploads: list[tuple[Any, int]], round_idx: int
     ) -> tuple[ZeroShotServer, dict[str, float]]:
         """The contract's form of `update` (no oracle count: `zeroshot.num_new=oracle` rounds with
