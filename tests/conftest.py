@@ -19,12 +19,13 @@ from helpers import terminal_process_state  # noqa: E402
 
 
 def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (`-n auto`), the live Flower federations all run on one worker
-    (`--dist loadgroup`): each starts a SuperLink and SuperNodes of its own, and two at once on a
-    2-core machine would starve each other's timeouts."""
+    """Under pytest-xdist (`-n auto`, `--dist loadgroup`), each Flower test module runs on one worker:
+    its live federation (a SuperLink and SuperNodes, module-scoped) then starts once, not once per
+    worker, and the modules themselves still spread over the workers."""
     for item in items:
-        if "flower" in Path(item.fspath).parent.name:
-            item.add_marker(pytest.mark.xdist_group("flower"))
+        path = Path(item.fspath)
+        if path.parent.name == "flower":
+            item.add_marker(pytest.mark.xdist_group(f"flower-{path.stem}"))
 
 
 @pytest.fixture(autouse=True)
