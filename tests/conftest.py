@@ -19,9 +19,9 @@ from helpers import terminal_process_state  # noqa: E402
 
 
 def pytest_collection_modifyitems(items):
-    """Under pytest-xdist (`-n auto`, `--dist loadgroup`), each Flower test module runs on one worker:
-    its live federation (a SuperLink and SuperNodes, module-scoped) then starts once, not once per
-    worker, and the modules themselves still spread over the workers."""
+    """Under pytest-xdist (`-n auto`, `--dist loadgroup`), each Flower test module runs on one
+    worker: its live federation (a SuperLink and SuperNodes, module-scoped) then starts once, not
+    once per worker, and the modules themselves still spread over the workers."""
     for item in items:
         path = Path(item.fspath)
         if path.parent.name == "flower":
