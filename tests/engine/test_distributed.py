@@ -545,6 +545,37 @@ def test_a_killed_rank_stops_the_run_and_one_process_resumes_it(settings, tmp_pa
     assert_same(resumed, one)
 
 
+@pytest.mark.slow
+def test_a_signal_to_one_rank_stops_every_rank_at_one_round_with_a_checkpoint(settings, tmp_path):
+    """SIGTERM to rank 1's PID alone: the ranks agree at the round's end (engine/rounds.py
+    `_agree_on_stop`), all stop there with one checkpoint and the signal's status, long before
+    train.dist_timeout (which a rank alone in the checkpoint's gather would wait out), and one
+    process resumes the run."""
+    rounds = 40
+    args = ["run", "--rounds", str(rounds), "--seed", "1", *settings, "--quiet"]
+    args += ["--set", "train.checkpoint_every=100", "--set", "train.dist_timeout=300"]
+    run_dir = tmp_path / "two"
+    two = torchrun(["--max-restarts", "0", "-m", "fedac", *args, "--out", str(run_dir)], tmp_path)
+    deadline = time.monotonic() + 240
+    while not (run_dir / "metrics.csv").exists():  # (the rounds are under way)
+        assert two.poll() is None and time.monotonic() < deadline, "the run ended before round 1"
+        time.sleep(0.02)
+    victim = rank_pid(two.pid, 1)
+    assert victim is not None
+    os.kill(victim, signal.SIGTERM)
+    signalled = time.monotonic()
+    out, _ = two.communicate(timeout=200)
+    took = time.monotonic() - signalled
+    assert two.returncode != 0 and took < 60, (took, out)
+    assert "rank 1 received SIGTERM: every rank stops at the end of round" in out, out
+    assert f"fedac run --resume {run_dir}" in out and "DistributedError" not in out, out
+    kept = load_checkpoint(run_dir).round
+    assert 1 <= kept < rounds and not (run_dir / "results.json").exists(), out
+    assert main(["run", "--resume", str(run_dir), "--quiet"]) == 0
+    resumed = results(run_dir)
+    assert (resumed["resumed_from"], resumed["rounds_trained"]) == (kept, rounds - kept)
+
+
 HANG = textwrap.dedent("""
     import os, sys, time
     from fedac.engine import distributed

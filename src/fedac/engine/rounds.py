@@ -41,6 +41,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from fedac.engine.distributed import current_world
 from fedac.errors import RunInterrupted
 from fedac.training.cohort import client_progress
 
@@ -171,7 +172,8 @@ class RoundLoop:
         """The computation of one round: a bar of its `clients` (shown once the round takes longer
         than CLIENT_BAR_DELAY_S; training/cohort.py `clients_done` advances it) and the window in
         which a second signal abandons the round."""
-        self._stop_if_asked()
+        if not current_world().distributed:  # (several processes stop where they agree: end_round)
+            self._stop_if_asked()
         self.current = round_idx
         self._round_started = time.perf_counter()
         inner = tqdm(
@@ -222,7 +224,26 @@ class RoundLoop:
                     f"round {round_idx} took {took:.1f} s; {left} more "
                     f"round{'s' if left > 1 else ''}: about {_duration(took * left)}{how}"
                 )
+        self._agree_on_stop(round_idx)
         self._stop_if_asked()
+
+    def _agree_on_stop(self, round_idx: int) -> None:
+        """Over several processes, every rank stops at the boundary where any rank was asked to: a
+        signal that reached some ranks alone (a `kill` of one rank's PID) would otherwise leave them
+        in the checkpoint's gather while the others train on, until train.dist_timeout. One small
+        gather per round."""
+        world = current_world()
+        if not world.distributed:
+            return
+        asked = world.gather(self.signum, "agreeing whether the run stops here", round_idx)
+        first = next(((rank, s) for rank, s in enumerate(asked) if s is not None), None)
+        if self.signum is None and first is not None:
+            self.signum = first[1]
+            if world.writes:
+                tqdm.write(
+                    f"fedac: rank {first[0]} received {signal.Signals(first[1]).name}: every rank "
+                    f"stops at the end of round {round_idx} with a checkpoint"
+                )
 
     def finishing(self) -> None:
         """Every round is trained and checkpointed: from here a signal ends the run at once."""
