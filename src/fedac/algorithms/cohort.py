@@ -46,7 +46,7 @@ from fedac.training.local import (
     make_optimizer,
     on_device,
 )
-from fedac.training.types import ClientData, ClientResult, Params
+from fedac.training.types import ClientData, ClientResult, Params, class_labels, feature_windows
 
 
 class ParameterView:
@@ -448,13 +448,16 @@ class LocalObjective(Algorithm):
         model.train()
         params: Params = dict(model.named_parameters())
         optimizer = make_optimizer(params.values(), cfg)
-        total, steps = torch.zeros((), dtype=torch.float64, device=data.y.device), 0
-        for idx in on_device(client_batches(data.num_samples, cfg, generator), data.x):
-            weight = torch.full((len(idx),), 1.0 / len(idx), device=data.x.device)
+        # (as the stacked path: a LocalObjective states its loss on feature windows and classes)
+        x, y = (
+            feature_windows(data.x, type(self).__name__),
+            class_labels(data.y, type(self).__name__),
+        )
+        total, steps = torch.zeros((), dtype=torch.float64, device=y.device), 0
+        for idx in on_device(client_batches(data.num_samples, cfg, generator), x):
+            weight = torch.full((len(idx),), 1.0 / len(idx), device=x.device)
             forward = lambda inputs, method="forward": getattr(model, method)(inputs)  # noqa: E731
-            loss = self.local_loss(
-                forward, params, data.x[idx], data.y[idx], weight, state, payload
-            )
+            loss = self.local_loss(forward, params, x[idx], y[idx], weight, state, payload)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             grads = self.transform_grads(

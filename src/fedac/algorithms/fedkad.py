@@ -109,6 +109,10 @@ class FedKAD(Algorithm):
         round_idx: int,
         generator: torch.Generator,
     ) -> ClientResult:
+        # Feature windows and classes only: the waveform path refuses personalized methods
+        # (engine/waveform.py), and features.augment those not augmentable (engine/data.py).
+        windows, labels = data.x, data.y
+        assert isinstance(windows, torch.Tensor) and isinstance(labels, torch.Tensor)
         # the zoo's networks are EmbeddingModels (models/base.py); a plug-in needs embed, head,
         # embedding_dim
         model = cast(
@@ -121,7 +125,7 @@ class FedKAD(Algorithm):
         total: float | torch.Tensor = 0.0  # (local_step returns the loss as a tensor: no host sync)
         steps = 0
         for idx in client_batches(data.num_samples, self.cfg.train, generator):
-            x, y = data.x[idx], data.y[idx]
+            x, y = windows[idx], labels[idx]
             features = model.embed(x)
             loss = F.cross_entropy(
                 model.head(features), y
@@ -133,7 +137,7 @@ class FedKAD(Algorithm):
         model.eval()
         with torch.no_grad():
             protos, counts = class_prototypes(
-                model.embed(data.x) @ proj, data.y, self.task.num_classes
+                model.embed(windows) @ proj, labels, self.task.num_classes
             )
         return ClientResult(
             {"prototypes": protos, "counts": counts},

@@ -65,6 +65,7 @@ from fedac.errors import ConfigError
 from fedac.models import build_model
 from fedac.models.base import EmbeddingModel
 from fedac.training.local import clip_gradients, cycling_batches, make_optimizer, on_device
+from fedac.training.types import class_labels, feature_windows
 
 #: The code's constants for Speech Commands (fedkwsui.py): classes -> (size cap, r0).
 SPEECH_COMMANDS_ALT = {12: (100.0, 3.5), 35: (300.0, 5.0)}
@@ -318,6 +319,8 @@ class FedKWSUI(Algorithm):
         generator: torch.Generator,
     ) -> ClientResult:
         opts, batch = self.cfg.fedkwsui, self.cfg.train.batch_size
+        # (never padded waveforms: a waveform task has no Task.class_counts, which ALT needs)
+        x, y = feature_windows(data.x, "FedKWS-UI"), class_labels(data.y, "FedKWS-UI")
         model = self.scratch_model(self.cfg.model.name, payload)
         if state is not None:
             model.load_state_dict(state, strict=False)  # the client's own private head
@@ -335,8 +338,8 @@ class FedKWSUI(Algorithm):
                 # encoder forward (BatchNorm statistics included) runs without autograd. Same
                 # numbers, and a private step costs about a third of a global one.
                 with torch.no_grad():
-                    h = model.embed(data.x[idx])
-                loss = F.cross_entropy(model.private_logits(h), data.y[idx])
+                    h = model.embed(x[idx])
+                loss = F.cross_entropy(model.private_logits(h), y[idx])
                 self._step(model, optimizer, loss)
                 private_loss += loss.detach().double()
                 private_steps += 1
@@ -346,11 +349,11 @@ class FedKWSUI(Algorithm):
         for idx in on_device(
             cycling_batches(data.num_samples, batch, int(plan["steps"]), generator), data.x
         ):
-            h = model.embed(data.x[idx])
+            h = model.embed(x[idx])
             loss = alo_loss(
                 model.global_logits(h),
                 model.private_logits(h),
-                data.y[idx],
+                y[idx],
                 plan["mu"],
                 opts.adv_lambda,
             )

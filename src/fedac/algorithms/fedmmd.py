@@ -22,8 +22,8 @@ import torch.nn.functional as F
 
 from fedac.algorithms.base import ClientData, ClientResult, Params, model_params
 from fedac.algorithms.fedavg import FedAvg
-from fedac.models.base import EmbeddingModel
 from fedac.training.local import client_batches, local_step, make_optimizer, on_device
+from fedac.training.types import class_labels
 
 
 def mmd_rbf(
@@ -59,19 +59,19 @@ class FedMMD(FedAvg):
         generator: torch.Generator,
     ) -> ClientResult:
         weight = self.cfg.fedmmd.weight
-        # the zoo's networks are EmbeddingModels (models/base.py); a plug-in model needs embed and
-        # head
-        model = cast(EmbeddingModel, self.scratch_model(self.cfg.model.name, payload))
-        frozen = cast(
-            EmbeddingModel, self.scratch_model(self.cfg.model.name, payload, role="frozen-global")
-        ).eval()
+        # Any: the model reads the windows the run's data hold, through its embed and head (which a
+        # plug-in model needs): the zoo's EmbeddingModels (models/base.py) feature windows, an SSL
+        # encoder (models/ssl.py) padded waveforms.
+        model: Any = self.scratch_model(self.cfg.model.name, payload)
+        frozen: Any = self.scratch_model(self.cfg.model.name, payload, role="frozen-global").eval()
+        labels = class_labels(data.y, "FedMMD")
         model.train()
         optimizer = make_optimizer(model.parameters(), self.cfg.train)
         total: float | torch.Tensor = 0.0  # summed as tensors (no host sync per step)
         mmd_total: float | torch.Tensor = 0.0
         steps = 0
         for idx in on_device(client_batches(data.num_samples, self.cfg.train, generator), data.x):
-            x, y = data.x[idx], data.y[idx]
+            x, y = data.x[idx], labels[idx]
             h = model.embed(x)
             loss = F.cross_entropy(model.head(h), y)
             if weight:

@@ -601,6 +601,8 @@ class ZeroShotFL(Algorithm):
         round_idx: int,
         generator: torch.Generator,
     ) -> ClientResult:
+        # feature tensors: the zero-shot driver's (engine/zeroshot.py client_data)
+        assert isinstance(data.x, torch.Tensor) and isinstance(data.y, torch.Tensor)
         server = payload.server
         registry, K = server.registry, server.scores.shape[1]
         ids = sorted(set(data.y.tolist()))

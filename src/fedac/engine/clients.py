@@ -20,7 +20,7 @@ from fedac.engine.state import ByteBook, RunState
 from fedac.training.device import nbytes, to_device
 from fedac.training.evaluate import clip_predictions, logits
 from fedac.training.metrics import confusion, confusion_metrics, spread
-from fedac.training.types import ClientData
+from fedac.training.types import ClientData, class_labels
 
 if TYPE_CHECKING:  # (models/ssl.py imports transformers: not at run time)
     from fedac.models.early_exit import MultiExitSSL
@@ -51,7 +51,9 @@ def holdout_metrics(
     if not scored(data):
         return {}
     return prediction_scores(
-        logits(model, data.holdout_x, batch_size).argmax(dim=1), data.holdout_y, num_classes
+        logits(model, data.holdout_x, batch_size).argmax(dim=1),
+        class_labels(data.holdout_y, "holdout_metrics"),
+        num_classes,
     )
 
 
@@ -64,13 +66,13 @@ def batched_holdout_metrics(
     scoring 240 clients one by one took 11 % of the default run). Waveform inputs (Padded) are
     scored per client."""
     out: dict[str, dict[str, float]] = {}
-    group: list[ClientData] = []
+    group: list[tuple[str, torch.Tensor, torch.Tensor]] = []  # (client, held-out windows, labels)
 
     def flush() -> None:
         if group:
-            pred = logits(model, torch.cat([c.holdout_x for c in group]), batch_size).argmax(dim=1)
-            for data, part in zip(group, pred.split([len(c.holdout_y) for c in group])):
-                out[data.name] = prediction_scores(part, data.holdout_y, num_classes)
+            pred = logits(model, torch.cat([x for _, x, _ in group]), batch_size).argmax(dim=1)
+            for (name, _, y), part in zip(group, pred.split([len(y) for _, _, y in group])):
+                out[name] = prediction_scores(part, y, num_classes)
             group.clear()
 
     for data in clients:
@@ -80,8 +82,8 @@ def batched_holdout_metrics(
         if isinstance(data.holdout_x, Padded):
             out[data.name] = holdout_metrics(model, data, num_classes, batch_size)
             continue
-        group.append(data)
-        if sum(len(c.holdout_y) for c in group) >= batch_size:
+        group.append((data.name, data.holdout_x, class_labels(data.holdout_y, "holdout_metrics")))
+        if sum(len(y) for _, _, y in group) >= batch_size:
             flush()
     flush()
     return out

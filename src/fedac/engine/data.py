@@ -38,7 +38,15 @@ from fedac.engine.waveform import build_waveform_data
 from fedac.errors import ConfigError, DatasetError
 from fedac.models.ssl import is_ssl_model
 from fedac.training.device import resolve_device
-from fedac.training.types import ClientData, EvalSplit, FederatedData, Task, model_input, normalize  # noqa: F401
+from fedac.training.types import (  # noqa: F401
+    ClientData,
+    EvalSplit,
+    FederatedData,
+    Task,
+    class_labels,
+    model_input,
+    normalize,
+)
 
 log = logging.getLogger(__name__)
 BAD_FILES = "bad_files.txt"
@@ -195,7 +203,12 @@ def build_federated_data(
         int(x.shape[1]),
         manifest.num_classes,
         [c.name for c in clients],
-        [torch.bincount(c.y, minlength=manifest.num_classes).tolist() for c in clients],
+        [
+            torch.bincount(
+                class_labels(c.y, "build_federated_data"), minlength=manifest.num_classes
+            ).tolist()
+            for c in clients
+        ],
     )
     if cfg.features.augment:
         if not algorithm_class(cfg.algorithm).augmentable:
@@ -249,9 +262,7 @@ def _augmented(
         lambda f: model_input(f, cfg),
         noise_bank(manifest.root, fcfg.sample_rate),
     )
-    # AugmentedWindows stands in for the tensor x: indexing it gives freshly augmented feature
-    # tensors
-    return replace(client, x=x)  # type: ignore[arg-type]
+    return replace(client, x=x)
 
 
 def build_eval_data(

@@ -128,7 +128,7 @@ def _eval_split(
     x = Padded.stack([inputs[i] for i in clips], empty_shape)
     labels = torch.tensor([manifest.clips[i].label for i in clips], dtype=torch.long)
     texts = [manifest.clips[i].text for i in clips] if manifest.kind == "ctc" else None
-    return EvalSplit(x, torch.arange(len(clips)), labels, kind=manifest.kind, texts=texts)  # type: ignore[arg-type]
+    return EvalSplit(x, torch.arange(len(clips)), labels, kind=manifest.kind, texts=texts)
 
 
 def _trial_split(manifest: Manifest, cfg: Config, cnn, empty_shape, progress: bool) -> EvalSplit:
@@ -141,7 +141,7 @@ def _trial_split(manifest: Manifest, cfg: Config, cnn, empty_shape, progress: bo
         [(position[a], position[b], target) for a, b, target in manifest.trials], dtype=torch.long
     )
     return EvalSplit(
-        Padded.stack(inputs, empty_shape),  # type: ignore[arg-type]
+        Padded.stack(inputs, empty_shape),
         torch.arange(len(paths)),
         torch.zeros(len(paths), dtype=torch.long),
         kind="verification",
@@ -164,9 +164,6 @@ def build_waveform_data(cfg: Config, progress: bool = True) -> FederatedData:
     labels = corrupt_training_labels(manifest, splits, cfg.data.label_error, cfg.seed).tolist()
     clients = []
     for split in splits:
-        # Padded stands in for ClientData's and EvalSplit's tensor x (here and above): indexable
-        # windows the SSL models read (declaring that union in training/types.py would reach every
-        # consumer's signature)
         train_x, holdout_x = (
             Padded.stack([inputs[i] for i in rows], empty_shape)
             for rows in (split.train, split.holdout)
@@ -174,9 +171,9 @@ def build_waveform_data(cfg: Config, progress: bool = True) -> FederatedData:
         clients.append(
             ClientData(
                 split.name,
-                train_x,  # type: ignore[arg-type]
+                train_x,
                 _targets(manifest, split.train, labels),
-                holdout_x,  # type: ignore[arg-type]
+                holdout_x,
                 _targets(manifest, split.holdout, labels),
             )
         )

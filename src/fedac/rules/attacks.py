@@ -49,7 +49,7 @@ from fedac.seeding import numpy_rng, torch_generator
 # the registry's torch-free table (and each attack's settings)
 from fedac.settings.attacks import ATTACKS
 from fedac.training.evaluate import evaluate
-from fedac.training.types import EvalSplit, FederatedData, Params, model_input
+from fedac.training.types import EvalSplit, FederatedData, Params, class_labels, model_input
 
 DATA_ATTACKS = ("label_flip", "label_permute", "backdoor")
 MODEL_ATTACKS = ("sign_flip", "gaussian", "scale", "little")
@@ -248,7 +248,12 @@ class Attack:
         if self.poisons == "audio":
             return self._backdoor(data)
         clients = [
-            dataclasses.replace(c, y=self.client_attack.labels(c.y, data.task.num_classes))
+            dataclasses.replace(
+                c,
+                y=self.client_attack.labels(
+                    class_labels(c.y, "a label-poisoning attack"), data.task.num_classes
+                ),
+            )
             if c.name in self.malicious
             else c
             for c in data.clients

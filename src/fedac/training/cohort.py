@@ -46,7 +46,7 @@ from fedac.training.device import to_device
 from fedac.training.local import client_batches
 from fedac.training.packing import Packing
 from fedac.training.schedule import partition
-from fedac.training.types import ClientData
+from fedac.training.types import ClientData, class_labels, feature_windows
 
 if TYPE_CHECKING:  # (the augmenting windows load the audio readers; only the annotation is needed)
     from fedac.data.augment import AugmentedWindows
@@ -114,18 +114,17 @@ class CohortChunk:
         self.positions = positions
         """Where each client of the chunk sits in the caller's list."""
         self.datas = datas
+        # (the SSL encoders' padded waveforms never get here: a model with a task_loss of its own
+        # has no stacked form, functional.unstackable_reason)
+        self.windows = [feature_windows(d.x, "the stacked cohort path") for d in datas]
+        labels = [class_labels(d.y, "the stacked cohort path") for d in datas]
         # `features.augment`: a client's x draws fresh windows per batch
         # (data/augment.AugmentedWindows), so there is no tensor to concatenate; `batch` draws each
         # client's rows from its own generator.
-        self.augmented = not all(isinstance(d.x, torch.Tensor) for d in datas)
-        self.x = (
-            None
-            if self.augmented
-            else torch.cat([d.x for d in datas])
-            if len(datas) > 1
-            else datas[0].x
-        )
-        self.y = torch.cat([d.y for d in datas]) if len(datas) > 1 else datas[0].y
+        tensors = [x for x in self.windows if isinstance(x, torch.Tensor)]
+        self.augmented = len(tensors) < len(datas)
+        self.x = None if self.augmented else torch.cat(tensors) if len(datas) > 1 else tensors[0]
+        self.y = torch.cat(labels) if len(datas) > 1 else labels[0]
         device = self.y.device
         offsets = [0]
         for d in datas[:-1]:
@@ -201,7 +200,7 @@ class CohortChunk:
         moved = copy.copy(self)
         moved.x = None if self.x is None else self.x.to(device)
         moved.y = self.y.to(device)
-        moved.datas = [replace(d, x=d.x.to(device)) if self.augmented else d for d in self.datas]
+        moved.windows = [x.to(device) for x in self.windows] if self.augmented else self.windows
         moved.steps = [
             replace(s, index=s.index.to(device), weight=s.weight.to(device)) for s in self.steps
         ]
@@ -220,7 +219,7 @@ class CohortChunk:
         if self.augmented:
             # augmented: every client's x is AugmentedWindows (engine/data.py), not a tensor
             parts = [
-                cast("AugmentedWindows", self.datas[k].x).draw(
+                cast("AugmentedWindows", self.windows[k]).draw(
                     self.batches[k][step.number], self.augment_generators[k]
                 )
                 for k in range(step.active)

@@ -26,7 +26,7 @@ from fedac.training.metrics import (
     false_accept_reject,
     transcription_metrics,
 )
-from fedac.training.types import EvalSplit
+from fedac.training.types import EvalSplit, Labels, Windows
 
 if TYPE_CHECKING:  # (models/ssl.py imports transformers: not at run time)
     from fedac.models.early_exit import MultiExitSSL
@@ -78,7 +78,7 @@ def _device(model: nn.Module, inputs: Any) -> torch.device:
 
 
 @torch.no_grad()
-def logits(model: nn.Module, x: torch.Tensor, batch_size: int = 512) -> torch.Tensor:
+def logits(model: nn.Module, x: Windows, batch_size: int = 512) -> torch.Tensor:
     model.eval()
     if len(x) == 0:
         return torch.zeros(0, device=_device(model, x))
@@ -164,9 +164,7 @@ def selection_score(metrics: dict[str, float]) -> float:
     return metrics["accuracy"] if "accuracy" in metrics else -metrics["wer"]
 
 
-def window_accuracy(
-    model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch_size: int = 512
-) -> float:
+def window_accuracy(model: nn.Module, x: Windows, y: Labels, batch_size: int = 512) -> float:
     """Accuracy over individual windows (a client's local held-out data); NaN for CTC targets."""
     if len(y) == 0 or isinstance(y, Padded):
         return float("nan")

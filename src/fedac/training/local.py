@@ -10,6 +10,7 @@ from torch import nn
 
 from fedac.config import TrainConfig
 from fedac.errors import ConfigError
+from fedac.training.types import Labels, TrainWindows
 
 
 def batch_indices(
@@ -116,8 +117,8 @@ def local_step(
 
 def train_supervised(
     model: nn.Module,
-    x: torch.Tensor,
-    y: torch.Tensor,
+    x: TrainWindows,
+    y: Labels,
     cfg: TrainConfig,
     generator: torch.Generator,
     regularizer: Callable[[nn.Module], torch.Tensor] | None = None,
@@ -132,11 +133,15 @@ def train_supervised(
     # SSL models' CTC / padded-batch loss (models/ssl.py)
     own_loss = getattr(model, "task_loss", None)
     for idx in on_device(client_batches(len(y), cfg, generator), x):
-        loss = (
-            own_loss(x[idx], y[idx])
-            if own_loss is not None
-            else nn.functional.cross_entropy(model(x[idx]), y[idx])
-        )
+        if own_loss is not None:
+            loss = own_loss(x[idx], y[idx])
+        elif isinstance(y, torch.Tensor):
+            loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
+        else:
+            raise TypeError(
+                "train_supervised: CTC targets need a model with its own task_loss "
+                f"(models/ssl.py), not {type(model).__name__}"
+            )
         if regularizer is not None:
             loss = loss + regularizer(model)
         total += local_step(model, optimizer, loss, cfg)

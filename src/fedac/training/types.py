@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, fields, is_dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import torch
 from torch import nn
@@ -20,7 +20,22 @@ from fedac.config import Config
 from fedac.data.manifest import Manifest
 from fedac.errors import DatasetError
 
+if TYPE_CHECKING:  # (both load the audio readers; only the annotations need them)
+    from fedac.data.augment import AugmentedWindows
+    from fedac.data.waveform import Padded
+
 Params = dict[str, torch.Tensor]
+
+Windows: TypeAlias = "torch.Tensor | Padded"
+"""Windows as a client's `holdout_x` and an evaluation split's `x` hold them: feature windows, or
+the padded waveforms (or cached CNN features) the SSL encoders read (engine/waveform.py). Both are
+indexed by a tensor of rows and have `len` and `shape[0]`."""
+TrainWindows: TypeAlias = "torch.Tensor | Padded | AugmentedWindows"
+"""A client's training windows `x`: `Windows`, or windows augmented afresh at every batch
+(`features.augment`, engine/data.py), indexed the same way."""
+Labels: TypeAlias = "torch.Tensor | Padded"
+"""A client's `y` / `holdout_y`: one class per window, or CTC target sequences
+(engine/waveform.py)."""
 
 
 @dataclass
@@ -42,14 +57,40 @@ class ClientData:
     """One client's resident tensors: training windows and its local held-out windows."""
 
     name: str
-    x: torch.Tensor
-    y: torch.Tensor
-    holdout_x: torch.Tensor
-    holdout_y: torch.Tensor
+    x: TrainWindows
+    y: Labels
+    holdout_x: Windows
+    holdout_y: Labels
 
     @property
     def num_samples(self) -> int:
         return int(self.y.shape[0])
+
+
+def class_labels(y: Labels, method: str) -> torch.Tensor:
+    """`y` as one class per window, for a method whose loss or statistics need classes; a TypeError
+    naming `method` for CTC target sequences (engine/waveform.py's ASR task)."""
+    if not isinstance(y, torch.Tensor):
+        raise TypeError(
+            f"{method} needs one class label per window, not CTC target sequences "
+            f"({type(y).__name__}); the FedAvg family (fedavg, fedprox, fedadam, ...) and "
+            "earlyexit train ASR"
+        )
+    return y
+
+
+def feature_windows(x: TrainWindows, method: str) -> torch.Tensor | AugmentedWindows:
+    """`x` as feature windows (or `features.augment`'s, which index to feature tensors), for a
+    method that reads them with a KWS network; a TypeError naming `method` for the SSL encoders'
+    padded waveforms."""
+    from fedac.data.waveform import Padded  # (loads the audio readers: only where it is needed)
+
+    if isinstance(x, Padded):
+        raise TypeError(
+            f"{method} reads feature windows, not the padded waveforms of an SSL encoder "
+            "(model.name=w2v2_*): set model.name to a feature model (`fedac models` lists them)"
+        )
+    return x
 
 
 @dataclass
@@ -73,7 +114,7 @@ def model_params(model: nn.Module) -> Params:
 class EvalSplit:
     """Windows of one evaluation split; `clip` maps each window to its clip (0..num_clips-1)."""
 
-    x: torch.Tensor
+    x: Windows
     clip: torch.Tensor
     labels: torch.Tensor
     """One label per clip."""
