@@ -14,6 +14,7 @@ from fedac.algorithms.base import ClientData, Task
 from fedac.algorithms.fedmmd import mmd_rbf
 from fedac.cli import main
 from fedac.config import load_config
+from fedac.data.waveform import Padded
 from fedac.seeding import torch_generator
 from helpers import tiny_run
 
@@ -71,6 +72,42 @@ def test_weight_zero_is_fedavg_and_the_weight_changes_the_update():
         make("fedmmd").client_update(payload, None, data(), 1, torch_generator(0, "b")).metrics
     )
     assert metrics["mmd"] > 0 and metrics["steps"] == 4  # 2 epochs of ceil(20 / 16) batches
+
+
+def test_weight_zero_is_fedavg_on_an_ssl_encoder_with_a_head_norm():
+    """An SSL model standardises its pooled vector before the head (`model.head_norm`): FedMMD's
+    cross-entropy reaches the logits through models/base.py `classify`, so lambda = 0 still trains
+    what FedAvg trains (the head alone would skip the norm)."""
+    settings = {"model.name": "w2v2_tiny", "model.head_norm": "true", "model.dropout": 0.0}
+    task = Task(64, 4, ["c0"], [[5] * 4])
+
+    def ssl(algorithm, **more):
+        cfg = load_config(
+            overrides=[
+                f"{k}={v}"
+                for k, v in {
+                    "algorithm": algorithm,
+                    **settings,
+                    "train.local_epochs": 1,
+                    **more,
+                }.items()
+            ]
+        )
+        return build_algorithm(cfg, task)
+
+    gen = torch.Generator().manual_seed(1)
+    x = Padded(torch.randn(20, 30, 64, generator=gen), torch.randint(10, 31, (20,), generator=gen))
+    y = torch.randint(0, 4, (20,), generator=gen)
+    client = ClientData("c0", x, y, x[:0], y[:0])
+    payload = ssl("fedavg").init_server()["params"]
+
+    def trained(algo):
+        torch.manual_seed(3)
+        return algo.client_update(payload, None, client, 1, torch_generator(0, "b")).upload
+
+    fedavg, zero = trained(ssl("fedavg")), trained(ssl("fedmmd", **{"fedmmd.weight": 0}))
+    assert any(k.startswith("norm.") for k in fedavg)
+    assert all(torch.equal(fedavg[k], zero[k]) for k in fedavg)
 
 
 def test_fedac_run_fedmmd(gsc_root, tmp_path):

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from fedac.algorithms.base import Algorithm, ClientData, ClientResult, Params, model_params
-from fedac.models.base import EmbeddingModel
+from fedac.models.base import EmbeddingModel, classify
 from fedac.seeding import torch_generator
 from fedac.training.local import client_batches, local_step, make_optimizer
 
@@ -128,7 +128,7 @@ class FedKAD(Algorithm):
             x, y = windows[idx], labels[idx]
             features = model.embed(x)
             loss = F.cross_entropy(
-                model.head(features), y
+                classify(model, features), y
             ) + self.cfg.fedkad.align_weight * alignment_loss(
                 features @ proj, y, payload["prototypes"], payload["known"]
             )

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 
 from fedac.algorithms.base import ClientData, ClientResult, Params, model_params
 from fedac.algorithms.fedavg import FedAvg
+from fedac.models.base import classify
 from fedac.training.local import client_batches, local_step, make_optimizer, on_device
 from fedac.training.types import class_labels
 
@@ -73,7 +74,7 @@ class FedMMD(FedAvg):
         for idx in on_device(client_batches(data.num_samples, self.cfg.train, generator), data.x):
             x, y = data.x[idx], labels[idx]
             h = model.embed(x)
-            loss = F.cross_entropy(model.head(h), y)
+            loss = F.cross_entropy(classify(model, h), y)
             if weight:
                 with torch.no_grad():
                     reference = frozen.embed(x)

@@ -358,7 +358,12 @@ class SSLModel(nn.Module):
         """Class logits (N, C), or per-frame CTC log-probabilities (N, T, V)."""
         if self.kind == "ctc":
             return self._ctc_log_probs(x)[0]
-        return self.head(self.norm(self.embed(x)))
+        return self.classify(self.embed(x))
+
+    def classify(self, h: torch.Tensor) -> torch.Tensor:
+        """Class logits of pooled vectors (`embed`), the head norm included
+        (models/base.py `classify`)."""
+        return self.head(self.norm(h))
 
     def task_loss(self, x: Padded, y) -> torch.Tensor:
         """Cross-entropy on labels, or the batch-mean CTC loss on `Padded` character targets."""
