@@ -612,6 +612,25 @@ def test_adamw_optimizer_setting():
     assert build_algorithm(cfg, task).cohort_ready()
 
 
+def test_central_pools_every_waveform_client_into_one(librispeech_root, tmp_path):
+    """`--algorithm central` with an SSL encoder trains one pooled client, as on features
+    (engine/data.py `default_partition`); the dataset's own partition gave several, which central
+    refuses."""
+    from fedac.engine.data import build_federated_data
+
+    base = ["dataset=librispeech", f"data.root={librispeech_root}", f"data.cache_dir={tmp_path}"]
+    cfg = load_config(overrides=[*base, "model.name=w2v2_tiny"])
+    several = build_federated_data(cfg, progress=False)
+    pooled = build_federated_data(
+        load_config(overrides=[*base, "model.name=w2v2_tiny", "algorithm=central"]),
+        progress=False,
+    )
+    assert len(several.clients) > 1 and [c.name for c in pooled.clients] == ["pooled"]
+    # every training clip, in training or held out (each client holds out its own share)
+    clips = lambda c: c.num_samples + len(c.holdout_y)  # noqa: E731
+    assert clips(pooled.clients[0]) == sum(clips(c) for c in several.clients)
+
+
 def test_models_and_tasks_that_do_not_fit_are_refused(librispeech_root, tmp_path):
     from fedac.engine.data import build_federated_data
     from fedac.errors import ConfigError
@@ -627,6 +646,15 @@ def test_models_and_tasks_that_do_not_fit_are_refused(librispeech_root, tmp_path
             load_config(overrides=[*base, "model.name=w2v2_tiny", "algorithm=fedmlac"]),
             progress=False,
         )
+    # a feature network's method is refused before any data is built, naming those that fit
+    with pytest.raises(ConfigError, match="algorithm 'fedkwsui' trains a feature network") as err:
+        build_federated_data(
+            load_config(overrides=[*base, "model.name=w2v2_tiny", "algorithm=fedkwsui"]),
+            progress=False,
+        )
+    able = str(err.value).split("use ", 1)[1].split(", ")
+    assert {"fedavg", "fedmmd", "earlyexit", "central"} <= set(able)
+    assert not {"fedkwsui", "fedmlac", "fedkad", "zeroshot"} & set(able)
 
 
 def test_cli_verbs_of_the_speech_datasets(tmp_path, monkeypatch):

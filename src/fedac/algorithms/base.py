@@ -77,6 +77,10 @@ class Algorithm(ABC):
     #: False when it needs each client's windows as one fixed tensor (features.augment draws them
     #: per batch).
     augmentable: bool = True
+    #: False when its model must be a feature network (FedKWS-UI wraps one's embedding in two
+    #: heads): the SSL encoders' waveform path (engine/waveform.py) refuses it before any data is
+    #: built. Personalized methods are refused there too (their client models read features).
+    trains_ssl_encoders: bool = True
 
     def __init__(self, cfg: Config, task: Task, runtime: Runtime | None = None):
         self.cfg = cfg

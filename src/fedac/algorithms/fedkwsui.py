@@ -204,6 +204,8 @@ class FedKWSUI(Algorithm):
     name = "fedkwsui"
     # (the server takes combine's mean of whole models, then keeps its private heads)
     sums_uploads = True
+    # (its two heads wrap a feature network's embedding)
+    trains_ssl_encoders = False
 
     def __init__(self, cfg, task, runtime=None):
         super().__init__(cfg, task, runtime)

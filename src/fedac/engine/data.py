@@ -170,7 +170,7 @@ def build_federated_data(
     cfg: Config, progress: bool = True, device: torch.device | None = None
 ) -> FederatedData:
     if is_ssl_model(cfg.model.name):  # SSL encoders read waveforms, not MFCC windows
-        return build_waveform_data(cfg, progress)
+        return build_waveform_data(cfg, progress, default_partition(cfg))
     manifest, bad = usable_manifest(cfg, progress)
     if manifest.kind != "classification":
         raise ConfigError(

@@ -26,7 +26,7 @@ import os
 import torch
 from tqdm import tqdm
 
-from fedac.algorithms import algorithm_class
+from fedac.algorithms import ALGORITHMS, algorithm_class
 from fedac.config import Config
 from fedac.data.corrupt import corrupt_training_labels
 from fedac.data.features import cache_root
@@ -149,18 +149,45 @@ def _trial_split(manifest: Manifest, cfg: Config, cnn, empty_shape, progress: bo
     )
 
 
-def build_waveform_data(cfg: Config, progress: bool = True) -> FederatedData:
-    if algorithm_class(cfg.algorithm).personalized:
+def encoder_algorithms() -> list[str]:
+    """The registered algorithms that train an SSL encoder on waveforms: neither personalized (their
+    client models read features) nor in need of a feature network (`trains_ssl_encoders`), nor
+    streaming (the zero-shot driver builds its own data)."""
+    able = []
+    for name in ALGORITHMS:
+        try:
+            cls = algorithm_class(name)
+        except ConfigError:  # (a plug-in that does not load is named when it is chosen)
+            continue
+        if cls.trains_ssl_encoders and not cls.personalized and not cls.streaming:
+            able.append(name)
+    return able
+
+
+def build_waveform_data(
+    cfg: Config, progress: bool = True, scheme: str | None = None
+) -> FederatedData:
+    """The federation of an SSL encoder's run: every client's waveforms (or cached CNN frames) and
+    targets. `scheme`: the partition when data.partition is unset (engine/data.py
+    `default_partition`: pooled for centralised algorithms); by default the dataset's."""
+    cls = algorithm_class(cfg.algorithm)
+    if cls.personalized or not cls.trains_ssl_encoders:
+        why = (
+            "keeps CRNN client models, which read MFCC windows"
+            if cls.personalized
+            else "trains a feature network (crnn_*, dscnn, mhattrnn, resnet15, kwt, ...)"
+        )
         raise ConfigError(
-            f"algorithm '{cfg.algorithm}' keeps CRNN client models, which read MFCC windows, not "
-            f"the waveforms of model.name={cfg.model.name}; use fedavg, fedprox, fedadam, fedyogi, "
-            "fedadagrad or fedavgm with SSL encoders"
+            f"algorithm '{cfg.algorithm}' {why}, not the waveforms of model.name="
+            f"{cfg.model.name}; with SSL encoders use {', '.join(encoder_algorithms())}"
         )
     manifest, bad = usable_manifest(cfg, progress)
     cnn = frozen_cnn(cfg) if cfg.model.freeze_cnn else None
     inputs = clip_inputs(manifest.clips, cfg, cnn, manifest.name, progress)
     empty_shape = tuple(inputs[0].shape[1:]) if inputs else ()
-    splits = partition(manifest, cfg.data, cfg.seed, dataset_spec(cfg.dataset).default_partition)
+    splits = partition(
+        manifest, cfg.data, cfg.seed, scheme or dataset_spec(cfg.dataset).default_partition
+    )
     labels = corrupt_training_labels(manifest, splits, cfg.data.label_error, cfg.seed).tolist()
     clients = []
     for split in splits:
