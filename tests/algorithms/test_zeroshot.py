@@ -26,6 +26,7 @@ from fedac.algorithms.zeroshot import (
 from fedac.config import load_config
 from fedac.data.gsc import WORDS_10
 from fedac.data.streams import NEW_ID, build_scenario
+from fedac.engine.state import plain
 from fedac.errors import ConfigError, DatasetError
 from fedac.models import build_model
 from fedac.models.kws_cnn import KWS_CNN_SPECS, ChannelSoftmax
@@ -353,9 +354,9 @@ def test_run_directory_per_user_columns_and_registration(full_run):
     assert results["execution"] == runner.algorithm.execution_path() and results[
         "execution"
     ].startswith("sequential: ")
-    # the checkpoint holds the server as a plain dict (ZeroShotState), the run the typed state
+    # the checkpoint holds the server as a plain dict (engine/state.py), the run the typed state
     server = torch.load(out / "checkpoint.pt", weights_only=False)["server"]
-    kept = runner.state.server.saved()
+    kept = plain(runner.state.server)
     assert type(server) is dict and server.keys() == kept.keys()
     assert all(torch.equal(v, kept[k]) for k, v in server.items() if isinstance(v, torch.Tensor))
     assert type(runner.state.server).__name__ == "ZeroShotServer"
@@ -752,7 +753,7 @@ def test_restore_server_rebuilds_a_saved_dict_and_refuses_another_form():
     step = alg.update(alg.init_server(), [(report("u1", "cnn1_softmax", [1000]), 1)], 4, num_new=1)
     server = step.server
     assert alg.restore_server(server) is server
-    saved = server.saved()
+    saved = plain(server)
     assert type(saved) is dict and saved["registry"] == {("u1", 1000): 8}
     restored = alg.restore_server(saved)
     assert isinstance(restored, ZeroShotServer) and restored.registry == server.registry

@@ -4,6 +4,7 @@ and refuses what it does not know instead of dropping it."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import pytest
 import torch
@@ -62,3 +63,23 @@ def test_an_unknown_entry_is_refused_naming_it():
         RunState.from_checkpoint(saved, "run/checkpoint.pt")
     with pytest.raises(CheckpointError, match="no global state"):
         RunState.from_checkpoint({"round": 1, "algorithm": "fedavg"})
+
+
+def test_a_typed_global_state_is_written_as_a_dict_of_its_fields():
+    """A typed global state (zero-shot's is a dataclass) goes to the file as a plain dict, in the
+    state and in the best model; the algorithm's restore_server rebuilds it on resume."""
+
+    @dataclass
+    class Typed:
+        scores: torch.Tensor
+        names: dict
+
+    state = RunState("zeroshot", Typed(torch.ones(2), {"a": 1}))
+    state.best = BestModel(1, 0.5, 0.5, Typed(torch.zeros(2), {}))
+    saved = state.to_checkpoint()
+    assert type(saved["server"]) is dict and saved["server"]["names"] == {"a": 1}
+    assert type(saved["best"]["server"]) is dict and saved["best"]["server"].keys() == {
+        "scores",
+        "names",
+    }
+    assert isinstance(state.server, Typed)  # (the run's own state is left as it is)

@@ -144,15 +144,10 @@ class ZeroShotServer:
     names: dict[str, int] = field(default_factory=dict)
     """Class name -> label, under `zeroshot.identity=reported` (empty otherwise)."""
 
-    def saved(self) -> dict[str, Any]:
-        """The fields as a plain dict: a checkpoint's form (engine/zeroshot.py `ZeroShotState`),
-        which names no class, so renaming or moving this one leaves checkpoints resumable; it is
-        the dict earlier fedac kept as the state itself."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
-
     @classmethod
     def from_saved(cls, saved: dict[str, Any]) -> ZeroShotServer:
-        """The state from `saved`'s dict (a checkpoint's, this fedac's or an earlier one's)."""
+        """The state from a checkpoint's dict of its fields (engine/state.py
+        `RunState.to_checkpoint` writes it; earlier fedac kept that dict as the state itself)."""
         known = {f.name for f in fields(cls)}
         required = {f.name for f in fields(cls) if f.name != "names"}  # (names came later)
         unknown, missing = sorted(set(saved) - known), sorted(required - set(saved))
@@ -543,8 +538,8 @@ class ZeroShotFL(Algorithm):
         )
 
     def restore_server(self, saved: Any) -> ZeroShotServer:
-        """The state from a checkpoint: its plain dict (`ZeroShotServer.saved`, also the form
-        earlier fedac kept the state in) rebuilt, a `ZeroShotServer` as it is."""
+        """The state from a checkpoint: its plain dict of fields (`ZeroShotServer.from_saved`, also
+        the form earlier fedac kept the state in) rebuilt, a `ZeroShotServer` as it is."""
         if isinstance(saved, ZeroShotServer):
             return saved
         if not isinstance(saved, dict):

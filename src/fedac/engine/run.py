@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedac.algorithms.base import Algorithm
 from fedac.config import Config
 from fedac.engine.checkpoint import open_run, save_checkpoint
 from fedac.engine.report import truncate_client_rows, write_history, write_results
@@ -40,6 +41,7 @@ class RoundDriver(ABC):
     run_dir: Path
     progress: bool
     runtime: Runtime
+    algorithm: Algorithm
     #: The row's metrics the rounds' bar shows (those the row has).
     shown: tuple[str, ...] = ()
     #: After `run`: the state it ended with (None before), where it resumed and how many rounds it
@@ -84,8 +86,13 @@ class RoundDriver(ABC):
         """The results after the last round (results.json, less what `run` adds to every run's)."""
 
     def place_state(self, state: RunState) -> RunState:
-        """The opened (fresh or resumed) state on the run's device."""
-        return to_device(state, self.runtime.device)
+        """The opened (fresh or resumed) state on the run's device, its global states as the
+        algorithm keeps them (a checkpoint holds typed ones as dicts: `RunState.to_checkpoint`)."""
+        state = to_device(state, self.runtime.device)
+        state.server = self.algorithm.restore_server(state.server)
+        if state.best is not None:
+            state.best.server = self.algorithm.restore_server(state.best.server)
+        return state
 
     def rewind_logs(self, round_idx: int) -> None:
         """On resume: cut the logs written round by round back to the checkpoint's round

@@ -345,9 +345,8 @@ class Simulator(RoundDriver):
         """The run state on the run's device, every client's persistent state where it lives
         (`client_home`); a resumed run keeps auto's measured choice of path."""
         clients = state.clients
-        state = to_device(replace(state, clients={}), self.device)
+        state = super().place_state(replace(state, clients={}))
         state.clients = {name: self._homed(value) for name, value in clients.items()}
-        state.server = self.algorithm.restore_server(state.server)
         self.algorithm.auto_choice.update(state.auto_choice)
         self.execution = self.algorithm.execution_path()
         return state

@@ -10,10 +10,17 @@ resumes, and the file does not depend on where these classes live.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
 from fedac.errors import CheckpointError
+
+
+def plain(obj: Any) -> Any:
+    """A dataclass as the dict of its fields (one level), anything else as it is."""
+    if is_dataclass(obj) and not isinstance(obj, type):
+        return {f.name: getattr(obj, f.name) for f in fields(obj)}
+    return obj
 
 
 @dataclass
@@ -68,11 +75,14 @@ class RunState:
     own)."""
 
     def to_checkpoint(self) -> dict[str, Any]:
-        """The checkpoint's content: a plain dict (nested dataclasses as dicts too)."""
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        for name in ("best", "bytes"):
-            if out[name] is not None:
-                out[name] = {f.name: getattr(out[name], f.name) for f in fields(out[name])}
+        """The checkpoint's content: a plain dict, the nested dataclasses (a typed global state
+        such as zero-shot's included) as dicts too, so the file names no class of fedac's; the
+        algorithm's `restore_server` rebuilds its typed state on resume."""
+        out = plain(self)
+        out["server"] = plain(self.server)
+        if self.best is not None:
+            out["best"] = {**plain(self.best), "server": plain(self.best.server)}
+        out["bytes"] = plain(self.bytes)
         return out
 
     @classmethod

@@ -20,7 +20,7 @@ Metrics (per round; the truth of new classes is read here, never by the algorith
   as the true class most of its reports hold, an unregistered new class is never right;
 - registration: ARI of the reported (user, local id) groups against their true classes, impression
   purity, correct share, data-impression synthesis time.
-Resume: the checkpoint holds the server state (a plain dict: `ZeroShotState`) and the history;
+Resume: the checkpoint holds the server state (as a plain dict: engine/state.py) and the history;
 every random choice derives from (seed, purpose, round, user), so a resumed run ends with the
 numbers of an uninterrupted one.
 """
@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
@@ -86,19 +85,6 @@ LEGEND = {
     ),
     "ari / registration_correct / di_purity": "means over rounds with reports",
 }
-
-
-@dataclass
-class ZeroShotState(RunState):
-    """The driver's run state: `server` is a `ZeroShotServer`. Its checkpoint holds the server as a
-    plain dict (`ZeroShotServer.saved`): the file then names no class of fedac's, so renaming or
-    moving the class keeps checkpoints resumable, and it is the form earlier fedac wrote, which
-    `ZeroShotFL.restore_server` rebuilds either way."""
-
-    server: ZeroShotServer
-
-    def to_checkpoint(self) -> dict[str, Any]:
-        return {**super().to_checkpoint(), "server": self.server.saved()}
 
 
 class ZeroShotDriver(RoundDriver):
@@ -325,14 +311,7 @@ class ZeroShotDriver(RoundDriver):
         return len(self.scenario.users)
 
     def _fresh_state(self) -> RunState:
-        return ZeroShotState(self.cfg.algorithm, self.algorithm.init_server())
-
-    def place_state(self, state: RunState) -> RunState:
-        """The state on the run's device, its server a `ZeroShotServer` (a checkpoint holds a dict)
-        in a `ZeroShotState` (which checkpoints it as a dict)."""
-        state = super().place_state(state)
-        state.server = self.algorithm.restore_server(state.server)
-        return ZeroShotState(**{f.name: getattr(state, f.name) for f in fields(state)})
+        return RunState(self.cfg.algorithm, self.algorithm.init_server())
 
     def first_line(self) -> str:
         self.execution = self.algorithm.execution_path()
