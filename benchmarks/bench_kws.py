@@ -16,7 +16,7 @@ Ratios to the floor are the ratio of medians and the median of per-round ratios 
 Wall and CPU seconds are both recorded: on a machine shared with other jobs, read the CPU time.
 
 Why the default path is the sequential one for these networks: the stacked cohort path
-(engine/cohort.py) pads every client's batch to the step's widest one at weight 0, which leaves a
+(engine/execution.py) pads every client's batch to the step's widest one at weight 0, which leaves a
 loss unchanged but not BatchNorm's batch statistics, so DSCNN and ResNet15 (BatchNorm after every
 convolution) and MHAttRNN (BatchNorm in its convolutional front end) cannot be stacked with the same
 numbers as the sequential path; its StackedSGD has neither clipping nor AdamW, which the protocol
@@ -42,6 +42,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cohort import RESULTS, fedac_round, interleave, simulator, summarize  # noqa: E402
 from fedac.config import load_config  # noqa: E402
 from fedac.engine.data import build_federated_data  # noqa: E402
+from fedac.engine.execution import stacking_obstacle
 from fedac.engine.simulator import sample_cohort  # noqa: E402
 from fedac.experiments.fedkws import KWS_NETWORKS, KWS_PROTOCOL  # noqa: E402
 from fedac.models import build_model  # noqa: E402
@@ -145,7 +146,7 @@ def main() -> None:
                 )
                 paths[algorithm] = fedac_round(sim, state)
                 out["networks"].setdefault(label, {})[f"{algorithm}_cohort_ready"] = (
-                    sim.algorithm.cohort_ready()
+                    stacking_obstacle(sim.algorithm) is None
                 )
             paths["floor"] = KWSFloor(load_config(overrides=overrides), data, sim.trainable)
             result = summarize(interleave(paths, list(range(1, repeats + 1))))

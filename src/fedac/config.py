@@ -184,7 +184,7 @@ class TrainConfig:
     fastest on one thread (see benchmarks/)."""
     execution: str = choice("auto", ("auto", "cohort", "sequential", "probe"))
     """How a round's clients train: cohort (clients of one architecture stacked into one
-    computation, engine/cohort.py; a configuration that cannot stack is an error naming why),
+    computation, engine/execution.py; a configuration that cannot stack is an error naming why),
     sequential (one client after another), auto (stacked where the algorithm has a stacked path,
     except a vmapped network on the CPU, slower there than one client at a time; on a GPU such a
     network is timed both ways on a probe chunk of the first round and the faster path kept), or

@@ -1,4 +1,4 @@
-"""Chunk planning (training/schedule.py, training/cohort.py `plan_chunks`): every client once, in
+"""Chunk planning (training/schedule.py, training/stacking.py `plan_chunks`): every client once, in
 consecutive size order, cut where padding costs more than a chunk, and balanced over workers."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from test_cohort import make_clients
 
 from fedac.config import load_config
-from fedac.training.cohort import plan_chunks
 from fedac.training.schedule import CHUNK_ROWS, STEP_ROWS, batch_sizes, partition
+from fedac.training.stacking import plan_chunks
 
 # one round of the paper schedule on the Speech Commands stand-in (48 clients, a long tail)
 PAPER_ROUND = [

@@ -54,6 +54,7 @@ from fedac.data.registry import load_manifest
 from fedac.data.streams import NEW_ID, build_stream
 from fedac.engine.clients import ByteLedger, log_users, user_summary
 from fedac.engine.data import _gather, _rows_by_clip, normalize
+from fedac.engine.execution import ExecutionPlan
 from fedac.engine.report import format_table
 from fedac.engine.run import RoundDriver
 from fedac.engine.state import RunState
@@ -314,7 +315,7 @@ class ZeroShotDriver(RoundDriver):
         return RunState(self.cfg.algorithm, self.algorithm.init_server())
 
     def first_line(self) -> str:
-        self.execution = self.algorithm.execution_path()
+        self.execution = ExecutionPlan(self.algorithm).path
         return f"zeroshot {self.scenario.name} on {self.runtime.name}; users train {self.execution}"
 
     def round_written(self, state: RunState, round_idx: int, row: dict[str, float]) -> None:

@@ -188,10 +188,10 @@ def run_deployment(
         strategy = SecAggStrategy(side.algorithm, state.server, directory, cfg, settings.secagg)
         round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731
     else:
-        strategy = FedacStrategy(side.algorithm, state.server, directory, cfg)
+        # the simulator's server step: attacks and DP over the uploads, the byte ledger, LPA's log
+        strategy = FedacStrategy(side.algorithm, state.server, directory, cfg, side.server_step)
         strategy.ledger_state = state  # the bytes per client, for clients.csv (engine/clients.py)
         side.strategy = strategy
-        strategy.layers = side  # attacks and DP over the uploads, as in the simulator
         round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:

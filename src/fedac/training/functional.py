@@ -9,9 +9,9 @@ How each client keeps the numbers it gets training alone (`training.step.train_c
   and lets the caller's loss mix several forwards (FedKWS-UI's two heads), so it is the one used.
 - BatchNorm: each client's running statistics are its own rows of the stacked buffers, updated in
   place by the module's own batch-norm op under vmap. A step whose clients' batches differ in size
-  pads the shorter ones (training/cohort.py); padding must not enter a client's batch statistics, so
-  in such a step BatchNorm computes them over the client's real samples only (`_masked_batch_norm`,
-  equal to the op to float rounding).
+  pads the shorter ones (training/stacking.py); padding must not enter a client's batch statistics,
+  so in such a step BatchNorm computes them over the client's real samples only
+  (`_masked_batch_norm`, equal to the op to float rounding).
 - dropout: under vmap, `randomness="different"` draws every client's mask from the one global RNG,
   so a client's masks would depend on its chunk. Instead each `nn.Dropout` is replayed: its
   per-sample shape is recorded once, and its masks are drawn outside vmap from the client's own
@@ -21,7 +21,7 @@ How each client keeps the numbers it gets training alone (`training.step.train_c
   drawn silently.
 - `nn.GRU` has no vmap batching rule: its forward is written out as torch's GRU equations.
 
-`StackedSGD` lives in training/cohort.py (the hand-written CRNN path uses it); `StackedAdam` here
+`StackedSGD` lives in training/stacking.py (the hand-written CRNN path uses it); `StackedAdam` here
 gives torch.optim.Adam's and AdamW's update; `clip_stacked` gives `nn.utils.clip_grad_norm_` per
 client.
 """
@@ -43,7 +43,7 @@ from torch.func import functional_call, vmap
 
 from fedac.config import TrainConfig
 from fedac.errors import ConfigError
-from fedac.training.cohort import StackedSGD
+from fedac.training.stacking import StackedSGD, grads_of
 
 Params = dict[str, torch.Tensor]
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -276,7 +276,15 @@ class StackedModule:
             finally:
                 _REPLAY.reset(token)
 
-        return vmap(one, randomness="error")(params, buffers, x, drawn, weight, *extras)
+        return vmap(one, in_dims=(0, 0, 0, 0, 0, *_extra_dims(extras)), randomness="error")(
+            params, buffers, x, drawn, weight, *extras
+        )
+
+
+def _extra_dims(extras: tuple) -> list[int | None]:
+    """vmap's in_dims of a map's extras: a client axis each, none for an absent one (None: a method
+    whose clients keep no state)."""
+    return [None if extra is None else 0 for extra in extras]
 
 
 def _replayable(model: nn.Module) -> nn.Module:
@@ -409,8 +417,8 @@ def clip_stacked(grads: dict[str, torch.Tensor | None], max_norm: float) -> None
 
 class HandWritten:
     """A hand-written stacked forward (models/stacked.py's CRNNs) behind `StackedModule`'s
-    interface: no buffers, no other method than forward, no need of the sample weights (no batch
-    statistics)."""
+    interface (call and `map`): no buffers, no other method than forward, no need of the sample
+    weights (no batch statistics)."""
 
     def __init__(self, model, param_names: list[str]):
         self.model, self.param_names = model, param_names
@@ -429,6 +437,43 @@ class HandWritten:
             raise ConfigError(f"the hand-written stacked CRNN has no method {method!r}")
         return self.model(state, x, masks)
 
+    def map(
+        self,
+        fn,
+        state: Params,
+        x: torch.Tensor,
+        masks=None,
+        weight: torch.Tensor | None = None,
+        *extras,
+        method: str = "forward",
+        padded: bool | None = None,
+    ):
+        """`StackedModule.map` on the hand-written forward: every client's logits come from one
+        stacked call (outside vmap, so the hand-written kernels run), and `fn` is vmapped over the
+        clients with a `forward` that returns client k's logits of the step's batch. So `fn` may
+        call `forward(inputs)` on its batch only (any number of times: the same logits, one dropout
+        draw a step); another input or method is an error, not a silent wrong answer."""
+        logits = self(state, x, masks, weight, method)
+        if weight is None:
+            weight = x.new_ones(x.shape[:2])
+        params = {name: state[name] for name in self.param_names if name in state}
+
+        def one(p: Params, inputs: torch.Tensor, out: torch.Tensor, w: torch.Tensor, *ex):
+            def forward(data: torch.Tensor, name: str = "forward") -> torch.Tensor:
+                if data is not inputs or name != "forward":
+                    raise ConfigError(
+                        "on the hand-written stacked CRNN a local objective may call only "
+                        "forward(x) on its batch; declare the methods it calls in the class's "
+                        "forward_methods to train through the vmapped module"
+                    )
+                return out
+
+            return fn(forward, p, inputs, w, *ex)
+
+        return vmap(one, in_dims=(0, 0, 0, 0, *_extra_dims(extras)), randomness="error")(
+            params, x, logits, weight, *extras
+        )
+
 
 def param_leaves(params: Params, active: int, names: list[str]) -> Params:
     """Gradient leaves over the first `active` clients' trainable entries `names` (views: updated in
@@ -440,3 +485,57 @@ def with_buffers(leaf: Params, params: Params, active: int, names: list[str]) ->
     """The leaves plus the first `active` clients' buffers (views: BatchNorm updates them in
     place)."""
     return {**leaf, **{name: params[name][:active] for name in names}}
+
+
+class ParameterView:
+    """What a regularizer (e.g. FedProx's proximal term) sees of one client on the cohort path: its
+    parameters, as `named_parameters()` / `parameters()`; it has no forward pass."""
+
+    def __init__(self, params: Params):
+        self._params = params
+
+    def named_parameters(self):
+        return iter(self._params.items())
+
+    def parameters(self):
+        return iter(self._params.values())
+
+
+def client_views(params: Params, active: int) -> list[ParameterView]:
+    # one backward node, not one per client
+    unbound = {name: value.unbind(0) for name, value in params.items()}
+    return [
+        ParameterView({name: parts[k] for name, parts in unbound.items()}) for k in range(active)
+    ]
+
+
+def first_clients(params: Params, active: int) -> Params:
+    return {name: value[:active] for name, value in params.items()}
+
+
+class StackedStep:
+    """One stacked model's training state in a chunk: its (clients, ...) parameters and buffers, its
+    stacked optimizer (`train.optimizer`) and forward (`Algorithm.stacked_forward`)."""
+
+    def __init__(self, forward, params: Params, cfg):
+        self.forward, self.params, self.cfg = forward, params, cfg
+        self.optimizer = stacked_optimizer({n: params[n] for n in forward.param_names}, cfg)
+
+    def leaves(self, active: int) -> tuple[Params, Params]:
+        """(gradient leaves, leaves + buffers) over the first `active` clients."""
+        leaf = param_leaves(self.params, active, self.forward.param_names)
+        return leaf, with_buffers(leaf, self.params, active, self.forward.buffer_names)
+
+    def frozen(self, active: int) -> Params:
+        """The first `active` clients' entries without autograd (a teacher's forward)."""
+        return first_clients(self.params, active)
+
+    def update(self, loss: torch.Tensor, leaf: Params, active: int) -> None:
+        """Backward of the chunk's summed loss, each client's gradient clipped
+        (`train.max_grad_norm`), the step."""
+        grads = grads_of(loss.sum(), leaf)
+        clip_stacked(grads, self.cfg.max_grad_norm)
+        self.optimizer.step(grads, active)
+
+    def client(self, k: int) -> Params:
+        return {name: value[k].clone() for name, value in self.params.items()}

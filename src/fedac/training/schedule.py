@@ -1,5 +1,5 @@
 """Which clients train together: cutting one architecture's clients into cohort chunks
-(training/cohort.py).
+(training/stacking.py).
 
 A chunk trains its clients as one stacked computation, step by step; the clients still training at a
 step are padded to the step's widest batch. What a chunk costs is therefore about
