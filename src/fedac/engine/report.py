@@ -16,20 +16,20 @@ from fedac.engine.tracking import track
 from fedac.version import code_version
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def _atomic_write(path: Path, text: str | bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
+    tmp.write_bytes(text if isinstance(text, bytes) else text.encode())
     os.replace(tmp, path)
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON has no NaN: write null instead."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -40,7 +40,7 @@ def write_history(run_dir: Path, history: list[dict[str, float]]) -> None:
     path = Path(run_dir) / "metrics.csv"
     tmp = path.with_name(f".metrics.csv.tmp{os.getpid()}")
     with open(tmp, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         for row in history:
             writer.writerow({k: (int(v) if k == "round" else v) for k, v in row.items()})
@@ -183,7 +183,8 @@ def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
         results["unavailable"] = why
     legend = {k: v for k, v in FINAL_KEYS.items() if k in results.get("final", {})}
     _atomic_write(
-        Path(run_dir) / "results.json", json.dumps(_clean({**results, "legend": legend}), indent=2)
+        Path(run_dir) / "results.json",
+        json.dumps(json_safe({**results, "legend": legend}), indent=2),
     )
     title = f"{cfg.algorithm} on {cfg.dataset} (seed {cfg.seed})"
     plot_curves(run_dir, results["history"], title)
@@ -321,12 +322,14 @@ def append_client_rows(run_dir: Path, columns: list[str], rows: list[dict[str, A
     """Append one evaluation's per-client rows to clients.csv (its header written with the first
     rows). A cell left empty is a score the client has not got: an own model not trained yet."""
     path = Path(run_dir) / CLIENTS_CSV
-    new = not path.is_file()
-    if not new:  # (the header the file began with: a resumed run appends under it)
+    new, ending = not path.is_file(), "\n"
+    if not new:  # the header the file began with, and its line ending: a resumed run appends alike
         with open(path, newline="") as handle:
-            columns = next(csv.reader(handle), columns)
+            header = handle.readline()
+        columns = next(csv.reader([header]), columns)
+        ending = "\r\n" if header.endswith("\r\n") else "\n"
     with open(path, "a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, restval="")
+        writer = csv.DictWriter(handle, fieldnames=columns, restval="", lineterminator=ending)
         if new:
             writer.writeheader()
         writer.writerows(rows)
@@ -349,9 +352,10 @@ def truncate_client_rows(run_dir: Path, last_round: int) -> None:
     again)."""
     path = Path(run_dir) / CLIENTS_CSV
     if path.is_file():
-        lines = path.read_text().splitlines(keepends=True)
-        kept = lines[:1] + [line for line in lines[1:] if int(line.split(",", 1)[0]) <= last_round]
-        _atomic_write(path, "".join(kept))
+        # bytes in, bytes out: the kept rows keep their line endings
+        lines = path.read_bytes().splitlines(keepends=True)
+        kept = lines[:1] + [line for line in lines[1:] if int(line.split(b",", 1)[0]) <= last_round]
+        _atomic_write(path, b"".join(kept))
 
 
 def pyplot():
