@@ -338,3 +338,42 @@ def test_the_reproduce_command_and_runner_never_name_an_experiment():
             and node.value in catalog.EXPERIMENTS
         ]
         assert named == [], f"{module.__name__} names {named}"
+
+
+def test_eval_schedule_of_a_short_run_unless_set():
+    from fedac.config import fit_eval_schedule
+
+    def every(*overrides: str) -> tuple[int, str | None]:
+        cfg = load_config(overrides=list(overrides))
+        changed = fit_eval_schedule(cfg)
+        return cfg.train.eval_every, changed
+
+    assert every("train.rounds=50") == (5, None)  # the default run: unchanged
+    assert every("train.rounds=12")[0] == 2 and every("train.rounds=5")[0] == 1
+    assert "train.eval_every 5 -> 1" in every("train.rounds=5")[1]
+    assert every("train.rounds=5", "train.eval_every=5") == (5, None)  # a value set is kept
+
+
+def test_a_short_run_has_curves_with_a_line(gsc_root, tmp_path, capsys):
+    """`fedac run --rounds 5` at the default train.eval_every evaluates every round, not only the
+    last, and its config.yaml records the schedule it ran. Its summary and results.json say which
+    clients the percentiles rank (here none: each holds 14 held-out clips, fewer than asked)."""
+    settings = {k: v for k, v in tiny_run(gsc_root, tmp_path / "cache").items()}
+    del settings["train.eval_every"]
+    settings["eval.min_client_clips"] = 15
+    out = tmp_path / "run"
+    argv = ["run", "--rounds", "5", *[f"--set={k}={v}" for k, v in settings.items()]]
+    assert main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "train.eval_every 5 -> 1" in printed.err
+    assert "no client holds eval.min_client_clips=15 held-out clips" in printed.out
+    results = json.loads((out / "results.json").read_text())
+    scored = results["per_client"]["evaluated"]
+    assert results["per_client"]["unranked"] == scored > 0
+    assert f"leaving out the {scored} scored clients" in results["legend"]["per_client"]
+    assert results["per_client"]["spreads"]["accuracy"]["worst10_mean"] is None
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert [int(r["round"]) for r in rows] == [1, 2, 3, 4, 5]
+    assert load_config(out / "config.yaml").train.eval_every == 1
+    clients = list(csv.DictReader(open(out / "clients.csv")))
+    assert {int(r["round"]) for r in clients} == {1, 2, 3, 4, 5}

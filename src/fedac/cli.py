@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from fedac.algorithms import ALGORITHMS
-from fedac.config import Config, load_config
+from fedac.config import Config, fit_eval_schedule, load_config
 from fedac.data.partition import class_entropy, partition
 from fedac.data.registry import DATASETS, dataset_spec, load_manifest, synthesizer
 from fedac.engine.report import format_table
@@ -70,6 +70,7 @@ def default_run_dir(cfg: Config) -> Path:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    changed = None
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
@@ -77,6 +78,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = load_config(run_dir / "config.yaml")
     else:
         cfg = _experiment_config(args)
+        changed = fit_eval_schedule(cfg)
         if args.out:
             run_dir = Path(args.out)
         elif cfg.out and not (Path(cfg.out) / "config.yaml").exists():
@@ -101,6 +103,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"fedac: {world.size} processes ({world.backend}); rank 0 writes {run_dir}",
                 file=sys.stderr,
             )
+        if changed and world.writes and not args.quiet:
+            print(f"fedac: {changed}", file=sys.stderr)
         runner, final_table = runner_for(cfg)
         where = distributed.scratch_run_dir(world, run_dir)
         try:

@@ -172,6 +172,23 @@ def unavailable(results: dict[str, Any], cfg: Config) -> dict[str, str]:
     return why
 
 
+def per_client_legend(per_client: dict[str, Any]) -> str:
+    """results.json's legend of `per_client`: how its spreads were computed, with the counts."""
+    text = (
+        "spreads of each per-client score on the clients' held-out clips (the selected shared "
+        "model; own_*: the last own models): mean, n_k-weighted mean and std over every scored "
+        f"client ({per_client['evaluated']} scored, {per_client['without_holdout']} without "
+        "held-out clips)"
+    )
+    if "min_client_clips" not in per_client:
+        return text + "; p10 / p50 / p90 and worst10_mean (the lowest 10 %'s mean) over them too"
+    return text + (
+        "; p10 / p50 / p90 and worst10_mean (the lowest 10 %'s mean) over the clients holding at "
+        f"least eval.min_client_clips={per_client['min_client_clips']} held-out clips "
+        f"(ranked_clients), leaving out the {per_client['unranked']} scored clients with fewer"
+    )
+
+
 def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
     """results.json, with the code that made it (version.py); `results` gains that `code_version`
     too, so what the caller keeps of the run (compare's summary.json) says the same as the file. A
@@ -182,6 +199,8 @@ def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
     if why:
         results["unavailable"] = why
     legend = {k: v for k, v in FINAL_KEYS.items() if k in results.get("final", {})}
+    if "per_client" in results:
+        legend["per_client"] = per_client_legend(results["per_client"])
     _atomic_write(
         Path(run_dir) / "results.json",
         json.dumps(json_safe({**results, "legend": legend}), indent=2),
@@ -189,7 +208,14 @@ def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
     title = f"{cfg.algorithm} on {cfg.dataset} (seed {cfg.seed})"
     plot_curves(run_dir, results["history"], title)
     rows = read_client_rows(run_dir)
-    plot_clients(run_dir, rows, title, results.get("per_client", {}).get("without_holdout_reason"))
+    per_client = results.get("per_client", {})
+    plot_clients(
+        run_dir,
+        rows,
+        title,
+        per_client.get("without_holdout_reason"),
+        per_client.get("min_client_clips", 1),
+    )
     if "confusion" in results:
         plot_confusion(
             run_dir,
@@ -255,17 +281,30 @@ def _spread(results: dict[str, Any], key: str) -> str:
     return f"{mean:.4f} ± {std:.4f}"
 
 
+def ranked_of(results: dict[str, Any], spread: dict[str, Any]) -> str:
+    """Which clients a spread's percentiles rank: all of them, or those with enough held-out
+    clips."""
+    fewest = results.get("per_client", {}).get("min_client_clips", 1)
+    ranked = spread.get("ranked_clients", spread["clients"])
+    if fewest <= 1 or ranked == spread["clients"]:
+        return f"{spread['clients']} clients"
+    return f"{ranked} of {spread['clients']} clients: those with >= {fewest} held-out clips"
+
+
 def _percentile_row(results: dict[str, Any], key: str, who: str) -> list[tuple[str, str]]:
     """The clients' held-out accuracy spread beyond mean ± std (results.json's per_client), when
     scored."""
     spread = results.get("per_client", {}).get("spreads", {}).get(key)
+    if spread and spread["clients"] and spread.get("ranked_clients", 1) == 0:
+        fewest = results["per_client"]["min_client_clips"]
+        return [(f"{who}: clients' p10 / median / worst 10 %", f"n/a ({too_few_clips(fewest)})")]
     if not spread or spread["p50"] is None or math.isnan(spread["p50"]):
         return []
     return [
         (
             f"{who}: clients' p10 / median / worst 10 %",
             f"{spread['p10']:.4f} / {spread['p50']:.4f} / {spread['worst10_mean']:.4f} "
-            f"({spread['clients']} clients)",
+            f"({ranked_of(results, spread)})",
         )
     ]
 
@@ -316,6 +355,20 @@ def final_table(results: dict[str, Any]) -> str:
 
 
 CLIENTS_CSV = "clients.csv"
+
+
+def ranked(row: dict[str, Any], min_clips: int) -> bool:
+    """Whether a clients.csv row counts in the percentiles and the worst-10 % mean: it holds at
+    least `min_clips` held-out clips (eval.min_client_clips), or its scores come with no count (a
+    streaming user's)."""
+    return bool(row.get("holdout", min_clips) >= min_clips)
+
+
+def too_few_clips(min_clips: int) -> str:
+    return (
+        f"no client holds eval.min_client_clips={min_clips} held-out clips; lower it, or raise "
+        "data.local_holdout"
+    )
 
 
 def append_client_rows(run_dir: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
@@ -401,16 +454,24 @@ CLIENT_PANELS = (
 
 
 def plot_clients(
-    run_dir: Path, rows: list[dict[str, Any]], title: str, why_empty: str | None = None
+    run_dir: Path,
+    rows: list[dict[str, Any]],
+    title: str,
+    why_empty: str | None = None,
+    min_clips: int = 1,
 ) -> None:
-    """clients.png from clients.csv's rows: per evaluated round, the clients' held-out accuracy as
-    percentile bands (10-90 and 25-75) around the median, with the worst-10 % mean dashed; the
-    shared model, and next to it the clients' own models where the method keeps them. Without any
-    client score the picture says why (`why_empty`)."""
+    """clients.png from clients.csv's rows: per evaluated round, the held-out accuracy of the
+    clients with at least `min_clips` held-out clips (eval.min_client_clips) as percentile bands
+    (10-90 and 25-75) around the median, with the worst-10 % mean dashed; the shared model, and next
+    to it the clients' own models where the method keeps them. Without any client score the
+    picture says why (`why_empty`)."""
     import numpy as np
 
     from fedac.training.metrics import spread
 
+    if rows and not any(ranked(r, min_clips) for r in rows):
+        why_empty = too_few_clips(min_clips)
+    rows = [r for r in rows if ranked(r, min_clips)]
     panels = [(key, label) for key, label in CLIENT_PANELS if any(key in r for r in rows)]
     plt = pyplot()
     if not panels:
@@ -451,7 +512,8 @@ def plot_clients(
             color="tab:red",
             label="worst 10 % mean",
         )
-        ax.set_title(f"{label} ({len(values[-1])} clients)")
+        fewest = f", >= {min_clips} held-out clips" if min_clips > 1 else ""
+        ax.set_title(f"{label} ({len(values[-1])} clients{fewest})")
         ax.set_xlabel("round"), ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy per client")
     axes[0][0].legend(fontsize=8)
