@@ -490,9 +490,11 @@ class LogConfig:
     round, each evaluation's per-client accuracies as histograms, confusion.png and clients.png.
     Needs the optional extra: pip install 'fedac[tensorboard]'."""
     mlflow: str | None = None
-    """Log the run to MLflow: a directory (a local file store, created if missing) or a tracking URI
+    """Log the run to MLflow: a directory (created if missing; a SQLite store DIR/mlflow.db with the
+    artifacts in DIR/artifacts, which MLflow 3 reads back without opt-ins) or a tracking URI
     (sqlite:///..., http://...); params (every setting), metrics per round, final metrics and the
-    run directory's files as artifacts. None: off. Needs the optional extra: pip install
+    run directory's files as artifacts. The run prints the line that reads it back (`mlflow ui
+    --backend-store-uri sqlite:///DIR/mlflow.db`). None: off. Needs the optional extra: pip install
     'fedac[mlflow]'."""
 
 

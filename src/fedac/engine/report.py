@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from fedac.config import Config
-from fedac.engine.tracking import track
+from fedac.engine.tracking import read_back, track
 from fedac.version import code_version
 
 
@@ -195,6 +195,9 @@ def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
     held-out metric that is NaN (null in the file) gets its reason under `unavailable` (shown by
     `final_table`)."""
     results["code_version"] = code_version()
+    trackers = read_back(cfg, run_dir)  # log.tensorboard, log.mlflow
+    if trackers:
+        results["trackers"] = trackers
     why = unavailable(results, cfg)
     if why:
         results["unavailable"] = why
@@ -351,7 +354,11 @@ def final_table(results: dict[str, Any]) -> str:
         )
         rows += _percentile_row(results, "own_accuracy", f"own models ({n})")
     rows.append(("wall time", f"{results['wall_seconds']:.1f} s"))
+    rows += [(f"{TRACKER_NAMES[k]} (read back)", v) for k, v in results.get("trackers", {}).items()]
     return format_table(rows)
+
+
+TRACKER_NAMES = {"tensorboard": "TensorBoard", "mlflow": "MLflow"}
 
 
 CLIENTS_CSV = "clients.csv"
