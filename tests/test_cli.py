@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -117,7 +118,9 @@ def test_resume_a_stopped_run(first_run, settings, tmp_path, capsys):
     assert main([*argv, "--stop-after", "1"]) == 0
     assert f"fedac run --resume {out}" in capsys.readouterr().out
     assert not (out / "results.json").exists()
-    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    assert main(["run", "--resume", str(out)]) == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith(f"fedac: resumed from round 1 of 2 ({out}); fedavg on ")
     a = json.loads((first_run / "results.json").read_text())
     b = json.loads((out / "results.json").read_text())
     # not a restart from round 0
@@ -377,3 +380,47 @@ def test_a_short_run_has_curves_with_a_line(gsc_root, tmp_path, capsys):
     assert load_config(out / "config.yaml").train.eval_every == 1
     clients = list(csv.DictReader(open(out / "clients.csv")))
     assert {int(r["round"]) for r in clients} == {1, 2, 3, 4, 5}
+
+
+def test_models_counts_parameters_on_the_meta_device(capsys):
+    """`fedac models` says first what it is doing and builds no weights (w2v2_base has 90 M): every
+    network on the meta device, with the counts of the real builds."""
+    from fedac.cli import shape_only
+    from fedac.models import MODELS, build_model, count_parameters
+
+    for name, _ in MODELS.items():
+        model = shape_only(name, 40, 35)
+        assert all(p.is_meta for p in model.parameters()), name
+    for name in ("crnn_base", "dscnn", "w2v2_s"):  # w2v2_s: the shipped encoder, read for real
+        real = build_model(name, 40, 35)
+        assert count_parameters(shape_only(name, 40, 35)) == count_parameters(real), name
+    assert main(["models"]) == 0
+    printed = capsys.readouterr()
+    assert printed.err.startswith("fedac: counting the parameters of 20 models on torch's meta")
+    assert re.search(r"^w2v2_base +90,224,291 parameters", printed.out, re.M)
+
+
+def test_a_closed_pipe_ends_quietly_with_the_sigpipe_status():
+    """`fedac list | head -1`: the reader has gone before the output is written; no traceback, and
+    the status a command killed by SIGPIPE gets (141)."""
+    read, write = os.pipe()
+    os.close(read)  # nobody will read
+    done = subprocess.run(
+        [sys.executable, "-m", "fedac", "list"], stdout=write, stderr=subprocess.PIPE, text=True
+    )
+    os.close(write)
+    assert done.returncode == 141 and done.stderr == ""
+
+
+def test_version_prints_the_package_and_the_code_version(capsys):
+    from fedac import __version__
+    from fedac.version import code_version
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    printed = capsys.readouterr().out.strip()
+    v = code_version()
+    assert printed.startswith(f"fedac {__version__} (training code sha256 ")
+    assert v["source_sha256"][:16] in printed
+    assert (v["git_commit"] or "no git checkout")[:12] in printed
