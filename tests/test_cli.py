@@ -375,6 +375,9 @@ def test_a_short_run_has_curves_with_a_line(gsc_root, tmp_path, capsys):
     assert results["per_client"]["unranked"] == scored > 0
     assert f"leaving out the {scored} scored clients" in results["legend"]["per_client"]
     assert results["per_client"]["spreads"]["accuracy"]["worst10_mean"] is None
+    # the wall time says what it covers, printed and in the legend
+    assert re.search(r"^wall time \(rounds \+ evaluations, all sittings\) +\d", printed.out, re.M)
+    assert "summed over every sitting of a resumed run" in results["legend"]["wall_seconds"]
     rows = list(csv.DictReader(open(out / "metrics.csv")))
     assert [int(r["round"]) for r in rows] == [1, 2, 3, 4, 5]
     assert load_config(out / "config.yaml").train.eval_every == 1
@@ -424,3 +427,26 @@ def test_version_prints_the_package_and_the_code_version(capsys):
     assert printed.startswith(f"fedac {__version__} (training code sha256 ")
     assert v["source_sha256"][:16] in printed
     assert (v["git_commit"] or "no git checkout")[:12] in printed
+
+
+def test_out_in_a_config_file_applies_or_is_refused(gsc_root, tmp_path, capsys, monkeypatch):
+    """`out:` of a config file is where the run goes; a second run of that file is refused (the
+    folder holds a run: resume it or choose another --out); the run's own config.yaml, run again,
+    writes its repeat to a new directory and says where."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "mine"
+    settings = {**tiny_run(str(gsc_root), str(tmp_path / "cache")), "train.rounds": 1}
+    config: dict = {"out": str(out)}
+    for key, value in settings.items():
+        section, name = key.split(".")
+        config.setdefault(section, {})[name] = value
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(config))
+    assert main(["run", "--config", "mine.yaml", "--quiet"]) == 0
+    assert (out / "results.json").is_file()
+    capsys.readouterr()
+    assert main(["run", "--config", "mine.yaml", "--quiet"]) == 2
+    assert f"out: {out} (from mine.yaml) holds a run already" in capsys.readouterr().err
+    assert main(["run", "--config", str(out / "config.yaml")]) == 0
+    said = capsys.readouterr().err
+    assert f"fedac: {out} holds the run this config.yaml came from; the repeat writes runs/" in said
+    assert len(list((tmp_path / "runs").glob("*/results.json"))) == 1

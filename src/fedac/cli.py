@@ -69,8 +69,32 @@ def default_run_dir(cfg: Config) -> Path:
     return Path("runs") / f"{stamp}-{cfg.algorithm}-{cfg.dataset}-s{cfg.seed}"
 
 
+def chosen_run_dir(args: argparse.Namespace, cfg: Config) -> tuple[Path, str | None]:
+    """A new run's directory: --out, else `out` of the config file or --set where it holds no run
+    yet, else runs/<time>-... A run's own config.yaml, run again, writes the repeat to a new
+    directory (the line returned says so); any other `out` that holds a run is refused, never
+    overwritten nor silently replaced."""
+    if args.out:
+        return Path(args.out), None
+    if not cfg.out:
+        return default_run_dir(cfg), None
+    out = Path(cfg.out)
+    if not (out / "config.yaml").exists():
+        return out, None
+    if args.config and Path(args.config).resolve() == (out / "config.yaml").resolve():
+        run_dir = default_run_dir(cfg)
+        return (
+            run_dir,
+            f"{out} holds the run this config.yaml came from; the repeat writes {run_dir}",
+        )
+    raise ConfigError(
+        f"out: {out} (from {args.config or '--set'}) holds a run already; continue it with "
+        f"`fedac run --resume {out}`, or give another --out"
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
-    changed = None
+    changed = moved = None
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
@@ -79,13 +103,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         cfg = _experiment_config(args)
         changed = fit_eval_schedule(cfg)
-        if args.out:
-            run_dir = Path(args.out)
-        elif cfg.out and not (Path(cfg.out) / "config.yaml").exists():
-            run_dir = Path(cfg.out)
-        else:
-            # Re-running a saved config.yaml must not overwrite the run it came from.
-            run_dir = default_run_dir(cfg)
+        run_dir, moved = chosen_run_dir(args, cfg)
         cfg.out = str(run_dir)
     from fedac.engine import distributed  # lazy: start-up time (after the settings are checked)
     from fedac.engine.runner import runner_for
@@ -103,8 +121,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"fedac: {world.size} processes ({world.backend}); rank 0 writes {run_dir}",
                 file=sys.stderr,
             )
-        if changed and world.writes and not args.quiet:
-            print(f"fedac: {changed}", file=sys.stderr)
+        for line in (changed, moved) if world.writes and not args.quiet else ():
+            if line:
+                print(f"fedac: {line}", file=sys.stderr)
         runner, final_table = runner_for(cfg)
         where = distributed.scratch_run_dir(world, run_dir)
         try:

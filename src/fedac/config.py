@@ -776,5 +776,46 @@ def fit_eval_schedule(cfg: Config) -> str | None:
     )
 
 
+#: The partition settings and the schemes that read them (data/partition.py).
+PARTITION_SETTINGS = {
+    "num_clients": ("dirichlet", "iid"),
+    "alpha": ("dirichlet",),
+    "min_client_size": ("dirichlet",),
+    "group_by_source": ("dirichlet",),
+    "min_speaker_clips": ("natural",),
+}
+
+
+def not_applied(cfg: Config) -> dict[str, str]:
+    """The `data` settings the run's partition does not read ("data.<name>" -> why), as config.yaml
+    notes them. A user's dataset (audiofolder, hf: no stand-in) without a client column deals its
+    clips over data.num_clients even under `natural`, which only its data tell: it gets no notes."""
+    spec = DATASETS[cfg.dataset]
+    scheme = cfg.data.partition or getattr(spec, "default_partition", "natural")
+    if scheme == "natural" and getattr(spec, "synthesizer", None) is None:
+        return {}
+    what = {
+        "natural": " (the dataset's own clients: its speakers or actors)",
+        "pooled": " (one client holds every training clip)",
+    }.get(scheme, "")
+    return {
+        f"data.{name}": f"not applied under data.partition={scheme}{what}; read by "
+        f"{' / '.join(schemes)}"
+        for name, schemes in PARTITION_SETTINGS.items()
+        if scheme not in schemes
+    }
+
+
 def save_config(cfg: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    """config.yaml: every setting, a setting the run does not read marked with a YAML comment
+    saying why (`not_applied`); the file loads back as the same Config."""
+    lines, section = yaml.safe_dump(cfg.to_dict(), sort_keys=False).splitlines(), ""
+    notes = not_applied(cfg)
+    for k, line in enumerate(lines):
+        if not line.startswith(" "):
+            section = line.split(":", 1)[0]
+        elif line.startswith("  ") and not line.startswith("   ") and ":" in line:
+            note = notes.get(f"{section}.{line.strip().split(':', 1)[0]}")
+            if note:
+                lines[k] = f"{line}  # {note}"
+    Path(path).write_text("\n".join(lines) + "\n")

@@ -131,6 +131,14 @@ FINAL_KEYS = {
 }
 
 
+#: The scope of a run's wall_seconds (engine/run.py), as printed and in results.json's legend.
+WALL_SCOPE = (
+    "seconds of the rounds, their evaluations and checkpoints and the final evaluation, summed over "
+    "every sitting of a resumed run; the data's generation and feature extraction are not counted"
+)
+WALL_LABEL = "wall time (rounds + evaluations, all sittings)"
+
+
 #: Final keys measured on the clients' local held-out windows (data.local_holdout of each client's
 #: clips).
 HELD_OUT_KEYS = ("client_accuracy_mean", "personalized_local_accuracy_mean")
@@ -204,6 +212,7 @@ def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
     legend = {k: v for k, v in FINAL_KEYS.items() if k in results.get("final", {})}
     if "per_client" in results:
         legend["per_client"] = per_client_legend(results["per_client"])
+    legend["wall_seconds"] = WALL_SCOPE
     _atomic_write(
         Path(run_dir) / "results.json",
         json.dumps(json_safe({**results, "legend": legend}), indent=2),
@@ -353,7 +362,7 @@ def final_table(results: dict[str, Any]) -> str:
             )
         )
         rows += _percentile_row(results, "own_accuracy", f"own models ({n})")
-    rows.append(("wall time", f"{results['wall_seconds']:.1f} s"))
+    rows.append((WALL_LABEL, f"{results['wall_seconds']:.1f} s"))
     rows += [(f"{TRACKER_NAMES[k]} (read back)", v) for k, v in results.get("trackers", {}).items()]
     return format_table(rows)
 

@@ -574,9 +574,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.plot_bytes:
         print(f"accuracy against upload bytes: {plot_accuracy_vs_upload(summary['runs'], out)}")
     print((out / "table.md").read_text())
+    took = (
+        "the runs' own wall times, summed"
+        if args.finished_only
+        else "this command's wall time, data building included"
+    )
     print(
-        f"{len(methods)} methods x {len(args.seeds)} seeds in {summary['wall_seconds']:.0f} s; "
-        f"results in {out}"
+        f"{len(methods)} methods x {len(args.seeds)} seeds in {summary['wall_seconds']:.0f} s "
+        f"({took}); results in {out}"
     )
     return 0
 
