@@ -791,7 +791,7 @@ def not_applied(cfg: Config) -> dict[str, str]:
     notes them. A user's dataset (audiofolder, hf: no stand-in) without a client column deals its
     clips over data.num_clients even under `natural`, which only its data tell: it gets no notes."""
     spec = DATASETS[cfg.dataset]
-    scheme = cfg.data.partition or getattr(spec, "default_partition", "natural")
+    scheme = str(cfg.data.partition or getattr(spec, "default_partition", "natural"))
     if scheme == "natural" and getattr(spec, "synthesizer", None) is None:
         return {}
     what = {

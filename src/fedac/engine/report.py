@@ -133,8 +133,9 @@ FINAL_KEYS = {
 
 #: The scope of a run's wall_seconds (engine/run.py), as printed and in results.json's legend.
 WALL_SCOPE = (
-    "seconds of the rounds, their evaluations and checkpoints and the final evaluation, summed over "
-    "every sitting of a resumed run; the data's generation and feature extraction are not counted"
+    "seconds of the rounds, their evaluations and checkpoints and the final evaluation, summed "
+    "over every sitting of a resumed run; the data's generation and feature extraction are not "
+    "counted"
 )
 WALL_LABEL = "wall time (rounds + evaluations, all sittings)"
 
