@@ -10,6 +10,7 @@ them whole."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import os
 import shutil
@@ -182,6 +183,9 @@ def write_mlflow(setting: str, run_dir: Path, cfg: Config, results: dict[str, An
 
     from mlflow.entities import Metric, Param  # lazy: optional extra
     from mlflow.tracking import MlflowClient
+
+    # (its INFO lines on creating a store would land between the rounds' bars and the table)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
 
     client = MlflowClient(tracking_uri=tracking_uri(setting))
     experiment = client.get_experiment_by_name("fedac")
