@@ -164,7 +164,7 @@ def shape_only(name: str, num_features: int, num_classes: int):
 
 
 def cmd_models(args: argparse.Namespace) -> int:
-    from fedac.settings.models import MODELS as TABLE  # (no torch: named before it loads)
+    from fedac.settings.models import MODELS as TABLE  # lazy: start-up time (no torch)
 
     print(
         f"fedac: counting the parameters of {len(TABLE)} models on torch's meta device (no weights "
@@ -374,7 +374,7 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
 def version_line() -> str:
     """`fedac --version`: the package version and the code version every results.json records
     (version.py): the training code's sha256, and the git commit where the package is a checkout."""
-    from fedac.version import code_version  # lazy: it hashes the training code
+    from fedac.version import code_version  # lazy: start-up time (it hashes the training code)
 
     v = code_version()
     where = (
