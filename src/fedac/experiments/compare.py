@@ -127,8 +127,41 @@ def parse_method(text: str) -> Method:
     return Method(label.strip(), algorithm.strip(), overrides)
 
 
-def _format(mean: float, std: float) -> str:
-    return "n/a" if mean != mean else f"{100 * mean:.2f} ± {100 * std:.2f}"
+@dataclass(frozen=True)
+class Cell:
+    """One method's column over its seeds: mean and std over the runs that have a value (`seeds`
+    of them), or, where none has, why not."""
+
+    mean: float | None
+    std: float | None
+    seeds: int
+    why: str | None = None
+
+    def text(self) -> str:
+        """'mean ± std' in %; one seed has no spread to show; no value says why."""
+        if self.mean is None or self.std is None:
+            return f"n/a ({self.why})"
+        if self.seeds == 1:
+            return f"{100 * self.mean:.2f}"
+        return f"{100 * self.mean:.2f} ± {100 * self.std:.2f}"
+
+
+def why_missing(key: str, runs: list[dict]) -> str:
+    """Why no run of a method has a value for `key`: a run's own reason (results.json's
+    `unavailable`) where it gives one, else what the method or task lacks."""
+    for run in runs:
+        if run.get("unavailable", {}).get(key):
+            return str(run["unavailable"][key])
+    who = runs[0].get("algorithm", "the method") if runs else "the method"
+    if key.startswith("personalized_"):
+        return f"{who} keeps no own model per client"
+    if runs and not any(run.get("has_global_model", True) for run in runs):
+        return f"{who} has no shared model"
+    if any(run.get("wer") is not None for run in runs):
+        return "a CTC task has no clip accuracy"
+    if key in WORST_COLUMNS:
+        return "its runs record no per-client spread"
+    return "no run of it has this metric"
 
 
 def finished_results(run_dir: Path) -> dict | None:
@@ -184,17 +217,46 @@ def read_back(cfg: Config, run_dir: Path) -> dict | None:
     return finished_results(run_dir)
 
 
-def runs_mean_std(runs: dict[str, list[dict]]) -> dict[str, dict[str, tuple[float, float]]]:
+def _has(run: dict, key: str) -> bool:
+    value = run.get(key)
+    return value is not None and value == value  # (NaN: a run kept in memory has no value)
+
+
+def runs_mean_std(runs: dict[str, list[dict]]) -> dict[str, dict[str, Cell]]:
     """Each method's mean and std over its seeds of every METRICS column, and of each EXTRA_METRICS
     key that some run has; a run without a value (a key absent, or None where the task has no such
-    metric: CTC runs have no client accuracy) is left out."""
-    extra = [
-        k for k in EXTRA_METRICS if any(r.get(k) is not None for rs in runs.values() for r in rs)
-    ]
-    return {
-        label: {k: mean_std([r[k] for r in rs if r.get(k) is not None]) for k in (*METRICS, *extra)}
-        for label, rs in runs.items()
+    metric: CTC runs have no client accuracy) is left out, and a column no run has says why."""
+    extra = [k for k in EXTRA_METRICS if any(_has(r, k) for rs in runs.values() for r in rs)]
+    stats: dict[str, dict[str, Cell]] = {}
+    for label, rs in runs.items():
+        stats[label] = {}
+        for key in (*METRICS, *extra):
+            values = [r[key] for r in rs if _has(r, key)]
+            stats[label][key] = (
+                Cell(*mean_std(values), seeds=len(values))
+                if values
+                else Cell(None, None, 0, why_missing(key, rs))
+            )
+    return stats
+
+
+def with_mean_std(summary: dict) -> dict:
+    """summary.json's contents, strict JSON: each method's `mean_std` column as [mean, std] or,
+    where no run has a value, null with its reason under `unavailable`; a run's NaN as null
+    (report.json_safe)."""
+    from fedac.engine.report import json_safe  # lazy: start-up time (the engine package)
+
+    stats = runs_mean_std(summary["runs"])
+    table = {
+        label: {k: None if c.mean is None else [c.mean, c.std] for k, c in cells.items()}
+        for label, cells in stats.items()
     }
+    why = {
+        label: {k: c.why for k, c in cells.items() if c.why}
+        for label, cells in stats.items()
+        if any(c.why for c in cells.values())
+    }
+    return json_safe({**summary, "mean_std": table, "unavailable": why})
 
 
 def runs_wall_seconds(runs: dict[str, list[dict]]) -> float:
@@ -339,8 +401,10 @@ def run_comparison(
             {
                 "seed": cfg.seed,
                 "run_dir": str(run_dir),
+                "algorithm": results["algorithm"],
                 **results["final"],
                 **worst,
+                "unavailable": results.get("unavailable", {}),
                 "wall_seconds": results["wall_seconds"],
                 "source_sha256": results.get("code_version", {}).get("source_sha256"),
             }
@@ -387,15 +451,17 @@ def run_comparison(
         record(label, cfg, run_dir, results)
     # With finished_only nothing ran here: report what the runs themselves took.
     wall = runs_wall_seconds(runs) if finished_only else time.perf_counter() - started
-    summary = {
-        "methods": [m.__dict__ for m in methods],
-        "seeds": seeds,
-        "runs": runs,
-        "wall_seconds": wall,
-        "mean_std": runs_mean_std(runs),
-    }
+    summary = with_mean_std(
+        {
+            "methods": [m.__dict__ for m in methods],
+            "seeds": seeds,
+            "runs": runs,
+            "wall_seconds": wall,
+        }
+    )
     if world.writes:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+        text = json.dumps(summary, indent=2, default=float, allow_nan=False)
+        (out / "summary.json").write_text(text)
         (out / "table.md").write_text(markdown_table(runs))
     return summary
 
@@ -414,7 +480,10 @@ def markdown_table(runs: dict[str, list[dict]], worst: bool = False) -> str:
         )
     lines = ["| Method | " + " | ".join(columns.values()) + " |", "|---" * (len(columns) + 1) + "|"]
     for label, stats in runs_mean_std(runs).items():  # the same cells as summary.json's mean_std
-        cells = [_format(*stats.get(k, (float("nan"), float("nan")))) for k in columns]
+        cells = [
+            stats[k].text() if k in stats else f"n/a ({why_missing(k, runs[label])})"
+            for k in columns
+        ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -505,9 +574,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.plot_bytes:
         print(f"accuracy against upload bytes: {plot_accuracy_vs_upload(summary['runs'], out)}")
     print((out / "table.md").read_text())
+    took = (
+        "the runs' own wall times, summed"
+        if args.finished_only
+        else "this command's wall time, data building included"
+    )
     print(
-        f"{len(methods)} methods x {len(args.seeds)} seeds in {summary['wall_seconds']:.0f} s; "
-        f"results in {out}"
+        f"{len(methods)} methods x {len(args.seeds)} seeds in {summary['wall_seconds']:.0f} s "
+        f"({took}); results in {out}"
     )
     return 0
 

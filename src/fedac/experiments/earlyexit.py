@@ -247,7 +247,7 @@ def write(
     ]
     (out / "table.md").write_text("\n".join(lines) + "\n")
     with open(out / "results.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
+        writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(["dataset", "method", "seed", "metric", "value", "run_dir"])
         for dataset, by_method in runs.items():
             for method, rs in by_method.items():

@@ -287,7 +287,7 @@ def pretrain(
     bar.close()
     model.save_pretrained(out)
     with open(out / "loss.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
+        writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(["step", "loss"])
         writer.writerows((k + 1, f"{v:.6f}") for k, v in enumerate(losses))
     weights = out / "model.safetensors"
