@@ -22,8 +22,8 @@ Parts
   vmap(grad)) against the stacked formulation of models/stacked.py and a loop, dropout off.
 - fedmlac: FedMLAC with CRNN-Base personalized models and a CRNN-Lite Plug-in, 500 clients x 40
   samples, 100 per round (LPA aggregation); the floor is the same mutual-learning steps in a plain
-  loop; the cohort path also with 2 worker threads (`train.cohort_workers=2`; every other path uses
-  one core).
+  loop; the cohort path also with 2 worker threads (`runtime.cohort_workers=2`; every other path
+  uses one core).
 - gsc: GSC scale in a fresh process (so its peak RSS is its own): 2,618 clients of 20-60 windows
   (mean 40; 20% held out locally, as the GSC protocol does), random 40 x 101 features, every
   client's CRNN-Base personalized model resident, 20% active, FedMLAC on the default (cohort) path,
@@ -201,8 +201,8 @@ def part_threads(args) -> dict:
 
 def part_w(args, tmp: Path) -> dict:
     data = uniform_federation(W_CLIENTS)
-    seq = simulator(config(*W_SETTINGS, "train.execution=sequential"), data, tmp / "w-seq")
-    coh = simulator(config(*W_SETTINGS, "train.execution=cohort"), data, tmp / "w-cohort")
+    seq = simulator(config(*W_SETTINGS, "runtime.execution=sequential"), data, tmp / "w-seq")
+    coh = simulator(config(*W_SETTINGS, "runtime.execution=cohort"), data, tmp / "w-cohort")
     paths = {
         "floor": SupervisedFloor(data.clients, W_PER_ROUND),
         "fedac_sequential": fedac_round(*seq),
@@ -216,10 +216,10 @@ def part_fedmlac(args, tmp: Path) -> dict:
     count = 500 if not args.quick else 100
     per_round = count // 5
     data = uniform_federation(count, 0)
-    seq = simulator(config(*FEDMLAC_SETTINGS, "train.execution=sequential"), data, tmp / "m-seq")
-    coh = simulator(config(*FEDMLAC_SETTINGS, "train.execution=cohort"), data, tmp / "m-cohort")
+    seq = simulator(config(*FEDMLAC_SETTINGS, "runtime.execution=sequential"), data, tmp / "m-seq")
+    coh = simulator(config(*FEDMLAC_SETTINGS, "runtime.execution=cohort"), data, tmp / "m-cohort")
     coh2 = simulator(
-        config(*FEDMLAC_SETTINGS, "train.execution=cohort", "train.cohort_workers=2"),
+        config(*FEDMLAC_SETTINGS, "runtime.execution=cohort", "runtime.cohort_workers=2"),
         data,
         tmp / "m-cohort2",
     )
@@ -306,7 +306,9 @@ def part_gsc(args, tmp: Path) -> dict:
     clients = gsc_scale_clients(count)
     data = federated(clients)
     setup = {"data_s": time.perf_counter() - started, "rss_after_data_mb": rss_mb()}
-    cfg = config(*FEDMLAC_SETTINGS, f"train.threads={threads}", f"train.cohort_workers={workers}")
+    cfg = config(
+        *FEDMLAC_SETTINGS, f"runtime.threads={threads}", f"runtime.cohort_workers={workers}"
+    )
     sim, state = simulator(cfg, data, tmp / "gsc")
     started = time.perf_counter()
     for c in clients:  # every personalized model resident from the start
@@ -323,8 +325,8 @@ def part_gsc(args, tmp: Path) -> dict:
         "holdout_windows": sum(len(c.holdout_y) for c in clients),
         "torch_threads": threads,
         "cohort_workers": workers,
-        "execution": cfg.train.execution,
-        "cohort_chunk": cfg.train.cohort_chunk,
+        "execution": cfg.runtime.execution,
+        "cohort_chunk": cfg.runtime.cohort_chunk,
         "load_average_start": load_start,
         "load_average_end": os.getloadavg(),
         "s_per_round_wall": statistics.median(walls),
@@ -362,7 +364,7 @@ def e2e_child(args, tmp: Path) -> dict:
     else:
         data, settings = uniform_federation(fedmlac_clients(args)), FEDMLAC_SETTINGS
     cfg = config(
-        *settings, f"train.rounds={args.e2e_rounds}", f"train.cohort_workers={args.e2e_workers}"
+        *settings, f"train.rounds={args.e2e_rounds}", f"runtime.cohort_workers={args.e2e_workers}"
     )
     data_ready = time.time()
     Simulator(cfg, tmp / f"e2e-{args.e2e_child}", data, progress=False).run()
@@ -370,7 +372,7 @@ def e2e_child(args, tmp: Path) -> dict:
         "main_start": started,
         "data_ready": data_ready,
         "end": time.time(),
-        "execution": cfg.train.execution,
+        "execution": cfg.runtime.execution,
     }
 
 

@@ -19,7 +19,7 @@ counted apart. `held_states` gives, per rank, the client states it holds after t
 and bytes; FEDAC_TRAFFIC_LOG's held<R>.jsonl): a client's state lives on its owner alone.
 
 On a machine with C cores one process already trains its chunks on C worker threads
-(`train.cohort_workers` auto); P processes get C / P workers each (LOCAL_WORLD_SIZE), so on one
+(`runtime.cohort_workers` auto); P processes get C / P workers each (LOCAL_WORLD_SIZE), so on one
 machine the comparison is of the same cores used two ways. The gain of several processes is more
 cores and more machines than one process can reach.
 """

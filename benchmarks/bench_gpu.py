@@ -42,28 +42,28 @@ Workloads (--only NAME, comma-separated):
 Paths of every workload, one after another in this process (each built, timed, then freed, so each
 one's peak GPU memory is its own plus what the process holds between paths):
 - fedac: `Simulator.run_round` (sampling, training, aggregation, bookkeeping) with
-  `train.device=<--device>`;
+  `runtime.device=<--device>`;
 - plain: the sequential loop a user would write on the same device (workloads.Floor: one client
   after another, the model zoo's nn.Modules with their cuDNN layers (nn.Conv1d, nn.GRU, ...), no
   fedac code in the loop; for w2v2 a Hugging Face Wav2Vec2Model's projection and encoder with a
   stats-pool head at exit 12); the same clients each round and the same samples;
-- fedac_chunk16 (gsc, on CUDA): fedac with `train.cohort_chunk=16`, the CPU's chunk, against auto's
-  chunks packed from free GPU memory (training/packing.py): whether packing pays;
-- fedac_gru_torch (gsc, on CUDA): fedac with `train.gru_kernel=torch`, the pure-torch recurrence,
+- fedac_chunk16 (gsc, on CUDA): fedac with `runtime.cohort_chunk=16`, the CPU's chunk, against
+  auto's chunks packed from free GPU memory (training/packing.py): whether packing pays;
+- fedac_gru_torch (gsc, on CUDA): fedac with `runtime.gru_kernel=torch`, the pure-torch recurrence,
   against auto's Triton kernel (kernels/gru_triton.py): whether the kernel pays;
-- fedac_cpu: fedac with `train.device=cpu` (its CPU default: fused kernel, cohort workers per core),
-  on fewer rounds and, where a round is long on a CPU, fewer clients (its samples/s is the figure to
-  compare); left out when --device is cpu (it is the fedac path then).
+- fedac_cpu: fedac with `runtime.device=cpu` (its CPU default: fused kernel, cohort workers per
+  core), on fewer rounds and, where a round is long on a CPU, fewer clients (its samples/s is the
+  figure to compare); left out when --device is cpu (it is the fedac path then).
 Each fedac path also records what auto chose: the last round's chunk sizes and the measured memory
 per client of a chunk (training/packing.py), where the clients' data and models live
-(train.client_memory) and train.gru_kernel.
+(runtime.client_memory) and runtime.gru_kernel.
 Timing: torch.cuda.synchronize() before and after every timed round on CUDA; median seconds of the
 timed rounds after `warmup` untimed ones. Peak GPU memory: torch.cuda.max_memory_allocated over the
 timed rounds (reset after the warm-up); null on the CPU. TFLOP/s: useful FLOPs (torch's
 FlopCounterMode over one training step of the plain loop's networks, per sample: matmuls,
 convolutions, the GRU's products, attention) x the round's samples / seconds; no padding counted.
 `of_peak`: that rate against this device's measured matmul peak in the run's arithmetic
-(--precision, which sets the fedac paths' train.precision; the plain loop and fedac_cpu stay fp32;
+(--precision, which sets the fedac paths' runtime.precision; the plain loop and fedac_cpu stay fp32;
 one large product each of fp32, tf32, bf16 and fp16 is timed, on CUDA).
 
 Targets (issue 45) are checked at any scale and say whether the run was at the scale they are set
@@ -340,7 +340,7 @@ def parse(argv=None):
         f"workload): {','.join(PATHS)}",
     )
     parser.add_argument(
-        "--precision", default="fp32", choices=PRECISIONS, help="fedac paths' train.precision"
+        "--precision", default="fp32", choices=PRECISIONS, help="fedac paths' runtime.precision"
     )
     parser.add_argument(
         "--out",

@@ -11,9 +11,9 @@ each:
 - before: the code of commit 15879bb (read from git), one `synthesize_impressions` per class, each
   optimising its batches of `zeroshot.di_batch` one after another;
 - after_1_worker: this code's `ZeroShotFL.synthesize_reports` on one thread
-  (`train.cohort_workers=1`): all batches of all of a report's classes in one tensor, reports one
+  (`runtime.cohort_workers=1`): all batches of all of a report's classes in one tensor, reports one
   after another;
-- after: the default, reports on `train.cohort_workers` threads (0: one per free core; 2 here).
+- after: the default, reports on `runtime.cohort_workers` threads (0: one per free core; 2 here).
 Each path runs `--repeats` times in rotated blocks; seconds per class (medians) are wall and
 process-CPU seconds, summed over the round's reports and divided by its classes (on one thread the
 CPU time is the work itself, the one to read on a busy host; with 2 workers the gain is in wall

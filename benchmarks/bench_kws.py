@@ -9,7 +9,7 @@ clipping at 50; KWT with AdamW) with its 8 kHz MFCCs (`features.style=fedkws`), 
 `--steps` local steps and `--fraction` of the clients a round. Per network and round, paths
 interleaved round by round in one process on one torch thread:
 - fedavg, fedkwsui: `Simulator.run_round` with the engine's default execution
-  (`train.execution=auto`), sampling, server update and bookkeeping included;
+  (`runtime.execution=auto`), sampling, server update and bookkeeping included;
 - floor: the same clients' FedAvg steps back to back in a plain torch loop (one model, the global
   weights loaded per client, the same optimiser and clipping, no fedac code).
 Ratios to the floor are the ratio of medians and the median of per-round ratios (vs_floor_*_paired).
@@ -116,7 +116,7 @@ def main() -> None:
         f"fedkwsui.local_steps={args.steps}",
         f"train.fraction={args.fraction}",
         "features.style=fedkws",
-        "train.threads=1",
+        "runtime.threads=1",
         "train.eval_every=1000000",
         "train.checkpoint_every=1000000",
     ]

@@ -15,7 +15,7 @@ every path; the JSON keeps every round and the load average:
   (2 cohort workers x 1 thread);
 - default: this code's default (fused GRU, cost-planned chunks, workers from the cores);
 - the manual settings the default must not lose to: 2 torch threads x 1 worker, 1 thread x 1 worker;
-- the pure-torch GRU (`train.gru_kernel=torch`, the fallback) and the sequential path;
+- the pure-torch GRU (`runtime.gru_kernel=torch`, the fallback) and the sequential path;
 - default_avx2: the default with the fused GRU's AVX2 build (FEDAC_GRU_CAPABILITY=avx2) on an
   AVX-512 CPU, against the AVX-512 build the default picks there (torch's own ops stay AVX-512 in
   both).
@@ -64,10 +64,10 @@ later algorithm defaults (settings/fedmlac.py RUN_DEFAULTS give FedMLAC 24 clien
 PATHS = {  # name: (code, overrides)
     "baseline": ("baseline", []),
     "default": ("current", []),
-    "threads_2_workers_1": ("current", ["train.threads=2", "train.cohort_workers=1"]),
-    "threads_1_workers_1": ("current", ["train.cohort_workers=1"]),
-    "torch_gru": ("current", ["train.gru_kernel=torch"]),
-    "sequential": ("current", ["train.execution=sequential"]),
+    "threads_2_workers_1": ("current", ["runtime.threads=2", "runtime.cohort_workers=1"]),
+    "threads_1_workers_1": ("current", ["runtime.cohort_workers=1"]),
+    "torch_gru": ("current", ["runtime.gru_kernel=torch"]),
+    "sequential": ("current", ["runtime.execution=sequential"]),
     "default_avx2": ("current", []),
 }
 PATH_ENV = {"default_avx2": {"FEDAC_GRU_CAPABILITY": "avx2"}}
@@ -251,7 +251,7 @@ def profile_child(args) -> dict:
 
     name = args.profile_child
     _, sim, state = warm_simulator(
-        args, [*PATHS[name][1], "train.cohort_workers=1"], f"profile-{name}", 0
+        args, [*PATHS[name][1], "runtime.cohort_workers=1"], f"profile-{name}", 0
     )
     # rounds unprofiled first: the profiler's times are wall time inside each op, inflated by its
     # own cost and by other jobs, so what a round costs is read from these CPU seconds, the split
@@ -273,7 +273,7 @@ def profile_child(args) -> dict:
         kinds[op_kind(e.key)] = kinds.get(op_kind(e.key), 0.0) + e.self_cpu_time_total
     return {
         "path": name,
-        "overrides": [*PATHS[name][1], "train.cohort_workers=1"],
+        "overrides": [*PATHS[name][1], "runtime.cohort_workers=1"],
         "kernel": status(),
         "rounds": args.rounds,
         "wall_s_profiled": wall,
@@ -532,9 +532,9 @@ direction."""
 def part_gru(args) -> dict:
     """The GRU recurrence alone, forward + backward of one direction for a chunk of 16 clients x 16
     clips (the paper schedule's shapes), on one thread in this process: each build of gru.cpp this
-    CPU runs (AVX-512 and AVX2 on an AVX-512 CPU) and the pure-torch loop (train.gru_kernel=torch),
-    in interleaved repeats so a slow phase of a shared host hits each; ratios are medians of
-    per-repeat ratios against the build this CPU picks."""
+    CPU runs (AVX-512 and AVX2 on an AVX-512 CPU) and the pure-torch loop
+    (runtime.gru_kernel=torch), in interleaved repeats so a slow phase of a shared host hits each;
+    ratios are medians of per-repeat ratios against the build this CPU picks."""
     import torch
 
     from fedac import kernels

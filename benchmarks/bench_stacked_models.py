@@ -70,13 +70,13 @@ def algorithm(model: str, execution: str, steps: int, datas: list[ClientData]):
             "algorithm=fedkwsui",
             f"model.name={model}",
             "train.batch_size=32",
-            "train.device=cpu",
+            "runtime.device=cpu",
             "train.max_grad_norm=50",
             "train.lr=0.1",
             "train.momentum=0.9",
-            "train.cohort_workers=1",
+            "runtime.cohort_workers=1",
             f"fedkwsui.local_steps={steps}",
-            f"train.execution={execution}",
+            f"runtime.execution={execution}",
             *MODELS[model],
         ]
     )

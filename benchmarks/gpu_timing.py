@@ -24,7 +24,7 @@ NO_EVAL = ["train.eval_every=1000000", "train.checkpoint_every=1000000"]
 #: workload W's schedule without its one-thread pinning: the fedac paths run with fedac's own
 #: defaults.
 SCHEDULE = [
-    s for s in BASE_SETTINGS if not s.startswith(("train.threads=", "train.cohort_workers="))
+    s for s in BASE_SETTINGS if not s.startswith(("runtime.threads=", "runtime.cohort_workers="))
 ]
 WARMUP_ROUND = 10_000
 """Warm-up rounds are numbered from here (other clients than the timed rounds' 1, 2, ...)."""
@@ -281,7 +281,7 @@ def fedac_path(cfg, make_data, run_dir: Path, resident: bool = False):
                     k: v / 2**20 for k, v in packing.bytes_per_client.items()
                 },
                 "clients_live_on": str(sim.client_home),
-                "gru_kernel": cfg.train.gru_kernel,
+                "gru_kernel": cfg.runtime.gru_kernel,
             }
 
         run.layout = layout
@@ -380,7 +380,7 @@ def against_plain(out: dict) -> None:
 
 
 def device_settings(args) -> list[str]:
-    return [f"train.device={args.device_setting}", f"train.precision={args.precision}"]
+    return [f"runtime.device={args.device_setting}", f"runtime.precision={args.precision}"]
 
 
 def with_cpu(args, paths: dict, cpu_path) -> dict:

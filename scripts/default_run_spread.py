@@ -17,9 +17,9 @@ writes, so the features are recomputed under the variant's kernels too):
 - base: as shipped (`fedac run`, no settings);
 - aten_avx2 / aten_default: ATEN_CPU_CAPABILITY=avx2 / default (torch's vector kernels of another
   CPU generation; the fused GRU follows the capability);
-- threads2: `train.threads=2 train.cohort_workers=1` (torch's intra-op threads split reductions
+- threads2: `runtime.threads=2 runtime.cohort_workers=1` (torch's intra-op threads split reductions
   otherwise);
-- gru_torch: `train.gru_kernel=torch` (the pure-torch GRU recurrence instead of the fused C++
+- gru_torch: `runtime.gru_kernel=torch` (the pure-torch GRU recurrence instead of the fused C++
   kernel).
 """
 
@@ -40,8 +40,8 @@ VARIANTS: dict[str, tuple[dict[str, str], list[str]]] = {
     "base": ({}, []),
     "aten_avx2": ({"ATEN_CPU_CAPABILITY": "avx2"}, []),
     "aten_default": ({"ATEN_CPU_CAPABILITY": "default"}, []),
-    "threads2": ({}, ["--set", "train.threads=2", "--set", "train.cohort_workers=1"]),
-    "gru_torch": ({}, ["--set", "train.gru_kernel=torch"]),
+    "threads2": ({}, ["--set", "runtime.threads=2", "--set", "runtime.cohort_workers=1"]),
+    "gru_torch": ({}, ["--set", "runtime.gru_kernel=torch"]),
 }
 FIGURES = ("accuracy", "macro_f1")
 

@@ -33,7 +33,7 @@ def fedac_home(tmp_path_factory, monkeypatch):
     """Caches of every test go to a temporary FEDAC_HOME, never the user's home."""
     home = tmp_path_factory.getbasetemp() / "fedac_home"
     monkeypatch.setenv("FEDAC_HOME", str(home))
-    # Every run of the suite (train.device=auto, subprocesses included) on $FEDAC_TEST_DEVICE: the
+    # Every run of the suite (runtime.device=auto, subprocesses included) on $FEDAC_TEST_DEVICE: the
     # CPU by default, so a GPU machine runs the same equality tests on CUDA with
     # FEDAC_TEST_DEVICE=cuda.
     monkeypatch.setenv("FEDAC_DEVICE", os.environ.get("FEDAC_TEST_DEVICE", "cpu"))
@@ -56,7 +56,7 @@ def gsc_root(tmp_path_factory):
 @pytest.fixture(scope="module")
 def one_thread():
     """One intra-op thread for a module, and the count before it restored after the module (runs set
-    it to cfg.train.threads). Tiny models gain nothing from intra-op threads, and on a busy 2-core
+    it to cfg.runtime.threads). Tiny models gain nothing from intra-op threads, and on a busy 2-core
     machine they are ~10x slower. Use: pytestmark = pytest.mark.usefixtures("one_thread")."""
     import torch
 

@@ -35,7 +35,7 @@ SIGNAL_DEFAULTS = {signal.SIGINT: signal.default_int_handler, signal.SIGTERM: si
 def terminal_process_state():
     """SIGNAL_DEFAULTS inside the block (in the main thread, where signal.signal works); after it
     the signal handlers, the working directory and torch's thread count (runs set it to
-    train.threads) as they were before. conftest.py wraps every test in it."""
+    runtime.threads) as they were before. conftest.py wraps every test in it."""
     import torch
 
     cwd, threads = os.getcwd(), torch.get_num_threads()
@@ -72,15 +72,16 @@ def no_generation():
 
 
 #: Tests that compare with numbers written elsewhere apply these settings to the runs they make:
-#: FEDAC_TEST_COMPUTE="train.threads=2,train.gru_kernel=fused". tests/test_portability.py sets it to
-#: rerun them under other kernel choices; unset, runs keep the settings they were written with.
+#: FEDAC_TEST_COMPUTE="runtime.threads=2,runtime.gru_kernel=fused". tests/test_portability.py
+#: sets it to rerun them under other kernel choices; unset, runs keep the settings they were
+#: written with.
 COMPUTE_ENV = "FEDAC_TEST_COMPUTE"
 
 
 def compute_overrides() -> dict[str, str]:
-    """$FEDAC_TEST_COMPUTE as {"train.threads": "2", ...}. Only settings documented to leave a run's
-    numbers unchanged to float rounding (experiments/compare.py HOW_TO_COMPUTE) are accepted, so a
-    variant can change how a run computes, never what."""
+    """$FEDAC_TEST_COMPUTE as {"runtime.threads": "2", ...}. Only settings documented to leave a
+    run's numbers unchanged to float rounding (experiments/compare.py HOW_TO_COMPUTE) are accepted,
+    so a variant can change how a run computes, never what."""
     from fedac.experiments.compare import HOW_TO_COMPUTE
 
     pairs = [

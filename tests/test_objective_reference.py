@@ -154,7 +154,7 @@ def synthetic(*overrides: str) -> tuple[Probe, list[ClientData]]:
             "train.batch_size=4",
             "train.local_epochs=2",
             "train.momentum=0",
-            "train.device=cpu",
+            "runtime.device=cpu",
             *overrides,
         ]
     )
@@ -248,7 +248,7 @@ def test_server_update_receives_each_upload_with_its_clients_training_windows(
         "train.rounds": 2,
         "train.fraction": 1.0,
         "train.local_epochs": 1,
-        "train.execution": "sequential",
+        "runtime.execution": "sequential",
         "aggregation.weighting": "uniform",
         "attack.kind": attack or "none",
         "attack.fraction": 1.0 if attack else 0.0,

@@ -44,10 +44,10 @@ VARIANTS = {
         "import torch; c = torch.backends.cpu.get_cpu_capability(); assert c == 'DEFAULT', c",
     ),
     # 2 intra-op threads instead of the 1 the runs were written with: other reduction splits
-    "two-threads": ({COMPUTE_ENV: "train.threads=2"}, None),
+    "two-threads": ({COMPUTE_ENV: "runtime.threads=2"}, None),
     # the fused C++ GRU recurrence instead of the pure-torch one the runs were written with
     "fused-gru": (
-        {COMPUTE_ENV: "train.gru_kernel=fused"},
+        {COMPUTE_ENV: "runtime.gru_kernel=fused"},
         "from fedac.kernels import set_gru_kernel; set_gru_kernel('fused')",
     ),
 }

@@ -18,10 +18,10 @@ from fedac.config import (
     AggregationConfig,
     AggregationShared,
     Config,
-    joined,
     load_config,
     save_config,
     section_class,
+    section_with_parts,
 )
 from fedac.errors import ConfigError
 from fedac.fields import number
@@ -52,7 +52,7 @@ def test_the_issue_names_are_declared_as_choices():
         "algorithm",
         "dataset",
         "train.select",
-        "train.execution",
+        "runtime.execution",
         "aggregation.method",
         "attack.kind",
         "model.name",
@@ -158,7 +158,7 @@ def test_a_registered_part_with_settings_reaches_the_config_and_its_saved_file(
 
 
 def test_fields_declared_twice_must_agree():
-    alike = joined(
+    alike = section_with_parts(
         AggregationShared, (("krum", KrumSettings), ("bulyan", KrumSettings)), "aggregation"
     )
     assert [f.name for f in dataclasses.fields(alike)] == ["method", "weighting", "num_malicious"]
@@ -172,7 +172,9 @@ def test_fields_declared_twice_must_agree():
         match=r"^aggregation.num_malicious of 'mine' \(OtherKrum\) differs in type or "
         r"default from 'krum''s; rename it$",
     ):
-        joined(AggregationShared, (("krum", KrumSettings), ("mine", OtherKrum)), "aggregation")
+        section_with_parts(
+            AggregationShared, (("krum", KrumSettings), ("mine", OtherKrum)), "aggregation"
+        )
 
     @dataclasses.dataclass
     class Method:
@@ -183,7 +185,7 @@ def test_fields_declared_twice_must_agree():
         match=r"^aggregation.method of 'mine' \(Method\) differs in type or default "
         r"from the shared one; rename it$",
     ):
-        joined(AggregationShared, (("mine", Method),), "aggregation")
+        section_with_parts(AggregationShared, (("mine", Method),), "aggregation")
 
 
 # --- the torch-free tables match the parts --------------------------------------------------------

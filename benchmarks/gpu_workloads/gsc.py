@@ -55,7 +55,7 @@ def workload_gsc(args, tmp: Path) -> dict:
     # packing's choice (auto: chunks from free memory) against the CPU's 16
     if args.device.type == "cuda":
         paths["fedac_chunk16"] = fedac_path(
-            load_config(overrides=[*settings, *device_settings(args), "train.cohort_chunk=16"]),
+            load_config(overrides=[*settings, *device_settings(args), "runtime.cohort_chunk=16"]),
             data,
             tmp / "gsc16",
             resident=True,
@@ -63,7 +63,7 @@ def workload_gsc(args, tmp: Path) -> dict:
         # the stacked GRU's recurrence: the Triton kernel (auto's choice on a GPU) against the
         # pure-torch loop
         paths["fedac_gru_torch"] = fedac_path(
-            load_config(overrides=[*settings, *device_settings(args), "train.gru_kernel=torch"]),
+            load_config(overrides=[*settings, *device_settings(args), "runtime.gru_kernel=torch"]),
             data,
             tmp / "gsc-gru",
             resident=True,
@@ -72,7 +72,7 @@ def workload_gsc(args, tmp: Path) -> dict:
         args,
         paths,
         lambda: fedac_path(
-            load_config(overrides=[*settings, "train.device=cpu"]),
+            load_config(overrides=[*settings, "runtime.device=cpu"]),
             data,
             tmp / "gsc-cpu",
             resident=True,

@@ -78,7 +78,7 @@ def workload_impressions(args, tmp: Path) -> dict:
 
     def cpu_side():
         return fedac(
-            *capture_reports("speech_commands", steps, ("train.device=cpu",), str(tmp / "zs-cpu"))
+            *capture_reports("speech_commands", steps, ("runtime.device=cpu",), str(tmp / "zs-cpu"))
         )
 
     probe = ImpressionFloor(reports[:1], zs, count, shape, alg.task.num_features, "cpu")

@@ -68,7 +68,7 @@ def workload_kws(args, tmp: Path) -> dict:
         ]
         cfg = load_config(overrides=[*base, "train.fraction=0.5", *device_settings(args)])
         cpu_cfg = lambda base=base: load_config(  # noqa: E731
-            overrides=[*base, f"train.fraction={cpu_per_round / count}", "train.device=cpu"]
+            overrides=[*base, f"train.fraction={cpu_per_round / count}", "runtime.device=cpu"]
         )
         t = cfg.train
 

@@ -35,7 +35,7 @@ def workload_paper(args, tmp: Path) -> dict:
         REPO / "configs" / "paper.yaml", overrides=[*overrides, *device_settings(args)]
     )
     cpu_cfg = lambda: load_config(
-        REPO / "configs" / "paper.yaml", overrides=[*overrides, "train.device=cpu"]
+        REPO / "configs" / "paper.yaml", overrides=[*overrides, "runtime.device=cpu"]
     )  # noqa: E731
     data = lambda: build_federated_data(cpu_cfg(), progress=False)  # noqa: E731 - on the CPU: each Simulator places it
     sample = data()

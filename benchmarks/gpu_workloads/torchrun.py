@@ -12,7 +12,7 @@ from gpu_timing import device_settings
 
 def workload_torchrun(args, tmp: Path) -> dict:
     """Several processes on one device (issue 59): the default run (FedAvg, 24 clients a round) as
-    one process and as 2 torchrun processes that share the device (`--set train.device=cuda`: both
+    one process and as 2 torchrun processes that share the device (`--set runtime.device=cuda`: both
     ranks take GPU 0, and the backend is gloo, as NCCL refuses two ranks on one GPU), each a fresh
     torchrun (bench_distributed.py's `run`: median round time from round 2 on, evaluation included;
     each rank's payload bytes). One card shows the mechanics (sharing, the all-reduce, the sharded

@@ -129,7 +129,11 @@ def workload_w2v2(args, tmp: Path) -> dict:
         if depth == 12:
             paths["plain"] = floor_path(lambda floor=floor: floor(args.device))
             cpu_cfg = lambda settings=settings: load_config(  # noqa: E731
-                overrides=[*settings, f"train.fraction={cpu_per_round / count}", "train.device=cpu"]
+                overrides=[
+                    *settings,
+                    f"train.fraction={cpu_per_round / count}",
+                    "runtime.device=cpu",
+                ]
             )
             with_cpu(
                 args,

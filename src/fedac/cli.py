@@ -110,7 +110,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     # torchrun: every rank trains its share of each round; rank 0 alone writes and prints
     # (engine/distributed.py)
-    world = distributed.start(cfg.train.dist_timeout, cfg.train.device)
+    world = distributed.start(cfg.runtime.dist_timeout, cfg.runtime.device)
     # (named in its errors; rank 0 writes it, the other ranks a scratch folder)
     world.run_dir = str(run_dir)
     try:

@@ -60,7 +60,7 @@ def check_ranges(section: Any, prefix: str = "") -> None:
 @dataclass
 class DataShared:
     """The `data` settings every dataset reads; a dataset's own (Speech Commands' task, hf's
-    columns) are declared with it in settings/datasets.py and joined in `DataConfig` below."""
+    columns) are declared with it in settings/datasets.py and added to `DataConfig` below."""
 
     root: str | None = None
     """Dataset root in its official layout. None: the embedded synthetic stand-in (generated
@@ -128,7 +128,7 @@ class FeatureConfig:
 @dataclass
 class ModelShared:
     """The `model` settings of every network; a model's own (the SSL encoders') are declared with it
-    in settings/models.py and joined in `ModelConfig` below."""
+    in settings/models.py and added to `ModelConfig` below."""
 
     name: str = choice("crnn_lite", MODELS)
     """Global model for FedAvg-family algorithms (see `fedac models`)."""
@@ -182,6 +182,42 @@ class TrainConfig:
     select a model) and report `test_last5_mean`, the mean of the last 5 (FedKWS-UI Fig. 2's
     legend)."""
     eval_batch_size: int = number(512, ">= 1")
+
+
+@dataclass
+class RuntimeConfig:
+    """Where and how a run computes, which training/runtime.py resolves once per run (`Runtime`):
+    the device(s), the arithmetic, how a round's clients train and on how many threads, and the
+    process-wide switches. Apart from `precision` and `deterministic`, none of them changes a run's
+    numbers beyond float rounding (experiments/compare.py `HOW_TO_COMPUTE`). Written under `train`
+    before they had a section of their own; those names still load (`RENAMED`)."""
+
+    device: str = "auto"
+    """Where models, client data, training, aggregation and evaluation live: auto (the first CUDA
+    GPU when torch sees one, else the CPU), cpu, cuda or cuda:N (training/device.py). Numbers on a
+    GPU equal the CPU's to float rounding, not bitwise; a checkpoint written on one resumes on the
+    other."""
+    devices: str = ""
+    """Several devices for one run's stacked cohort path: all (every CUDA GPU torch sees) or a comma
+    list (cuda:0,cuda:1); empty (the default): `runtime.device` alone. Each chunk of stacked clients
+    trains on the next free device (its data, payload and models copied there, its results back);
+    the data, the server, aggregation and evaluation stay on `runtime.device`, and the sequential
+    path uses it alone. Results equal one device's to float rounding, with dropout masks drawn per
+    device type."""
+    precision: str = "fp32"
+    """Arithmetic of training steps and evaluation forwards: fp32 (the default, reproducible), tf32
+    (CUDA matmuls and convolutions in TensorFloat-32), bf16 or fp16 (torch.autocast around the
+    clients' steps and the evaluations; fp16 has no loss scaling, so bf16 is the safer of the two).
+    Parameters, optimiser state and the server's means stay fp32 / fp64. Tolerances:
+    docs/performance.md."""
+    deterministic: bool = True
+    """On a GPU, use only deterministic kernels (cuDNN's deterministic convolution algorithms, no
+    autotuning, torch's deterministic-algorithm mode, cuBLAS's fixed workspace), so a resumed run
+    ends exactly like an uninterrupted one on the same machine and two runs of one command agree.
+    false: the fastest kernels, some of which sum with atomics; results then differ between runs at
+    float rounding, which a long run grows to the few points docs/architecture.md's "Determinism and
+    portability" shows. No effect on the CPU, whose kernels are deterministic already.
+    Process-wide."""
     threads: int = number(1, ">= 0")
     """torch intra-op threads; 0 keeps torch's default. Per-client batches of 16 short clips run
     fastest on one thread (see benchmarks/)."""
@@ -205,42 +241,16 @@ class TrainConfig:
     intra-op threads; 0: one per usable core left by `threads`, or one on a GPU. Numbers do not
     depend on it. On 2 free cores 2 workers ran 1.8x faster than 1, where threads=2 gave 1.36x
     (benchmarks/README.md)."""
-    keep_freed_memory: bool = True
-    """Let glibc's malloc keep freed memory for reuse instead of unmapping every large tensor
-    (engine/ runtime.py): 7-9 % faster FedMLAC rounds, same peak RSS. Process-wide; no effect off
-    glibc."""
-    device: str = "auto"
-    """Where models, client data, training, aggregation and evaluation live: auto (the first CUDA
-    GPU when torch sees one, else the CPU), cpu, cuda or cuda:N (training/device.py). Numbers on a
-    GPU equal the CPU's to float rounding, not bitwise; a checkpoint written on one resumes on the
-    other."""
-    devices: str = ""
-    """Several devices for one run's stacked cohort path: all (every CUDA GPU torch sees) or a comma
-    list (cuda:0,cuda:1); empty (the default): `train.device` alone. Each chunk of stacked clients
-    trains on the next free device (its data, payload and models copied there, its results back);
-    the data, the server, aggregation and evaluation stay on `train.device`, and the sequential path
-    uses it alone. Results equal one device's to float rounding, with dropout masks drawn per device
-    type."""
     client_memory: str = "auto"
     """Where the clients' data and personalized models live between rounds: device (resident on
-    `train.device`: a round copies nothing), host (CPU memory, page-locked on a GPU: each round
+    `runtime.device`: a round copies nothing), host (CPU memory, page-locked on a GPU: each round
     copies its cohort's data and models to the device and the updated models back), or auto (device
     when both fit in half the GPU's free memory, the other half left to the stacked chunks; on the
     CPU the two are one). Numbers do not depend on it (training/packing.py)."""
-    precision: str = "fp32"
-    """Arithmetic of training steps and evaluation forwards: fp32 (the default, reproducible), tf32
-    (CUDA matmuls and convolutions in TensorFloat-32), bf16 or fp16 (torch.autocast around the
-    clients' steps and the evaluations; fp16 has no loss scaling, so bf16 is the safer of the two).
-    Parameters, optimiser state and the server's means stay fp32 / fp64. Tolerances:
-    docs/performance.md."""
-    deterministic: bool = True
-    """On a GPU, use only deterministic kernels (cuDNN's deterministic convolution algorithms, no
-    autotuning, torch's deterministic-algorithm mode, cuBLAS's fixed workspace), so a resumed run
-    ends exactly like an uninterrupted one on the same machine and two runs of one command agree.
-    false: the fastest kernels, some of which sum with atomics; results then differ between runs at
-    float rounding, which a long run grows to the few points docs/architecture.md's "Determinism and
-    portability" shows. No effect on the CPU, whose kernels are deterministic already.
-    Process-wide."""
+    keep_freed_memory: bool = True
+    """Let glibc's malloc keep freed memory for reuse instead of unmapping every large tensor
+    (training/runtime.py): 7-9 % faster FedMLAC rounds, same peak RSS. Process-wide; no effect off
+    glibc."""
     gru_kernel: str = choice("auto", ("auto", "fused", "torch", "triton"))
     """Cohort path's GRU recurrence: fused (the compiled CPU kernel of fedac/kernels, built by
     scripts/setup.sh or on first use; fail if it does not build), triton (the GPU kernel of
@@ -260,41 +270,43 @@ CLIENT_MEMORY = ("auto", "device", "host")
 
 
 def device_names(setting: str) -> list[str]:
-    """`train.devices` spelled right, as its names: [] (empty: `train.device` alone), ["all"], or
-    the comma list's cpu / cuda / cuda:N entries (training/device.py resolves them)."""
+    """`runtime.devices` spelled right, as its names: [] (empty: `runtime.device` alone), ["all"],
+    or the comma list's cpu / cuda / cuda:N entries (training/device.py resolves them)."""
     setting = str(setting).strip()
     if setting in ("", "all"):
         return [setting] if setting else []
     names = [name.strip() for name in setting.split(",")]
     if not all(DEVICE_SYNTAX.match(name) and name != "auto" for name in names):
         raise ConfigError(
-            "train.devices must be empty, all, or a comma list of cpu, cuda or cuda:N, got "
+            "runtime.devices must be empty, all, or a comma list of cpu, cuda or cuda:N, got "
             f"{setting!r}"
         )
     return names
 
 
-def check_compute(train: TrainConfig) -> None:
-    """`train.device` and `train.precision` spelled right, before torch loads (whether the GPU
+def check_compute(runtime: RuntimeConfig) -> None:
+    """`runtime.device` and `runtime.precision` spelled right, before torch loads (whether the GPU
     exists is asked when the run starts: training/device.py)."""
-    if not DEVICE_SYNTAX.match(str(train.device)):
-        raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {train.device!r}")
-    if train.precision not in PRECISIONS:
+    if not DEVICE_SYNTAX.match(str(runtime.device)):
         raise ConfigError(
-            f"train.precision must be one of {', '.join(PRECISIONS)}, got {train.precision!r}"
+            f"runtime.device must be auto, cpu, cuda or cuda:N, got {runtime.device!r}"
         )
-    device_names(train.devices)
-    if train.client_memory not in CLIENT_MEMORY:
+    if runtime.precision not in PRECISIONS:
         raise ConfigError(
-            f"train.client_memory must be one of {', '.join(CLIENT_MEMORY)}, got "
-            f"{train.client_memory!r}"
+            f"runtime.precision must be one of {', '.join(PRECISIONS)}, got {runtime.precision!r}"
+        )
+    device_names(runtime.devices)
+    if runtime.client_memory not in CLIENT_MEMORY:
+        raise ConfigError(
+            f"runtime.client_memory must be one of {', '.join(CLIENT_MEMORY)}, got "
+            f"{runtime.client_memory!r}"
         )
 
 
 @dataclass
 class AggregationShared:
     """The `aggregation` settings of every rule; a rule's own (LPA's v_l, Krum's num_malicious, ...)
-    are declared with it in settings/aggregation.py and joined in `AggregationConfig` below."""
+    are declared with it in settings/aggregation.py and added to `AggregationConfig` below."""
 
     method: str = choice("mean", AGGREGATORS)
     """How uploaded models are combined: mean (n_k-weighted, Eq. 3), lpa (Layer-wise Pruning, Eq.
@@ -311,7 +323,7 @@ class AggregationShared:
 class AttackShared:
     """Poisoned clients (fedac/rules/attacks.py), applied by the runtimes over client data and
     uploads: the settings of every attack; an attack's own (the backdoor's trigger, gaussian's
-    noise_std, ...) are declared with it in settings/attacks.py and joined in `AttackConfig`
+    noise_std, ...) are declared with it in settings/attacks.py and added to `AttackConfig`
     below."""
 
     kind: str = choice("none", ATTACKS)
@@ -344,7 +356,7 @@ def _default(f: dataclasses.Field) -> Any:
 
 
 @functools.cache
-def joined(base: type, parts: tuple[tuple[str, type], ...], section: str) -> type:
+def section_with_parts(base: type, parts: tuple[tuple[str, type], ...], section: str) -> type:
     """`base` (a dataclass) with the fields of each (part name, settings dataclass) in `parts`
     added, as a dataclass named like `base`. Parts may declare one field alike (Krum and Bulyan:
     num_malicious); a field declared twice with another type or default, or one that redefines a
@@ -392,7 +404,7 @@ def joined(base: type, parts: tuple[tuple[str, type], ...], section: str) -> typ
 def section_class(section: str, plugins: bool = True) -> type:
     """The dataclass of `section` (one of KIND_SECTIONS): the built-in parts' class (DataConfig,
     ...) with the fields of every other registered part that declares settings (a plug-in's, or one
-    added by `register`) joined; `plugins` false: the built-ins' class alone."""
+    added by `register`) added; `plugins` false: the built-ins' class alone."""
     registry, _ = KIND_SECTIONS[section]
     builtin, known = _BUILTIN[section]
     extra = (
@@ -400,14 +412,14 @@ def section_class(section: str, plugins: bool = True) -> type:
         if plugins
         else ()
     )
-    return joined(builtin, extra, section) if extra else builtin
+    return section_with_parts(builtin, extra, section) if extra else builtin
 
 
 _BUILTIN: dict[str, tuple[type, tuple[tuple[str, type], ...]]] = {}
 for _section, (_registry, _base) in KIND_SECTIONS.items():
     # (no entry point is read at import)
     _parts = tuple(_registry.settings_classes(plugins=False).items())
-    _BUILTIN[_section] = (joined(_base, _parts, _section), _parts)
+    _BUILTIN[_section] = (section_with_parts(_base, _parts, _section), _parts)
 # what the type checker reads: the same fields, declared statically (tests/test_settings.py)
 if typing.TYPE_CHECKING:
     from fedac.settings.aggregation import (
@@ -535,6 +547,7 @@ class Config:
     features: FeatureConfig = field(default_factory=FeatureConfig)
     model: ModelConfig = field(default_factory=ModelConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
+    runtime: RuntimeConfig = field(default_factory=RuntimeConfig)
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     dp: PrivacyConfig = field(default_factory=PrivacyConfig)
@@ -684,6 +697,40 @@ def _nest(key: str, value: Any) -> dict[str, Any]:
     return out
 
 
+#: Settings that moved, old name -> new name: the runtime settings, written under `train` before
+#: they had a section of their own. A config file (every run directory's config.yaml of that time),
+#: a flag or a --set that gives an old name is read as the new one.
+RENAMED = {f"train.{f.name}": f"runtime.{f.name}" for f in dataclasses.fields(RuntimeConfig)}
+#: The old names a notice was logged for in this process (one notice per name, however many files).
+_NOTICED: set[str] = set()
+
+
+def renamed_settings(values: dict[str, Any], where: str) -> dict[str, Any]:
+    """One layer's settings (`where`: the file, flag or --set they came from), nested by section,
+    with every old name of RENAMED moved to its new one. The first use of each old name logs a
+    one-line warning naming the new name; a layer that gives one setting different values under
+    its old and its new name is refused (ConfigError), since neither can be said to come later."""
+    out = dict(values)
+    for old, new in RENAMED.items():
+        (old_section, old_name), (new_section, new_name) = old.split("."), new.split(".")
+        section, target = out.get(old_section), out.get(new_section, {})
+        if not isinstance(section, dict) or old_name not in section or not isinstance(target, dict):
+            continue  # (a section that is no mapping: _apply says so)
+        section, target = dict(section), dict(target)
+        value = section.pop(old_name)
+        if new_name in target and target[new_name] != value:
+            raise ConfigError(
+                f"{where} sets {old} = {value!r} and {new} = {target[new_name]!r}: {old} is the "
+                f"old name of {new}; keep {new} alone"
+            )
+        target[new_name] = value
+        out[old_section], out[new_section] = section, target
+        if old not in _NOTICED:
+            _NOTICED.add(old)
+            log.warning("%s: %s is now %s (read as %s; write the new name)", where, old, new, new)
+    return out
+
+
 def load_config(
     path: str | Path | None = None,
     overrides: list[str] | None = None,
@@ -705,11 +752,11 @@ def load_config(
         # underneath.
         base = Config()
         for key, value in run_defaults.items():
-            _apply(base, _nest(key, value))
+            _apply(base, renamed_settings(_nest(key, value), f"{cfg.algorithm}'s run defaults"))
         given.clear()
         cfg = _layered(base, path, overrides, flags, given)
     check_ranges(cfg)
-    check_compute(cfg.train)
+    check_compute(cfg.runtime)
     if entry is not None and entry.finish:
         resolve(entry.finish)(cfg, given)
     # The keys a file, flag or --set gave (defaults adapted to the data never override them); not a
@@ -742,13 +789,13 @@ def _layered(
             raise ConfigError(f"config file {path} is not valid YAML: {exc}") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {path} must hold a mapping of settings")
-        _apply(cfg, loaded, given=given, layer=0)
+        _apply(cfg, renamed_settings(loaded, f"config file {path}"), given=given, layer=0)
     for key, value in flags.items():
         if value is not None:
-            _apply(cfg, _nest(key, value), given=given, layer=1)
+            _apply(cfg, renamed_settings(_nest(key, value), key), given=given, layer=1)
     for layer, text in enumerate(overrides or [], start=2):
         key, value = parse_override(text)
-        _apply(cfg, _nest(key, value), given=given, layer=layer)
+        _apply(cfg, renamed_settings(_nest(key, value), f"--set {text}"), given=given, layer=layer)
     return cfg
 
 

@@ -174,7 +174,7 @@ def test_personalized_state_persists_between_sampled_rounds_and_unsampled_are_un
     gsc_root, tmp_path
 ):
     # (the spy wraps client_update, which the sequential path calls; the plan is fixed at start)
-    cfg = _fedmlac_cfg(gsc_root, tmp_path, "train.execution=sequential")
+    cfg = _fedmlac_cfg(gsc_root, tmp_path, "runtime.execution=sequential")
     sim = Simulator(cfg, tmp_path / "run", progress=False)
     state = sim._fresh_state()
     seen_after: dict[str, dict] = {}

@@ -181,7 +181,7 @@ def fedmlac(case: dict, execution: str) -> FedMLAC:
             f"train.weight_decay={WEIGHT_DECAY}",
             "train.batch_size=3",
             "train.local_epochs=1",
-            f"train.execution={execution}",
+            f"runtime.execution={execution}",
             f"fedmlac.alpha={case['alpha']}",
             f"fedmlac.temperature={case['temperature']}",
             f"fedmlac.plugin_ce_weight={case['ce_weight']}",

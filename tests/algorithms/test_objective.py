@@ -39,10 +39,10 @@ def build(cls, model, execution="auto", *extra):
     cfg = load_config(
         overrides=[
             f"model.name={model}",
-            "train.device=cpu",
+            "runtime.device=cpu",
             "train.batch_size=4",
             "train.local_epochs=1",
-            f"train.execution={execution}",
+            f"runtime.execution={execution}",
             *extra,
         ]
     )

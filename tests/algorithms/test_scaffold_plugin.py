@@ -45,8 +45,8 @@ def setup(model: str, execution: str, *overrides: str):
             "train.local_epochs=2",
             f"train.lr={LR}",
             "train.momentum=0",
-            "train.device=cpu",
-            f"train.execution={execution}",
+            "runtime.device=cpu",
+            f"runtime.execution={execution}",
             *overrides,
         ]
     )
@@ -115,7 +115,7 @@ def max_diff(a, b):
 def test_scaffold_plugin_matches_a_plain_loop_of_option_ii(model, execution):
     algo, clients = setup(model, execution, "model.dropout=0")
     assert ExecutionPlan(algo).path == (
-        "stacked" if execution == "cohort" else "sequential: train.execution=sequential"
+        "stacked" if execution == "cohort" else "sequential: runtime.execution=sequential"
     )
     server, states = federate(algo, clients)
     x, c, ci = reference(algo, clients)

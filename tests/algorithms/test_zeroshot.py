@@ -815,9 +815,9 @@ def test_the_driver_names_new_classes_only_under_identity_reported(runner_factor
     # round 8's stop replaces that draw
     assert reported.client_data("u1", 8).names == {1001: "stop"}
     assert reported.client_data("u2", 8).names == {1000: "stop", 1001: "go"}
-    # The engine's train.cohort_workers sets the threads that synthesise several reports at once.
+    # The engine's runtime.cohort_workers sets the threads that synthesise several reports at once.
     assert [
-        runner_factory(tmp_path / f"w{n}", f"train.cohort_workers={n}").algorithm.runtime.workers
+        runner_factory(tmp_path / f"w{n}", f"runtime.cohort_workers={n}").algorithm.runtime.workers
         for n in (1, 2)
     ] == [1, 2]
 

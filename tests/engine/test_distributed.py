@@ -6,7 +6,7 @@ therefore compared key by key, integers and strings exactly and floats to TOLERA
 bit-identical for these runs; FedKWS-UI's train_loss, summed per chunk, moved by 3e-9 relative; the
 weighted-sum methods' all-reduce sums in another order, float rounding again), clock readings aside.
 A killed rank stops the run with its last checkpoint kept, which one process resumes; a hung rank
-makes the others fail after `train.dist_timeout` naming the rank and the round."""
+makes the others fail after `runtime.dist_timeout` naming the rank and the round."""
 
 from __future__ import annotations
 
@@ -295,11 +295,11 @@ def settings(gsc_root, tmp_path_factory):
     run = {
         **tiny_run(gsc_root, tmp_path_factory.mktemp("dist_cache")),
         "train.local_epochs": 1,
-        "train.threads": 1,
-        "train.device": "cpu",
+        "runtime.threads": 1,
+        "runtime.device": "cpu",
         # a path chosen by timing may differ between two runs timed apart (FedKWS-UI's two-headed
         # network stacks through vmap, which auto times): both sides take the stacked one
-        "train.execution": "cohort",
+        "runtime.execution": "cohort",
     }
     return [arg for k, v in run.items() for arg in ("--set", f"{k}={v}")]
 
@@ -553,11 +553,11 @@ def test_a_killed_rank_stops_the_run_and_one_process_resumes_it(settings, tmp_pa
 def test_a_signal_to_one_rank_stops_every_rank_at_one_round_with_a_checkpoint(settings, tmp_path):
     """SIGTERM to rank 1's PID alone: the ranks agree at the round's end (engine/rounds.py
     `_agree_on_stop`), all stop there with one checkpoint and the signal's status, long before
-    train.dist_timeout (which a rank alone in the checkpoint's gather would wait out), and one
+    runtime.dist_timeout (which a rank alone in the checkpoint's gather would wait out), and one
     process resumes the run."""
     rounds = 40
     args = ["run", "--rounds", str(rounds), "--seed", "1", *settings, "--quiet"]
-    args += ["--set", "train.checkpoint_every=100", "--set", "train.dist_timeout=300"]
+    args += ["--set", "train.checkpoint_every=100", "--set", "runtime.dist_timeout=300"]
     run_dir = tmp_path / "two"
     two = torchrun(["--max-restarts", "0", "-m", "fedac", *args, "--out", str(run_dir)], tmp_path)
     deadline = time.monotonic() + 240
@@ -604,5 +604,5 @@ def test_a_hung_rank_times_out_naming_the_rank_and_round(tmp_path):
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode != 0, out
     assert "ERROR rank 0 of 2, round 7: gathering the clients' results failed after" in out, out
-    assert "train.dist_timeout=3 s" in out and "fedac run --resume" in out
+    assert "runtime.dist_timeout=3 s" in out and "fedac run --resume" in out
     assert time.monotonic() - started < 60

@@ -1,5 +1,5 @@
 """Issue 56, never silent: a run names the path its clients took (first line, results.json), and
-train.execution=cohort that cannot stack fails at start naming why."""
+runtime.execution=cohort that cannot stack fails at start naming why."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def settings(gsc_root, tmp_path, *overrides):
             "train.rounds=1",
             "train.fraction=0.35",
             "train.local_epochs=1",
-            "train.device=cpu",
+            "runtime.device=cpu",
             *overrides,
         ]
     )
@@ -39,10 +39,10 @@ def shared_cache(tmp_path_factory):
     "overrides, path",
     [
         (["model.name=crnn_tiny"], "stacked"),
-        (["model.name=cnn1_softmax", "train.execution=cohort"], "stacked"),
+        (["model.name=cnn1_softmax", "runtime.execution=cohort"], "stacked"),
         (
-            ["model.name=crnn_tiny", "train.execution=sequential"],
-            "sequential: train.execution=sequential",
+            ["model.name=crnn_tiny", "runtime.execution=sequential"],
+            "sequential: runtime.execution=sequential",
         ),
         (
             ["algorithm=fedmmd", "model.name=crnn_tiny"],
@@ -55,7 +55,7 @@ def shared_cache(tmp_path_factory):
                     "algorithm=fedkwsui",
                     "data.task=12",
                     f"model.name={net}",
-                    "train.execution=cohort",
+                    "runtime.execution=cohort",
                     "train.fraction=0.15",
                 ],
                 "stacked",
@@ -86,9 +86,9 @@ def test_the_run_names_its_path_first_and_in_results_json(
     ],
 )
 def test_cohort_mode_that_cannot_stack_fails_at_start(gsc_root, tmp_path, overrides, reason):
-    with pytest.raises(ConfigError, match=f"train.execution=cohort.*{reason}"):
+    with pytest.raises(ConfigError, match=f"runtime.execution=cohort.*{reason}"):
         Simulator(
-            settings(gsc_root, tmp_path, "train.execution=cohort", *overrides),
+            settings(gsc_root, tmp_path, "runtime.execution=cohort", *overrides),
             tmp_path / "run",
             progress=False,
         )
@@ -127,7 +127,7 @@ def test_probe_measures_a_vmapped_network_in_the_first_round_and_a_resume_keeps_
         "model.name=cnn1_softmax",
         "train.rounds=2",
         "train.checkpoint_every=1",
-        "train.execution=probe",
+        "runtime.execution=probe",
     )
     killed = Simulator(cfg, tmp_path / "run", progress=True)
     assert killed.plan.needs_probe
@@ -173,7 +173,7 @@ def test_a_resumed_stacked_run_ends_exactly_like_an_uninterrupted_one(
         "model.name=cnn1_softmax",
         "train.rounds=2",
         "train.checkpoint_every=1",
-        "train.execution=cohort",
+        "runtime.execution=cohort",
         "fedkwsui.local_steps=2",
         *extra,
     )

@@ -361,9 +361,9 @@ def test_client_progress_counts_each_client_once(execution, workers):
         overrides=[
             "model.name=crnn_lite",
             "train.local_epochs=1",
-            f"train.execution={execution}",
-            "train.cohort_chunk=2",
-            f"train.cohort_workers={workers}",
+            f"runtime.execution={execution}",
+            "runtime.cohort_chunk=2",
+            f"runtime.cohort_workers={workers}",
         ]
     )
     algo = build_algorithm(cfg, Task(8, 3, [d.name for d in datas]))

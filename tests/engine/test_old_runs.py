@@ -145,7 +145,7 @@ def test_an_old_run_directory_resumes_to_its_end(old, tmp_path, monkeypatch, cap
     assert [row["round"] for row in history] == [row["round"] for row in expected["history"]]
     assert [sorted(row) for row in history] == [sorted(row) for row in expected["history"]]
     assert set(expected["final"]) <= set(results["final"])
-    if resolve_device(cfg.train.device).type != "cpu":
+    if resolve_device(cfg.runtime.device).type != "cpu":
         # FEDAC_TEST_DEVICE=cuda: the GPU's rounding was never measured against these CPU numbers
         return
     final = {key: results["final"][key] for key in expected["final"]}

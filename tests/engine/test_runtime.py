@@ -22,13 +22,13 @@ def test_the_runtime_holds_the_settings_resolved_and_cannot_change():
     train = load_config(
         None,
         [
-            "train.device=cpu",
-            "train.devices=cpu,cpu",
-            "train.cohort_workers=3",
-            "train.cohort_chunk=5",
-            "train.client_memory=host",
-            "train.precision=bf16",
-            "train.deterministic=false",
+            "runtime.device=cpu",
+            "runtime.devices=cpu,cpu",
+            "runtime.cohort_workers=3",
+            "runtime.cohort_chunk=5",
+            "runtime.client_memory=host",
+            "runtime.precision=bf16",
+            "runtime.deterministic=false",
         ],
     ).train
     rt = Runtime.resolve(train)
@@ -36,20 +36,20 @@ def test_the_runtime_holds_the_settings_resolved_and_cannot_change():
         torch.device("cpu"), (torch.device("cpu"),) * 2, "bf16", False, 5, "host", 3
     )
     assert rt.name == "cpu"
-    with rt.autocast():  # train.precision's arithmetic
+    with rt.autocast():  # runtime.precision's arithmetic
         assert torch.is_autocast_enabled("cpu")
     with pytest.raises(dataclasses.FrozenInstanceError):
         rt.device = torch.device("meta")  # type: ignore[misc]
-    # auto (0) workers is a number once resolved; a node's own device replaces train.device
-    assert Runtime.resolve(load_config(None, ["train.cohort_workers=0"]).train).workers >= 1
+    # auto (0) workers is a number once resolved; a node's own device replaces runtime.device
+    assert Runtime.resolve(load_config(None, ["runtime.cohort_workers=0"]).train).workers >= 1
     assert (
         Runtime.resolve(
-            load_config(None, ["train.device=cuda:7"]).train, torch.device("cpu")
+            load_config(None, ["runtime.device=cuda:7"]).train, torch.device("cpu")
         ).device.type
         == "cpu"
     )
-    with pytest.raises(ConfigError, match="train.precision=tf32 needs a CUDA device"):
-        Runtime.resolve(load_config(None, ["train.device=cpu", "train.precision=tf32"]).train)
+    with pytest.raises(ConfigError, match="runtime.precision=tf32 needs a CUDA device"):
+        Runtime.resolve(load_config(None, ["runtime.device=cpu", "runtime.precision=tf32"]).train)
 
 
 def test_start_runtime_applies_the_process_settings_before_counting_workers(monkeypatch):
@@ -62,7 +62,7 @@ def test_start_runtime_applies_the_process_settings_before_counting_workers(monk
         runtime_mod, "configure_precision", lambda *a: order.append(("precision", *a))
     )
     rt = runtime_mod.start_runtime(
-        load_config(None, ["train.device=cpu", "train.deterministic=false"]).train
+        load_config(None, ["runtime.device=cpu", "runtime.deterministic=false"]).train
     )
     assert (
         order == ["process", "workers", ("precision", "fp32", torch.device("cpu"), False)]
@@ -71,8 +71,8 @@ def test_start_runtime_applies_the_process_settings_before_counting_workers(monk
 
 
 def test_a_run_resolves_its_device_once_and_passes_it_down(gsc_root, tmp_path, monkeypatch):
-    """The simulator resolves train.device once; the data builder and the algorithm get that runtime
-    instead of reading train.device again."""
+    """The simulator resolves runtime.device once; the data builder and the algorithm get that
+    runtime instead of reading runtime.device again."""
     from fedac.engine import data as data_mod
     from fedac.engine.simulator import Simulator
 
@@ -93,12 +93,12 @@ def test_a_run_resolves_its_device_once_and_passes_it_down(gsc_root, tmp_path, m
             for k, v in {
                 **tiny_run(gsc_root, tmp_path / "cache"),
                 "train.rounds": 1,
-                "train.cohort_workers": 2,
+                "runtime.cohort_workers": 2,
             }.items()
         ],
     )
     sim = Simulator(cfg, tmp_path / "run", progress=False)
-    assert calls == [cfg.train.device]
+    assert calls == [cfg.runtime.device]
     assert sim.algorithm.runtime is sim.runtime and sim.runtime.workers == 2
     assert sim.algorithm.device == sim.device == sim.runtime.device
 
@@ -113,8 +113,8 @@ def test_every_driver_runs_the_one_skeleton():
 
 
 def test_the_cohort_path_plans_and_runs_its_chunks_on_the_runtimes_workers(monkeypatch):
-    """The stacked path takes the worker count from the algorithm's runtime: train.cohort_workers is
-    not read again per round (here the runtime says 2 where the setting says 1)."""
+    """The stacked path takes the worker count from the algorithm's runtime: runtime.cohort_workers
+    is not read again per round (here the runtime says 2 where the setting says 1)."""
     from fedac.algorithms import build_algorithm
     from fedac.algorithms.base import ClientData, Task
     from fedac.engine.execution import run_clients
@@ -122,10 +122,10 @@ def test_the_cohort_path_plans_and_runs_its_chunks_on_the_runtimes_workers(monke
 
     cfg = load_config(
         overrides=[
-            "train.device=cpu",
-            "train.cohort_workers=1",
-            "train.cohort_chunk=2",
-            "train.execution=cohort",
+            "runtime.device=cpu",
+            "runtime.cohort_workers=1",
+            "runtime.cohort_chunk=2",
+            "runtime.execution=cohort",
             "model.name=crnn_tiny",
         ]
     )
@@ -145,7 +145,7 @@ def test_the_cohort_path_plans_and_runs_its_chunks_on_the_runtimes_workers(monke
     slots = []
     pooled = cohort_mod._pooled
     monkeypatch.setattr(
-        cohort_mod, "cohort_workers", lambda *a: pytest.fail("train.cohort_workers read again")
+        cohort_mod, "cohort_workers", lambda *a: pytest.fail("runtime.cohort_workers read again")
     )
     monkeypatch.setattr(
         cohort_mod,
@@ -173,6 +173,6 @@ def test_a_plugin_algorithm_with_the_old_constructor_still_builds(monkeypatch):
             self.built_old_style = True
 
     monkeypatch.setattr(algorithms, "algorithm_class", lambda name: OldStyle)
-    cfg = load_config(None, ["train.device=cpu"])
+    cfg = load_config(None, ["runtime.device=cpu"])
     algo = algorithms.build_algorithm(cfg, Task(40, 4, ["a", "b"]), Runtime.resolve(cfg.train))
     assert algo.built_old_style and algo.runtime == Runtime.resolve(cfg.train)

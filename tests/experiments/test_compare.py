@@ -98,16 +98,16 @@ def test_a_run_directory_is_reused_only_for_its_settings_even_after_new_settings
     # finished with one, on the sequential path, or checkpointing less often. Each of
     # HOW_TO_COMPUTE, one at a time.
     for how in [
-        "train.cohort_workers=1",
-        "train.execution=sequential",
+        "runtime.cohort_workers=1",
+        "runtime.execution=sequential",
         "train.checkpoint_every=2",
-        "train.threads=2",
-        "train.cohort_chunk=8",
-        "train.keep_freed_memory=false",
-        "train.gru_kernel=torch",
-        "train.client_memory=host",
-        "train.devices=cpu,cpu",
-        "train.dist_timeout=60",
+        "runtime.threads=2",
+        "runtime.cohort_chunk=8",
+        "runtime.keep_freed_memory=false",
+        "runtime.gru_kernel=torch",
+        "runtime.client_memory=host",
+        "runtime.devices=cpu,cpu",
+        "runtime.dist_timeout=60",
     ]:
         check_same_config(load_config(overrides=["train.rounds=3", how]), tmp_path)
     # Any setting that differs refuses, old file or new.

@@ -71,7 +71,7 @@ def test_w_app_trains_with_flowers_fedavg_and_marks_every_round(apps, tmp_path):
 def test_fedmlac_app_is_the_fedac_flower_app_on_the_benchmark_data(apps, tmp_path):
     marks, run_dir = tmp_path / "marks.json", tmp_path / "run"
     settings = (
-        "model.client_model=crnn_tiny;fedmlac.plugin_model=crnn_tiny;train.threads=1;"
+        "model.client_model=crnn_tiny;fedmlac.plugin_model=crnn_tiny;runtime.threads=1;"
         "data.num_clients=10"
     )
     config = {

@@ -97,7 +97,7 @@ def run_config(dataset, run_dir, **extra):
         "train.local_epochs": 1,
         "train.batch_size": 16,
         "train.momentum": 0.0,
-        "train.threads": 1,
+        "runtime.threads": 1,
         "train.eval_every": 2,
     }
     config = {
@@ -409,7 +409,9 @@ def test_in_process_fedkad_device_nodes_equal_the_simulator(dataset, tmp_path, m
         "node 299 could not load its fedac client" in caplog.text
         and "holds no usable clip" in caplog.text
     )
-    cfg.train.execution = "sequential"  # the ClientApp's path (the stacked one reorders float sums)
+    cfg.runtime.execution = (
+        "sequential"  # the ClientApp's path (the stacked one reorders float sums)
+    )
     sim = Simulator(cfg, tmp_path / "sim", progress=False)
     expected = sim.run()
     assert results["clients"] == NUM_CLIENTS
@@ -575,7 +577,7 @@ def test_live_device_supernodes_equal_the_simulator(dataset, tmp_path_factory, c
             assert by_client[f"client{k:03d}"]["files"] == len(listed) + (2 if k == 0 else 0)
         # Equal to the simulator on the same partition (the tolerance of
         # tests/flower/test_flower.py). the ClientApp's path (the stacked one reorders float sums)
-        cfg.train.execution = "sequential"
+        cfg.runtime.execution = "sequential"
         sim = Simulator(cfg, tmp_path_factory.mktemp("device_sim"), progress=False)
         expected = sim.run()
         flower_params = torch.load(run_dir / "server_state.pt")["params"]

@@ -87,7 +87,7 @@ def run_config(dataset, run_dir, num_clients=NUM_NODES, **extra):
         "train.local_epochs": 1,
         "train.batch_size": 16,
         "train.momentum": 0.0,
-        "train.threads": 1,
+        "runtime.threads": 1,
         "train.eval_every": 2,
     }
     config = {
@@ -217,7 +217,7 @@ def test_flower_run_matches_the_simulator(fedmlac_run, tmp_path):
     # stacked cohort path reorders float sums, so it is compared to 1e-5 above only through the
     # Plug-in.
     if hasattr(cfg.train, "execution"):
-        cfg.train.execution = "sequential"
+        cfg.runtime.execution = "sequential"
         sequential = Simulator(cfg, tmp_path / "sequential", progress=False)
         sequential.run()
     else:
@@ -668,17 +668,17 @@ def test_run_config_maps_onto_fedac_settings():
     assert (
         node_settings({"partition-id": 2, "num-partitions": 3, "data-root": "/d"}).data_root == "/d"
     )
-    # node-config device: where this node trains, in place of the run's train.device (one SuperNode
-    # per GPU), in the node's runtime; the run's config is left as the run wrote it. Spelled wrong,
-    # a clear error.
+    # node-config device: where this node trains, in place of the run's runtime.device (one
+    # SuperNode per GPU), in the node's runtime; the run's config is left as the run wrote it.
+    # Spelled wrong, a clear error.
     from fedac.flower.settings import node_runtime
 
     node = node_settings({"partition-id": 0, "device": "cpu"})
     # (no such GPU here: only the node's device may be used)
-    run_cfg = load_config(None, ["train.device=cuda:7"])
+    run_cfg = load_config(None, ["runtime.device=cuda:7"])
     assert node_runtime(apply_node_settings(run_cfg, node), node).device.type == "cpu"
-    assert run_cfg.train.device == "cuda:7"
-    with pytest.raises(ConfigError, match="node-config device=cuda:7: train.device=cuda:7"):
+    assert run_cfg.runtime.device == "cuda:7"
+    with pytest.raises(ConfigError, match="node-config device=cuda:7: runtime.device=cuda:7"):
         node_runtime(load_config(None), node_settings({"partition-id": 0, "device": "cuda:7"}))
     with pytest.raises(ConfigError, match="node-config device must be"):
         node_settings({"partition-id": 0, "device": "gpu1"})
@@ -731,7 +731,7 @@ def test_stop_local_superlink_kills_only_that_superlink_and_its_descendants():
 def test_a_nodes_personalized_evaluation_runs_under_the_precisions_autocast(
     monkeypatch, precision, expected
 ):
-    """Flower nodes evaluate their own models in `train.precision`, as the simulator does."""
+    """Flower nodes evaluate their own models in `runtime.precision`, as the simulator does."""
     import types
 
     from fedac.flower import clientapp
@@ -742,7 +742,7 @@ def test_a_nodes_personalized_evaluation_runs_under_the_precisions_autocast(
         "window_accuracy",
         lambda *a: seen.append(torch.is_autocast_enabled("cpu")) or 0.5,
     )
-    cfg = load_config(overrides=[f"train.precision={precision}"])
+    cfg = load_config(overrides=[f"runtime.precision={precision}"])
     node = types.SimpleNamespace(
         cfg=cfg,
         client=types.SimpleNamespace(name="c", holdout_x=None, holdout_y=torch.zeros(3)),

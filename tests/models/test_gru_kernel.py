@@ -1,7 +1,7 @@
 """The fused stacked GRU (fedac/kernels/gru.cpp) against independent references: torch's nn.GRU
 (values and gradients, autograd through torch's own GRU) and the pure-torch recurrence of
-models/stacked.py; and the choice between them (`train.gru_kernel`), including the fallback when the
-build fails."""
+models/stacked.py; and the choice between them (`runtime.gru_kernel`), including the fallback when
+the build fails."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ BUILDS = {"AVX2": ["AVX2"], "AVX512": ["AVX512", "AVX2"]}.get(
 
 @pytest.fixture
 def fused(monkeypatch):
-    """The build a run here uses (`train.gru_kernel=fused`)."""
+    """The build a run here uses (`runtime.gru_kernel=fused`)."""
     if not SUPPORTED:
         pytest.skip(
             "the fused GRU is built for AVX2 and AVX-512 CPUs; this one runs the pure-torch path"
@@ -164,7 +164,7 @@ def test_kernel_modes_and_the_fallback_when_the_build_fails(monkeypatch, caplog)
     monkeypatch.setitem(kernels._state, "mode", "auto")
     kernels.set_gru_kernel("torch")
     assert kernels.fused_gru() is None and kernels.status()["fused_gru"] is False
-    with pytest.raises(ConfigError, match="train.gru_kernel"):
+    with pytest.raises(ConfigError, match="runtime.gru_kernel"):
         kernels.set_gru_kernel("cuda")
 
     def broken(verbose=False):
@@ -340,7 +340,7 @@ for k, t, b, hidden in ((3, 5, 4, 10), (2, 3, 2, 300)):  # 300 hidden units: two
                         ref + _recurrence_backward(grad_out, *ref, w_hh, reverse)):
             torch.testing.assert_close(a, e, atol=2e-6, rtol=1e-5)
 
-# a stacked CRNN's logits and gradients under train.gru_kernel=triton's kernel, against torch's
+# a stacked CRNN's logits and gradients under runtime.gru_kernel=triton's kernel, against torch's
 spec = CRNN_SPECS["crnn_tiny"]
 model = StackedCRNN(spec, dropout=0.0)
 from fedac.models import build_model
@@ -403,7 +403,9 @@ def test_triton_mode_picks_the_gpu_kernel_and_names_what_is_missing(monkeypatch,
     )
     kernels.set_gru_kernel("auto")
     assert kernels.recurrence_kernel("cuda") is None  # the pure-torch recurrence
-    with pytest.raises(ConfigError, match="train.gru_kernel=triton, but Triton is not usable here"):
+    with pytest.raises(
+        ConfigError, match="runtime.gru_kernel=triton, but Triton is not usable here"
+    ):
         kernels.set_gru_kernel("triton")
 
 

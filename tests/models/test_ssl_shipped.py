@@ -196,7 +196,7 @@ def test_in_process_flower_run_of_an_ssl_model_equals_the_simulator(tmp_path, mo
         "model.name": "w2v2_tiny",
         "train.local_epochs": 1,
         "train.batch_size": 8,
-        "train.threads": 1,
+        "runtime.threads": 1,
         "train.optimizer": "adamw",
         "train.eval_every": 1,
     }

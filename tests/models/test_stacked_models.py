@@ -79,7 +79,7 @@ def algorithm(model: str, *overrides: str, algo: str = "fedavg"):
             "train.batch_size=4",
             "train.local_epochs=1",
             "train.lr=0.01",
-            "train.device=cpu",
+            "runtime.device=cpu",
             "model.dropout=0",
             *overrides,
         ]
@@ -89,9 +89,9 @@ def algorithm(model: str, *overrides: str, algo: str = "fedavg"):
 
 
 def one_round(model: str, execution: str, *overrides: str, algo: str = "fedavg"):
-    alg, clients = algorithm(model, f"train.execution={execution}", *overrides, algo=algo)
+    alg, clients = algorithm(model, f"runtime.execution={execution}", *overrides, algo=algo)
     assert ExecutionPlan(alg).path == (
-        "stacked" if execution == "cohort" else "sequential: train.execution=sequential"
+        "stacked" if execution == "cohort" else "sequential: runtime.execution=sequential"
     )
     payload = alg.broadcast(alg.init_server())
     states = [alg.init_client_state(c.name) for c in clients]
@@ -118,7 +118,9 @@ def assert_close(a, b, tol=TOL, free=(), free_tol=0.0):
 def zero_gradient_entries(model: str, *settings: str) -> set[str]:
     """Parameters whose exact gradient is zero (a convolution's bias right before BatchNorm, which
     the batch mean cancels): SGD leaves them where they were, to float noise."""
-    alg, clients = algorithm(model, "train.execution=sequential", "train.optimizer=sgd", *settings)
+    alg, clients = algorithm(
+        model, "runtime.execution=sequential", "train.optimizer=sgd", *settings
+    )
     start = alg.init_server()["params"]
     moved = one_round(model, "sequential", "train.optimizer=sgd", *settings)[0].upload
     return {
@@ -191,7 +193,7 @@ def test_dropout_masks_are_each_clients_own_and_repeat_with_the_seed(monkeypatch
     # Two clients with the same data and batch order would end equal without dropout; their own
     # masks part them.
     alg, clients = algorithm(
-        "dscnn", "train.execution=cohort", "train.lr=0.1", "train.batch_size=8"
+        "dscnn", "runtime.execution=cohort", "train.lr=0.1", "train.batch_size=8"
     )
     twins = [
         ClientData(name, clients[0].x, clients[0].y, clients[0].holdout_x, clients[0].holdout_y)
@@ -277,13 +279,13 @@ def test_fedkwsui_trains_stacked_as_it_trains_alone(model, overrides):
                 "algorithm=fedkwsui",
                 f"model.name={model}",
                 "train.batch_size=4",
-                "train.device=cpu",
+                "runtime.device=cpu",
                 "fedkwsui.local_steps=3",
                 "fedkwsui.size_cap=8",
                 "fedkwsui.r0=1.5",
                 "train.max_grad_norm=0.5",
                 "train.lr=0.01",
-                f"train.execution={execution}",
+                f"runtime.execution={execution}",
                 *overrides,
             ]
         )
@@ -317,7 +319,7 @@ def test_fedkwsui_trains_stacked_as_it_trains_alone(model, overrides):
 
 @pytest.mark.parametrize("chosen", ["stacked", "sequential"])
 def test_auto_probe_keeps_the_chosen_paths_results_and_says_which(chosen, monkeypatch):
-    alg, clients = algorithm("cnn1_softmax", "train.execution=probe")
+    alg, clients = algorithm("cnn1_softmax", "runtime.execution=probe")
     plan = ExecutionPlan(alg)
     assert plan.needs_probe and plan.path.startswith("auto: ")
     real = plan.record
@@ -349,7 +351,7 @@ def test_a_network_that_cannot_run_under_vmap_leaves_auto_sequential_with_the_er
     from fedac.algorithms.fedavg import FedAvg
 
     monkeypatch.setattr(FedAvg, "build_network", lambda self, name: _FunctionalDropoutNet())
-    alg, clients = algorithm("dscnn", "train.execution=probe")
+    alg, clients = algorithm("dscnn", "runtime.execution=probe")
     plan = ExecutionPlan(alg)
     probed = plan.run(alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
     assert plan.path.startswith(
@@ -366,7 +368,7 @@ def test_auto_on_the_cpu_times_a_vmapped_network_once_per_machine(faster, tmp_pa
     the command reads it, times nothing, and computes the same numbers bit for bit."""
     from fedac.engine import execution
 
-    alg, clients = algorithm("cnn1_softmax", "train.execution=auto")
+    alg, clients = algorithm("cnn1_softmax", "runtime.execution=auto")
     cache = execution.ProbeCache(tmp_path)
     plan = ExecutionPlan(alg, cache)
     assert plan.needs_probe and plan.path.startswith("auto: ")
@@ -426,9 +428,9 @@ def test_probe_on_a_memory_packed_device_times_full_chunks_after_an_untimed_warm
                 "algorithm=fedavg",
                 "model.name=cnn1_softmax",
                 "train.batch_size=4",
-                "train.device=cpu",
+                "runtime.device=cpu",
                 "model.dropout=0",
-                f"train.execution={execution}",
+                f"runtime.execution={execution}",
             ]
         )
         return build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients]))
@@ -515,8 +517,8 @@ def test_the_sequential_paths_index_through_on_device(algo, monkeypatch):
             f"algorithm={algo}",
             "model.name=cnn1_softmax",
             "train.batch_size=4",
-            "train.device=cpu",
-            "train.execution=sequential",
+            "runtime.device=cpu",
+            "runtime.execution=sequential",
             "fedkwsui.local_steps=2",
         ]
     )
@@ -540,7 +542,7 @@ def test_a_sequential_fedavg_update_reads_the_device_once_per_client():
             return func(*args, **(kwargs or {}))
 
     alg, clients = algorithm(
-        "dscnn", "train.execution=sequential", "train.max_grad_norm=0.5", "train.local_epochs=3"
+        "dscnn", "runtime.execution=sequential", "train.max_grad_norm=0.5", "train.local_epochs=3"
     )
     with Reads():
         results = run_clients(

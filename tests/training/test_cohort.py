@@ -32,8 +32,8 @@ TOL = 1e-5
 
 
 def make_clients(sizes=SIZES, seed=1) -> list[ClientData]:
-    """Clients drawn on the CPU, then on the test device (FEDAC_TEST_DEVICE, where train.device=auto
-    runs)."""
+    """Clients drawn on the CPU, then on the test device (FEDAC_TEST_DEVICE, where
+    runtime.device=auto runs)."""
     g = torch.Generator().manual_seed(seed)
     clients = [
         ClientData(
@@ -235,8 +235,8 @@ def test_cohort_and_sequential_paths_give_the_same_parameters(overrides, kernel,
         pytest.skip("the fused GRU is built for AVX2 CPUs")
     monkeypatch.setitem(kernels._state, "mode", kernel)
     assert (kernels.fused_gru() is not None) == (kernel == "fused")
-    seq_algo, clients = make_algorithm("train.execution=sequential", *overrides)
-    coh_algo, _ = make_algorithm("train.execution=cohort", *overrides)
+    seq_algo, clients = make_algorithm("runtime.execution=sequential", *overrides)
+    coh_algo, _ = make_algorithm("runtime.execution=cohort", *overrides)
     calls = []
     original = type(coh_algo).cohort_update
 
@@ -255,17 +255,17 @@ def test_cohort_and_sequential_paths_give_the_same_parameters(overrides, kernel,
 def test_chunking_and_worker_threads_give_the_numbers_of_one_chunk(algorithm):
     one = make_algorithm(
         f"algorithm={algorithm}",
-        "train.cohort_chunk=64",
-        "train.cohort_workers=1",
-        "train.execution=cohort",
+        "runtime.cohort_chunk=64",
+        "runtime.cohort_workers=1",
+        "runtime.execution=cohort",
     )
     expected = federate(*one, rounds=2)
     for workers in (1, 3):
         algo, clients = make_algorithm(
             f"algorithm={algorithm}",
-            "train.cohort_chunk=2",
-            f"train.cohort_workers={workers}",
-            "train.execution=cohort",
+            "runtime.cohort_chunk=2",
+            f"runtime.cohort_workers={workers}",
+            "runtime.execution=cohort",
         )
         assert_same_run(expected, federate(algo, clients, rounds=2), tol=1e-6)
 
@@ -273,12 +273,12 @@ def test_chunking_and_worker_threads_give_the_numbers_of_one_chunk(algorithm):
 def test_cohort_workers_setting():
     from fedac.training.stacking import cohort_workers
 
-    cfg = load_config(overrides=["train.cohort_workers=3"]).train
+    cfg = load_config(overrides=["runtime.cohort_workers=3"]).train
     assert cohort_workers(cfg) == 3
     cfg.cohort_workers = 0  # auto: at least one, at most one per core
     assert 1 <= cohort_workers(cfg) <= (os.cpu_count() or 1)
     cfg.cohort_workers = -1
-    with pytest.raises(ConfigError, match="train.cohort_workers"):
+    with pytest.raises(ConfigError, match="runtime.cohort_workers"):
         cohort_workers(cfg)
 
 
@@ -287,7 +287,7 @@ def test_heterogeneous_cohort_runs_one_stacked_group_per_architecture(monkeypatc
         "algorithm=fedmlac",
         "model.heterogeneous=true",
         "model.zoo=[crnn_tiny,crnn_lite]",
-        "train.execution=cohort",
+        "runtime.execution=cohort",
     )
     groups = []
     real = stacking.plan_chunks
@@ -316,14 +316,14 @@ class _WithLSTM(nn.Module):
 
 def test_architecture_without_stacked_forward_is_named_and_cohort_mode_refuses_it(monkeypatch):
     """Issue 56: no silent fallback. A network vmap cannot batch (an LSTM) trains one client at a
-    time under auto, with the reason in the path; train.execution=cohort refuses it."""
+    time under auto, with the reason in the path; runtime.execution=cohort refuses it."""
     algo, clients = make_algorithm("algorithm=fedavg", "model.name=crnn_tiny")
     monkeypatch.setattr(algo, "build_network", lambda name: _WithLSTM())
     reason = "model crnn_tiny has no stacked forward (holds an LSTM, which vmap cannot batch)"
     assert ExecutionPlan(algo).path == f"sequential: {reason}" and stacking_obstacle(algo)
     federate(algo, clients, rounds=1)  # auto: sequential, and it trains
-    algo.cfg.train.execution = "cohort"
-    with pytest.raises(ConfigError, match=r"train.execution=cohort.*holds an LSTM"):
+    algo.cfg.runtime.execution = "cohort"
+    with pytest.raises(ConfigError, match=r"runtime.execution=cohort.*holds an LSTM"):
         run_clients(algo, algo.broadcast(algo.init_server()), [None] * len(clients), clients, 1, 0)
 
 
@@ -388,7 +388,7 @@ def test_padding_and_finished_clients_do_not_move_parameters():
 
 def test_auto_uses_the_cohort_path_unless_client_update_was_replaced(monkeypatch):
     algo, clients = make_algorithm("algorithm=fedavg")
-    assert algo.cfg.train.execution == "auto" and stacking_obstacle(algo) is None
+    assert algo.cfg.runtime.execution == "auto" and stacking_obstacle(algo) is None
     calls = []
     real = FedAvg.client_update
 
@@ -411,7 +411,7 @@ def test_fedkad_has_no_cohort_path_auto_says_so_and_cohort_mode_fails():
     payload = algo.broadcast(algo.init_server())
     alone = train_client(algo, payload, algo.init_client_state(clients[0].name), clients[0], 1, 0)
     assert len(results) == len(clients) and alone.upload.keys() == results[0].upload.keys()
-    algo.cfg.train.execution = "cohort"
+    algo.cfg.runtime.execution = "cohort"
     with pytest.raises(ConfigError, match="FedKAD has no stacked cohort_update"):
         federate(algo, clients, rounds=1)
 
@@ -419,11 +419,11 @@ def test_fedkad_has_no_cohort_path_auto_says_so_and_cohort_mode_fails():
 def test_bad_execution_settings_are_named():
     # a choice setting: refused when the config loads, naming the choices
     for bad in ("vectorised", "fast"):
-        with pytest.raises(ConfigError, match="train.execution.*sequential"):
-            load_config(overrides=[f"train.execution={bad}"])
-    algo, clients = make_algorithm("train.execution=cohort")
+        with pytest.raises(ConfigError, match="runtime.execution.*sequential"):
+            load_config(overrides=[f"runtime.execution={bad}"])
+    algo, clients = make_algorithm("runtime.execution=cohort")
     algo.packing.chunk = -1  # load_config refuses it; the runtime's own guard still holds
-    with pytest.raises(ConfigError, match="train.cohort_chunk"):
+    with pytest.raises(ConfigError, match="runtime.cohort_chunk"):
         run_clients(algo, algo.broadcast(algo.init_server()), [None] * len(clients), clients, 1, 0)
 
 
@@ -443,7 +443,7 @@ def test_simulator_default_run_takes_the_cohort_path_and_matches_sequential(
         "train.lr=0.05",
     ]
     seq = Simulator(
-        load_config(overrides=[*base, "train.execution=sequential"]),
+        load_config(overrides=[*base, "runtime.execution=sequential"]),
         tmp_path / "seq",
         progress=False,
     )

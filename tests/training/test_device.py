@@ -1,4 +1,4 @@
-"""train.device: every tensor of a round follows the run's device (issue 45).
+"""runtime.device: every tensor of a round follows the run's device (issue 45).
 
 CI has no GPU, so the plumbing is checked with torch's *default* device set to `meta` while a run
 trains on the CPU: a tensor created without following the data or the model's device (a factory call
@@ -33,10 +33,10 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 #: engine applies over uploads: robust rules, DP noise and a model-poisoning attack.
 CASES = {
     "fedavg": ("fedavg", []),
-    "fedavg-sequential": ("fedavg", ["train.execution=sequential"]),
+    "fedavg-sequential": ("fedavg", ["runtime.execution=sequential"]),
     "fedmlac-two-devices-host": (
         "fedmlac",
-        ["train.devices=cpu,cpu", "train.cohort_chunk=1", "train.client_memory=host"],
+        ["runtime.devices=cpu,cpu", "runtime.cohort_chunk=1", "runtime.client_memory=host"],
     ),
     "fedadam-median-dp": (
         "fedadam",
@@ -69,8 +69,8 @@ def simulator(tree, out, algorithm, extra):
             "train.fraction=0.5",
             "train.rounds=1",
             "train.local_epochs=1",
-            "train.cohort_workers=1",
-            "train.device=cpu",
+            "runtime.cohort_workers=1",
+            "runtime.device=cpu",
             *extra,
         ],
         algorithm=algorithm,
@@ -153,7 +153,7 @@ def test_zeroshot_rounds_create_every_tensor_on_the_runs_device(tmp_path):
             "zeroshot.di_steps=5",
             "zeroshot.di_per_class=4",
             "train.local_epochs=1",
-            "train.device=cpu",
+            "runtime.device=cpu",
         ]
     )
     runner = ZeroShotDriver(cfg, tmp_path / "run", progress=False)
@@ -178,10 +178,10 @@ def test_a_lost_device_argument_fails_the_check(tree, tmp_path, monkeypatch):
 
 
 def test_device_setting_is_checked(monkeypatch):
-    with pytest.raises(ConfigError, match="train.device must be auto, cpu, cuda or cuda:N"):
-        load_config(overrides=["train.device=gpu"])
-    with pytest.raises(ConfigError, match="train.precision must be one of"):
-        load_config(overrides=["train.precision=fp8"])
+    with pytest.raises(ConfigError, match="runtime.device must be auto, cpu, cuda or cuda:N"):
+        load_config(overrides=["runtime.device=gpu"])
+    with pytest.raises(ConfigError, match="runtime.precision must be one of"):
+        load_config(overrides=["runtime.precision=fp8"])
     monkeypatch.delenv("FEDAC_DEVICE")
     assert resolve_device("cpu") == torch.device("cpu")
     assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
@@ -198,7 +198,7 @@ def test_device_setting_is_checked(monkeypatch):
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error of a machine without CUDA")
 def test_cuda_without_a_gpu_is_a_clear_error(tmp_path):
-    """`--set train.device=cuda` on a machine without CUDA: exit 2 at once, one line naming the
+    """`--set runtime.device=cuda` on a machine without CUDA: exit 2 at once, one line naming the
     setting."""
     script = Path(sys.executable).with_name("fedac")
     done = subprocess.run(
@@ -208,7 +208,7 @@ def test_cuda_without_a_gpu_is_a_clear_error(tmp_path):
             "--rounds",
             "1",
             "--set",
-            "train.device=cuda",
+            "runtime.device=cuda",
             "--out",
             str(tmp_path / "run"),
         ],
@@ -217,7 +217,7 @@ def test_cuda_without_a_gpu_is_a_clear_error(tmp_path):
         timeout=600,
     )
     assert done.returncode == 2, done.stderr
-    assert "train.device=cuda" in done.stderr and "no CUDA GPU" in done.stderr
+    assert "runtime.device=cuda" in done.stderr and "no CUDA GPU" in done.stderr
     assert "Traceback" not in done.stderr
 
 
@@ -241,7 +241,7 @@ def test_to_device_moves_nested_state_and_keeps_the_rest():
 def test_precision_bf16_autocasts_the_sequential_steps_and_leaves_the_stacked_crnn_in_fp32(
     tree, tmp_path
 ):
-    """train.precision=bf16 changes a sequentially trained model (autocast is in effect) but stays
+    """runtime.precision=bf16 changes a sequentially trained model (autocast is in effect) but stays
     near fp32; the stacked CRNN path, whose hand-written backward is fp32, trains exactly as in
     fp32."""
 
@@ -250,25 +250,25 @@ def test_precision_bf16_autocasts_the_sequential_steps_and_leaves_the_stacked_cr
         sim.run()
         return sim.state.server["params"]
 
-    fp32 = trained("fp32", "train.execution=sequential")
-    bf16 = trained("bf16", "train.execution=sequential", "train.precision=bf16")
+    fp32 = trained("fp32", "runtime.execution=sequential")
+    bf16 = trained("bf16", "runtime.execution=sequential", "runtime.precision=bf16")
     changed = max(
         float((fp32[k] - bf16[k]).abs().max()) for k in fp32 if fp32[k].is_floating_point()
     )
     assert 0 < changed < 0.1
-    stacked, stacked_bf16 = trained("stacked"), trained("stacked-bf16", "train.precision=bf16")
+    stacked, stacked_bf16 = trained("stacked"), trained("stacked-bf16", "runtime.precision=bf16")
     assert all(torch.equal(stacked[k], stacked_bf16[k]) for k in stacked)
 
 
 def test_train_client_runs_every_runtime_under_the_precisions_autocast():
     """train_client (the step the simulator, the stream runner and the Flower ClientApp share)
-    applies train.precision, so no runtime can forget it."""
+    applies runtime.precision, so no runtime can forget it."""
     from fedac.training.step import train_client
     from fedac.training.types import ClientData, ClientResult
 
     class Recorder:
         def __init__(self, precision):
-            self.cfg = load_config(overrides=[f"train.precision={precision}"])
+            self.cfg = load_config(overrides=[f"runtime.precision={precision}"])
             self.device = torch.device("cpu")
 
         def client_update(self, payload, state, data, round_idx, generator):
@@ -298,7 +298,7 @@ def test_train_client_runs_every_runtime_under_the_precisions_autocast():
 def test_features_are_computed_on_the_runs_device_and_a_gpus_are_cached_apart(
     tree, tmp_path, monkeypatch
 ):
-    """Feature extraction runs its STFT, mel and DCT on `train.device` (FEDAC_TEST_DEVICE on a GPU
+    """Feature extraction runs its STFT, mel and DCT on `runtime.device` (FEDAC_TEST_DEVICE on a GPU
     machine, the CPU in CI); a GPU's features (equal to the CPU's to float rounding) get a cache
     file of their own."""
     import os
@@ -336,7 +336,7 @@ def test_features_are_computed_on_the_runs_device_and_a_gpus_are_cached_apart(
 def test_train_deterministic_sets_the_gpu_kernels_and_leaves_the_cpu_alone(
     monkeypatch, deterministic
 ):
-    """train.deterministic: on a GPU, deterministic cuDNN algorithms, no autotuning and torch's
+    """runtime.deterministic: on a GPU, deterministic cuDNN algorithms, no autotuning and torch's
     deterministic mode (a resumed GPU run ended unlike the uninterrupted one without them); the
     CPU's settings stay as they are. The flags are process-wide, so the test restores them."""
     from fedac.training.device import configure_precision

@@ -33,7 +33,7 @@ def test_local_steps_fixes_every_clients_step_count():
         == 6
     )
     algo, clients = make_algorithm(
-        "train.local_steps=3", "train.execution=sequential", "model.name=crnn_tiny"
+        "train.local_steps=3", "runtime.execution=sequential", "model.name=crnn_tiny"
     )
     _, _, results = federate(algo, clients, rounds=1)
     # clients of 37 and of 5 samples alike
@@ -44,7 +44,7 @@ def test_cohort_path_equals_sequential_with_local_steps():
     runs = []
     for mode in ("cohort", "sequential"):
         algo, clients = make_algorithm(
-            "train.local_steps=4", f"train.execution={mode}", "model.name=crnn_tiny"
+            "train.local_steps=4", f"runtime.execution={mode}", "model.name=crnn_tiny"
         )
         runs.append(federate(algo, clients, rounds=2))
     assert_same_run(*runs)

@@ -106,7 +106,7 @@ def test_a_chunk_holds_one_client_when_memory_is_short():
 def test_auto_on_the_cpu_is_the_cost_models_chunks_of_at_most_16():
     # equal clients, one worker: nothing to gain from smaller chunks
     clients = make_clients([16] * 40)
-    cfg = make_algorithm("train.cohort_workers=1")[0].cfg.train
+    cfg = make_algorithm("runtime.cohort_workers=1")[0].cfg.train
     assert cfg.cohort_chunk == 0  # the default is auto
     packing = Packing(0, torch.device("cpu"))
     assert not packing.by_memory and packing.fixed_chunk == CPU_CHUNK
@@ -131,10 +131,10 @@ def test_one_worker_per_gpu_when_auto():
 def test_packed_chunks_give_the_numbers_of_one_chunk(algorithm):
     clients = make_clients(SIZES)
     one = make_algorithm(
-        f"algorithm={algorithm}", "train.cohort_chunk=64", "train.execution=cohort"
+        f"algorithm={algorithm}", "runtime.cohort_chunk=64", "runtime.execution=cohort"
     )
     expected = federate(one[0], clients, rounds=2)
-    algo, _ = make_algorithm(f"algorithm={algorithm}", "train.execution=cohort")
+    algo, _ = make_algorithm(f"algorithm={algorithm}", "runtime.execution=cohort")
     algo.packing = gpu_packing(FakeGauge(1_000, free=[int(6 * 1_000 / MEMORY_FRACTION)]))
     assert_same_run(expected, federate(algo, clients, rounds=2), tol=1e-6)
     assert algo.packing.last_sizes == [6] * 5  # the last round: 30 clients, 6 a chunk
@@ -147,7 +147,7 @@ def test_on_a_gpu_auto_measures_the_probe_and_packs_the_rest_together():
     from fedac.training.device import to_device
 
     clients = [to_device(c, "cuda") for c in make_clients(SIZES)]
-    algo, _ = make_algorithm("algorithm=fedmlac", "train.execution=cohort", "train.device=cuda")
+    algo, _ = make_algorithm("algorithm=fedmlac", "runtime.execution=cohort", "runtime.device=cuda")
     federate(algo, clients, rounds=1)
     (per_client,) = algo.packing.bytes_per_client.values()
     assert 1e4 < per_client < 1e9  # a CRNN client of a chunk: more than nothing, less than a GB
@@ -199,9 +199,9 @@ def test_residency_host_gives_the_numbers_of_resident_clients_and_resumes(gsc_ro
     )  # noqa: E731
     data = build_federated_data(config(), progress=False)
     resident = Simulator(
-        config(**{"train.client_memory": "device"}), tmp_path / "resident", data, progress=False
+        config(**{"runtime.client_memory": "device"}), tmp_path / "resident", data, progress=False
     ).run()
-    host = config(**{"train.client_memory": "host"})
+    host = config(**{"runtime.client_memory": "host"})
     assert Simulator(host, tmp_path / "host", data, progress=False).run(stop_after=2) is None
     sim = Simulator(host, tmp_path / "host", data, progress=False)
     results = sim.run(resume=True)
@@ -217,7 +217,7 @@ def test_residency_host_gives_the_numbers_of_resident_clients_and_resumes(gsc_ro
         assert results["final"][key] == pytest.approx(resident["final"][key], abs=1e-6), key
 
 
-# --- train.devices: one run's chunks spread over several devices ----------------------------------
+# --- runtime.devices: one run's chunks spread over several devices --------------------------------
 
 
 def test_devices_setting_names_what_it_cannot_use():
@@ -228,11 +228,11 @@ def test_devices_setting_names_what_it_cannot_use():
     cpu = torch.device("cpu")
     assert resolve_devices("", cpu) == [cpu] and resolve_devices("cpu, cpu", cpu) == [cpu, cpu]
     for bad in ("gpu", "cuda:0,,cpu", "auto,cpu"):
-        with pytest.raises(ConfigError, match="train.devices"):
-            load_config(overrides=[f"train.devices={bad}"])
+        with pytest.raises(ConfigError, match="runtime.devices"):
+            load_config(overrides=[f"runtime.devices={bad}"])
     if not torch.cuda.is_available():
         for missing in ("all", "cuda:0,cpu"):
-            with pytest.raises(ConfigError, match="train.devices"):
+            with pytest.raises(ConfigError, match="runtime.devices"):
                 resolve_devices(missing, cpu)
 
 
@@ -252,12 +252,12 @@ def test_chunks_spread_over_devices_give_the_numbers_of_one_device(algorithm, mo
     settings = [
         f"algorithm={algorithm}",
         "model.dropout=0",
-        "train.cohort_chunk=4",
-        "train.execution=cohort",
+        "runtime.cohort_chunk=4",
+        "runtime.execution=cohort",
         "fedprox.mu=0.5",
     ]
     expected = federate(make_algorithm(*settings)[0], clients, rounds=2)
-    algo, _ = make_algorithm(*settings, f"train.devices={spread_devices()}")
+    algo, _ = make_algorithm(*settings, f"runtime.devices={spread_devices()}")
     assert len(algo.devices) == 2
     moves, real_to = [], CohortChunk.to
     monkeypatch.setattr(
@@ -285,9 +285,9 @@ def test_over_several_devices_each_gets_an_equal_share_and_the_probe_trains_alon
     from fedac.training.stacking import CohortChunk
 
     clients = make_clients(SIZES)
-    settings = ["algorithm=fedavg", "model.dropout=0", "train.execution=cohort"]
-    expected = federate(make_algorithm(*settings, "train.cohort_chunk=64")[0], clients, rounds=2)
-    algo, _ = make_algorithm(*settings, f"train.devices={spread_devices()}")
+    settings = ["algorithm=fedavg", "model.dropout=0", "runtime.execution=cohort"]
+    expected = federate(make_algorithm(*settings, "runtime.cohort_chunk=64")[0], clients, rounds=2)
+    algo, _ = make_algorithm(*settings, f"runtime.devices={spread_devices()}")
     algo.packing = Packing(0, algo.devices[0], gauge=FakeGauge(1_000, free=[10**9]), spread=2)
     moves, real_to = [], CohortChunk.to
     monkeypatch.setattr(

@@ -87,14 +87,14 @@ class Algorithm(ABC):
         #: Where and how it computes: the driver's (resolved once per run, training/runtime.py), or,
         #: built alone (tests, experiments), one resolved here from `train.*` without touching the
         #: process.
-        self.runtime = runtime if runtime is not None else Runtime.resolve(cfg.train)
-        #: Where this algorithm's models live (`train.device`); the client data arrives there from
+        self.runtime = runtime if runtime is not None else Runtime.resolve(cfg.runtime)
+        #: Where this algorithm's models live (`runtime.device`); the client data arrives there from
         #: the engine.
         self.device = self.runtime.device
-        #: Where the cohort path's stacked chunks train (`train.devices`; by default `self.device`
+        #: Where the cohort path's stacked chunks train (`runtime.devices`; by default `self.device`
         #: alone).
         self.devices = list(self.runtime.devices)
-        #: How many clients a stacked chunk holds (`train.cohort_chunk`; on a GPU, measured per
+        #: How many clients a stacked chunk holds (`runtime.cohort_chunk`; on a GPU, measured per
         #: architecture, on the first of `devices`).
         self.packing = Packing(self.runtime.cohort_chunk, self.devices[0], spread=len(self.devices))
         self._scratch: dict[tuple[str, str], nn.Module] = {}
@@ -252,7 +252,7 @@ class Algorithm(ABC):
             if kind.startswith("none"):
                 raise ConfigError(
                     f"model {arch} has no stacked forward ({kind[6:]}): set "
-                    "train.execution=sequential"
+                    "runtime.execution=sequential"
                 )
             model = self.scratch_model(arch)
             names = [name for name, _ in model.named_parameters()]

@@ -537,7 +537,7 @@ def fedkwsui_cohort(
     )
     workers = algo.runtime.workers
     for position, result in run_chunks(
-        train, chunks, cfg, algo.device, algo.devices, workers=workers
+        train, chunks, algo.cfg.runtime, algo.device, algo.devices, workers=workers
     ):
         results[position] = result
     return results  # type: ignore[return-value]

@@ -32,7 +32,7 @@ Choice 2 (the user's data hold a local id no label is registered for):
   coefficient over time like every real input (fedac's per-utterance z-score; ZSKD rescales to [0,
   1]). All batches of all new classes of a report are optimised in one tensor
   (`optimize_impressions`: the same per-row paths, one forward/backward per step instead of one per
-  batch); several reports run on `workers` threads (the engine's `train.cohort_workers`).
+  batch); several reports run on `workers` threads (the engine's `runtime.cohort_workers`).
 - `group_new_classes`: k-medoids (kmedoids.pam) over this round's impressions plus anchors (the
   stored impressions of new labels registered earlier) into #registered + l_new clusters. Each
   report goes to the cluster holding most of its impressions. A cluster whose medoid is an anchor
@@ -746,8 +746,8 @@ class ZeroShotFL(Algorithm):
         self, reports: list[ClassReport], round_idx: int, workers: int | None = None
     ) -> list[tuple[list[torch.Tensor], float, torch.Tensor]]:
         """`_impressions` of every report, on `workers` threads (default the runtime's,
-        `train.cohort_workers`; torch releases the GIL inside its ops, so each report keeps one core
-        busy). Each report's randomness is its own: the numbers do not depend on the thread
+        `runtime.cohort_workers`; torch releases the GIL inside its ops, so each report keeps one
+        core busy). Each report's randomness is its own: the numbers do not depend on the thread
         count."""
         workers = self.runtime.workers if workers is None else workers
         synthesize = lambda report: self._impressions(report, round_idx)  # noqa: E731

@@ -324,8 +324,8 @@ def compute_features(
     device: torch.device | str = "cpu",
 ) -> FeatureSet:
     """Features for every clip of `manifest` (no cache). Audio decoding runs on a small thread pool;
-    the STFT, mel and DCT of each batch of windows run on `device` (a run's `train.device`), and the
-    features come back to the host. `audio_hook(audio, clip_index)`, when given, transforms each
+    the STFT, mel and DCT of each batch of windows run on `device` (a run's `runtime.device`), and
+    the features come back to the host. `audio_hook(audio, clip_index)`, when given, transforms each
     clip's audio before windowing."""
     device = torch.device(device)
     extractor = FeatureExtractor(cfg).to(device)

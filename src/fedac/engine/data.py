@@ -161,9 +161,9 @@ def default_partition(cfg: Config) -> str:
 
 def feature_device(cfg: Config, device: torch.device | None) -> torch.device:
     """Where features are computed: the run's device (its runtime's, training/runtime.py), or, for a
-    caller with no runtime (tests, `fedac compare`), `train.device` resolved here. The cache keeps a
-    GPU's features apart from the CPU's."""
-    return device if device is not None else resolve_device(cfg.train.device)
+    caller with no runtime (tests, `fedac compare`), `runtime.device` resolved here. The cache keeps
+    a GPU's features apart from the CPU's."""
+    return device if device is not None else resolve_device(cfg.runtime.device)
 
 
 def build_federated_data(

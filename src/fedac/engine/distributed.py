@@ -33,7 +33,7 @@ numbers bit for bit; the stacked path groups a rank's share into different chunk
 would, which moves numbers at float rounding only (docs/performance.md, "Several processes:
 torchrun").
 
-A collective that fails (a rank died: its sockets close) or waits longer than `train.dist_timeout`
+A collective that fails (a rank died: its sockets close) or waits longer than `runtime.dist_timeout`
 (a rank hangs) raises `DistributedError` on every surviving rank, naming the rank and the round;
 rank 0's last checkpoint stays as it was.
 """
@@ -115,7 +115,7 @@ class World:
             first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise DistributedError(
                 f"rank {self.rank} of {self.size}, {when}: {what} failed after "
-                f"{time.monotonic() - started:.1f} s (train.dist_timeout={self.timeout_s:g} s): "
+                f"{time.monotonic() - started:.1f} s (runtime.dist_timeout={self.timeout_s:g} s): "
                 f"another rank stopped or did not reach it ({first}). Rank 0's last checkpoint is "
                 f"kept: continue with {self.again or f'`fedac run --resume {self.run_dir}`'} on "
                 "any number of processes"
@@ -238,9 +238,9 @@ def current_world() -> World:
 
 def start(timeout_s: float, device_setting: str) -> World:
     """Join torchrun's process group when WORLD_SIZE > 1 (else: one process, nothing changes). Each
-    rank takes LOCAL_RANK's GPU when `train.device` is auto or cuda and a GPU is there; the backend
-    is NCCL when every local rank has a GPU of its own, gloo otherwise (CPUs, or several ranks
-    sharing one GPU, which NCCL refuses). Results always travel through a gloo group (they are
+    rank takes LOCAL_RANK's GPU when `runtime.device` is auto or cuda and a GPU is there; the
+    backend is NCCL when every local rank has a GPU of its own, gloo otherwise (CPUs, or several
+    ranks sharing one GPU, which NCCL refuses). Results always travel through a gloo group (they are
     gathered on the host)."""
     global _world
     size = int(os.environ.get("WORLD_SIZE", "1") or 1)
@@ -254,7 +254,7 @@ def start(timeout_s: float, device_setting: str) -> World:
             "torchrun (docs/performance.md, 'Several processes: torchrun')"
         )
     if timeout_s <= 0:
-        raise ConfigError(f"train.dist_timeout must be > 0 seconds, got {timeout_s}")
+        raise ConfigError(f"runtime.dist_timeout must be > 0 seconds, got {timeout_s}")
     import torch.distributed as dist
 
     rank, local_rank = int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"])

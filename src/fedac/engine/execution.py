@@ -7,7 +7,7 @@ The paths:
 - sequential: `train_client` one client after another;
 - stacked: the algorithm's `cohort_update` (clients along a leading axis: training/stacking.py).
 
-`train.execution`:
+`runtime.execution`:
 - `sequential` and `cohort` force a path (`cohort` on a configuration that cannot stack is a
   ConfigError naming the reason, at start);
 - `auto` stacks every configuration that can: a hand-written stacked forward (the zoo's CRNNs) is
@@ -52,7 +52,7 @@ EXECUTION_MODES = ("auto", "cohort", "sequential", "probe")
 def check_execution(mode: str) -> None:
     if mode not in EXECUTION_MODES:
         raise ConfigError(
-            f"train.execution must be one of {', '.join(EXECUTION_MODES)}, got {mode!r}"
+            f"runtime.execution must be one of {', '.join(EXECUTION_MODES)}, got {mode!r}"
         )
 
 
@@ -146,13 +146,13 @@ class ExecutionPlan:
 
     def __init__(self, algorithm: Algorithm, cache: ProbeCache | None = None):
         self.algorithm = algorithm
-        self.mode = algorithm.cfg.train.execution
+        self.mode = algorithm.cfg.runtime.execution
         check_execution(self.mode)
         self.obstacle = None if self.mode == "sequential" else stacking_obstacle(algorithm)
         if self.mode == "cohort" and self.obstacle is not None:
             raise ConfigError(
-                "train.execution=cohort, but the clients cannot train stacked: "
-                f"{self.obstacle}; set train.execution=auto or sequential"
+                "runtime.execution=cohort, but the clients cannot train stacked: "
+                f"{self.obstacle}; set runtime.execution=auto or sequential"
             )
         stacks = self.obstacle is None and self.mode != "sequential"
         archs = algorithm.stacked_architectures() if stacks else []
@@ -191,7 +191,7 @@ class ExecutionPlan:
         """ "stacked", "sequential: <reason>", or, before the probe, "auto: ..." (the run's first
         line and results.json name it)."""
         if self.mode == "sequential":
-            return "sequential: train.execution=sequential"
+            return "sequential: runtime.execution=sequential"
         if self.obstacle is not None:
             return f"sequential: {self.obstacle}"
         if not self.probes:
@@ -215,7 +215,7 @@ class ExecutionPlan:
                 f"{device_name(self.algorithm.device)}: {choice['stacked_s']:.2f} s against "
                 f"{choice['sequential_s']:.2f} s for a probe of {choice['clients']} clients"
                 f"{' (cached for this machine)' if choice.get('cached') else ''} "
-                "(train.execution=cohort forces it)"
+                "(runtime.execution=cohort forces it)"
             )
         return "stacked"
 
@@ -242,7 +242,7 @@ class ExecutionPlan:
             return self._probe(payload, states, datas, round_idx, seed)
         algorithm = self.algorithm
         if self.path == "stacked":
-            with autocast(algorithm.cfg.train.precision, algorithm.device):  # as train_client's
+            with autocast(algorithm.cfg.runtime.precision, algorithm.device):  # as train_client's
                 return algorithm.cohort_update(payload, states, datas, round_idx, seed)
         return [
             train_client(algorithm, payload, state, data, round_idx, seed)
@@ -265,7 +265,7 @@ class ExecutionPlan:
           are timed;
         - where packing sizes chunks by memory (auto on a GPU) the timed clients are the rest of
           the round, so the stacked path is timed on the chunks it will train, not on 8 at a time;
-          elsewhere they are one chunk (`train.cohort_chunk`, 16 on the CPU).
+          elsewhere they are one chunk (`runtime.cohort_chunk`, 16 on the CPU).
         A sequential choice keeps its clients' results (each client's computation is its own); a
         stacked one trains the round again stacked, so its numbers are those of a run that read
         the choice from the cache."""
@@ -280,7 +280,7 @@ class ExecutionPlan:
                 for state, data in zip(states[:warm], datas[:warm])
             ]
             try:
-                with autocast(algorithm.cfg.train.precision, algorithm.device):
+                with autocast(algorithm.cfg.runtime.precision, algorithm.device):
                     if warm:
                         algorithm.cohort_update(
                             payload, states[:warm], datas[:warm], round_idx, seed

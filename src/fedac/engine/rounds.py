@@ -230,7 +230,7 @@ class RoundLoop:
     def _agree_on_stop(self, round_idx: int) -> None:
         """Over several processes, every rank stops at the boundary where any rank was asked to: a
         signal that reached some ranks alone (a `kill` of one rank's PID) would otherwise leave them
-        in the checkpoint's gather while the others train on, until train.dist_timeout. One small
+        in the checkpoint's gather while the others train on, until runtime.dist_timeout. One small
         gather per round."""
         world = current_world()
         if not world.distributed:

@@ -90,14 +90,14 @@ class Simulator(RoundDriver):
         self.progress = progress
         self.world = current_world()  # several processes (torchrun): engine/distributed.py
         check_trackers(cfg.log)  # a missing tracker extra fails here, not after training
-        check_execution(cfg.train.execution)
+        check_execution(cfg.runtime.execution)
         # Resolved once, before the data is built (a missing GPU fails at once), and passed down.
-        self.runtime = start_runtime(cfg.train)
+        self.runtime = start_runtime(cfg.runtime)
         self.device = self.runtime.device
         self.data = data or build_federated_data(cfg, progress, self.device)
         record_bad_files(self.run_dir, self.data)  # data.on_bad_file=skip: the files left out
         self.algorithm: Algorithm = build_algorithm(cfg, self.data.task, self.runtime)
-        #: How the clients train (train.execution=cohort that cannot stack fails here, at start).
+        #: How the clients train (runtime.execution=cohort that cannot stack fails here, at start).
         self.plan = ExecutionPlan.for_run(self.algorithm)
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
         if self.holds_clients and not self.trainable:
@@ -109,7 +109,7 @@ class Simulator(RoundDriver):
         self.attack.prepare_success_rate(self.data)
         # Built on the host, then on the run's device for every round (training/device.py); the
         # clients' data and models stay on the host instead when they do not fit there
-        # (`train.client_memory`).
+        # (`runtime.client_memory`).
         self.client_home = client_home(
             self.runtime.client_memory, self.device, self._resident_bytes
         )
@@ -313,7 +313,7 @@ class Simulator(RoundDriver):
     def first_line(self) -> str:
         return (
             f"{self.cfg.algorithm} on {device_name(self.device)} "
-            f"(train.device={self.cfg.train.device}); clients train "
+            f"(runtime.device={self.cfg.runtime.device}); clients train "
             f"{self.plan.path}{how_shared(self.world, self.sums)}"
         )
 

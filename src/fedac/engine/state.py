@@ -69,7 +69,7 @@ class RunState:
     """Rounds each client has trained (clients never sampled are absent)."""
     best: BestModel | None = None
     auto_choice: dict[str, dict[str, Any]] = field(default_factory=dict)
-    """`train.execution=auto`'s measured path per architecture set (kept so a resume runs it)."""
+    """`runtime.execution=auto`'s measured path per architecture set (kept so a resume runs it)."""
     bytes: ByteBook | None = None
     """None until the first round's traffic is counted (the Flower ServerApp's nodes count their
     own)."""

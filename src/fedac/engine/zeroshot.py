@@ -120,7 +120,7 @@ class ZeroShotDriver(RoundDriver):
                 )
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         check_trackers(cfg.log)  # a missing tracker extra fails here, not after training
-        self.runtime = start_runtime(cfg.train)  # resolved once, passed down
+        self.runtime = start_runtime(cfg.runtime)  # resolved once, passed down
         self.device = self.runtime.device
         manifest = load_manifest(cfg, progress)
         feats = load_features(

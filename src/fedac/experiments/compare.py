@@ -294,8 +294,8 @@ def claim(run_dir: Path, wait: bool):
     """`run_lock` taken by rank 0 alone under torchrun (this process otherwise), and what it then
     sees, on every rank: (held, the results of a run that ended meanwhile, whether a checkpoint is
     there to resume). Every rank thus trains, reads back or passes over the same runs; the others
-    wait in the broadcast, at most `train.dist_timeout`, while rank 0 waits for another copy of the
-    command."""
+    wait in the broadcast, at most `runtime.dist_timeout`, while rank 0 waits for another copy of
+    the command."""
     from fedac.engine.checkpoint import CHECKPOINT  # lazy: start-up time (the engine imports torch)
     from fedac.engine.distributed import current_world
 
@@ -551,7 +551,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
 
     # torchrun: every rank runs the same runs; rank 0 alone writes and prints
     # (engine/distributed.py)
-    with distributed.joined(base.train.dist_timeout, base.train.device, AGAIN % "compare") as world:
+    with distributed.joined(
+        base.runtime.dist_timeout, base.runtime.device, AGAIN % "compare"
+    ) as world:
         out = Path(
             world.from_rank0(
                 args.out or f"runs/compare-{time.strftime('%Y%m%d-%H%M%S')}", "naming --out"

@@ -76,8 +76,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
 
     # torchrun: every rank runs the same runs; rank 0 alone writes and prints
     # (engine/distributed.py)
-    train = load_config(None, request.user).train
-    with distributed.joined(train.dist_timeout, train.device, AGAIN % "reproduce") as world:
+    runtime = load_config(None, request.user).runtime
+    with distributed.joined(runtime.dist_timeout, runtime.device, AGAIN % "reproduce") as world:
         request.progress = request.progress and world.writes
         summary = run_experiment(spec, request)
     if not world.writes:

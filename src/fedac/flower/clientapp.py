@@ -290,8 +290,8 @@ def personal_metrics(node: NodeClient, state: Any, final: bool) -> dict[str, Any
 
 
 def _precision(node: NodeClient):
-    """`train.precision`'s autocast for a node's evaluations, as the simulator evaluates."""
-    return autocast(node.cfg.train.precision, node.algorithm.device)
+    """`runtime.precision`'s autocast for a node's evaluations, as the simulator evaluates."""
+    return autocast(node.cfg.runtime.precision, node.algorithm.device)
 
 
 @app.evaluate()

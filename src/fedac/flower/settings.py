@@ -1,7 +1,8 @@
 """Flower run-config / node-config -> fedac settings.
 
-The run-config keys (`[tool.flwr.app.config]` in pyproject.toml, overridable with `flwr run . <link>
---run-config 'rounds=5 fedac-set="data.root=/data/gsc;train.threads=1"'`) map onto the fedac config:
+The run-config keys (`[tool.flwr.app.config]` in pyproject.toml, overridable with
+`flwr run . <link> --run-config 'rounds=5 fedac-set="data.root=/data/gsc;runtime.threads=1"'`) map
+onto the fedac config:
 
     fedac-config   path of a fedac YAML config (e.g. a run directory's config.yaml); "" = defaults
     algorithm, dataset, seed, rounds (train.rounds), fraction (train.fraction), lr (train.lr)
@@ -142,7 +143,7 @@ class NodeSettings:
     end."""
     device: str | None = None
     """node-config `device` (cpu, cuda, cuda:N): where this node trains, in place of the run's
-    train.device (one SuperNode per GPU: `device="cuda:1"`; docs/flower.md)."""
+    runtime.device (one SuperNode per GPU: `device="cuda:1"`; docs/flower.md)."""
 
 
 def node_settings(node_config: Mapping[str, Any]) -> NodeSettings:
@@ -231,18 +232,18 @@ def apply_node_settings(cfg: Config, node: NodeSettings) -> Config:
 
 def node_runtime(cfg: Config, node: NodeSettings) -> Runtime:
     """Where and how this node trains (training/runtime.py), resolved once: node-config `device` in
-    place of the run's train.device, the run's other train.* settings; applies the process
+    place of the run's runtime.device, the run's other train.* settings; applies the process
     settings."""
     from fedac.training.device import resolve_device
     from fedac.training.runtime import start_runtime
 
     if node.device is None:
-        return start_runtime(cfg.train)
+        return start_runtime(cfg.runtime)
     try:
         device = resolve_device(node.device)
     except ConfigError as err:
         raise ConfigError(f"node-config device={node.device}: {err}") from None
-    return start_runtime(cfg.train, device)
+    return start_runtime(cfg.runtime, device)
 
 
 @dataclass

@@ -11,17 +11,17 @@ where torch reports AVX512, else AVX2, each build in its own key folder; ATEN_CP
 (torch's switch) or FEDAC_GRU_CAPABILITY=avx2 (this kernel's alone) select the AVX2 build on an
 AVX-512 CPU. Where it cannot be built (no compiler, a CPU without AVX2,
 ATEN_CPU_CAPABILITY=default), the pure-torch GRU of models/stacked.py runs instead, and a warning
-says so. `train.gru_kernel` chooses: auto (fused when it builds), fused (fail if it does not), torch
-(never build or use it), and on a GPU triton, the recurrence of gru_triton.py (auto's choice there
-when Triton imports).
+says so. `runtime.gru_kernel` chooses: auto (fused when it builds), fused (fail if it does not),
+torch (never build or use it), and on a GPU triton, the recurrence of gru_triton.py (auto's choice
+there when Triton imports).
 
 The kernels and the pure-torch recurrence do the same math but not in the same instructions (Sleef
 vector exp / tanh and fused multiply-adds against torch's own ops), so they agree to float rounding
 per step, not bit for bit: tests/models/test_gru_kernel.py checks outputs to 1e-6 and gradients to
 1e-5 (absolute and relative) against the pure-torch recurrence and nn.GRU. Over a long run those
 per-step differences grow like any rounding change: on one machine the default run's final test
-accuracy was 63.53% with the fused kernel and 64.01% with train.gru_kernel=torch (0.48 points), so a
-long run's final metrics move with the kernel choice by that order, and bit-identical reruns need
+accuracy was 63.53% with the fused kernel and 64.01% with runtime.gru_kernel=torch (0.48 points), so
+a long run's final metrics move with the kernel choice by that order, and bit-identical reruns need
 the same choice. The AVX2 and AVX-512 builds run the same per-element code and agree bit for bit
 (tested), so the build does not move a run; the ATen matmuls around the kernel may still round
 differently from machine to machine.
@@ -178,19 +178,19 @@ def _build(verbose: bool = False, capability: str | None = None) -> ModuleType:
 
 
 def set_gru_kernel(mode: str) -> None:
-    """Process-wide choice of the stacked GRU's recurrence (`train.gru_kernel`)."""
+    """Process-wide choice of the stacked GRU's recurrence (`runtime.gru_kernel`)."""
     if mode not in GRU_KERNEL_MODES:
         raise ConfigError(
-            f"train.gru_kernel must be one of {', '.join(GRU_KERNEL_MODES)}, got {mode!r}"
+            f"runtime.gru_kernel must be one of {', '.join(GRU_KERNEL_MODES)}, got {mode!r}"
         )
     _state["mode"] = mode
     if mode == "fused" and fused_gru() is None:
         raise ConfigError(
-            f"train.gru_kernel=fused, but the fused GRU kernel did not build: {_state['error']}"
+            f"runtime.gru_kernel=fused, but the fused GRU kernel did not build: {_state['error']}"
         )
     if mode == "triton" and _triton() is None:
         raise ConfigError(
-            f"train.gru_kernel=triton, but Triton is not usable here: {_state['triton_error']} "
+            f"runtime.gru_kernel=triton, but Triton is not usable here: {_state['triton_error']} "
             "(it ships with CUDA builds of torch: pip install triton)"
         )
 
@@ -213,7 +213,7 @@ def recurrence_kernel(device_type: str) -> ModuleType | None:
     type, or None for models/stacked.py's pure-torch one. The CPU: the fused C++ kernel (auto,
     fused). A GPU: the Triton kernel (auto when Triton imports, triton). triton on the CPU runs
     Triton's interpreter, which only TRITON_INTERPRET=1 enables (tests); otherwise the CPU keeps its
-    own choice and says so once, so a run on CPU tensors with train.gru_kernel=triton is never
+    own choice and says so once, so a run on CPU tensors with runtime.gru_kernel=triton is never
     silently timed as the GPU kernel."""
     mode = _state["mode"]
     if mode == "torch":
@@ -224,7 +224,7 @@ def recurrence_kernel(device_type: str) -> ModuleType | None:
         if mode == "triton" and not _state["warned_cpu_triton"]:
             _state["warned_cpu_triton"] = True
             log.warning(
-                "train.gru_kernel=triton runs on a GPU; these CPU tensors use the CPU's own GRU "
+                "runtime.gru_kernel=triton runs on a GPU; these CPU tensors use the CPU's own GRU "
                 "recurrence (%s); TRITON_INTERPRET=1 runs the Triton kernel in its (slow) "
                 "interpreter",
                 "fused" if fused_gru() is not None else "pure torch",

@@ -111,7 +111,7 @@ def _recurrence_backward(grad_out, out, gates, news, w_hh, reverse: bool):
 
 
 def _recurrence(device: torch.device):
-    """(forward, backward) of the recurrence: the kernel `train.gru_kernel` picks for this device
+    """(forward, backward) of the recurrence: the kernel `runtime.gru_kernel` picks for this device
     (fedac/ kernels: the fused C++ one on the CPU, the Triton one on a GPU), else torch's (the
     reference)."""
     kernel = recurrence_kernel(device.type)
@@ -126,7 +126,7 @@ class _GRULayer(torch.autograd.Function):
     Forward, per step, exactly torch's CPU GRU (input gates for all steps first, then `gru_cell`,
     the same operations in the same order, so the pure-torch recurrence's outputs are bit-identical
     to nn.GRU's; the fused kernels do the same math per element and equal it to float rounding per
-    step, not bit for bit, so a long run's metrics move slightly with `train.gru_kernel`:
+    step, not bit for bit, so a long run's metrics move slightly with `runtime.gru_kernel`:
     fedac/kernels):
         i = W_ih x + b_ih;  g = W_hh h + b_hh;  r = sigmoid(g_r + i_r);  z = sigmoid(g_z + i_z)
         n = tanh(i_n + r * g_n);  h' = (h - n) * z + n
@@ -273,9 +273,9 @@ class StackedCRNN:
     def __call__(
         self, params: Params, x: torch.Tensor, masks: MaskFn | None = None
     ) -> torch.Tensor:
-        # fp32 whatever train.precision says: the hand-written backward passes below (and the fused
-        # GRU kernel) are written for fp32 tensors, so autocast is switched off for the stacked
-        # model.
+        # fp32 whatever runtime.precision says: the hand-written backward passes below (and the
+        # fused GRU kernel) are written for fp32 tensors, so autocast is switched off for the
+        # stacked model.
         with torch.autocast(x.device.type, enabled=False):
             return self._forward(params, x.float(), masks)
 

@@ -1,4 +1,4 @@
-"""Where a run computes (`train.device`) and in what arithmetic (`train.precision`).
+"""Where a run computes (`runtime.device`) and in what arithmetic (`runtime.precision`).
 
 The rule every layer follows: tensors are created where the data they meet already lives
 (`device=x.device`, `x.new_zeros`, `zeros_like`), so only two places choose a device: the engine,
@@ -23,11 +23,11 @@ from fedac.training.types import FederatedData
 
 
 def resolve_device(setting: str) -> torch.device:
-    """`train.device` as a torch.device: auto is $FEDAC_DEVICE when set (so a whole test suite or
+    """`runtime.device` as a torch.device: auto is $FEDAC_DEVICE when set (so a whole test suite or
     job can be pointed at one device), else the first CUDA GPU when torch sees one, else the CPU.
     Naming a GPU that is not there fails here, with the setting's name, before anything is built."""
     if not DEVICE_SYNTAX.match(str(setting)):
-        raise ConfigError(f"train.device must be auto, cpu, cuda or cuda:N, got {setting!r}")
+        raise ConfigError(f"runtime.device must be auto, cpu, cuda or cuda:N, got {setting!r}")
     if setting == "auto":
         chosen = os.environ.get("FEDAC_DEVICE", "")
         if chosen and chosen != "auto":
@@ -37,13 +37,15 @@ def resolve_device(setting: str) -> torch.device:
     if device.type == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError(
-                f"train.device={setting}: this torch sees no CUDA GPU (torch {torch.__version__}, "
-                f"CUDA build {torch.version.cuda or 'none'}); use --set train.device=cpu, or "
+                f"runtime.device={setting}: this torch sees no CUDA GPU (torch "
+                f"{torch.__version__}, CUDA build {torch.version.cuda or 'none'}); use --set "
+                "runtime.device=cpu, or "
                 "install a CUDA build of torch (README, Quick start)"
             )
         if device.index is not None and device.index >= torch.cuda.device_count():
             raise ConfigError(
-                f"train.device={setting}: only {torch.cuda.device_count()} CUDA GPU(s) are visible"
+                f"runtime.device={setting}: only {torch.cuda.device_count()} CUDA GPU(s) are "
+                "visible"
             )
         # `cuda` is the current GPU, named with its index: tensors report cuda:N
         if device.index is None:
@@ -52,8 +54,8 @@ def resolve_device(setting: str) -> torch.device:
 
 
 def resolve_devices(setting: str, device: torch.device) -> list[torch.device]:
-    """`train.devices` as the list of devices the cohort path spreads its chunks over: empty, the
-    run's `device` alone; `all`, every CUDA GPU torch sees; else a comma list of `train.device`
+    """`runtime.devices` as the list of devices the cohort path spreads its chunks over: empty, the
+    run's `device` alone; `all`, every CUDA GPU torch sees; else a comma list of `runtime.device`
     values (each checked as `resolve_device` checks it; `cpu` may appear, so a one-GPU machine or a
     test can mix)."""
     names = device_names(setting)
@@ -62,14 +64,14 @@ def resolve_devices(setting: str, device: torch.device) -> list[torch.device]:
     if names == ["all"]:
         if not torch.cuda.is_available():
             raise ConfigError(
-                "train.devices=all: this torch sees no CUDA GPU; leave train.devices empty to "
-                "train on train.device alone"
+                "runtime.devices=all: this torch sees no CUDA GPU; leave runtime.devices empty to "
+                "train on runtime.device alone"
             )
         return [torch.device("cuda", i) for i in range(torch.cuda.device_count())]
     try:
         return [resolve_device(name) for name in names]
     except ConfigError as err:
-        raise ConfigError(f"train.devices={setting}: {err}") from None
+        raise ConfigError(f"runtime.devices={setting}: {err}") from None
 
 
 def device_name(device: torch.device) -> str:
@@ -115,7 +117,7 @@ def place(
 ) -> FederatedData:
     """The federation's client data and evaluation splits moved to `device` (the manifest, task and
     file lists stay as they are), resident there for the whole run. `clients_on`: the clients' data
-    goes there instead (the host, pinned, when it does not fit on a GPU: `train.client_memory`);
+    goes there instead (the host, pinned, when it does not fit on a GPU: `runtime.client_memory`);
     each round then copies its cohort's data to `device`."""
     home = clients_on if clients_on is not None else device
     pin = home.type == "cpu" and device.type == "cuda"
@@ -149,11 +151,11 @@ def nbytes(obj: Any) -> int:
 def check_precision(precision: str, device: torch.device) -> None:
     if precision not in PRECISIONS:
         raise ConfigError(
-            f"train.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"
+            f"runtime.precision must be one of {', '.join(PRECISIONS)}, got {precision!r}"
         )
     if precision == "tf32" and device.type != "cuda":
         raise ConfigError(
-            "train.precision=tf32 needs a CUDA device (TensorFloat-32 is a GPU number format); "
+            "runtime.precision=tf32 needs a CUDA device (TensorFloat-32 is a GPU number format); "
             "on the CPU use fp32 or bf16"
         )
 
@@ -169,8 +171,8 @@ def autocast(precision: str, device: torch.device) -> contextlib.AbstractContext
 
 def configure_precision(precision: str, device: torch.device, deterministic: bool = True) -> None:
     """tf32: CUDA matmuls and convolutions in TensorFloat-32 (process-wide, as torch sets it); the
-    other precisions leave torch's fp32 defaults alone. `deterministic` (train.deterministic): on a
-    GPU, only deterministic kernels. Without it a resumed run on an H200 ended unlike the
+    other precisions leave torch's fp32 defaults alone. `deterministic` (runtime.deterministic): on
+    a GPU, only deterministic kernels. Without it a resumed run on an H200 ended unlike the
     uninterrupted one (cuDNN's convolution backward sums with atomics); warn_only keeps an op with
     no deterministic kernel running, with torch's warning naming it."""
     check_precision(precision, device)

@@ -87,7 +87,7 @@ def logits(model: nn.Module, x: Windows, batch_size: int = 512) -> torch.Tensor:
 
 def clip_argmax(split: EvalSplit, out: torch.Tensor) -> torch.Tensor:
     """Predicted class per clip: the argmax of the mean logits `out` over the clip's windows."""
-    out = out.float()  # (bf16 / fp16 logits under train.precision: averaged in fp32)
+    out = out.float()  # (bf16 / fp16 logits under runtime.precision: averaged in fp32)
     summed = out.new_zeros(split.num_clips, out.shape[1]).index_add_(0, split.clip, out)
     counts = torch.bincount(split.clip, minlength=split.num_clips).clamp(min=1).unsqueeze(1)
     return (summed / counts).argmax(dim=1)

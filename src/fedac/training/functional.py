@@ -80,7 +80,7 @@ def _dropout_forward(module: nn.Dropout, x: torch.Tensor) -> torch.Tensor:
         if x.shape[0] != 2:
             raise ConfigError(
                 f"the stacked path replays dropout on batch-first tensors; {type(module).__name__} "
-                f"got shape {tuple(x.shape)}: set train.execution=sequential"
+                f"got shape {tuple(x.shape)}: set runtime.execution=sequential"
             )
         replay.record.append((tuple(x.shape[1:]), float(module.p)))
         return x
@@ -95,7 +95,7 @@ def _masked_batch_norm(module: nn.modules.batchnorm._BatchNorm, x: torch.Tensor)
     if module.track_running_stats and module.momentum is None:
         raise ConfigError(
             "the stacked path needs BatchNorm's momentum (cumulative averages read a count per "
-            "client): set train.execution=sequential"
+            "client): set runtime.execution=sequential"
         )
     assert replay.weight is not None  # `padded` replays carry the sample weights
     real = (replay.weight > 0).to(x.dtype).view(-1, *[1] * (x.dim() - 1))
@@ -131,7 +131,7 @@ def _gru_forward(module: nn.GRU, x: torch.Tensor, hx: torch.Tensor | None = None
     if module.training and module.dropout and module.num_layers > 1:
         raise ConfigError(
             "the stacked path does not draw nn.GRU's inter-layer dropout: set "
-            "train.execution=sequential"
+            "runtime.execution=sequential"
         )
     seq = x if module.batch_first else x.transpose(0, 1)  # (B, T, C)
     finals = []
@@ -299,7 +299,7 @@ def _replayable(model: nn.Module) -> nn.Module:
         elif isinstance(module, (nn.RNNBase,)):
             raise ConfigError(
                 f"the stacked path has no form of {type(module).__name__}: set "
-                "train.execution=sequential"
+                "runtime.execution=sequential"
             )
     return model
 

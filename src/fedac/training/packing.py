@@ -1,6 +1,6 @@
-"""How a GPU's memory is shared: how many clients one stacked chunk holds (`train.cohort_chunk`; 0,
-the default, is auto), and whether the clients' data and models stay on the device
-(`train.client_memory`).
+"""How a GPU's memory is shared: how many clients one stacked chunk holds (`runtime.cohort_chunk`;
+0, the default, is auto), and whether the clients' data and models stay on the device
+(`runtime.client_memory`).
 
 On the CPU, auto is 16 clients and training/schedule.py's cost model cuts the chunks: the stacked
 step's tensors then stay in cache, and 16 was the fastest size measured on two cores
@@ -16,12 +16,12 @@ packs as many clients into a chunk as fit in the free memory:
 2. Every later chunk takes as many clients as `MEMORY_FRACTION` of the memory free at that moment
    allows (the CUDA driver's free memory plus what torch's caching allocator holds unused), so the
    round's earlier uploads, which stay on the device, are counted as they accumulate. Over several
-   devices (`train.devices`) a chunk takes at most an equal share of the round's clients per device,
-   so every device gets one.
+   devices (`runtime.devices`) a chunk takes at most an equal share of the round's clients per
+   device, so every device gets one.
 
 The measurement is kept for the run, per architecture (the probe runs once, in the first round).
 Chunking does not change the numbers (every client's computation in a stacked step is its own), so
-the size is chosen on speed and memory alone. A fixed `train.cohort_chunk` > 0 is honoured
+the size is chosen on speed and memory alone. A fixed `runtime.cohort_chunk` > 0 is honoured
 everywhere.
 
 `client_home`: the federation's client data and personalized models (FedMLAC keeps one model per
@@ -86,15 +86,15 @@ class CudaGauge:
 
 
 class Packing:
-    """One run's chunk sizing on one device: `train.cohort_chunk` and, for auto on a GPU, the memory
-    per client measured by each architecture's probe chunk."""
+    """One run's chunk sizing on one device: `runtime.cohort_chunk` and, for auto on a GPU, the
+    memory per client measured by each architecture's probe chunk."""
 
     def __init__(
         self, chunk: int, device: torch.device, gauge: MemoryGauge | None = None, spread: int = 1
     ):
         self.chunk = chunk
         self.device = device
-        #: Devices the chunks are spread over (`train.devices`): a round's clients are shared out
+        #: Devices the chunks are spread over (`runtime.devices`): a round's clients are shared out
         #: among them.
         self.spread = spread
         self.gauge = (
@@ -155,7 +155,7 @@ def client_home(
     resident_bytes: Callable[[], int],
     gauge: MemoryGauge | None = None,
 ) -> torch.device:
-    """Where clients' data and personalized models live between rounds (`train.client_memory`):
+    """Where clients' data and personalized models live between rounds (`runtime.client_memory`):
     `device`, or the host. auto asks `resident_bytes()` (the data and every client's model) only on
     a GPU."""
     if setting == "device" or device.type == "cpu":

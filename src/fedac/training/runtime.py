@@ -1,14 +1,15 @@
-"""One run's runtime: where and how it computes, resolved once from `train.*` and passed down.
+"""One run's runtime: where and how it computes, resolved once from the `runtime` settings and
+passed down.
 
-`Runtime` holds the device (`train.device`), the devices the cohort path spreads over
-(`train.devices`), the arithmetic (`train.precision`, `train.deterministic`), the packing settings
-(`train.cohort_chunk`, `train.client_memory`) and the worker threads (`train.cohort_workers`). A
-driver (engine/) builds it with `start_runtime`, which also applies the process-wide settings (torch
-threads, the allocator, the GRU kernel, then precision and determinism) in that order, since the
-auto worker count reads the threads. The driver hands it to the algorithm and to the data builders,
-so no layer reads `train.device` again. Packing's measurements per architecture
-(training/packing.py) and where the clients' data lives (`client_home`, which needs the data's size)
-stay outside: they change or are known only later.
+`Runtime` holds the device (`runtime.device`), the devices the cohort path spreads over
+(`runtime.devices`), the arithmetic (`runtime.precision`, `runtime.deterministic`), the packing
+settings (`runtime.cohort_chunk`, `runtime.client_memory`) and the worker threads
+(`runtime.cohort_workers`). A driver (engine/) builds it with `start_runtime`, which also applies
+the process-wide settings (torch threads, the allocator, the GRU kernel, then precision and
+determinism) in that order, since the auto worker count reads the threads. The driver hands it to
+the algorithm and to the data builders, so no layer reads `runtime.device` again. Packing's
+measurements per architecture (training/packing.py) and where the clients' data lives
+(`client_home`, which needs the data's size) stay outside: they change or are known only later.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 
 import torch
 
-from fedac.config import TrainConfig
+from fedac.config import RuntimeConfig
 from fedac.kernels import set_gru_kernel
 from fedac.training.device import (
     autocast,
@@ -44,34 +45,34 @@ class Runtime:
     """Where and how one run computes (see the module's docstring)."""
 
     device: torch.device
-    #: Where the cohort path's stacked chunks train (`train.devices`; by default `device` alone).
+    #: Where the cohort path's stacked chunks train (`runtime.devices`; by default `device` alone).
     devices: tuple[torch.device, ...]
     precision: str
     deterministic: bool
-    #: `train.cohort_chunk` (0: sized by the cost model, or by free memory on a GPU).
+    #: `runtime.cohort_chunk` (0: sized by the cost model, or by free memory on a GPU).
     cohort_chunk: int
-    #: `train.client_memory`: device, host or auto (engine/simulator.py decides auto once the data
+    #: `runtime.client_memory`: device, host or auto (engine/simulator.py decides auto once the data
     #: is built).
     client_memory: str
-    #: Worker threads for a cohort's chunks and a round's reports (`train.cohort_workers`, 0
+    #: Worker threads for a cohort's chunks and a round's reports (`runtime.cohort_workers`, 0
     #: resolved).
     workers: int
 
     @classmethod
-    def resolve(cls, train: TrainConfig, device: torch.device | None = None) -> Runtime:
-        """The runtime `train` names, checked (a missing GPU or tf32 on the CPU fails here, naming
-        the setting); nothing process-wide changes. `device`: one already resolved (a Flower
-        node's)."""
-        device = device if device is not None else resolve_device(train.device)
-        check_precision(train.precision, device)
+    def resolve(cls, runtime: RuntimeConfig, device: torch.device | None = None) -> Runtime:
+        """The runtime the `runtime` settings name, checked (a missing GPU or tf32 on the CPU fails
+        here, naming the setting); nothing process-wide changes. `device`: one already resolved (a
+        Flower node's)."""
+        device = device if device is not None else resolve_device(runtime.device)
+        check_precision(runtime.precision, device)
         return cls(
             device,
-            tuple(resolve_devices(train.devices, device)),
-            train.precision,
-            train.deterministic,
-            train.cohort_chunk,
-            train.client_memory,
-            cohort_workers(train, device),
+            tuple(resolve_devices(runtime.devices, device)),
+            runtime.precision,
+            runtime.deterministic,
+            runtime.cohort_chunk,
+            runtime.client_memory,
+            cohort_workers(runtime, device),
         )
 
     @property
@@ -85,18 +86,18 @@ class Runtime:
         return autocast(self.precision, self.device)
 
 
-def start_runtime(train: TrainConfig, device: torch.device | None = None) -> Runtime:
+def start_runtime(settings: RuntimeConfig, device: torch.device | None = None) -> Runtime:
     """The process settings (`configure_process`), then the runtime, then its precision and
     determinism applied process-wide: what a driver calls once, before it builds data or models."""
-    configure_process(train)
-    runtime = Runtime.resolve(train, device)
+    configure_process(settings)
+    runtime = Runtime.resolve(settings, device)
     configure_precision(runtime.precision, runtime.device, runtime.deterministic)
     return runtime
 
 
-def configure_process(cfg: TrainConfig) -> None:
-    """`train.threads` torch intra-op threads, `train.gru_kernel` and, with
-    `train.keep_freed_memory`, `keep_freed_memory()`."""
+def configure_process(cfg: RuntimeConfig) -> None:
+    """`runtime.threads` torch intra-op threads, `runtime.gru_kernel` and, with
+    `runtime.keep_freed_memory`, `keep_freed_memory()`."""
     if cfg.threads > 0:
         torch.set_num_threads(cfg.threads)
     if cfg.keep_freed_memory:

@@ -13,11 +13,11 @@ provides:
   step s are a prefix of the chunk and every stacked tensor is sliced, never gathered. A client
   whose batch is smaller than the step's widest one is padded with copies of its own first sample at
   weight 0.
-- chunking: at most `train.cohort_chunk` clients are stacked at once, which bounds the memory of
+- chunking: at most `runtime.cohort_chunk` clients are stacked at once, which bounds the memory of
   activations kept for the backward pass; training/schedule.py cuts chunks by modelled cost
   (padding, per-step overheads, an even share per worker); `run_chunks` trains them on
-  `train.cohort_workers` threads, costliest first. On a GPU auto packs chunks by free memory instead
-  (training/packing.py).
+  `runtime.cohort_workers` threads, costliest first. On a GPU auto packs chunks by free memory
+  instead (training/packing.py).
 - dropout: every client owns a generator seeded with `derive_seed(seed, "dropout", round, client)`,
   the seed the sequential path gives the global RNG, and draws its masks with the op `nn.Dropout`
   uses on CPU (`bernoulli_` into a fresh buffer, then `div_(1 - p)`), layer by layer in forward
@@ -41,7 +41,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
-from fedac.config import TrainConfig
+from fedac.config import RuntimeConfig, TrainConfig
 from fedac.errors import ConfigError
 from fedac.seeding import torch_generator
 from fedac.training.device import to_device
@@ -101,7 +101,7 @@ class Step:
 
 
 class CohortChunk:
-    """Up to `train.cohort_chunk` clients of one architecture, their data and their step
+    """Up to `runtime.cohort_chunk` clients of one architecture, their data and their step
     schedule."""
 
     def __init__(
@@ -195,8 +195,9 @@ class CohortChunk:
         return self.y.device
 
     def to(self, device: torch.device) -> CohortChunk:
-        """This chunk with its data and step schedule on `device` (`train.devices`), its generators
-        seeded anew there (every GPU draws the same masks; the CPU draws its own stream)."""
+        """This chunk with its data and step schedule on `device` (`runtime.devices`), its
+        generators seeded anew there (every GPU draws the same masks; the CPU draws its own
+        stream)."""
         if torch.device(device) == self.device:
             return self
         moved = copy.copy(self)
@@ -265,14 +266,16 @@ def plan_chunks(
 ) -> Iterator[CohortChunk]:
     """Sort one architecture's clients (`key`) by training size (largest first, so similar sizes
     share a chunk and pad little) and build their chunks one at a time (a chunk holds a copy of its
-    data). With a chunk size (a fixed `train.cohort_chunk`, or auto on the CPU) training/schedule.py
-    cuts them by modelled cost (little padding, and an even share of the work per chunk when several
-    workers train at once), the costliest first so the workers finish together; auto on a GPU packs
-    each chunk as full as the free memory allows (training/packing.py)."""
-    packing = packing if packing is not None else Packing(cfg.cohort_chunk, torch.device("cpu"))
+    data). With a chunk size (a fixed `runtime.cohort_chunk`, or auto on the CPU)
+    training/schedule.py cuts them by modelled cost (little padding, and an even share of the work
+    per chunk when several workers train at once), the costliest first so the workers finish
+    together; auto on a GPU packs each chunk as full as the free memory allows
+    (training/packing.py). `packing` None: auto on the CPU; `workers` None:
+    `runtime.cohort_workers`'s auto (the run's runtime holds both)."""
+    packing = packing if packing is not None else Packing(0, torch.device("cpu"))
     if packing.chunk < 0:
         raise ConfigError(
-            "train.cohort_chunk must be >= 0 (clients stacked at once; 0: auto), got "
+            "runtime.cohort_chunk must be >= 0 (clients stacked at once; 0: auto), got "
             f"{packing.chunk}"
         )
     order = sorted(range(len(datas)), key=lambda i: -datas[i].num_samples)
@@ -286,7 +289,7 @@ def plan_chunks(
         yield from packing.chunks(order, key, build)
         return
     if workers is None:  # (the run's runtime holds it resolved: training/runtime.py)
-        workers = cohort_workers(cfg, packing.device)
+        workers = cohort_workers(RuntimeConfig(), packing.device)
     ranges = partition(
         [datas[i].num_samples for i in order],
         cfg.batch_size,
@@ -298,13 +301,14 @@ def plan_chunks(
         yield build([order[i] for i in part])
 
 
-def cohort_workers(cfg: TrainConfig, device: torch.device | None = None) -> int:
-    """`train.cohort_workers`, with 0 (auto) read as one worker per usable core not already taken by
-    torch's intra-op threads, or one on a GPU (its chunks queue on one device; packing fills it)."""
+def cohort_workers(cfg: RuntimeConfig, device: torch.device | None = None) -> int:
+    """`runtime.cohort_workers`, with 0 (auto) read as one worker per usable core not already taken
+    by torch's intra-op threads, or one on a GPU (its chunks queue on one device; packing fills
+    it)."""
     workers = cfg.cohort_workers
     if workers < 0:
         raise ConfigError(
-            f"train.cohort_workers must be >= 0 (0: one per free core), got {workers}"
+            f"runtime.cohort_workers must be >= 0 (0: one per free core), got {workers}"
         )
     if workers == 0:
         if device is not None and device.type != "cpu":
@@ -324,7 +328,7 @@ def cohort_workers(cfg: TrainConfig, device: torch.device | None = None) -> int:
 def run_chunks(
     train: Callable[[CohortChunk], list[tuple[int, Any]]],
     chunks: Iterator[CohortChunk],
-    cfg: TrainConfig,
+    cfg: RuntimeConfig,
     device: torch.device | None = None,
     devices: Sequence[torch.device] = (),
     first_alone: bool = False,
@@ -336,9 +340,9 @@ def run_chunks(
     whole recurrence), so with one intra-op thread each, two workers keep two cores busy. A worker
     takes the next chunk as soon as it is free (results come back in completion order, with their
     positions); at most `workers` chunks (and their activations) are in memory at once. Several
-    `devices` (`train.devices`): one worker per device, each chunk trained where its worker sits and
-    its results brought back to `device`; `first_alone`: the first chunk trains before the next is
-    planned (packing's probe, whose memory is measured on the first device)."""
+    `devices` (`runtime.devices`): one worker per device, each chunk trained where its worker sits
+    and its results brought back to `device`; `first_alone`: the first chunk trains before the next
+    is planned (packing's probe, whose memory is measured on the first device)."""
     if len(devices) > 1:
         yield from _spread(
             train, chunks, devices, device if device is not None else devices[0], first_alone
@@ -460,7 +464,7 @@ class StackedSGD:
 
 
 def grads_of(loss: torch.Tensor, params: dict[str, torch.Tensor]) -> dict[str, torch.Tensor | None]:
-    # Backward outside autocast (train.precision), as torch recommends: each op's backward follows
+    # Backward outside autocast (runtime.precision), as torch recommends: each op's backward follows
     # its forward's dtype, and the stacked models' hand-written backward passes are fp32.
     with torch.autocast(loss.device.type, enabled=False):
         values = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
@@ -492,4 +496,4 @@ def train_chunks(
     chunks = plan_chunks(
         datas, positions, algo.cfg.train, round_idx, seed, algo.packing, arch, workers
     )
-    return run_chunks(train, chunks, algo.cfg.train, algo.device, algo.devices, probing, workers)
+    return run_chunks(train, chunks, algo.cfg.runtime, algo.device, algo.devices, probing, workers)

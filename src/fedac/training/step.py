@@ -33,9 +33,9 @@ def train_client(
     """One client's update with its randomness fixed by (seed, round, client): the batch order comes
     from a derived generator and dropout from the global RNG seeded the same way. Every runtime
     (simulator, zero-shot driver, Flower ClientApp) calls this, so they produce the same numbers, in
-    the same arithmetic (`train.precision`'s autocast)."""
+    the same arithmetic (`runtime.precision`'s autocast)."""
     torch.manual_seed(derive_seed(seed, "dropout", round_idx, data.name))
-    with autocast(algorithm.cfg.train.precision, algorithm.device):
+    with autocast(algorithm.cfg.runtime.precision, algorithm.device):
         result = algorithm.client_update(
             payload, state, data, round_idx, torch_generator(seed, "batches", round_idx, data.name)
         )
