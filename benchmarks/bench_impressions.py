@@ -130,7 +130,7 @@ def main() -> int:
                 if path == "before":
                     fn = lambda: [x for r in reports for x in before(module, alg, r, 4)]  # noqa: E731
                 else:
-                    workers = 1 if path == "after_1_worker" else cohort_workers(runner.cfg.train)
+                    workers = 1 if path == "after_1_worker" else cohort_workers(runner.cfg.runtime)
                     fn = lambda: [
                         x
                         for out, _, _ in alg.synthesize_reports(reports, 4, workers)  # noqa: E731
@@ -152,7 +152,7 @@ def main() -> int:
             "reports": [(r.user, r.arch, len(r.local_ids)) for r in reports],
             "impressions_per_class": len(xs["after"][0]),
             "steps": args.steps,
-            "workers_after": cohort_workers(runner.cfg.train),
+            "workers_after": cohort_workers(runner.cfg.runtime),
             **timings,
             "cpu_speedup_1_worker": timings["before"]["cpu_s_per_class"]
             / timings["after_1_worker"]["cpu_s_per_class"],

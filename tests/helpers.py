@@ -87,7 +87,7 @@ def compute_overrides() -> dict[str, str]:
     pairs = [
         item.split("=", 1) for item in os.environ.get(COMPUTE_ENV, "").split(",") if item.strip()
     ]
-    allowed = {f"train.{name}" for name in HOW_TO_COMPUTE}
+    allowed = set(HOW_TO_COMPUTE)
     for pair in pairs:
         if len(pair) != 2 or pair[0].strip() not in allowed:
             raise ValueError(

@@ -183,6 +183,24 @@ class TrainConfig:
     legend)."""
     eval_batch_size: int = number(512, ">= 1")
 
+    if not typing.TYPE_CHECKING:  # (the checker keeps reporting a moved name as an error)
+
+        def __getattr__(self, name: str) -> Any:
+            # (only asked for a name the section does not hold)
+            raise AttributeError(_moved(name) or f"train has no setting {name!r}")
+
+        def __setattr__(self, name: str, value: Any) -> None:
+            moved = _moved(name)
+            if moved:  # (an old name set in code would otherwise be a new, unread attribute)
+                raise AttributeError(moved)
+            object.__setattr__(self, name, value)
+
+
+def _moved(name: str) -> str | None:
+    """What code reading or setting `train.<name>` is told when the setting moved (RENAMED)."""
+    new = RENAMED.get(f"train.{name}")
+    return f"train.{name} is now {new} (cfg.{new})" if new else None
+
 
 @dataclass
 class RuntimeConfig:

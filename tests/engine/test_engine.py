@@ -325,9 +325,9 @@ def test_configure_process_sets_threads_and_keeps_freed_memory_on_glibc(monkeypa
     calls = []
     monkeypatch.setattr(runtime, "keep_freed_memory", lambda: calls.append(True) or True)
     monkeypatch.setattr(runtime.torch, "set_num_threads", lambda n: calls.append(n))
-    runtime.configure_process(load_config(overrides=["runtime.threads=1"]).train)
+    runtime.configure_process(load_config(overrides=["runtime.threads=1"]).runtime)
     runtime.configure_process(
-        load_config(overrides=["runtime.threads=0", "runtime.keep_freed_memory=false"]).train
+        load_config(overrides=["runtime.threads=0", "runtime.keep_freed_memory=false"]).runtime
     )
     # threads=0 keeps torch's count; the allocator is left alone when asked
     assert calls == [1, True]

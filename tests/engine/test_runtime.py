@@ -19,7 +19,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_the_runtime_holds_the_settings_resolved_and_cannot_change():
-    train = load_config(
+    settings = load_config(
         None,
         [
             "runtime.device=cpu",
@@ -30,8 +30,8 @@ def test_the_runtime_holds_the_settings_resolved_and_cannot_change():
             "runtime.precision=bf16",
             "runtime.deterministic=false",
         ],
-    ).train
-    rt = Runtime.resolve(train)
+    ).runtime
+    rt = Runtime.resolve(settings)
     assert rt == Runtime(
         torch.device("cpu"), (torch.device("cpu"),) * 2, "bf16", False, 5, "host", 3
     )
@@ -41,15 +41,15 @@ def test_the_runtime_holds_the_settings_resolved_and_cannot_change():
     with pytest.raises(dataclasses.FrozenInstanceError):
         rt.device = torch.device("meta")  # type: ignore[misc]
     # auto (0) workers is a number once resolved; a node's own device replaces runtime.device
-    assert Runtime.resolve(load_config(None, ["runtime.cohort_workers=0"]).train).workers >= 1
+    assert Runtime.resolve(load_config(None, ["runtime.cohort_workers=0"]).runtime).workers >= 1
     assert (
         Runtime.resolve(
-            load_config(None, ["runtime.device=cuda:7"]).train, torch.device("cpu")
+            load_config(None, ["runtime.device=cuda:7"]).runtime, torch.device("cpu")
         ).device.type
         == "cpu"
     )
     with pytest.raises(ConfigError, match="runtime.precision=tf32 needs a CUDA device"):
-        Runtime.resolve(load_config(None, ["runtime.device=cpu", "runtime.precision=tf32"]).train)
+        Runtime.resolve(load_config(None, ["runtime.device=cpu", "runtime.precision=tf32"]).runtime)
 
 
 def test_start_runtime_applies_the_process_settings_before_counting_workers(monkeypatch):
@@ -62,7 +62,7 @@ def test_start_runtime_applies_the_process_settings_before_counting_workers(monk
         runtime_mod, "configure_precision", lambda *a: order.append(("precision", *a))
     )
     rt = runtime_mod.start_runtime(
-        load_config(None, ["runtime.device=cpu", "runtime.deterministic=false"]).train
+        load_config(None, ["runtime.device=cpu", "runtime.deterministic=false"]).runtime
     )
     assert (
         order == ["process", "workers", ("precision", "fp32", torch.device("cpu"), False)]
@@ -129,7 +129,7 @@ def test_the_cohort_path_plans_and_runs_its_chunks_on_the_runtimes_workers(monke
             "model.name=crnn_tiny",
         ]
     )
-    rt = dataclasses.replace(Runtime.resolve(cfg.train), workers=2)
+    rt = dataclasses.replace(Runtime.resolve(cfg.runtime), workers=2)
     g = torch.Generator().manual_seed(0)
     clients = [
         ClientData(
@@ -174,5 +174,5 @@ def test_a_plugin_algorithm_with_the_old_constructor_still_builds(monkeypatch):
 
     monkeypatch.setattr(algorithms, "algorithm_class", lambda name: OldStyle)
     cfg = load_config(None, ["runtime.device=cpu"])
-    algo = algorithms.build_algorithm(cfg, Task(40, 4, ["a", "b"]), Runtime.resolve(cfg.train))
-    assert algo.built_old_style and algo.runtime == Runtime.resolve(cfg.train)
+    algo = algorithms.build_algorithm(cfg, Task(40, 4, ["a", "b"]), Runtime.resolve(cfg.runtime))
+    assert algo.built_old_style and algo.runtime == Runtime.resolve(cfg.runtime)

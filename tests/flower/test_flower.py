@@ -216,12 +216,9 @@ def test_flower_run_matches_the_simulator(fedmlac_run, tmp_path):
     # simulator's sequential path (the ClientApp calls the same `train_client`); the simulator's
     # stacked cohort path reorders float sums, so it is compared to 1e-5 above only through the
     # Plug-in.
-    if hasattr(cfg.train, "execution"):
-        cfg.runtime.execution = "sequential"
-        sequential = Simulator(cfg, tmp_path / "sequential", progress=False)
-        sequential.run()
-    else:
-        sequential = sim
+    cfg.runtime.execution = "sequential"
+    sequential = Simulator(cfg, tmp_path / "sequential", progress=False)
+    sequential.run()
     log = json.loads((fedmlac_run["run_dir"] / "flower_clients.json").read_text())
     for report in log["rounds"]["2"]:
         assert report["new-state-digest"] == transport.digest(

@@ -273,7 +273,7 @@ def test_chunking_and_worker_threads_give_the_numbers_of_one_chunk(algorithm):
 def test_cohort_workers_setting():
     from fedac.training.stacking import cohort_workers
 
-    cfg = load_config(overrides=["runtime.cohort_workers=3"]).train
+    cfg = load_config(overrides=["runtime.cohort_workers=3"]).runtime
     assert cohort_workers(cfg) == 3
     cfg.cohort_workers = 0  # auto: at least one, at most one per core
     assert 1 <= cohort_workers(cfg) <= (os.cpu_count() or 1)

@@ -106,22 +106,24 @@ def test_a_chunk_holds_one_client_when_memory_is_short():
 def test_auto_on_the_cpu_is_the_cost_models_chunks_of_at_most_16():
     # equal clients, one worker: nothing to gain from smaller chunks
     clients = make_clients([16] * 40)
-    cfg = make_algorithm("runtime.cohort_workers=1")[0].cfg.train
-    assert cfg.cohort_chunk == 0  # the default is auto
+    settings = make_algorithm()[0].cfg
+    cfg = settings.train
+    assert settings.runtime.cohort_chunk == 0  # the default is auto
     packing = Packing(0, torch.device("cpu"))
     assert not packing.by_memory and packing.fixed_chunk == CPU_CHUNK
-    sizes = [len(c) for c in plan_chunks(clients, range(len(clients)), cfg, 1, 0, packing, "m")]
+    sizes = [len(c) for c in plan_chunks(clients, range(len(clients)), cfg, 1, 0, packing, "m", 1)]
     assert sum(sizes) == len(clients) and max(sizes) == CPU_CHUNK
     # a fixed size wins on a GPU too
     fixed = Packing(5, torch.device("cpu"), gauge=FakeGauge(1, free=[10**12]))
     assert not fixed.by_memory
     assert (
-        max(len(c) for c in plan_chunks(clients, range(len(clients)), cfg, 1, 0, fixed, "m")) == 5
+        max(len(c) for c in plan_chunks(clients, range(len(clients)), cfg, 1, 0, fixed, "m", 1))
+        == 5
     )
 
 
 def test_one_worker_per_gpu_when_auto():
-    cfg = make_algorithm()[0].cfg.train
+    cfg = make_algorithm()[0].cfg.runtime
     assert cohort_workers(cfg, torch.device("cuda")) == 1
     cfg.cohort_workers = 3
     assert cohort_workers(cfg, torch.device("cuda")) == 3  # a setting is a setting

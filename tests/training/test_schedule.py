@@ -113,10 +113,8 @@ def test_workers_get_even_shares_and_the_long_tail_is_split():
 
 def test_plan_chunks_yields_costliest_first_with_every_position_once():
     clients = make_clients([37, 16, 5, 23, 40, 9, 70, 3])
-    cfg = load_config(
-        overrides=["train.batch_size=16", "train.local_epochs=1", "runtime.cohort_workers=2"]
-    ).train
-    chunks = list(plan_chunks(clients, list(range(10, 18)), cfg, round_idx=1, seed=0))
+    cfg = load_config(overrides=["train.batch_size=16", "train.local_epochs=1"]).train
+    chunks = list(plan_chunks(clients, list(range(10, 18)), cfg, round_idx=1, seed=0, workers=2))
     assert sorted(p for c in chunks for p in c.positions) == list(range(10, 18))
     costs = [cost([d.num_samples for d in c.datas]) for c in chunks]
     assert costs == sorted(costs, reverse=True) and len(chunks) > 1

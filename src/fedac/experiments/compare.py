@@ -171,19 +171,20 @@ def finished_results(run_dir: Path) -> dict | None:
 
 
 HOW_TO_COMPUTE = (
-    "threads",
-    "execution",
-    "cohort_chunk",
-    "cohort_workers",
-    "keep_freed_memory",
-    "gru_kernel",
-    "device",
-    "devices",
-    "client_memory",
-    "checkpoint_every",
-    "dist_timeout",
+    "runtime.device",
+    "runtime.devices",
+    "runtime.threads",
+    "runtime.execution",
+    "runtime.cohort_chunk",
+    "runtime.cohort_workers",
+    "runtime.client_memory",
+    "runtime.keep_freed_memory",
+    "runtime.gru_kernel",
+    "runtime.dist_timeout",
+    "train.checkpoint_every",
 )
-"""`train` settings documented (config.py) to leave a run's numbers unchanged, to float rounding."""
+"""Settings documented (config.py) to leave a run's numbers unchanged, to float rounding: the
+`runtime` section but its arithmetic (`precision`, `deterministic`), and the checkpoints' spacing."""
 
 
 def check_same_config(cfg: Config, run_dir: Path) -> None:
@@ -198,8 +199,11 @@ def check_same_config(cfg: Config, run_dir: Path) -> None:
     saved = run_dir / "config.yaml"
 
     def settings(config: dict) -> dict:
-        train = {k: v for k, v in config.get("train", {}).items() if k not in HOW_TO_COMPUTE}
-        return {**{k: v for k, v in config.items() if k != "out"}, "train": train}
+        kept = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items() if k != "out"}
+        for key in HOW_TO_COMPUTE:
+            section, name = key.split(".")
+            kept.get(section, {}).pop(name, None)
+        return kept
 
     if saved.is_file() and settings(
         load_config(str(saved), algorithm_defaults=False).to_dict()
