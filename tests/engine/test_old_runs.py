@@ -14,14 +14,16 @@ every result) exactly. tests/test_portability.py reruns this module under other 
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 from pathlib import Path
 
 import pytest
 import yaml
 
+from fedac import config as config_mod
 from fedac.cli import main
-from fedac.config import Config, load_config
+from fedac.config import RENAMED, Config, load_config
 from fedac.engine.checkpoint import load_checkpoint
 from fedac.training.device import resolve_device
 from helpers import compute_overrides, numbers_differ
@@ -55,6 +57,10 @@ NOT_COMPARED = {
 REL = 1e-4
 
 
+#: New name -> the old name an old file holds it under.
+OLD_NAMES = {new: old for old, new in RENAMED.items()}
+
+
 def leaves(tree: dict, prefix: str = "") -> dict:
     out = {}
     for key, value in tree.items():
@@ -63,6 +69,14 @@ def leaves(tree: dict, prefix: str = "") -> dict:
         else:
             out[f"{prefix}{key}"] = value
     return out
+
+
+def assert_noticed(old: list[str], caplog) -> None:
+    """One warning line per old name, naming its new name."""
+    notices = [r.getMessage() for r in caplog.records if r.name == "fedac.config"]
+    assert old and len(notices) == len(old)
+    for key in old:
+        assert sum(f" {key} is now {RENAMED[key]} " in line for line in notices) == 1
 
 
 def test_the_committed_old_files_are_there():
@@ -76,9 +90,14 @@ def test_the_committed_old_files_are_there():
     CONFIGS + [run / "config.yaml" for run in RUNS],
     ids=lambda p: p.parent.name + "/" + p.name,
 )
-def test_an_old_config_loads_to_what_it_says(path):
+def test_an_old_config_loads_to_what_it_says(path, monkeypatch, caplog):
     raw = yaml.safe_load(path.read_text())
-    said, cfg = leaves(raw), load_config(path)
+    monkeypatch.setattr(config_mod, "_NOTICED", set())
+    with caplog.at_level(logging.WARNING, logger="fedac.config"):
+        cfg = load_config(path)
+    # a setting written under its old name is read under the new one, with one notice naming it
+    said = {RENAMED.get(key, key): value for key, value in leaves(raw).items()}
+    assert_noticed([key for key in leaves(raw) if key in RENAMED], caplog)
     got, builtin = leaves(cfg.to_dict()), leaves(Config().to_dict())
     assert (
         cfg.algorithm == raw["algorithm"]
@@ -105,24 +124,29 @@ def test_an_old_config_loads_to_what_it_says(path):
 
 @pytest.mark.slow
 @pytest.mark.parametrize("old", RUNS, ids=lambda p: p.name)
-def test_an_old_run_directory_resumes_to_its_end(old, tmp_path, monkeypatch, capsys):
+def test_an_old_run_directory_resumes_to_its_end(old, tmp_path, monkeypatch, capsys, caplog):
     # config.yaml's `out` is relative: nothing may land there but the copy
     monkeypatch.chdir(tmp_path)
     run = tmp_path / "copy"
     shutil.copytree(old, run)
-    # how to compute, never what (tests/test_portability.py's variants)
+    # how to compute, never what (tests/test_portability.py's variants), written as the old file
+    # names it
     compute = compute_overrides()
-    if compute:
-        raw = yaml.safe_load((run / "config.yaml").read_text())
-        for key, value in compute.items():
-            raw["train"][key.removeprefix("train.")] = yaml.safe_load(value)
-        (run / "config.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    raw = yaml.safe_load((run / "config.yaml").read_text())
+    for key, value in compute.items():
+        section, name = OLD_NAMES.get(key, key).split(".")
+        raw[section][name] = yaml.safe_load(value)
+    (run / "config.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
     stopped_at = len((old / "metrics.csv").read_text().splitlines()) - 1
-    assert main(["run", "--resume", str(run), "--quiet"]) == 0, capsys.readouterr().err
+    monkeypatch.setattr(config_mod, "_NOTICED", set())
+    with caplog.at_level(logging.WARNING, logger="fedac.config"):
+        assert main(["run", "--resume", str(run), "--quiet"]) == 0, capsys.readouterr().err
+    # the old names it holds (train.threads, ...) are read as runtime.*, each said once
+    assert_noticed([key for key in leaves(raw) if key in RENAMED], caplog)
     results = json.loads((run / "results.json").read_text())
     cfg = load_config(run / "config.yaml")
     assert {key: str(value) for key, value in compute.items()} == {
-        key: str(getattr(cfg.train, key.removeprefix("train."))) for key in compute
+        key: str(getattr(getattr(cfg, key.split(".")[0]), key.split(".")[1])) for key in compute
     }
     rounds = load_config(old / "config.yaml").train.rounds
     trained = (results["rounds"], results["resumed_from"], results["rounds_trained"])
