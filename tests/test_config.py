@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
+import yaml
 
 from fedac.config import Config, load_config, parse_override, save_config
 from fedac.errors import ConfigError
@@ -242,3 +244,91 @@ def test_config_yaml_notes_the_settings_the_partition_does_not_read(tmp_path, ov
     assert load_config(tmp_path / "config.yaml") == cfg
     save_config(load_config(dataset="audiofolder"), tmp_path / "user.yaml")
     assert "not applied" not in (tmp_path / "user.yaml").read_text()
+
+
+# --- the runtime settings moved from `train` to `runtime` --------------------------------------
+
+
+@pytest.fixture
+def notices(monkeypatch, caplog):
+    """The notices `load_config` logs about old names, from a clean slate (one per name and
+    process)."""
+    import logging
+
+    from fedac import config as config_mod
+
+    monkeypatch.setattr(config_mod, "_NOTICED", set())
+    caplog.set_level(logging.WARNING, logger="fedac.config")
+    return lambda: [r.getMessage() for r in caplog.records if r.name == "fedac.config"]
+
+
+def test_every_runtime_setting_has_its_old_train_name():
+    from fedac.config import RENAMED, RuntimeConfig, TrainConfig
+
+    fields = [f.name for f in dataclasses.fields(RuntimeConfig)]
+    assert RENAMED == {f"train.{name}": f"runtime.{name}" for name in fields}
+    assert len(fields) == 12 and not {f.name for f in dataclasses.fields(TrainConfig)} & {*fields}
+
+
+def test_an_old_name_is_read_as_the_new_one_with_one_notice(tmp_path, notices):
+    cfg = load_config(None, ["train.device=cpu", "train.threads=3", "train.lr=0.05"])
+    assert (cfg.runtime.device, cfg.runtime.threads, cfg.train.lr) == ("cpu", 3, 0.05)
+    assert {"runtime.device", "runtime.threads", "train.lr"} <= set(vars(cfg)["_given"])
+    assert notices() == [
+        "--set train.device=cpu: train.device is now runtime.device (read as runtime.device; "
+        "write the new name)",
+        "--set train.threads=3: train.threads is now runtime.threads (read as runtime.threads; "
+        "write the new name)",
+    ]
+    # once per name: a second file of the same names says nothing more
+    (tmp_path / "old.yaml").write_text("train:\n  device: cpu\n  execution: sequential\n")
+    old = load_config(tmp_path / "old.yaml")
+    assert (old.runtime.device, old.runtime.execution) == ("cpu", "sequential")
+    assert (
+        len(notices()) == 3
+        and f"config file {tmp_path / 'old.yaml'}: train.execution" in (notices()[2])
+    )
+    # a flag (fedac's own --rounds style, or a Flower run-config key) is a layer too
+    assert load_config(None, **{"train.cohort_workers": 2}).runtime.cohort_workers == 2
+    # the new names say nothing; what is saved holds the new section only
+    assert load_config(None, ["runtime.devices=cpu,cpu"]).runtime.devices == "cpu,cpu"
+    assert len(notices()) == 4
+    save_config(cfg, tmp_path / "config.yaml")
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert saved["runtime"]["threads"] == 3 and "threads" not in saved["train"]
+    assert load_config(tmp_path / "config.yaml") == cfg and len(notices()) == 4
+
+
+def test_the_later_layer_wins_whichever_name_each_uses(tmp_path, notices):
+    (tmp_path / "old.yaml").write_text("train:\n  threads: 2\n")
+    (tmp_path / "new.yaml").write_text("runtime:\n  threads: 2\n")
+    assert load_config(tmp_path / "old.yaml", ["runtime.threads=3"]).runtime.threads == 3
+    assert load_config(tmp_path / "new.yaml", ["train.threads=4"]).runtime.threads == 4
+    assert load_config(None, ["runtime.threads=5", "train.threads=6"]).runtime.threads == 6
+    assert load_config(None, ["train.threads=6", "runtime.threads=5"]).runtime.threads == 5
+
+
+def test_one_layer_giving_both_names_different_values_is_refused(tmp_path, notices):
+    path = tmp_path / "both.yaml"
+    path.write_text("train:\n  threads: 2\nruntime:\n  threads: 3\n")
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert str(err.value) == (
+        f"config file {path} sets train.threads = 2 and runtime.threads = 3: train.threads is the "
+        "old name of runtime.threads; keep runtime.threads alone"
+    )
+    # the same value under both names is one setting
+    path.write_text("train:\n  threads: 2\nruntime:\n  threads: 2\n")
+    assert load_config(path).runtime.threads == 2
+
+
+def test_code_reading_or_setting_an_old_name_is_told_the_new_one():
+    cfg = Config()
+    with pytest.raises(AttributeError, match=r"train.device is now runtime.device \(cfg"):
+        cfg.train.device  # noqa: B018
+    with pytest.raises(AttributeError, match="train.threads is now runtime.threads"):
+        cfg.train.threads = 2
+    with pytest.raises(AttributeError, match="train has no setting 'nosuch'"):
+        cfg.train.nosuch  # noqa: B018
+    cfg.train.lr = 0.5  # a setting of train is set as before
+    assert cfg.train.lr == 0.5 and not hasattr(cfg.train, "threads")

@@ -120,6 +120,15 @@ def test_a_run_directory_is_reused_only_for_its_settings_even_after_new_settings
         check_same_config(
             load_config(overrides=["train.rounds=3", "attack.kind=sign_flip"]), tmp_path
         )
+    # A config.yaml written before the runtime settings had a section (they sat under train)
+    # matches too; their arithmetic (precision) still counts.
+    saved["train"].update(saved.pop("runtime"))
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(saved))
+    check_same_config(load_config(overrides=["train.rounds=3", "runtime.threads=2"]), tmp_path)
+    with pytest.raises(ConfigError, match="holds a run of other settings"):
+        check_same_config(
+            load_config(overrides=["train.rounds=3", "runtime.precision=bf16"]), tmp_path
+        )
 
 
 def test_mean_std_over_seeds_leaves_out_runs_without_the_metric():
