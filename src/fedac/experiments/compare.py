@@ -184,7 +184,7 @@ HOW_TO_COMPUTE = (
     "train.checkpoint_every",
 )
 """Settings documented (config.py) to leave a run's numbers unchanged, to float rounding: the
-`runtime` section but its arithmetic (`precision`, `deterministic`), and the checkpoints' spacing."""
+`runtime` section but its arithmetic (`precision`, `deterministic`), and checkpoints' spacing."""
 
 
 def check_same_config(cfg: Config, run_dir: Path) -> None:
