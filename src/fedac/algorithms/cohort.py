@@ -436,6 +436,12 @@ class LocalObjective(Algorithm):
         """The model entries a client starts from (the payload itself by default)."""
         return payload
 
+    def own_start(self, payload: Any, state: Any) -> Params | None:
+        """The model entries one client starts from when they are its own (a personal model kept
+        in its state: Ditto's); None (the default): `start_params(payload)`, the round's clients
+        alike."""
+        return None
+
     def stacked_kind(self, arch: str) -> str:
         kind = super().stacked_kind(arch)
         return "vmap" if kind == "crnn" else kind  # an objective runs through the vmapped module
@@ -444,7 +450,9 @@ class LocalObjective(Algorithm):
         self, payload: Any, state: Any, data: ClientData, round_idx: int, generator: torch.Generator
     ) -> ClientResult:
         cfg = self.cfg.train
-        model = self.scratch_model(self.cfg.model.name, self.start_params(payload))
+        own = self.own_start(payload, state)
+        start = own if own is not None else self.start_params(payload)
+        model = self.scratch_model(self.cfg.model.name, start)
         model.train()
         params: Params = dict(model.named_parameters())
         optimizer = make_optimizer(params.values(), cfg)
@@ -485,8 +493,14 @@ class LocalObjective(Algorithm):
 
         def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
             here = payloads(chunk.device)
-            model = StackedStep(forward, broadcast_params(starts(chunk.device), len(chunk)), cfg)
             chunk_states = [states[i] for i in chunk.positions]
+            owns = [self.own_start(here, state) for state in chunk_states]
+            start = (
+                broadcast_params(starts(chunk.device), len(chunk))
+                if owns[0] is None
+                else {n: v.to(chunk.device) for n, v in stack_params(owns).items()}
+            )
+            model = StackedStep(forward, start, cfg)
             stacked_state = (
                 None
                 if chunk_states[0] is None

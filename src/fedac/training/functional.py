@@ -279,6 +279,25 @@ class StackedModule:
         return vmap(one, randomness="error")(params, buffers, x, drawn, weight, *extras)
 
 
+class FrozenModule:
+    """A model's forward as a frozen teacher's, for any parameters and buffers: `frozen(entries, x,
+    method)` runs an eval-mode copy (no dropout, BatchNorm's running statistics, nothing updated)
+    through `functional_call`, alike inside a vmapped client function and outside it (GRUs written
+    out). What a local objective calls to compare against other models than the one it trains
+    (MOON's global and previous local model)."""
+
+    def __init__(self, model: nn.Module):
+        self._prototype = _Calls(_replayable(copy.deepcopy(model).cpu())).eval()
+        self._local = threading.local()  # functional_call swaps a module's tensors
+
+    def __call__(self, entries: Params, x: torch.Tensor, method: str = "forward") -> torch.Tensor:
+        templates = self._local.__dict__.setdefault("templates", {})
+        if x.device not in templates:
+            templates[x.device] = copy.deepcopy(self._prototype).to(x.device)
+        bound = {"m." + name: value for name, value in entries.items()}
+        return functional_call(templates[x.device], bound, (method, x), strict=False)
+
+
 def _replayable(model: nn.Module) -> nn.Module:
     """The model with dropout replayed, BatchNorm masked on padded steps and GRUs written out."""
     for module in model.modules():
