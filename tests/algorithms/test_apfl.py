@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from algorithm_harness import SIZES, batches, build, call, clients, federate, max_diff, sgd_step
 
+from algorithm_harness import SIZES, batches, build, call, clients, federate, max_diff, sgd_step
 from fedac.algorithms.apfl import APFL
 from fedac.engine.cohort import check_path
 from fedac.errors import ConfigError
@@ -18,8 +18,8 @@ ALPHA, ALPHA_LR = 0.4, 0.5
 
 def reference(algo, data, learn: bool, rounds: int = 2):
     """Per batch, from the step's (w_i, v_i, alpha_i): w_i -= lr grad f(w_i); v_bar = alpha v_i +
-    (1 - alpha) w_i; v_i -= lr grad_v f(v_bar); alpha -= alpha_lr grad_alpha f(v_bar), in [0, 1]. The
-    server: the n_k-weighted mean of the w_i."""
+    (1 - alpha) w_i; v_i -= lr grad_v f(v_bar); alpha -= alpha_lr grad_alpha f(v_bar), in [0, 1].
+    The server: the n_k-weighted mean of the w_i."""
     model = algo.scratch_model(algo.cfg.model.name).train()
     names = [n for n, _ in model.named_parameters()]
     w = {n: v.clone() for n, v in algo.init_server()["params"].items()}
@@ -33,7 +33,9 @@ def reference(algo, data, learn: bool, rounds: int = 2):
             for idx in batches(algo, cl, r):
                 x, y = cl.x[idx], cl.y[idx]
                 lw = {n: wk[n].detach().requires_grad_() for n in names}
-                gw = torch.autograd.grad(F.cross_entropy(call(model, {**wk, **lw}, x), y), list(lw.values()))
+                gw = torch.autograd.grad(
+                    F.cross_entropy(call(model, {**wk, **lw}, x), y), list(lw.values())
+                )
                 lv = {n: v[n].detach().requires_grad_() for n in names}
                 a = a_k.clone().requires_grad_(learn)
                 mixed = {n: a * lv[n] + (1 - a) * wk[n] for n in names}
@@ -45,7 +47,9 @@ def reference(algo, data, learn: bool, rounds: int = 2):
                 if learn:
                     a_k = (a_k - ALPHA_LR * gv[-1]).clamp(0, 1)
             local[cl.name], alpha[cl.name] = v, a_k
-            personal[cl.name] = {n: a_k * v[n] + (1 - a_k) * wk[n] if n in names else v[n] for n in v}
+            personal[cl.name] = {
+                n: a_k * v[n] + (1 - a_k) * wk[n] if n in names else v[n] for n in v
+            }
             trained.append(wk)
         share = torch.tensor(SIZES, dtype=torch.float64) / sum(SIZES)
         w = {

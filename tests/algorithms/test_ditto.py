@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from algorithm_harness import SIZES, batches, build, call, clients, federate, max_diff, sgd_step
 
+from algorithm_harness import SIZES, batches, build, call, clients, federate, max_diff, sgd_step
 from fedac.algorithms.ditto import Ditto
 from fedac.errors import ConfigError
 from fedac.seeding import derive_seed
@@ -79,7 +79,9 @@ def test_lambda_zero_is_local_training(execution):
     model = algo.scratch_model("crnn_tiny").train()
     names = [n for n, _ in model.named_parameters()]
     own_seed = derive_seed(algo.cfg.seed, "ditto-personal")
-    for cl in data:  # local training only: SGD from w^0 on the client's own batches, no global model
+    for (
+        cl
+    ) in data:  # local training only: SGD from w^0 on the client's own batches, no global model
         v = algo.init_server()["params"]
         for r in (1, 2):
             v = sgd_on(model, names, v, cl, batches(algo, cl, r, own_seed))

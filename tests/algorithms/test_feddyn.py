@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from algorithm_harness import batches, build, call, clients, federate, max_diff, sgd_step
 
+from algorithm_harness import batches, build, call, clients, federate, max_diff, sgd_step
 from fedac.algorithms.fedavg import FedAvg
 from fedac.algorithms.feddyn import FedDyn
 from fedac.errors import ConfigError
@@ -36,12 +36,16 @@ def reference(algo, data, alpha: float, rounds: int = 2):
                 linear = sum((g[cl.name][n] * leaves[n]).sum() for n in names)
                 prox = sum((leaves[n] - theta[n]).pow(2).sum() for n in names)
                 objective = loss - linear + alpha / 2 * prox
-                w = sgd_step(w, dict(zip(names, torch.autograd.grad(objective, list(leaves.values())))))
+                w = sgd_step(
+                    w, dict(zip(names, torch.autograd.grad(objective, list(leaves.values()))))
+                )
             g[cl.name] = {n: g[cl.name][n] - alpha * (w[n] - theta[n]) for n in names}
             trained.append(w)
         h = {n: h[n] - alpha / 4 * sum(w[n] - theta[n] for w in trained) for n in names}
         mean = {
-            n: torch.stack([w[n] for w in trained]).mean(0) if v.is_floating_point() else trained[0][n]
+            n: torch.stack([w[n] for w in trained]).mean(0)
+            if v.is_floating_point()
+            else trained[0][n]
             for n, v in theta.items()
         }
         theta = {n: mean[n] - h[n] / alpha if n in h else mean[n] for n in mean}

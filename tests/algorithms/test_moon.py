@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from algorithm_harness import SIZES, batches, build, call, clients, federate, max_diff, sgd_step
 
+from algorithm_harness import SIZES, batches, build, call, clients, federate, max_diff, sgd_step
 from fedac.algorithms.fedavg import FedAvg
 from fedac.algorithms.moon import VISITED, Moon
 
@@ -17,8 +17,8 @@ MU, TAU = 2.0, 0.5
 
 def reference(algo, data, rounds: int = 2):
     """Each client from the global model: CE(head(z), y) + mu * -log(e^{sim(z, z_glob)/tau} /
-    (e^{sim(z, z_glob)/tau} + e^{sim(z, z_prev)/tau})), the two teachers in eval mode, no term before
-    a client's first model; the server's n_k-weighted mean."""
+    (e^{sim(z, z_glob)/tau} + e^{sim(z, z_prev)/tau})), the two teachers in eval mode, no term
+    before a client's first model; the server's n_k-weighted mean."""
     model = algo.scratch_model(algo.cfg.model.name)
     names = [n for n, _ in model.named_parameters()]
     glob = {n: v.clone() for n, v in algo.init_server()["params"].items()}

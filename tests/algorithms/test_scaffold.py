@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from algorithm_harness import LR, batches, build, call, clients, federate, max_diff, sgd_step
 
+from algorithm_harness import LR, batches, build, call, clients, federate, max_diff, sgd_step
 from fedac.algorithms.scaffold import Scaffold
 from fedac.errors import ConfigError
 from fedac.rules.privacy import Privacy
@@ -68,7 +68,9 @@ def test_scaffold_matches_a_plain_loop_of_option_ii(model, execution):
 def test_the_server_step_takes_effect():
     data = clients()
     full = federate(build(Scaffold, "cnn1_softmax", "sequential"), data)[0]
-    half = federate(build(Scaffold, "cnn1_softmax", "sequential", "scaffold.server_lr=0.5"), data)[0]
+    half = federate(build(Scaffold, "cnn1_softmax", "sequential", "scaffold.server_lr=0.5"), data)[
+        0
+    ]
     assert max_diff(full["params"], half["params"]) > 1e-3
 
 

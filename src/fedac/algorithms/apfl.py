@@ -85,7 +85,10 @@ class APFL(FedAvg):
         shared = self.scratch_model(arch, payload)
         local = self.scratch_model(arch, state["local"], role="apfl-local")
         shared.train(), local.train()
-        optimizers = make_optimizer(shared.parameters(), cfg), make_optimizer(local.parameters(), cfg)
+        optimizers = (
+            make_optimizer(shared.parameters(), cfg),
+            make_optimizer(local.parameters(), cfg),
+        )
         x, y = feature_windows(data.x, "APFL"), class_labels(data.y, "APFL")
         alpha = state["alpha"].detach().clone().to(y.device)
         sums = torch.zeros(2, dtype=torch.float64, device=y.device)
@@ -99,7 +102,8 @@ class APFL(FedAvg):
             for optimizer in optimizers:
                 optimizer.zero_grad(set_to_none=True)
             (loss_w + loss_v).backward()  # disjoint leaves: each loss's own gradients
-            clip_gradients(shared, cfg), clip_gradients(local, cfg)
+            clip_gradients(shared, cfg)
+            clip_gradients(local, cfg)
             for optimizer in optimizers:
                 optimizer.step()
             if opts.learn_alpha and a.grad is not None:

@@ -496,9 +496,9 @@ class LocalObjective(Algorithm):
             chunk_states = [states[i] for i in chunk.positions]
             owns = [self.own_start(here, state) for state in chunk_states]
             start = (
-                broadcast_params(starts(chunk.device), len(chunk))
-                if owns[0] is None
-                else {n: v.to(chunk.device) for n, v in stack_params(owns).items()}
+                {n: v.to(chunk.device) for n, v in stack_params(owns).items()}  # type: ignore[arg-type]
+                if owns[0] is not None
+                else broadcast_params(starts(chunk.device), len(chunk))
             )
             model = StackedStep(forward, start, cfg)
             stacked_state = (

@@ -11,9 +11,9 @@ A sampled client k receives w^t and runs two updates on its data:
   (Algorithm 1's s), over its own draw of batches and dropout masks.
 lambda = 0 leaves the personal models trained on their own data alone. The personal models start
 from the global model's initial weights w^0 and never leave the client; the run's personalized
-metrics evaluate them on the clients' held-out data. Both updates are local objectives, each trained
-stacked (the personal one a `LocalObjective` starting from the client's own v_k). The global model is
-the mean of the uploads, so DP, the robust rules and model-poisoning attacks apply as to FedAvg.
+metrics evaluate them on the clients' held-out data. Both updates train stacked (the personal one a
+`LocalObjective` starting from the client's own v_k). The global model is the mean of the uploads,
+so DP, the robust rules and model-poisoning attacks apply as to FedAvg.
 """
 
 from __future__ import annotations

@@ -3,15 +3,15 @@
 representation z towards the global model's z_glob and away from the client's previous local
 model's z_prev (Eq. 3),
 
-    l_con = -log( exp(sim(z, z_glob) / tau) / (exp(sim(z, z_glob) / tau) + exp(sim(z, z_prev) / tau)) )
-    loss  = l_sup + mu * l_con                                                    (Eq. 4)
+    l_con = -log( e^{sim(z, z_glob) / tau} / (e^{sim(z, z_glob) / tau} + e^{sim(z, z_prev) / tau}) )
+    loss  = l_sup + mu * l_con                                                       (Eq. 4)
 
 with sim the cosine similarity, `moon.mu` and `moon.temperature` (tau), each term the batch mean.
 The global model w^t and the previous local model w_i^{t-1} are frozen teachers in eval mode
 (BatchNorm's running statistics, no dropout). A client's first round has no previous model: l_con
 then has no negative pair and is 0, as the authors' code computes it. The server is FedAvg's, so
-DP, the robust rules and model-poisoning attacks apply as to FedAvg. Each client keeps its last local
-model (one model's parameters and buffers).
+DP, the robust rules and model-poisoning attacks apply as to FedAvg. Each client keeps its last
+local model (one model's parameters and buffers).
 
 The representation. The paper adds a projection head to its CNNs and takes z after it; fedac adds
 no layer and takes z where each model family exposes its penultimate representation:

@@ -75,8 +75,7 @@ class Scaffold(LocalObjective):
         mean, metrics = self.combine(server, [(u["params"], n) for u, n in uploads])
         step, old = self.cfg.scaffold.server_lr, server["params"]
         params = {
-            n: old[n] + step * (v - old[n]) if v.is_floating_point() else v
-            for n, v in mean.items()
+            n: old[n] + step * (v - old[n]) if v.is_floating_point() else v for n, v in mean.items()
         }
         share = len(uploads) / len(self.task.clients)
         control = {

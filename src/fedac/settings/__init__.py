@@ -105,7 +105,7 @@ ALGORITHMS = Registry(
         ),
         "moon": Entry(
             "fedac.algorithms.moon:Moon",
-            "MOON: contrast to the global and the previous local model's embeddings; trains stacked",
+            "MOON: contrasts the global and the previous local model's embeddings; trains stacked",
             f"{_S}.moon:MoonConfig",
         ),
         "ditto": Entry(
