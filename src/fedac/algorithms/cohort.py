@@ -402,10 +402,17 @@ class LocalObjective(Algorithm):
     functions vmapped over a chunk's clients, training/functional.py). Subclasses define
     `local_loss` and, where they need them, `transform_grads` and `finish_local`; per-client state
     (a dict of tensors, e.g. SCAFFOLD's control variate) is stacked like the parameters. Models
-    train through the vmapped module on the stacked path (the hand-written CRNN knows no objective),
-    with the optimiser, clipping and per-client randomness of the FedAvg family; write
-    `client_update` yourself for anything else (the run then says `sequential: <Class> overrides
-    client_update`)."""
+    train through the vmapped module on the stacked path, or, for an objective that declares
+    `reads_model_once`, the zoo's CRNNs through their hand-written forward, with the optimiser,
+    clipping and per-client randomness of the FedAvg family; write `client_update` yourself for
+    anything else (the run then says `sequential: <Class> overrides client_update`)."""
+
+    #: True when `local_loss` reads its model once a step, on its batch: `forward(x)`, or
+    #: `forward(x, "embed")` then `forward(z, "head")` of that embedding (other models through
+    #: their own functions, e.g. `training.functional.FrozenModule`). The zoo's CRNNs then train
+    #: stacked through their hand-written forward (training/functional.py `HandWritten.map`), which
+    #: computes the chunk's embeddings and logits first; otherwise through the vmapped module.
+    reads_model_once: bool = False
 
     def local_loss(
         self,
@@ -444,7 +451,8 @@ class LocalObjective(Algorithm):
 
     def stacked_kind(self, arch: str) -> str:
         kind = super().stacked_kind(arch)
-        return "vmap" if kind == "crnn" else kind  # an objective runs through the vmapped module
+        # the hand-written CRNN computes a chunk's logits at once, before the objective sees them
+        return "vmap" if kind == "crnn" and not self.reads_model_once else kind
 
     def client_update(
         self, payload: Any, state: Any, data: ClientData, round_idx: int, generator: torch.Generator

@@ -32,6 +32,7 @@ from fedac.training.local import cross_entropy
 
 class Ditto(LocalObjective, FedAvg):
     name = "ditto"
+    reads_model_once = True
     personalized = True
     trains_ssl_encoders = False
 

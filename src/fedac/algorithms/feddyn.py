@@ -38,6 +38,7 @@ from fedac.training.local import cross_entropy
 
 class FedDyn(LocalObjective, FedAvg):
     name = "feddyn"
+    reads_model_once = True
     dp_compatible = False
     # h needs |P_t|, which the all-reduced weighted sums do not carry
     sums_uploads = False

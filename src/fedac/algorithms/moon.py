@@ -39,6 +39,7 @@ VISITED = "#visited"
 
 class Moon(LocalObjective, FedAvg):
     name = "moon"
+    reads_model_once = True
     trains_ssl_encoders = False
 
     def _network(self):

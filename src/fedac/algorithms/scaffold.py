@@ -34,6 +34,7 @@ from fedac.training.local import cross_entropy
 
 class Scaffold(LocalObjective):
     name = "scaffold"
+    reads_model_once = True
 
     def _zeros(self) -> Params:
         """One zero tensor per trainable parameter of the model (a control variate's shape)."""

@@ -429,7 +429,7 @@ def clip_stacked(grads: dict[str, torch.Tensor | None], max_norm: float) -> None
 class HandWritten:
     """A hand-written stacked forward (models/stacked.py's CRNNs) behind `StackedModule`'s
     interface: no buffers, no other method than forward, no need of the sample weights (no batch
-    statistics)."""
+    statistics). `map` serves a local objective that reads its model once a step."""
 
     def __init__(self, model, param_names: list[str]):
         self.model, self.param_names = model, param_names
@@ -447,6 +447,43 @@ class HandWritten:
         if method != "forward":
             raise ConfigError(f"the hand-written stacked CRNN has no method {method!r}")
         return self.model(state, x, masks)
+
+    def map(
+        self,
+        fn,
+        state: Params,
+        x: torch.Tensor,
+        masks=None,
+        weight: torch.Tensor | None = None,
+        *extras,
+        method: str = "forward",
+        padded: bool | None = None,
+    ):
+        """`StackedModule.map` for a function that reads its model once, on its batch:
+        `forward(x_k)` (the logits), or `forward(x_k, "embed")` and then `forward(z, "head")` of
+        that embedding. The chunk's embeddings and logits are computed first, stacked, and each
+        client's `forward` hands out its own rows; any other call raises."""
+        embedding = self.model.embed(state, x, masks)
+        logits = self.model.head(state, embedding)
+        params = {name: state[name] for name in self.param_names}
+        if weight is None:
+            weight = x.new_ones(x.shape[:2])
+
+        def one(z, out, p, inputs, w, *ex):
+            def forward(data: torch.Tensor, name: str = "forward"):
+                if data is inputs and name in ("forward", "embed"):
+                    return out if name == "forward" else z
+                if data is z and name in ("head", "classify"):
+                    return out
+                raise ConfigError(
+                    f"the hand-written stacked CRNN serves forward(x) and embed(x) then head of "
+                    f"that embedding, once a step; this local objective called {name!r} otherwise:"
+                    " set its class's reads_model_once = False"
+                )
+
+            return fn(forward, p, inputs, w, *ex)
+
+        return vmap(one, randomness="error")(embedding, logits, params, x, weight, *extras)
 
 
 def param_leaves(params: Params, active: int, names: list[str]) -> Params:
