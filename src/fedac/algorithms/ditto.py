@@ -27,6 +27,7 @@ from fedac.algorithms.cohort import LocalObjective
 from fedac.algorithms.fedavg import FedAvg
 from fedac.errors import ConfigError
 from fedac.seeding import derive_seed, torch_generator
+from fedac.training.cohort import client_progress
 from fedac.training.local import cross_entropy
 
 
@@ -93,7 +94,10 @@ class Ditto(LocalObjective, FedAvg):
     def cohort_update(
         self, payload: Params, states: list[Any], datas: list[ClientData], round_idx: int, seed: int
     ) -> list[ClientResult]:
-        shared = FedAvg.cohort_update(self, payload, [None] * len(datas), datas, round_idx, seed)
+        with client_progress(lambda count: None):  # a client is done after its personal update
+            shared = FedAvg.cohort_update(
+                self, payload, [None] * len(datas), datas, round_idx, seed
+            )
         own = LocalObjective.cohort_update(
             self, payload, states, datas, round_idx, self._personal_seed(seed)
         )
