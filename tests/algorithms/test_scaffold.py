@@ -78,3 +78,9 @@ def test_scaffold_refuses_dp():
     algo = build(Scaffold, "cnn1_softmax", "sequential", "dp.mode=central")
     with pytest.raises(ConfigError, match="scaffold"):
         Privacy(algo.cfg, 3, 3, Scaffold.dp_compatible)
+
+
+def test_scaffold_refuses_model_poisoning_at_start():
+    with pytest.raises(ConfigError, match="control variate"):
+        build(Scaffold, "cnn1_softmax", "sequential", "attack.kind=sign_flip")
+    build(Scaffold, "cnn1_softmax", "sequential", "attack.kind=label_flip")  # a data attack runs

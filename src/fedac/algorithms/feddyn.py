@@ -40,6 +40,7 @@ class FedDyn(LocalObjective, FedAvg):
     name = "feddyn"
     reads_model_once = True
     dp_compatible = False
+    trains_ssl_encoders = False  # (a local objective reads feature windows)
     # h needs |P_t|, which the all-reduced weighted sums do not carry
     sums_uploads = False
 

@@ -29,12 +29,24 @@ import torch
 
 from fedac.algorithms.base import Params
 from fedac.algorithms.cohort import LocalObjective
+from fedac.errors import ConfigError
+from fedac.settings.attacks import ATTACKS
 from fedac.training.local import cross_entropy
 
 
 class Scaffold(LocalObjective):
     name = "scaffold"
     reads_model_once = True
+    trains_ssl_encoders = False  # (a local objective reads feature windows)
+
+    def __init__(self, cfg, task, runtime=None):
+        super().__init__(cfg, task, runtime)
+        if ATTACKS.load(cfg.attack.kind).poisons == "upload":
+            raise ConfigError(
+                f"attack.kind={cfg.attack.kind} poisons model uploads, and scaffold uploads its "
+                "control variate beside the model: use a data attack (label_flip, label_permute, "
+                "backdoor) with it"
+            )
 
     def _zeros(self) -> Params:
         """One zero tensor per trainable parameter of the model (a control variate's shape)."""
