@@ -54,19 +54,21 @@ def build(cls, model: str, execution: str, *overrides: str):
     return cls(cfg, Task(FEATURES, CLASSES, [c.name for c in clients()] + ["empty"]))
 
 
-def federate(algo, data: list[ClientData], rounds: int = 2):
-    """`rounds` rounds of every client in `data`: (server state, {client: state}, last results)."""
+def federate(algo, data: list[ClientData], rounds: int = 2, late: int = 0):
+    """`rounds` rounds of every client in `data` (the last `late` of them from round 2 on):
+    (server state, {client: state}, last results)."""
     server = algo.init_server()
     states = {c.name: algo.init_client_state(c.name) for c in data}
     results = []
     for r in range(1, rounds + 1):
+        cohort = data[: len(data) - late] if r == 1 else data
         results = run_clients(
-            algo, algo.broadcast(server), [states[c.name] for c in data], data, r, algo.cfg.seed
+            algo, algo.broadcast(server), [states[c.name] for c in cohort], cohort, r, algo.cfg.seed
         )
-        for c, res in zip(data, results):
+        for c, res in zip(cohort, results):
             states[c.name] = res.state
         server, _ = algo.server_update(
-            server, [(res.upload, c.num_samples) for c, res in zip(data, results)], r
+            server, [(res.upload, c.num_samples) for c, res in zip(cohort, results)], r
         )
     return server, states, results
 
