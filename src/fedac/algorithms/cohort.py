@@ -443,6 +443,12 @@ class LocalObjective(Algorithm):
         """The model entries a client starts from (the payload itself by default)."""
         return payload
 
+    def teachers(self, payload: Any, state: Any) -> dict[str, Params]:
+        """Frozen models one client's objective reads beside its own, by name, as model entries
+        (MOON's global and previous local model); `local_loss` gets their outputs, in eval mode and
+        without gradient, as `forward(x, method, teacher=name)`. None by default."""
+        return {}
+
     def own_start(self, payload: Any, state: Any) -> Params | None:
         """The model entries one client starts from when they are its own (a personal model kept
         in its state: Ditto's); None (the default): `start_params(payload)`, the round's clients
@@ -469,10 +475,20 @@ class LocalObjective(Algorithm):
             feature_windows(data.x, type(self).__name__),
             class_labels(data.y, type(self).__name__),
         )
+        frozen = {
+            name: self.scratch_model(self.cfg.model.name, entries, role=f"teacher {name}").eval()
+            for name, entries in self.teachers(payload, state).items()
+        }
+
+        def forward(inputs: torch.Tensor, method: str = "forward", teacher: str | None = None):
+            if teacher is None:
+                return getattr(model, method)(inputs)
+            with torch.no_grad():
+                return getattr(frozen[teacher], method)(inputs)
+
         total, steps = torch.zeros((), dtype=torch.float64, device=y.device), 0
         for idx in on_device(client_batches(data.num_samples, cfg, generator), x):
             weight = torch.full((len(idx),), 1.0 / len(idx), device=x.device)
-            forward = lambda inputs, method="forward": getattr(model, method)(inputs)  # noqa: E731
             loss = self.local_loss(forward, params, x[idx], y[idx], weight, state, payload)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
@@ -514,6 +530,14 @@ class LocalObjective(Algorithm):
                 if chunk_states[0] is None
                 else {n: v.to(chunk.device) for n, v in stack_params(chunk_states).items()}
             )
+            frozen = [self.teachers(here, state) for state in chunk_states]
+            teachers = {
+                name: {
+                    n: v.to(chunk.device)
+                    for n, v in stack_params([f[name] for f in frozen]).items()
+                }
+                for name in frozen[0]
+            }
             loss_sum = torch.zeros(len(chunk), dtype=torch.float64, device=chunk.device)
             for step in chunk.steps:
                 x, y = chunk.batch(step)
@@ -524,7 +548,16 @@ class LocalObjective(Algorithm):
                 def one(fwd, params, inputs, w, labels, client_state):
                     return self.local_loss(fwd, params, inputs, labels, w, client_state, here)
 
-                loss = forward.map(one, state, x, chunk.dropout(step), step.weight, y, st)
+                loss = forward.map(
+                    one,
+                    state,
+                    x,
+                    chunk.dropout(step),
+                    step.weight,
+                    y,
+                    st,
+                    teachers={name: _first(e, active) for name, e in teachers.items()},
+                )
                 grads = grads_of(loss.sum(), leaf)
                 present = {n: g for n, g in grads.items() if g is not None}
                 present = vmap(lambda g, p, s: self.transform_grads(g, p, s, here))(

@@ -7,11 +7,11 @@ model's z_prev (Eq. 3),
     loss  = l_sup + mu * l_con                                                       (Eq. 4)
 
 with sim the cosine similarity, `moon.mu` and `moon.temperature` (tau), each term the batch mean.
-The global model w^t and the previous local model w_i^{t-1} are frozen teachers in eval mode
-(BatchNorm's running statistics, no dropout). A client's first round has no previous model: l_con
-then has no negative pair and is 0, as the authors' code computes it. The server is FedAvg's, so
-DP, the robust rules and model-poisoning attacks apply as to FedAvg. Each client keeps its last
-local model (one model's parameters and buffers).
+The global model w^t and the previous local model w_i^{t-1} are frozen teachers
+(`LocalObjective.teachers`) in eval mode: BatchNorm's running statistics, no dropout. A client's
+first round has no previous model: l_con then has no negative pair and is 0, as the authors' code
+computes it. The server is FedAvg's, so DP, the robust rules and model-poisoning attacks apply as to
+FedAvg. Each client keeps its last local model (one model's parameters and buffers).
 
 The representation. The paper adds a projection head to its CNNs and takes z after it; fedac adds
 no layer and takes z where each model family exposes its penultimate representation:
@@ -30,7 +30,6 @@ import torch.nn.functional as F
 from fedac.algorithms.base import Params
 from fedac.algorithms.cohort import LocalObjective
 from fedac.algorithms.fedavg import FedAvg
-from fedac.training.functional import FrozenModule
 from fedac.training.local import cross_entropy
 
 #: The state's flag of a client that has trained before (a name no module attribute can have).
@@ -45,11 +44,6 @@ class Moon(LocalObjective, FedAvg):
     def _network(self):
         return self.scratch_model(self.cfg.model.name)
 
-    def _frozen(self) -> FrozenModule:
-        if not hasattr(self, "_teacher"):
-            self._teacher = FrozenModule(self._network())
-        return self._teacher
-
     def _methods(self) -> tuple[str, str] | None:
         """(representation, logits-from-representation) method names, or None: the logits are the
         representation."""
@@ -57,6 +51,11 @@ class Moon(LocalObjective, FedAvg):
         if not hasattr(model, "embed"):
             return None
         return "embed", "classify" if hasattr(model, "classify") else "head"
+
+    def teachers(self, payload: Params, state: Params) -> dict[str, Params]:
+        if self.cfg.moon.mu == 0:
+            return {}
+        return {"global": payload, "previous": {n: v for n, v in state.items() if n != VISITED}}
 
     def init_client_state(self, client: str) -> Params:
         # (a placeholder model, never read before the client's first round)
@@ -74,10 +73,8 @@ class Moon(LocalObjective, FedAvg):
         if mu == 0:
             return loss
         represent = methods[0] if methods else "forward"
-        previous = {n: v for n, v in state.items() if n != VISITED}
-        with torch.no_grad():
-            z_glob = self._frozen()(payload, x, represent)
-            z_prev = self._frozen()(previous, x, represent)
+        z_glob = forward(x, represent, teacher="global")
+        z_prev = forward(x, represent, teacher="previous")
         tau = self.cfg.moon.temperature
         positive = F.cosine_similarity(z, z_glob, dim=-1) / tau
         negative = F.cosine_similarity(z, z_prev, dim=-1) / tau

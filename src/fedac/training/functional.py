@@ -242,13 +242,18 @@ class StackedModule:
         *extras,
         method: str = "forward",
         padded: bool | None = None,
+        teachers: dict[str, Params] | None = None,
     ):
         """vmap over the clients of `fn(forward, params, x_k, weight_k, *extras_k)`, where
         `forward(inputs, method="forward")` is client k's model (parameters and buffers bound),
         `params` its trainable parameters by name, and each of `extras` a tensor or dict of tensors
         with a leading client axis. Dropout masks are drawn for one call of `method` per step (see
-        the module's docstring)."""
+        the module's docstring). `teachers`: frozen models by name, their entries stacked like
+        `state`'s; `forward(inputs, method, teacher=name)` runs client k's in eval mode
+        (`FrozenModule`)."""
         template = self._template(x.device)
+        teachers = teachers or {}
+        frozen = self._frozen() if teachers else None
         drawn = []
         if masks is not None and template.training:
             for shape, p in self._dropout_shapes(template, method, x):
@@ -264,19 +269,34 @@ class StackedModule:
         buffers = {"m." + name: state[name] for name in self.buffer_names if name in state}
 
         def one(
-            p: Params, b: Params, inputs: torch.Tensor, ms: list[torch.Tensor], w: torch.Tensor, *ex
+            p: Params,
+            b: Params,
+            inputs: torch.Tensor,
+            ms: list[torch.Tensor],
+            w: torch.Tensor,
+            own: dict[str, Params],
+            *ex,
         ):
             token = _REPLAY.set(_Replay(list(ms), w, padded))
             try:
 
-                def forward(data: torch.Tensor, name: str = "forward"):
+                def forward(data: torch.Tensor, name: str = "forward", teacher: str | None = None):
+                    if teacher is not None:
+                        assert frozen is not None
+                        with torch.no_grad():
+                            return frozen(own[teacher], data, name)
                     return functional_call(template, (p, b), (name, data), strict=False)
 
                 return fn(forward, {name[2:]: value for name, value in p.items()}, inputs, w, *ex)
             finally:
                 _REPLAY.reset(token)
 
-        return vmap(one, randomness="error")(params, buffers, x, drawn, weight, *extras)
+        return vmap(one, randomness="error")(params, buffers, x, drawn, weight, teachers, *extras)
+
+    def _frozen(self) -> FrozenModule:
+        if not hasattr(self, "_frozen_module"):
+            self._frozen_module = FrozenModule(self._prototype)
+        return self._frozen_module
 
 
 class FrozenModule:
@@ -458,20 +478,30 @@ class HandWritten:
         *extras,
         method: str = "forward",
         padded: bool | None = None,
+        teachers: dict[str, Params] | None = None,
     ):
         """`StackedModule.map` for a function that reads its model once, on its batch:
         `forward(x_k)` (the logits), or `forward(x_k, "embed")` and then `forward(z, "head")` of
-        that embedding. The chunk's embeddings and logits are computed first, stacked, and each
-        client's `forward` hands out its own rows; any other call raises."""
+        that embedding, and each teacher likewise (`forward(x_k, method, teacher=name)`, in eval
+        mode: no dropout). The chunk's embeddings and logits are computed first, stacked (the
+        teachers' without gradient), and each client's `forward` hands out its own rows; any other
+        call raises."""
         embedding = self.model.embed(state, x, masks)
         logits = self.model.head(state, embedding)
+        frozen = {}
+        with torch.no_grad():
+            for name, entries in (teachers or {}).items():
+                z = self.model.embed(entries, x, None)
+                frozen[name] = (z, self.model.head(entries, z))
         params = {name: state[name] for name in self.param_names}
         if weight is None:
             weight = x.new_ones(x.shape[:2])
 
-        def one(z, out, p, inputs, w, *ex):
-            def forward(data: torch.Tensor, name: str = "forward"):
-                if data is inputs and name in ("forward", "embed"):
+        def one(z, out, rows, p, inputs, w, *ex):
+            def forward(data: torch.Tensor, name: str = "forward", teacher: str | None = None):
+                if teacher is not None and data is inputs and name in ("forward", "embed"):
+                    return rows[teacher][0 if name == "embed" else 1]
+                if data is inputs and name in ("forward", "embed") and teacher is None:
                     return out if name == "forward" else z
                 if data is z and name in ("head", "classify"):
                     return out
@@ -483,7 +513,7 @@ class HandWritten:
 
             return fn(forward, p, inputs, w, *ex)
 
-        return vmap(one, randomness="error")(embedding, logits, params, x, weight, *extras)
+        return vmap(one, randomness="error")(embedding, logits, frozen, params, x, weight, *extras)
 
 
 def param_leaves(params: Params, active: int, names: list[str]) -> Params:
