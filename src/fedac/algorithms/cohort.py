@@ -408,10 +408,10 @@ class LocalObjective(Algorithm):
     anything else (the run then says `sequential: <Class> overrides client_update`)."""
 
     #: True when `local_loss` reads its model once a step, on its batch: `forward(x)`, or
-    #: `forward(x, "embed")` then `forward(z, "head")` of that embedding (other models through
-    #: their own functions, e.g. `training.functional.FrozenModule`). The zoo's CRNNs then train
-    #: stacked through their hand-written forward (training/functional.py `HandWritten.map`), which
-    #: computes the chunk's embeddings and logits first; otherwise through the vmapped module.
+    #: `forward(x, "embed")` then `forward(z, "head")` of that embedding, and each of its
+    #: `teachers` likewise. The zoo's CRNNs then train stacked through their hand-written forward
+    #: (training/functional.py `HandWritten.map`), which computes the chunk's embeddings and logits
+    #: first; otherwise through the vmapped module.
     reads_model_once: bool = False
 
     def local_loss(
@@ -446,7 +446,7 @@ class LocalObjective(Algorithm):
     def teachers(self, payload: Any, state: Any) -> dict[str, Params]:
         """Frozen models one client's objective reads beside its own, by name, as model entries
         (MOON's global and previous local model); `local_loss` gets their outputs, in eval mode and
-        without gradient, as `forward(x, method, teacher=name)`. None by default."""
+        without gradient, as `forward(x, method, teacher=name)`; none by default."""
         return {}
 
     def own_start(self, payload: Any, state: Any) -> Params | None:
