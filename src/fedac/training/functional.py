@@ -303,8 +303,8 @@ class FrozenModule:
     """A model's forward as a frozen teacher's, for any parameters and buffers: `frozen(entries, x,
     method)` runs an eval-mode copy (no dropout, BatchNorm's running statistics, nothing updated)
     through `functional_call`, alike inside a vmapped client function and outside it (GRUs written
-    out): how `StackedModule.map` runs a local objective's teachers (MOON's global and previous local
-    model) under vmap."""
+    out): how `StackedModule.map` runs a local objective's teachers (MOON's global and previous
+    local model) under vmap."""
 
     def __init__(self, model: nn.Module):
         self._prototype = _Calls(_replayable(copy.deepcopy(model).cpu())).eval()
