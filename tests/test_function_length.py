@@ -1,10 +1,14 @@
-"""Functions that read in one screen: none in src/ is over MAX_LINES lines, counted from its `def`
-line to its last line (decorators excluded). A longer one is split by meaning, into named helpers
-that say what they do."""
+"""Code that reads on its own: no function in src/ is over MAX_LINES lines, counted from its `def`
+line to its last line (decorators excluded), and no comment or docstring in src/ points at an issue
+number instead of saying why. A longer function is split by meaning, into named helpers that say
+what they do; a reader of the code has the code, not the issue tracker."""
 
 from __future__ import annotations
 
 import ast
+import io
+import re
+import tokenize
 from pathlib import Path
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -51,3 +55,54 @@ def test_the_length_check_names_a_long_function_and_its_length() -> None:
         + body
     )
     assert long_functions(source, "probe.py") == ["probe.py:2 long_one (81 lines)"]
+
+
+ISSUE = re.compile(r"\bissues?\s*#?\d+", re.IGNORECASE)
+
+
+def issue_references(source: str, where: str) -> list[str]:
+    """'<where>:<line> <text>' for each comment or docstring of `source` that names an issue
+    number ("issue 13", "Issue #13", "issues 13")."""
+    texts = [
+        (tok.start[0], tok.string)
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline)
+        if tok.type == tokenize.COMMENT
+    ]
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and (
+            doc := ast.get_docstring(node, clean=False)
+        ):
+            texts.append((node.body[0].lineno, doc))
+    return [
+        f"{where}:{line} {match.group(0)!r}"
+        for line, text in sorted(texts)
+        for match in ISSUE.finditer(text)
+    ]
+
+
+def test_no_comment_or_docstring_in_src_names_an_issue_number() -> None:
+    found = [
+        hit
+        for path in sorted(SRC.rglob("*.py"))
+        for hit in issue_references(path.read_text(), str(path.relative_to(SRC.parent)))
+    ]
+    assert not found, (
+        "comments and docstrings that point at an issue number (say the reason in words):\n"
+        + "\n".join(found)
+    )
+
+
+def test_the_issue_check_finds_comments_and_docstrings_but_not_code() -> None:
+    """The check can fail: a comment and a function's docstring citing issues are named, a string
+    in the code that is no docstring is not."""
+    source = (
+        '"""Module."""\n\n'
+        "x = 1  # see issue 13\n\n\n"
+        "def f():\n"
+        '    """Why (Issue #7)."""\n'
+        '    return "issue 9"\n'
+    )
+    assert issue_references(source, "probe.py") == [
+        "probe.py:3 'issue 13'",
+        "probe.py:7 'Issue #7'",
+    ]

@@ -62,8 +62,8 @@ PRESETS: dict[str, list[str]] = {
         "FedKWS-UI=fedkwsui",
         "ALT only=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0",
         "Two-head FedAvg=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false",
-        # issue 46: the same two methods with Kaiming-initialised heads (fedkwsui.head_init's
-        # docstring)
+        # the same two methods with Kaiming-initialised heads: with PyTorch's default the encoder's
+        # gradient through the two heads is 0.13-0.23x the one-head network's (fedkwsui.head_init)
         "FedKWS-UI (Kaiming heads)=fedkwsui:fedkwsui.head_init=kaiming",
         "Two-head FedAvg (Kaiming "
         "heads)=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false,fedkwsui.head_init=kaiming",
