@@ -102,7 +102,7 @@ class Simulator(RoundDriver):
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
         if self.holds_clients and not self.trainable:
             raise ConfigError(f"no client holds training data for dataset {cfg.dataset}")
-        # Issue 13: poisoned clients and DP act as layers over client data and uploads (attacks.py,
+        # Poisoned clients and DP act as layers over client data and uploads (attacks.py,
         # privacy.py).
         self.attack = Attack(cfg, [c.name for c in self.data.clients])
         self.data = self.attack.poison_data(self.data)
