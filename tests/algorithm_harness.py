@@ -11,7 +11,7 @@ from torch.func import functional_call
 
 from fedac.algorithms.base import ClientData, Task
 from fedac.config import load_config
-from fedac.engine.cohort import run_clients
+from fedac.engine.cohort import check_path, run_clients  # noqa: F401  (check_path: for the tests)
 from fedac.seeding import torch_generator
 from fedac.training.local import client_batches
 

@@ -8,9 +8,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from algorithm_harness import SIZES, batches, build, call, clients, federate, max_diff, sgd_step
+from algorithm_harness import (
+    SIZES,
+    batches,
+    build,
+    call,
+    check_path,
+    clients,
+    federate,
+    max_diff,
+    sgd_step,
+)
 from fedac.algorithms.apfl import APFL
-from fedac.engine.cohort import check_path
 from fedac.errors import ConfigError
 
 ALPHA, ALPHA_LR = 0.4, 0.5
