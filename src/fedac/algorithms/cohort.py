@@ -396,6 +396,17 @@ def _alo_loss(
     return loss
 
 
+def _stacked_teacher(entries: list[Params], device: torch.device) -> Params:
+    """A chunk's teacher entries along a client axis, on `device`: one model that every client
+    reads (MOON's global one) as an expanded view, without a copy per client."""
+    if all(e is entries[0] for e in entries):
+        return {
+            n: v.to(device).unsqueeze(0).expand(len(entries), *v.shape)
+            for n, v in entries[0].items()
+        }
+    return {n: v.to(device) for n, v in stack_params(entries).items()}
+
+
 class LocalObjective(Algorithm):
     """A client side stated once, as functions of one client, from which both paths are built: the
     sequential `client_update` (an nn.Module, torch.optim) and the stacked `cohort_update` (the same
@@ -532,10 +543,7 @@ class LocalObjective(Algorithm):
             )
             frozen = [self.teachers(here, state) for state in chunk_states]
             teachers = {
-                name: {
-                    n: v.to(chunk.device)
-                    for n, v in stack_params([f[name] for f in frozen]).items()
-                }
+                name: _stacked_teacher([f[name] for f in frozen], chunk.device)
                 for name in frozen[0]
             }
             loss_sum = torch.zeros(len(chunk), dtype=torch.float64, device=chunk.device)
