@@ -25,6 +25,24 @@ from fedac.training.stacking import (
 from fedac.training.types import ClientData, ClientResult, Params, class_labels, feature_windows
 
 
+def _stacked_teacher(entries: list[Params], device: torch.device) -> Params:
+    """A chunk's teacher entries along a client axis, on `device`: one model that every client
+    reads (MOON's global one) as an expanded view, without a copy per client."""
+    if all(e is entries[0] for e in entries):
+        return {
+            n: v.to(device).unsqueeze(0).expand(len(entries), *v.shape)
+            for n, v in entries[0].items()
+        }
+    return {n: v.to(device) for n, v in stack_params(entries).items()}
+
+
+def _stacked_states(states: list[Any], device: torch.device) -> Params | None:
+    """A chunk's client states along a client axis on `device` (None: the method keeps none)."""
+    if states[0] is None:
+        return None
+    return {n: v.to(device) for n, v in stack_params(states).items()}
+
+
 class LocalObjective(Algorithm):
     """A client side stated once, as functions of one client, from which both paths are built: the
     sequential `client_update` (an nn.Module, torch.optim) and the stacked `cohort_update` (the same
@@ -150,23 +168,14 @@ class LocalObjective(Algorithm):
             here = payloads(chunk.device)
             chunk_states = [states[i] for i in chunk.positions]
             owns = [self.own_start(here, state) for state in chunk_states]
-            start = (
-                {n: v.to(chunk.device) for n, v in stack_params(owns).items()}  # type: ignore[arg-type]
-                if owns[0] is not None
-                else broadcast_params(starts(chunk.device), len(chunk))
+            start = _stacked_states(owns, chunk.device) or broadcast_params(
+                starts(chunk.device), len(chunk)
             )
             model = StackedStep(forward, start, cfg)
-            stacked_state = (
-                None
-                if chunk_states[0] is None
-                else {n: v.to(chunk.device) for n, v in stack_params(chunk_states).items()}
-            )
+            stacked_state = _stacked_states(chunk_states, chunk.device)
             frozen = [self.teachers(here, state) for state in chunk_states]
             teachers = {
-                name: {
-                    n: v.to(chunk.device)
-                    for n, v in stack_params([f[name] for f in frozen]).items()
-                }
+                name: _stacked_teacher([f[name] for f in frozen], chunk.device)
                 for name in frozen[0]
             }
             loss_sum = torch.zeros(len(chunk), dtype=torch.float64, device=chunk.device)

@@ -47,6 +47,11 @@ class Scaffold(LocalObjective):
                 "control variate beside the model: use a data attack (label_flip, label_permute, "
                 "backdoor) with it"
             )
+        if cfg.dp.mode != "none":
+            raise ConfigError(
+                f"dp.mode={cfg.dp.mode} clips and noises the uploaded model, and scaffold uploads "
+                "its control variate beside it, which DP-FedAvg does not cover: set dp.mode=none"
+            )
 
     def _zeros(self) -> Params:
         """One zero tensor per trainable parameter of the model (a control variate's shape)."""
