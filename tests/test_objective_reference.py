@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 
 from fedac.algorithms.base import ClientData, Task
-from fedac.algorithms.cohort import LocalObjective
+from fedac.algorithms.objective import LocalObjective
 from fedac.config import load_config
 from fedac.seeding import torch_generator
 from fedac.settings import ALGORITHMS

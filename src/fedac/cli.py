@@ -397,11 +397,8 @@ class VersionAction(argparse.Action):
         parser.exit()
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedac", description="Federated audio classification.")
-    parser.add_argument("--version", action=VersionAction)
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_run_parser(sub) -> None:
+    """`fedac run`: one experiment, its run directory, resume and a simulated kill."""
     run = sub.add_parser("run", help="train one federated experiment and write a run directory")
     _add_experiment_args(run)
     run.add_argument(
@@ -417,12 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=cmd_run)
 
-    add_compare_parser(sub)
-    add_reproduce_parser(sub)
-    add_report_parser(sub)
-    add_pretrain_parser(sub, cmd_pretrain)
-    add_memory_parser(sub)
 
+def _add_catalog_parsers(sub) -> None:
+    """`fedac models` and `fedac list`: what the model zoo and the registries hold."""
     models = sub.add_parser("models", help="list the model zoo with parameter counts")
     models.add_argument("--num-features", type=int, default=40)
     models.add_argument("--num-classes", type=int, default=35)
@@ -438,8 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listing.set_defaults(func=cmd_list)
 
-    data = sub.add_parser("data", help="synthesize, inspect and prepare datasets")
-    data_sub = data.add_subparsers(dest="data_command", required=True)
+
+def _add_synth_parsers(data_sub) -> None:
+    """`fedac data <synth command>`: one per dataset that has a synthetic stand-in."""
     for name, spec in DATASETS.items():
         if spec.synth_command is None:
             continue
@@ -452,6 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
             synth.add_argument(f"--{spec.synth_size_arg}", dest="size", type=int)
         synth.add_argument("--quiet", action="store_true")
         synth.set_defaults(func=cmd_synth, dataset_name=name)
+
+
+def _add_inspect_parsers(data_sub) -> None:
+    """`fedac data stats` and `fedac data prepare`: a dataset's clients and its feature cache."""
     for verb, func, text in (
         ("stats", cmd_stats, "clients, samples per client, class entropy, labels"),
         ("prepare", cmd_prepare, "build the feature cache"),
@@ -474,6 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
                 "class entropy per client, coloured by r0 * rbar_k) to this file",
             )
         p.set_defaults(func=func)
+
+
+def _add_split_devices_parser(data_sub) -> None:
+    """`fedac data split-devices`: a run's clients as folders for Flower device nodes."""
     split = data_sub.add_parser(
         "split-devices",
         help="one folder per client as the run's partition cuts it "
@@ -502,6 +505,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     split.add_argument("--quiet", action="store_true")
     split.set_defaults(func=cmd_split_devices)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `fedac` command line: one sub-command per verb (run, compare, reproduce, report,
+    pretrain, memory, models, list, data)."""
+    parser = argparse.ArgumentParser(prog="fedac", description="Federated audio classification.")
+    parser.add_argument("--version", action=VersionAction)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_parser(sub)
+    add_compare_parser(sub)
+    add_reproduce_parser(sub)
+    add_report_parser(sub)
+    add_pretrain_parser(sub, cmd_pretrain)
+    add_memory_parser(sub)
+    _add_catalog_parsers(sub)
+    data = sub.add_parser("data", help="synthesize, inspect and prepare datasets")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    _add_synth_parsers(data_sub)
+    _add_inspect_parsers(data_sub)
+    _add_split_devices_parser(data_sub)
     return parser
 
 

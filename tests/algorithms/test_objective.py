@@ -11,7 +11,6 @@ from fedac.algorithms.base import ClientData, Task
 from fedac.algorithms.objective import LocalObjective
 from fedac.config import load_config
 from fedac.engine.execution import ExecutionPlan
-from fedac.errors import ConfigError
 
 
 class Proximal(LocalObjective):
@@ -31,8 +30,8 @@ class Proximal(LocalObjective):
         return {"params": params}, metrics
 
 
-class ReadsAnEmbedding(Proximal):
-    forward_methods = ("forward", "embed")
+class Undeclared(Proximal):
+    reads_model_once = False
 
 
 def build(cls, model, execution="auto", *extra):
@@ -71,13 +70,13 @@ def test_the_old_import_path_of_local_objective_still_works():
 
 def test_an_objective_on_a_zoo_crnn_trains_through_its_hand_written_forward_unprobed():
     """A zoo CRNN's hand-written stacked forward is always the faster stacked form: an objective
-    that calls only the model's forward takes it, and auto stacks without a probe; one that reads
-    another method goes through the vmapped module."""
+    takes it by default (`reads_model_once`), and auto stacks without a probe; one that declares
+    otherwise goes through the vmapped module."""
     algo = build(Proximal, "crnn_tiny")
     assert algo.stacked_kind("crnn_tiny") == "crnn"
     plan = ExecutionPlan(algo)
     assert plan.path == "stacked" and not plan.needs_probe
-    assert build(ReadsAnEmbedding, "crnn_tiny").stacked_kind("crnn_tiny") == "vmap"
+    assert build(Undeclared, "crnn_tiny").stacked_kind("crnn_tiny") == "vmap"
 
 
 @pytest.mark.parametrize("dropout", ["0", "0.3"])
@@ -91,14 +90,3 @@ def test_the_hand_written_path_gives_the_sequential_numbers(dropout):
         assert stacked.metrics["steps"] == alone.metrics["steps"]
         for name, value in alone.upload.items():
             assert torch.allclose(stacked.upload[name], value, atol=1e-5), name
-
-
-def test_the_hand_written_forward_refuses_other_inputs_instead_of_answering_wrongly():
-    class Augments(Proximal):
-        def local_loss(self, forward, params, x, y, weight, state, payload):
-            return (F.cross_entropy(forward(x * 2), y, reduction="none") * weight).sum()
-
-    algo = build(Augments, "crnn_tiny", "cohort")
-    payload = algo.broadcast(algo.init_server())
-    with pytest.raises(ConfigError, match="may call only forward\\(x\\) on its batch"):
-        ExecutionPlan(algo).run(payload, [None] * 3, clients(), 1, 0)

@@ -207,7 +207,7 @@ def test_fedmlac_uploads_only_its_plugin(cfg_for, tmp_path, monkeypatch):
     FedAvg's CRNN-Lite per client, and exactly the Plug-in's. Its round's local_accuracy comes from
     the clients.csv rows: each own model is scored once an evaluation, and the figure equals scoring
     them anew."""
-    per_client = {}
+    per_client, memory = {}, {}
     own_models = []
     real = Simulator._personalized_models
     monkeypatch.setattr(
@@ -240,9 +240,15 @@ def test_fedmlac_uploads_only_its_plugin(cfg_for, tmp_path, monkeypatch):
         per_client[name] = float(
             rows_of(tmp_path / name / "metrics.csv")[0]["upload_bytes_per_client"]
         )
+        memory[name] = results["client_state"]
         task = sim.data.task
     tiny = nbytes(dict(build_model("crnn_tiny", task.num_features, task.num_classes).state_dict()))
     assert per_client["fedmlac"] == tiny < per_client["fedavg"]
+    # the clients' own states: a CRNN-Lite per trained FedMLAC client, none for FedAvg
+    lite = nbytes(dict(build_model("crnn_lite", task.num_features, task.num_classes).state_dict()))
+    assert memory["fedavg"]["bytes_total"] == 0
+    assert memory["fedmlac"]["bytes_per_client"] == lite
+    assert memory["fedmlac"]["bytes_total"] == lite * memory["fedmlac"]["clients_holding"] > 0
     # a personalized method's clients.csv has the clients' own models next to the shared model
     header = rows_of(tmp_path / "fedmlac" / "clients.csv")[0]
     assert {"accuracy", "own_accuracy", "own_macro_f1", "own_uar"} <= header.keys()

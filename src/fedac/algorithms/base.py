@@ -80,6 +80,9 @@ class Algorithm(ABC):
     #: heads): the SSL encoders' waveform path (engine/waveform.py) refuses it before any data is
     #: built. Personalized methods are refused there too (their client models read features).
     trains_ssl_encoders: bool = True
+    #: Why the method has no stacked form although it inherits a `cohort_update` (APFL's two models
+    #: per client), or None: engine/execution.py `stacking_obstacle` names it as the reason.
+    no_stacked_form: str | None = None
 
     def __init__(self, cfg: Config, task: Task, runtime: Runtime | None = None):
         self.cfg = cfg

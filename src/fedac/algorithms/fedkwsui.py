@@ -440,6 +440,98 @@ def alt_statistics(
     }
 
 
+def _cohort_batches(
+    datas: list[ClientData],
+    plans: list[dict],
+    private_steps: int,
+    batch_size: int,
+    round_idx: int,
+    seed: int,
+) -> list[list]:
+    """Each client's batches in the sequential path's order: the private phase's, then ALT's
+    global steps, all drawn from the client's own generator."""
+    batches = []
+    for d, plan in zip(datas, plans):
+        gen = torch_generator(seed, "batches", round_idx, d.name)
+        batches.append(
+            list(cycling_batches(d.num_samples, batch_size, private_steps, gen))
+            + list(cycling_batches(d.num_samples, batch_size, int(plan["steps"]), gen))
+        )
+    return batches
+
+
+def _chunk_losses(
+    forward,
+    model: StackedStep,
+    params: Params,
+    chunk: CohortChunk,
+    mus: torch.Tensor,
+    private_steps: int,
+    opts,
+    cfg,
+) -> torch.Tensor:
+    """Every step of a chunk: the private phase trains only the private heads on the frozen
+    encoder's embeddings, then the global phase trains everything on the ALO loss with a fresh
+    optimiser. Returns the summed losses, (private, global) x client, in float64."""
+    sums = torch.zeros(2, len(chunk), dtype=torch.float64, device=chunk.device)
+    for s, step in enumerate(chunk.steps):
+        x, y = chunk.batch(step)
+        active, weight, masks = step.active, step.weight, chunk.dropout(step)
+        if s == private_steps:  # the global phase's optimiser is new, as the sequential path's
+            model.optimizer = stacked_optimizer({n: params[n] for n in forward.param_names}, cfg)
+        if s < private_steps:  # only the private head learns: the encoder runs without autograd
+            with torch.no_grad():
+                h = forward(model.frozen(active), x, masks, weight, "embed")
+            leaf, state = model.leaves(active)
+            loss = cross_entropy(forward(state, h, None, weight, "private_logits"), y, weight)
+        else:
+            leaf, state = model.leaves(active)
+            h = forward(state, x, masks, weight, "embed")
+            loss = _alo_loss(
+                forward(state, h, None, weight, "global_logits"),
+                forward(state, h, None, weight, "private_logits"),
+                y,
+                weight,
+                mus[:active],
+                opts.adv_lambda,
+            )
+        model.update(loss, leaf, active)
+        sums[int(s >= private_steps), :active] += loss.detach()
+    return sums
+
+
+def _chunk_results(
+    model: StackedStep,
+    chunk: CohortChunk,
+    sums: torch.Tensor,
+    plans: list[dict],
+    states: list[Params | None],
+    private_steps: int,
+) -> list[tuple[int, ClientResult]]:
+    """Each client's trained parameters, its private head when it keeps one, and its metrics: the
+    mean loss of each phase, the step counts and ALT's ratio and mu."""
+    out = []
+    private_sums, global_sums = sums.tolist()  # one host sync a chunk
+    for k, position in enumerate(chunk.positions):
+        plan, steps = plans[position], int(plans[position]["steps"])
+        params_k = model.client(k)
+        private = (
+            {n: v for n, v in params_k.items() if n.startswith("private_")}
+            if states[position] is not None
+            else None
+        )
+        metrics = {
+            "loss": global_sums[k] / steps if steps else float("nan"),
+            "steps": float(steps),
+            "private_loss": private_sums[k] / max(private_steps, 1),
+            "private_steps": float(private_steps),
+            "alt_ratio": plan["ratio"],
+            "mu": plan["mu"],
+        }
+        out.append((position, ClientResult(params_k, private, metrics)))
+    return out
+
+
 def fedkwsui_cohort(
     algo,
     payload: Params,
@@ -457,13 +549,7 @@ def fedkwsui_cohort(
     forward = algo.stacked_forward(arch)
     private_steps = int(opts.private_ratio * opts.local_steps) + 1 if opts.adv_lambda else 0
     plans = [algo.client_plan(d.name) for d in datas]
-    batches = []
-    for d, plan in zip(datas, plans):
-        gen = torch_generator(seed, "batches", round_idx, d.name)
-        batches.append(
-            list(cycling_batches(d.num_samples, cfg.batch_size, private_steps, gen))
-            + list(cycling_batches(d.num_samples, cfg.batch_size, int(plan["steps"]), gen))
-        )
+    batches = _cohort_batches(datas, plans, private_steps, cfg.batch_size, round_idx, seed)
     order = sorted(range(len(datas)), key=lambda i: -len(batches[i]))
     payloads = OnDevices(payload)
     results: list[ClientResult | None] = [None] * len(datas)
@@ -476,52 +562,8 @@ def fedkwsui_cohort(
                 params[name][k].copy_(value)
         model = StackedStep(forward, params, cfg)
         mus = torch.tensor([plans[i]["mu"] for i in chunk.positions], device=chunk.device)
-        sums = torch.zeros(2, len(chunk), dtype=torch.float64, device=chunk.device)
-        for s, step in enumerate(chunk.steps):
-            x, y = chunk.batch(step)
-            active, weight, masks = step.active, step.weight, chunk.dropout(step)
-            if s == private_steps:  # the global phase's optimiser is new, as the sequential path's
-                model.optimizer = stacked_optimizer(
-                    {n: params[n] for n in forward.param_names}, cfg
-                )
-            if s < private_steps:  # only the private head learns: the encoder runs without autograd
-                with torch.no_grad():
-                    h = forward(model.frozen(active), x, masks, weight, "embed")
-                leaf, state = model.leaves(active)
-                loss = cross_entropy(forward(state, h, None, weight, "private_logits"), y, weight)
-            else:
-                leaf, state = model.leaves(active)
-                h = forward(state, x, masks, weight, "embed")
-                loss = _alo_loss(
-                    forward(state, h, None, weight, "global_logits"),
-                    forward(state, h, None, weight, "private_logits"),
-                    y,
-                    weight,
-                    mus[:active],
-                    opts.adv_lambda,
-                )
-            model.update(loss, leaf, active)
-            sums[int(s >= private_steps), :active] += loss.detach()
-        out = []
-        private_sums, global_sums = sums.tolist()  # one host sync a chunk
-        for k, position in enumerate(chunk.positions):
-            plan, steps = plans[position], int(plans[position]["steps"])
-            params_k = model.client(k)
-            private = (
-                {n: v for n, v in params_k.items() if n.startswith("private_")}
-                if states[position] is not None
-                else None
-            )
-            metrics = {
-                "loss": global_sums[k] / steps if steps else float("nan"),
-                "steps": float(steps),
-                "private_loss": private_sums[k] / max(private_steps, 1),
-                "private_steps": float(private_steps),
-                "alt_ratio": plan["ratio"],
-                "mu": plan["mu"],
-            }
-            out.append((position, ClientResult(params_k, private, metrics)))
-        return out
+        sums = _chunk_losses(forward, model, params, chunk, mus, private_steps, opts, cfg)
+        return _chunk_results(model, chunk, sums, plans, states, private_steps)
 
     size = algo.packing.fixed_chunk
     chunks = (

@@ -187,6 +187,85 @@ class FedMLAC(Algorithm):
         return self.scratch_model(self.cfg.fedmlac.plugin_model, server["params"], role="plugin")
 
 
+def _mutual_step(omega_model, theta_model, omega, theta, chunk: CohortChunk, step, opts, mutual):
+    """One batch of Algorithm 1 for every client of a chunk: the personalized step (Eq. 8), the
+    Plug-in as a fixed teacher, then the Plug-in step (Eq. 9), the personalized model as the
+    teacher. Returns both losses, one per client still training."""
+    x, y = chunk.batch(step)
+    active, weight, masks = step.active, step.weight, chunk.dropout(step)
+    # Personalized model step (Eq. 8), the Plug-in as a fixed teacher.
+    leaf, state = omega.leaves(active)
+    omega_logits = omega_model(state, x, masks, weight)
+    theta_teacher = None
+    if mutual:
+        with torch.no_grad():
+            theta_teacher = theta_model(theta.frozen(active), x, masks, weight)
+    loss_omega = personalized_loss(
+        omega_logits, theta_teacher, y, opts.alpha, opts.temperature, mutual, weight
+    )
+    omega.update(loss_omega, leaf, active)
+    # Plug-in step (Eq. 9), the personalized model as the teacher.
+    if opts.teacher == "post_update":
+        with torch.no_grad():
+            omega_logits = omega_model(omega.frozen(active), x, masks, weight)
+    leaf, state = theta.leaves(active)
+    loss_theta = plugin_loss(
+        theta_model(state, x, masks, weight),
+        omega_logits.detach(),
+        y,
+        opts.temperature,
+        opts.plugin_ce_weight,
+        mutual,
+        weight,
+    )
+    theta.update(loss_theta, leaf, active)
+    return loss_omega, loss_theta
+
+
+def _train_mutual_chunk(
+    omega_model,
+    theta_model,
+    payloads: OnDevices,
+    states: list[Params],
+    cfg,
+    opts,
+    mutual: bool,
+    chunk: CohortChunk,
+) -> list[tuple[int, ClientResult]]:
+    """One chunk of a cohort whose personalized models share `omega_model`'s architecture: every
+    step of Algorithm 1 on the stacked models, then each client's Plug-in, personalized model and
+    mean losses."""
+    stacked = stack_params([states[i] for i in chunk.positions])
+    # (no copy on the states' device)
+    stacked = {name: value.to(chunk.device) for name, value in stacked.items()}
+    omega, theta = (
+        StackedStep(omega_model, stacked, cfg),
+        StackedStep(theta_model, broadcast_params(payloads(chunk.device), len(chunk)), cfg),
+    )
+    sums = torch.zeros(2, len(chunk), dtype=torch.float64, device=chunk.device)
+    for step in chunk.steps:
+        loss_omega, loss_theta = _mutual_step(
+            omega_model, theta_model, omega, theta, chunk, step, opts, mutual
+        )
+        sums[0, : step.active] += loss_omega.detach()
+        sums[1, : step.active] += loss_theta.detach()
+    out = []
+    losses, plugin_losses = sums.tolist()  # one host sync a chunk
+    for k, position in enumerate(chunk.positions):
+        steps = chunk.client_steps[k]
+        out.append(
+            (
+                position,
+                ClientResult(
+                    theta.client(k),
+                    omega.client(k),
+                    {"loss": losses[k] / steps, "plugin_loss": plugin_losses[k] / steps},
+                ),
+            )
+        )
+    return out
+
+
 def mutual_cohort(
     algo: FedMLAC,
     payload: Params,
@@ -203,74 +282,21 @@ def mutual_cohort(
     mutual = algo.mutual(round_idx)
     results: list[ClientResult | None] = [None] * len(datas)
     payloads = OnDevices(payload)
-
-    def train(omega_model, chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
-        stacked = stack_params([states[i] for i in chunk.positions])
-        # (no copy on the states' device)
-        stacked = {name: value.to(chunk.device) for name, value in stacked.items()}
-        omega, theta = (
-            StackedStep(omega_model, stacked, cfg),
-            StackedStep(theta_model, broadcast_params(payloads(chunk.device), len(chunk)), cfg),
-        )
-        sums = torch.zeros(2, len(chunk), dtype=torch.float64, device=chunk.device)
-        for step in chunk.steps:
-            x, y = chunk.batch(step)
-            active, weight, masks = step.active, step.weight, chunk.dropout(step)
-            # Personalized model step (Eq. 8), the Plug-in as a fixed teacher.
-            leaf, state = omega.leaves(active)
-            omega_logits = omega_model(state, x, masks, weight)
-            theta_teacher = None
-            if mutual:
-                with torch.no_grad():
-                    theta_teacher = theta_model(theta.frozen(active), x, masks, weight)
-            loss_omega = personalized_loss(
-                omega_logits, theta_teacher, y, opts.alpha, opts.temperature, mutual, weight
-            )
-            omega.update(loss_omega, leaf, active)
-            # Plug-in step (Eq. 9), the personalized model as the teacher.
-            if opts.teacher == "post_update":
-                with torch.no_grad():
-                    omega_logits = omega_model(omega.frozen(active), x, masks, weight)
-            leaf, state = theta.leaves(active)
-            loss_theta = plugin_loss(
-                theta_model(state, x, masks, weight),
-                omega_logits.detach(),
-                y,
-                opts.temperature,
-                opts.plugin_ce_weight,
-                mutual,
-                weight,
-            )
-            theta.update(loss_theta, leaf, active)
-            sums[0, :active] += loss_omega.detach()
-            sums[1, :active] += loss_theta.detach()
-        out = []
-        losses, plugin_losses = sums.tolist()  # one host sync a chunk
-        for k, position in enumerate(chunk.positions):
-            steps = chunk.client_steps[k]
-            out.append(
-                (
-                    position,
-                    ClientResult(
-                        theta.client(k),
-                        omega.client(k),
-                        {"loss": losses[k] / steps, "plugin_loss": plugin_losses[k] / steps},
-                    ),
-                )
-            )
-        return out
-
     for arch, positions in group_positions(
         [algo.client_architecture(d.name) for d in datas]
     ).items():
+        train = partial(
+            _train_mutual_chunk,
+            algo.stacked_forward(arch),
+            theta_model,
+            payloads,
+            states,
+            cfg,
+            opts,
+            mutual,
+        )
         for position, result in train_chunks(
-            algo,
-            partial(train, algo.stacked_forward(arch)),
-            [datas[i] for i in positions],
-            positions,
-            arch,
-            round_idx,
-            seed,
+            algo, train, [datas[i] for i in positions], positions, arch, round_idx, seed
         ):
             results[position] = result
     return results  # type: ignore[return-value]

@@ -102,7 +102,7 @@ class Simulator(RoundDriver):
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
         if self.holds_clients and not self.trainable:
             raise ConfigError(f"no client holds training data for dataset {cfg.dataset}")
-        # Issue 13: poisoned clients and DP act as layers over client data and uploads (attacks.py,
+        # Poisoned clients and DP act as layers over client data and uploads (attacks.py,
         # privacy.py).
         self.attack = Attack(cfg, [c.name for c in self.data.clients])
         self.data = self.attack.poison_data(self.data)
@@ -354,6 +354,23 @@ class Simulator(RoundDriver):
             )
         return state.best.server
 
+    def client_state_memory(self, state: RunState) -> dict[str, Any]:
+        """What the clients' persistent states (personal models, control variates, duals) take:
+        every client that has trained holds one, of its architecture's size (measured once per
+        architecture, so a process holding only its share under torchrun counts them all)."""
+        sizes: dict[str, int] = {}
+        held = [name for name in self.trainable if state.visits.get(name)]
+        for name in held:
+            arch = self.algorithm.client_architecture(name)
+            if arch not in sizes:
+                sizes[arch] = nbytes(self.algorithm.init_client_state(name))
+        total = sum(sizes[self.algorithm.client_architecture(name)] for name in held)
+        return {
+            "clients_holding": len(held),
+            "bytes_total": total,
+            "bytes_per_client": total / len(held) if held else 0.0,
+        }
+
     def final_results(self, state: RunState) -> dict[str, Any]:
         """Test metrics of the model selected on validation, plus per-client and personalized
         metrics."""
@@ -416,6 +433,7 @@ class Simulator(RoundDriver):
             final["clients_trained"] = len(visits)
             final["visits_per_trained_client"] = float(np.mean(visits))
         extra = {"per_client": client_summary(self, state, server)}  # (spreads and cohort counts)
+        extra["client_state"] = self.client_state_memory(state)
         if (counts := test_confusion(self, model)) is not None:
             extra["confusion"] = counts
         return {

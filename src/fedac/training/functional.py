@@ -242,13 +242,18 @@ class StackedModule:
         *extras,
         method: str = "forward",
         padded: bool | None = None,
+        teachers: dict[str, Params] | None = None,
     ):
         """vmap over the clients of `fn(forward, params, x_k, weight_k, *extras_k)`, where
         `forward(inputs, method="forward")` is client k's model (parameters and buffers bound),
         `params` its trainable parameters by name, and each of `extras` a tensor or dict of tensors
         with a leading client axis. Dropout masks are drawn for one call of `method` per step (see
-        the module's docstring)."""
+        the module's docstring). `teachers`: frozen models by name, their entries stacked like
+        `state`'s; `forward(inputs, method, teacher=name)` runs client k's in eval mode
+        (`FrozenModule`)."""
         template = self._template(x.device)
+        teachers = teachers or {}
+        frozen = self._frozen() if teachers else None
         drawn = []
         if masks is not None and template.training:
             for shape, p in self._dropout_shapes(template, method, x):
@@ -264,21 +269,55 @@ class StackedModule:
         buffers = {"m." + name: state[name] for name in self.buffer_names if name in state}
 
         def one(
-            p: Params, b: Params, inputs: torch.Tensor, ms: list[torch.Tensor], w: torch.Tensor, *ex
+            p: Params,
+            b: Params,
+            inputs: torch.Tensor,
+            ms: list[torch.Tensor],
+            w: torch.Tensor,
+            own: dict[str, Params],
+            *ex,
         ):
             token = _REPLAY.set(_Replay(list(ms), w, padded))
             try:
 
-                def forward(data: torch.Tensor, name: str = "forward"):
+                def forward(data: torch.Tensor, name: str = "forward", teacher: str | None = None):
+                    if teacher is not None:
+                        assert frozen is not None
+                        with torch.no_grad():
+                            return frozen(own[teacher], data, name)
                     return functional_call(template, (p, b), (name, data), strict=False)
 
                 return fn(forward, {name[2:]: value for name, value in p.items()}, inputs, w, *ex)
             finally:
                 _REPLAY.reset(token)
 
-        return vmap(one, in_dims=(0, 0, 0, 0, 0, *_extra_dims(extras)), randomness="error")(
-            params, buffers, x, drawn, weight, *extras
+        return vmap(one, in_dims=(0, 0, 0, 0, 0, 0, *_extra_dims(extras)), randomness="error")(
+            params, buffers, x, drawn, weight, teachers, *extras
         )
+
+    def _frozen(self) -> FrozenModule:
+        if not hasattr(self, "_frozen_module"):
+            self._frozen_module = FrozenModule(self._prototype)
+        return self._frozen_module
+
+
+class FrozenModule:
+    """A model's forward as a frozen teacher's, for any parameters and buffers: `frozen(entries, x,
+    method)` runs an eval-mode copy (no dropout, BatchNorm's running statistics, nothing updated)
+    through `functional_call`, alike inside a vmapped client function and outside it (GRUs written
+    out): how `StackedModule.map` runs a local objective's teachers (MOON's global and previous
+    local model) under vmap."""
+
+    def __init__(self, model: nn.Module):
+        self._prototype = _Calls(_replayable(copy.deepcopy(model).cpu())).eval()
+        self._local = threading.local()  # functional_call swaps a module's tensors
+
+    def __call__(self, entries: Params, x: torch.Tensor, method: str = "forward") -> torch.Tensor:
+        templates = self._local.__dict__.setdefault("templates", {})
+        if x.device not in templates:
+            templates[x.device] = copy.deepcopy(self._prototype).to(x.device)
+        bound = {"m." + name: value for name, value in entries.items()}
+        return functional_call(templates[x.device], bound, (method, x), strict=False)
 
 
 def _extra_dims(extras: tuple) -> list[int | None]:
@@ -417,8 +456,8 @@ def clip_stacked(grads: dict[str, torch.Tensor | None], max_norm: float) -> None
 
 class HandWritten:
     """A hand-written stacked forward (models/stacked.py's CRNNs) behind `StackedModule`'s
-    interface (call and `map`): no buffers, no other method than forward, no need of the sample
-    weights (no batch statistics)."""
+    interface: no buffers, no other method than forward, no need of the sample weights (no batch
+    statistics). `map` serves a local objective that reads its model once a step."""
 
     def __init__(self, model, param_names: list[str]):
         self.model, self.param_names = model, param_names
@@ -447,31 +486,43 @@ class HandWritten:
         *extras,
         method: str = "forward",
         padded: bool | None = None,
+        teachers: dict[str, Params] | None = None,
     ):
-        """`StackedModule.map` on the hand-written forward: every client's logits come from one
-        stacked call (outside vmap, so the hand-written kernels run), and `fn` is vmapped over the
-        clients with a `forward` that returns client k's logits of the step's batch. So `fn` may
-        call `forward(inputs)` on its batch only (any number of times: the same logits, one dropout
-        draw a step); another input or method is an error, not a silent wrong answer."""
-        logits = self(state, x, masks, weight, method)
+        """`StackedModule.map` for a function that reads its model once, on its batch:
+        `forward(x_k)` (the logits), or `forward(x_k, "embed")` and then `forward(z, "head")` of
+        that embedding, and each teacher likewise (`forward(x_k, method, teacher=name)`, in eval
+        mode: no dropout). The chunk's embeddings and logits are computed first, stacked (the
+        teachers' without gradient), and each client's `forward` hands out its own rows; any other
+        call raises."""
+        embedding = self.model.embed(state, x, masks)
+        logits = self.model.head(state, embedding)
+        frozen = {}
+        with torch.no_grad():
+            for name, entries in (teachers or {}).items():
+                z = self.model.embed(entries, x, None)
+                frozen[name] = (z, self.model.head(entries, z))
+        params = {name: state[name] for name in self.param_names}
         if weight is None:
             weight = x.new_ones(x.shape[:2])
-        params = {name: state[name] for name in self.param_names if name in state}
 
-        def one(p: Params, inputs: torch.Tensor, out: torch.Tensor, w: torch.Tensor, *ex):
-            def forward(data: torch.Tensor, name: str = "forward") -> torch.Tensor:
-                if data is not inputs or name != "forward":
-                    raise ConfigError(
-                        "on the hand-written stacked CRNN a local objective may call only "
-                        "forward(x) on its batch; declare the methods it calls in the class's "
-                        "forward_methods to train through the vmapped module"
-                    )
-                return out
+        def one(z, out, rows, p, inputs, w, *ex):
+            def forward(data: torch.Tensor, name: str = "forward", teacher: str | None = None):
+                if teacher is not None and data is inputs and name in ("forward", "embed"):
+                    return rows[teacher][0 if name == "embed" else 1]
+                if data is inputs and name in ("forward", "embed") and teacher is None:
+                    return out if name == "forward" else z
+                if data is z and name in ("head", "classify"):
+                    return out
+                raise ConfigError(
+                    f"the hand-written stacked CRNN serves forward(x) and embed(x) then head of "
+                    f"that embedding, once a step; this local objective called {name!r} otherwise:"
+                    " set its class's reads_model_once = False"
+                )
 
             return fn(forward, p, inputs, w, *ex)
 
-        return vmap(one, in_dims=(0, 0, 0, 0, *_extra_dims(extras)), randomness="error")(
-            params, x, logits, weight, *extras
+        return vmap(one, in_dims=(0, 0, 0, 0, 0, 0, *_extra_dims(extras)), randomness="error")(
+            embedding, logits, frozen, params, x, weight, *extras
         )
 
 

@@ -47,7 +47,7 @@ from fedac.seeding import torch_generator
 from fedac.training.device import to_device
 from fedac.training.local import client_batches
 from fedac.training.packing import Packing
-from fedac.training.schedule import partition
+from fedac.training.schedule import split_by_cost
 from fedac.training.types import ClientData, ClientResult, class_labels, feature_windows
 
 if TYPE_CHECKING:  # (the augmenting windows load the audio readers; only the annotation is needed)
@@ -290,7 +290,7 @@ def plan_chunks(
         return
     if workers is None:  # (the run's runtime holds it resolved: training/runtime.py)
         workers = cohort_workers(RuntimeConfig(), packing.device)
-    ranges = partition(
+    ranges = split_by_cost(
         [datas[i].num_samples for i in order],
         cfg.batch_size,
         cfg.local_epochs,
