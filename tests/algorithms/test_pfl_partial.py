@@ -18,7 +18,7 @@ from fedac.algorithms.fedbn import FedBN
 from fedac.algorithms.fedper import FedPer
 from fedac.algorithms.fedrep import FedRep
 from fedac.algorithms.lgfedavg import LGFedAvg
-from fedac.algorithms.local import Local
+from fedac.algorithms.local_only import Local
 from fedac.config import load_config
 from fedac.engine.cohort import run_clients
 from fedac.errors import ConfigError

@@ -5,7 +5,7 @@ its entries and share the rest by FedAvg. Each method says which entries stay pr
 - FedBN (fedbn.py): the BatchNorm layers' parameters and statistics;
 - FedPer and FedRep (fedper.py, fedrep.py): the head;
 - LG-FedAvg (lgfedavg.py): the body;
-- local (local.py): everything (nothing is shared).
+- local (local_only.py): everything (nothing is shared).
 
 A round, for every such method: client k starts from its own private entries and the global shared
 ones, trains them by `train.*`'s local SGD in one or more phases (`phases`: FedRep trains the head,

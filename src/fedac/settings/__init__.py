@@ -105,7 +105,7 @@ ALGORITHMS = Registry(
             "LG-FedAvg: a private body and a shared head per client (personalised)",
         ),
         "local": Entry(
-            "fedac.algorithms.local:Local",
+            "fedac.algorithms.local_only:Local",
             "Local training alone: each client its own model, nothing aggregated (personalised)",
         ),
         "central": Entry(
