@@ -18,20 +18,23 @@ Choices (the same for every method here):
   methods' reference code copies one initial network to every client.
 - A client's own model (`personalized_model`, the personalised columns of results.json) is the
   network its last local update ended with: its private entries and the shared ones as it trained
-  them. The reference code of FedPer, FedRep and FedBN evaluates the private entries with the newest
-  aggregate instead; that needs the server's model wherever a client is evaluated, which a Flower
-  node does not hold, so fedac evaluates what a client holds.
+  them. Implementations often evaluate the private entries with the newest aggregate instead
+  (FedRep's code does); that needs the server's model wherever a client is evaluated, which a
+  Flower node does not hold, so fedac evaluates what a client holds.
 - There is no shared model to test (`global_model` is None): the shared entries alone are not a
   classifier, so the shared-model columns read '—'.
 
-Both paths train these methods: the sequential `client_update` (the network as an nn.Module, the
-frozen entries of a phase with `requires_grad` off, one optimiser per phase as the reference code's
-optimiser skips entries without a gradient) and the stacked `cohort_update` (a chunk's clients as
-one computation, each from its own start). A client's phases start at different steps for clients of
-different sizes; the stacked path steps each phase's optimiser over the clients in that phase, which
-equals skipping the others exactly for the first phase, and for later ones with plain SGD without
-weight decay (their buffers are still zero): otherwise a multi-phase method trains sequentially and
-says why (`sequential_reason`).
+These are not `LocalObjective`s (algorithms/cohort.py): there every client of a round starts from
+one payload (`start_params`) and trains every parameter in one schedule, while here each client
+starts from its own private entries and FedRep trains in two phases. Both paths train these methods:
+the sequential `client_update` (the network as an nn.Module, the frozen entries of a phase with
+`requires_grad` off, one optimiser per phase as the reference code's optimiser skips entries without
+a gradient) and the stacked `cohort_update` (a chunk's clients as one computation, each from its own
+start). A client's phases start at different steps for clients of different sizes; the stacked path
+steps each phase's optimiser over the clients in that phase, which equals skipping the others
+exactly for the first phase, and for later ones with plain SGD without weight decay (their buffers
+are still zero): otherwise a multi-phase method trains sequentially and says why
+(`sequential_reason`).
 """
 
 from __future__ import annotations
