@@ -1,7 +1,7 @@
 """FedBN (Li et al. 2021, "FedBN: Federated Learning on Non-IID Features via Local Batch
 Normalization", Algorithm 1): FedAvg in which every BatchNorm layer's parameters and running
-statistics stay on the client. Line 7 of the algorithm box averages every weight "except BN
-layers"; each client starts its next update from the aggregate with its own BN layers (line 4).
+statistics stay on the client. The server averages every weight except the BN layers'; each client
+starts its next update from the aggregate with its own BN layers.
 
 Which entries are BatchNorm is models/parts.py's `batchnorm_entries`: in the zoo `dscnn`,
 `mhattrnn` and `resnet15` have BatchNorm; the CRNNs, `kwt`, the KWS CNNs and the SSL encoders have

@@ -1,9 +1,10 @@
 """FedRep (Collins et al. 2021, "Exploiting Shared Representations for Personalized Federated
 Learning", Algorithm 1): a shared representation (the body) and a private head per client. In a
 round, client i first updates its head for tau_h local updates with the representation fixed
-(lines 6-8: `fedrep.head_epochs` epochs here), then the representation for tau_phi updates with
-its new head fixed (lines 9-11: `train.local_epochs` epochs), and uploads the representation; the
-server averages the representations (line 13, weighted by n_k as `aggregation.weighting` says).
+(`fedrep.head_epochs` epochs here), then the representation for tau_phi updates with its new head
+fixed (`train.local_epochs` epochs), and uploads the representation; the server averages the
+representations (weighted by n_k as `aggregation.weighting` says; the algorithm box takes the plain
+mean, `aggregation.weighting=uniform`).
 
 Body and head are models/parts.py's. Each phase has its own optimiser, as the reference code's
 single optimiser skips the parameters that have no gradient in a phase; so the head's momentum does
