@@ -4,10 +4,15 @@ out by hand, and the spec's methods and datasets."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+from fedac.config import load_config
 from fedac.experiments.catalog import experiment_named
-from fedac.experiments.pfl import client_figures
+from fedac.experiments.compare import parse_method
+from fedac.experiments.pfl import client_figures, write_pfl
+from fedac.experiments.spec import Cell, Request
 
 
 def write_clients(path, rows, column):
@@ -51,3 +56,23 @@ def test_the_spec_runs_every_method_on_both_stand_ins():
     assert {"ditto", "apfl", "scaffold", "feddyn", "moon"} <= algorithms
     assert spec.datasets == ("speech_commands", "cremad")
     assert "train.eval_every=1" in spec.protocol  # every round's clients, for the best round
+
+
+def test_the_writer_reports_each_figure_over_seeds(tmp_path):
+    spec = experiment_named("pfl")
+    runs = []
+    for seed, values in enumerate(([0.2, 0.4], [0.4, 0.6])):
+        run_dir = tmp_path / f"FedPer-s{seed}"
+        run_dir.mkdir()
+        write_clients(run_dir, {10: values}, "own_accuracy")
+        runs.append({"seed": seed, "run_dir": str(run_dir), "wall_seconds": 1.0})
+    methods = [parse_method("FedPer=fedper")]
+    cell = Cell("cremad", "cremad", tmp_path, load_config(), [], methods)
+    request = Request(out=tmp_path, seeds=[0, 1])
+    write_pfl(spec, request, [cell], {"cremad": {"FedPer": runs}})
+    summary = json.loads((tmp_path / "summary.json").read_text())["cremad"]["FedPer"]
+    assert summary["clients_last_mean"]["mean"] == pytest.approx(0.4)  # seeds' means 0.3, 0.5
+    assert summary["clients_last_worst10"]["mean"] == pytest.approx(0.3)  # 0.2 and 0.4
+    assert "accuracy" not in summary  # FedPer has no shared model
+    table = (tmp_path / "table.md").read_text()
+    assert "| FedPer | 40.00 ± 10.00 |" in table

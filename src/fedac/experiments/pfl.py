@@ -24,13 +24,14 @@ from chance (its full protocol's FedAvg reaches about 52 %, docs/results/reprodu
 from __future__ import annotations
 
 import csv
+import json
 from pathlib import Path
 
 from fedac.experiments.compare import Method
 from fedac.experiments.fedmlac import DATASETS
 from fedac.experiments.runner import grid_cells, markdown, plot
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
-from fedac.training.metrics import spread
+from fedac.training.metrics import mean_std, spread
 
 #: The reduced schedule: FedMLAC's protocol (fedmlac.PROTOCOL) cut to about 10 s a run.
 QUICK = [
@@ -107,7 +108,8 @@ def write_pfl(
     spec: Experiment, request: Request, cells: list[Cell], runs: dict[str, dict[str, list[dict]]]
 ) -> None:
     """table.md (one table per `TABLES` key, a column per dataset), results.csv (one line per run,
-    with the clients' figures) and figure.png."""
+    with the clients' figures), summary.json (each figure's mean and std over seeds, by dataset and
+    method) and figure.png."""
     for by_method in runs.values():
         for method_runs in by_method.values():
             for run in method_runs:
@@ -129,6 +131,19 @@ def write_pfl(
                             run["run_dir"],
                         ]
                     )
+    # what the docs quote (docs/results/figures.yaml): mean and std over seeds of every figure
+    summary = {
+        cell: {
+            method: {
+                key: dict(zip(("mean", "std"), mean_std(values)))
+                for key in TABLES
+                if (values := [r[key] for r in method_runs if r.get(key) is not None])
+            }
+            for method, method_runs in by_method.items()
+        }
+        for cell, by_method in runs.items()
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
     methods: list[Method] = cells[0].methods if cells else []
     notes = [
         "Clients' models: each client's own model for the methods that keep one (FedMLAC, FedBN, "
