@@ -55,7 +55,9 @@ METHODS = [
     "LG-FedAvg=lgfedavg",
     "Ditto=ditto",
     "APFL=apfl",
-    "SCAFFOLD=scaffold",
+    # option II's control variate reads K lr as plain SGD's step (its run default, which a
+    # comparison does not apply: every method runs one schedule)
+    "SCAFFOLD=scaffold:train.momentum=0",
     "FedDyn=feddyn",
     "MOON=moon",
     "Local=local",
