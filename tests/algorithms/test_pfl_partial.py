@@ -263,6 +263,10 @@ def test_fedrep_with_adam_trains_sequential_and_says_why():
 def test_fedbn_without_batchnorm_is_fedavg_or_refused():
     algo, _ = setup(FedBN, "crnn_tiny", "cohort")
     assert algo.private == set() and set(algo.shared) == set(algo.initial_model())
+    # the aggregate is the whole network: tested as FedAvg's shared model
+    assert algo.global_model(algo.init_server()) is not None
+    assert setup(FedBN, "dscnn", "cohort")[0].global_model(algo.init_server()) is None
+    assert setup(Local, "crnn_tiny", "cohort")[0].global_model({"params": {}}) is None
     with pytest.raises(ConfigError, match="no BatchNorm"):
         setup(FedBN, "crnn_tiny", "cohort", "fedbn.require_batchnorm=true")
 

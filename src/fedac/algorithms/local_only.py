@@ -4,8 +4,8 @@ uploaded or aggregated. Each round a client trains `train.*`'s local update on i
 left the last one, so its model after R visits is R local updates of plain SGD, with no server in
 between.
 
-There is no aggregate, so DP noise, a robust aggregation rule and model poisoning have nothing to
-act on: `dp.mode` and a non-default `aggregation.method` are refused.
+There is no aggregate and no shared model, so DP noise, a robust aggregation rule and model
+poisoning have nothing to act on: `dp.mode` and a non-default `aggregation.method` are refused.
 """
 
 from __future__ import annotations
@@ -40,6 +40,9 @@ class Local(PartlyShared):
 
     def private_entries(self, model: nn.Module) -> set[str]:
         return set(entry_names(model))
+
+    def global_model(self, server: dict[str, Any]) -> None:
+        return None  # nothing is shared
 
     def server_update(
         self, server: dict[str, Any], uploads: list[tuple[Params, int]], round_idx: int

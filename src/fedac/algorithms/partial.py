@@ -22,7 +22,8 @@ Choices (the same for every method here):
   (FedRep's code does); that needs the server's model wherever a client is evaluated, which a
   Flower node does not hold, so fedac evaluates what a client holds.
 - There is no shared model to test (`global_model` is None): the shared entries alone are not a
-  classifier, so the shared-model columns read '—'.
+  classifier, so the shared-model columns read '—'. FedBN on a network without BatchNorm shares
+  every entry: its aggregate is the whole network and is tested as FedAvg's.
 
 These are not `LocalObjective`s (algorithms/cohort.py): there every client of a round starts from
 one payload (`start_params`) and trains every parameter in one schedule, while here each client
@@ -129,7 +130,10 @@ class PartlyShared(Algorithm):
         return {**state, **{name: payload[name] for name in self.shared}}
 
     def global_model(self, server: dict[str, Any]) -> nn.Module | None:
-        return None  # the shared entries alone are no classifier
+        if self.private:
+            return None  # the shared entries alone are no classifier
+        # nothing kept (FedBN on a network without BatchNorm): the aggregate is the whole network
+        return self.scratch_model(self.cfg.model.name, server["params"])
 
     # --- the client: sequential ---------------------------------------------------------------
     def client_update(
