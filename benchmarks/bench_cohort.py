@@ -241,8 +241,8 @@ def part_vmap(args) -> dict:
     from torch.func import functional_call, grad, stack_module_state, vmap
 
     from fedac.models.stacked import stacked_model
-    from fedac.training.cohort import grads_of, leaves
     from fedac.training.local import cross_entropy
+    from fedac.training.stacking import grads_of, leaves
 
     out = {}
     k, b = 10, 16

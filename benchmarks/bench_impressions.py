@@ -36,7 +36,7 @@ import torch
 
 from fedac.algorithms.zeroshot import ClassReport
 from fedac.seeding import numpy_rng, torch_generator
-from fedac.training.cohort import cohort_workers
+from fedac.training.stacking import cohort_workers
 from workloads import capture_reports
 
 BASELINE = "15879bb"

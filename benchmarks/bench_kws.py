@@ -15,13 +15,10 @@ interleaved round by round in one process on one torch thread:
 Ratios to the floor are the ratio of medians and the median of per-round ratios (vs_floor_*_paired).
 Wall and CPU seconds are both recorded: on a machine shared with other jobs, read the CPU time.
 
-Why the default path is the sequential one for these networks: the stacked cohort path
-(engine/cohort.py) pads every client's batch to the step's widest one at weight 0, which leaves a
-loss unchanged but not BatchNorm's batch statistics, so DSCNN and ResNet15 (BatchNorm after every
-convolution) and MHAttRNN (BatchNorm in its convolutional front end) cannot be stacked with the same
-numbers as the sequential path; its StackedSGD has neither clipping nor AdamW, which the protocol
-uses for every network (clip 50) and for KWT (AdamW). `Algorithm.cohort_ready` therefore sends them
-to the sequential path, and this benchmark measures how close that path is to the plain loop.
+The path these networks take is the engine's choice (engine/execution.py `ExecutionPlan`): they
+stack through vmap, so `auto` times both paths on the first round's probe chunk, on this machine.
+The JSON records, per algorithm, whether the configuration can stack at all (`*_stackable`:
+`stacking_obstacle` is None) and the path the run took (`*_execution`).
 """
 
 from __future__ import annotations
@@ -42,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cohort import RESULTS, fedac_round, interleave, simulator, summarize  # noqa: E402
 from fedac.config import load_config  # noqa: E402
 from fedac.engine.data import build_federated_data  # noqa: E402
+from fedac.engine.execution import stacking_obstacle
 from fedac.engine.simulator import sample_cohort  # noqa: E402
 from fedac.experiments.fedkws import KWS_NETWORKS, KWS_PROTOCOL  # noqa: E402
 from fedac.models import build_model  # noqa: E402
@@ -144,12 +142,15 @@ def main() -> None:
                     Path(tmp) / f"{label}-{algorithm}",
                 )
                 paths[algorithm] = fedac_round(sim, state)
-                out["networks"].setdefault(label, {})[f"{algorithm}_cohort_ready"] = (
-                    sim.algorithm.cohort_ready()
-                )
+                record = out["networks"].setdefault(label, {})
+                record[f"{algorithm}_stackable"] = stacking_obstacle(sim.algorithm) is None
+                record[f"{algorithm}_execution"] = sim.plan
             paths["floor"] = KWSFloor(load_config(overrides=overrides), data, sim.trainable)
             result = summarize(interleave(paths, list(range(1, repeats + 1))))
             out["networks"][label].update(result)
+            for algorithm in ("fedavg", "fedkwsui"):  # the path each took, after auto's probe
+                plan = out["networks"][label][f"{algorithm}_execution"]
+                out["networks"][label][f"{algorithm}_execution"] = plan.path
             print(
                 f"{label}: "
                 + ", ".join(
@@ -160,8 +161,8 @@ def main() -> None:
             )
     out["settings"]["load_average_end"] = os.getloadavg()
     out["note"] = (
-        "s per round; fedavg / fedkwsui: the engine's default path (sequential for these networks, "
-        "see the *_cohort_ready flags and bench_kws.py's docstring); floor: plain-torch FedAvg "
+        "s per round; fedavg / fedkwsui: the engine's path under auto (*_execution; "
+        "*_stackable: whether the configuration can stack); floor: plain-torch FedAvg "
         "steps; vs_floor_*: ratio to the floor"
     )
     path = args.out or RESULTS / f"kws-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"

@@ -1,93 +1,129 @@
-"""Round time of the personalised-FL baselines against FedAvg on the default run (the Speech
-Commands stand-in at fedac's defaults: `fedac run --algorithm NAME`), and each method's state per
-client. One command, writes JSON to benchmarks/results/pfl_rounds.json:
+"""Round time of the client-side pFL methods against FedAvg's on the default run, and each method's
+state per client.
 
-    .venv/bin/python benchmarks/bench_pfl.py                 # 6 rounds each
-    .venv/bin/python benchmarks/bench_pfl.py --rounds 2      # smoke
+    .venv/bin/python benchmarks/bench_pfl.py            # about 15 min on 2 busy cores
+    .venv/bin/python benchmarks/bench_pfl.py --quick    # 2 timed rounds, auto and cohort only
 
-A round here is the simulator's `run_round` (the cohort's training and the server's update; no
-evaluation, whose cost for a personalised method grows with the clients that have trained). The
-methods share one data build and take their rounds in turn, round 1 of each, then round 2, so the
-machine's load falls on them alike; the first round of each (set-up) is dropped. Reported per
-method: the median wall and process-CPU seconds per round, the ratio of each to FedAvg's (CPU
-seconds are the number to read on a shared machine), the execution path and the bytes of one
-client's persistent state. FedRep trains `fedrep.head_epochs` (10) + `train.local_epochs` (5) epochs
-a round where FedAvg trains 5, so its ratio per epoch is also given.
+Workload: the default run (`fedac run --algorithm NAME`: the Speech Commands stand-in, crnn_lite,
+10% of the clients a round, 5 local epochs), each method with its registry run defaults, under
+`train.execution` auto (on the CPU FedAvg trains the hand-written stacked CRNN, a local objective
+keeps the vmapped module's clients sequential), cohort (stacked: a local objective through the
+vmapped module) and sequential. Per (method, execution): `Simulator.run_round` (sampling, training,
+server update and bookkeeping; no evaluation), one warm-up round, then `--repeats` rounds
+interleaved round by round in one process on one torch thread. `vs_fedavg_*`: the ratio of medians
+to FedAvg's round under the same execution (`vs_fedavg_*_paired`: the median of per-round ratios,
+which cancels slow phases of a shared machine). Wall and CPU seconds are both recorded: on a busy
+machine, read the CPU time. `state_bytes_per_client`: one client's persistent state (what the
+method keeps on every client between rounds); APFL has no stacked path (its `cohort` entry says
+why).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import platform
 import statistics
+import sys
 import tempfile
-import time
+from datetime import datetime, timezone
 from pathlib import Path
 
-from fedac.config import load_config
-from fedac.engine.data import build_federated_data
-from fedac.engine.simulator import Simulator
-from fedac.training.device import nbytes
-from workloads import cpu_info
+import torch
 
-METHODS = ("fedavg", "fedbn", "fedper", "fedrep", "lgfedavg", "local")
-OUT = Path(__file__).parent / "results" / "pfl_rounds.json"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_cohort import RESULTS, fedac_round, interleave, simulator, summarize  # noqa: E402
+from fedac.config import load_config  # noqa: E402
+from fedac.engine.data import build_federated_data  # noqa: E402
+from fedac.errors import ConfigError  # noqa: E402
+from fedac.training.device import nbytes  # noqa: E402
+
+METHODS = (
+    "fedavg",
+    "scaffold",
+    "feddyn",
+    "moon",
+    "ditto",
+    "apfl",
+    "fedbn",
+    "fedper",
+    "fedrep",
+    "lgfedavg",
+    "local",
+)
+EXECUTIONS = ("auto", "cohort", "sequential")
+QUIET = ["train.threads=1", "train.eval_every=1000000", "train.checkpoint_every=1000000"]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=6)
-    parser.add_argument("--methods", nargs="+", default=list(METHODS))
-    parser.add_argument("--out", type=Path, default=OUT)
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--methods", default=",".join(METHODS))
+    parser.add_argument("--executions", default=",".join(EXECUTIONS))
+    parser.add_argument("--repeats", type=int, default=3, help="timed rounds (after one warm-up)")
+    parser.add_argument("--quick", action="store_true", help="2 timed rounds, auto and cohort")
+    parser.add_argument("--out", type=Path, default=None, help="default: results/pfl-<utc>.json")
     args = parser.parse_args()
-    methods = ["fedavg", *[m for m in args.methods if m != "fedavg"]]
-    data = build_federated_data(load_config(), False)
-    sims, states = {}, {}
-    for name in methods:
-        sims[name] = Simulator(
-            load_config(algorithm=name), tempfile.mkdtemp(), data=data, progress=False
-        )
-        states[name] = sims[name].place_state(sims[name]._fresh_state())
-    wall: dict[str, list[float]] = {m: [] for m in methods}
-    cpu: dict[str, list[float]] = {m: [] for m in methods}
-    for round_idx in range(1, args.rounds + 1):
-        for name in methods:
-            started, cpu_started = time.perf_counter(), time.process_time()
-            sims[name].run_round(states[name], round_idx)
-            wall[name].append(time.perf_counter() - started)
-            cpu[name].append(time.process_time() - cpu_started)
-    results = {}
-    for name in methods:
-        algo, cfg = sims[name].algorithm, sims[name].cfg
-        epochs = cfg.train.local_epochs + (cfg.fedrep.head_epochs if name == "fedrep" else 0)
-        results[name] = {
-            "execution": algo.execution_path(),
-            "wall_s_per_round": statistics.median(wall[name][1:]),
-            "cpu_s_per_round": statistics.median(cpu[name][1:]),
-            "epochs_per_round": epochs,
-            "state_bytes_per_client": nbytes(algo.init_client_state(data.clients[0].name)),
-        }
-    base = results["fedavg"]
-    for row in results.values():
-        row["wall_ratio_to_fedavg"] = row["wall_s_per_round"] / base["wall_s_per_round"]
-        row["cpu_ratio_to_fedavg"] = row["cpu_s_per_round"] / base["cpu_s_per_round"]
-        row["cpu_ratio_per_epoch"] = row["cpu_ratio_to_fedavg"] * (
-            base["epochs_per_round"] / row["epochs_per_round"]
-        )
-    report = {
-        "machine": cpu_info(),
-        "rounds": args.rounds,
-        "clients_per_round": sims["fedavg"].cohort_size,
-        "model": sims["fedavg"].cfg.model.name,
-        "methods": results,
+    methods = args.methods.split(",")
+    executions = ["auto", "cohort"] if args.quick else args.executions.split(",")
+    repeats = 2 if args.quick else args.repeats
+    torch.set_num_threads(1)
+    data = build_federated_data(load_config(overrides=QUIET), progress=False)
+    out: dict = {
+        "settings": {
+            "command": "fedac run --algorithm NAME (the default run), evaluation off",
+            "overrides": QUIET,
+            "repeats": repeats,
+            "clients": len(data.clients),
+            "host": platform.node(),
+            "torch": torch.__version__,
+            "load_average_start": os.getloadavg(),
+        },
+        "methods": {},
     }
-    args.out.write_text(json.dumps(report, indent=1) + "\n")
-    for name, row in results.items():
+    paths, sims = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for method in methods:
+            entry = out["methods"].setdefault(method, {})
+            for execution in executions:
+                cfg = load_config(
+                    overrides=[*QUIET, f"algorithm={method}", f"train.execution={execution}"]
+                )
+                try:
+                    sim, state = simulator(cfg, data, Path(tmp) / f"{method}-{execution}")
+                except ConfigError as error:  # no stacked path: say why
+                    entry[execution] = {"refused": str(error)}
+                    continue
+                entry[execution] = {"path": sim.execution}
+                paths[f"{method}/{execution}"] = fedac_round(sim, state)
+                sims[method] = sim
+            sim = sims[method]
+            first = sim.trainable[0]
+            per_client = nbytes(sim.algorithm.init_client_state(first))
+            entry["state_bytes_per_client"] = per_client
+            entry["state_bytes_all_clients"] = per_client * len(sim.trainable)
+        samples = interleave(paths, list(range(1, repeats + 1)))
+    for key, result in summarize(samples, floor=None).items():
+        method, execution = key.split("/")
+        base = samples.get(f"fedavg/{execution}")
+        if base is not None:
+            mine = samples[key]
+            result["vs_fedavg_wall"] = result["wall_s"] / statistics.median(w for w, _ in base)
+            result["vs_fedavg_cpu"] = result["cpu_s"] / statistics.median(c for _, c in base)
+            result["vs_fedavg_cpu_paired"] = statistics.median(
+                a[1] / b[1] for a, b in zip(mine, base)
+            )
+        out["methods"][method][execution].update(result)
         print(
-            f"{name:9s} {row['cpu_s_per_round']:6.2f} CPU s/round"
-            f"  x{row['cpu_ratio_to_fedavg']:.2f}"
-            f"  (x{row['cpu_ratio_per_epoch']:.2f} per epoch)  {row['execution']}"
+            f"{key}: {result['wall_s']:.2f} s wall / {result['cpu_s']:.2f} s CPU"
+            + (f", {result['vs_fedavg_cpu']:.2f}x FedAvg's CPU" if base is not None else ""),
+            flush=True,
         )
+    out["settings"]["load_average_end"] = os.getloadavg()
+    path = args.out or RESULTS / f"pfl-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2))
+    print(f"wrote {path}")
 
 
 if __name__ == "__main__":

@@ -37,7 +37,7 @@ import torch
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import ClientData, Task
 from fedac.config import load_config
-from fedac.engine.cohort import run_clients
+from fedac.engine.execution import run_clients
 
 MODELS = {
     "dscnn": [],
@@ -114,7 +114,6 @@ def ssl_part(size: str, count: int, steps: int, repeats: int, batch: int = 8) ->
 
     from fedac.models.ssl import build_ssl_model
     from fedac.models.ssl_sizes import SIZES
-    from fedac.training.cohort import broadcast_params, grads_of
     from fedac.training.functional import (
         StackedModule,
         clip_stacked,
@@ -123,6 +122,7 @@ def ssl_part(size: str, count: int, steps: int, repeats: int, batch: int = 8) ->
         with_buffers,
     )
     from fedac.training.local import make_optimizer
+    from fedac.training.stacking import broadcast_params, grads_of
 
     cfg = load_config(overrides=["train.max_grad_norm=50"]).train
     model = _FullFrames(

@@ -274,8 +274,8 @@ def fedac_path(cfg, make_data, run_dir: Path, resident: bool = False):
             # the path that trained (auto's probe may choose sequential: chunk sizes are then the
             # probe's)
             return {
-                "execution": sim.algorithm.execution_path(),
-                "execution_probe": dict(sim.algorithm.auto_choice),
+                "execution": sim.plan.path,
+                "execution_probe": dict(sim.plan.measured),
                 "chunk_sizes_last_round": packing.last_sizes if packing.by_memory else None,
                 "mb_per_client_in_a_chunk": {
                     k: v / 2**20 for k, v in packing.bytes_per_client.items()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import re
 import subprocess
 import sys
@@ -117,7 +118,9 @@ def test_resume_a_stopped_run(first_run, settings, tmp_path, capsys):
     assert main([*argv, "--stop-after", "1"]) == 0
     assert f"fedac run --resume {out}" in capsys.readouterr().out
     assert not (out / "results.json").exists()
-    assert main(["run", "--resume", str(out), "--quiet"]) == 0
+    assert main(["run", "--resume", str(out)]) == 0
+    first = capsys.readouterr().err.splitlines()[0]
+    assert first.startswith(f"fedac: resumed from round 1 of 2 ({out}); fedavg on ")
     a = json.loads((first_run / "results.json").read_text())
     b = json.loads((out / "results.json").read_text())
     # not a restart from round 0
@@ -338,3 +341,112 @@ def test_the_reproduce_command_and_runner_never_name_an_experiment():
             and node.value in catalog.EXPERIMENTS
         ]
         assert named == [], f"{module.__name__} names {named}"
+
+
+def test_eval_schedule_of_a_short_run_unless_set():
+    from fedac.config import fit_eval_schedule
+
+    def every(*overrides: str) -> tuple[int, str | None]:
+        cfg = load_config(overrides=list(overrides))
+        changed = fit_eval_schedule(cfg)
+        return cfg.train.eval_every, changed
+
+    assert every("train.rounds=50") == (5, None)  # the default run: unchanged
+    assert every("train.rounds=12")[0] == 2 and every("train.rounds=5")[0] == 1
+    assert "train.eval_every 5 -> 1" in every("train.rounds=5")[1]
+    assert every("train.rounds=5", "train.eval_every=5") == (5, None)  # a value set is kept
+
+
+def test_a_short_run_has_curves_with_a_line(gsc_root, tmp_path, capsys):
+    """`fedac run --rounds 5` at the default train.eval_every evaluates every round, not only the
+    last, and its config.yaml records the schedule it ran. Its summary and results.json say which
+    clients the percentiles rank (here none: each holds 14 held-out clips, fewer than asked)."""
+    settings = {k: v for k, v in tiny_run(gsc_root, tmp_path / "cache").items()}
+    del settings["train.eval_every"]
+    settings["eval.min_client_clips"] = 15
+    out = tmp_path / "run"
+    argv = ["run", "--rounds", "5", *[f"--set={k}={v}" for k, v in settings.items()]]
+    assert main([*argv, "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "train.eval_every 5 -> 1" in printed.err
+    assert "no client holds eval.min_client_clips=15 held-out clips" in printed.out
+    results = json.loads((out / "results.json").read_text())
+    scored = results["per_client"]["evaluated"]
+    assert results["per_client"]["unranked"] == scored > 0
+    assert f"leaving out the {scored} scored clients" in results["legend"]["per_client"]
+    assert results["per_client"]["spreads"]["accuracy"]["worst10_mean"] is None
+    # the wall time says what it covers, printed and in the legend
+    assert re.search(r"^wall time \(rounds \+ evaluations, all sittings\) +\d", printed.out, re.M)
+    assert "summed over every sitting of a resumed run" in results["legend"]["wall_seconds"]
+    rows = list(csv.DictReader(open(out / "metrics.csv")))
+    assert [int(r["round"]) for r in rows] == [1, 2, 3, 4, 5]
+    assert load_config(out / "config.yaml").train.eval_every == 1
+    clients = list(csv.DictReader(open(out / "clients.csv")))
+    assert {int(r["round"]) for r in clients} == {1, 2, 3, 4, 5}
+
+
+def test_models_counts_parameters_on_the_meta_device(capsys):
+    """`fedac models` says first what it is doing and builds no weights (w2v2_base has 90 M): every
+    network on the meta device, with the counts of the real builds."""
+    from fedac.cli import shape_only
+    from fedac.models import MODELS, build_model, count_parameters
+
+    for name, _ in MODELS.items():
+        model = shape_only(name, 40, 35)
+        assert all(p.is_meta for p in model.parameters()), name
+    for name in ("crnn_base", "dscnn", "w2v2_s"):  # w2v2_s: the shipped encoder, read for real
+        real = build_model(name, 40, 35)
+        assert count_parameters(shape_only(name, 40, 35)) == count_parameters(real), name
+    assert main(["models"]) == 0
+    printed = capsys.readouterr()
+    assert printed.err.startswith("fedac: counting the parameters of 20 models on torch's meta")
+    assert re.search(r"^w2v2_base +90,224,291 parameters", printed.out, re.M)
+
+
+def test_a_closed_pipe_ends_quietly_with_the_sigpipe_status():
+    """`fedac list | head -1`: the reader has gone before the output is written; no traceback, and
+    the status a command killed by SIGPIPE gets (141)."""
+    read, write = os.pipe()
+    os.close(read)  # nobody will read
+    done = subprocess.run(
+        [sys.executable, "-m", "fedac", "list"], stdout=write, stderr=subprocess.PIPE, text=True
+    )
+    os.close(write)
+    assert done.returncode == 141 and done.stderr == ""
+
+
+def test_version_prints_the_package_and_the_code_version(capsys):
+    from fedac import __version__
+    from fedac.version import code_version
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--version"])
+    assert exit_info.value.code == 0
+    printed = capsys.readouterr().out.strip()
+    v = code_version()
+    assert printed.startswith(f"fedac {__version__} (training code sha256 ")
+    assert v["source_sha256"][:16] in printed
+    assert (v["git_commit"] or "no git checkout")[:12] in printed
+
+
+def test_out_in_a_config_file_applies_or_is_refused(gsc_root, tmp_path, capsys, monkeypatch):
+    """`out:` of a config file is where the run goes; a second run of that file is refused (the
+    folder holds a run: resume it or choose another --out); the run's own config.yaml, run again,
+    writes its repeat to a new directory and says where."""
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "mine"
+    settings = {**tiny_run(str(gsc_root), str(tmp_path / "cache")), "train.rounds": 1}
+    config: dict = {"out": str(out)}
+    for key, value in settings.items():
+        section, name = key.split(".")
+        config.setdefault(section, {})[name] = value
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump(config))
+    assert main(["run", "--config", "mine.yaml", "--quiet"]) == 0
+    assert (out / "results.json").is_file()
+    capsys.readouterr()
+    assert main(["run", "--config", "mine.yaml", "--quiet"]) == 2
+    assert f"out: {out} (from mine.yaml) holds a run already" in capsys.readouterr().err
+    assert main(["run", "--config", str(out / "config.yaml")]) == 0
+    said = capsys.readouterr().err
+    assert f"fedac: {out} holds the run this config.yaml came from; the repeat writes runs/" in said
+    assert len(list((tmp_path / "runs").glob("*/results.json"))) == 1

@@ -215,3 +215,30 @@ def test_committed_run_configs_still_load_with_every_algorithm_section():
             if section == "zeroshot":
                 expected["rounds"] = cfg.zeroshot.rounds
             assert vars(getattr(cfg, section)) == expected, (path, section)
+
+
+@pytest.mark.parametrize(
+    "overrides, noted",
+    [
+        ([], {"num_clients", "alpha", "min_client_size", "group_by_source"}),  # natural speakers
+        (["data.partition=dirichlet"], {"min_speaker_clips"}),
+        (
+            ["data.partition=iid"],
+            {"alpha", "min_client_size", "group_by_source", "min_speaker_clips"},
+        ),
+    ],
+)
+def test_config_yaml_notes_the_settings_the_partition_does_not_read(tmp_path, overrides, noted):
+    """config.yaml marks with a YAML comment each data setting its partition leaves unread (the
+    default run's data.num_clients: 50 under 240 natural clients), and still loads as the same
+    Config; a user's folder, whose clients only its data tell, gets no note."""
+    cfg = load_config(overrides=overrides)
+    save_config(cfg, tmp_path / "config.yaml")
+    text = (tmp_path / "config.yaml").read_text()
+    marked = {
+        line.split(":")[0].strip() for line in text.splitlines() if "# not applied under" in line
+    }
+    assert marked == noted
+    assert load_config(tmp_path / "config.yaml") == cfg
+    save_config(load_config(dataset="audiofolder"), tmp_path / "user.yaml")
+    assert "not applied" not in (tmp_path / "user.yaml").read_text()

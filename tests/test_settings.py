@@ -202,6 +202,19 @@ def test_every_built_in_entry_loads_and_the_model_table_names_the_specs():
     assert all(issubclass(ATTACKS.load(name), ClientAttack) for name in ATTACKS)
 
 
+def test_the_torch_free_descriptions_match_the_parts_themselves():
+    """`fedac list` describes the parts without importing them (models/specs.py, the attacks'
+    docstrings read from source): the same lines as the imported classes give."""
+    from fedac.models.kws import KWS_MODELS
+    from fedac.models.specs import KWS_CLASS_NAMES
+    from fedac.registry import describe
+    from fedac.rules.attacks import ATTACKS
+
+    assert KWS_CLASS_NAMES == {name: cls.__name__ for name, cls in KWS_MODELS.items()}
+    for name in ATTACKS:
+        assert ATTACKS.description(name) == describe(ATTACKS.load(name)), name
+
+
 def test_a_registry_that_holds_a_broken_settings_class_says_so():
     registry = Registry("attack", {"x": Entry("m:f", "broken", settings=int)})
     with pytest.raises(

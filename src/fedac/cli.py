@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from fedac.algorithms import ALGORITHMS
-from fedac.config import Config, load_config
+from fedac.config import Config, fit_eval_schedule, load_config
 from fedac.data.partition import class_entropy, partition
 from fedac.data.registry import DATASETS, dataset_spec, load_manifest, synthesizer
 from fedac.engine.report import format_table
@@ -69,7 +69,32 @@ def default_run_dir(cfg: Config) -> Path:
     return Path("runs") / f"{stamp}-{cfg.algorithm}-{cfg.dataset}-s{cfg.seed}"
 
 
+def chosen_run_dir(args: argparse.Namespace, cfg: Config) -> tuple[Path, str | None]:
+    """A new run's directory: --out, else `out` of the config file or --set where it holds no run
+    yet, else runs/<time>-... A run's own config.yaml, run again, writes the repeat to a new
+    directory (the line returned says so); any other `out` that holds a run is refused, never
+    overwritten nor silently replaced."""
+    if args.out:
+        return Path(args.out), None
+    if not cfg.out:
+        return default_run_dir(cfg), None
+    out = Path(cfg.out)
+    if not (out / "config.yaml").exists():
+        return out, None
+    if args.config and Path(args.config).resolve() == (out / "config.yaml").resolve():
+        run_dir = default_run_dir(cfg)
+        return (
+            run_dir,
+            f"{out} holds the run this config.yaml came from; the repeat writes {run_dir}",
+        )
+    raise ConfigError(
+        f"out: {out} (from {args.config or '--set'}) holds a run already; continue it with "
+        f"`fedac run --resume {out}`, or give another --out"
+    )
+
+
 def cmd_run(args: argparse.Namespace) -> int:
+    changed = moved = None
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
@@ -77,13 +102,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         cfg = load_config(run_dir / "config.yaml")
     else:
         cfg = _experiment_config(args)
-        if args.out:
-            run_dir = Path(args.out)
-        elif cfg.out and not (Path(cfg.out) / "config.yaml").exists():
-            run_dir = Path(cfg.out)
-        else:
-            # Re-running a saved config.yaml must not overwrite the run it came from.
-            run_dir = default_run_dir(cfg)
+        changed = fit_eval_schedule(cfg)
+        run_dir, moved = chosen_run_dir(args, cfg)
         cfg.out = str(run_dir)
     from fedac.engine import distributed  # lazy: start-up time (after the settings are checked)
     from fedac.engine.runner import runner_for
@@ -101,6 +121,9 @@ def cmd_run(args: argparse.Namespace) -> int:
                 f"fedac: {world.size} processes ({world.backend}); rank 0 writes {run_dir}",
                 file=sys.stderr,
             )
+        for line in (changed, moved) if world.writes and not args.quiet else ():
+            if line:
+                print(f"fedac: {line}", file=sys.stderr)
         runner, final_table = runner_for(cfg)
         where = distributed.scratch_run_dir(world, run_dir)
         try:
@@ -121,12 +144,39 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def shape_only(name: str, num_features: int, num_classes: int):
+    """Model `name` built on torch's meta device: its parameters' shapes without memory, values or
+    initialisation (w2v2_base's 90 M parameters in milliseconds), and an SSL encoder at its named
+    size without reading its checkpoint. A builder that cannot build there (a plug-in that loads
+    weights) builds for real."""
+    import torch  # lazy: start-up time
+
+    from fedac.config import ModelConfig
+    from fedac.models import build_model
+
+    try:
+        with torch.device("meta"):
+            return build_model(
+                name, num_features, num_classes, options=ModelConfig(encoder_path="random")
+            )
+    except Exception:  # (any builder's failure: the real build says what is wrong)
+        return build_model(name, num_features, num_classes)
+
+
 def cmd_models(args: argparse.Namespace) -> int:
-    from fedac.models import MODELS, build_model, count_parameters  # lazy: start-up time
+    from fedac.settings.models import MODELS as TABLE  # lazy: start-up time (no torch)
+
+    print(
+        f"fedac: counting the parameters of {len(TABLE)} models on torch's meta device (no weights "
+        "built); loading torch and transformers takes most of the time",
+        file=sys.stderr,
+        flush=True,
+    )
+    from fedac.models import MODELS, count_parameters  # lazy: start-up time
     from fedac.training.functional import stacked_support
 
     models = {
-        name: build_model(name, args.num_features, args.num_classes) for name, _ in MODELS.items()
+        name: shape_only(name, args.num_features, args.num_classes) for name, _ in MODELS.items()
     }
     counts = {name: f"{count_parameters(model):,}" for name, model in models.items()}
     # the stacked cohort path: crnn (hand-written), vmap (torch.func, any nn.Module) or no (why)
@@ -151,14 +201,15 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-#: `fedac list`: each kind's registry, as "module:attribute" (loaded when listed; the models' and
-#: rules' load torch).
+#: `fedac list`: each kind's registry, as "module:attribute": the torch-free tables of settings/,
+#: loaded when listed (a part's description comes from its table or its source, never by importing
+#: torch).
 REGISTRIES = {
-    "algorithms": "fedac.algorithms:ALGORITHMS",
-    "models": "fedac.models.registry:MODELS",
-    "datasets": "fedac.data.registry:DATASETS",
-    "aggregators": "fedac.rules:AGGREGATORS",
-    "attacks": "fedac.rules.attacks:ATTACKS",
+    "algorithms": "fedac.settings:ALGORITHMS",
+    "models": "fedac.settings.models:MODELS",
+    "datasets": "fedac.settings.datasets:DATASETS",
+    "aggregators": "fedac.settings.aggregation:AGGREGATORS",
+    "attacks": "fedac.settings.attacks:ATTACKS",
 }
 
 
@@ -320,10 +371,34 @@ def cmd_pretrain(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="fedac", description="Federated audio classification.")
-    sub = parser.add_subparsers(dest="command", required=True)
+def version_line() -> str:
+    """`fedac --version`: the package version and the code version every results.json records
+    (version.py): the training code's sha256, and the git commit where the package is a checkout."""
+    from fedac.version import code_version  # lazy: start-up time (it hashes the training code)
 
+    v = code_version()
+    where = (
+        f"git {v['git_commit'][:12]}{' + uncommitted changes' if v['git_dirty'] else ''}"
+        if v["git_commit"]
+        else "no git checkout"
+    )
+    return f"fedac {v['fedac']} (training code sha256 {v['source_sha256'][:16]}, {where})"
+
+
+class VersionAction(argparse.Action):
+    """--version computed only when asked (argparse's own takes the text when the parser is
+    built)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, help="print the version and exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_line())
+        parser.exit()
+
+
+def _add_run_parser(sub) -> None:
+    """`fedac run`: one experiment, its run directory, resume and a simulated kill."""
     run = sub.add_parser("run", help="train one federated experiment and write a run directory")
     _add_experiment_args(run)
     run.add_argument(
@@ -339,12 +414,9 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bars")
     run.set_defaults(func=cmd_run)
 
-    add_compare_parser(sub)
-    add_reproduce_parser(sub)
-    add_report_parser(sub)
-    add_pretrain_parser(sub, cmd_pretrain)
-    add_memory_parser(sub)
 
+def _add_catalog_parsers(sub) -> None:
+    """`fedac models` and `fedac list`: what the model zoo and the registries hold."""
     models = sub.add_parser("models", help="list the model zoo with parameter counts")
     models.add_argument("--num-features", type=int, default=40)
     models.add_argument("--num-classes", type=int, default=35)
@@ -360,8 +432,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     listing.set_defaults(func=cmd_list)
 
-    data = sub.add_parser("data", help="synthesize, inspect and prepare datasets")
-    data_sub = data.add_subparsers(dest="data_command", required=True)
+
+def _add_synth_parsers(data_sub) -> None:
+    """`fedac data <synth command>`: one per dataset that has a synthetic stand-in."""
     for name, spec in DATASETS.items():
         if spec.synth_command is None:
             continue
@@ -374,6 +447,10 @@ def build_parser() -> argparse.ArgumentParser:
             synth.add_argument(f"--{spec.synth_size_arg}", dest="size", type=int)
         synth.add_argument("--quiet", action="store_true")
         synth.set_defaults(func=cmd_synth, dataset_name=name)
+
+
+def _add_inspect_parsers(data_sub) -> None:
+    """`fedac data stats` and `fedac data prepare`: a dataset's clients and its feature cache."""
     for verb, func, text in (
         ("stats", cmd_stats, "clients, samples per client, class entropy, labels"),
         ("prepare", cmd_prepare, "build the feature cache"),
@@ -396,6 +473,10 @@ def build_parser() -> argparse.ArgumentParser:
                 "class entropy per client, coloured by r0 * rbar_k) to this file",
             )
         p.set_defaults(func=func)
+
+
+def _add_split_devices_parser(data_sub) -> None:
+    """`fedac data split-devices`: a run's clients as folders for Flower device nodes."""
     split = data_sub.add_parser(
         "split-devices",
         help="one folder per client as the run's partition cuts it "
@@ -424,6 +505,26 @@ def build_parser() -> argparse.ArgumentParser:
     )
     split.add_argument("--quiet", action="store_true")
     split.set_defaults(func=cmd_split_devices)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `fedac` command line: one sub-command per verb (run, compare, reproduce, report,
+    pretrain, memory, models, list, data)."""
+    parser = argparse.ArgumentParser(prog="fedac", description="Federated audio classification.")
+    parser.add_argument("--version", action=VersionAction)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_run_parser(sub)
+    add_compare_parser(sub)
+    add_reproduce_parser(sub)
+    add_report_parser(sub)
+    add_pretrain_parser(sub, cmd_pretrain)
+    add_memory_parser(sub)
+    _add_catalog_parsers(sub)
+    data = sub.add_parser("data", help="synthesize, inspect and prepare datasets")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    _add_synth_parsers(data_sub)
+    _add_inspect_parsers(data_sub)
+    _add_split_devices_parser(data_sub)
     return parser
 
 
@@ -446,7 +547,16 @@ def main(argv: list[str] | None = None) -> int:
                 f"{'`, `fedac '.join(TORCHRUN_COMMANDS)}` only (docs/performance.md, 'Several "
                 "processes: torchrun')"
             )
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # (inside the try: a closed pipe is met here, not at exit)
+        return code
+    # The reader of the output has gone (`fedac list | head -1`): end quietly, as a command killed
+    # by SIGPIPE does, with the shell's status for it
+    except BrokenPipeError:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # (the interpreter's last flush has nowhere to fail)
+        os.close(devnull)
+        return 128 + 13
     # SIGINT / SIGTERM in a run's rounds: a checkpoint and the way on, no traceback
     except RunInterrupted as exc:
         print(f"fedac: {exc}", file=sys.stderr)

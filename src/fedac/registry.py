@@ -19,10 +19,12 @@ or torch.
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import difflib
 import functools
 import importlib
+import importlib.util
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -108,14 +110,41 @@ def settings_class(value: Any) -> type | None:
     return resolve(declared) if isinstance(declared, str) else declared
 
 
+def _first_paragraph(text: str) -> str:
+    return " ".join(text.strip().split("\n\n")[0].split())
+
+
+def source_docstring(target: str) -> str | None:
+    """The docstring of the class or function a "module:attr" target defines at its module's top
+    level, read from the module's source without importing it (listing the parts must not load
+    torch: the attacks live in a torch module); None where the source or the definition is not
+    found (the target is then imported)."""
+    module, _, attr = target.partition(":")
+    try:
+        spec = importlib.util.find_spec(module)
+        origin = spec.origin if spec is not None else None
+        if origin is None or not origin.endswith(".py"):
+            return None
+        with open(origin, encoding="utf-8") as handle:
+            tree = ast.parse(handle.read())
+    except (ImportError, OSError, SyntaxError, ValueError):
+        return None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef) and node.name == attr:
+            return ast.get_docstring(node)
+    return None
+
+
 def describe(value: Any) -> str:
     """The one-line description of a registered value: its `description`, else its docstring's first
-    paragraph (an Entry without one: its target's, imported now)."""
+    paragraph (an Entry without one: its target's, read from the source, else imported now)."""
     if isinstance(value, Entry):
         text = value.description() if callable(value.description) else value.description
-        return text or describe(value.load())
+        if not text:
+            text = source_docstring(value.target) or ""
+        return _first_paragraph(text) if text else describe(value.load())
     text = getattr(value, "description", None) or getattr(value, "__doc__", None) or ""
-    return " ".join(text.strip().split("\n\n")[0].split())
+    return _first_paragraph(text)
 
 
 @functools.lru_cache(maxsize=1)

@@ -173,7 +173,8 @@ def _fedmlac_cfg(gsc_root, tmp_path, *extra):
 def test_personalized_state_persists_between_sampled_rounds_and_unsampled_are_untouched(
     gsc_root, tmp_path
 ):
-    cfg = _fedmlac_cfg(gsc_root, tmp_path)
+    # (the spy wraps client_update, which the sequential path calls; the plan is fixed at start)
+    cfg = _fedmlac_cfg(gsc_root, tmp_path, "train.execution=sequential")
     sim = Simulator(cfg, tmp_path / "run", progress=False)
     state = sim._fresh_state()
     seen_after: dict[str, dict] = {}

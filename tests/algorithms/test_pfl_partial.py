@@ -20,7 +20,7 @@ from fedac.algorithms.fedrep import FedRep
 from fedac.algorithms.lgfedavg import LGFedAvg
 from fedac.algorithms.local_only import Local
 from fedac.config import load_config
-from fedac.engine.cohort import run_clients
+from fedac.engine.execution import ExecutionPlan, run_clients
 from fedac.errors import ConfigError
 from fedac.seeding import torch_generator
 from fedac.training.local import client_batches
@@ -166,7 +166,7 @@ def test_fedper_matches_its_algorithm_box(model, execution):
     """Arivazhagan et al. 2019, Alg. 1: base and personalization layers trained together, the base
     averaged."""
     algo, clients = setup(FedPer, model, execution)
-    assert algo.execution_path().startswith("stacked" if execution == "cohort" else "sequential")
+    assert ExecutionPlan(algo).path.startswith("stacked" if execution == "cohort" else "sequential")
     m = algo.scratch_model(model)
     names = [n for n, _ in m.named_parameters()]
     x, own, _ = reference(algo, clients, head(m), [(names, 2)])
@@ -254,10 +254,12 @@ def test_stacked_equals_sequential_with_dropout(cls):
 
 
 def test_fedrep_with_adam_trains_sequential_and_says_why():
-    algo, _ = setup(FedRep, "cnn1_softmax", "cohort", "train.optimizer=adam")
-    assert "train.optimizer=sgd and train.weight_decay=0" in algo.execution_path()
+    algo, _ = setup(FedRep, "cnn1_softmax", "sequential", "train.optimizer=adam")
+    assert "train.optimizer=sgd and train.weight_decay=0" in algo.no_stacked_form
+    with pytest.raises(ConfigError, match="train.optimizer=sgd and train.weight_decay=0"):
+        ExecutionPlan(setup(FedRep, "cnn1_softmax", "cohort", "train.optimizer=adam")[0])
     algo, _ = setup(FedPer, "cnn1_softmax", "cohort", "train.optimizer=adam")
-    assert algo.execution_path() == "stacked"
+    assert algo.no_stacked_form is None and ExecutionPlan(algo).path == "stacked"
 
 
 def test_fedbn_without_batchnorm_is_fedavg_or_refused():

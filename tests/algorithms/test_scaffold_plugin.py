@@ -14,7 +14,7 @@ from torch.func import functional_call
 
 from fedac.algorithms.base import ClientData, Task
 from fedac.config import load_config
-from fedac.engine.cohort import run_clients
+from fedac.engine.execution import ExecutionPlan, run_clients
 from fedac.seeding import torch_generator
 from fedac.training.local import client_batches
 
@@ -114,7 +114,7 @@ def max_diff(a, b):
 @pytest.mark.parametrize("model", ["cnn1_softmax", "crnn_tiny"])
 def test_scaffold_plugin_matches_a_plain_loop_of_option_ii(model, execution):
     algo, clients = setup(model, execution, "model.dropout=0")
-    assert algo.execution_path() == (
+    assert ExecutionPlan(algo).path == (
         "stacked" if execution == "cohort" else "sequential: train.execution=sequential"
     )
     server, states = federate(algo, clients)
@@ -141,6 +141,6 @@ def test_overriding_client_update_sends_the_plugin_sequential_and_says_why():
 
     algo, _ = setup("cnn1_softmax", "auto")
     assert (
-        Patched(algo.cfg, algo.task).execution_path()
+        ExecutionPlan(Patched(algo.cfg, algo.task)).path
         == "sequential: Patched overrides client_update"
     )

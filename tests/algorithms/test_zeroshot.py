@@ -26,6 +26,7 @@ from fedac.algorithms.zeroshot import (
 from fedac.config import load_config
 from fedac.data.gsc import WORDS_10
 from fedac.data.streams import NEW_ID, build_scenario
+from fedac.engine.execution import ExecutionPlan
 from fedac.engine.state import plain
 from fedac.errors import ConfigError, DatasetError
 from fedac.models import build_model
@@ -351,7 +352,7 @@ def test_run_directory_per_user_columns_and_registration(full_run):
     assert history[3]["registration_correct"] == 1.0
     assert json.loads((out / "results.json").read_text())["final"]["labels"] == 9
     # the path its users trained on is named, as every run's results.json does
-    assert results["execution"] == runner.algorithm.execution_path() and results[
+    assert results["execution"] == ExecutionPlan(runner.algorithm).path and results[
         "execution"
     ].startswith("sequential: ")
     # the checkpoint holds the server as a plain dict (engine/state.py), the run the typed state

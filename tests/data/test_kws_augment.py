@@ -114,7 +114,7 @@ def test_augmented_run_is_resume_exact_and_differs_from_a_clean_one(settings, tm
     full = Simulator(cfg, tmp_path / "full", progress=False)
     full.run()
     # each client's augmentation drawn on the stacked path
-    assert full.algorithm.execution_path() == "stacked"
+    assert full.plan.path == "stacked"
     part = Simulator(cfg, tmp_path / "part", full.data, progress=False)
     assert part.run(stop_after=1) is None
     resumed = Simulator(cfg, tmp_path / "part", full.data, progress=False)

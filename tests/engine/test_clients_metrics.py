@@ -14,7 +14,7 @@ import torch
 from test_earlyexit import voxceleb_root  # noqa: F401 (a fixture: the synthetic VoxCeleb1 tree)
 
 from fedac.config import load_config
-from fedac.engine.clients import ByteLedger
+from fedac.engine.clients import ByteLedger, spreads
 from fedac.engine.data import build_federated_data
 from fedac.engine.report import plot_clients, plot_confusion
 from fedac.engine.simulator import Simulator
@@ -64,6 +64,28 @@ def test_spread_by_hand():
     assert (got["p10"], got["p50"], got["p90"]) == pytest.approx((0.1, 0.5, 0.9))
     assert got["worst10_mean"] == pytest.approx((0.0 + 0.1) / 2)  # ceil(0.1 x 11) = 2 lowest
     assert all(math.isnan(v) for v in spread([math.nan]).values())
+
+
+def test_percentiles_and_worst_clients_rank_only_clients_with_enough_held_out_clips():
+    """eval.min_client_clips: the mean and std over every scored client, the percentiles and the
+    worst-10 % mean over those holding at least that many held-out clips (by hand: numpy over the
+    kept values); at 1 every client counts."""
+    holdout = [1, 1, 2, 3, 4, 4, 5, 8, 9, 12, 20, 30]
+    accuracy = [0.0, 0.0, 0.5, 1 / 3, 0.25, 0.5, 0.6, 0.75, 2 / 3, 0.5, 0.85, 0.9]
+    rows = [
+        {"round": 1, "client": f"c{k}", "n_k": 5 * h, "holdout": h, "accuracy": a}
+        for k, (h, a) in enumerate(zip(holdout, accuracy))
+    ]
+    kept = sorted(a for h, a in zip(holdout, accuracy) if h >= 4)
+    out = spreads(rows, min_clips=4)["accuracy"]
+    assert (out["clients"], out["ranked_clients"]) == (12, 8)
+    assert out["mean"] == pytest.approx(np.mean(accuracy))  # every client
+    assert out["std"] == pytest.approx(np.std(accuracy))
+    assert [out["p10"], out["p50"], out["p90"]] == pytest.approx(np.percentile(kept, [10, 50, 90]))
+    assert out["worst10_mean"] == pytest.approx(kept[0])  # ceil(0.1 x 8) = 1 client
+    every = spreads(rows, min_clips=1)["accuracy"]
+    assert every["ranked_clients"] == 12 and every["worst10_mean"] == pytest.approx(0.0)
+    assert every["mean"] == out["mean"] and every["p50"] != out["p50"]
 
 
 def test_byte_ledger_counts_the_tensors_it_is_given():
@@ -185,7 +207,7 @@ def test_fedmlac_uploads_only_its_plugin(cfg_for, tmp_path, monkeypatch):
     FedAvg's CRNN-Lite per client, and exactly the Plug-in's. Its round's local_accuracy comes from
     the clients.csv rows: each own model is scored once an evaluation, and the figure equals scoring
     them anew."""
-    per_client = {}
+    per_client, memory = {}, {}
     own_models = []
     real = Simulator._personalized_models
     monkeypatch.setattr(
@@ -218,9 +240,15 @@ def test_fedmlac_uploads_only_its_plugin(cfg_for, tmp_path, monkeypatch):
         per_client[name] = float(
             rows_of(tmp_path / name / "metrics.csv")[0]["upload_bytes_per_client"]
         )
+        memory[name] = results["client_state"]
         task = sim.data.task
     tiny = nbytes(dict(build_model("crnn_tiny", task.num_features, task.num_classes).state_dict()))
     assert per_client["fedmlac"] == tiny < per_client["fedavg"]
+    # the clients' own states: a CRNN-Lite per trained FedMLAC client, none for FedAvg
+    lite = nbytes(dict(build_model("crnn_lite", task.num_features, task.num_classes).state_dict()))
+    assert memory["fedavg"]["bytes_total"] == 0
+    assert memory["fedmlac"]["bytes_per_client"] == lite
+    assert memory["fedmlac"]["bytes_total"] == lite * memory["fedmlac"]["clients_holding"] > 0
     # a personalized method's clients.csv has the clients' own models next to the shared model
     header = rows_of(tmp_path / "fedmlac" / "clients.csv")[0]
     assert {"accuracy", "own_accuracy", "own_macro_f1", "own_uar"} <= header.keys()
@@ -381,9 +409,12 @@ def test_compare_adds_the_worst_clients_column_and_plots_accuracy_against_upload
         results = json.loads((out / f"{label}-s0" / "results.json").read_text())
         spreads = results["per_client"]["spreads"]
         cells = [c.strip() for c in line.strip("|").split("|")]
-        assert cells[-2] == f"{100 * spreads['accuracy']['worst10_mean']:.2f} ± 0.00"
+        # one seed: the mean alone, no spread
+        assert cells[-2] == f"{100 * spreads['accuracy']['worst10_mean']:.2f}"
         assert cells[-1] == (
-            "n/a" if label == "A" else f"{100 * spreads['own_accuracy']['worst10_mean']:.2f} ± 0.00"
+            "n/a (fedavg keeps no own model per client)"
+            if label == "A"
+            else f"{100 * spreads['own_accuracy']['worst10_mean']:.2f}"
         )
     assert _pixels(out / "accuracy_vs_upload.png").std() > 0.01
     assert "accuracy_vs_upload.png" in capsys.readouterr().out

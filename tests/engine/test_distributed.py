@@ -90,16 +90,17 @@ def test_rank0s_client_bar_hears_of_the_whole_round_without_a_collective_inside(
     share ends, before the gather, and the results come back in cohort order."""
     from types import SimpleNamespace
 
-    from fedac.engine import cohort
-    from fedac.training.cohort import client_progress, clients_done
+    from fedac.training.stacking import client_progress, clients_done
 
-    def train(algorithm, payload, states, datas, round_idx, seed):
+    def train(payload, states, datas, round_idx, seed):
         for _ in datas:
             clients_done(1)
         return [f"client {d.num_samples}" for d in datas]
 
-    monkeypatch.setattr(cohort, "run_clients", train)
     cfg = load_config()
+    plan = SimpleNamespace(
+        algorithm=SimpleNamespace(cfg=cfg, device="cpu"), run=train, measured={}, adopt=dict
+    )
     datas = [SimpleNamespace(num_samples=n) for n in (50, 40, 30, 20, 10, 5)]
     split = shares([client_cost(d.num_samples, cfg.train) for d in datas], 2)
     world, seen, at_gather = World(rank=0, size=2), [], []
@@ -113,7 +114,7 @@ def test_rank0s_client_bar_hears_of_the_whole_round_without_a_collective_inside(
     with client_progress(seen.append):
         out = run_shared(
             world,
-            SimpleNamespace(cfg=cfg, auto_choice={}, device="cpu"),
+            plan,
             None,
             [None] * 6,
             datas,
@@ -296,6 +297,9 @@ def settings(gsc_root, tmp_path_factory):
         "train.local_epochs": 1,
         "train.threads": 1,
         "train.device": "cpu",
+        # a path chosen by timing may differ between two runs timed apart (FedKWS-UI's two-headed
+        # network stacks through vmap, which auto times): both sides take the stacked one
+        "train.execution": "cohort",
     }
     return [arg for k, v in run.items() for arg in ("--set", f"{k}={v}")]
 

@@ -130,14 +130,14 @@ def test_probe_measures_a_vmapped_network_in_the_first_round_and_a_resume_keeps_
         "train.execution=probe",
     )
     killed = Simulator(cfg, tmp_path / "run", progress=True)
-    assert killed.algorithm.needs_probe()
+    assert killed.plan.needs_probe
     killed.run(stop_after=1)
     assert "clients train auto: stacked or sequential" in capsys.readouterr().err
-    (choice,) = killed.algorithm.auto_choice.values()
+    (choice,) = killed.plan.measured.values()
     assert choice["path"] in ("stacked", "sequential") and choice["clients"] >= 1
     resumed = Simulator(cfg, tmp_path / "run", killed.data, progress=True)
     results = resumed.run(resume=True)
-    assert resumed.algorithm.auto_choice == killed.algorithm.auto_choice  # not measured again
+    assert resumed.plan.measured == killed.plan.measured  # not measured again
     first = next(
         line for line in capsys.readouterr().err.splitlines() if line.startswith("fedac: ")
     )
@@ -152,7 +152,7 @@ def test_probe_measures_a_vmapped_network_in_the_first_round_and_a_resume_keeps_
             "sequential: auto measured model cnn1_softmax's stacked path (vmap) slower on"
         )
     )
-    assert saved["execution_probe"] == killed.algorithm.auto_choice
+    assert saved["execution_probe"] == killed.plan.measured
 
 
 AUGMENTED = ("data.task=12", "data.gsc12=fedkws", "features.style=fedkws", "features.augment=true")
@@ -182,12 +182,12 @@ def test_a_resumed_stacked_run_ends_exactly_like_an_uninterrupted_one(
     if extra:  # each batch's windows drawn afresh, on the stacked path
         from fedac.data.augment import AugmentedWindows
 
-        assert straight.execution == "stacked" and any(
+        assert straight.plan.path == "stacked" and any(
             isinstance(c.x, AugmentedWindows) for c in straight.data.clients
         )
     Simulator(cfg, tmp_path / "resumed", straight.data, progress=False).run(stop_after=1)
     resumed = Simulator(cfg, tmp_path / "resumed", straight.data, progress=False)
     resumed.run(resume=True)
-    assert resumed.rounds_trained == 1 and resumed.execution == "stacked"
+    assert resumed.rounds_trained == 1 and resumed.plan.path == "stacked"
     for name, value in straight.state.server["params"].items():
         assert torch.equal(value, resumed.state.server["params"][name]), name

@@ -25,11 +25,11 @@ from fedac.algorithms.base import ClientData, Task
 from fedac.cli import main
 from fedac.config import load_config
 from fedac.engine.checkpoint import load_checkpoint
-from fedac.engine.cohort import run_clients
 from fedac.engine.data import build_federated_data
+from fedac.engine.execution import run_clients, stacking_obstacle
 from fedac.engine.simulator import Simulator
 from fedac.errors import RunInterrupted
-from fedac.training.cohort import client_progress
+from fedac.training.stacking import client_progress
 from helpers import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -368,7 +368,7 @@ def test_client_progress_counts_each_client_once(execution, workers):
     )
     algo = build_algorithm(cfg, Task(8, 3, [d.name for d in datas]))
     if execution == "cohort":
-        assert algo.cohort_ready()
+        assert stacking_obstacle(algo) is None
     calls: list[int] = []
     with client_progress(calls.append):
         results = run_clients(

@@ -117,8 +117,8 @@ def test_the_cohort_path_plans_and_runs_its_chunks_on_the_runtimes_workers(monke
     not read again per round (here the runtime says 2 where the setting says 1)."""
     from fedac.algorithms import build_algorithm
     from fedac.algorithms.base import ClientData, Task
-    from fedac.engine.cohort import run_clients
-    from fedac.training import cohort as cohort_mod
+    from fedac.engine.execution import run_clients
+    from fedac.training import stacking as cohort_mod
 
     cfg = load_config(
         overrides=[

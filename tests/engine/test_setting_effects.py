@@ -27,8 +27,8 @@ from fedac.config import load_config
 from fedac.data.partition import partition
 from fedac.data.registry import dataset_spec
 from fedac.engine import run as run_mod  # the run skeleton saves the checkpoints
-from fedac.engine.cohort import run_clients
 from fedac.engine.data import build_federated_data
+from fedac.engine.execution import run_clients
 from fedac.engine.simulator import Simulator
 from fedac.models import build_model
 from fedac.settings.fedopt import FedOptConfig

@@ -5,13 +5,17 @@ start with the pip install."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
+import os
+import subprocess
+import sys
 
 import pytest
 
 from fedac.config import load_config
 from fedac.engine import tracking
-from fedac.engine.report import read_client_rows
+from fedac.engine.report import final_table, read_client_rows
 from fedac.engine.simulator import Simulator
 from fedac.errors import ConfigError
 from helpers import tiny_run
@@ -58,6 +62,9 @@ def test_tensorboard_events_read_back_with_the_rounds_numbers(cfg_for, tmp_path)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     results = Simulator(cfg_for(**{"log.tensorboard": "true"}), tmp_path, progress=False).run()
+    # where it wrote: printed with the closing table, kept in results.json
+    line = f"tensorboard --logdir {tmp_path.resolve() / 'tensorboard'}"
+    assert results["trackers"] == {"tensorboard": line} and line in final_table(results)
     events = EventAccumulator(
         str(tmp_path / "tensorboard"), size_guidance={"images": 0, "histograms": 0}
     )
@@ -86,27 +93,63 @@ def test_tensorboard_events_read_back_with_the_rounds_numbers(cfg_for, tmp_path)
     assert len(again.Scalars("val_accuracy")) == len(results["history"])
 
 
-def test_mlflow_run_reads_back_with_params_metrics_and_artifacts(cfg_for, tmp_path, monkeypatch):
-    pytest.importorskip("mlflow")
-    # (the run sets it; restored after the test)
-    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
-    from mlflow.tracking import MlflowClient
+#: Read back in a fresh process with nothing from fedac's: the store named by the printed line.
+READ_BACK = """
+import json, sys
+from mlflow.tracking import MlflowClient
+client = MlflowClient(sys.argv[1])
+[run] = client.search_runs([client.get_experiment_by_name("fedac").experiment_id])
+history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "val_accuracy")}
+print(json.dumps({
+    "name": run.info.run_name, "status": run.info.status, "params": run.data.params,
+    "metrics": run.data.metrics, "history": history,
+    "artifacts": [a.path for a in client.list_artifacts(run.info.run_id)],
+    "results": json.load(
+        open(client.download_artifacts(run.info.run_id, "results.json", sys.argv[2]))
+    ),
+}))
+"""
 
-    store = tmp_path / "mlruns"
+
+def test_mlflow_run_reads_back_in_a_fresh_process_from_the_printed_line(
+    cfg_for, tmp_path, monkeypatch
+):
+    """log.mlflow=DIR writes a SQLite store that MLflow 3 reads without MLFLOW_ALLOW_FILE_STORE:
+    a subprocess with a clean environment (no fedac variable, another working folder) reads the
+    params, the metrics per round and the artifacts back from the URI of the line the run
+    prints."""
+    pytest.importorskip("mlflow")
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    store = tmp_path / "mlflow"
     results = Simulator(
         cfg_for(**{"log.mlflow": str(store)}), tmp_path / "run", progress=False
     ).run()
-    client = MlflowClient(tracking_uri=store.as_uri())
-    [run] = client.search_runs([client.get_experiment_by_name("fedac").experiment_id])
-    assert run.info.run_name == "run" and run.info.status == "FINISHED"
-    assert run.data.params["train.lr"] == "0.1" and run.data.params["log.mlflow"] == str(store)
-    history = {m.step: m.value for m in client.get_metric_history(run.info.run_id, "val_accuracy")}
-    assert history == pytest.approx(
+    line = results["trackers"]["mlflow"]
+    assert line == f"mlflow ui --backend-store-uri sqlite:///{store / 'mlflow.db'}"
+    [printed] = [row for row in final_table(results).splitlines() if row.startswith("MLflow")]
+    assert printed.split() == ["MLflow", "(read", "back)", *line.split()]
+    assert "MLFLOW_ALLOW_FILE_STORE" not in os.environ
+    uri = line.split("--backend-store-uri ")[1]
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    clean = {"PATH": os.environ["PATH"], "HOME": str(elsewhere)}
+    done = subprocess.run(
+        [sys.executable, "-c", READ_BACK, uri, str(elsewhere)],
+        capture_output=True,
+        text=True,
+        env=clean,
+        cwd=elsewhere,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    run = json.loads(done.stdout.splitlines()[-1])
+    assert run["name"] == "run" and run["status"] == "FINISHED"
+    assert run["params"]["train.lr"] == "0.1" and run["params"]["log.mlflow"] == str(store)
+    assert {int(k): v for k, v in run["history"].items()} == pytest.approx(
         {int(r["round"]): r["val_accuracy"] for r in results["history"]}
     )
-    assert run.data.metrics["final_accuracy"] == pytest.approx(results["final"]["accuracy"])
-    assert not any(math.isnan(v) for v in run.data.metrics.values())
-    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert run["metrics"]["final_accuracy"] == pytest.approx(results["final"]["accuracy"])
+    assert not any(math.isnan(v) for v in run["metrics"].values())
     assert {
         "config.yaml",
         "metrics.csv",
@@ -114,4 +157,6 @@ def test_mlflow_run_reads_back_with_params_metrics_and_artifacts(cfg_for, tmp_pa
         "results.json",
         "confusion.png",
         "clients.png",
-    } <= artifacts
+    } <= set(run["artifacts"])
+    assert run["results"]["final"]["accuracy"] == results["final"]["accuracy"]
+    assert (store / "artifacts").is_dir() and not (elsewhere / "mlruns").exists()

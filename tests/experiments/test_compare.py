@@ -64,7 +64,8 @@ def test_compare_runs_every_method_and_seed_and_summarises(gsc_root, tmp_path, c
         )
     table = (out / "table.md").read_text()
     assert "| A |" in table and "| B |" in table
-    assert "n/a" in table.splitlines()[2]  # FedAvg has no personalized models
+    # FedAvg has no personalized models
+    assert "n/a (fedavg keeps no own model per client)" in table.splitlines()[2]
     assert "| B |" in capsys.readouterr().out
 
 
@@ -124,19 +125,19 @@ def test_a_run_directory_is_reused_only_for_its_settings_even_after_new_settings
 def test_mean_std_over_seeds_leaves_out_runs_without_the_metric():
     """A CTC run reports client_accuracy_mean as None (it has no accuracy): the summary skips it
     instead of failing, and averages the runs that have the value."""
-    from fedac.experiments.compare import markdown_table, runs_mean_std
+    from fedac.experiments.compare import Cell, markdown_table, runs_mean_std
 
     runs = {
         "asr": [{"accuracy": None, "client_accuracy_mean": None, "wer": 0.8}],
         "kws": [{"accuracy": 0.5, "client_accuracy_mean": 0.25}, {"accuracy": 0.7}],
     }
     out = runs_mean_std(runs)
-    assert out["kws"]["accuracy"] == pytest.approx((0.6, 0.1))
-    assert out["kws"]["client_accuracy_mean"] == (0.25, 0.0)
-    assert all(np.isnan(out["asr"]["accuracy"])) and all(
-        np.isnan(out["asr"]["client_accuracy_mean"])
-    )
-    assert "| asr | n/a |" in markdown_table(runs)  # the compare table renders it too
+    assert (out["kws"]["accuracy"].mean, out["kws"]["accuracy"].std) == pytest.approx((0.6, 0.1))
+    assert out["kws"]["client_accuracy_mean"] == Cell(0.25, 0.0, seeds=1)
+    assert out["asr"]["accuracy"] == Cell(None, None, 0, "a CTC task has no clip accuracy")
+    assert out["asr"]["client_accuracy_mean"].mean is None
+    # the compare table renders it too
+    assert "| asr | n/a (a CTC task has no clip accuracy) |" in markdown_table(runs)
     assert "fa" not in out["kws"]  # no run has FA: no such key
 
     # FedKWS-UI's keys are averaged too once a run has them (the README's FA / FR cells quote them).
@@ -148,7 +149,37 @@ def test_mean_std_over_seeds_leaves_out_runs_without_the_metric():
             ]
         }
     )["m"]
-    assert kws["fa"] == pytest.approx((0.2, 0.1)) and kws["test_last5_mean"] == (0.4, 0.0)
+    assert (kws["fa"].mean, kws["fa"].std) == pytest.approx((0.2, 0.1))
+    assert kws["test_last5_mean"] == Cell(0.4, 0.0, seeds=1)
+
+
+def strict(text: str):
+    """json.loads refusing NaN and Infinity, which are not JSON."""
+
+    def refuse(constant: str):
+        raise ValueError(f"not JSON: {constant}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_one_seed_summary_is_strict_json_and_its_table_says_why_a_column_is_empty(
+    gsc_root, tmp_path
+):
+    """One seed has no spread (no "± 0.00"); FedAvg's own-model columns say why they are empty, in
+    the table and in summary.json, which a strict JSON parser reads (null, never NaN)."""
+    out = tmp_path / "cmp"
+    argv = ["compare", "--quiet", "--seeds", "0", "--rounds", "1", "--out", str(out)]
+    settings = [f"data.root={gsc_root}", "model.name=crnn_tiny", "train.local_epochs=1"]
+    assert main([*argv, "--method", "A=fedavg", *[f"--set={s}" for s in settings]]) == 0
+    summary = strict((out / "summary.json").read_text())
+    why = "fedavg keeps no own model per client"
+    assert summary["mean_std"]["A"]["personalized_accuracy_mean"] is None
+    assert summary["unavailable"]["A"]["personalized_accuracy_mean"] == why
+    accuracy = summary["runs"]["A"][0]["accuracy"]
+    assert summary["mean_std"]["A"]["accuracy"] == [accuracy, 0.0]
+    row = (out / "table.md").read_text().splitlines()[2]
+    assert "±" not in row and f"| A | {100 * accuracy:.2f} |" in row
+    assert f"n/a ({why})" in row
 
 
 @pytest.mark.parametrize("other_finishes", [True, False])

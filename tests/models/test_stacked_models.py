@@ -15,7 +15,7 @@ from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import ClientData, Task
 from fedac.config import load_config
 from fedac.data.augment import AugmentedWindows
-from fedac.engine.cohort import run_clients
+from fedac.engine.execution import ExecutionPlan, run_clients
 from fedac.models import KWS_CNN_SPECS, KWS_MODELS
 from fedac.models.crnn import CRNN_SPECS
 from fedac.seeding import torch_generator
@@ -90,7 +90,7 @@ def algorithm(model: str, *overrides: str, algo: str = "fedavg"):
 
 def one_round(model: str, execution: str, *overrides: str, algo: str = "fedavg"):
     alg, clients = algorithm(model, f"train.execution={execution}", *overrides, algo=algo)
-    assert alg.execution_path() == (
+    assert ExecutionPlan(alg).path == (
         "stacked" if execution == "cohort" else "sequential: train.execution=sequential"
     )
     payload = alg.broadcast(alg.init_server())
@@ -197,7 +197,7 @@ def test_dropout_masks_are_each_clients_own_and_repeat_with_the_seed(monkeypatch
         ClientData(name, clients[0].x, clients[0].y, clients[0].holdout_x, clients[0].holdout_y)
         for name in ("a", "b")
     ]
-    monkeypatch.setattr("fedac.training.cohort.torch_generator", _same_batches(torch_generator))
+    monkeypatch.setattr("fedac.training.stacking.torch_generator", _same_batches(torch_generator))
     a, b = run_clients(alg, alg.broadcast(alg.init_server()), [None, None], twins, 1, 0)
     assert float((a.upload["head.weight"] - b.upload["head.weight"]).abs().max()) > 1e-4
 
@@ -289,7 +289,7 @@ def test_fedkwsui_trains_stacked_as_it_trains_alone(model, overrides):
         )
         alg = build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients], counts))
         if execution == "cohort":
-            assert alg.execution_path() == "stacked"
+            assert ExecutionPlan(alg).path == "stacked"
             # ALT: unequal step counts
             assert len({alg.client_plan(c.name)["steps"] for c in clients}) > 1
         return run_clients(
@@ -318,24 +318,22 @@ def test_fedkwsui_trains_stacked_as_it_trains_alone(model, overrides):
 @pytest.mark.parametrize("chosen", ["stacked", "sequential"])
 def test_auto_probe_keeps_the_chosen_paths_results_and_says_which(chosen, monkeypatch):
     alg, clients = algorithm("cnn1_softmax", "train.execution=probe")
-    assert alg.needs_probe() and alg.execution_path().startswith("auto: ")
-    real = alg.record_probe
+    plan = ExecutionPlan(alg)
+    assert plan.needs_probe and plan.path.startswith("auto: ")
+    real = plan.record
     monkeypatch.setattr(
-        alg,
-        "record_probe",
+        plan,
+        "record",
         lambda s, q, n, error: real(*((0.1, 1.0) if chosen == "stacked" else (1.0, 0.1)), n, error),
     )
-    probed = run_clients(
-        alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0
-    )
+    probed = plan.run(alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
     reference = one_round("cnn1_softmax", "cohort" if chosen == "stacked" else "sequential")
     assert_close(probed, reference, tol=0.0)  # the kept results are the chosen path's, bit for bit
-    assert not alg.needs_probe()
-    path = alg.execution_path()
+    assert not plan.needs_probe
     assert (
-        path == "stacked"
+        plan.path == "stacked"
         if chosen == "stacked"
-        else path.startswith("sequential: auto measured model cnn1_softmax")
+        else plan.path.startswith("sequential: auto measured model cnn1_softmax")
     )
 
 
@@ -352,33 +350,51 @@ def test_a_network_that_cannot_run_under_vmap_leaves_auto_sequential_with_the_er
 
     monkeypatch.setattr(FedAvg, "build_network", lambda self, name: _FunctionalDropoutNet())
     alg, clients = algorithm("dscnn", "train.execution=probe")
-    probed = run_clients(
-        alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0
-    )
-    assert alg.execution_path().startswith(
+    plan = ExecutionPlan(alg)
+    probed = plan.run(alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
+    assert plan.path.startswith(
         "sequential: model dscnn's stacked path (vmap) failed on the probe chunk: "
     )
     # every client trained sequentially
     assert_close(probed, one_round("dscnn", "sequential"), tol=0.0)
 
 
-def test_auto_on_the_cpu_keeps_a_vmapped_network_sequential_without_timing_it(monkeypatch):
-    """Under auto on the CPU a vmapped network is not timed (a choice by timing could differ between
-    two runs of one command): it trains sequentially, the reason named; probe times it; on an
-    accelerator auto does."""
+@pytest.mark.parametrize("faster", ["stacked", "sequential"])
+def test_auto_on_the_cpu_times_a_vmapped_network_once_per_machine(faster, tmp_path, monkeypatch):
+    """Under auto on the CPU a vmapped network is timed on the first round's probe chunk (a fake
+    clock makes either path the faster); the choice is kept for this machine, so a second run of
+    the command reads it, times nothing, and computes the same numbers bit for bit."""
+    from fedac.engine import execution
+
     alg, clients = algorithm("cnn1_softmax", "train.execution=auto")
-    assert not alg.needs_probe()
-    assert alg.execution_path().startswith(
-        "sequential: auto keeps model cnn1_softmax (vmap) sequential on the CPU"
+    cache = execution.ProbeCache(tmp_path)
+    plan = ExecutionPlan(alg, cache)
+    assert plan.needs_probe and plan.path.startswith("auto: ")
+    stacked_s, sequential_s = (1.0, 3.0) if faster == "stacked" else (3.0, 1.0)
+    # _now is read at the start and end of the timed stacked pass, then of the sequential one
+    clock = iter([0.0, stacked_s, 10.0, 10.0 + sequential_s])
+    monkeypatch.setattr(execution, "_now", lambda device: next(clock))
+    payload = alg.broadcast(alg.init_server())
+    probed = plan.run(payload, [None] * len(clients), clients, 1, 0)
+    assert (
+        plan.path == "stacked"
+        if faster == "stacked"
+        else plan.path.startswith(
+            "sequential: auto measured model cnn1_softmax's stacked path (vmap) slower"
+        )
     )
     assert_close(
-        run_clients(alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0),
-        one_round("cnn1_softmax", "sequential"),
+        probed,
+        one_round("cnn1_softmax", "cohort" if faster == "stacked" else "sequential"),
         tol=0.0,
     )
-    assert not alg.auto_choice  # nothing was measured
-    monkeypatch.setattr(alg, "device", torch.device("meta"))  # any device but the CPU
-    assert alg.probes() and alg.needs_probe()
+    monkeypatch.setattr(execution, "_now", lambda device: pytest.fail("timed again"))
+    again = ExecutionPlan(alg, cache)
+    assert not again.needs_probe and again.measured[again.key]["path"] == faster
+    assert_close(again.run(payload, [None] * len(clients), clients, 1, 0), probed, tol=0.0)
+    # another machine (here: another thread count) measures for itself
+    monkeypatch.setattr(execution, "machine_id", lambda device: "another machine")
+    assert ExecutionPlan(alg, cache).needs_probe
 
 
 class _AmpleGauge:
@@ -426,15 +442,19 @@ def test_probe_on_a_memory_packed_device_times_full_chunks_after_an_untimed_warm
         "cohort_update",
         lambda p, s, d, r, seed: (calls.append(len(d)), real(p, s, d, r, seed))[1],
     )
-    record = alg.record_probe
-    # stacked wins
-    monkeypatch.setattr(alg, "record_probe", lambda s, q, n, error: record(0.1, 1.0, n, error))
-    probed = run_clients(
-        alg, alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0
-    )
-    assert calls == [6, 6]  # the warm-up (packing's memory probe), then the timed rest of the round
-    assert alg.packing.last_sizes == [6]  # timed as one chunk, as the stacked path would train it
-    (choice,) = alg.auto_choice.values()
+    plan = ExecutionPlan(alg)
+    record, timed_sizes = plan.record, []
+
+    def stacked_wins(s, q, n, error):
+        timed_sizes.extend(alg.packing.last_sizes)
+        return record(0.1, 1.0, n, error)
+
+    monkeypatch.setattr(plan, "record", stacked_wins)
+    probed = plan.run(alg.broadcast(alg.init_server()), [None] * len(clients), clients, 1, 0)
+    # the warm-up (packing's memory probe), the timed rest of the round, then the round stacked
+    assert calls == [6, 6, 12]
+    assert timed_sizes == [6]  # timed as one chunk, as the stacked path would train it
+    (choice,) = plan.measured.values()
     assert choice["clients"] == 6 and choice["path"] == "stacked"
     seq = build("sequential")
     assert_close(

@@ -1,6 +1,6 @@
-"""Cohort execution (engine/cohort.py, algorithms/cohort.py, models/stacked.py): the stacked path
-gives the sequential path's numbers, with padding, chunking and one stacked group per
-architecture."""
+"""Stacked execution (engine/execution.py, training/stacking.py, models/stacked.py, the methods'
+stacked steps): the stacked path gives the sequential path's numbers, with padding, chunking and
+one stacked group per architecture."""
 
 from __future__ import annotations
 
@@ -10,18 +10,19 @@ import pytest
 import torch
 from torch import nn
 
-import fedac.algorithms.cohort as cohort_steps
+import fedac.algorithms.fedmlac as fedmlac_module
+import fedac.training.stacking as stacking
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import ClientData, Task
 from fedac.algorithms.fedavg import FedAvg
 from fedac.config import load_config
-from fedac.engine.cohort import run_clients
+from fedac.engine.execution import ExecutionPlan, run_clients, stacking_obstacle
 from fedac.engine.simulator import Simulator
 from fedac.errors import ConfigError
 from fedac.models import MODEL_NAMES, build_model
 from fedac.models.stacked import stack_params, stacked_model, unstack_params
-from fedac.training.cohort import CohortChunk, StackedSGD
 from fedac.training.device import resolve_device, to_device
+from fedac.training.stacking import CohortChunk, StackedSGD
 from fedac.training.step import train_client
 
 FEATURES, FRAMES, CLASSES = 8, 21, 5
@@ -270,7 +271,7 @@ def test_chunking_and_worker_threads_give_the_numbers_of_one_chunk(algorithm):
 
 
 def test_cohort_workers_setting():
-    from fedac.training.cohort import cohort_workers
+    from fedac.training.stacking import cohort_workers
 
     cfg = load_config(overrides=["train.cohort_workers=3"]).train
     assert cohort_workers(cfg) == 3
@@ -289,13 +290,13 @@ def test_heterogeneous_cohort_runs_one_stacked_group_per_architecture(monkeypatc
         "train.execution=cohort",
     )
     groups = []
-    real = cohort_steps.plan_chunks
+    real = stacking.plan_chunks
 
     def spy(datas, positions, *args):
         groups.append(sorted(algo.client_architecture(d.name) for d in datas))
         return real(datas, positions, *args)
 
-    monkeypatch.setattr(cohort_steps, "plan_chunks", spy)
+    monkeypatch.setattr(stacking, "plan_chunks", spy)
     federate(algo, clients, rounds=1)
     archs = sorted(algo.client_architecture(c.name) for c in clients)
     assert len(set(archs)) == 2  # the seeded draw gives both architectures
@@ -319,7 +320,7 @@ def test_architecture_without_stacked_forward_is_named_and_cohort_mode_refuses_i
     algo, clients = make_algorithm("algorithm=fedavg", "model.name=crnn_tiny")
     monkeypatch.setattr(algo, "build_network", lambda name: _WithLSTM())
     reason = "model crnn_tiny has no stacked forward (holds an LSTM, which vmap cannot batch)"
-    assert algo.execution_path() == f"sequential: {reason}" and not algo.cohort_ready()
+    assert ExecutionPlan(algo).path == f"sequential: {reason}" and stacking_obstacle(algo)
     federate(algo, clients, rounds=1)  # auto: sequential, and it trains
     algo.cfg.train.execution = "cohort"
     with pytest.raises(ConfigError, match=r"train.execution=cohort.*holds an LSTM"):
@@ -387,7 +388,7 @@ def test_padding_and_finished_clients_do_not_move_parameters():
 
 def test_auto_uses_the_cohort_path_unless_client_update_was_replaced(monkeypatch):
     algo, clients = make_algorithm("algorithm=fedavg")
-    assert algo.cfg.train.execution == "auto" and algo.cohort_ready()
+    assert algo.cfg.train.execution == "auto" and stacking_obstacle(algo) is None
     calls = []
     real = FedAvg.client_update
 
@@ -396,16 +397,16 @@ def test_auto_uses_the_cohort_path_unless_client_update_was_replaced(monkeypatch
         return real(self, *args)
 
     monkeypatch.setattr(FedAvg, "client_update", patched)
-    assert not algo.cohort_ready()
-    assert algo.execution_path() == "sequential: FedAvg overrides client_update"
+    assert stacking_obstacle(algo) is not None
+    assert ExecutionPlan(algo).path == "sequential: FedAvg overrides client_update"
     federate(algo, clients, rounds=1)
     assert calls == [c.name for c in clients]  # sequential, so the patch is honoured
 
 
 def test_fedkad_has_no_cohort_path_auto_says_so_and_cohort_mode_fails():
     algo, clients = make_algorithm("algorithm=fedkad")
-    assert not algo.cohort_ready()
-    assert algo.execution_path() == "sequential: FedKAD has no stacked cohort_update"
+    assert stacking_obstacle(algo) is not None
+    assert ExecutionPlan(algo).path == "sequential: FedKAD has no stacked cohort_update"
     results = federate(algo, clients, rounds=1)[2]
     payload = algo.broadcast(algo.init_server())
     alone = train_client(algo, payload, algo.init_client_state(clients[0].name), clients[0], 1, 0)
@@ -448,7 +449,7 @@ def test_simulator_default_run_takes_the_cohort_path_and_matches_sequential(
     )
     seq.run()
     calls = []
-    real = cohort_steps.mutual_cohort
+    real = fedmlac_module.mutual_cohort
     monkeypatch.setattr(
         "fedac.algorithms.fedmlac.mutual_cohort", lambda *a: calls.append(1) or real(*a)
     )

@@ -166,8 +166,8 @@ def test_zeroshot_rounds_create_every_tensor_on_the_runs_device(tmp_path):
 
 def test_a_lost_device_argument_fails_the_check(tree, tmp_path, monkeypatch):
     """The check can fail: the stacked FedAvg step with its loss accumulator created without
-    `device=` (what deleting that argument in algorithms/cohort.py does) stops the run."""
-    import fedac.algorithms.cohort as cohort
+    `device=` (what deleting that argument in algorithms/fedavg.py does) stops the run."""
+    import fedac.algorithms.fedavg as cohort
 
     def zeros(*size, device=None, **kwargs):  # drops the device argument, as the mutation would
         return torch.zeros(*size, **kwargs)

@@ -9,8 +9,8 @@ import pytest
 import torch
 from test_cohort import assert_same_run, federate, make_algorithm, make_clients
 
-from fedac.training.cohort import cohort_workers, plan_chunks
 from fedac.training.packing import CPU_CHUNK, MEMORY_FRACTION, PROBE_CLIENTS, Packing
+from fedac.training.stacking import cohort_workers, plan_chunks
 
 SIZES = [
     37,
@@ -246,7 +246,7 @@ def spread_devices() -> str:
 def test_chunks_spread_over_devices_give_the_numbers_of_one_device(algorithm, monkeypatch):
     import threading
 
-    from fedac.training.cohort import CohortChunk
+    from fedac.training.stacking import CohortChunk
 
     clients = make_clients(SIZES)
     settings = [
@@ -282,7 +282,7 @@ def test_chunks_spread_over_devices_give_the_numbers_of_one_device(algorithm, mo
 def test_over_several_devices_each_gets_an_equal_share_and_the_probe_trains_alone(monkeypatch):
     import threading
 
-    from fedac.training.cohort import CohortChunk
+    from fedac.training.stacking import CohortChunk
 
     clients = make_clients(SIZES)
     settings = ["algorithm=fedavg", "model.dropout=0", "train.execution=cohort"]

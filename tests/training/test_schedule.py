@@ -1,4 +1,4 @@
-"""Chunk planning (training/schedule.py, training/cohort.py `plan_chunks`): every client once, in
+"""Chunk planning (training/schedule.py, training/stacking.py `plan_chunks`): every client once, in
 consecutive size order, cut where padding costs more than a chunk, and balanced over workers."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import pytest
 from test_cohort import make_clients
 
 from fedac.config import load_config
-from fedac.training.cohort import plan_chunks
-from fedac.training.schedule import CHUNK_ROWS, STEP_ROWS, batch_sizes, partition
+from fedac.training.schedule import CHUNK_ROWS, STEP_ROWS, batch_sizes, split_by_cost
+from fedac.training.stacking import plan_chunks
 
 # one round of the paper schedule on the Speech Commands stand-in (48 clients, a long tail)
 PAPER_ROUND = [
@@ -80,8 +80,8 @@ def test_batch_sizes_follow_batch_indices():
 
 
 @pytest.mark.parametrize("workers", [1, 2, 3])
-def test_partition_covers_every_client_once_in_order_within_the_chunk_limit(workers):
-    ranges = partition(PAPER_ROUND, 16, 1, 16, workers)
+def test_split_by_cost_covers_every_client_once_in_order_within_the_chunk_limit(workers):
+    ranges = split_by_cost(PAPER_ROUND, 16, 1, 16, workers)
     assert [i for r, _ in ranges for i in r] == list(range(len(PAPER_ROUND)))
     assert all(1 <= len(r) <= 16 for r, _ in ranges)
     for r, c in ranges:
@@ -89,18 +89,18 @@ def test_partition_covers_every_client_once_in_order_within_the_chunk_limit(work
 
 
 def test_one_worker_cuts_only_where_padding_costs_more_than_a_chunk():
-    assert len(partition([40] * 10, 16, 1, 16, 1)) == 1  # equal clients: one chunk
+    assert len(split_by_cost([40] * 10, 16, 1, 16, 1)) == 1  # equal clients: one chunk
     # four 3-step clients and twelve 1-step clients of 5 samples: apart, the small ones are not
     # padded to 16
-    ranges = partition([48] * 4 + [5] * 12, 16, 1, 16, 1)
+    ranges = split_by_cost([48] * 4 + [5] * 12, 16, 1, 16, 1)
     assert [len(r) for r, _ in ranges] == [4, 12]
     assert sum(c for _, c in ranges) < cost([48] * 4 + [5] * 12)
-    assert sorted(len(r) for r, _ in partition([40] * 40, 16, 1, 16, 1)) == [8, 16, 16]
+    assert sorted(len(r) for r, _ in split_by_cost([40] * 40, 16, 1, 16, 1)) == [8, 16, 16]
 
 
 def test_workers_get_even_shares_and_the_long_tail_is_split():
-    one = partition(PAPER_ROUND, 16, 1, 16, 1)
-    two = partition(PAPER_ROUND, 16, 1, 16, 2)
+    one = split_by_cost(PAPER_ROUND, 16, 1, 16, 1)
+    two = split_by_cost(PAPER_ROUND, 16, 1, 16, 2)
     # costliest first on two workers (what run_chunks does): both finish within 15 % of an even
     # split
     loads = [0.0, 0.0]

@@ -33,7 +33,7 @@ def test_padded_waveforms_and_ctc_targets_are_refused_naming_the_method():
 
 
 def test_the_stacked_cohort_path_refuses_padded_waveforms():
-    from fedac.training.cohort import CohortChunk
+    from fedac.training.stacking import CohortChunk
 
     waves = Padded.stack([torch.randn(7), torch.randn(5)])
     data = ClientData("c0", waves, torch.tensor([0, 1]), waves, torch.tensor([0, 1]))

@@ -21,7 +21,6 @@ from fedac.errors import ConfigError
 from fedac.models import build_model
 from fedac.rules.aggregation import ServerMetrics, aggregate
 from fedac.seeding import derive_seed, numpy_rng
-from fedac.training.device import device_name
 from fedac.training.evaluate import evaluate
 from fedac.training.local import local_steps
 from fedac.training.packing import Packing
@@ -39,8 +38,8 @@ ServerState = Any
 
 
 def reproduces(client_update):
-    """Marks a `cohort_update` as the stacked form of `client_update` (see
-    `Algorithm.cohort_ready`)."""
+    """Marks a `cohort_update` as the stacked form of `client_update` (engine/execution.py
+    `stacking_obstacle` checks the mark against the `client_update` in effect)."""
 
     def mark(cohort_update):
         cohort_update.reproduces = client_update
@@ -81,6 +80,9 @@ class Algorithm(ABC):
     #: heads): the SSL encoders' waveform path (engine/waveform.py) refuses it before any data is
     #: built. Personalized methods are refused there too (their client models read features).
     trains_ssl_encoders: bool = True
+    #: Why the method has no stacked form although it inherits a `cohort_update` (APFL's two models
+    #: per client), or None: engine/execution.py `stacking_obstacle` names it as the reason.
+    no_stacked_form: str | None = None
 
     def __init__(self, cfg: Config, task: Task, runtime: Runtime | None = None):
         self.cfg = cfg
@@ -101,12 +103,6 @@ class Algorithm(ABC):
         self._scratch: dict[tuple[str, str], nn.Module] = {}
         # per architecture: its stacked kind and forward
         self._stacked: dict[tuple[str, str], Any] = {}
-        #: `train.execution=auto` with a vmapped network: the path measured faster on a probe chunk
-        #: in the first round, per (architectures, device) (engine/cohort.py measures; the
-        #: checkpoint keeps it).
-        self.auto_choice: dict[str, dict[str, Any]] = {}
-        #: LPA's per-layer pruning in the last server update (diagnostics for the engine's log, not
-        #: state).
 
     # --- models -------------------------------------------------------------------------------
     def build_network(self, name: str) -> nn.Module:
@@ -206,125 +202,12 @@ class Algorithm(ABC):
         """Optional hook: the updates of a whole cohort, in `datas` order, with each client's
         randomness fixed by (seed, round, client) exactly as `training.step.train_client` fixes it,
         so the results equal the sequential ones. Overrides stack clients into one computation
-        (training/cohort.py) and are marked `@reproduces(client_update)`; this default trains one
+        (training/stacking.py) and are marked `@reproduces(client_update)`; this default trains one
         client after another."""
         return [
             train_client(self, payload, state, data, round_idx, seed)
             for state, data in zip(states, datas)
         ]
-
-    def cohort_ready(self) -> bool:
-        """True when `cohort_update` can train this configuration stacked (`train.execution=cohort`
-        would run it): it is marked `@reproduces` the `client_update` in effect, and every setting
-        and model it meets has a stacked form (`sequential_reason`)."""
-        return self.sequential_reason("cohort") is None
-
-    def execution_path(self) -> str:
-        """The path a round's clients take under `train.execution`: "stacked", or "sequential:
-        <reason>" (the run's first log line and results.json name it; engine/cohort.py runs it)."""
-        mode = self.cfg.train.execution
-        if mode == "sequential":
-            return "sequential: train.execution=sequential"
-        reason = self.sequential_reason(mode)
-        if reason is None and self.needs_probe():
-            return (
-                "auto: stacked or sequential, whichever a probe chunk of the first round trains "
-                "faster"
-            )
-        return "stacked" if reason is None else f"sequential: {reason}"
-
-    def _probe_key(self) -> str:
-        return f"{','.join(self.stacked_architectures())}@{self.device}"
-
-    def probes(self) -> bool:
-        """Whether this run times a vmapped network both ways on a probe chunk: under
-        `train.execution=probe`, and under auto on an accelerator. Under auto on the CPU it does
-        not: there every network measured slower vmapped than one client at a time
-        (benchmarks/results/stacked_models.json), and a choice made by timing could differ between
-        two runs of one command on a busy machine, which would break "a run repeats itself bit for
-        bit on one machine"."""
-        mode = self.cfg.train.execution
-        return mode == "probe" or (mode == "auto" and self.device.type != "cpu")
-
-    def needs_probe(self) -> bool:
-        """True while this run probes (`probes`) and a vmapped network's speed against the
-        sequential path is unmeasured on this device (a hand-written CRNN is always faster stacked:
-        no probe)."""
-        return (
-            self.probes()
-            and self._probe_key() not in self.auto_choice
-            and any(self.stacked_kind(arch) == "vmap" for arch in self.stacked_architectures())
-        )
-
-    def record_probe(
-        self, stacked_s: float, sequential_s: float, clients: int, error: str | None = None
-    ) -> str:
-        """The probe's timings (engine/cohort.py): the faster path (returned) is this run's from now
-        on; a stacked probe that raised (`error`) leaves the sequential path, with the error as its
-        reason."""
-        path = "stacked" if error is None and stacked_s <= sequential_s else "sequential"
-        self.auto_choice[self._probe_key()] = {
-            "path": path,
-            "stacked_s": stacked_s,
-            "sequential_s": sequential_s,
-            "clients": clients,
-            **({"error": error} if error else {}),
-        }
-        return path
-
-    def sequential_reason(self, mode: str = "auto") -> str | None:
-        """Why the clients cannot (cohort) or should not (auto) train stacked; None when they do."""
-        cls = type(self).__name__
-        target = getattr(type(self).cohort_update, "reproduces", None)
-        if target is None:
-            return f"{cls} has no stacked cohort_update"
-        current = getattr(self.client_update, "__func__", None)
-        if current is not target:
-            owner = next(
-                (
-                    k.__name__
-                    for k in type(self).__mro__
-                    if k.__dict__.get("client_update") is current
-                ),
-                None,
-            )
-            return (
-                f"{owner} overrides client_update" if owner else f"{cls}.client_update was replaced"
-            )
-        train = self.cfg.train
-        # lazy: torch.func loads with the stacked path
-        from fedac.training.functional import OPTIMIZERS
-
-        if train.optimizer not in OPTIMIZERS:
-            return f"train.optimizer={train.optimizer} has no stacked form"
-        for arch in self.stacked_architectures():
-            kind = self.stacked_kind(arch)
-            if kind.startswith("none"):
-                return f"model {arch} has no stacked forward ({kind[len('none: ') :]})"
-            if mode == "auto" and kind == "vmap" and not self.probes():
-                return (
-                    f"auto keeps model {arch} (vmap) sequential on the CPU, where vmapped networks "
-                    "measured slower than one client at a time (train.execution=probe measures "
-                    "this machine, cohort forces stacking)"
-                )
-            choice = self.auto_choice.get(self._probe_key())
-            if not (mode in ("auto", "probe") and kind == "vmap" and choice is not None):
-                continue  # not measured
-            if "error" in choice:
-                return (
-                    f"model {arch}'s stacked path (vmap) failed on the probe chunk: "
-                    f"{choice['error']}"
-                )
-            if choice["path"] == "sequential":
-                # On a CPU vmapped convolutions can lose to per-client MKL-DNN ones (issue 56):
-                # measured, not assumed.
-                return (
-                    f"auto measured model {arch}'s stacked path (vmap) slower on "
-                    f"{device_name(self.device)}: {choice['stacked_s']:.2f} s against "
-                    f"{choice['sequential_s']:.2f} s for a probe of {choice['clients']} clients "
-                    "(train.execution=cohort forces it)"
-                )
-        return None
 
     def stacked_architectures(self) -> list[str]:
         """The architectures `cohort_update` stacks: the clients' own (personalized methods) or the

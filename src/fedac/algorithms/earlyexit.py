@@ -1,4 +1,4 @@
-"""Early-exit federated fine-tuning of SSL speech encoders (issue 17): each client trains its
+"""Early-exit federated fine-tuning of SSL speech encoders: each client trains its
 encoder only up to its own maximum depth L_i, with the head at that exit, and the server averages
 every layer over the clients that trained it (aggregation.exit_aggregate, the paper's Eq. 1).
 

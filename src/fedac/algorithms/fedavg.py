@@ -6,6 +6,7 @@ The server combination is `aggregation.aggregate`, so `aggregation.method=lpa` t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,8 +19,9 @@ from fedac.algorithms.base import (
     model_params,
     reproduces,
 )
-from fedac.algorithms.cohort import supervised_cohort
-from fedac.training.local import train_supervised
+from fedac.training.functional import StackedStep, client_views
+from fedac.training.local import cross_entropy, train_supervised
+from fedac.training.stacking import CohortChunk, OnDevices, broadcast_params, train_chunks
 
 
 class FedAvg(Algorithm):
@@ -60,3 +62,57 @@ class FedAvg(Algorithm):
     ) -> tuple[dict[str, Any], dict[str, float]]:
         params, metrics = self.combine(server, uploads)
         return {**server, "params": params}, metrics
+
+
+def supervised_cohort(
+    algo: Algorithm,
+    payload: Params,
+    datas: list[ClientData],
+    round_idx: int,
+    seed: int,
+    regularizer: Callable[[Params], Callable[[Any], torch.Tensor] | None] | None = None,
+) -> list[ClientResult]:
+    """FedAvg's client update (`local.train_supervised` from the global model) for a whole cohort;
+    `regularizer(global_params)` gives the extra loss term of a client (FedProx's), built per
+    device."""
+    cfg = algo.cfg.train
+    payloads = OnDevices(payload)
+    forward = algo.stacked_forward(algo.cfg.model.name)
+    results: list[ClientResult | None] = [None] * len(datas)
+
+    def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
+        start = payloads(chunk.device)
+        penalty = regularizer(start) if regularizer is not None else None
+        model = StackedStep(forward, broadcast_params(start, len(chunk)), cfg)
+        loss_sum = torch.zeros(len(chunk), dtype=torch.float64, device=chunk.device)
+        for step in chunk.steps:
+            x, y = chunk.batch(step)
+            leaf, state = model.leaves(step.active)
+            loss = cross_entropy(
+                forward(state, x, chunk.dropout(step), step.weight), y, step.weight
+            )
+            if penalty is not None:
+                loss = loss + torch.stack(
+                    [penalty(view) for view in client_views(leaf, step.active)]
+                )
+            model.update(loss, leaf, step.active)
+            loss_sum[: step.active] += loss.detach()
+        out = []
+        # one host sync a chunk
+        for k, (position, total) in enumerate(zip(chunk.positions, loss_sum.tolist())):
+            steps = chunk.client_steps[k]
+            out.append(
+                (
+                    position,
+                    ClientResult(
+                        model.client(k), None, {"loss": total / steps, "steps": float(steps)}
+                    ),
+                )
+            )
+        return out
+
+    for position, result in train_chunks(
+        algo, train, datas, range(len(datas)), algo.cfg.model.name, round_idx, seed
+    ):
+        results[position] = result
+    return results  # type: ignore[return-value]

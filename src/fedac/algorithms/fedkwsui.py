@@ -37,7 +37,7 @@ zeroes them, which lets a 1e-5 decay through).
 The heads keep PyTorch's default initialisation, as the code's do; `fedkwsui.head_init=kaiming`
 gives them Kaiming-normal weights (config.py says why: the default shrinks the encoder's gradient
 4-7x). Every step's gradient is clipped at `train.max_grad_norm` (fedkwsui's algorithm default: the
-code's 50). The stacked cohort form is `algorithms.cohort.fedkwsui_cohort` (any of the four
+code's 50). The stacked form is `fedkwsui_cohort` below (any of the four
 networks, through training/functional.py; ALT's per-client step counts as a chunk whose active
 clients shrink).
 """
@@ -60,11 +60,19 @@ from fedac.algorithms.base import (
     model_params,
     reproduces,
 )
-from fedac.algorithms.cohort import fedkwsui_cohort
 from fedac.errors import ConfigError
 from fedac.models import build_model
 from fedac.models.base import EmbeddingModel
-from fedac.training.local import clip_gradients, cycling_batches, make_optimizer, on_device
+from fedac.seeding import torch_generator
+from fedac.training.functional import StackedStep, stacked_optimizer
+from fedac.training.local import (
+    clip_gradients,
+    cross_entropy,
+    cycling_batches,
+    make_optimizer,
+    on_device,
+)
+from fedac.training.stacking import CohortChunk, OnDevices, broadcast_params, run_chunks
 from fedac.training.types import class_labels, feature_windows
 
 #: The code's constants for Speech Commands (fedkwsui.py): classes -> (size cap, r0).
@@ -430,3 +438,171 @@ def alt_statistics(
         "local_steps": float(steps),
         "mean_steps": sum([alt_steps(algo.ratios[c], algo.r0, steps) for c in held]) / len(held),
     }
+
+
+def _cohort_batches(
+    datas: list[ClientData],
+    plans: list[dict],
+    private_steps: int,
+    batch_size: int,
+    round_idx: int,
+    seed: int,
+) -> list[list]:
+    """Each client's batches in the sequential path's order: the private phase's, then ALT's
+    global steps, all drawn from the client's own generator."""
+    batches = []
+    for d, plan in zip(datas, plans):
+        gen = torch_generator(seed, "batches", round_idx, d.name)
+        batches.append(
+            list(cycling_batches(d.num_samples, batch_size, private_steps, gen))
+            + list(cycling_batches(d.num_samples, batch_size, int(plan["steps"]), gen))
+        )
+    return batches
+
+
+def _chunk_losses(
+    forward,
+    model: StackedStep,
+    params: Params,
+    chunk: CohortChunk,
+    mus: torch.Tensor,
+    private_steps: int,
+    opts,
+    cfg,
+) -> torch.Tensor:
+    """Every step of a chunk: the private phase trains only the private heads on the frozen
+    encoder's embeddings, then the global phase trains everything on the ALO loss with a fresh
+    optimiser. Returns the summed losses, (private, global) x client, in float64."""
+    sums = torch.zeros(2, len(chunk), dtype=torch.float64, device=chunk.device)
+    for s, step in enumerate(chunk.steps):
+        x, y = chunk.batch(step)
+        active, weight, masks = step.active, step.weight, chunk.dropout(step)
+        if s == private_steps:  # the global phase's optimiser is new, as the sequential path's
+            model.optimizer = stacked_optimizer({n: params[n] for n in forward.param_names}, cfg)
+        if s < private_steps:  # only the private head learns: the encoder runs without autograd
+            with torch.no_grad():
+                h = forward(model.frozen(active), x, masks, weight, "embed")
+            leaf, state = model.leaves(active)
+            loss = cross_entropy(forward(state, h, None, weight, "private_logits"), y, weight)
+        else:
+            leaf, state = model.leaves(active)
+            h = forward(state, x, masks, weight, "embed")
+            loss = _alo_loss(
+                forward(state, h, None, weight, "global_logits"),
+                forward(state, h, None, weight, "private_logits"),
+                y,
+                weight,
+                mus[:active],
+                opts.adv_lambda,
+            )
+        model.update(loss, leaf, active)
+        sums[int(s >= private_steps), :active] += loss.detach()
+    return sums
+
+
+def _chunk_results(
+    model: StackedStep,
+    chunk: CohortChunk,
+    sums: torch.Tensor,
+    plans: list[dict],
+    states: list[Params | None],
+    private_steps: int,
+) -> list[tuple[int, ClientResult]]:
+    """Each client's trained parameters, its private head when it keeps one, and its metrics: the
+    mean loss of each phase, the step counts and ALT's ratio and mu."""
+    out = []
+    private_sums, global_sums = sums.tolist()  # one host sync a chunk
+    for k, position in enumerate(chunk.positions):
+        plan, steps = plans[position], int(plans[position]["steps"])
+        params_k = model.client(k)
+        private = (
+            {n: v for n, v in params_k.items() if n.startswith("private_")}
+            if states[position] is not None
+            else None
+        )
+        metrics = {
+            "loss": global_sums[k] / steps if steps else float("nan"),
+            "steps": float(steps),
+            "private_loss": private_sums[k] / max(private_steps, 1),
+            "private_steps": float(private_steps),
+            "alt_ratio": plan["ratio"],
+            "mu": plan["mu"],
+        }
+        out.append((position, ClientResult(params_k, private, metrics)))
+    return out
+
+
+def fedkwsui_cohort(
+    algo,
+    payload: Params,
+    states: list[Params | None],
+    datas: list[ClientData],
+    round_idx: int,
+    seed: int,
+) -> list[ClientResult]:
+    """FedKWS-UI's client update (`FedKWSUI.client_update`: the private phase, then ALT's s_k global
+    steps of the ALO loss) for a whole cohort. Every client's batches are drawn from its own
+    generator in the sequential order (private phase first); clients are sorted by total steps so
+    those still training are a prefix (ALT gives each client its own count); the optimiser starts
+    afresh with the global phase."""
+    cfg, opts, arch = algo.cfg.train, algo.cfg.fedkwsui, algo.cfg.model.name
+    forward = algo.stacked_forward(arch)
+    private_steps = int(opts.private_ratio * opts.local_steps) + 1 if opts.adv_lambda else 0
+    plans = [algo.client_plan(d.name) for d in datas]
+    batches = _cohort_batches(datas, plans, private_steps, cfg.batch_size, round_idx, seed)
+    order = sorted(range(len(datas)), key=lambda i: -len(batches[i]))
+    payloads = OnDevices(payload)
+    results: list[ClientResult | None] = [None] * len(datas)
+
+    def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
+        params = broadcast_params(payloads(chunk.device), len(chunk))
+        # `private=persistent`: each client's own private head
+        for k, position in enumerate(chunk.positions):
+            for name, value in (states[position] or {}).items():
+                params[name][k].copy_(value)
+        model = StackedStep(forward, params, cfg)
+        mus = torch.tensor([plans[i]["mu"] for i in chunk.positions], device=chunk.device)
+        sums = _chunk_losses(forward, model, params, chunk, mus, private_steps, opts, cfg)
+        return _chunk_results(model, chunk, sums, plans, states, private_steps)
+
+    size = algo.packing.fixed_chunk
+    chunks = (
+        CohortChunk(
+            [order[i] for i in part],
+            [datas[order[i]] for i in part],
+            cfg,
+            round_idx,
+            seed,
+            [batches[order[i]] for i in part],
+        )
+        for part in (range(j, min(j + size, len(order))) for j in range(0, len(order), size))
+    )
+    workers = algo.runtime.workers
+    for position, result in run_chunks(
+        train, chunks, cfg, algo.device, algo.devices, workers=workers
+    ):
+        results[position] = result
+    return results  # type: ignore[return-value]
+
+
+def _alo_loss(
+    global_logits: torch.Tensor,
+    private_logits: torch.Tensor,
+    y: torch.Tensor,
+    weight: torch.Tensor,
+    mu: torch.Tensor,
+    adv_lambda: float,
+) -> torch.Tensor:
+    """`fedkwsui.alo_loss` per client (clients, batch) -> (clients,): each client's label smoothing
+    mu_k, weighted batch means (padding at weight 0)."""
+    log_p = global_logits.log_softmax(dim=-1)
+    classes = global_logits.shape[-1]
+    target = (
+        F.one_hot(y, classes).to(log_p.dtype) * (1.0 - mu.view(-1, 1, 1))
+        + mu.view(-1, 1, 1) / classes
+    )
+    loss = (-(target * log_p).sum(-1) * weight).sum(-1)
+    if adv_lambda:
+        teacher = private_logits.detach().softmax(dim=-1)
+        loss = loss - adv_lambda * (-(teacher * log_p).sum(-1) * weight).sum(-1)
+    return loss

@@ -31,6 +31,7 @@ Choices where the paper is silent (all config options under `fedmlac.`):
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any
 
 import torch
@@ -44,10 +45,18 @@ from fedac.algorithms.base import (
     model_params,
     reproduces,
 )
-from fedac.algorithms.cohort import mutual_cohort
 from fedac.algorithms.mutual import distillation_kl, personalized_loss, plugin_loss  # noqa: F401 (FedMLAC's API)
 from fedac.errors import ConfigError
+from fedac.models.stacked import stack_params
+from fedac.training.functional import StackedStep
 from fedac.training.local import client_batches, clip_gradients, make_optimizer
+from fedac.training.stacking import (
+    CohortChunk,
+    OnDevices,
+    broadcast_params,
+    group_positions,
+    train_chunks,
+)
 
 log = logging.getLogger(__name__)
 
@@ -140,10 +149,6 @@ class FedMLAC(Algorithm):
             if opts.teacher == "post_update":
                 with torch.no_grad():
                     omega_logits = omega(x)
-            elif opts.teacher != "pre_update":
-                raise ConfigError(
-                    f"fedmlac.teacher must be pre_update or post_update, got {opts.teacher!r}"
-                )
             loss_theta = plugin_loss(
                 theta(x), omega_logits.detach(), y, opts.temperature, opts.plugin_ce_weight, mutual
             )
@@ -180,3 +185,118 @@ class FedMLAC(Algorithm):
 
     def global_model(self, server: dict[str, Any]) -> nn.Module:
         return self.scratch_model(self.cfg.fedmlac.plugin_model, server["params"], role="plugin")
+
+
+def _mutual_step(omega_model, theta_model, omega, theta, chunk: CohortChunk, step, opts, mutual):
+    """One batch of Algorithm 1 for every client of a chunk: the personalized step (Eq. 8), the
+    Plug-in as a fixed teacher, then the Plug-in step (Eq. 9), the personalized model as the
+    teacher. Returns both losses, one per client still training."""
+    x, y = chunk.batch(step)
+    active, weight, masks = step.active, step.weight, chunk.dropout(step)
+    # Personalized model step (Eq. 8), the Plug-in as a fixed teacher.
+    leaf, state = omega.leaves(active)
+    omega_logits = omega_model(state, x, masks, weight)
+    theta_teacher = None
+    if mutual:
+        with torch.no_grad():
+            theta_teacher = theta_model(theta.frozen(active), x, masks, weight)
+    loss_omega = personalized_loss(
+        omega_logits, theta_teacher, y, opts.alpha, opts.temperature, mutual, weight
+    )
+    omega.update(loss_omega, leaf, active)
+    # Plug-in step (Eq. 9), the personalized model as the teacher.
+    if opts.teacher == "post_update":
+        with torch.no_grad():
+            omega_logits = omega_model(omega.frozen(active), x, masks, weight)
+    leaf, state = theta.leaves(active)
+    loss_theta = plugin_loss(
+        theta_model(state, x, masks, weight),
+        omega_logits.detach(),
+        y,
+        opts.temperature,
+        opts.plugin_ce_weight,
+        mutual,
+        weight,
+    )
+    theta.update(loss_theta, leaf, active)
+    return loss_omega, loss_theta
+
+
+def _train_mutual_chunk(
+    omega_model,
+    theta_model,
+    payloads: OnDevices,
+    states: list[Params],
+    cfg,
+    opts,
+    mutual: bool,
+    chunk: CohortChunk,
+) -> list[tuple[int, ClientResult]]:
+    """One chunk of a cohort whose personalized models share `omega_model`'s architecture: every
+    step of Algorithm 1 on the stacked models, then each client's Plug-in, personalized model and
+    mean losses."""
+    stacked = stack_params([states[i] for i in chunk.positions])
+    # (no copy on the states' device)
+    stacked = {name: value.to(chunk.device) for name, value in stacked.items()}
+    omega, theta = (
+        StackedStep(omega_model, stacked, cfg),
+        StackedStep(theta_model, broadcast_params(payloads(chunk.device), len(chunk)), cfg),
+    )
+    sums = torch.zeros(2, len(chunk), dtype=torch.float64, device=chunk.device)
+    for step in chunk.steps:
+        loss_omega, loss_theta = _mutual_step(
+            omega_model, theta_model, omega, theta, chunk, step, opts, mutual
+        )
+        sums[0, : step.active] += loss_omega.detach()
+        sums[1, : step.active] += loss_theta.detach()
+    out = []
+    losses, plugin_losses = sums.tolist()  # one host sync a chunk
+    for k, position in enumerate(chunk.positions):
+        steps = chunk.client_steps[k]
+        out.append(
+            (
+                position,
+                ClientResult(
+                    theta.client(k),
+                    omega.client(k),
+                    {"loss": losses[k] / steps, "plugin_loss": plugin_losses[k] / steps},
+                ),
+            )
+        )
+    return out
+
+
+def mutual_cohort(
+    algo: FedMLAC,
+    payload: Params,
+    states: list[Params],
+    datas: list[ClientData],
+    round_idx: int,
+    seed: int,
+) -> list[ClientResult]:
+    """FedMLAC's client update (Algorithm 1: personalized step, then Plug-in step, per batch) for a
+    whole cohort, one stacked group per personalized architecture."""
+
+    cfg, opts = algo.cfg.train, algo.cfg.fedmlac
+    theta_model = algo.stacked_forward(opts.plugin_model)
+    mutual = algo.mutual(round_idx)
+    results: list[ClientResult | None] = [None] * len(datas)
+    payloads = OnDevices(payload)
+    for arch, positions in group_positions(
+        [algo.client_architecture(d.name) for d in datas]
+    ).items():
+        train = partial(
+            _train_mutual_chunk,
+            algo.stacked_forward(arch),
+            theta_model,
+            payloads,
+            states,
+            cfg,
+            opts,
+            mutual,
+        )
+        for position, result in train_chunks(
+            algo, train, [datas[i] for i in positions], positions, arch, round_idx, seed
+        ):
+            results[position] = result
+    return results  # type: ignore[return-value]

@@ -58,7 +58,6 @@ from fedac.config import TrainConfig
 from fedac.errors import ConfigError
 from fedac.models.parts import entry_names
 from fedac.models.stacked import stack_params
-from fedac.training.cohort import CohortChunk, OnDevices, grads_of, plan_chunks, run_chunks
 from fedac.training.functional import (
     clip_stacked,
     param_leaves,
@@ -66,6 +65,7 @@ from fedac.training.functional import (
     with_buffers,
 )
 from fedac.training.local import cross_entropy, local_steps, train_supervised
+from fedac.training.stacking import CohortChunk, OnDevices, grads_of, plan_chunks, run_chunks
 
 #: One phase of a local update: the parameters it trains (None: all) and its schedule.
 Phase = tuple[set[str] | None, TrainConfig]
@@ -92,6 +92,14 @@ class PartlyShared(Algorithm):
         #: The entries the server averages, in state order.
         self.shared = [name for name in entry_names(model) if name not in self.private]
         self._initial: Params | None = None
+        train = cfg.train
+        if len(self.phases()) > 1 and (train.optimizer != "sgd" or train.weight_decay != 0):
+            # an instance's own reason (engine/execution.py reads it): it depends on the config
+            self.no_stacked_form = (
+                f"{cfg.algorithm}'s phases start at a different step for each client, which the "
+                "stacked path reproduces with train.optimizer=sgd and train.weight_decay=0 only "
+                f"(here {train.optimizer}, {train.weight_decay})"
+            )
 
     # --- what a method says -------------------------------------------------------------------
     def private_entries(self, model: nn.Module) -> set[str]:
@@ -172,18 +180,6 @@ class PartlyShared(Algorithm):
             return phases[0][1]
         return replace(self.cfg.train, local_epochs=sum(cfg.local_epochs for _, cfg in phases))
 
-    def sequential_reason(self, mode: str = "auto") -> str | None:
-        reason = super().sequential_reason(mode)
-        train = self.cfg.train
-        if reason is None and len(self.phases()) > 1:
-            if train.optimizer != "sgd" or train.weight_decay != 0:
-                return (
-                    f"{self.cfg.algorithm}'s phases start at a different step for each client, "
-                    "which the stacked path reproduces with train.optimizer=sgd and "
-                    f"train.weight_decay=0 only (here {train.optimizer}, {train.weight_decay})"
-                )
-        return reason
-
     @reproduces(client_update)
     def cohort_update(
         self,
@@ -216,14 +212,7 @@ class PartlyShared(Algorithm):
                 stacked_optimizer({n: params[n] for n in names}, cfg)
                 for names, (_, cfg) in zip(trains, phases)
             ]
-            # each client's last step (exclusive) of every phase
-            ends = []
-            for data in chunk.datas:
-                bounds, total = [], 0
-                for _, cfg in phases:
-                    total += local_steps(data.num_samples, cfg)
-                    bounds.append(total)
-                ends.append(bounds)
+            ends = _phase_ends(chunk.datas, phases)
             loss_sum = torch.zeros(len(chunk), dtype=torch.float64, device=chunk.device)
             for step in chunk.steps:
                 x, y = chunk.batch(step)
@@ -243,27 +232,12 @@ class PartlyShared(Algorithm):
                 ]
                 _step_phases(grads, phase, phase_of, optimizers, self.cfg.train.max_grad_norm)
                 loss_sum[:active] += loss.detach()
-            out = []
-            for k, (position, total) in enumerate(zip(chunk.positions, loss_sum.tolist())):
-                trained = {name: value[k].clone() for name, value in params.items()}
-                steps = chunk.client_steps[k]
-                out.append(
-                    (
-                        position,
-                        ClientResult(
-                            {name: trained[name] for name in self.shared},
-                            trained,
-                            {"loss": total / steps, "steps": float(steps)},
-                        ),
-                    )
-                )
-            return out
+            return self._chunk_results(chunk, params, loss_sum)
 
         schedule = self.schedule()
         workers = self.runtime.workers
-        probing = self.packing.probing(
-            arch
-        )  # asked before planning: planning the probe measures it
+        # asked before planning: planning the probe measures it
+        probing = self.packing.probing(arch)
         chunks = plan_chunks(
             datas, range(len(datas)), schedule, round_idx, seed, self.packing, arch, workers
         )
@@ -273,12 +247,38 @@ class PartlyShared(Algorithm):
             results[position] = result
         return results  # type: ignore[return-value]
 
+    def _chunk_results(
+        self, chunk: CohortChunk, params: Params, loss_sum: torch.Tensor
+    ) -> list[tuple[int, ClientResult]]:
+        """(position, result) of each client of a trained chunk: its shared entries uploaded, its
+        whole network kept."""
+        out = []
+        for k, (position, total) in enumerate(zip(chunk.positions, loss_sum.tolist())):
+            trained = {name: value[k].clone() for name, value in params.items()}
+            steps = chunk.client_steps[k]
+            metrics = {"loss": total / steps, "steps": float(steps)}
+            upload = {name: trained[name] for name in self.shared}
+            out.append((position, ClientResult(upload, trained, metrics)))
+        return out
+
     # --- the server ---------------------------------------------------------------------------
     def server_update(
         self, server: dict[str, Any], uploads: list[tuple[Params, int]], round_idx: int
     ) -> tuple[dict[str, Any], Any]:
         params, metrics = self.combine(server, uploads)
         return {**server, "params": params}, metrics
+
+
+def _phase_ends(datas: list[ClientData], phases: list[Phase]) -> list[list[int]]:
+    """Each client's last step (exclusive) of every phase."""
+    ends = []
+    for data in datas:
+        bounds, total = [], 0
+        for _, cfg in phases:
+            total += local_steps(data.num_samples, cfg)
+            bounds.append(total)
+        ends.append(bounds)
+    return ends
 
 
 def _step_phases(

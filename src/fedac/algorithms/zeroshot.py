@@ -758,31 +758,23 @@ class ZeroShotFL(Algorithm):
                 return list(pool.map(synthesize, reports))
         return list(map(synthesize, reports))
 
-    def _register(
+    def _new_class_labels(
         self,
         server: ZeroShotServer,
         reports: list[ClassReport],
-        round_idx: int,
+        keys: list[tuple[str, int]],
+        points: np.ndarray,
+        owner: np.ndarray,
+        anchors: np.ndarray,
+        anchor_labels: np.ndarray,
+        groups: int,
         oracle: int | None,
-    ) -> tuple[dict[str, float], Grouping]:
-        """Choice 2 on the server: impressions, grouping, registration (updates `server` in
-        place)."""
+    ) -> tuple[list[int], np.ndarray]:
+        """The global label of each reported class and k-medoids' clusters: by the reported names
+        (`zeroshot.identity=reported`; the grouping is then a diagnostic only), else by grouping the
+        impressions into the oracle's or the chosen number of new classes (updates `server.names`
+        in place); `groups` is the number of impressions (one per reported class)."""
         zs = self.cfg.zeroshot
-        started = time.perf_counter()
-        impressions, keys, consistency, similarity = [], [], [], {}
-        for report, (xs, share, matrix) in zip(
-            reports, self.synthesize_reports(reports, round_idx)
-        ):
-            impressions += xs
-            keys += [(report.user, i) for i in report.local_ids]
-            consistency.append(share)
-            similarity[(report.user, report.local_ids[0])] = matrix
-        di_seconds = time.perf_counter() - started
-        points = torch.cat(impressions).flatten(1).cpu().numpy()  # k-medoids runs on the host
-        owner = np.concatenate([np.full(len(x), g) for g, x in enumerate(impressions)])
-        is_di = server.public_di
-        anchors = server.public_x[is_di].flatten(1).cpu().numpy()
-        anchor_labels = server.public_y[is_di].cpu().numpy()
         K = server.scores.shape[1]
         if zs.identity == "reported":
             names = [name for r in reports for name in r.names]
@@ -808,10 +800,25 @@ class ZeroShotFL(Algorithm):
                     )
                 num_new = oracle
             elif zs.num_new == "auto":
-                num_new = choose_num_new(points, anchors, anchor_labels, len(impressions))
+                num_new = choose_num_new(points, anchors, anchor_labels, groups)
             else:
                 raise ConfigError(f"zeroshot.num_new must be oracle or auto, got {zs.num_new!r}")
             labels, cluster = group_new_classes(points, owner, anchors, anchor_labels, num_new, K)
+        return labels, cluster
+
+    def _add_public_classes(
+        self,
+        server: ZeroShotServer,
+        impressions: list[torch.Tensor],
+        keys: list[tuple[str, int]],
+        labels: list[int],
+        is_di: torch.Tensor,
+    ) -> int:
+        """Register each reported class under its label and add the merged impressions of each
+        label to the server's public set, with zero scores and unset columns for the new labels
+        (updates `server` in place); returns the new number of labels."""
+        zs = self.cfg.zeroshot
+        K = server.scores.shape[1]
         new_x, new_y = [], []
         for label in sorted(set(labels)):
             merged = merge_impressions(
@@ -832,6 +839,37 @@ class ZeroShotFL(Algorithm):
         scores[: len(server.scores), :K] = server.scores
         server.scores = scores
         server.is_set = torch.cat([server.is_set, server.is_set.new_zeros(width - K)])
+        return width
+
+    def _register(
+        self,
+        server: ZeroShotServer,
+        reports: list[ClassReport],
+        round_idx: int,
+        oracle: int | None,
+    ) -> tuple[dict[str, float], Grouping]:
+        """Choice 2 on the server: impressions, grouping, registration (updates `server` in
+        place)."""
+        started = time.perf_counter()
+        impressions, keys, consistency, similarity = [], [], [], {}
+        for report, (xs, share, matrix) in zip(
+            reports, self.synthesize_reports(reports, round_idx)
+        ):
+            impressions += xs
+            keys += [(report.user, i) for i in report.local_ids]
+            consistency.append(share)
+            similarity[(report.user, report.local_ids[0])] = matrix
+        di_seconds = time.perf_counter() - started
+        points = torch.cat(impressions).flatten(1).cpu().numpy()  # k-medoids runs on the host
+        owner = np.concatenate([np.full(len(x), g) for g, x in enumerate(impressions)])
+        is_di = server.public_di
+        anchors = server.public_x[is_di].flatten(1).cpu().numpy()
+        anchor_labels = server.public_y[is_di].cpu().numpy()
+        K = server.scores.shape[1]
+        labels, cluster = self._new_class_labels(
+            server, reports, keys, points, owner, anchors, anchor_labels, len(impressions), oracle
+        )
+        width = self._add_public_classes(server, impressions, keys, labels, is_di)
         grouping = Grouping(
             keys,
             labels,

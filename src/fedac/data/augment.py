@@ -12,7 +12,7 @@ set to 0 (so up to 5 coefficients and 10 frames).
 
 Training draws come from the global torch RNG, which the engine seeds per (seed, round, client)
 before every client update (as for dropout), so runs are deterministic per seed and resume exactly.
-The stacked cohort path (training/cohort.py) draws each client's batch with `AugmentedWindows.draw`
+The stacked path (training/stacking.py) draws each client's batch with `AugmentedWindows.draw`
 from a CPU generator seeded the same way, so a stacked client gets the windows it gets training
 alone. The test-time augmentation is fixed: each clip's draws come from (seed, clip), so every
 evaluation sees the same noisy test set, and the clean one is reported beside it (`clean_*`

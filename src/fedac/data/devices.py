@@ -298,7 +298,7 @@ def split_devices(cfg: Config, out: str | Path, progress: bool = True) -> dict:
             rows.append((name, label))
         folder.mkdir(parents=True, exist_ok=True)
         with open(folder / LABELS_CSV, "w", newline="") as handle:
-            writer = csv.writer(handle)
+            writer = csv.writer(handle, lineterminator="\n")
             writer.writerow(["file", "label"])
             writer.writerows(rows)
         (folder / DEVICE_INFO).write_text(

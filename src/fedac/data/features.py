@@ -41,8 +41,7 @@ from fedac.data.manifest import Manifest
 from fedac.errors import AudioError, ConfigError
 from fedac.seeding import torch_generator
 
-#: 2: truncated WAV files are rejected (issue 43); a version-1 cache may hold the features of a cut
-#: file.
+#: 2: truncated WAV files are rejected; a version-1 cache may hold the features of a cut file.
 CACHE_VERSION = 2
 #: Version of the decode verdicts of `undecodable`: bump it whenever `load_audio` rejects more
 #: files.

@@ -360,11 +360,9 @@ def clip_files(
     return files, bad
 
 
-def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
-    root = Path(root).expanduser().absolute()
-    if not root.is_dir():
-        raise DatasetError(f"hf data.root {root} is not a folder; {LAYOUT}")
-    parts = read_parts(root)
+def _check_columns(parts: list[Part], cfg: DataConfig) -> bool:
+    """Every part has the audio and label columns, and the speaker column when the user named one
+    (the default is optional); returns whether every part has speakers."""
     default_speaker = next(f.default for f in fields(DataConfig) if f.name == "speaker_column")
     for part in parts:
         _require(part, cfg.audio_column, "audio_column", "audio")
@@ -372,7 +370,12 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
         # a column the user named must exist; the default is optional
         if cfg.speaker_column != default_speaker:
             _require(part, cfg.speaker_column, "speaker_column", "speaker")
-    has_speakers = all(cfg.speaker_column in part.columns for part in parts)
+    return all(cfg.speaker_column in part.columns for part in parts)
+
+
+def _screened_files(parts: list[Part], root: Path, cfg: DataConfig) -> tuple[list[list[str]], dict]:
+    """`clip_files`, refusing clips that cannot be decoded under data.on_bad_file=error and saying
+    which are left out under skip."""
     files, bad = clip_files(parts, root, cfg)
     if bad and cfg.on_bad_file == "error":  # clips written by an earlier data.on_bad_file=skip run
         raise DatasetError(
@@ -387,18 +390,36 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
             len(bad),
             shorten([why.split(": its audio")[0] for why in bad.values()], 3),
         )
-    rows, names = [], [_class_names(part, cfg.label_column) for part in parts]
+    return files, bad
+
+
+def _shared_class_names(parts: list[Part], root: Path, cfg: DataConfig) -> list[str] | None:
+    """The label column's ClassLabel names, which every part must share (None without them)."""
+    names = [_class_names(part, cfg.label_column) for part in parts]
     for part, other in zip(parts, names):
         if other != names[0]:
             raise DatasetError(
                 f"hf {root}: the ClassLabel names of {cfg.label_column!r} differ between "
                 f"{parts[0].where} and {part.where}"
             )
+    return names[0]
+
+
+def _manifest_rows(
+    parts: list[Part],
+    files: list[list[str]],
+    names: list[str] | None,
+    cfg: DataConfig,
+    has_speakers: bool,
+) -> list[tuple[str, str, str | None, str | None]]:
+    """One (file, label, speaker, split) row per clip, refusing a part that changed since its
+    clips were written."""
+    rows = []
     columns = [cfg.label_column] + ([cfg.speaker_column] if has_speakers else [])
     for part, part_files in zip(parts, files):
         count = 0
         for row, record in enumerate(part.rows(columns)):
-            label = _label(record[cfg.label_column], names[0], part.where, row, cfg.label_column)
+            label = _label(record[cfg.label_column], names, part.where, row, cfg.label_column)
             speaker = record.get(cfg.speaker_column)
             rows.append(
                 (
@@ -414,9 +435,15 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
                 f"{part.where} changed while it was read ({count} rows, {len(part_files)} clips); "
                 "run again"
             )
+    return rows
+
+
+def _ordered_classes(rows: list, names: list[str] | None, root: Path, cfg: DataConfig) -> list[str]:
+    """The labels present, in ClassLabel order, else numbers first in numeric order; at least two,
+    with a warning for labels that differ only in case."""
     present = {label for _, label, _, _ in rows}
-    if names[0] is not None:
-        classes = [n for n in names[0] if n in present]
+    if names is not None:
+        classes = [n for n in names if n in present]
     else:
         classes = sorted(
             present, key=lambda x: (int(x), x) if re.fullmatch(r"-?\d+", x) else (float("inf"), x)
@@ -434,6 +461,21 @@ def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
             "; ".join(" / ".join(g) for g in twins),
             cfg.label_column,
         )
+    return classes
+
+
+def load_manifest(root: str | Path, cfg: DataConfig) -> Manifest:
+    """The manifest of a Hugging Face datasets folder at `root` (save_to_disk or parquet): one row
+    per clip whose audio decodes, the classes, speakers and splits as `cfg` names their columns."""
+    root = Path(root).expanduser().absolute()
+    if not root.is_dir():
+        raise DatasetError(f"hf data.root {root} is not a folder; {LAYOUT}")
+    parts = read_parts(root)
+    has_speakers = _check_columns(parts, cfg)
+    files, _ = _screened_files(parts, root, cfg)
+    names = _shared_class_names(parts, root, cfg)
+    rows = _manifest_rows(parts, files, names, cfg, has_speakers)
+    classes = _ordered_classes(rows, names, root, cfg)
     has_splits = any(part.split for part in parts)
     manifest, notes = user_manifest(
         "hf",

@@ -1,7 +1,7 @@
 """Character vocabulary of the CTC speech-recognition task: transcripts <-> target ids.
 
 LibriSpeech transcripts are upper-case letters, apostrophes and single spaces; the CTC head predicts
-lower-case characters with index 0 reserved for the CTC blank (issue 16: "a-z, ', space, blank").
+lower-case characters (a-z, apostrophe, space) with index 0 reserved for the CTC blank.
 """
 
 from __future__ import annotations

@@ -15,7 +15,7 @@ from torch import nn
 
 from fedac.data.waveform import Padded
 from fedac.engine.distributed import Summed, current_world
-from fedac.engine.report import append_client_rows, no_holdout_reason
+from fedac.engine.report import append_client_rows, no_holdout_reason, ranked
 from fedac.engine.state import ByteBook, RunState
 from fedac.training.device import nbytes, to_device
 from fedac.training.evaluate import clip_predictions, logits
@@ -93,15 +93,28 @@ def batched_holdout_metrics(
 NOT_SCORES = ("round", "client", "n_k", "holdout", "depth", "bytes_down", "bytes_up")
 
 
-def spreads(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    """metrics.spread of every score column of one evaluation's rows, weighted by n_k where rows
-    have it."""
+#: metrics.spread's figures that rank clients: read over the clients with enough held-out clips
+RANKED = ("p10", "p50", "p90", "worst10_mean")
+
+
+def spreads(rows: list[dict[str, Any]], min_clips: int = 1) -> dict[str, dict[str, float]]:
+    """metrics.spread of every score column of one evaluation's rows: the mean (weighted by n_k
+    where rows have it) and std over every client with the score, the percentiles and the worst-10 %
+    mean over those of them that hold at least `min_clips` held-out clips (`ranked`: `clients` and
+    `ranked_clients` count both)."""
     keys = list(dict.fromkeys(k for r in rows for k in r if k not in NOT_SCORES))
     out = {}
     for key in keys:
         held = [r for r in rows if key in r]
         weights = [r["n_k"] for r in held] if all("n_k" in r for r in held) else None
-        out[key] = {**spread([r[key] for r in held], weights), "clients": len(held)}
+        counted = [r[key] for r in held if ranked(r, min_clips)]
+        ranks = spread(counted)
+        out[key] = {
+            **spread([r[key] for r in held], weights),
+            **{k: ranks[k] for k in RANKED},
+            "clients": len(held),
+            "ranked_clients": len(counted),
+        }
     return out
 
 
@@ -281,11 +294,13 @@ def client_summary(sim, state: RunState, server: dict[str, Any]) -> dict[str, An
     included) for the selected shared model and the last own models, and the cohort counts: clients
     scored, and those that could not be, with the reason."""
     rows = evaluate_clients(sim, state, state.round, server)
-    total = len(sim.data.clients)
+    total, fewest = len(sim.data.clients), sim.cfg.eval.min_client_clips
     out: dict[str, Any] = {
-        "spreads": spreads(rows),
+        "spreads": spreads(rows, fewest),
         "evaluated": len(rows),
         "without_holdout": total - len(rows),
+        "min_client_clips": fewest,
+        "unranked": sum(not ranked(r, fewest) for r in rows),
     }
     if total > len(rows):
         ctc = any(isinstance(c.holdout_y, Padded) for c in sim.data.clients)

@@ -57,10 +57,10 @@ from typing import Any
 import torch
 
 from fedac.errors import ConfigError, FedacError
-from fedac.training.cohort import client_progress, progress_callback
 from fedac.training.device import to_device
 from fedac.training.evaluate import sharded
 from fedac.training.schedule import STEP_ROWS, batch_sizes
+from fedac.training.stacking import client_progress, progress_callback
 from fedac.training.types import all_finite
 
 log = logging.getLogger(__name__)
@@ -477,7 +477,7 @@ def all_reduce_mean(
 
 def run_shared(
     world: World,
-    algorithm,
+    plan,
     payload: Any,
     states: list[Any],
     datas: list,
@@ -486,9 +486,9 @@ def run_shared(
     usable: Callable[[Any], bool] | None = None,
     owners: list[int] | None = None,
 ) -> Round:
-    """engine/cohort.py's `run_clients` over the ranks: this rank trains its share, and every rank
-    gets every client's result in `datas` order. Under `train.execution=auto` every rank then
-    follows rank 0's measured path (each rank timed its own share).
+    """`plan.run` (engine/execution.py's `ExecutionPlan`) over the ranks: this rank trains its
+    share, and every rank gets every client's result in `datas` order. Where the plan measures its
+    path, every rank then follows rank 0's measurement (each rank timed its own share).
 
     `usable` (the weighted-sum path, `sums_uploads`): the results it accepts travel without their
     upload (a `Summed` stands in), and one all-reduce gives every rank their weighted mean
@@ -500,10 +500,9 @@ def run_shared(
     as None when finite (the others need only know that it is; a non-finite one travels, so every
     rank rejects the client alike). Else the shares balance the modelled cost (a sampled cohort's
     clients fall unevenly by owner, and a stateless client's training can run anywhere)."""
-    from fedac.engine.cohort import run_clients
-
+    algorithm = plan.algorithm
     if not world.distributed:
-        return Round(run_clients(algorithm, payload, states, datas, round_idx, seed))
+        return Round(plan.run(payload, states, datas, round_idx, seed))
     if owners is not None:
         mine = [i for i, rank in enumerate(owners) if rank == world.rank]
     else:
@@ -513,14 +512,7 @@ def run_shared(
     bar = PlanProgress(progress_callback(), len(datas), len(mine))
     with client_progress(bar):  # (rank 0's bar shows the round's cohort)
         results = (
-            run_clients(
-                algorithm,
-                payload,
-                [states[i] for i in mine],
-                [datas[i] for i in mine],
-                round_idx,
-                seed,
-            )
+            plan.run(payload, [states[i] for i in mine], [datas[i] for i in mine], round_idx, seed)
             if mine
             else []
         )
@@ -539,7 +531,7 @@ def run_shared(
         )
         travel = [replace(r, upload=Summed(r.upload)) if ok else r for r, ok in zip(travel, kept)]
     gathered = world.gather(
-        (mine, travel, dict(algorithm.auto_choice)), "gathering the clients' results", round_idx
+        (mine, travel, dict(plan.measured)), "gathering the clients' results", round_idx
     )
     bar.finish()  # every rank's share is done
     out = Round([None] * len(datas))
@@ -554,6 +546,5 @@ def run_shared(
         first = next(r.upload for r in out if isinstance(r.upload, Summed))
         mean = {k: means[k] if k in means else first.fixed[k] for k in payload}
         out.summed = (to_device(mean, algorithm.device), round(total))
-    algorithm.auto_choice.clear()
-    algorithm.auto_choice.update(gathered[0][2])
+    plan.adopt(gathered[0][2])
     return out

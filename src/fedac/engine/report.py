@@ -12,24 +12,24 @@ from pathlib import Path
 from typing import Any
 
 from fedac.config import Config
-from fedac.engine.tracking import track
+from fedac.engine.tracking import read_back, track
 from fedac.version import code_version
 
 
-def _atomic_write(path: Path, text: str) -> None:
+def _atomic_write(path: Path, text: str | bytes) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
+    tmp.write_bytes(text if isinstance(text, bytes) else text.encode())
     os.replace(tmp, path)
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """JSON has no NaN: write null instead."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _clean(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_clean(v) for v in value]
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -40,7 +40,7 @@ def write_history(run_dir: Path, history: list[dict[str, float]]) -> None:
     path = Path(run_dir) / "metrics.csv"
     tmp = path.with_name(f".metrics.csv.tmp{os.getpid()}")
     with open(tmp, "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
         writer.writeheader()
         for row in history:
             writer.writerow({k: (int(v) if k == "round" else v) for k, v in row.items()})
@@ -131,6 +131,15 @@ FINAL_KEYS = {
 }
 
 
+#: The scope of a run's wall_seconds (engine/run.py), as printed and in results.json's legend.
+WALL_SCOPE = (
+    "seconds of the rounds, their evaluations and checkpoints and the final evaluation, summed "
+    "over every sitting of a resumed run; the data's generation and feature extraction are not "
+    "counted"
+)
+WALL_LABEL = "wall time (rounds + evaluations, all sittings)"
+
+
 #: Final keys measured on the clients' local held-out windows (data.local_holdout of each client's
 #: clips).
 HELD_OUT_KEYS = ("client_accuracy_mean", "personalized_local_accuracy_mean")
@@ -172,23 +181,54 @@ def unavailable(results: dict[str, Any], cfg: Config) -> dict[str, str]:
     return why
 
 
+def per_client_legend(per_client: dict[str, Any]) -> str:
+    """results.json's legend of `per_client`: how its spreads were computed, with the counts."""
+    text = (
+        "spreads of each per-client score on the clients' held-out clips (the selected shared "
+        "model; own_*: the last own models): mean, n_k-weighted mean and std over every scored "
+        f"client ({per_client['evaluated']} scored, {per_client['without_holdout']} without "
+        "held-out clips)"
+    )
+    if "min_client_clips" not in per_client:
+        return text + "; p10 / p50 / p90 and worst10_mean (the lowest 10 %'s mean) over them too"
+    return text + (
+        "; p10 / p50 / p90 and worst10_mean (the lowest 10 %'s mean) over the clients holding at "
+        f"least eval.min_client_clips={per_client['min_client_clips']} held-out clips "
+        f"(ranked_clients), leaving out the {per_client['unranked']} scored clients with fewer"
+    )
+
+
 def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
     """results.json, with the code that made it (version.py); `results` gains that `code_version`
     too, so what the caller keeps of the run (compare's summary.json) says the same as the file. A
     held-out metric that is NaN (null in the file) gets its reason under `unavailable` (shown by
     `final_table`)."""
     results["code_version"] = code_version()
+    trackers = read_back(cfg, run_dir)  # log.tensorboard, log.mlflow
+    if trackers:
+        results["trackers"] = trackers
     why = unavailable(results, cfg)
     if why:
         results["unavailable"] = why
     legend = {k: v for k, v in FINAL_KEYS.items() if k in results.get("final", {})}
+    if "per_client" in results:
+        legend["per_client"] = per_client_legend(results["per_client"])
+    legend["wall_seconds"] = WALL_SCOPE
     _atomic_write(
-        Path(run_dir) / "results.json", json.dumps(_clean({**results, "legend": legend}), indent=2)
+        Path(run_dir) / "results.json",
+        json.dumps(json_safe({**results, "legend": legend}), indent=2),
     )
     title = f"{cfg.algorithm} on {cfg.dataset} (seed {cfg.seed})"
     plot_curves(run_dir, results["history"], title)
     rows = read_client_rows(run_dir)
-    plot_clients(run_dir, rows, title, results.get("per_client", {}).get("without_holdout_reason"))
+    per_client = results.get("per_client", {})
+    plot_clients(
+        run_dir,
+        rows,
+        title,
+        per_client.get("without_holdout_reason"),
+        per_client.get("min_client_clips", 1),
+    )
     if "confusion" in results:
         plot_confusion(
             run_dir,
@@ -254,17 +294,30 @@ def _spread(results: dict[str, Any], key: str) -> str:
     return f"{mean:.4f} ± {std:.4f}"
 
 
+def ranked_of(results: dict[str, Any], spread: dict[str, Any]) -> str:
+    """Which clients a spread's percentiles rank: all of them, or those with enough held-out
+    clips."""
+    fewest = results.get("per_client", {}).get("min_client_clips", 1)
+    ranked = spread.get("ranked_clients", spread["clients"])
+    if fewest <= 1 or ranked == spread["clients"]:
+        return f"{spread['clients']} clients"
+    return f"{ranked} of {spread['clients']} clients: those with >= {fewest} held-out clips"
+
+
 def _percentile_row(results: dict[str, Any], key: str, who: str) -> list[tuple[str, str]]:
     """The clients' held-out accuracy spread beyond mean ± std (results.json's per_client), when
     scored."""
     spread = results.get("per_client", {}).get("spreads", {}).get(key)
+    if spread and spread["clients"] and spread.get("ranked_clients", 1) == 0:
+        fewest = results["per_client"]["min_client_clips"]
+        return [(f"{who}: clients' p10 / median / worst 10 %", f"n/a ({too_few_clips(fewest)})")]
     if not spread or spread["p50"] is None or math.isnan(spread["p50"]):
         return []
     return [
         (
             f"{who}: clients' p10 / median / worst 10 %",
             f"{spread['p10']:.4f} / {spread['p50']:.4f} / {spread['worst10_mean']:.4f} "
-            f"({spread['clients']} clients)",
+            f"({ranked_of(results, spread)})",
         )
     ]
 
@@ -310,23 +363,43 @@ def final_table(results: dict[str, Any]) -> str:
             )
         )
         rows += _percentile_row(results, "own_accuracy", f"own models ({n})")
-    rows.append(("wall time", f"{results['wall_seconds']:.1f} s"))
+    rows.append((WALL_LABEL, f"{results['wall_seconds']:.1f} s"))
+    rows += [(f"{TRACKER_NAMES[k]} (read back)", v) for k, v in results.get("trackers", {}).items()]
     return format_table(rows)
 
 
+TRACKER_NAMES = {"tensorboard": "TensorBoard", "mlflow": "MLflow"}
+
+
 CLIENTS_CSV = "clients.csv"
+
+
+def ranked(row: dict[str, Any], min_clips: int) -> bool:
+    """Whether a clients.csv row counts in the percentiles and the worst-10 % mean: it holds at
+    least `min_clips` held-out clips (eval.min_client_clips), or its scores come with no count (a
+    streaming user's)."""
+    return bool(row.get("holdout", min_clips) >= min_clips)
+
+
+def too_few_clips(min_clips: int) -> str:
+    return (
+        f"no client holds eval.min_client_clips={min_clips} held-out clips; lower it, or raise "
+        "data.local_holdout"
+    )
 
 
 def append_client_rows(run_dir: Path, columns: list[str], rows: list[dict[str, Any]]) -> None:
     """Append one evaluation's per-client rows to clients.csv (its header written with the first
     rows). A cell left empty is a score the client has not got: an own model not trained yet."""
     path = Path(run_dir) / CLIENTS_CSV
-    new = not path.is_file()
-    if not new:  # (the header the file began with: a resumed run appends under it)
+    new, ending = not path.is_file(), "\n"
+    if not new:  # the header the file began with, and its line ending: a resumed run appends alike
         with open(path, newline="") as handle:
-            columns = next(csv.reader(handle), columns)
+            header = handle.readline()
+        columns = next(csv.reader([header]), columns)
+        ending = "\r\n" if header.endswith("\r\n") else "\n"
     with open(path, "a", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=columns, restval="")
+        writer = csv.DictWriter(handle, fieldnames=columns, restval="", lineterminator=ending)
         if new:
             writer.writeheader()
         writer.writerows(rows)
@@ -349,9 +422,10 @@ def truncate_client_rows(run_dir: Path, last_round: int) -> None:
     again)."""
     path = Path(run_dir) / CLIENTS_CSV
     if path.is_file():
-        lines = path.read_text().splitlines(keepends=True)
-        kept = lines[:1] + [line for line in lines[1:] if int(line.split(",", 1)[0]) <= last_round]
-        _atomic_write(path, "".join(kept))
+        # bytes in, bytes out: the kept rows keep their line endings
+        lines = path.read_bytes().splitlines(keepends=True)
+        kept = lines[:1] + [line for line in lines[1:] if int(line.split(b",", 1)[0]) <= last_round]
+        _atomic_write(path, b"".join(kept))
 
 
 def pyplot():
@@ -397,16 +471,24 @@ CLIENT_PANELS = (
 
 
 def plot_clients(
-    run_dir: Path, rows: list[dict[str, Any]], title: str, why_empty: str | None = None
+    run_dir: Path,
+    rows: list[dict[str, Any]],
+    title: str,
+    why_empty: str | None = None,
+    min_clips: int = 1,
 ) -> None:
-    """clients.png from clients.csv's rows: per evaluated round, the clients' held-out accuracy as
-    percentile bands (10-90 and 25-75) around the median, with the worst-10 % mean dashed; the
-    shared model, and next to it the clients' own models where the method keeps them. Without any
-    client score the picture says why (`why_empty`)."""
+    """clients.png from clients.csv's rows: per evaluated round, the held-out accuracy of the
+    clients with at least `min_clips` held-out clips (eval.min_client_clips) as percentile bands
+    (10-90 and 25-75) around the median, with the worst-10 % mean dashed; the shared model, and next
+    to it the clients' own models where the method keeps them. Without any client score the
+    picture says why (`why_empty`)."""
     import numpy as np
 
     from fedac.training.metrics import spread
 
+    if rows and not any(ranked(r, min_clips) for r in rows):
+        why_empty = too_few_clips(min_clips)
+    rows = [r for r in rows if ranked(r, min_clips)]
     panels = [(key, label) for key, label in CLIENT_PANELS if any(key in r for r in rows)]
     plt = pyplot()
     if not panels:
@@ -447,7 +529,8 @@ def plot_clients(
             color="tab:red",
             label="worst 10 % mean",
         )
-        ax.set_title(f"{label} ({len(values[-1])} clients)")
+        fewest = f", >= {min_clips} held-out clips" if min_clips > 1 else ""
+        ax.set_title(f"{label} ({len(values[-1])} clients{fewest})")
         ax.set_xlabel("round"), ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("accuracy per client")
     axes[0][0].legend(fontsize=8)

@@ -43,7 +43,7 @@ from tqdm import tqdm
 
 from fedac.engine.distributed import current_world
 from fedac.errors import RunInterrupted
-from fedac.training.cohort import client_progress
+from fedac.training.stacking import client_progress
 
 SIGNALS = (signal.SIGINT, signal.SIGTERM)
 #: A round slower than this shows a bar of its clients (tqdm's `delay`): fast rounds print nothing
@@ -170,7 +170,7 @@ class RoundLoop:
     @contextmanager
     def round(self, round_idx: int, clients: int) -> Iterator[None]:
         """The computation of one round: a bar of its `clients` (shown once the round takes longer
-        than CLIENT_BAR_DELAY_S; training/cohort.py `clients_done` advances it) and the window in
+        than CLIENT_BAR_DELAY_S; training/stacking.py `clients_done` advances it) and the window in
         which a second signal abandons the round."""
         if not current_world().distributed:  # (several processes stop where they agree: end_round)
             self._stop_if_asked()

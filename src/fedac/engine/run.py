@@ -144,6 +144,8 @@ class RoundDriver(ABC):
             open_run(self.run_dir, self.cfg, resume, self._fresh_state, self.state_owner)
         )
         line = self.first_line()
+        if resume:
+            line = f"resumed from round {state.round} of {self.rounds} ({self.run_dir}); {line}"
         log.info(line)
         if self.progress:
             # the run's first line (cli logs warnings only)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import math
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,8 +21,7 @@ import numpy as np
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm
 from fedac.config import Config
-from fedac.engine.clients import ByteLedger, client_summary, log_clients, own_scores, test_confusion
-from fedac.engine.cohort import check_execution, check_path
+from fedac.engine.clients import client_summary, log_clients, own_scores, test_confusion
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
 from fedac.engine.distributed import (
     current_world,
@@ -31,12 +31,13 @@ from fedac.engine.distributed import (
     run_shared,
     sums_uploads,
 )
-from fedac.engine.report import log_pruning, truncate_client_rows, truncate_pruning_log
+from fedac.engine.execution import ExecutionPlan, check_execution
+from fedac.engine.report import truncate_client_rows, truncate_pruning_log
 from fedac.engine.run import RoundDriver
+from fedac.engine.server_step import Arrival, ServerStep
 from fedac.engine.state import BestModel, RunState
 from fedac.engine.tracking import check_trackers
 from fedac.errors import ConfigError
-from fedac.rules.aggregation import ServerMetrics
 from fedac.rules.attacks import Attack
 from fedac.rules.privacy import Privacy
 from fedac.seeding import numpy_rng
@@ -96,13 +97,12 @@ class Simulator(RoundDriver):
         self.data = data or build_federated_data(cfg, progress, self.device)
         record_bad_files(self.run_dir, self.data)  # data.on_bad_file=skip: the files left out
         self.algorithm: Algorithm = build_algorithm(cfg, self.data.task, self.runtime)
-        #: "stacked" or "sequential: <reason>" (train.execution=cohort that cannot stack fails here,
-        #: at start)
-        self.execution = check_path(self.algorithm)
+        #: How the clients train (train.execution=cohort that cannot stack fails here, at start).
+        self.plan = ExecutionPlan.for_run(self.algorithm)
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
         if self.holds_clients and not self.trainable:
             raise ConfigError(f"no client holds training data for dataset {cfg.dataset}")
-        # Issue 13: poisoned clients and DP act as layers over client data and uploads (attacks.py,
+        # Poisoned clients and DP act as layers over client data and uploads (attacks.py,
         # privacy.py).
         self.attack = Attack(cfg, [c.name for c in self.data.clients])
         self.data = self.attack.poison_data(self.data)
@@ -129,6 +129,7 @@ class Simulator(RoundDriver):
             type(self.algorithm).dp_compatible,
             type(self.algorithm).lpa_setting,
         )
+        self.server_step = ServerStep(self.algorithm, self.attack, self.privacy, self.run_dir)
         # over several processes: one all-reduce of the weighted sums where nothing needs each
         # upload
         self.sums = self.world.distributed and sums_uploads(
@@ -179,7 +180,6 @@ class Simulator(RoundDriver):
     def run_round(self, state: RunState, round_idx: int) -> dict[str, float]:
         cfg = self.cfg
         payload = self.algorithm.broadcast(state.server)
-        uploads, losses, rejected, uploaded = [], [], [], []
         names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
         datas = [self._client_data(name) for name in names]
         states = [
@@ -189,7 +189,7 @@ class Simulator(RoundDriver):
         # (autocast inside; over several processes each trains its share and all get every result)
         results = run_shared(
             self.world,
-            self.algorithm,
+            self.plan,
             payload,
             states,
             datas,
@@ -198,62 +198,22 @@ class Simulator(RoundDriver):
             usable if self.sums else None,
             [self.state_owner(n) for n in names] if self.state_owner is not None else None,
         )
-        # auto's measured path, kept for a resume
-        state.auto_choice = dict(self.algorithm.auto_choice)
-        for name, data, result in zip(names, datas, results):
-            if not usable(result):
-                log.warning(
-                    "round %d: client %s returned NaN/Inf parameters; its update is discarded",
-                    round_idx,
-                    name,
-                )
-                rejected.append(name)
+        state.auto_choice = dict(self.plan.measured)  # a measured path, kept for a resume
+        arrivals = [
+            Arrival(name, r.upload, data.num_samples, r.metrics.get("loss", math.nan), r.state)
+            for name, data, r in zip(names, datas, results)
+        ]
+        step = self.server_step(state, payload, arrivals, round_idx, summed=results.summed)
+        state.server = step.server
+        for name, result in zip(names, results):
+            if name not in step.accepted:
                 continue
             if result.state is not None and self.holds(name):
                 state.clients[name] = self._homed(result.state)
-            uploads.append((result.upload, data.num_samples))
-            uploaded.append(name)
             state.visits[name] = state.visits.get(name, 0) + 1
-            losses.append(result.metrics.get("loss", float("nan")))
-        metrics: dict[str, float] = {
-            "clients": float(len(uploads)),
-            "rejected": float(len(rejected)),
-        }
-        metrics.update(
-            ByteLedger(state).round(payload, {n: r.upload for n, r in zip(names, results)})
-        )
-        uploads = self.poison_and_clip(payload, uploaded, uploads, round_idx)
-        # (all-reduced: their weighted mean stands for them all)
-        if results.summed is not None and uploads:
-            uploads = [results.summed]
-        if uploads:
-            state.server, server_metrics = self.algorithm.server_update(
-                state.server, uploads, round_idx
-            )
-            state.server, dp_metrics = self.privacy.add_noise(
-                self.algorithm, state.server, round_idx, len(uploads)
-            )
-            metrics.update(server_metrics, **dp_metrics)
-            # LPA's, returned
-            pruning = server_metrics.pruning if isinstance(server_metrics, ServerMetrics) else None
-            if pruning is not None:
-                log_pruning(self.run_dir, round_idx, pruning, uploaded, [n for _, n in uploads])
-        else:
-            log.warning(
-                "round %d: no usable client update; the global state is unchanged", round_idx
-            )
-        metrics["train_loss"] = float(np.nanmean(losses)) if losses else float("nan")
         if self.world.traffic:  # (benchmarks and tests: the states this process holds)
             self.world.log_held(round_idx, len(state.clients), nbytes(state.clients))
-        return metrics
-
-    def poison_and_clip(
-        self, payload: Any, names: list[str], uploads: list, round_idx: int
-    ) -> list:
-        """The cohort's uploads after the malicious clients' model poisoning and DP clipping (issue
-        13); the Flower strategy calls this too, so both runtimes aggregate the same uploads."""
-        uploads = self.attack.poison_uploads(payload, names, uploads, round_idx)
-        return self.privacy.clip(payload, names, uploads, self.attack.malicious)
+        return step.metrics
 
     def _personalized_models(self, state: RunState, clients: list[ClientData] | None = None):
         """(client, its own model) for every client (of `clients`, default all) that has trained at
@@ -347,15 +307,14 @@ class Simulator(RoundDriver):
         clients = state.clients
         state = super().place_state(replace(state, clients={}))
         state.clients = {name: self._homed(value) for name, value in clients.items()}
-        self.algorithm.auto_choice.update(state.auto_choice)
-        self.execution = self.algorithm.execution_path()
+        self.plan.restore(state.auto_choice)
         return state
 
     def first_line(self) -> str:
         return (
             f"{self.cfg.algorithm} on {device_name(self.device)} "
             f"(train.device={self.cfg.train.device}); clients train "
-            f"{self.execution}{how_shared(self.world, self.sums)}"
+            f"{self.plan.path}{how_shared(self.world, self.sums)}"
         )
 
     def rewind_logs(self, round_idx: int) -> None:
@@ -381,9 +340,9 @@ class Simulator(RoundDriver):
 
     def closing(self) -> dict[str, Any]:
         # (auto: what the probe chose)
-        out: dict[str, Any] = {"execution": self.algorithm.execution_path()}
-        if self.algorithm.auto_choice:
-            out["execution_probe"] = dict(self.algorithm.auto_choice)
+        out: dict[str, Any] = {"execution": self.plan.path}
+        if self.plan.measured:
+            out["execution_probe"] = dict(self.plan.measured)
         return out
 
     def selected_server(self, state: RunState) -> dict[str, Any]:
@@ -394,6 +353,23 @@ class Simulator(RoundDriver):
                 f"train.select must be best_val or last, got {self.cfg.train.select!r}"
             )
         return state.best.server
+
+    def client_state_memory(self, state: RunState) -> dict[str, Any]:
+        """What the clients' persistent states (personal models, control variates, duals) take:
+        every client that has trained holds one, of its architecture's size (measured once per
+        architecture, so a process holding only its share under torchrun counts them all)."""
+        sizes: dict[str, int] = {}
+        held = [name for name in self.trainable if state.visits.get(name)]
+        for name in held:
+            arch = self.algorithm.client_architecture(name)
+            if arch not in sizes:
+                sizes[arch] = nbytes(self.algorithm.init_client_state(name))
+        total = sum(sizes[self.algorithm.client_architecture(name)] for name in held)
+        return {
+            "clients_holding": len(held),
+            "bytes_total": total,
+            "bytes_per_client": total / len(held) if held else 0.0,
+        }
 
     def final_results(self, state: RunState) -> dict[str, Any]:
         """Test metrics of the model selected on validation, plus per-client and personalized
@@ -457,6 +433,7 @@ class Simulator(RoundDriver):
             final["clients_trained"] = len(visits)
             final["visits_per_trained_client"] = float(np.mean(visits))
         extra = {"per_client": client_summary(self, state, server)}  # (spreads and cohort counts)
+        extra["client_state"] = self.client_state_memory(state)
         if (counts := test_confusion(self, model)) is not None:
             extra["confusion"] = counts
         return {

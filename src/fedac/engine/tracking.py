@@ -10,6 +10,7 @@ them whole."""
 from __future__ import annotations
 
 import importlib.util
+import logging
 import math
 import os
 import shutil
@@ -115,16 +116,51 @@ def write_tensorboard(
     return out
 
 
-def tracking_uri(setting: str) -> str:
-    """log.mlflow as MLflow's tracking URI: a URI as given, a directory as a local file store.
-    MLflow 3 keeps its file store in maintenance mode behind MLFLOW_ALLOW_FILE_STORE; a directory
-    asks for it."""
-    if "://" in setting or setting.startswith("file:"):
+#: The SQLite file and artifact folder of a `log.mlflow` directory.
+MLFLOW_DB, MLFLOW_ARTIFACTS = "mlflow.db", "artifacts"
+
+
+def is_directory(setting: str) -> bool:
+    """Whether log.mlflow names a directory (not a tracking URI)."""
+    return "://" not in setting and not setting.startswith("file:")
+
+
+def store_uri(setting: str) -> str:
+    """log.mlflow as MLflow's tracking URI: a URI as given; a directory as a SQLite store inside it
+    (sqlite:///DIR/mlflow.db, MLflow's own recommendation for a local store: MLflow 3 reads it
+    without opt-ins, where its file store is in maintenance mode behind MLFLOW_ALLOW_FILE_STORE)."""
+    if not is_directory(setting):
         return setting
-    path = Path(setting).expanduser().resolve()
-    path.mkdir(parents=True, exist_ok=True)
-    os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
-    return path.as_uri()
+    return f"sqlite:///{Path(setting).expanduser().resolve() / MLFLOW_DB}"
+
+
+def tracking_uri(setting: str) -> str:
+    """`store_uri`, made ready to write: a directory created; a file: URI (the file store) with
+    MLflow 3's opt-in for it, in this process only."""
+    if setting.startswith("file:"):
+        os.environ.setdefault("MLFLOW_ALLOW_FILE_STORE", "true")
+    elif is_directory(setting):
+        Path(setting).expanduser().resolve().mkdir(parents=True, exist_ok=True)
+    return store_uri(setting)
+
+
+def artifact_location(setting: str) -> str | None:
+    """Where a new 'fedac' experiment keeps its artifacts: DIR/artifacts for a directory (not the
+    working folder's ./mlruns, MLflow's default for a database store); a URI's server decides."""
+    if not is_directory(setting):
+        return None
+    return (Path(setting).expanduser().resolve() / MLFLOW_ARTIFACTS).as_uri()
+
+
+def read_back(cfg: Config, run_dir: Path) -> dict[str, str]:
+    """Where each tracker `cfg.log` asks for writes, as the command that reads it back (printed
+    with the run's closing table, kept in results.json's `trackers`)."""
+    out = {}
+    if cfg.log.tensorboard:
+        out["tensorboard"] = f"tensorboard --logdir {(Path(run_dir) / TENSORBOARD_DIR).resolve()}"
+    if cfg.log.mlflow:
+        out["mlflow"] = f"mlflow ui --backend-store-uri {store_uri(cfg.log.mlflow)}"
+    return out
 
 
 def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, str]:
@@ -140,15 +176,24 @@ def _flat(settings: dict[str, Any], prefix: str = "") -> dict[str, str]:
 def write_mlflow(setting: str, run_dir: Path, cfg: Config, results: dict[str, Any]) -> str:
     """One MLflow run in experiment 'fedac', named after the run directory: every setting as a
     param, each history column as a metric at its round, final metrics as final_<key>, the run
-    directory's files as artifacts. Returns the MLflow run id."""
+    directory's files as artifacts. Returns the MLflow run id. A directory's store reads back in
+    any process: `MlflowClient("sqlite:///DIR/mlflow.db")`, or `mlflow ui --backend-store-uri
+    sqlite:///DIR/mlflow.db` (`read_back`)."""
     import time
 
     from mlflow.entities import Metric, Param  # lazy: optional extra
     from mlflow.tracking import MlflowClient
 
+    # (its INFO lines on creating a store would land between the rounds' bars and the table)
+    logging.getLogger("mlflow").setLevel(logging.WARNING)
+
     client = MlflowClient(tracking_uri=tracking_uri(setting))
     experiment = client.get_experiment_by_name("fedac")
-    experiment_id = experiment.experiment_id if experiment else client.create_experiment("fedac")
+    experiment_id = (
+        experiment.experiment_id
+        if experiment
+        else client.create_experiment("fedac", artifact_location=artifact_location(setting))
+    )
     run = client.create_run(
         experiment_id, run_name=run_dir.name, tags={"fedac.run_dir": str(run_dir.resolve())}
     )

@@ -42,7 +42,7 @@ from fedac.seeding import derive_seed
 from fedac.training.types import ClientData, EvalSplit, FederatedData, Task
 
 log = logging.getLogger(__name__)
-# 2: truncated WAV files are rejected (issue 43); a version-1 cache may hold a cut file's frames
+# 2: truncated WAV files are rejected; a version-1 cache may hold a cut file's frames
 CACHE_VERSION = 2
 
 

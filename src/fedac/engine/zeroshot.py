@@ -54,7 +54,8 @@ from fedac.data.registry import load_manifest
 from fedac.data.streams import NEW_ID, build_stream
 from fedac.engine.clients import ByteLedger, log_users, user_summary
 from fedac.engine.data import _gather, _rows_by_clip, normalize
-from fedac.engine.report import format_table
+from fedac.engine.execution import ExecutionPlan
+from fedac.engine.report import WALL_LABEL, format_table
 from fedac.engine.run import RoundDriver
 from fedac.engine.state import RunState
 from fedac.engine.tracking import check_trackers
@@ -314,7 +315,7 @@ class ZeroShotDriver(RoundDriver):
         return RunState(self.cfg.algorithm, self.algorithm.init_server())
 
     def first_line(self) -> str:
-        self.execution = self.algorithm.execution_path()
+        self.execution = ExecutionPlan(self.algorithm).path
         return f"zeroshot {self.scenario.name} on {self.runtime.name}; users train {self.execution}"
 
     def round_written(self, state: RunState, round_idx: int, row: dict[str, float]) -> None:
@@ -376,10 +377,15 @@ class ZeroShotDriver(RoundDriver):
         }
 
 
+#: The registration figures of a run whose rounds registered no new class (NaN in results.json).
+NONE_YET = "n/a (no new class registered yet)"
+
+
 def zeroshot_table(results: dict[str, Any]) -> str:
     """The CLI's closing table for a zero-shot run."""
     f = results["final"]
-    pct = lambda v: "n/a" if v is None or v != v else f"{100 * v:.2f}%"  # noqa: E731
+    absent = lambda v: v is None or v != v  # noqa: E731 (NaN, or null read back)
+    pct = lambda v: "n/a" if absent(v) else f"{100 * v:.2f}%"  # noqa: E731
     rows = [
         ("algorithm", "zeroshot"),
         ("dataset / scenario", f"{results['dataset']} / {f['scenario']}"),
@@ -394,12 +400,20 @@ def zeroshot_table(results: dict[str, Any]) -> str:
         ("test: accuracy / macro-F1", f"{pct(f['accuracy'])} / {pct(f['macro_f1'])}"),
         ("test: old / new classes", f"{pct(f['accuracy_old'])} / {pct(f['accuracy_new'])}"),
         ("labels registered (|Y|)", str(f["labels"])),
-        ("registration: ARI / correct", f"{f['ari']:.3f} / {pct(f['registration_correct'])}"),
+        (
+            "registration: ARI / correct",
+            NONE_YET if absent(f["ari"]) else f"{f['ari']:.3f} / {pct(f['registration_correct'])}",
+        ),
         (
             "impression synthesis",
-            f"{f['di_seconds']:.1f} s ({f['di_seconds_per_class']:.1f} s per class)",
+            f"{f['di_seconds']:.1f} s; per class: "
+            + (
+                NONE_YET
+                if absent(f["di_seconds_per_class"])
+                else f"{f['di_seconds_per_class']:.1f} s"
+            ),
         ),
         ("rounds", str(results["rounds"])),
-        ("wall time", f"{results['wall_seconds']:.1f} s"),
+        (WALL_LABEL, f"{results['wall_seconds']:.1f} s"),
     ]
     return format_table(rows)

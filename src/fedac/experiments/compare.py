@@ -62,8 +62,8 @@ PRESETS: dict[str, list[str]] = {
         "FedKWS-UI=fedkwsui",
         "ALT only=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0",
         "Two-head FedAvg=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false",
-        # issue 46: the same two methods with Kaiming-initialised heads (fedkwsui.head_init's
-        # docstring)
+        # the same two methods with Kaiming-initialised heads: with PyTorch's default the encoder's
+        # gradient through the two heads is 0.13-0.23x the one-head network's (fedkwsui.head_init)
         "FedKWS-UI (Kaiming heads)=fedkwsui:fedkwsui.head_init=kaiming",
         "Two-head FedAvg (Kaiming "
         "heads)=fedkwsui:fedkwsui.ls_mu=0,fedkwsui.adv_lambda=0,fedkwsui.alt=false,fedkwsui.head_init=kaiming",
@@ -127,8 +127,41 @@ def parse_method(text: str) -> Method:
     return Method(label.strip(), algorithm.strip(), overrides)
 
 
-def _format(mean: float, std: float) -> str:
-    return "n/a" if mean != mean else f"{100 * mean:.2f} ± {100 * std:.2f}"
+@dataclass(frozen=True)
+class Cell:
+    """One method's column over its seeds: mean and std over the runs that have a value (`seeds`
+    of them), or, where none has, why not."""
+
+    mean: float | None
+    std: float | None
+    seeds: int
+    why: str | None = None
+
+    def text(self) -> str:
+        """'mean ± std' in %; one seed has no spread to show; no value says why."""
+        if self.mean is None or self.std is None:
+            return f"n/a ({self.why})"
+        if self.seeds == 1:
+            return f"{100 * self.mean:.2f}"
+        return f"{100 * self.mean:.2f} ± {100 * self.std:.2f}"
+
+
+def why_missing(key: str, runs: list[dict]) -> str:
+    """Why no run of a method has a value for `key`: a run's own reason (results.json's
+    `unavailable`) where it gives one, else what the method or task lacks."""
+    for run in runs:
+        if run.get("unavailable", {}).get(key):
+            return str(run["unavailable"][key])
+    who = runs[0].get("algorithm", "the method") if runs else "the method"
+    if key.startswith("personalized_"):
+        return f"{who} keeps no own model per client"
+    if runs and not any(run.get("has_global_model", True) for run in runs):
+        return f"{who} has no shared model"
+    if any(run.get("wer") is not None for run in runs):
+        return "a CTC task has no clip accuracy"
+    if key in WORST_COLUMNS:
+        return "its runs record no per-client spread"
+    return "no run of it has this metric"
 
 
 def finished_results(run_dir: Path) -> dict | None:
@@ -184,17 +217,46 @@ def read_back(cfg: Config, run_dir: Path) -> dict | None:
     return finished_results(run_dir)
 
 
-def runs_mean_std(runs: dict[str, list[dict]]) -> dict[str, dict[str, tuple[float, float]]]:
+def _has(run: dict, key: str) -> bool:
+    value = run.get(key)
+    return value is not None and value == value  # (NaN: a run kept in memory has no value)
+
+
+def runs_mean_std(runs: dict[str, list[dict]]) -> dict[str, dict[str, Cell]]:
     """Each method's mean and std over its seeds of every METRICS column, and of each EXTRA_METRICS
     key that some run has; a run without a value (a key absent, or None where the task has no such
-    metric: CTC runs have no client accuracy) is left out."""
-    extra = [
-        k for k in EXTRA_METRICS if any(r.get(k) is not None for rs in runs.values() for r in rs)
-    ]
-    return {
-        label: {k: mean_std([r[k] for r in rs if r.get(k) is not None]) for k in (*METRICS, *extra)}
-        for label, rs in runs.items()
+    metric: CTC runs have no client accuracy) is left out, and a column no run has says why."""
+    extra = [k for k in EXTRA_METRICS if any(_has(r, k) for rs in runs.values() for r in rs)]
+    stats: dict[str, dict[str, Cell]] = {}
+    for label, rs in runs.items():
+        stats[label] = {}
+        for key in (*METRICS, *extra):
+            values = [r[key] for r in rs if _has(r, key)]
+            stats[label][key] = (
+                Cell(*mean_std(values), seeds=len(values))
+                if values
+                else Cell(None, None, 0, why_missing(key, rs))
+            )
+    return stats
+
+
+def with_mean_std(summary: dict) -> dict:
+    """summary.json's contents, strict JSON: each method's `mean_std` column as [mean, std] or,
+    where no run has a value, null with its reason under `unavailable`; a run's NaN as null
+    (report.json_safe)."""
+    from fedac.engine.report import json_safe  # lazy: start-up time (the engine package)
+
+    stats = runs_mean_std(summary["runs"])
+    table = {
+        label: {k: None if c.mean is None else [c.mean, c.std] for k, c in cells.items()}
+        for label, cells in stats.items()
     }
+    why = {
+        label: {k: c.why for k, c in cells.items() if c.why}
+        for label, cells in stats.items()
+        if any(c.why for c in cells.values())
+    }
+    return json_safe({**summary, "mean_std": table, "unavailable": why})
 
 
 def runs_wall_seconds(runs: dict[str, list[dict]]) -> float:
@@ -263,6 +325,107 @@ def comparison_passes(finished_only: bool) -> list[bool]:
     return [True] if finished_only else [False, True]
 
 
+def shared_data(
+    built: dict[tuple[int, str], FederatedData], cfg: Config, progress: bool
+) -> FederatedData:
+    """The federated data of `cfg`, built once per seed and data settings: methods that share them
+    share the tensors. `built` holds one seed's data; a new seed drops the last one's."""
+    from fedac.engine.data import build_federated_data  # lazy: the engine imports torch
+
+    key = (
+        cfg.seed,
+        json.dumps([cfg.dataset, asdict(cfg.data), asdict(cfg.features)], sort_keys=True),
+    )
+    if key not in built:
+        if any(seed != cfg.seed for seed, _ in built):
+            built.clear()  # a new seed: the last one's data are not needed again
+        built[key] = build_federated_data(cfg, progress)
+    return built[key]
+
+
+def train_run(
+    cfg: Config,
+    run_dir: Path,
+    label: str,
+    seen: tuple[bool, dict | None, bool],
+    built: dict[tuple[int, str], FederatedData],
+    progress: bool,
+) -> dict:
+    """Train (or resume) one run of a comparison that `claim` handed to this process, and return its
+    results on every rank; `seen` is `claim`'s (held, results, resume)."""
+    # lazy: start-up time (the engine imports torch; the parser does not)
+    from fedac.engine.distributed import cleanup, current_world, scratch_run_dir
+    from fedac.engine.simulator import Simulator
+
+    _, results, resume = seen
+    if results is not None:  # it ended between the first look and the lock
+        return results
+    data = shared_data(built, cfg, progress)
+    if progress:
+        print(f"== {label} (seed {cfg.seed}){' resumed' if resume else ''}")
+    world = current_world()
+    world.run_dir, where = str(run_dir), scratch_run_dir(world, run_dir)
+    try:
+        results = Simulator(cfg, where, data=data, progress=progress).run(resume=resume)
+    except RunInterrupted as exc:  # the whole comparison continues, not this run alone
+        exc.continue_with = (
+            "the same command again (runs that ended are read back, this one resumes "
+            "from its checkpoint)"
+        )
+        raise
+    finally:
+        cleanup(world, where)
+    return world.from_rank0(results, "sharing a run's results")  # (rank 0 alone returns them)
+
+
+def run_row(cfg: Config, run_dir: Path, results: dict) -> dict:
+    """One run's row of a comparison: its final metrics, the worst clients' means, what it could not
+    compute, its wall time and the source it ran."""
+    # (runs written before results.json held per-client spreads have none)
+    spreads = results.get("per_client", {}).get("spreads", {})
+    worst = {
+        key: spreads[metric]["worst10_mean"]
+        for metric, key in WORST_SOURCES.items()
+        if metric in spreads
+    }
+    return {
+        "seed": cfg.seed,
+        "run_dir": str(run_dir),
+        "algorithm": results["algorithm"],
+        **results["final"],
+        **worst,
+        "unavailable": results.get("unavailable", {}),
+        "wall_seconds": results["wall_seconds"],
+        "source_sha256": results.get("code_version", {}).get("source_sha256"),
+    }
+
+
+def method_config(
+    base: Config,
+    method: Method,
+    seed: int,
+    run_dir: Path,
+    config_path: str | None,
+    overrides: list[str],
+    last: Sequence[str],
+) -> Config:
+    """The config of `method`'s run with `seed`. One schedule for every method (no per-algorithm
+    defaults): like is compared with like."""
+    cfg = load_config(
+        config_path,
+        overrides + method.overrides + list(last),
+        algorithm_defaults=False,
+        algorithm=method.algorithm,
+        dataset=base.dataset,
+        seed=seed,
+        **{"train.rounds": base.train.rounds},
+    )
+    cfg.out = str(run_dir)
+    # the clients and fraction its run will fit to a small dataset, as config.yaml has them
+    fit_user_data(cfg)
+    return cfg
+
+
 def run_comparison(
     base: Config,
     methods: list[Method],
@@ -285,9 +448,7 @@ def run_comparison(
     out) and, as `wall_seconds`, the sum of their own wall times. Without `wait_for_others` the runs
     another process holds are left out instead of waited for (see `comparison_passes`)."""
     # lazy: start-up time (the engine imports torch; the parser does not)
-    from fedac.engine.data import build_federated_data
-    from fedac.engine.distributed import cleanup, current_world, scratch_run_dir
-    from fedac.engine.simulator import Simulator
+    from fedac.engine.distributed import current_world
 
     # torchrun: every rank runs the same runs in the same order (each trains its share of every
     # round); rank 0 decides what to train from its disk, writes the run directories and the
@@ -297,54 +458,10 @@ def run_comparison(
     out.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
     runs: dict[str, list[dict]] = {m.label: [] for m in methods}
-    # one seed's data: methods that share data settings share the tensors
     built: dict[tuple[int, str], FederatedData] = {}
 
-    def train(cfg: Config, run_dir: Path, label: str, seen: tuple[bool, dict | None, bool]) -> dict:
-        _, results, resume = seen
-        if results is not None:  # it ended between the first look and the lock
-            return results
-        key = (
-            cfg.seed,
-            json.dumps([cfg.dataset, asdict(cfg.data), asdict(cfg.features)], sort_keys=True),
-        )
-        if key not in built:
-            if any(seed != cfg.seed for seed, _ in built):
-                built.clear()  # a new seed: the last one's data are not needed again
-            built[key] = build_federated_data(cfg, progress)
-        if progress:
-            print(f"== {label} (seed {cfg.seed}){' resumed' if resume else ''}")
-        world.run_dir, where = str(run_dir), scratch_run_dir(world, run_dir)
-        try:
-            results = Simulator(cfg, where, data=built[key], progress=progress).run(resume=resume)
-        except RunInterrupted as exc:  # the whole comparison continues, not this run alone
-            exc.continue_with = (
-                "the same command again (runs that ended are read back, this one resumes "
-                "from its checkpoint)"
-            )
-            raise
-        finally:
-            cleanup(world, where)
-        return world.from_rank0(results, "sharing a run's results")  # (rank 0 alone returns them)
-
     def record(label: str, cfg: Config, run_dir: Path, results: dict) -> None:
-        # (runs written before issue 57 have none)
-        spreads = results.get("per_client", {}).get("spreads", {})
-        worst = {
-            key: spreads[metric]["worst10_mean"]
-            for metric, key in WORST_SOURCES.items()
-            if metric in spreads
-        }
-        runs[label].append(
-            {
-                "seed": cfg.seed,
-                "run_dir": str(run_dir),
-                **results["final"],
-                **worst,
-                "wall_seconds": results["wall_seconds"],
-                "source_sha256": results.get("code_version", {}).get("source_sha256"),
-            }
-        )
+        runs[label].append(run_row(cfg, run_dir, results))
         runs[label].sort(key=lambda r: seeds.index(r["seed"]))
         if on_run is not None:
             on_run(runs)
@@ -352,20 +469,8 @@ def run_comparison(
     elsewhere = []  # runs another process was training when this one reached them
     for seed in seeds:
         for method in methods:
-            # One schedule for every method (no per-algorithm defaults): like is compared with like.
-            cfg = load_config(
-                config_path,
-                overrides + method.overrides + list(last),
-                algorithm_defaults=False,
-                algorithm=method.algorithm,
-                dataset=base.dataset,
-                seed=seed,
-                **{"train.rounds": base.train.rounds},
-            )
             run_dir = out / f"{method.label.replace(' ', '_').replace('/', '')}-s{seed}"
-            cfg.out = str(run_dir)
-            # the clients and fraction its run will fit to a small dataset, as config.yaml has them
-            fit_user_data(cfg)
+            cfg = method_config(base, method, seed, run_dir, config_path, overrides, last)
             results = world.on_rank0(partial(read_back, cfg, run_dir), "reading a run's results")
             if results is None and finished_only:
                 continue
@@ -378,24 +483,26 @@ def run_comparison(
                             )
                         elsewhere.append((method.label, cfg, run_dir))
                         continue
-                    results = train(cfg, run_dir, method.label, seen)
+                    results = train_run(cfg, run_dir, method.label, seen, built, progress)
             record(method.label, cfg, run_dir, results)
     for label, cfg, run_dir in elsewhere if wait_for_others else ():
         # until the other process ends it (or dies: then resume it here)
         with claim(run_dir, wait=True) as seen:
-            results = train(cfg, run_dir, label, seen)
+            results = train_run(cfg, run_dir, label, seen, built, progress)
         record(label, cfg, run_dir, results)
     # With finished_only nothing ran here: report what the runs themselves took.
     wall = runs_wall_seconds(runs) if finished_only else time.perf_counter() - started
-    summary = {
-        "methods": [m.__dict__ for m in methods],
-        "seeds": seeds,
-        "runs": runs,
-        "wall_seconds": wall,
-        "mean_std": runs_mean_std(runs),
-    }
+    summary = with_mean_std(
+        {
+            "methods": [m.__dict__ for m in methods],
+            "seeds": seeds,
+            "runs": runs,
+            "wall_seconds": wall,
+        }
+    )
     if world.writes:
-        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=float))
+        text = json.dumps(summary, indent=2, default=float, allow_nan=False)
+        (out / "summary.json").write_text(text)
         (out / "table.md").write_text(markdown_table(runs))
     return summary
 
@@ -414,7 +521,10 @@ def markdown_table(runs: dict[str, list[dict]], worst: bool = False) -> str:
         )
     lines = ["| Method | " + " | ".join(columns.values()) + " |", "|---" * (len(columns) + 1) + "|"]
     for label, stats in runs_mean_std(runs).items():  # the same cells as summary.json's mean_std
-        cells = [_format(*stats.get(k, (float("nan"), float("nan")))) for k in columns]
+        cells = [
+            stats[k].text() if k in stats else f"n/a ({why_missing(k, runs[label])})"
+            for k in columns
+        ]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -505,9 +615,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if args.plot_bytes:
         print(f"accuracy against upload bytes: {plot_accuracy_vs_upload(summary['runs'], out)}")
     print((out / "table.md").read_text())
+    took = (
+        "the runs' own wall times, summed"
+        if args.finished_only
+        else "this command's wall time, data building included"
+    )
     print(
-        f"{len(methods)} methods x {len(args.seeds)} seeds in {summary['wall_seconds']:.0f} s; "
-        f"results in {out}"
+        f"{len(methods)} methods x {len(args.seeds)} seeds in {summary['wall_seconds']:.0f} s "
+        f"({took}); results in {out}"
     )
     return 0
 

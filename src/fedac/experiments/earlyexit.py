@@ -217,43 +217,27 @@ def markdown_table(table: list[tuple[str, str, dict[str, list[float]]]]) -> list
     ]
 
 
-def write(
-    out: Path,
-    title: str,
-    command: str,
-    runs: dict[str, dict[str, list[dict]]],
-    walls: dict[str, float],
-) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    table = rows(runs)
-    labels = list(dict.fromkeys(m for _, _, by in table for m in by))
-    lines = [
-        f"# {title}",
-        "",
-        f"`{command}`",
-        "",
-        "Shared model on the test split, % (lower is better), mean ± std over seeds.",
-        "",
-        *markdown_table(table),
-    ]
-    lines += [
-        "",
-        "Wall time (the runs' own, summed): "
-        + ", ".join(f"{d} {s:.0f} s" for d, s in walls.items()),
-    ]
-    (out / "table.md").write_text("\n".join(lines) + "\n")
+def _write_results_csv(out: Path, runs: dict[str, dict[str, list[dict]]]) -> None:
+    """results.csv: every run's error rates, one row per dataset, method, seed and metric."""
     with open(out / "results.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
+        writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(["dataset", "method", "seed", "metric", "value", "run_dir"])
         for dataset, by_method in runs.items():
             for method, rs in by_method.items():
                 for r in rs:
                     for metric, value in error_rates(r).items():
                         writer.writerow([dataset, method, r["seed"], metric, value, r["run_dir"]])
+
+
+def _plot_bars(out: Path, title: str, table: list[tuple[str, str, dict[str, list[float]]]]) -> None:
+    """figure.png: one group of bars per table row (dataset and metric), one bar per method, its
+    mean over seeds with the std as error bar."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = list(dict.fromkeys(m for _, _, by in table for m in by))
     fig, ax = plt.subplots(figsize=(max(6, 1.5 * len(table)), 4))
     width = 0.8 / max(1, len(labels))
     for i, label in enumerate(labels):
@@ -279,6 +263,35 @@ def write(
     fig.tight_layout()
     fig.savefig(out / "figure.png", dpi=100)
     plt.close(fig)
+
+
+def write(
+    out: Path,
+    title: str,
+    command: str,
+    runs: dict[str, dict[str, list[dict]]],
+    walls: dict[str, float],
+) -> None:
+    """An early-exit table's files in `out`: table.md, results.csv (one row per run and metric),
+    figure.png (the bars) and summary.json."""
+    table = rows(runs)
+    lines = [
+        f"# {title}",
+        "",
+        f"`{command}`",
+        "",
+        "Shared model on the test split, % (lower is better), mean ± std over seeds.",
+        "",
+        *markdown_table(table),
+    ]
+    lines += [
+        "",
+        "Wall time (the runs' own, summed): "
+        + ", ".join(f"{d} {s:.0f} s" for d, s in walls.items()),
+    ]
+    (out / "table.md").write_text("\n".join(lines) + "\n")
+    _write_results_csv(out, runs)
+    _plot_bars(out, title, table)
     (out / "summary.json").write_text(
         json.dumps(
             {

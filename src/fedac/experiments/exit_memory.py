@@ -82,7 +82,7 @@ def write(result: dict, out: Path) -> None:
     (out / "memory.json").write_text(json.dumps(result, indent=2))
     rows = result["rows"]
     with open(out / "memory.csv", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+        writer = csv.DictWriter(handle, fieldnames=list(rows[0]), lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
     lines = [

@@ -95,7 +95,7 @@ ABLATION = [
     "FedMLAC w/o LPA=fedmlac:model.heterogeneous=true,fedmlac.lpa=false",
 ]
 
-# FedMLAC's options beyond the paper (issue 10), each alone on Table 4's homogeneous setting: a CE
+# FedMLAC's options beyond the paper, each alone on Table 4's homogeneous setting: a CE
 # term on the Plug-in (deep mutual learning's Eq. 4), CE-only warm-up rounds, a distillation
 # temperature, and LPA's step-normalised deviation. The first row is Table 4's FedMLAC, the same
 # runs.

@@ -197,6 +197,64 @@ def _atomic_save(obj, path: Path) -> None:
     os.replace(tmp, path)
 
 
+def _optimizer(s: PretrainSettings, params: list) -> tuple:
+    """AdamW at `s.lr` with a linear warm-up over the first tenth of the steps, then a linear decay
+    to zero."""
+    optimizer = torch.optim.AdamW(params, lr=s.lr)
+    warmup = max(1, s.steps // 10)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer,
+        lambda k: min((k + 1) / warmup, max(0.0, (s.steps - k) / max(1, s.steps - warmup))),
+    )
+    return optimizer, schedule
+
+
+def _resume(state_path: Path, s: PretrainSettings, model, head, optimizer, schedule) -> tuple:
+    """Load the checkpoint at `state_path` into the model, head, optimizer and schedule when it was
+    written with the same settings; returns (step, losses, wall seconds, cluster centres), which
+    are (0, [], 0.0, None) for a fresh start."""
+    if not state_path.is_file():
+        return 0, [], 0.0, None
+    saved = torch.load(state_path, weights_only=False)
+    if saved["settings"] != asdict(s):
+        return 0, [], 0.0, None
+    model.load_state_dict(saved["model"])
+    if head is not None:
+        head.load_state_dict(saved["head"])
+    optimizer.load_state_dict(saved["optimizer"])
+    schedule.load_state_dict(saved["schedule"])
+    return saved["step"], saved["losses"], saved["wall"], saved["centres"]
+
+
+def _write_outputs(
+    out: Path,
+    s: PretrainSettings,
+    model,
+    losses: list[float],
+    clips: int,
+    started: float,
+    argv: list[str] | None,
+) -> None:
+    """The finished encoder (save_pretrained), loss.csv (one row per step) and pretrain.json (the
+    settings, command, wall time, final loss, corpus size and the weights' SHA-256)."""
+    model.save_pretrained(out)
+    with open(out / "loss.csv", "w", newline="") as handle:
+        writer = csv.writer(handle, lineterminator="\n")
+        writer.writerow(["step", "loss"])
+        writer.writerows((k + 1, f"{v:.6f}") for k, v in enumerate(losses))
+    weights = out / "model.safetensors"
+    summary = {
+        "settings": asdict(s),
+        "command": "fedac " + " ".join(argv or []),
+        "wall_seconds": time.perf_counter() - started,
+        "final_loss_mean_last_100": float(np.mean(losses[-100:])),
+        "corpus_clips": clips,
+        "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
+        "parameters": sum(p.numel() for p in model.parameters()),
+    }
+    (out / "pretrain.json").write_text(json.dumps(summary, indent=2) + "\n")
+
+
 def pretrain(
     s: PretrainSettings,
     out: Path,
@@ -218,29 +276,9 @@ def pretrain(
     waves = corpus(s, cache_dir, progress)
     model, head = build(s)
     params = list(model.parameters()) + (list(head.parameters()) if head is not None else [])
-    optimizer = torch.optim.AdamW(params, lr=s.lr)
-    warmup = max(1, s.steps // 10)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer,
-        lambda k: min((k + 1) / warmup, max(0.0, (s.steps - k) / max(1, s.steps - warmup))),
-    )
+    optimizer, schedule = _optimizer(s, params)
     state_path = out / "state.pt"
-    step, losses, wall = 0, [], 0.0
-    centres = None
-    if state_path.is_file() and (saved := torch.load(state_path, weights_only=False))[
-        "settings"
-    ] == asdict(s):
-        model.load_state_dict(saved["model"])
-        if head is not None:
-            head.load_state_dict(saved["head"])
-        optimizer.load_state_dict(saved["optimizer"])
-        schedule.load_state_dict(saved["schedule"])
-        step, losses, wall, centres = (
-            saved["step"],
-            saved["losses"],
-            saved["wall"],
-            saved["centres"],
-        )
+    step, losses, wall, centres = _resume(state_path, s, model, head, optimizer, schedule)
     if head is not None and centres is None:
         centres = fit_clusters(waves, s)
     started = time.perf_counter() - wall
@@ -285,21 +323,6 @@ def pretrain(
             bar.close()
             return None
     bar.close()
-    model.save_pretrained(out)
-    with open(out / "loss.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
-        writer.writerow(["step", "loss"])
-        writer.writerows((k + 1, f"{v:.6f}") for k, v in enumerate(losses))
-    weights = out / "model.safetensors"
-    summary = {
-        "settings": asdict(s),
-        "command": "fedac " + " ".join(argv or []),
-        "wall_seconds": time.perf_counter() - started,
-        "final_loss_mean_last_100": float(np.mean(losses[-100:])),
-        "corpus_clips": len(waves),
-        "sha256": hashlib.sha256(weights.read_bytes()).hexdigest(),
-        "parameters": sum(p.numel() for p in model.parameters()),
-    }
-    record.write_text(json.dumps(summary, indent=2) + "\n")
+    _write_outputs(out, s, model, losses, len(waves), started, argv)
     state_path.unlink()
     return out

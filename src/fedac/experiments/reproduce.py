@@ -85,8 +85,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     runs = sum(len(rs) for by_method in summary["runs"].values() for rs in by_method.values())
     print((request.out / "table.md").read_text())
     print(
-        f"{len(summary['cells'])} cells, {runs} runs in {summary['wall_seconds']:.0f} s; table.md, "
-        f"results.csv, {summary['figure']} in {request.out}"
+        f"{len(summary['cells'])} cells, {runs} runs in {summary['wall_seconds']:.0f} s (this "
+        f"command's wall time); table.md, results.csv, {summary['figure']} in {request.out}"
     )
     return 0
 

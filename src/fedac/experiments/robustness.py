@@ -167,7 +167,7 @@ def write_outputs(
     command: str,
 ) -> None:
     with open(out / "results.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
+        writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(
             [
                 "row",

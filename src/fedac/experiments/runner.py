@@ -203,7 +203,7 @@ GRID = Layout(cells=grid_cells, write=write_grid)
 
 def write_csv(path: Path, runs: dict[str, dict[str, list[dict]]]) -> None:
     with open(path, "w", newline="") as handle:
-        writer = csv.writer(handle)
+        writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(["cell", "method", "seed", *CSV_KEYS, "run_dir"])
         for cell, by_method in runs.items():
             for method, method_runs in by_method.items():

@@ -315,7 +315,7 @@ def write(
         "di_seconds_per_class",
     ]
     with open(out / "results.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
+        writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(["dataset", "seed", *keys, "wall_seconds"])
         for dataset, rs in runs.items():
             for r in rs:

@@ -141,58 +141,56 @@ def _client_log(strategy: FedacStrategy) -> dict[str, Any]:
     }
 
 
-def run_deployment(
-    grid: Grid, cfg: Config, settings: DeploymentSettings, run_dir: Path
-) -> dict[str, Any]:
-    """Train `cfg` on the SuperNodes connected to `grid`; write and return results.json's
-    content."""
-    started = time.perf_counter()
-    device = settings.data_mode == "device"
-    secure = settings.secagg is not None and settings.secagg.enabled
-    if secure:  # before any data is built: SecAgg+ refuses what needs each client's upload
-        # lazy: start-up time (SecAgg+ workflow)
-        from fedac.flower.secagg import SecAggStrategy, refuse_unsupported
-
-        refuse_unsupported(cfg, settings)
-    side: DeviceServerSide | FlowerServerSide
+def _server_side(cfg: Config, run_dir: Path, device: bool) -> FlowerServerSide:
+    """The simulator's server half for this deployment: with device data it holds only the
+    validation and test splits (the nodes label their own clips)."""
     if device:
         refuse_attacks_on_devices(cfg)
-        side = DeviceServerSide(
+        return DeviceServerSide(
             cfg, run_dir, data=build_eval_data(cfg, progress=False), progress=False
         )
-    else:
-        side = FlowerServerSide(cfg, run_dir, progress=False)
-    save_config(cfg, run_dir / "config.yaml")
-    state = side._fresh_state()
-    # Every message carries the run's label set: device nodes label their own clips with it.
-    # (Workloads built without a manifest, such as benchmarks/flower_apps.py's, have no label names
-    # to send.)
-    manifest = side.data.manifest
-    announce = {"classes": list(manifest.classes)} if manifest is not None else {}
-    directory = NodeDirectory(
-        side.data.task.clients,
-        settings.min_nodes,
-        settings.node_wait,
-        settings.round_timeout,
-        settings.poll_interval,
-        open_roster=device,
-        announce=announce,
-    )
-    polling = PollingGrid(grid, settings.poll_interval, directory.describe)
+    return FlowerServerSide(cfg, run_dir, progress=False)
+
+
+def _round_strategy(
+    cfg: Config,
+    settings: DeploymentSettings,
+    state: RunState,
+    side: FlowerServerSide,
+    directory: NodeDirectory,
+    secure: bool,
+):
+    """The Flower strategy that runs the rounds, and how to read each round's outcome from it (the
+    server state and the round's metrics)."""
     if settings.strategy == "flower":
         refuse_layers(cfg)
         strategy, round_metrics = _flower_builtin(cfg, settings, state, side.algorithm)
-        strategy = flower_dp(strategy, cfg, side.privacy)
+        return flower_dp(strategy, cfg, side.privacy), round_metrics
     # run-config secagg=true: the uploads are summed by Flower's SecAgg+ (fedac.flower.secagg)
-    elif secure and settings.secagg is not None:
+    if secure and settings.secagg is not None:
+        # lazy: start-up time (SecAgg+ workflow)
+        from fedac.flower.secagg import SecAggStrategy
+
         strategy = SecAggStrategy(side.algorithm, state.server, directory, cfg, settings.secagg)
-        round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731
     else:
-        strategy = FedacStrategy(side.algorithm, state.server, directory, cfg)
+        # the simulator's server step: attacks and DP over the uploads, the byte ledger, LPA's log
+        strategy = FedacStrategy(side.algorithm, state.server, directory, cfg, side.server_step)
         strategy.ledger_state = state  # the bytes per client, for clients.csv (engine/clients.py)
         side.strategy = strategy
-        strategy.layers = side  # attacks and DP over the uploads, as in the simulator
-        round_metrics = lambda arrays: (strategy.server, strategy.round_metrics)  # noqa: E731
+    return strategy, lambda arrays: (strategy.server, strategy.round_metrics)
+
+
+def _round_evaluator(
+    cfg: Config,
+    run_dir: Path,
+    side: FlowerServerSide,
+    state: RunState,
+    strategy,
+    round_metrics,
+    started: float,
+):
+    """Flower's `evaluate_fn`: after each round, the new server state, the round's metrics, the
+    evaluation every `train.eval_every` rounds (metrics.csv) and the state saved to disk."""
 
     def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         if server_round == 0:
@@ -218,13 +216,67 @@ def run_deployment(
             )
         return MetricRecord({k: float(v) for k, v in row.items()})
 
+    return evaluate_fn
+
+
+def _runtime_record(strategy, directory: NodeDirectory, secure: bool) -> dict[str, Any]:
+    """results.json's `runtime` of a deployment: Flower's version, the strategy, and with fedac's
+    strategy the node of each client and the dropped nodes; with SecAgg+ its settings and rounds."""
+    runtime: dict[str, Any] = {
+        "engine": "flower",
+        "flwr": flwr.__version__,
+        "strategy": type(strategy).__name__,
+    }
+    if isinstance(strategy, FedacStrategy):
+        runtime["nodes"] = {n.client: n.node_id for n in directory.nodes.values()}
+        runtime["dropped"] = {str(r): nodes for r, nodes in strategy.dropped.items() if nodes}
+    if secure:
+        runtime["secagg"] = {
+            **vars(strategy.secagg),
+            "rounds": {str(r): v for r, v in strategy.rounds.items()},
+        }
+    return runtime
+
+
+def run_deployment(
+    grid: Grid, cfg: Config, settings: DeploymentSettings, run_dir: Path
+) -> dict[str, Any]:
+    """Train `cfg` on the SuperNodes connected to `grid`; write and return results.json's
+    content."""
+    started = time.perf_counter()
+    device = settings.data_mode == "device"
+    secure = settings.secagg is not None and settings.secagg.enabled
+    if secure:  # before any data is built: SecAgg+ refuses what needs each client's upload
+        # lazy: start-up time (SecAgg+ workflow)
+        from fedac.flower.secagg import refuse_unsupported
+
+        refuse_unsupported(cfg, settings)
+    side = _server_side(cfg, run_dir, device)
+    save_config(cfg, run_dir / "config.yaml")
+    state = side._fresh_state()
+    # Every message carries the run's label set: device nodes label their own clips with it.
+    # (Workloads built without a manifest, such as benchmarks/flower_apps.py's, have no label names
+    # to send.)
+    manifest = side.data.manifest
+    announce = {"classes": list(manifest.classes)} if manifest is not None else {}
+    directory = NodeDirectory(
+        side.data.task.clients,
+        settings.min_nodes,
+        settings.node_wait,
+        settings.round_timeout,
+        settings.poll_interval,
+        open_roster=device,
+        announce=announce,
+    )
+    polling = PollingGrid(grid, settings.poll_interval, directory.describe)
+    strategy, round_metrics = _round_strategy(cfg, settings, state, side, directory, secure)
     initial = transport.to_records(side.algorithm.broadcast(state.server))[0]
     strategy.start(
         grid=polling,
         initial_arrays=initial,
         num_rounds=cfg.train.rounds,
         timeout=settings.round_timeout,
-        evaluate_fn=evaluate_fn,
+        evaluate_fn=_round_evaluator(cfg, run_dir, side, state, strategy, round_metrics, started),
         train_config=ConfigRecord(announce),
         evaluate_config=ConfigRecord(announce),
     )
@@ -233,23 +285,9 @@ def run_deployment(
     if device:
         results["clients"] = len(directory.nodes)
     results["wall_seconds"] = time.perf_counter() - started
-    results["runtime"] = {
-        "engine": "flower",
-        "flwr": flwr.__version__,
-        "strategy": type(strategy).__name__,
-    }
+    results["runtime"] = _runtime_record(strategy, directory, secure)
     # named like the simulator's: each ClientApp call trains its one client (training/step.py)
     results["execution"] = "sequential: a Flower ClientApp trains one client per message"
-    if isinstance(strategy, FedacStrategy):
-        results["runtime"]["nodes"] = {n.client: n.node_id for n in directory.nodes.values()}
-        results["runtime"]["dropped"] = {
-            str(r): nodes for r, nodes in strategy.dropped.items() if nodes
-        }
-    if secure:
-        results["runtime"]["secagg"] = {
-            **vars(strategy.secagg),
-            "rounds": {str(r): v for r, v in strategy.rounds.items()},
-        }
     write_results(run_dir, results, cfg)
     log.info("fedac run finished\n%s\nrun directory: %s", final_table(results), run_dir)
     return results

@@ -34,12 +34,11 @@ from flwr.serverapp.strategy import Strategy
 
 from fedac.algorithms.base import Algorithm
 from fedac.config import Config
-from fedac.engine.clients import ByteLedger
+from fedac.engine.server_step import Arrival, ServerStep
 from fedac.engine.simulator import sample_cohort
 from fedac.engine.state import RunState
 from fedac.errors import ConfigError, FedacError
 from fedac.flower import transport
-from fedac.training.types import all_finite
 
 log = logging.getLogger("fedac.flower")
 
@@ -292,18 +291,45 @@ class ClientReport:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class Received:
+    """One client's usable reply in a round: its upload and n_k, its report and, on evaluation
+    rounds, the evaluation it ran right after training."""
+
+    upload: Any
+    weight: int
+    report: ClientReport
+    evaluation: ClientReport | None
+
+
+@dataclass
+class Answers:
+    """A round's replies, sorted (`FedacStrategy._read_replies`)."""
+
+    received: list[Received] = field(default_factory=list)
+    rejected: list[str] = field(default_factory=list)
+    """Clients whose node refused its own non-finite update."""
+    failed: list[int] = field(default_factory=list)
+    """Nodes whose reply was an error."""
+    first_error: str = ""
+
+
 class FedacStrategy(Strategy):
     """Flower strategy that runs a fedac Algorithm's server side (aggregation included)
     unchanged."""
 
-    #: The run's attack and DP layers (an engine.simulator.Simulator: `poison_and_clip`, `privacy`),
-    #: set by the ServerApp; None leaves uploads as they come.
-    layers: Any = None
-
     def __init__(
-        self, algorithm: Algorithm, server: dict[str, Any], directory: NodeDirectory, cfg: Config
+        self,
+        algorithm: Algorithm,
+        server: dict[str, Any],
+        directory: NodeDirectory,
+        cfg: Config,
+        server_step: ServerStep | None = None,
     ):
         self.algorithm = algorithm
+        self.server_step = server_step or ServerStep(algorithm)
+        """The simulator's server step (engine/server_step.py): the ServerApp passes the run's, with
+        its attack and DP layers; alone, uploads reach the algorithm as they come."""
         self.server = server
         """The algorithm's global state (what `Algorithm.server_update` returns), kept on the
         ServerApp."""
@@ -319,7 +345,7 @@ class FedacStrategy(Strategy):
         self._messages: list[Message] = []
         self._skip_eval: set[int] = set()
         self.ledger_state = RunState(cfg.algorithm, None)
-        """Where the bytes sent are counted (engine/clients.py ByteLedger): the ServerApp's run
+        """Where the bytes sent are counted (the server step's byte ledger): the ServerApp's run
         state."""
 
     # --- helpers -------------------------------------------------------------------------------
@@ -395,12 +421,52 @@ class FedacStrategy(Strategy):
     def aggregate_train(
         self, server_round: int, replies: Iterable[Message]
     ) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        received: list[tuple[int, Any, int, ClientReport]] = []
-        rejected, failed = [], []
-        # (the bytes each client received and sent back)
-        payload, sent = self.algorithm.broadcast(self.server), {}
-        answered = set()
-        first_error = ""
+        answers = self._read_replies(server_round, replies)
+        if (
+            answers.failed
+            and not answers.received
+            and not answers.rejected
+            and len(answers.failed) == len(self._sent)
+        ):
+            raise FlowerRunError(
+                f"round {server_round}: every sampled SuperNode failed; the first said: "
+                f"{answers.first_error}"
+            )
+        step = self.server_step(
+            self.ledger_state,
+            self.algorithm.broadcast(self.server),
+            [
+                Arrival(r.report.client, r.upload, r.weight, r.report.metrics.get("loss", math.nan))
+                for r in answers.received
+            ],
+            server_round,
+            rejected_elsewhere=len(answers.rejected),
+        )
+        self.server = step.server
+        kept = [r for r in answers.received if r.report.client in step.accepted]
+        self.train_reports[server_round] = [r.report for r in kept]
+        for r in kept:
+            if r.evaluation is not None:
+                self.eval_reports[r.report.client] = r.evaluation
+            if "state-round" in r.report.info:
+                log.info(
+                    "round %d: client %s trained from its state of round %s (digest %s) -> %s",
+                    server_round,
+                    r.report.client,
+                    r.report.info["state-round"],
+                    r.report.info.get("state-digest"),
+                    r.report.info.get("new-state-digest"),
+                )
+        metrics = step.metrics
+        metrics["dropped"] = float(len(self._skip_eval))
+        self.round_metrics = metrics
+        return (self.global_arrays() if step.accepted else None), MetricRecord(metrics)
+
+    def _read_replies(self, server_round: int, replies: Iterable[Message]) -> Answers:
+        """The round's replies sorted into uploads (in the simulator's cohort order), updates a node
+        refused itself, and failures; the nodes that failed or never answered are logged and left
+        out of this round's evaluation."""
+        answers, answered = Answers(), set()
         for reply in replies:
             node_id = reply_origin(reply, self._messages)
             answered.add(node_id)
@@ -412,7 +478,7 @@ class FedacStrategy(Strategy):
                         server_round,
                         client,
                     )
-                    rejected.append(client)
+                    answers.rejected.append(client)
                 else:
                     log.warning(
                         "round %d: %s dropped out (%s); the round goes on with the others",
@@ -420,8 +486,8 @@ class FedacStrategy(Strategy):
                         self.directory.describe(node_id),
                         reply.error.reason,
                     )
-                    failed.append(node_id)
-                    first_error = first_error or reply.error.reason
+                    answers.failed.append(node_id)
+                    answers.first_error = answers.first_error or reply.error.reason
                 continue
             if CLIENT_INFO in reply.content:
                 client = self.directory.learn(node_id, reply.content[CLIENT_INFO]).client
@@ -433,32 +499,19 @@ class FedacStrategy(Strategy):
                     client,
                 )
                 continue
-            upload = transport.get(reply.content, ARRAYS)
-            sent[client] = upload
-            if not all_finite(upload):
-                log.warning(
-                    "round %d: client %s returned NaN/Inf parameters; its update is discarded",
-                    server_round,
-                    client,
-                )
-                rejected.append(client)
-                continue
             info = dict(reply.content[CLIENT_INFO]) if CLIENT_INFO in reply.content else {}
-            report = ClientReport(node_id, client, metrics, info)
-            if EVAL in reply.content:
-                self.eval_reports[client] = ClientReport(
-                    node_id, client, dict(reply.content[EVAL]), info
-                )
-            received.append(
-                (
-                    self.directory.order.get(client, len(self.directory.order)),
-                    upload,
+            answers.received.append(
+                Received(
+                    transport.get(reply.content, ARRAYS),
                     int(metrics["num-examples"]),
-                    report,
+                    ClientReport(node_id, client, metrics, info),
+                    ClientReport(node_id, client, dict(reply.content[EVAL]), info)
+                    if EVAL in reply.content
+                    else None,
                 )
             )
         missing = [n for n in self._sent if n not in answered]
-        self._skip_eval = set(missing) | set(failed)
+        self._skip_eval = set(missing) | set(answers.failed)
         self.dropped[server_round] = [self.directory.describe(n) for n in sorted(self._skip_eval)]
         for node_id in missing:
             log.warning(
@@ -468,58 +521,10 @@ class FedacStrategy(Strategy):
             )
         # The simulator's cohort order (read now: in device mode the order grows as nodes announce
         # themselves).
-        received.sort(
-            key=lambda item: self.directory.order.get(item[3].client, len(self.directory.order))
+        answers.received.sort(
+            key=lambda r: self.directory.order.get(r.report.client, len(self.directory.order))
         )
-        reports = [r for *_, r in received]
-        self.train_reports[server_round] = reports
-        for r in reports:
-            if "state-round" in r.info:
-                log.info(
-                    "round %d: client %s trained from its state of round %s (digest %s) -> %s",
-                    server_round,
-                    r.client,
-                    r.info["state-round"],
-                    r.info.get("state-digest"),
-                    r.info.get("new-state-digest"),
-                )
-        if failed and not received and not rejected and len(failed) == len(self._sent):
-            raise FlowerRunError(
-                f"round {server_round}: every sampled SuperNode failed; the first said: "
-                f"{first_error}"
-            )
-        metrics = {"clients": float(len(received)), "rejected": float(len(rejected))}
-        metrics.update(ByteLedger(self.ledger_state).round(payload, sent))
-        if received:
-            uploads, names = (
-                [(upload, n) for _, upload, n, _ in received],
-                [r.client for *_, r in received],
-            )
-            # attacks.py's model poisoning and privacy.py's clipping, as the simulator
-            if self.layers is not None:
-                uploads = self.layers.poison_and_clip(
-                    self.algorithm.broadcast(self.server), names, uploads, server_round
-                )
-            self.server, server_metrics = self.algorithm.server_update(
-                self.server, uploads, server_round
-            )
-            if self.layers is not None:
-                self.server, dp_metrics = self.layers.privacy.add_noise(
-                    self.algorithm, self.server, server_round, len(uploads)
-                )
-                server_metrics = {**server_metrics, **dp_metrics}
-            metrics.update(server_metrics)
-        else:
-            log.warning(
-                "round %d: no usable client update; the global state is unchanged", server_round
-            )
-        losses = [r.metrics.get("loss", math.nan) for r in reports]
-        metrics["train_loss"] = (
-            float(np.nanmean(losses)) if losses and not all(map(math.isnan, losses)) else math.nan
-        )
-        metrics["dropped"] = float(len(self._skip_eval))
-        self.round_metrics = metrics
-        return (self.global_arrays() if received else None), MetricRecord(metrics)
+        return answers
 
     # --- evaluation on the nodes (personalized models never leave them) ---------------------------
     def configure_evaluate(

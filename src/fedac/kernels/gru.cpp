@@ -127,7 +127,7 @@ std::vector<at::Tensor> backward(const at::Tensor& grad_out_in, const at::Tensor
 }  // namespace
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  // Released GIL: cohort worker threads run chunks in parallel (engine/cohort.py `run_chunks`).
+  // Released GIL: cohort worker threads run chunks in parallel (engine/execution.py `run_chunks`).
   m.def("forward", &forward, py::call_guard<py::gil_scoped_release>());
   m.def("backward", &backward, py::call_guard<py::gil_scoped_release>());
   m.def("lanes", [] { return kLanes; });  // floats per vector: 8 in the AVX2 build, 16 in the AVX-512 one

@@ -10,28 +10,14 @@ Table 3 leaves "3 x Conv1D (64->128 filters)" of CRNN-Deep open; we read it as 6
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
 from fedac.models.base import EmbeddingModel
 
-
-@dataclass(frozen=True)
-class CRNNSpec:
-    conv_channels: tuple[int, ...]
-    hidden: int
-    bidirectional: bool
-
-
-CRNN_SPECS: dict[str, CRNNSpec] = {
-    "crnn_tiny": CRNNSpec((16,), 32, False),
-    "crnn_lite": CRNNSpec((32, 32), 64, False),
-    "crnn_mid": CRNNSpec((32, 32, 32), 64, False),
-    "crnn_base": CRNNSpec((64, 64), 128, True),
-    "crnn_deep": CRNNSpec((64, 128, 128), 128, True),
-}
+# (the specs are torch-free: `fedac list` describes the zoo without torch)
+from fedac.models.specs import CRNN_SPECS as CRNN_SPECS
+from fedac.models.specs import CRNNSpec
 
 
 class CRNN(EmbeddingModel):

@@ -1,5 +1,5 @@
-"""Multi-exit SSL model for early-exit fine-tuning (issue 17): one SSL encoder, an independent head
-at each exit layer.
+"""Multi-exit SSL model for early-exit fine-tuning: one SSL encoder, an independent head at each
+exit layer, so that a client with little memory or compute can train and run a shallower model.
 
 `MultiExitSSL` is an `SSLModel` whose single head is replaced by one per exit (`exit_heads.<L>`,
 each with its own BiLSTM on CTC tasks, or its own pooled-vector norm with `model.head_norm`).

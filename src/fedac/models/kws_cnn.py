@@ -18,34 +18,16 @@ Readings where the paper is silent:
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 from torch import nn
 
 from fedac.models.base import EmbeddingModel
 
+# (the specs are torch-free: `fedac list` describes the models without torch)
+from fedac.models.specs import KWS_CNN_SPECS as KWS_CNN_SPECS
+from fedac.models.specs import KWSCNNSpec
+
 ANN_FRAMES = 21
-
-
-@dataclass(frozen=True)
-class KWSCNNSpec:
-    channels: tuple[int, ...]
-    activation: str
-    """relu or softmax (over channels)."""
-    kind: str = "cnn"
-    """cnn, dscnn (depthwise separable) or ann (dense layers on the flattened input)."""
-
-
-KWS_CNN_SPECS: dict[str, KWSCNNSpec] = {
-    "cnn2_softmax": KWSCNNSpec((16, 32), "softmax"),
-    "cnn3_relu": KWSCNNSpec((16, 16, 32), "relu"),
-    "dscnn3_relu": KWSCNNSpec((16, 16, 32), "relu", "dscnn"),
-    "ann3_relu": KWSCNNSpec((16, 16, 32), "relu", "ann"),
-    "cnn1_softmax": KWSCNNSpec((16,), "softmax"),
-    "cnn3_softmax": KWSCNNSpec((16, 16, 32), "softmax"),
-    "cnn4_softmax": KWSCNNSpec((8, 16, 16, 32), "softmax"),
-}
 
 
 class ChannelSoftmax(nn.Module):

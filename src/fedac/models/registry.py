@@ -55,31 +55,6 @@ def build_ssl(
     )
 
 
-def describe_model(name: str) -> str:
-    """The line `fedac list` shows for built-in model `name` (the table is settings/models.py: no
-    torch)."""
-    if name in CRNN_SPECS:
-        spec = CRNN_SPECS[name]
-        return (
-            f"CRNN-{name.split('_')[1].title()} (FedMLAC Table 3): conv "
-            f"{'-'.join(map(str, spec.conv_channels))}, {'Bi' if spec.bidirectional else ''}GRU "
-            f"{spec.hidden}"
-        )
-    if name in KWS_MODELS:
-        return f"FedKWS-UI's {KWS_MODELS[name].__name__} keyword spotter (models/kws.py)"
-    if name in KWS_CNN_SPECS:
-        cnn = KWS_CNN_SPECS[name]
-        return (
-            f"zero-shot paper's small {cnn.kind.upper()}: channels "
-            f"{'-'.join(map(str, cnn.channels))}, {cnn.activation}"
-        )
-    size = SSL_SIZES[name]
-    return (
-        f"wav2vec 2.0 / HuBERT encoder, {size.hidden} wide, {size.layers} layers (waveform input; "
-        "local checkpoints only)"
-    )
-
-
 def build_model(
     name: str,
     num_features: int,

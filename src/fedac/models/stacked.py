@@ -273,13 +273,24 @@ class StackedCRNN:
     def __call__(
         self, params: Params, x: torch.Tensor, masks: MaskFn | None = None
     ) -> torch.Tensor:
+        return self.head(params, self.embed(params, x, masks))
+
+    def embed(self, params: Params, x: torch.Tensor, masks: MaskFn | None = None) -> torch.Tensor:
+        """(K, B, embedding_dim): `CRNN.embed` of K clients."""
         # fp32 whatever train.precision says: the hand-written backward passes below (and the fused
         # GRU kernel) are written for fp32 tensors, so autocast is switched off for the stacked
         # model.
         with torch.autocast(x.device.type, enabled=False):
-            return self._forward(params, x.float(), masks)
+            return self._embed(params, x.float(), masks)
 
-    def _forward(self, params: Params, x: torch.Tensor, masks: MaskFn | None) -> torch.Tensor:
+    def head(self, params: Params, embedding: torch.Tensor) -> torch.Tensor:
+        """(K, B, classes): `CRNN.head` of K clients' embeddings."""
+        with torch.autocast(embedding.device.type, enabled=False):
+            return torch.baddbmm(
+                params["head.bias"].unsqueeze(1), embedding, params["head.weight"].transpose(1, 2)
+            )
+
+    def _embed(self, params: Params, x: torch.Tensor, masks: MaskFn | None) -> torch.Tensor:
         k = x.shape[0]
         # (K, B, features, frames); activations are channels-last (K, B, T, C) from the first conv
         # on
@@ -311,10 +322,7 @@ class StackedCRNN:
             for suffix in directions
         ]
         out = outs[0] if len(outs) == 1 else torch.cat(outs, dim=3)  # (K, T, B, H * directions)
-        embedding = out.mean(dim=1)
-        return torch.baddbmm(
-            params["head.bias"].unsqueeze(1), embedding, params["head.weight"].transpose(1, 2)
-        )
+        return out.mean(dim=1)
 
 
 def stacked_model(name: str, dropout: float) -> StackedCRNN | None:

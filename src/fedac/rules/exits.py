@@ -1,4 +1,5 @@
-"""Early-exit aggregation (issue 17): the next global model from uploads with different key sets."""
+"""Early-exit aggregation: the next global model from uploads with different key sets (each client
+trains its encoder only up to its own exit)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Byzantine-robust aggregation rules (issue 13): coordinate-wise median, trimmed mean, Krum,
-Multi-Krum, Bulyan and norm bounding, each registered in `fedac.rules.AGGREGATORS` through its
-`*_rule` adapter below.
+"""Byzantine-robust aggregation rules, so that a few poisoned uploads cannot steer the global
+model: coordinate-wise median, trimmed mean, Krum, Multi-Krum, Bulyan and norm bounding, each
+registered in `fedac.rules.AGGREGATORS` through its `*_rule` adapter below.
 """
 
 from __future__ import annotations

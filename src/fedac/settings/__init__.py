@@ -113,5 +113,33 @@ ALGORITHMS = Registry(
             "Centralised training on one pooled client (warm-up + decay)",
             f"{_S}.central:CentralConfig",
         ),
+        "scaffold": Entry(
+            "fedac.algorithms.scaffold:Scaffold",
+            "SCAFFOLD (option II): control variates correct every local gradient; trains stacked",
+            f"{_S}.scaffold:ScaffoldConfig",
+            defaults=f"{_S}.scaffold:RUN_DEFAULTS",
+        ),
+        "feddyn": Entry(
+            "fedac.algorithms.feddyn:FedDyn",
+            "FedDyn: a per-client dual term and the server's h / alpha correction; trains stacked",
+            f"{_S}.feddyn:FedDynConfig",
+            defaults=f"{_S}.feddyn:RUN_DEFAULTS",
+        ),
+        "moon": Entry(
+            "fedac.algorithms.moon:Moon",
+            "MOON: contrasts the global and the previous local model's embeddings; trains stacked",
+            f"{_S}.moon:MoonConfig",
+        ),
+        "ditto": Entry(
+            "fedac.algorithms.ditto:Ditto",
+            "Ditto: FedAvg plus a personal model pulled towards the global one (lambda); stacked",
+            f"{_S}.ditto:DittoConfig",
+        ),
+        "apfl": Entry(
+            "fedac.algorithms.apfl:APFL",
+            "APFL: personal mixture alpha v + (1 - alpha) w, alpha learned; sequential (two models "
+            "a step)",
+            f"{_S}.apfl:APFLConfig",
+        ),
     },
 )

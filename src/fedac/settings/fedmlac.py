@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from fedac.fields import number
+from fedac.registry import choice
 
 
 @dataclass
@@ -18,7 +19,7 @@ class FedMLACConfig:
     plugin_ce_weight: float = number(0.0, ">= 0")
     """Extra CE weight on the Plug-in loss (0 = Eq. 9 as written)."""
     plugin_model: str = "crnn_lite"
-    teacher: str = "pre_update"
+    teacher: str = choice("pre_update", ("pre_update", "post_update"))
     """Plug-in teacher logits: pre_update (Alg. 1 line 13 as written) or post_update (after omega's
     step)."""
     ml: bool = True

@@ -45,8 +45,8 @@ _R = "fedac.models.registry"
 
 
 def _line(name: str) -> Callable[[], str]:
-    # (torch loads only when the models are listed)
-    return lambda: resolve(f"{_R}:describe_model")(name)
+    # (read from the torch-free specs when the models are listed)
+    return lambda: resolve("fedac.models.specs:describe_model")(name)
 
 
 def _family(builder: str, names: tuple[str, ...], settings: type | None = None) -> dict[str, Entry]:

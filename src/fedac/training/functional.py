@@ -9,9 +9,9 @@ How each client keeps the numbers it gets training alone (`training.step.train_c
   and lets the caller's loss mix several forwards (FedKWS-UI's two heads), so it is the one used.
 - BatchNorm: each client's running statistics are its own rows of the stacked buffers, updated in
   place by the module's own batch-norm op under vmap. A step whose clients' batches differ in size
-  pads the shorter ones (training/cohort.py); padding must not enter a client's batch statistics, so
-  in such a step BatchNorm computes them over the client's real samples only (`_masked_batch_norm`,
-  equal to the op to float rounding).
+  pads the shorter ones (training/stacking.py); padding must not enter a client's batch statistics,
+  so in such a step BatchNorm computes them over the client's real samples only
+  (`_masked_batch_norm`, equal to the op to float rounding).
 - dropout: under vmap, `randomness="different"` draws every client's mask from the one global RNG,
   so a client's masks would depend on its chunk. Instead each `nn.Dropout` is replayed: its
   per-sample shape is recorded once, and its masks are drawn outside vmap from the client's own
@@ -21,7 +21,7 @@ How each client keeps the numbers it gets training alone (`training.step.train_c
   drawn silently.
 - `nn.GRU` has no vmap batching rule: its forward is written out as torch's GRU equations.
 
-`StackedSGD` lives in training/cohort.py (the hand-written CRNN path uses it); `StackedAdam` here
+`StackedSGD` lives in training/stacking.py (the hand-written CRNN path uses it); `StackedAdam` here
 gives torch.optim.Adam's and AdamW's update; `clip_stacked` gives `nn.utils.clip_grad_norm_` per
 client.
 """
@@ -43,7 +43,7 @@ from torch.func import functional_call, vmap
 
 from fedac.config import TrainConfig
 from fedac.errors import ConfigError
-from fedac.training.cohort import StackedSGD
+from fedac.training.stacking import StackedSGD, grads_of
 
 Params = dict[str, torch.Tensor]
 OPTIMIZERS = ("sgd", "adam", "adamw")
@@ -242,13 +242,18 @@ class StackedModule:
         *extras,
         method: str = "forward",
         padded: bool | None = None,
+        teachers: dict[str, Params] | None = None,
     ):
         """vmap over the clients of `fn(forward, params, x_k, weight_k, *extras_k)`, where
         `forward(inputs, method="forward")` is client k's model (parameters and buffers bound),
         `params` its trainable parameters by name, and each of `extras` a tensor or dict of tensors
         with a leading client axis. Dropout masks are drawn for one call of `method` per step (see
-        the module's docstring)."""
+        the module's docstring). `teachers`: frozen models by name, their entries stacked like
+        `state`'s; `forward(inputs, method, teacher=name)` runs client k's in eval mode
+        (`FrozenModule`)."""
         template = self._template(x.device)
+        teachers = teachers or {}
+        frozen = self._frozen() if teachers else None
         drawn = []
         if masks is not None and template.training:
             for shape, p in self._dropout_shapes(template, method, x):
@@ -264,19 +269,61 @@ class StackedModule:
         buffers = {"m." + name: state[name] for name in self.buffer_names if name in state}
 
         def one(
-            p: Params, b: Params, inputs: torch.Tensor, ms: list[torch.Tensor], w: torch.Tensor, *ex
+            p: Params,
+            b: Params,
+            inputs: torch.Tensor,
+            ms: list[torch.Tensor],
+            w: torch.Tensor,
+            own: dict[str, Params],
+            *ex,
         ):
             token = _REPLAY.set(_Replay(list(ms), w, padded))
             try:
 
-                def forward(data: torch.Tensor, name: str = "forward"):
+                def forward(data: torch.Tensor, name: str = "forward", teacher: str | None = None):
+                    if teacher is not None:
+                        assert frozen is not None
+                        with torch.no_grad():
+                            return frozen(own[teacher], data, name)
                     return functional_call(template, (p, b), (name, data), strict=False)
 
                 return fn(forward, {name[2:]: value for name, value in p.items()}, inputs, w, *ex)
             finally:
                 _REPLAY.reset(token)
 
-        return vmap(one, randomness="error")(params, buffers, x, drawn, weight, *extras)
+        return vmap(one, in_dims=(0, 0, 0, 0, 0, 0, *_extra_dims(extras)), randomness="error")(
+            params, buffers, x, drawn, weight, teachers, *extras
+        )
+
+    def _frozen(self) -> FrozenModule:
+        if not hasattr(self, "_frozen_module"):
+            self._frozen_module = FrozenModule(self._prototype)
+        return self._frozen_module
+
+
+class FrozenModule:
+    """A model's forward as a frozen teacher's, for any parameters and buffers: `frozen(entries, x,
+    method)` runs an eval-mode copy (no dropout, BatchNorm's running statistics, nothing updated)
+    through `functional_call`, alike inside a vmapped client function and outside it (GRUs written
+    out): how `StackedModule.map` runs a local objective's teachers (MOON's global and previous
+    local model) under vmap."""
+
+    def __init__(self, model: nn.Module):
+        self._prototype = _Calls(_replayable(copy.deepcopy(model).cpu())).eval()
+        self._local = threading.local()  # functional_call swaps a module's tensors
+
+    def __call__(self, entries: Params, x: torch.Tensor, method: str = "forward") -> torch.Tensor:
+        templates = self._local.__dict__.setdefault("templates", {})
+        if x.device not in templates:
+            templates[x.device] = copy.deepcopy(self._prototype).to(x.device)
+        bound = {"m." + name: value for name, value in entries.items()}
+        return functional_call(templates[x.device], bound, (method, x), strict=False)
+
+
+def _extra_dims(extras: tuple) -> list[int | None]:
+    """vmap's in_dims of a map's extras: a client axis each, none for an absent one (None: a method
+    whose clients keep no state)."""
+    return [None if extra is None else 0 for extra in extras]
 
 
 def _replayable(model: nn.Module) -> nn.Module:
@@ -410,7 +457,7 @@ def clip_stacked(grads: dict[str, torch.Tensor | None], max_norm: float) -> None
 class HandWritten:
     """A hand-written stacked forward (models/stacked.py's CRNNs) behind `StackedModule`'s
     interface: no buffers, no other method than forward, no need of the sample weights (no batch
-    statistics)."""
+    statistics). `map` serves a local objective that reads its model once a step."""
 
     def __init__(self, model, param_names: list[str]):
         self.model, self.param_names = model, param_names
@@ -429,6 +476,55 @@ class HandWritten:
             raise ConfigError(f"the hand-written stacked CRNN has no method {method!r}")
         return self.model(state, x, masks)
 
+    def map(
+        self,
+        fn,
+        state: Params,
+        x: torch.Tensor,
+        masks=None,
+        weight: torch.Tensor | None = None,
+        *extras,
+        method: str = "forward",
+        padded: bool | None = None,
+        teachers: dict[str, Params] | None = None,
+    ):
+        """`StackedModule.map` for a function that reads its model once, on its batch:
+        `forward(x_k)` (the logits), or `forward(x_k, "embed")` and then `forward(z, "head")` of
+        that embedding, and each teacher likewise (`forward(x_k, method, teacher=name)`, in eval
+        mode: no dropout). The chunk's embeddings and logits are computed first, stacked (the
+        teachers' without gradient), and each client's `forward` hands out its own rows; any other
+        call raises."""
+        embedding = self.model.embed(state, x, masks)
+        logits = self.model.head(state, embedding)
+        frozen = {}
+        with torch.no_grad():
+            for name, entries in (teachers or {}).items():
+                z = self.model.embed(entries, x, None)
+                frozen[name] = (z, self.model.head(entries, z))
+        params = {name: state[name] for name in self.param_names}
+        if weight is None:
+            weight = x.new_ones(x.shape[:2])
+
+        def one(z, out, rows, p, inputs, w, *ex):
+            def forward(data: torch.Tensor, name: str = "forward", teacher: str | None = None):
+                if teacher is not None and data is inputs and name in ("forward", "embed"):
+                    return rows[teacher][0 if name == "embed" else 1]
+                if data is inputs and name in ("forward", "embed") and teacher is None:
+                    return out if name == "forward" else z
+                if data is z and name in ("head", "classify"):
+                    return out
+                raise ConfigError(
+                    f"the hand-written stacked CRNN serves forward(x) and embed(x) then head of "
+                    f"that embedding, once a step; this local objective called {name!r} otherwise:"
+                    " set its class's reads_model_once = False"
+                )
+
+            return fn(forward, p, inputs, w, *ex)
+
+        return vmap(one, in_dims=(0, 0, 0, 0, 0, 0, *_extra_dims(extras)), randomness="error")(
+            embedding, logits, frozen, params, x, weight, *extras
+        )
+
 
 def param_leaves(params: Params, active: int, names: list[str]) -> Params:
     """Gradient leaves over the first `active` clients' trainable entries `names` (views: updated in
@@ -440,3 +536,57 @@ def with_buffers(leaf: Params, params: Params, active: int, names: list[str]) ->
     """The leaves plus the first `active` clients' buffers (views: BatchNorm updates them in
     place)."""
     return {**leaf, **{name: params[name][:active] for name in names}}
+
+
+class ParameterView:
+    """What a regularizer (e.g. FedProx's proximal term) sees of one client on the cohort path: its
+    parameters, as `named_parameters()` / `parameters()`; it has no forward pass."""
+
+    def __init__(self, params: Params):
+        self._params = params
+
+    def named_parameters(self):
+        return iter(self._params.items())
+
+    def parameters(self):
+        return iter(self._params.values())
+
+
+def client_views(params: Params, active: int) -> list[ParameterView]:
+    # one backward node, not one per client
+    unbound = {name: value.unbind(0) for name, value in params.items()}
+    return [
+        ParameterView({name: parts[k] for name, parts in unbound.items()}) for k in range(active)
+    ]
+
+
+def first_clients(params: Params, active: int) -> Params:
+    return {name: value[:active] for name, value in params.items()}
+
+
+class StackedStep:
+    """One stacked model's training state in a chunk: its (clients, ...) parameters and buffers, its
+    stacked optimizer (`train.optimizer`) and forward (`Algorithm.stacked_forward`)."""
+
+    def __init__(self, forward, params: Params, cfg):
+        self.forward, self.params, self.cfg = forward, params, cfg
+        self.optimizer = stacked_optimizer({n: params[n] for n in forward.param_names}, cfg)
+
+    def leaves(self, active: int) -> tuple[Params, Params]:
+        """(gradient leaves, leaves + buffers) over the first `active` clients."""
+        leaf = param_leaves(self.params, active, self.forward.param_names)
+        return leaf, with_buffers(leaf, self.params, active, self.forward.buffer_names)
+
+    def frozen(self, active: int) -> Params:
+        """The first `active` clients' entries without autograd (a teacher's forward)."""
+        return first_clients(self.params, active)
+
+    def update(self, loss: torch.Tensor, leaf: Params, active: int) -> None:
+        """Backward of the chunk's summed loss, each client's gradient clipped
+        (`train.max_grad_norm`), the step."""
+        grads = grads_of(loss.sum(), leaf)
+        clip_stacked(grads, self.cfg.max_grad_norm)
+        self.optimizer.step(grads, active)
+
+    def client(self, k: int) -> Params:
+        return {name: value[k].clone() for name, value in self.params.items()}

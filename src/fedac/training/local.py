@@ -51,7 +51,7 @@ def on_device(batches: Iterable[torch.Tensor], x) -> Iterable[torch.Tensor]:
     """A client's batch indices moved where its data `x` lives, in one copy per client update.
     Indexing a GPU tensor with a CPU index copies the index at every step, and a copy from pageable
     host memory waits for the device's queued work: a host sync per step, which made the sequential
-    GPU loop ~15% slower than a plain one (issue 56). The indices come from a CPU generator (the CPU
+    GPU loop ~15% slower than a plain one. The indices come from a CPU generator (the CPU
     stream fixes the order), so they are drawn up front, pinned and sent at once. Data on the CPU,
     or that is no tensor (augmented windows, padded waveforms, indexed on the host): the batches as
     they are."""

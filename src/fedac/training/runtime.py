@@ -23,7 +23,6 @@ import torch
 
 from fedac.config import TrainConfig
 from fedac.kernels import set_gru_kernel
-from fedac.training.cohort import cohort_workers
 from fedac.training.device import (
     autocast,
     check_precision,
@@ -32,6 +31,7 @@ from fedac.training.device import (
     resolve_device,
     resolve_devices,
 )
+from fedac.training.stacking import cohort_workers
 
 log = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
 """Which clients train together: cutting one architecture's clients into cohort chunks
-(training/cohort.py).
+(training/stacking.py).
 
 A chunk trains its clients as one stacked computation, step by step; the clients still training at a
 step are padded to the step's widest batch. What a chunk costs is therefore about
@@ -37,7 +37,7 @@ def batch_sizes(samples: int, batch_size: int, epochs: int) -> list[int]:
     return ([batch_size] * full + ([rest] if rest else [])) * epochs
 
 
-def partition(
+def split_by_cost(
     sizes: Sequence[int], batch_size: int, epochs: int, max_clients: int, workers: int
 ) -> list[tuple[range, float]]:
     """Consecutive ranges of `sizes` (sample counts, sorted largest first) as chunks of at most

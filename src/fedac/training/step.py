@@ -10,8 +10,8 @@ import torch
 
 from fedac.config import Config
 from fedac.seeding import derive_seed, torch_generator
-from fedac.training.cohort import clients_done
 from fedac.training.device import autocast
+from fedac.training.stacking import clients_done
 from fedac.training.types import ClientData, ClientResult
 
 

@@ -200,8 +200,8 @@ def all_finite(obj: Any) -> bool:
 
     if not scan(obj):
         return False
-    # One foreach L2 norm call (16x faster than an isfinite + all per tensor, 2.7 % of a FedMLAC
-    # round, issue 18): NaN and Inf propagate into a norm, so a finite one proves the tensor finite;
+    # One foreach L2 norm call (16x faster than an isfinite + all per tensor, which took 2.7 % of a
+    # FedMLAC round): NaN and Inf propagate into a norm, so a finite one proves the tensor finite;
     # only a non-finite norm (possibly an overflow of huge finite values) needs the exact check.
     return (
         not tensors

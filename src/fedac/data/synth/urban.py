@@ -534,7 +534,7 @@ def generate(
     )
     rows = sorted((row for rows in results for row in rows), key=lambda row: row["slice_file_name"])
     with (out / METADATA).open("w", newline="") as handle:
-        writer = csv.DictWriter(handle, fieldnames=COLUMNS)
+        writer = csv.DictWriter(handle, fieldnames=COLUMNS, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
     stats = {

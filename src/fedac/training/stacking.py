@@ -1,8 +1,10 @@
 """Stacked cohort training: the clients of one round that share an architecture train as one
 computation.
 
-The machinery here knows nothing about losses; `algorithms/cohort.py` writes the FedAvg-family and
-FedMLAC client steps on top of it, and `engine/cohort.py` dispatches a round to them. What it
+The machinery here knows nothing about losses: each method writes its stacked client step on top of
+it, in its own file (FedAvg's in algorithms/fedavg.py, FedMLAC's in fedmlac.py, FedKWS-UI's in
+fedkwsui.py, a `LocalObjective`'s in objective.py), and `engine/execution.py` dispatches a round to
+them. What it
 provides:
 
 - `plan_chunks`: each client's batch order, drawn exactly as the sequential path draws it
@@ -45,8 +47,8 @@ from fedac.seeding import torch_generator
 from fedac.training.device import to_device
 from fedac.training.local import client_batches
 from fedac.training.packing import Packing
-from fedac.training.schedule import partition
-from fedac.training.types import ClientData, class_labels, feature_windows
+from fedac.training.schedule import split_by_cost
+from fedac.training.types import ClientData, ClientResult, class_labels, feature_windows
 
 if TYPE_CHECKING:  # (the augmenting windows load the audio readers; only the annotation is needed)
     from fedac.data.augment import AugmentedWindows
@@ -285,7 +287,7 @@ def plan_chunks(
         return
     if workers is None:  # (the run's runtime holds it resolved: training/runtime.py)
         workers = cohort_workers(cfg, packing.device)
-    ranges = partition(
+    ranges = split_by_cost(
         [datas[i].num_samples for i in order],
         cfg.batch_size,
         cfg.local_epochs,
@@ -471,3 +473,23 @@ def group_positions(keys: Sequence[str]) -> dict[str, list[int]]:
     for i, key in enumerate(keys):
         groups.setdefault(key, []).append(i)
     return groups
+
+
+def train_chunks(
+    algo,
+    train: Callable[[CohortChunk], list[tuple[int, ClientResult]]],
+    datas: list[ClientData],
+    positions,
+    arch: str,
+    round_idx: int,
+    seed: int,
+):
+    """(position, result) of every client of architecture `arch`: its chunks planned by the
+    algorithm's packing and trained on its devices (the probe, while `arch` is unmeasured, alone
+    first)."""
+    probing = algo.packing.probing(arch)  # asked before planning: planning the probe measures it
+    workers = algo.runtime.workers
+    chunks = plan_chunks(
+        datas, positions, algo.cfg.train, round_idx, seed, algo.packing, arch, workers
+    )
+    return run_chunks(train, chunks, algo.cfg.train, algo.device, algo.devices, probing, workers)

@@ -1,0 +1,129 @@
+"""APFL (Deng, Kamani and Mahdavi, "Adaptive Personalized Federated Learning", 2020), Algorithm 1
+with the adaptive mixing weight: each client keeps a local model v_i and a weight alpha_i, and its
+personalised model is the mixture of parameters v_bar_i = alpha_i v_i + (1 - alpha_i) w_i.
+
+A sampled client receives w and, from w_i = w, takes on every batch xi (all three gradients at the
+step's start, then all three steps):
+
+    w_i     <- w_i - eta grad f_i(w_i; xi)                  (the global model's local copy)
+    v_i     <- v_i - eta grad_v f_i(v_bar_i; xi)           (= alpha_i grad f_i(v_bar_i; xi))
+    alpha_i <- alpha_i - eta_alpha grad_alpha f_i(v_bar_i; xi)   (= <v_i - w_i, grad f_i(v_bar_i)>)
+
+with eta and the optimiser `train.lr` / `train.optimizer` (one each for w_i and v_i), eta_alpha
+`apfl.alpha_lr`, alpha_i kept in [0, 1] (`apfl.learn_alpha=false` holds it at `apfl.alpha`). The
+server averages the w_i as FedAvg does (`aggregation.method`), so DP, the robust rules and
+model-poisoning attacks apply as to FedAvg. Choices where the paper leaves them open: v_i starts
+from the global model's initial weights; v_bar_i's forward uses v_i's BatchNorm statistics (which
+its training updates); the personalised model a client keeps for evaluation is v_bar_i at the end
+of its last round, mixed with that round's w_i (the paper's output mixes with the final w). Each
+client keeps two models (v_i and v_bar_i) and alpha_i.
+
+APFL trains sequentially: each step trains two models of one client, one of them a mixture of both
+with a learned weight, which a `LocalObjective` (one model per client) cannot state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch.func import functional_call
+
+from fedac.algorithms.base import ClientData, ClientResult, Params, model_params
+from fedac.algorithms.fedavg import FedAvg
+from fedac.errors import ConfigError
+from fedac.training.local import client_batches, clip_gradients, make_optimizer, on_device
+from fedac.training.types import class_labels, feature_windows
+
+SEQUENTIAL = (
+    "APFL trains two models and their mixing weight per client step, which a LocalObjective (one "
+    "model per client) cannot state"
+)
+
+
+def mixture(alpha: torch.Tensor, local: Params, shared: Params) -> Params:
+    """alpha * local + (1 - alpha) * shared for the entries `shared` holds (the parameters); the
+    others (BatchNorm's statistics) `local`'s."""
+    return {n: alpha * v + (1 - alpha) * shared[n] if n in shared else v for n, v in local.items()}
+
+
+class APFL(FedAvg):
+    name = "apfl"
+    personalized = True
+    trains_ssl_encoders = False
+
+    def __init__(self, cfg, task, runtime=None):
+        super().__init__(cfg, task, runtime)
+        if cfg.model.heterogeneous:
+            raise ConfigError(
+                "apfl mixes each local model with the global one parameter by parameter, so they "
+                "share model.name's architecture: set model.heterogeneous=false"
+            )
+
+    no_stacked_form = SEQUENTIAL
+
+    def client_architecture(self, client: str) -> str:
+        return self.cfg.model.name
+
+    def stacked_architectures(self) -> list[str]:
+        return [self.cfg.model.name]
+
+    def init_client_state(self, client: str) -> dict[str, Any]:
+        start = self.initial_params(self.cfg.model.name, "global-init")
+        return {
+            "local": start,
+            "personal": {n: v.clone() for n, v in start.items()},
+            "alpha": torch.tensor(self.cfg.apfl.alpha),
+        }
+
+    def client_update(
+        self, payload: Params, state: Any, data: ClientData, round_idx: int, generator
+    ) -> ClientResult:
+        cfg, opts, arch = self.cfg.train, self.cfg.apfl, self.cfg.model.name
+        shared = self.scratch_model(arch, payload)
+        local = self.scratch_model(arch, state["local"], role="apfl-local")
+        shared.train(), local.train()
+        optimizers = (
+            make_optimizer(shared.parameters(), cfg),
+            make_optimizer(local.parameters(), cfg),
+        )
+        x, y = feature_windows(data.x, "APFL"), class_labels(data.y, "APFL")
+        alpha = state["alpha"].detach().clone().to(y.device)
+        sums = torch.zeros(2, dtype=torch.float64, device=y.device)
+        steps = 0
+        for idx in on_device(client_batches(data.num_samples, cfg, generator), x):
+            a = alpha.clone().requires_grad_(opts.learn_alpha)
+            w_now = {n: p.detach().clone() for n, p in shared.named_parameters()}
+            loss_w = F.cross_entropy(shared(x[idx]), y[idx])
+            mixed = mixture(a, dict(local.named_parameters()), w_now)
+            loss_v = F.cross_entropy(functional_call(local, mixed, (x[idx],)), y[idx])
+            for optimizer in optimizers:
+                optimizer.zero_grad(set_to_none=True)
+            (loss_w + loss_v).backward()  # disjoint leaves: each loss's own gradients
+            clip_gradients(shared, cfg)
+            clip_gradients(local, cfg)
+            for optimizer in optimizers:
+                optimizer.step()
+            if opts.learn_alpha and a.grad is not None:
+                alpha = (alpha - opts.alpha_lr * a.grad).clamp(0.0, 1.0)
+            sums += torch.stack([loss_w.detach(), loss_v.detach()]).double()
+            steps += 1
+        kept_local, kept_shared = model_params(local), model_params(shared)
+        weights = {n: kept_shared[n] for n, _ in shared.named_parameters()}
+        new_state = {
+            "local": kept_local,
+            "personal": mixture(alpha, kept_local, weights),
+            "alpha": alpha.detach(),
+        }
+        losses = (sums / max(steps, 1)).tolist()
+        metrics = {
+            "loss": losses[0],
+            "personal_loss": losses[1],
+            "alpha": float(alpha),
+            "steps": float(steps),
+        }
+        return ClientResult(kept_shared, new_state, metrics)
+
+    def personalized_model(self, client: str, state: Any):
+        return self.scratch_model(self.cfg.model.name, state["personal"], role="personal")
