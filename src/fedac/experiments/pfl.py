@@ -166,9 +166,9 @@ SPECS = [
         "-",
         "Personalised FL baselines: the shared model and the clients' own models (pfl-quick)",
         Cost(
-            20 * 2,
-            "estimate: 78 runs of about 30 s each on one core (the quick schedule), "
-            "two copies of the command side by side",
+            18,
+            "docs/results/pfl/results.csv: 78 runs, 1,106 s (48 of them while the machine was "
+            "far busier)",
         ),
         METHODS,
         datasets=("speech_commands", "cremad"),
