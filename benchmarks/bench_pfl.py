@@ -94,7 +94,7 @@ def main() -> None:
                 except ConfigError as error:  # no stacked path: say why
                     entry[execution] = {"refused": str(error)}
                     continue
-                entry[execution] = {"path": sim.execution}
+                entry[execution] = {"path": sim.plan.path}
                 paths[f"{method}/{execution}"] = fedac_round(sim, state)
                 sims[method] = sim
             sim = sims[method]
