@@ -39,7 +39,19 @@ from fedac.engine.data import build_federated_data  # noqa: E402
 from fedac.errors import ConfigError  # noqa: E402
 from fedac.training.device import nbytes  # noqa: E402
 
-METHODS = ("fedavg", "scaffold", "feddyn", "moon", "ditto", "apfl")
+METHODS = (
+    "fedavg",
+    "scaffold",
+    "feddyn",
+    "moon",
+    "ditto",
+    "apfl",
+    "fedbn",
+    "fedper",
+    "fedrep",
+    "lgfedavg",
+    "local",
+)
 EXECUTIONS = ("auto", "cohort", "sequential")
 QUIET = ["runtime.threads=1", "train.eval_every=1000000", "train.checkpoint_every=1000000"]
 

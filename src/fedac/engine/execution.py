@@ -62,8 +62,8 @@ def stacking_obstacle(algorithm: Algorithm) -> str | None:
     in effect (a subclass that overrides `client_update` has no stacked form of it), the optimiser
     must have a stacked form, and every architecture it stacks a stacked forward."""
     cls = type(algorithm).__name__
-    if type(algorithm).no_stacked_form is not None:
-        return type(algorithm).no_stacked_form
+    if algorithm.no_stacked_form is not None:  # (an instance may set it from its config)
+        return algorithm.no_stacked_form
     target = getattr(type(algorithm).cohort_update, "reproduces", None)
     if target is None:
         return f"{cls} has no stacked cohort_update"

@@ -86,6 +86,28 @@ ALGORITHMS = Registry(
             "Early-exit fine-tuning of SSL encoders: per-client depth, depth-weighted aggregation",
             f"{_S}.earlyexit:EarlyExitConfig",
         ),
+        "fedbn": Entry(
+            "fedac.algorithms.fedbn:FedBN",
+            "FedBN: FedAvg whose BatchNorm layers stay on each client (personalised)",
+            f"{_S}.fedbn:FedBNConfig",
+        ),
+        "fedper": Entry(
+            "fedac.algorithms.fedper:FedPer",
+            "FedPer: a shared body and a private head per client (personalised)",
+        ),
+        "fedrep": Entry(
+            "fedac.algorithms.fedrep:FedRep",
+            "FedRep: a private head trained first, then the shared body (personalised)",
+            f"{_S}.fedrep:FedRepConfig",
+        ),
+        "lgfedavg": Entry(
+            "fedac.algorithms.lgfedavg:LGFedAvg",
+            "LG-FedAvg: a private body and a shared head per client (personalised)",
+        ),
+        "local": Entry(
+            "fedac.algorithms.local_only:Local",
+            "Local training alone: each client its own model, nothing aggregated (personalised)",
+        ),
         "central": Entry(
             "fedac.algorithms.central:Central",
             "Centralised training on one pooled client (warm-up + decay)",
