@@ -242,7 +242,7 @@ class PartlyShared(Algorithm):
             datas, range(len(datas)), schedule, round_idx, seed, self.packing, arch, workers
         )
         for position, result in run_chunks(
-            train, chunks, schedule, self.device, self.devices, probing, workers
+            train, chunks, self.cfg.runtime, self.device, self.devices, probing, workers
         ):
             results[position] = result
         return results  # type: ignore[return-value]
