@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cohort import RESULTS, fedac_round, interleave, machine, simulator, summarize  # noqa: E402
 from fedac.config import load_config  # noqa: E402
 from fedac.engine.data import build_federated_data  # noqa: E402
-from fedac.settings import ALGORITHMS  # noqa: E402
+from fedac.settings.algorithms import ALGORITHMS  # noqa: E402
 
 
 def plugin_scaffold():

@@ -18,7 +18,7 @@ from fedac.algorithms.base import ClientData, Task
 from fedac.algorithms.objective import LocalObjective
 from fedac.config import load_config
 from fedac.seeding import torch_generator
-from fedac.settings import ALGORITHMS
+from fedac.settings.algorithms import ALGORITHMS
 from fedac.training.local import client_batches
 from helpers import tiny_run
 

@@ -205,7 +205,7 @@ def cmd_models(args: argparse.Namespace) -> int:
 #: loaded when listed (a part's description comes from its table or its source, never by importing
 #: torch).
 REGISTRIES = {
-    "algorithms": "fedac.settings:ALGORITHMS",
+    "algorithms": "fedac.settings.algorithms:ALGORITHMS",
     "models": "fedac.settings.models:MODELS",
     "datasets": "fedac.settings.datasets:DATASETS",
     "aggregators": "fedac.settings.aggregation:AGGREGATORS",

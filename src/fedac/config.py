@@ -23,8 +23,8 @@ from fedac.errors import ConfigError
 # (also importable from here, as settings written before fields.py do)
 from fedac.fields import number
 from fedac.registry import Entry, Registry, check_choice, choice, resolve
-from fedac.settings import ALGORITHMS
 from fedac.settings.aggregation import AGGREGATORS
+from fedac.settings.algorithms import ALGORITHMS
 from fedac.settings.attacks import ATTACKS
 from fedac.settings.datasets import DATASETS
 from fedac.settings.models import MODELS

@@ -16,7 +16,7 @@ import inspect
 from typing import TYPE_CHECKING
 
 from fedac.errors import ConfigError
-from fedac.settings import ALGORITHMS
+from fedac.settings.algorithms import ALGORITHMS
 
 # base imports torch; the registry's names must load without it (`fedac run --help` lists them)
 if TYPE_CHECKING:
