@@ -119,7 +119,7 @@ def write_pfl(
                     run.update(client_figures(Path(run["run_dir"])))
     out = request.out
     with open(out / "results.csv", "w", newline="") as handle:
-        writer = csv.writer(handle)
+        writer = csv.writer(handle, lineterminator="\n")
         writer.writerow(["cell", "method", "seed", *CSV_KEYS, "run_dir"])
         for cell, by_method in runs.items():
             for method, method_runs in by_method.items():
