@@ -16,13 +16,13 @@ Parts
 - w: workload W (issue 6): CRNN-Lite on 40 x 101 features, 100 clients x 40 samples, 10 per round,
   1 local epoch, batch 16, SGD lr 0.01 (no momentum), dropout 0.1. Per round: the floor (the same
   SGD steps back to back in a plain torch loop: one model, weights loaded per client, no fedac
-  code), fedac's sequential path and fedac's cohort path (`Simulator.run_round`, so sampling, the
+  code), fedac's sequential path and fedac's stacked path (`Simulator.run_round`, so sampling, the
   server update and all bookkeeping are inside). The end-to-end run is in the flower part.
 - vmap: one SGD step of 10 clients through torch.func (stack_module_state + functional_call +
   vmap(grad)) against the stacked formulation of models/stacked.py and a loop, dropout off.
 - fedmlac: FedMLAC with CRNN-Base personalized models and a CRNN-Lite Plug-in, 500 clients x 40
   samples, 100 per round (LPA aggregation); the floor is the same mutual-learning steps in a plain
-  loop; the cohort path also with 2 worker threads (`runtime.cohort_workers=2`; every other path
+  loop; the stacked path also with 2 worker threads (`runtime.cohort_workers=2`; every other path
   uses one core).
 - gsc: GSC scale in a fresh process (so its peak RSS is its own): 2,618 clients of 20-60 windows
   (mean 40; 20% held out locally, as the GSC protocol does), random 40 x 101 features, every

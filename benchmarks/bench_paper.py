@@ -24,9 +24,9 @@ backward; backward counted as twice the forward; no padding) per wall second.
 
 Parts `gsc` (GSC scale, 2,618 clients, 524 per round; bench_cohort.py's gsc child, baseline and
 default) and `w` (workload W cohort / floor; bench_cohort.py's w part) run the issue 6 harness;
-parts `roofline` (one core's matmul peak and the cohort path's batched shapes, against each target's
-arithmetic) and `profile` (the paper schedule on one worker under the torch profiler, stacked and
-sequential: each op's and each kind of op's share of the CPU time) say what bounds a round, and
+parts `roofline` (one core's matmul peak and the stacked path's batched shapes, against each
+target's arithmetic) and `profile` (the paper schedule on one worker under the torch profiler,
+stacked and sequential: each op's and each kind of op's share of the CPU time) say what bounds a round, and
 explain a machine where the stacked path gains less. Part `gru` times the recurrence alone (one
 thread, one process): each build of the fused kernel this CPU runs against the pure-torch loop.
 Every JSON records the CPU (`machine`: model, family/model, torch's CPU capability, AVX2 / AVX-512
@@ -475,7 +475,7 @@ def rate(fn, flop: float, seconds: float = 0.5) -> float:
 
 def part_roofline(report: dict) -> dict:
     """What bounds a round: this core's float32 matmul rate, for one large product (the practical
-    peak) and for the batched products the cohort path runs at a client's 16 rows, on one thread;
+    peak) and for the batched products the stacked path runs at a client's 16 rows, on one thread;
     and the rounds' arithmetic (real samples x the FedMLAC per-sample FLOPs) at that peak on every
     core."""
     import torch

@@ -179,7 +179,7 @@ def cmd_models(args: argparse.Namespace) -> int:
         name: shape_only(name, args.num_features, args.num_classes) for name, _ in MODELS.items()
     }
     counts = {name: f"{count_parameters(model):,}" for name, model in models.items()}
-    # the stacked cohort path: crnn (hand-written), vmap (torch.func, any nn.Module) or no (why)
+    # the stacked path: crnn (hand-written), vmap (torch.func, any nn.Module) or no (why)
     stacked = {name: stacked_support(name, model) for name, model in models.items()}
     width, kind_width = (
         max(map(len, counts.values())),
@@ -195,7 +195,7 @@ def cmd_models(args: argparse.Namespace) -> int:
     ]
     print(
         f"models for {args.num_features} input features and {args.num_classes} classes "
-        "(stacked: how the cohort path trains each; docs/extending.md):"
+        "(stacked: how the stacked path trains each; docs/extending.md):"
     )
     print(format_table(rows))
     return 0

@@ -164,11 +164,11 @@ class TrainConfig:
     optimizer: str = "sgd"
     """Local optimiser, new every round: sgd (lr, momentum, weight_decay), adam or adamw (torch Adam
     / AdamW with lr and weight_decay; FedKWS-UI's protocol trains its Transformer with adamw, the
-    early-exit paper its SSL encoders). The stacked cohort path has all three
+    early-exit paper its SSL encoders). The stacked path has all three
     (training/functional.py)."""
     max_grad_norm: float = number(0.0, ">= 0")
     """Clip every local step's gradient to this L2 norm (FedKWS-UI's protocol: 50); 0: no clipping.
-    The stacked cohort path clips each client's gradient on its own."""
+    The stacked path clips each client's gradient on its own."""
     eval_every: int = number(5, ">= 1")
     """Evaluate on the validation split every k rounds (and after the last round). `fedac run` left
     at this default makes a run of fewer than 5 x 5 rounds evaluate every rounds // 5 rounds (every
@@ -216,7 +216,7 @@ class RuntimeConfig:
     GPU equal the CPU's to float rounding, not bitwise; a checkpoint written on one resumes on the
     other."""
     devices: str = ""
-    """Several devices for one run's stacked cohort path: all (every CUDA GPU torch sees) or a comma
+    """Several devices for one run's stacked path: all (every CUDA GPU torch sees) or a comma
     list (cuda:0,cuda:1); empty (the default): `runtime.device` alone. Each chunk of stacked clients
     trains on the next free device (its data, payload and models copied there, its results back);
     the data, the server, aggregation and evaluation stay on `runtime.device`, and the sequential

@@ -3,7 +3,7 @@
 EFFECTS maps each documented setting to a check that flips it and asserts an observable effect that
 the setting explains: the labels, features and clients the engine builds, the rounds, cohorts,
 evaluations and checkpoints of a run, the steps and parameters of a client update (through the
-engine's dispatch, so the default cohort path), and which clients shape the server's aggregate.
+engine's dispatch, so the default stacked path), and which clients shape the server's aggregate.
 `test_every_documented_setting_has_an_effect_check` parses the README, so a newly documented setting
 fails until it gets a row here.
 """
@@ -117,8 +117,8 @@ def algorithm(*overrides: str):
 
 
 def update(*overrides: str, payload: dict | None = None, payload_shift: float = 0.0):
-    """One round of client updates through the engine's dispatch (cohort path where there is one),
-    from `payload` or the algorithm's initial global model moved by `payload_shift`."""
+    """One round of client updates through the engine's dispatch (stacked where it can be), from
+    `payload` or the algorithm's initial global model moved by `payload_shift`."""
     algo = algorithm(*overrides)
     datas = clients()
     if payload is None:

@@ -214,7 +214,7 @@ def test_flower_run_matches_the_simulator(fedmlac_run, tmp_path):
         )
     # The personalized models too: the nodes reported digests of theirs. Bit for bit, they equal the
     # simulator's sequential path (the ClientApp calls the same `train_client`); the simulator's
-    # stacked cohort path reorders float sums, so it is compared to 1e-5 above only through the
+    # stacked path reorders float sums, so it is compared to 1e-5 above only through the
     # Plug-in.
     cfg.runtime.execution = "sequential"
     sequential = Simulator(cfg, tmp_path / "sequential", progress=False)

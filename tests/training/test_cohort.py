@@ -247,7 +247,7 @@ def test_cohort_and_sequential_paths_give_the_same_parameters(overrides, kernel,
     spy.reproduces = original.reproduces
     monkeypatch.setattr(type(coh_algo), "cohort_update", spy)
     cohort_run = federate(coh_algo, clients)
-    assert calls == [len(clients)] * 3  # the cohort path ran, once per round for the whole cohort
+    assert calls == [len(clients)] * 3  # the stacked path ran, once per round for the whole cohort
     assert_same_run(federate(seq_algo, clients), cohort_run)
 
 

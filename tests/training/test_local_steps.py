@@ -1,5 +1,5 @@
 """The training settings FedKWS-UI's protocol added for every algorithm: `train.local_steps` (a
-cycling loader; batches by hand, step counts, cohort path equal to the sequential one),
+cycling loader; batches by hand, step counts, stacked path equal to the sequential one),
 `train.optimizer`, `train.max_grad_norm` and `fedprox.form=smooth_l1` (by hand)."""
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ def test_the_stacked_cohort_path_refuses_padded_waveforms():
     waves = Padded.stack([torch.randn(7), torch.randn(5)])
     data = ClientData("c0", waves, torch.tensor([0, 1]), waves, torch.tensor([0, 1]))
     cfg = load_config(overrides=["train.batch_size=2"]).train
-    with pytest.raises(TypeError, match="the stacked cohort path reads feature windows"):
+    with pytest.raises(TypeError, match="the stacked path reads feature windows"):
         CohortChunk([0], [data], cfg, 0, 0)
 
 

@@ -1,10 +1,12 @@
 """One file per method; `build_algorithm` maps names to classes through the algorithm registry
-(`ALGORITHMS`, in settings/ beside each algorithm's settings: built-ins and plug-ins).
+(`ALGORITHMS`, in settings/algorithms.py beside each algorithm's settings: built-ins and plug-ins).
 
 Belongs here: a federated method's client and server sides (base.py's Algorithm), one file each,
-with its own losses (mutual.py), its stacked cohort step (cohort.py), its capabilities as class
+with its own losses (mutual.py) and its stacked step (in its own file; objective.py's
+`LocalObjective` builds one from a local objective), its capabilities as class
 attributes (streaming, centralised, personalized, augmentable, ...), and its registry entry and
-settings in settings/<name>.py. Must not be here: the round loop, client sampling, checkpoints or
+settings in settings/<name>.py. Must not be here: how a run's clients train (sequential or stacked:
+engine/execution.py), the round loop, client sampling, checkpoints or
 building data from a config (engine/), a runtime's transport (flower/), and no import of
 fedac.engine, flower, the experiment commands or cli; an aggregator or attack that every method can
 use belongs in rules/ (aggregation.py, robust.py, attacks.py), not in one method's file.

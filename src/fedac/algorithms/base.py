@@ -94,8 +94,7 @@ class Algorithm(ABC):
         #: Where this algorithm's models live (`runtime.device`); the client data arrives there from
         #: the engine.
         self.device = self.runtime.device
-        #: Where the cohort path's stacked chunks train (`runtime.devices`; by default `self.device`
-        #: alone).
+        #: Where the stacked path's chunks train (`runtime.devices`; by default `self.device`).
         self.devices = list(self.runtime.devices)
         #: How many clients a stacked chunk holds (`runtime.cohort_chunk`; on a GPU, measured per
         #: architecture, on the first of `devices`).

@@ -10,7 +10,7 @@ distances, bandwidth b = sum(D) / ((2B)^2 - 2B) + 1e-8 (no gradient through b), 
 K = sum_{i=0..4} exp(-D / (b 2^i)), MMD^2 = mean(K_XX + K_YY - K_XY - K_YX) (the biased estimate).
 
 Local training is FedAvg's (`train.local_epochs` passes, the server's n_k-weighted mean), so FedMMD
-differs from FedAvg by the MMD term alone; it runs on the sequential path (no stacked cohort form).
+differs from FedAvg by the MMD term alone; it runs on the sequential path (no stacked form).
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
-"""FedMLAC's mutual-learning losses (Eqs. 5, 8, 9), shared by its per-client step (fedmlac.py) and
-its stacked cohort step (cohort.py), which fedmlac.py imports: kept here so the two never import
-each other."""
+"""FedMLAC's mutual-learning losses (Eqs. 5, 8, 9), shared by its per-client step and its stacked
+step (both in fedmlac.py), each written for one client or for a chunk's stacked clients."""
 
 from __future__ import annotations
 
@@ -18,7 +17,7 @@ def distillation_kl(
 ) -> torch.Tensor:
     """KL(p_teacher || p_student) averaged over the batch (Eq. 5), teacher detached, scaled by T^2.
 
-    With per-sample `weight` (clients, batch), as the cohort path passes it, the average is the
+    With per-sample `weight` (clients, batch), as the stacked path passes it, the average is the
     weighted sum over each client's batch (see `local.cross_entropy`) and the result has one value
     per client."""
     t = temperature

@@ -18,7 +18,7 @@ from fedac.settings.models import MODELS  # the registry's torch-free table; re-
 
 MODEL_NAMES = tuple(CRNN_SPECS)
 SSL_NAMES = tuple(SSL_SIZES)
-#: Every built-in model; MODEL_NAMES is the CRNN zoo (the stacked cohort path's models), then
+#: Every built-in model; MODEL_NAMES is the CRNN zoo (the stacked path's models), then
 #: FedKWS-UI's networks, the zero-shot paper's small CNNs and the SSL encoders. `MODELS` adds the
 #: plug-ins.
 ALL_MODELS = MODEL_NAMES + tuple(KWS_MODELS) + tuple(KWS_CNN_SPECS) + SSL_NAMES

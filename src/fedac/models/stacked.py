@@ -3,7 +3,7 @@ as a function of parameters stacked along a leading client axis (`stack_params`)
 training.
 
 Why not `torch.func` (stack_module_state + functional_call + vmap(grad)): its dropout cannot replay
-the masks a client draws when it trains alone (so the cohort path would not give the sequential
+the masks a client draws when it trains alone (so the stacked path would not give the sequential
 numbers), and it is slower: one SGD step of 10 clients took about 0.8x the time of a per-client
 loop, against about 0.6x for this module (benchmarks/README.md, part `vmap`).
 This module therefore writes the CRNN out once more, the same function as `models/crnn.py` (equal to

@@ -4,7 +4,7 @@ Belongs here: the types that algorithms, engine, attacks and the Flower apps sha
 (training/types.py: Params, Task, ClientData, ClientResult, EvalSplit, FederatedData, model_input);
 local SGD loops (local.py); the seeded client step every runtime calls (step.py: train_client);
 evaluation (evaluate.py) and its metrics (metrics.py: accuracy / F1 / UAR, WER / CER, EER, mean ±
-std); the stacked-cohort machinery and its chunk planner (cohort.py, schedule.py).
+std); the stacking machinery and its chunk planner (cohort.py, schedule.py).
 
 Must not be here: anything that imports fedac.rules, algorithms, engine, flower or
 the experiment modules (tests/test_import_layers.py fails on it); an algorithm's own loss or update

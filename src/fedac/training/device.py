@@ -54,7 +54,7 @@ def resolve_device(setting: str) -> torch.device:
 
 
 def resolve_devices(setting: str, device: torch.device) -> list[torch.device]:
-    """`runtime.devices` as the list of devices the cohort path spreads its chunks over: empty, the
+    """`runtime.devices` as the list of devices the stacked path spreads its chunks over: empty, the
     run's `device` alone; `all`, every CUDA GPU torch sees; else a comma list of `runtime.device`
     values (each checked as `resolve_device` checks it; `cpu` may appear, so a one-GPU machine or a
     test can mix)."""

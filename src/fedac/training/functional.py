@@ -539,7 +539,7 @@ def with_buffers(leaf: Params, params: Params, active: int, names: list[str]) ->
 
 
 class ParameterView:
-    """What a regularizer (e.g. FedProx's proximal term) sees of one client on the cohort path: its
+    """What a regularizer (e.g. FedProx's proximal term) sees of one client on the stacked path: its
     parameters, as `named_parameters()` / `parameters()`; it has no forward pass."""
 
     def __init__(self, params: Params):

@@ -76,8 +76,8 @@ def local_steps(num_samples: int, cfg: TrainConfig) -> int:
 def cross_entropy(
     logits: torch.Tensor, y: torch.Tensor, weight: torch.Tensor | None = None
 ) -> torch.Tensor:
-    """Batch-mean cross-entropy; with per-sample `weight` (clients, batch) from the cohort path, the
-    weighted sum over each client's batch (weight 1/b on its b real samples, 0 on padding) ->
+    """Batch-mean cross-entropy; with per-sample `weight` (clients, batch) from the stacked path,
+    the weighted sum over each client's batch (weight 1/b on its b real samples, 0 on padding) ->
     (clients,)."""
     if weight is None:
         return nn.functional.cross_entropy(logits, y)

@@ -1,7 +1,7 @@
 """One run's runtime: where and how it computes, resolved once from the `runtime` settings and
 passed down.
 
-`Runtime` holds the device (`runtime.device`), the devices the cohort path spreads over
+`Runtime` holds the device (`runtime.device`), the devices the stacked path spreads over
 (`runtime.devices`), the arithmetic (`runtime.precision`, `runtime.deterministic`), the packing
 settings (`runtime.cohort_chunk`, `runtime.client_memory`) and the worker threads
 (`runtime.cohort_workers`). A driver (engine/) builds it with `start_runtime`, which also applies
@@ -45,7 +45,7 @@ class Runtime:
     """Where and how one run computes (see the module's docstring)."""
 
     device: torch.device
-    #: Where the cohort path's stacked chunks train (`runtime.devices`; by default `device` alone).
+    #: Where the stacked path's stacked chunks train (`runtime.devices`; by default `device` alone).
     devices: tuple[torch.device, ...]
     precision: str
     deterministic: bool

@@ -118,8 +118,8 @@ class CohortChunk:
         self.datas = datas
         # (the SSL encoders' padded waveforms never get here: a model with a task_loss of its own
         # has no stacked form, functional.unstackable_reason)
-        self.windows = [feature_windows(d.x, "the stacked cohort path") for d in datas]
-        labels = [class_labels(d.y, "the stacked cohort path") for d in datas]
+        self.windows = [feature_windows(d.x, "the stacked path") for d in datas]
+        labels = [class_labels(d.y, "the stacked path") for d in datas]
         # `features.augment`: a client's x draws fresh windows per batch
         # (data/augment.AugmentedWindows), so there is no tensor to concatenate; `batch` draws each
         # client's rows from its own generator.
