@@ -27,10 +27,10 @@ default) and `w` (workload W cohort / floor; bench_cohort.py's w part) run the i
 parts `roofline` (one core's matmul peak and the stacked path's batched shapes, against each
 target's arithmetic) and `profile` (the paper schedule on one worker under the torch profiler,
 stacked and sequential: each op's and each kind of op's share of the CPU time) say what bounds a
-round, and explain a machine where the stacked path gains less. Part `gru` times the recurrence alone (one
-thread, one process): each build of the fused kernel this CPU runs against the pure-torch loop.
-Every JSON records the CPU (`machine`: model, family/model, torch's CPU capability, AVX2 / AVX-512
-flags).
+round, and explain a machine where the stacked path gains less. Part `gru` times the recurrence
+alone (one thread, one process): each build of the fused kernel this CPU runs against the
+pure-torch loop. Every JSON records the CPU (`machine`: model, family/model, torch's CPU
+capability, AVX2 / AVX-512 flags).
 """
 
 from __future__ import annotations
