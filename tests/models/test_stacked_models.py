@@ -397,6 +397,10 @@ def test_auto_on_the_cpu_times_a_vmapped_network_once_per_machine(faster, tmp_pa
     # another machine (here: another thread count) measures for itself
     monkeypatch.setattr(execution, "machine_id", lambda device: "another machine")
     assert ExecutionPlan(alg, cache).needs_probe
+    # torchrun's other ranks keep nothing: rank 0's measurement is the one every rank follows
+    silent = execution.ProbeCache(tmp_path / "rank1", writes=False)
+    silent.write("key", {"path": "stacked"})
+    assert silent.read("key") is None and cache.read("key") is None
 
 
 class _AmpleGauge:

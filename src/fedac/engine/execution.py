@@ -119,8 +119,11 @@ class ProbeCache:
     "<architectures>|<machine>" -> the measurement), so `auto` times a vmapped network once per
     machine, not once per run, and two runs of one command take one path."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, writes: bool = True):
         self.path = root / "execution-probes.json"
+        #: False on torchrun's other ranks: rank 0's measurement is the one every rank follows, so
+        #: it alone is kept.
+        self.writes = writes
 
     def read(self, key: str) -> dict[str, Any] | None:
         try:
@@ -130,6 +133,8 @@ class ProbeCache:
         return entry if isinstance(entry, dict) and entry.get("path") else None
 
     def write(self, key: str, measurement: dict[str, Any]) -> None:
+        if not self.writes:
+            return
         try:
             saved = json.loads(self.path.read_text())
         except (OSError, ValueError):
@@ -171,9 +176,10 @@ class ExecutionPlan:
                 self.measured[self.key] = {**cached, "cached": True}
 
     @classmethod
-    def for_run(cls, algorithm: Algorithm) -> ExecutionPlan:
-        """A run's plan, with the machine's probe cache under the feature cache."""
-        return cls(algorithm, ProbeCache(cache_root(algorithm.cfg.data.cache_dir)))
+    def for_run(cls, algorithm: Algorithm, writes: bool = True) -> ExecutionPlan:
+        """A run's plan, with the machine's probe cache under the feature cache (`writes`: this
+        process keeps its measurement there; torchrun's rank 0 alone)."""
+        return cls(algorithm, ProbeCache(cache_root(algorithm.cfg.data.cache_dir), writes))
 
     @property
     def _cache_key(self) -> str:

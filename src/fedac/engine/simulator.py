@@ -98,7 +98,7 @@ class Simulator(RoundDriver):
         record_bad_files(self.run_dir, self.data)  # data.on_bad_file=skip: the files left out
         self.algorithm: Algorithm = build_algorithm(cfg, self.data.task, self.runtime)
         #: How the clients train (runtime.execution=cohort that cannot stack fails here, at start).
-        self.plan = ExecutionPlan.for_run(self.algorithm)
+        self.plan = ExecutionPlan.for_run(self.algorithm, writes=self.world.writes)
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
         if self.holds_clients and not self.trainable:
             raise ConfigError(f"no client holds training data for dataset {cfg.dataset}")
