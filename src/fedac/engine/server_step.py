@@ -81,9 +81,10 @@ class ServerStep:
         counts the traffic). `rejected_elsewhere`: clients whose non-finite update was refused
         before it reached the server (a Flower node refuses its own). `summed`: over several
         processes, the usable uploads' all-reduced weighted mean with its summed weight."""
-        accepted = [a for a in arrivals if all_finite(a.upload) and all_finite(a.state)]
-        for arrival in arrivals:
-            if arrival not in accepted:
+        finite = [all_finite(a.upload) and all_finite(a.state) for a in arrivals]
+        accepted = [a for a, ok in zip(arrivals, finite) if ok]
+        for arrival, ok in zip(arrivals, finite):
+            if not ok:
                 log.warning(
                     "round %d: client %s returned NaN/Inf parameters; its update is discarded",
                     round_idx,

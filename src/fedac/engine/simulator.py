@@ -205,8 +205,9 @@ class Simulator(RoundDriver):
         ]
         step = self.server_step(state, payload, arrivals, round_idx, summed=results.summed)
         state.server = step.server
+        accepted = set(step.accepted)
         for name, result in zip(names, results):
-            if name not in step.accepted:
+            if name not in accepted:
                 continue
             if result.state is not None and self.holds(name):
                 state.clients[name] = self._homed(result.state)
