@@ -29,7 +29,7 @@ from pathlib import Path
 
 from fedac.experiments.compare import Method
 from fedac.experiments.fedmlac import DATASETS
-from fedac.experiments.runner import grid_cells, markdown, plot
+from fedac.experiments.runner import grid_cells, markdown, plot, write_csv
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
 from fedac.training.metrics import mean_std, spread
 
@@ -118,21 +118,7 @@ def write_pfl(
                 if "clients_model" not in run:
                     run.update(client_figures(Path(run["run_dir"])))
     out = request.out
-    with open(out / "results.csv", "w", newline="") as handle:
-        writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["cell", "method", "seed", *CSV_KEYS, "run_dir"])
-        for cell, by_method in runs.items():
-            for method, method_runs in by_method.items():
-                for run in method_runs:
-                    writer.writerow(
-                        [
-                            cell,
-                            method,
-                            run["seed"],
-                            *[run.get(k, "") for k in CSV_KEYS],
-                            run["run_dir"],
-                        ]
-                    )
+    write_csv(out / "results.csv", runs, CSV_KEYS)
     # what the docs quote (docs/results/figures.yaml): mean and std over seeds of every figure
     summary = {
         cell: {

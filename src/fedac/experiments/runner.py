@@ -201,10 +201,13 @@ def write_grid(
 GRID = Layout(cells=grid_cells, write=write_grid)
 
 
-def write_csv(path: Path, runs: dict[str, dict[str, list[dict]]]) -> None:
+def write_csv(
+    path: Path, runs: dict[str, dict[str, list[dict]]], keys: list[str] = CSV_KEYS
+) -> None:
+    """results.csv: one row per run (cell, method, seed, `keys`, its run directory)."""
     with open(path, "w", newline="") as handle:
         writer = csv.writer(handle, lineterminator="\n")
-        writer.writerow(["cell", "method", "seed", *CSV_KEYS, "run_dir"])
+        writer.writerow(["cell", "method", "seed", *keys, "run_dir"])
         for cell, by_method in runs.items():
             for method, method_runs in by_method.items():
                 for run in method_runs:
@@ -213,7 +216,7 @@ def write_csv(path: Path, runs: dict[str, dict[str, list[dict]]]) -> None:
                             cell,
                             method,
                             run["seed"],
-                            *[run.get(k, "") for k in CSV_KEYS],
+                            *[run.get(k, "") for k in keys],
                             run["run_dir"],
                         ]
                     )
