@@ -32,7 +32,6 @@ from torch.func import functional_call
 
 from fedac.algorithms.base import ClientData, ClientResult, Params, model_params
 from fedac.algorithms.fedavg import FedAvg
-from fedac.errors import ConfigError
 from fedac.training.local import client_batches, clip_gradients, make_optimizer, on_device
 from fedac.training.types import class_labels, feature_windows
 
@@ -52,14 +51,7 @@ class APFL(FedAvg):
     name = "apfl"
     personalized = True
     trains_ssl_encoders = False
-
-    def __init__(self, cfg, task, runtime=None):
-        super().__init__(cfg, task, runtime)
-        if cfg.model.heterogeneous:
-            raise ConfigError(
-                "apfl mixes each local model with the global one parameter by parameter, so they "
-                "share model.name's architecture: set model.heterogeneous=false"
-            )
+    one_architecture = "mixes each local model with the global one parameter by parameter"
 
     no_stacked_form = SEQUENTIAL
 

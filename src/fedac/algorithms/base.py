@@ -83,8 +83,17 @@ class Algorithm(ABC):
     #: Why the method has no stacked form although it inherits a `cohort_update` (APFL's two models
     #: per client), or None: engine/execution.py `stacking_obstacle` names it as the reason.
     no_stacked_form: str | None = None
+    #: Why a personalized method's clients must all train `model.name` (its own models and the
+    #: shared one are combined parameter by parameter), or None: `model.heterogeneous` is then
+    #: refused with this reason.
+    one_architecture: str | None = None
 
     def __init__(self, cfg: Config, task: Task, runtime: Runtime | None = None):
+        if cfg.model.heterogeneous and type(self).one_architecture is not None:
+            raise ConfigError(
+                f"{type(self).name or type(self).__name__} {type(self).one_architecture}, so every "
+                "client trains model.name's architecture: set model.heterogeneous=false"
+            )
         self.cfg = cfg
         self.task = task
         #: Where and how it computes: the driver's (resolved once per run, training/runtime.py), or,

@@ -25,7 +25,6 @@ import torch
 from fedac.algorithms.base import ClientData, ClientResult, Params, reproduces
 from fedac.algorithms.fedavg import FedAvg
 from fedac.algorithms.objective import LocalObjective
-from fedac.errors import ConfigError
 from fedac.seeding import derive_seed, torch_generator
 from fedac.training.local import cross_entropy
 from fedac.training.stacking import client_progress
@@ -36,14 +35,7 @@ class Ditto(LocalObjective, FedAvg):
     reads_model_once = True
     personalized = True
     trains_ssl_encoders = False
-
-    def __init__(self, cfg, task, runtime=None):
-        super().__init__(cfg, task, runtime)
-        if cfg.model.heterogeneous:
-            raise ConfigError(
-                "ditto regularises each personal model towards the global one, so they share "
-                "model.name's architecture: set model.heterogeneous=false"
-            )
+    one_architecture = "regularises each personal model towards the global one"
 
     def client_architecture(self, client: str) -> str:
         return self.cfg.model.name

@@ -24,6 +24,8 @@ class Local(PartlyShared):
     name = "local"
     dp_compatible = False
     sums_uploads = False
+    # (it is the partly shared models' baseline: their network, nothing shared)
+    one_architecture = "trains the partly shared baselines' network alone"
 
     def __init__(self, cfg, task, runtime=None):
         if cfg.aggregation.method != "mean":

@@ -55,7 +55,6 @@ from fedac.algorithms.base import (
     reproduces,
 )
 from fedac.config import TrainConfig
-from fedac.errors import ConfigError
 from fedac.models.parts import entry_names
 from fedac.models.stacked import stack_params
 from fedac.training.functional import (
@@ -80,13 +79,10 @@ class PartlyShared(Algorithm):
     dp_compatible = True
     sums_uploads = True
 
+    one_architecture = "shares entries of one network between the clients"
+
     def __init__(self, cfg, task, runtime=None):
         super().__init__(cfg, task, runtime)
-        if cfg.model.heterogeneous:
-            raise ConfigError(
-                f"{cfg.algorithm} shares entries of one network (model.name), so every client "
-                "trains the same architecture: set model.heterogeneous=false"
-            )
         model = self.scratch_model(cfg.model.name)
         self.private = self.private_entries(model)
         #: The entries the server averages, in state order.
