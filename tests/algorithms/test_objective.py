@@ -7,15 +7,15 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedac.algorithms.base import ClientData, Task
+from algorithm_harness import build, clients
 from fedac.algorithms.objective import LocalObjective
-from fedac.config import load_config
 from fedac.engine.execution import ExecutionPlan
 
 
 class Proximal(LocalObjective):
     """FedProx (Li et al. 2020, Eq. 2) as an objective: CE plus mu/2 ||w - w_global||^2."""
 
+    name = "fedprox"  # (its settings section: the test harness names the algorithm)
     mu = 0.1
 
     def init_server(self):
@@ -34,34 +34,6 @@ class Undeclared(Proximal):
     reads_model_once = False
 
 
-def build(cls, model, execution="auto", *extra):
-    cfg = load_config(
-        overrides=[
-            f"model.name={model}",
-            "runtime.device=cpu",
-            "train.batch_size=4",
-            "train.local_epochs=1",
-            f"runtime.execution={execution}",
-            *extra,
-        ]
-    )
-    return cls(cfg, Task(6, 3, ["a", "b", "c"]))
-
-
-def clients():
-    g = torch.Generator().manual_seed(0)
-    return [
-        ClientData(
-            name,
-            torch.randn(n, 6, 9, generator=g),
-            torch.randint(0, 3, (n,), generator=g),
-            torch.zeros(0, 6, 9),
-            torch.zeros(0, dtype=torch.long),
-        )
-        for name, n in (("a", 9), ("b", 6), ("c", 3))
-    ]
-
-
 def test_the_old_import_path_of_local_objective_still_works():
     from fedac.algorithms.cohort import LocalObjective as Old
 
@@ -72,11 +44,11 @@ def test_an_objective_on_a_zoo_crnn_trains_through_its_hand_written_forward_unpr
     """A zoo CRNN's hand-written stacked forward is always the faster stacked form: an objective
     takes it by default (`reads_model_once`), and auto stacks without a probe; one that declares
     otherwise goes through the vmapped module."""
-    algo = build(Proximal, "crnn_tiny")
+    algo = build(Proximal, "crnn_tiny", "auto")
     assert algo.stacked_kind("crnn_tiny") == "crnn"
     plan = ExecutionPlan(algo)
     assert plan.path == "stacked" and not plan.needs_probe
-    assert build(Undeclared, "crnn_tiny").stacked_kind("crnn_tiny") == "vmap"
+    assert build(Undeclared, "crnn_tiny", "auto").stacked_kind("crnn_tiny") == "vmap"
 
 
 @pytest.mark.parametrize("dropout", ["0", "0.3"])
