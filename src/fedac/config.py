@@ -495,6 +495,78 @@ class PrivacyConfig:
 
 
 @dataclass
+class SystemConfig:
+    """Devices, availability and time (engine/system.py; docs/system.md): a deterministic virtual
+    clock decides which sampled clients' updates count and when. Off by default (`devices=none`,
+    `availability=always`, `mode=sync`, no deadline, dropout or over-commitment): every client is
+    online, finishes at once and reports in the same instant, and a run gives the numbers it gave
+    before the clock existed."""
+
+    devices: str = "none"
+    """none (no device model: every client takes no time); synthetic (seeded heavy-tailed compute
+    speeds and bandwidths, data/traces.py states the distribution); or the path of a CSV / JSON
+    device trace with columns client, flops_per_s, up_bps, down_bps and optional memory_mb."""
+    availability: str = "always"
+    """always; synthetic (a seeded diurnal on/off pattern per client); or the path of a CSV / JSON
+    trace of per-client active intervals (client, start_s, end_s; a `period_s` column repeats
+    them)."""
+    fill: str = choice("cycle", ("cycle", "error"))
+    """Clients a trace omits: cycle (client i takes the trace's row i mod rows, as FedScale maps its
+    traces; one warning says how many) or error."""
+    deadline: float = number(0.0, ">= 0")
+    """Virtual seconds a sync round waits for its clients; 0: no deadline (it waits for every
+    client that finishes)."""
+    overcommit: float = number(1.0, ">= 1")
+    """Sample ceil(overcommit x K) clients and keep the first K that report (FedScale's
+    over-commitment; K is train.fraction's cohort)."""
+    dropout: float = number(0.0, "[0, 1)")
+    """Per-round probability that a dispatched client fails mid-training (seeded per client and
+    round): it contributes nothing."""
+    partial: bool = False
+    """A client that misses the deadline contributes the local steps it finished by then (instead
+    of nothing), weighted by the share of its samples it processed."""
+    mode: str = choice("sync", ("sync", "fedbuff", "fedasync"))
+    """sync (rounds); fedbuff (Nguyen et al. 2022: `concurrency` clients train at once, the server
+    applies the mean of every `buffer` arrived updates, each scaled by its staleness weight);
+    fedasync (Xie et al. 2019: every arrival is mixed in at once with weight alpha x its staleness
+    weight). In the async modes one `train.rounds` round is one server update."""
+    buffer: int = number(10, ">= 1")
+    """FedBuff's K: updates per server step."""
+    concurrency: int = number(0, ">= 0")
+    """Async modes: clients training at once; 0: the sync cohort's size (train.fraction)."""
+    max_staleness: int = number(10, ">= 0")
+    """Async modes: an update computed on a model more than this many server steps old is
+    discarded."""
+    staleness_exponent: float = number(0.5, ">= 0")
+    """Async modes: an update of staleness s is weighted (1 + s)^-a; 0.5 is FedBuff's and
+    FedScale's 1/sqrt(1 + s), 0 weights every update alike."""
+    alpha: float = number(0.6, "(0, 1]")
+    """FedAsync's mixing weight: x <- (1 - a_s) x + a_s x_client with a_s = alpha (1 + s)^-a."""
+    target_accuracy: float | None = number(None, "(0, 1]")
+    """results.json reports the virtual time at which validation accuracy first reached this
+    (None: not reported)."""
+
+
+@dataclass
+class CompressionConfig:
+    """How client uploads are compressed on the wire (rules/compression.py). Off by default."""
+
+    method: str = choice("none", ("none", "topk", "randk", "qsgd", "int8", "bf16"))
+    """none; topk / randk (send `ratio` of each update's entries with their indices: the largest
+    in magnitude / a seeded random subset); qsgd (`levels` stochastic levels per entry, unbiased);
+    int8 (a per-tensor scale and one byte per entry); bf16 (two bytes per entry)."""
+    ratio: float = number(0.1, "(0, 1]")
+    """topk / randk: the fraction of entries sent."""
+    levels: int = number(16, ">= 1")
+    """qsgd: s, the quantisation levels."""
+    error_feedback: bool = True
+    """Keep what compression left out as client state and add it to the next update (topk,
+    randk, int8, bf16)."""
+    download: bool = False
+    """Compress the broadcast too (without error feedback)."""
+
+
+@dataclass
 class EvalConfig:
     """How the clients' held-out scores are summarised (results.json's per_client, clients.png,
     `fedac compare --worst`)."""
@@ -569,6 +641,8 @@ class Config:
     aggregation: AggregationConfig = field(default_factory=AggregationConfig)
     attack: AttackConfig = field(default_factory=AttackConfig)
     dp: PrivacyConfig = field(default_factory=PrivacyConfig)
+    system: SystemConfig = field(default_factory=SystemConfig)
+    compression: CompressionConfig = field(default_factory=CompressionConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
 
