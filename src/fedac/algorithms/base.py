@@ -87,6 +87,10 @@ class Algorithm(ABC):
     #: shared one are combined parameter by parameter), or None: `model.heterogeneous` is then
     #: refused with this reason.
     one_architecture: str | None = None
+    #: Why the method cannot stop its local update after a given number of steps (the virtual
+    #: clock's `system.partial`: its batches do not come from `training.local.client_batches`);
+    #: None: it can.
+    partial_work: str | None = None
 
     def __init__(self, cfg: Config, task: Task, runtime: Runtime | None = None):
         if cfg.model.heterogeneous and type(self).one_architecture is not None:

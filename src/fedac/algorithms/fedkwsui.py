@@ -214,6 +214,7 @@ class FedKWSUI(Algorithm):
     sums_uploads = True
     # (its two heads wrap a feature network's embedding)
     trains_ssl_encoders = False
+    partial_work = "fedkwsui plans its own steps (its private model's and the shared one's)"
 
     def __init__(self, cfg, task, runtime=None):
         super().__init__(cfg, task, runtime)

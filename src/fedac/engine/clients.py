@@ -90,7 +90,20 @@ def batched_holdout_metrics(
 
 
 #: clients.csv's columns that are no score of a model
-NOT_SCORES = ("round", "client", "n_k", "holdout", "depth", "bytes_down", "bytes_up")
+#: clients.csv's columns of the virtual clock (engine/state.py `SystemBook.client_columns`).
+CLOCK_COLUMNS = ("compute_s", "comm_s", "arrived", "late", "dropped", "mean_staleness")
+
+
+NOT_SCORES = (
+    "round",
+    "client",
+    "n_k",
+    "holdout",
+    "depth",
+    "bytes_down",
+    "bytes_up",
+    *CLOCK_COLUMNS,
+)
 
 
 #: metrics.spread's figures that rank clients: read over the clients with enough held-out clips
@@ -186,7 +199,7 @@ def columns(rows: list[dict[str, Any]], personalized: bool) -> list[str]:
     own = [f"own_{k}" for k in CLIENT_METRICS] if personalized else []
     scores = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in NOT_SCORES]
     fixed = [k for k in ("round", "client", "n_k", "holdout", "depth") if any(k in r for r in rows)]
-    sent = [k for k in ("bytes_down", "bytes_up") if any(k in r for r in rows)]
+    sent = [k for k in ("bytes_down", "bytes_up", *CLOCK_COLUMNS) if any(k in r for r in rows)]
     return fixed + list(dict.fromkeys(scores + own)) + sent
 
 
@@ -267,6 +280,7 @@ def evaluate_clients(
                 **scores,
                 **{f"own_{k}": v for k, v in mine.items()},
                 **client_bytes(state, data.name),
+                **(state.system.client_columns(data.name) if state.system is not None else {}),
             }
         )
     return rows

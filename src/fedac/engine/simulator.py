@@ -24,6 +24,7 @@ from fedac.config import Config
 from fedac.engine.clients import client_summary, log_clients, own_scores, test_confusion
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
 from fedac.engine.distributed import (
+    Round,
     current_world,
     evaluation,
     how_shared,
@@ -34,8 +35,16 @@ from fedac.engine.distributed import (
 from fedac.engine.execution import ExecutionPlan, check_execution
 from fedac.engine.report import truncate_client_rows, truncate_pruning_log
 from fedac.engine.run import RoundDriver
-from fedac.engine.server_step import Arrival, ServerStep
-from fedac.engine.state import BestModel, RunState
+from fedac.engine.server_step import Arrival, ServerStep, StepResult
+from fedac.engine.state import BestModel, RunState, SystemBook
+from fedac.engine.system import (
+    CLOCK_METRICS,
+    SystemClock,
+    count_flops,
+    difference,
+    system_active,
+    write_system_rows,
+)
 from fedac.engine.tracking import check_trackers
 from fedac.errors import ConfigError
 from fedac.rules.attacks import Attack
@@ -46,6 +55,8 @@ from fedac.training.evaluate import evaluate, kws_rates, selection_score, window
 from fedac.training.metrics import mean_std
 from fedac.training.packing import client_home
 from fedac.training.runtime import start_runtime
+from fedac.training.schedule import step_sizes
+from fedac.training.step import train_client
 from fedac.training.types import ClientData, usable
 
 log = logging.getLogger(__name__)
@@ -77,6 +88,8 @@ class Simulator(RoundDriver):
     #: False for a server whose clients hold their data elsewhere (the Flower ServerApp in device
     #: mode).
     holds_clients = True
+    #: False for a server whose rounds run on real time (Flower's): the virtual clock is refused.
+    virtual_time = True
 
     def __init__(
         self,
@@ -130,6 +143,23 @@ class Simulator(RoundDriver):
             type(self.algorithm).lpa_setting,
         )
         self.server_step = ServerStep(self.algorithm, self.attack, self.privacy, self.run_dir)
+        #: The virtual clock (system.*), or None: the ideal federation.
+        self.clock: SystemClock | None = None
+        self._flops: dict[str, float] = {}
+        if system_active(cfg.system) and not self.virtual_time:
+            raise ConfigError(
+                "system.* models devices and time in the simulator; a Flower deployment runs on "
+                "its nodes' real clocks (leave system.* at its defaults)"
+            )
+        if system_active(cfg.system):
+            self.clock = SystemClock(
+                cfg,
+                {name: self.data.client(name).num_samples for name in self.trainable},
+                self.algorithm.client_architecture,
+                self._flops_per_sample,
+                type(self.algorithm).dp_compatible,
+                self.algorithm.partial_work,
+            )
         # over several processes: one all-reduce of the weighted sums where nothing needs each
         # upload
         self.sums = self.world.distributed and sums_uploads(
@@ -178,10 +208,50 @@ class Simulator(RoundDriver):
 
     # --- one round -----------------------------------------------------------------------------
     def run_round(self, state: RunState, round_idx: int) -> dict[str, float]:
+        if self.clock is not None and self.clock.asynchronous:
+            return self._async_round(state, round_idx)
         cfg = self.cfg
         payload = self.algorithm.broadcast(state.server)
-        names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
+        if self.clock is None:
+            names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
+            limits: dict[str, int | None] = {}
+            clock: dict[str, float] = {}
+        else:  # the clock decides who counts before anyone trains (engine/system.py)
+            kept, clock = self.clock.sync_round(
+                self._book(state), round_idx, self.cohort_size, *self._traffic(payload)
+            )
+            names, limits = [o.client for o in kept], {o.client: o.steps for o in kept}
+        results, datas = self._train(state, payload, names, round_idx, limits)
+        arrivals = [
+            Arrival(
+                name,
+                r.upload,
+                self._weight(name, data.num_samples, limits.get(name)),
+                r.metrics.get("loss", math.nan),
+                r.state,
+            )
+            for name, data, r in zip(names, datas, results)
+        ]
+        step = self.server_step(state, payload, arrivals, round_idx, summed=results.summed)
+        self._commit(state, step, names, [r.state for r in results])
+        if self.world.traffic:  # (benchmarks and tests: the states this process holds)
+            self.world.log_held(round_idx, len(state.clients), nbytes(state.clients))
+        return {**step.metrics, **clock}
+
+    def _train(
+        self,
+        state: RunState,
+        payload: Any,
+        names: list[str],
+        round_idx: int,
+        limits: dict[str, int | None] | None = None,
+        sums: bool = True,
+    ) -> tuple[Round, list[ClientData]]:
+        """The updates of clients `names` from `payload` (each to its step limit, where the clock
+        set one), on the run's execution plan, with their data."""
         datas = [self._client_data(name) for name in names]
+        if limits:
+            datas = [replace(d, step_limit=limits.get(d.name)) for d in datas]
         states = [
             to_device(self._client_state(state, name), self.device) if self.holds(name) else None
             for name in names
@@ -194,27 +264,138 @@ class Simulator(RoundDriver):
             states,
             datas,
             round_idx,
-            cfg.seed,
-            usable if self.sums else None,
+            self.cfg.seed,
+            usable if self.sums and sums else None,
             [self.state_owner(n) for n in names] if self.state_owner is not None else None,
         )
         state.auto_choice = dict(self.plan.measured)  # a measured path, kept for a resume
-        arrivals = [
-            Arrival(name, r.upload, data.num_samples, r.metrics.get("loss", math.nan), r.state)
-            for name, data, r in zip(names, datas, results)
-        ]
-        step = self.server_step(state, payload, arrivals, round_idx, summed=results.summed)
+        return results, datas
+
+    def _commit(self, state: RunState, step: StepResult, names: list[str], states: list[Any]):
+        """The round's new global state, and the new persistent states of the clients whose
+        uploads the server accepted."""
         state.server = step.server
         accepted = set(step.accepted)
-        for name, result in zip(names, results):
+        for name, new in zip(names, states):
             if name not in accepted:
                 continue
-            if result.state is not None and self.holds(name):
-                state.clients[name] = self._homed(result.state)
+            if new is not None and self.holds(name):
+                state.clients[name] = self._homed(new)
             state.visits[name] = state.visits.get(name, 0) + 1
-        if self.world.traffic:  # (benchmarks and tests: the states this process holds)
-            self.world.log_held(round_idx, len(state.clients), nbytes(state.clients))
-        return step.metrics
+
+    def _weight(self, name: str, samples: int, steps: int | None) -> int:
+        """n_k, or with partial work the samples the client processed (at least 1)."""
+        if steps is None or self.clock is None:
+            return samples
+        return max(1, round(samples * self.clock.share_done(name, steps)))
+
+    # --- the virtual clock (engine/system.py) ---------------------------------------------------
+    def _book(self, state: RunState) -> SystemBook:
+        if state.system is None:
+            state.system = SystemBook()
+        return state.system
+
+    def _traffic(self, payload: Any) -> tuple[int, int]:
+        """Bytes a client downloads and uploads in one update, for the clock (the upload is taken
+        to be a model of the broadcast's size)."""
+        size = nbytes(payload)
+        return size, size
+
+    def _flops_per_sample(self, arch: str) -> float:
+        """Training FLOPs per sample of one local step of `arch` under this run's method, counted
+        once on one real local update of the smallest client of that architecture."""
+        known = self._flops  # (counted again on resume: a count does not vary)
+        if arch not in known:
+            name = min(
+                (c for c in self.trainable if self.algorithm.client_architecture(c) == arch),
+                key=lambda c: (self.data.client(c).num_samples, c),
+            )
+            data = self._client_data(name)
+            payload = self.algorithm.broadcast(self.algorithm.init_server())
+            flops = count_flops(
+                lambda: train_client(
+                    self.algorithm,
+                    payload,
+                    self._homed(self.algorithm.init_client_state(name)),
+                    data,
+                    0,
+                    self.cfg.seed,
+                )
+            )
+            samples = sum(step_sizes(data.num_samples, self.cfg.train))
+            known[arch] = flops / max(1, samples)
+        return known[arch]
+
+    def _async_round(self, state: RunState, round_idx: int) -> dict[str, float]:
+        """FedBuff / FedAsync (engine/system.py): events until the next server update."""
+        clock, book = self.clock, self._book(state)
+        assert clock is not None
+        started = book.time
+        payload = self.algorithm.broadcast(state.server)
+        traffic = self._traffic(payload)
+        slots = clock.concurrency(self.cohort_size)
+        need = 1 if self.cfg.system.mode == "fedasync" else self.cfg.system.buffer
+        counts = {"sampled": 0.0, "dropped": 0.0, "stale": 0.0}
+        while len(book.buffer) < need:
+            counts["sampled"] += clock.dispatch(book, slots, *traffic)
+            if not book.jobs:
+                clock.wait(book)
+                continue
+            job = clock.next_event(book)
+            if job["status"] != "arrived":
+                counts["dropped"] += 1
+            elif book.version - job["version"] > self.cfg.system.max_staleness:
+                counts["stale"] += 1
+            else:
+                book.buffer.append(job)
+        self._train_version(state, book, payload, round_idx)
+        applied, book.buffer = book.buffer, []
+        staleness = [book.version - job["version"] for job in applied]
+        arrivals = [
+            Arrival(
+                job["client"],
+                clock.rebased(job, payload, book.version),
+                self.data.client(job["client"]).num_samples,
+                job["result"].metrics.get("loss", math.nan),
+                job["result"].state,
+            )
+            for job in applied
+        ]
+        step = self.server_step(state, payload, arrivals, round_idx)
+        self._commit(state, step, [a.client for a in arrivals], [a.state for a in arrivals])
+        book.version += 1
+        return {
+            **step.metrics,
+            "virtual_time_s": book.time,
+            "round_s": book.time - started,
+            **counts,
+            "arrived": float(len(applied)),
+            "mean_staleness": float(np.mean(staleness)),
+        }
+
+    def _train_version(
+        self, state: RunState, book: SystemBook, payload: Any, round_idx: int
+    ) -> None:
+        """Train, as one stacked call, every job dispatched on the current model version that will
+        deliver and has not trained yet (the model is about to change). FedBuff keeps each update
+        as its difference from the model it started from."""
+        pending = [
+            job
+            for job in book.jobs + book.buffer
+            if job["version"] == book.version
+            and job["status"] == "arrived"
+            and job["result"] is None
+        ]
+        if not pending:
+            return
+        # (each upload is re-based on its own: no all-reduced sum stands for them)
+        results, _ = self._train(
+            state, payload, [job["client"] for job in pending], round_idx, sums=False
+        )
+        for job, result in zip(pending, results):
+            if self.cfg.system.mode == "fedbuff":
+                result = replace(result, upload=difference(result.upload, payload))
+            job["result"] = result
 
     def _personalized_models(self, state: RunState, clients: list[ClientData] | None = None):
         """(client, its own model) for every client (of `clients`, default all) that has trained at
@@ -312,15 +493,22 @@ class Simulator(RoundDriver):
         return state
 
     def first_line(self) -> str:
+        clock = f"; {self.clock.describe()}" if self.clock is not None else ""
         return (
             f"{self.cfg.algorithm} on {device_name(self.device)} "
             f"(runtime.device={self.cfg.runtime.device}); clients train "
-            f"{self.plan.path}{how_shared(self.world, self.sums)}"
+            f"{self.plan.path}{how_shared(self.world, self.sums)}{clock}"
         )
 
     def rewind_logs(self, round_idx: int) -> None:
         truncate_pruning_log(self.run_dir, round_idx)
         truncate_client_rows(self.run_dir, round_idx)
+
+    def round_written(self, state: RunState, round_idx: int, row: dict[str, float]) -> None:
+        if state.system is not None:  # system.csv: every round's clock (rewritten from the state)
+            state.system.rows.append({k: row[k] for k in ("round", *CLOCK_METRICS) if k in row})
+            if self.writes:
+                write_system_rows(self.run_dir, state.system.rows)
 
     def evaluates(self, round_idx: int) -> bool:
         return round_idx % self.cfg.train.eval_every == 0 or round_idx == self.cfg.train.rounds
@@ -435,6 +623,8 @@ class Simulator(RoundDriver):
             final["visits_per_trained_client"] = float(np.mean(visits))
         extra = {"per_client": client_summary(self, state, server)}  # (spreads and cohort counts)
         extra["client_state"] = self.client_state_memory(state)
+        if self.clock is not None and state.system is not None:
+            extra["system"] = self.clock.summary(state.system, state.history, self._flops)
         if (counts := test_confusion(self, model)) is not None:
             extra["confusion"] = counts
         return {

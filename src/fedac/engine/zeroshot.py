@@ -168,7 +168,13 @@ class ZeroShotDriver(RoundDriver):
                 if i >= NEW_ID
             }
         return StreamClientData(
-            user, x, y, empty, y.new_zeros(0), self.scenario.architecture(user, round_idx), names
+            user,
+            x,
+            y,
+            empty,
+            y.new_zeros(0),
+            architecture=self.scenario.architecture(user, round_idx),
+            names=names,
         )
 
     # --- truth-side helpers (metrics only) -------------------------------------------------------

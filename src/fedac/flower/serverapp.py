@@ -52,6 +52,7 @@ class FlowerServerSide(Simulator):
     """The simulator's data, evaluation and reporting; personalized metrics come from the nodes."""
 
     strategy: FedacStrategy | None = None
+    virtual_time = False
 
     def _personalized_local_accuracy(
         self, state: RunState, rows: list[dict[str, Any]] | None = None

@@ -4,6 +4,8 @@ call."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
+from itertools import islice
 
 import torch
 from torch import nn
@@ -37,14 +39,23 @@ def cycling_batches(
             steps -= 1
 
 
+#: The local steps the client being trained one at a time may take (`ClientData.step_limit`, set
+#: by training/step.py's `train_client` around the method's `client_update`, so that every method
+#: reading its batches from `client_batches` honours it); None: all.
+STEP_LIMIT: ContextVar[int | None] = ContextVar("step_limit", default=None)
+
+
 def client_batches(
     num_samples: int, cfg: TrainConfig, generator: torch.Generator
 ) -> Iterator[torch.Tensor]:
     """One local update's mini-batches: `train.local_steps` cycling steps when set, else
-    `local_epochs` passes."""
+    `local_epochs` passes; the first `STEP_LIMIT` of them where one is set."""
     if cfg.local_steps > 0:
-        return cycling_batches(num_samples, cfg.batch_size, cfg.local_steps, generator)
-    return batch_indices(num_samples, cfg.batch_size, cfg.local_epochs, generator)
+        batches = cycling_batches(num_samples, cfg.batch_size, cfg.local_steps, generator)
+    else:
+        batches = batch_indices(num_samples, cfg.batch_size, cfg.local_epochs, generator)
+    limit = STEP_LIMIT.get()
+    return batches if limit is None else islice(batches, limit)
 
 
 def on_device(batches: Iterable[torch.Tensor], x) -> Iterable[torch.Tensor]:

@@ -37,6 +37,18 @@ def batch_sizes(samples: int, batch_size: int, epochs: int) -> list[int]:
     return ([batch_size] * full + ([rest] if rest else [])) * epochs
 
 
+def step_sizes(samples: int, cfg) -> list[int]:
+    """A client's batch size at each step of one local update under `cfg` (a TrainConfig): epochs
+    (`batch_sizes`), or `local_steps` steps of a loader reshuffled whenever it runs out
+    (`local.cycling_batches`)."""
+    if cfg.local_steps <= 0:
+        return batch_sizes(samples, cfg.batch_size, cfg.local_epochs)
+    one_pass = batch_sizes(samples, cfg.batch_size, 1)
+    if not one_pass:
+        return []
+    return (one_pass * -(-cfg.local_steps // len(one_pass)))[: cfg.local_steps]
+
+
 def split_by_cost(
     sizes: Sequence[int], batch_size: int, epochs: int, max_clients: int, workers: int
 ) -> list[tuple[range, float]]:

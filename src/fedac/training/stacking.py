@@ -45,7 +45,7 @@ from fedac.config import RuntimeConfig, TrainConfig
 from fedac.errors import ConfigError
 from fedac.seeding import torch_generator
 from fedac.training.device import to_device
-from fedac.training.local import client_batches
+from fedac.training.local import client_batches, local_steps
 from fedac.training.packing import Packing
 from fedac.training.schedule import split_by_cost
 from fedac.training.types import ClientData, ClientResult, class_labels, feature_windows
@@ -142,6 +142,8 @@ class CohortChunk:
                 )
                 for d in datas
             ]
+        # (the virtual clock's partial work: a client's first step_limit steps)
+        batches = [b if d.step_limit is None else b[: d.step_limit] for b, d in zip(batches, datas)]
         self.batches = batches
         """Each client's own rows per step (CPU indices into its data)."""
         self.client_steps = [len(b) for b in batches]
@@ -278,7 +280,10 @@ def plan_chunks(
             "runtime.cohort_chunk must be >= 0 (clients stacked at once; 0: auto), got "
             f"{packing.chunk}"
         )
-    order = sorted(range(len(datas)), key=lambda i: -datas[i].num_samples)
+    # (most steps first: a step's active clients are a prefix; without step limits, by size)
+    order = sorted(
+        range(len(datas)), key=lambda i: (-step_count(datas[i], cfg), -datas[i].num_samples)
+    )
 
     def build(picked: list[int]) -> CohortChunk:
         return CohortChunk(
@@ -299,6 +304,12 @@ def plan_chunks(
     )
     for part, _ in sorted(ranges, key=lambda rc: -rc[1]):
         yield build([order[i] for i in part])
+
+
+def step_count(data: ClientData, cfg: TrainConfig) -> int:
+    """The local steps `data`'s update takes (its `step_limit` where set)."""
+    steps = local_steps(data.num_samples, cfg)
+    return steps if data.step_limit is None else min(steps, data.step_limit)
 
 
 def cohort_workers(cfg: RuntimeConfig, device: torch.device | None = None) -> int:

@@ -11,6 +11,7 @@ import torch
 from fedac.config import Config
 from fedac.seeding import derive_seed, torch_generator
 from fedac.training.device import autocast
+from fedac.training.local import STEP_LIMIT
 from fedac.training.stacking import clients_done
 from fedac.training.types import ClientData, ClientResult
 
@@ -35,9 +36,17 @@ def train_client(
     (simulator, zero-shot driver, Flower ClientApp) calls this, so they produce the same numbers, in
     the same arithmetic (`runtime.precision`'s autocast)."""
     torch.manual_seed(derive_seed(seed, "dropout", round_idx, data.name))
-    with autocast(algorithm.cfg.runtime.precision, algorithm.device):
-        result = algorithm.client_update(
-            payload, state, data, round_idx, torch_generator(seed, "batches", round_idx, data.name)
-        )
+    limit = STEP_LIMIT.set(data.step_limit)
+    try:
+        with autocast(algorithm.cfg.runtime.precision, algorithm.device):
+            result = algorithm.client_update(
+                payload,
+                state,
+                data,
+                round_idx,
+                torch_generator(seed, "batches", round_idx, data.name),
+            )
+    finally:
+        STEP_LIMIT.reset(limit)
     clients_done(1)  # the round's progress bar (engine/rounds.py), whichever path called this
     return result

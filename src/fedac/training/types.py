@@ -61,6 +61,9 @@ class ClientData:
     y: Labels
     holdout_x: Windows
     holdout_y: Labels
+    step_limit: int | None = None
+    """The local steps this update may take (the virtual clock's partial work, engine/system.py:
+    a client that misses the deadline sends the steps it finished); None: all."""
 
     @property
     def num_samples(self) -> int:
