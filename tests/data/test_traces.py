@@ -273,6 +273,17 @@ def test_queries_against_a_brute_force_scan():
             assert schedule.next_online(t) == brute_scan(spans, period, t, True, horizon)
 
 
+def test_a_time_keeps_its_place_within_the_period_despite_rounding():
+    """1.7 / 0.1 rounds to 17.0 although 17 x 0.1 = 1.7000000000000002 > 1.7: the time is placed at
+    the end of the 16th period, not before the start of the 17th."""
+    schedule = merged([(0.0, 0.05), (0.09, 0.1)], 0.1)
+    for t in (1.7, 3.4, 3.9, 6.8):
+        offset, tau, _ = schedule._locate(t)
+        assert 0.0 <= tau < 0.1 and offset <= t, t
+        assert schedule.online(t)  # in [0.09, 0.1), running on into the next period
+        assert schedule.online_until(t) == pytest.approx(t + 0.05, abs=1e-12)
+
+
 # ---- synthetic --------------------------------------------------------------------------------
 
 CLIENTS = [f"speaker{i}" for i in range(GSC_CLIENTS)]

@@ -117,7 +117,14 @@ class Schedule:
     def _locate(self, t: float) -> tuple[float, float, int]:
         """(offset of t's period, t within its period, index of the last interval starting at or
         before it, -1 if none)."""
-        offset = 0.0 if self.period is None else math.floor(t / self.period) * self.period
+        offset = 0.0
+        if self.period is not None:
+            offset = math.floor(t / self.period) * self.period
+            # (t / period rounds: keep t's place within [0, period))
+            if t - offset < 0.0:
+                offset -= self.period
+            elif t - offset >= self.period:
+                offset += self.period
         tau = t - offset
         return offset, tau, bisect.bisect_right(self.starts, tau) - 1
 
