@@ -22,6 +22,7 @@ from fedac.algorithms import ALGORITHMS
 from fedac.config import Config, fit_eval_schedule, load_config
 from fedac.data.partition import class_entropy, partition
 from fedac.data.registry import DATASETS, dataset_spec, load_manifest, synthesizer
+from fedac.data.traces import FEDSCALE_REFERENCE_GFLOPS, import_fedscale, write_synthetic
 from fedac.engine.report import format_table
 from fedac.errors import ConfigError, FedacError, RunInterrupted
 from fedac.experiments.compare import add_compare_parser
@@ -345,6 +346,30 @@ def cmd_split_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import_trace(args: argparse.Namespace) -> int:
+    out = Path(args.out)
+    if args.synthetic is not None and args.synthetic < 1:
+        raise ConfigError(f"--synthetic {args.synthetic}: give at least one client")
+    if args.synthetic is not None:
+        clients = [f"client{i:0{len(str(args.synthetic - 1))}d}" for i in range(args.synthetic)]
+        stats = write_synthetic(out, clients, args.seed)
+        source = (
+            f"synthetic devices and availability of {args.synthetic} clients (seed {args.seed})"
+        )
+    else:
+        device_pkl, behaviour_pkl = map(Path, args.fedscale)
+        stats = import_fedscale(device_pkl, behaviour_pkl, out, args.reference_gflops)
+        source = f"FedScale's {device_pkl} and {behaviour_pkl}"
+    print(f"wrote {out / 'devices.csv'} and {out / 'availability.csv'} from {source}:")
+    for key, value in stats.items():
+        print(f"  {key}: {value}")
+    print(
+        f"use them with: --set system.devices={out / 'devices.csv'} --set system.availability="
+        f"{out / 'availability.csv'}"
+    )
+    return 0
+
+
 def cmd_pretrain(args: argparse.Namespace) -> int:
     import torch  # lazy: start-up time
 
@@ -507,6 +532,38 @@ def _add_split_devices_parser(data_sub) -> None:
     split.set_defaults(func=cmd_split_devices)
 
 
+def _add_import_trace_parser(data_sub) -> None:
+    """`fedac data import-trace`: device and availability traces in fedac's CSV format."""
+    trace = data_sub.add_parser(
+        "import-trace",
+        help="write a device trace and an availability trace (devices.csv, availability.csv) "
+        "for system.devices / system.availability: converted from FedScale's pickles or drawn "
+        "by the synthetic model (docs/traces.md)",
+    )
+    source = trace.add_mutually_exclusive_group(required=True)
+    source.add_argument(
+        "--fedscale",
+        nargs=2,
+        metavar=("DEVICE.pkl", "BEHAVIOUR.pkl"),
+        help="FedScale's device capacity and client behaviour traces. Unpickling runs code: "
+        "import only files you trust",
+    )
+    source.add_argument(
+        "--synthetic", type=int, metavar="N", help="N clients (client0..) of the synthetic model"
+    )
+    trace.add_argument("--out", required=True, help="folder for devices.csv and availability.csv")
+    trace.add_argument(
+        "--reference-gflops",
+        type=float,
+        default=FEDSCALE_REFERENCE_GFLOPS,
+        metavar="G",
+        help="GFLOPs of the one-sample inference whose milliseconds FedScale's computation "
+        f"gives (default {FEDSCALE_REFERENCE_GFLOPS}: MobileNet V2 at 224 x 224)",
+    )
+    trace.add_argument("--seed", type=int, default=0, help="--synthetic: the seed")
+    trace.set_defaults(func=cmd_import_trace)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The `fedac` command line: one sub-command per verb (run, compare, reproduce, report,
     pretrain, memory, models, list, data)."""
@@ -520,11 +577,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_pretrain_parser(sub, cmd_pretrain)
     add_memory_parser(sub)
     _add_catalog_parsers(sub)
-    data = sub.add_parser("data", help="synthesize, inspect and prepare datasets")
+    data = sub.add_parser(
+        "data", help="synthesize, inspect and prepare datasets; write device traces"
+    )
     data_sub = data.add_subparsers(dest="data_command", required=True)
     _add_synth_parsers(data_sub)
     _add_inspect_parsers(data_sub)
     _add_split_devices_parser(data_sub)
+    _add_import_trace_parser(data_sub)
     return parser
 
 

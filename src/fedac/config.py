@@ -504,15 +504,16 @@ class SystemConfig:
 
     devices: str = "none"
     """none (no device model: every client takes no time); synthetic (seeded heavy-tailed compute
-    speeds and bandwidths, data/traces.py states the distribution); or the path of a CSV / JSON
+    speeds and bandwidths, docs/traces.md states the distribution); or the path of a CSV / JSON
     device trace with columns client, flops_per_s, up_bps, down_bps and optional memory_mb."""
     availability: str = "always"
     """always; synthetic (a seeded diurnal on/off pattern per client); or the path of a CSV / JSON
     trace of per-client active intervals (client, start_s, end_s; a `period_s` column repeats
     them)."""
     fill: str = choice("cycle", ("cycle", "error"))
-    """Clients a trace omits: cycle (client i takes the trace's row i mod rows, as FedScale maps its
-    traces; one warning says how many) or error."""
+    """Clients a trace omits: cycle (the run's i-th client takes the trace's entry i mod entries, as
+    FedScale maps its traces; one warning says how many) or error (the trace is refused, naming
+    them). docs/traces.md."""
     deadline: float = number(0.0, ">= 0")
     """Virtual seconds a sync round waits for its clients; 0: no deadline (it waits for every
     client that finishes)."""
