@@ -380,8 +380,9 @@ ALL_REDUCE, ALL_GATHER = (
         (FEDMLAC, ALL_GATHER),
         (["--set", "aggregation.method=multikrum"], ALL_GATHER),
         (["--set", "dp.mode=central"], ALL_GATHER),
+        (["--set", "system.devices=synthetic", "--set", "system.mode=fedbuff"], ALL_GATHER),
     ],
-    ids=["fedavg", "fedmlac_lpa", "multikrum", "dp_fedavg"],
+    ids=["fedavg", "fedmlac_lpa", "multikrum", "dp_fedavg", "fedbuff"],
 )
 def test_two_processes_give_one_process_results(settings, tmp_path, extra, how):
     args = ["run", "--rounds", "3", "--seed", "1", *settings, *extra]

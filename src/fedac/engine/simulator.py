@@ -143,28 +143,13 @@ class Simulator(RoundDriver):
             type(self.algorithm).lpa_setting,
         )
         self.server_step = ServerStep(self.algorithm, self.attack, self.privacy, self.run_dir)
-        #: The virtual clock (system.*), or None: the ideal federation.
-        self.clock: SystemClock | None = None
-        self._flops: dict[str, float] = {}
-        if system_active(cfg.system) and not self.virtual_time:
-            raise ConfigError(
-                "system.* models devices and time in the simulator; a Flower deployment runs on "
-                "its nodes' real clocks (leave system.* at its defaults)"
-            )
-        if system_active(cfg.system):
-            self.clock = SystemClock(
-                cfg,
-                {name: self.data.client(name).num_samples for name in self.trainable},
-                self.algorithm.client_architecture,
-                self._flops_per_sample,
-                type(self.algorithm).dp_compatible,
-                self.algorithm.partial_work,
-            )
         # over several processes: one all-reduce of the weighted sums where nothing needs each
         # upload
         self.sums = self.world.distributed and sums_uploads(
             self.algorithm, self.attack, self.privacy
         )
+        #: The virtual clock (system.*), or None: the ideal federation.
+        self.clock = self._start_clock()
         # over several processes: a client's persistent state lives on its owner alone (memory / N
         # per rank)
         if self.world.distributed and (
@@ -173,6 +158,28 @@ class Simulator(RoundDriver):
         ):
             owners = {c.name: owner(i, self.world.size) for i, c in enumerate(self.data.clients)}
             self.state_owner = owners.__getitem__
+
+    def _start_clock(self) -> SystemClock | None:
+        self._flops: dict[str, float] = {}
+        cfg = self.cfg
+        if not system_active(cfg.system):
+            return None
+        if not self.virtual_time:
+            raise ConfigError(
+                "system.* models devices and time in the simulator; a Flower deployment runs on "
+                "its nodes' real clocks (leave system.* at its defaults)"
+            )
+        clock = SystemClock(
+            cfg,
+            {name: self.data.client(name).num_samples for name in self.trainable},
+            self.algorithm.client_architecture,
+            self._flops_per_sample,
+            type(self.algorithm).dp_compatible,
+            self.algorithm.partial_work,
+        )
+        if clock.asynchronous:  # each upload is re-based on its own: no all-reduced sum
+            self.sums = False
+        return clock
 
     def holds(self, name: str) -> bool:
         """Whether this process holds (and trains) client `name`'s persistent state."""
@@ -245,7 +252,6 @@ class Simulator(RoundDriver):
         names: list[str],
         round_idx: int,
         limits: dict[str, int | None] | None = None,
-        sums: bool = True,
     ) -> tuple[Round, list[ClientData]]:
         """The updates of clients `names` from `payload` (each to its step limit, where the clock
         set one), on the run's execution plan, with their data."""
@@ -265,7 +271,7 @@ class Simulator(RoundDriver):
             datas,
             round_idx,
             self.cfg.seed,
-            usable if self.sums and sums else None,
+            usable if self.sums else None,
             [self.state_owner(n) for n in names] if self.state_owner is not None else None,
         )
         state.auto_choice = dict(self.plan.measured)  # a measured path, kept for a resume
@@ -388,10 +394,7 @@ class Simulator(RoundDriver):
         ]
         if not pending:
             return
-        # (each upload is re-based on its own: no all-reduced sum stands for them)
-        results, _ = self._train(
-            state, payload, [job["client"] for job in pending], round_idx, sums=False
-        )
+        results, _ = self._train(state, payload, [job["client"] for job in pending], round_idx)
         for job, result in zip(pending, results):
             if self.cfg.system.mode == "fedbuff":
                 result = replace(result, upload=difference(result.upload, payload))
