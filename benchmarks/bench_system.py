@@ -4,6 +4,7 @@ Speech Commands stand-in's scale (2,618 clients).
 
     .venv/bin/python benchmarks/bench_system.py            # about 5 min on 2 busy cores
     .venv/bin/python benchmarks/bench_system.py --quick    # 2 timed rounds
+    .venv/bin/python benchmarks/bench_system.py --gsc      # adds the GSC-scale rounds (~10 min)
 
 Workload: the default run (`fedac run`: the Speech Commands stand-in, crnn_lite, 10% of the 240
 clients a round, 5 local epochs, FedAvg), evaluation off, one torch thread.
@@ -16,7 +17,11 @@ clients a round, 5 local epochs, FedAvg), evaluation off, one torch thread.
   results say "stacked") and how many clients each stacked call trained.
 Per path: `Simulator.run_round` after one warm-up round, `--repeats` rounds interleaved round by
 round in one process. `clock_2618`: `SystemClock.sync_round` alone for 2,618 clients (synthetic
-devices and availability, over-commitment 1.3, K = 262), the median of 20 calls.
+devices and availability, over-commitment 1.3, K = 261), the median of 20 calls.
+`gsc` (with --gsc): FedMLAC (CRNN-Base clients, CRNN-Lite Plug-in, 20 % a round: 524 clients) on
+bench_cohort.py's GSC-scale federation (2,618 clients of 20-60 random windows), one warm-up and
+`--gsc-rounds` timed rounds each of: no clock, synthetic devices (always online, no deadline: the
+same 524 clients), and FedBuff with 524 clients in flight and a buffer of 262.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from fedac.config import load_config  # noqa: E402
 from fedac.engine.data import build_federated_data  # noqa: E402
 from fedac.engine.state import SystemBook  # noqa: E402
 from fedac.engine.system import SystemClock  # noqa: E402
+from workloads import FEDMLAC_SETTINGS, config, federated, gsc_scale_clients  # noqa: E402
 
 QUIET = ["runtime.threads=1", "train.eval_every=1000000", "train.checkpoint_every=1000000"]
 PATHS = {
@@ -78,10 +84,34 @@ def clock_at_scale(calls: int = 20) -> dict:
     return {"clients": GSC_CLIENTS, "build_s": built, "sync_round_s": statistics.median(samples)}
 
 
+def gsc_scale(rounds: int, tmp: Path) -> dict:
+    """FedMLAC at GSC scale with and without the clock (module docstring)."""
+    data = federated(gsc_scale_clients())
+    settings = [*FEDMLAC_SETTINGS, "runtime.threads=1", "runtime.execution=cohort"]
+    paths = {
+        "off": [],
+        "sync": ["system.devices=synthetic"],
+        "fedbuff": [
+            "system.devices=synthetic",
+            "system.mode=fedbuff",
+            "system.concurrency=524",
+            "system.buffer=262",
+        ],
+    }
+    runs = {}
+    for name, overrides in paths.items():
+        sim, state = simulator(config(*settings, *overrides), data, tmp / f"gsc-{name}")
+        runs[name] = fedac_round(sim, state)
+    result = summarize(interleave(runs, list(range(1, rounds + 1))), floor="off")
+    return {"clients": len(data.clients), "settings": settings, "paths": paths, "rounds": result}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (after one warm-up)")
     parser.add_argument("--quick", action="store_true", help="2 timed rounds")
+    parser.add_argument("--gsc", action="store_true", help="also the GSC-scale FedMLAC rounds")
+    parser.add_argument("--gsc-rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=None, help="default: results/system-<utc>.json")
     args = parser.parse_args()
     repeats = 2 if args.quick else args.repeats
@@ -111,6 +141,8 @@ def main() -> None:
             calls.append(len(datas)) or real(payload, states, datas, *a)
         )
         samples = interleave(rounds, list(range(1, repeats + 1)))
+        if args.gsc:
+            out["gsc"] = gsc_scale(args.gsc_rounds, Path(tmp))
     result = summarize(samples, floor="off")
     result["fedbuff"].update(
         {
@@ -125,6 +157,8 @@ def main() -> None:
         ratio = f", {entry['vs_floor_cpu']:.3f}x off's CPU" if "vs_floor_cpu" in entry else ""
         print(f"{name}: {entry['wall_s']:.2f} s wall / {entry['cpu_s']:.2f} s CPU{ratio}")
     print(f"clock at {GSC_CLIENTS} clients: {out['clock_2618']}")
+    for name, entry in out.get("gsc", {}).get("rounds", {}).items():
+        print(f"gsc {name}: {entry['wall_s']:.2f} s wall / {entry['cpu_s']:.2f} s CPU")
     path = args.out or RESULTS / f"system-{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2))

@@ -380,7 +380,11 @@ ALL_REDUCE, ALL_GATHER = (
         (FEDMLAC, ALL_GATHER),
         (["--set", "aggregation.method=multikrum"], ALL_GATHER),
         (["--set", "dp.mode=central"], ALL_GATHER),
-        (["--set", "system.devices=synthetic", "--set", "system.mode=fedbuff"], ALL_GATHER),
+        (
+            ["--set", "system.devices=synthetic", "--set", "system.mode=fedbuff"]
+            + ["--set", "system.buffer=2"],
+            ALL_GATHER,
+        ),
     ],
     ids=["fedavg", "fedmlac_lpa", "multikrum", "dp_fedavg", "fedbuff"],
 )

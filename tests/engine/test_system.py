@@ -211,7 +211,8 @@ def run(settings, data, where: Path, stop_after=None, resume=False, **extra):
 
 
 def without_wall_time(results: dict) -> dict:
-    out = {k: v for k, v in results.items() if k != "wall_seconds"}
+    """(and without the code's version: a source file edited between the runs changes it)"""
+    out = {k: v for k, v in results.items() if k not in ("wall_seconds", "code_version")}
     out["history"] = [
         {k: v for k, v in row.items() if k != "wall_seconds"} for row in out["history"]
     ]

@@ -56,6 +56,7 @@ from fedac.training.metrics import mean_std
 from fedac.training.packing import client_home
 from fedac.training.runtime import start_runtime
 from fedac.training.schedule import step_sizes
+from fedac.training.stacking import client_progress
 from fedac.training.step import train_client
 from fedac.training.types import ClientData, usable
 
@@ -240,9 +241,7 @@ class Simulator(RoundDriver):
             for name, data, r in zip(names, datas, results)
         ]
         step = self.server_step(state, payload, arrivals, round_idx, summed=results.summed)
-        self._commit(state, step, names, [r.state for r in results])
-        if self.world.traffic:  # (benchmarks and tests: the states this process holds)
-            self.world.log_held(round_idx, len(state.clients), nbytes(state.clients))
+        self._commit(state, step, names, [r.state for r in results], round_idx)
         return {**step.metrics, **clock}
 
     def _train(
@@ -277,7 +276,14 @@ class Simulator(RoundDriver):
         state.auto_choice = dict(self.plan.measured)  # a measured path, kept for a resume
         return results, datas
 
-    def _commit(self, state: RunState, step: StepResult, names: list[str], states: list[Any]):
+    def _commit(
+        self,
+        state: RunState,
+        step: StepResult,
+        names: list[str],
+        states: list[Any],
+        round_idx: int,
+    ) -> None:
         """The round's new global state, and the new persistent states of the clients whose
         uploads the server accepted."""
         state.server = step.server
@@ -288,6 +294,8 @@ class Simulator(RoundDriver):
             if new is not None and self.holds(name):
                 state.clients[name] = self._homed(new)
             state.visits[name] = state.visits.get(name, 0) + 1
+        if self.world.traffic:  # (benchmarks and tests: the states this process holds)
+            self.world.log_held(round_idx, len(state.clients), nbytes(state.clients))
 
     def _weight(self, name: str, samples: int, steps: int | None) -> int:
         """n_k, or with partial work the samples the client processed (at least 1)."""
@@ -317,17 +325,19 @@ class Simulator(RoundDriver):
                 key=lambda c: (self.data.client(c).num_samples, c),
             )
             data = self._client_data(name)
-            payload = self.algorithm.broadcast(self.algorithm.init_server())
-            flops = count_flops(
-                lambda: train_client(
-                    self.algorithm,
-                    payload,
-                    self._homed(self.algorithm.init_client_state(name)),
-                    data,
-                    0,
-                    self.cfg.seed,
+            algorithm = self.algorithm
+            # (any model's values do: a count depends on the shapes; the global RNG is restored)
+            with client_progress(lambda done: None):  # (not one of the round's clients)
+                flops = count_flops(
+                    lambda: train_client(
+                        algorithm,
+                        algorithm.broadcast(algorithm.init_server()),
+                        self._homed(self.algorithm.init_client_state(name)),
+                        data,
+                        0,
+                        self.cfg.seed,
+                    )
                 )
-            )
             samples = sum(step_sizes(data.num_samples, self.cfg.train))
             known[arch] = flops / max(1, samples)
         return known[arch]
@@ -368,7 +378,9 @@ class Simulator(RoundDriver):
             for job in applied
         ]
         step = self.server_step(state, payload, arrivals, round_idx)
-        self._commit(state, step, [a.client for a in arrivals], [a.state for a in arrivals])
+        self._commit(
+            state, step, [a.client for a in arrivals], [a.state for a in arrivals], round_idx
+        )
         book.version += 1
         return {
             **step.metrics,
