@@ -52,6 +52,7 @@ def build_ssl(
         o.ctc_hidden if o else 0,
         dropout,
         bool(o and o.head_norm),
+        o,
     )
 
 
