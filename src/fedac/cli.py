@@ -233,7 +233,7 @@ def peft_footprint(name: str, args: argparse.Namespace) -> str:
         except EncoderError:  # the peft extra is missing
             cells.append(f"{method}: needs the peft extra")
             continue
-        frozen = getattr(model, "frozen", frozenset())
+        frozen: frozenset[str] = getattr(model, "frozen", frozenset())
         trainable = sum(p.numel() for n, p in model.named_parameters() if n not in frozen)
         upload = sum(t.numel() * t.element_size() for t in model.state_dict().values())
         cells.append(f"{method} {trainable:>10,} / {upload / 1e6:7.3f} MB")
