@@ -139,10 +139,10 @@ def _frozen_weights(model: SSLModel) -> dict[str, torch.Tensor]:
     return {n: p.detach().clone() for n, p in model.named_parameters() if n in model.frozen}
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedmmd"])
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedmmd", "fedprox", "fedadam"])
 @pytest.mark.parametrize("peft", ["lora", "ia3"])
 def test_clients_train_and_upload_only_adapters_and_head(algorithm, peft):
-    algo = _algorithm(algorithm, **{"model.peft": peft, "fedmmd.weight": 1.0})
+    algo = _algorithm(algorithm, **{"model.peft": peft, "fedmmd.weight": 1.0, "fedprox.mu": 0.1})
     payload = algo.init_server()["params"]
     model = algo.scratch_model("w2v2_tiny")
     frozen = _frozen_weights(model)
@@ -156,6 +156,8 @@ def test_clients_train_and_upload_only_adapters_and_head(algorithm, peft):
     # the frozen-global model of FedMMD, every role's model, holds the same frozen encoder
     other = algo.scratch_model("w2v2_tiny", role="frozen-global")
     assert all(torch.equal(p, frozen[n]) for n, p in _frozen_weights(other).items())
+    server, _ = algo.server_update(algo.init_server(), [(result.upload, 4)], 1)
+    assert set(server["params"]) == set(payload)
 
 
 @pytest.mark.parametrize("aggregation", ["depth_weighted", "fedavg"])
