@@ -20,7 +20,7 @@ from fedac.algorithms.base import Task
 from fedac.cli import main
 from fedac.config import ModelConfig, load_config
 from fedac.engine.checkpoint import load_checkpoint
-from fedac.errors import EncoderError
+from fedac.errors import ConfigError, EncoderError
 from fedac.models import build_model
 from fedac.models.ssl import SSLModel, build_encoder
 from fedac.rules.exits import exit_aggregate
@@ -71,6 +71,17 @@ def test_lora_adds_the_scaled_low_rank_product_to_each_target():
     assert torch.allclose(q(x), expected, atol=1e-5)
     assert isinstance(attention.k_proj, torch.nn.Linear)  # not a target: left as it was
     assert hasattr(attention.v_proj, "lora_A") and not hasattr(attention.out_proj, "lora_A")
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_lora_dropout_acts_on_the_low_rank_path_in_training_only(dropout):
+    q = _model(peft="lora", peft_dropout=dropout).encoder.layers[0].attention.q_proj
+    torch.nn.init.normal_(q.lora_B["default"].weight)
+    x = torch.randn(5, WIDTH)
+    q.train()
+    assert torch.equal(q(x), q(x)) == (dropout == 0)
+    q.eval()
+    assert torch.equal(q(x), q(x))
 
 
 def test_ia3_scales_keys_values_and_the_feed_forward_input():
@@ -127,9 +138,11 @@ def test_a_missing_peft_extra_is_one_clear_error(monkeypatch):
     _model(peft="none")  # needs no peft
 
 
-def test_peft_refuses_a_trained_cnn():
+def test_peft_refuses_a_trained_cnn_and_other_models():
     with pytest.raises(EncoderError, match="model.freeze_cnn=false"):
         _model(peft="lora", freeze_cnn=False)
+    with pytest.raises(ConfigError, match="model.peft=lora adapts the SSL encoders"):
+        build_model("crnn_tiny", 40, 3, options=ModelConfig(peft="lora"))
 
 
 # --------------------------------------------------------------------------- what travels
