@@ -166,6 +166,7 @@ def shape_only(name: str, num_features: int, num_classes: int):
 
 def cmd_models(args: argparse.Namespace) -> int:
     from fedac.settings.models import MODELS as TABLE  # lazy: start-up time (no torch)
+    from fedac.settings.models import SSL_NAMES
 
     print(
         f"fedac: counting the parameters of {len(TABLE)} models on torch's meta device (no weights "
@@ -199,7 +200,45 @@ def cmd_models(args: argparse.Namespace) -> int:
         "(stacked: how the stacked path trains each; docs/extending.md):"
     )
     print(format_table(rows))
+    ssl = [name for name in models if name in SSL_NAMES]
+    if ssl:
+        print(
+            "\nSSL encoders by model.peft: trainable parameters / upload of a client training the "
+            "whole model (fp32; lora: r 8 on q_proj, v_proj; ia3: k_proj, v_proj, output_dense; "
+            "docs/ssl.md):"
+        )
+        print(format_table([(name, peft_footprint(name, args)) for name in ssl]))
     return 0
+
+
+def peft_footprint(name: str, args: argparse.Namespace) -> str:
+    """Each `model.peft` choice's trainable parameters and upload for SSL model `name`, counted on
+    the meta device."""
+    import torch  # lazy: start-up time
+
+    from fedac.config import ModelConfig
+    from fedac.errors import EncoderError
+    from fedac.models import build_model
+    from fedac.settings.models import PEFT_METHODS
+
+    cells = []
+    for method in PEFT_METHODS:
+        try:
+            with torch.device("meta"):
+                model = build_model(
+                    name,
+                    args.num_features,
+                    args.num_classes,
+                    options=ModelConfig(encoder_path="random", peft=method),
+                )
+        except EncoderError:  # the peft extra is missing
+            cells.append(f"{method}: needs the peft extra")
+            continue
+        frozen: frozenset[str] = getattr(model, "frozen", frozenset())
+        trainable = sum(p.numel() for n, p in model.named_parameters() if n not in frozen)
+        upload = sum(t.numel() * t.element_size() for t in model.state_dict().values())
+        cells.append(f"{method} {trainable:>10,} / {upload / 1e6:7.3f} MB")
+    return "   ".join(cells)
 
 
 #: `fedac list`: each kind's registry, as "module:attribute": the torch-free tables of settings/,

@@ -488,9 +488,11 @@ def test_resumed_earlyexit_run_equals_the_uninterrupted_one(voxceleb_root, tmp_p
 
 
 @pytest.mark.slow
-def test_flower_deployment_runs_earlyexit_unchanged(voxceleb_root, tmp_path, monkeypatch):
+@pytest.mark.parametrize("peft", ["none", "lora"])
+def test_flower_deployment_runs_earlyexit_unchanged(voxceleb_root, tmp_path, monkeypatch, peft):
     """The Flower apps move the partial uploads (flat tensor dicts with the depth) as they are: an
-    in-process deployment ends with the simulator's global model."""
+    in-process deployment ends with the simulator's global model (with LoRA: adapters and heads
+    only)."""
     from fedac.flower import clientapp, serverapp
     from fedac.flower.settings import deployment_settings, fedac_config
     from flower_helpers import LocalGrid, assert_same_metrics, use_task_identity
@@ -499,7 +501,7 @@ def test_flower_deployment_runs_earlyexit_unchanged(voxceleb_root, tmp_path, mon
 
     settings = {
         k: v
-        for k, v in _settings(voxceleb_root, tmp_path / "cache").items()
+        for k, v in {**_settings(voxceleb_root, tmp_path / "cache"), "model.peft": peft}.items()
         if k not in ("algorithm", "dataset", "train.rounds", "train.fraction")
     }
     config = {
@@ -526,6 +528,9 @@ def test_flower_deployment_runs_earlyexit_unchanged(voxceleb_root, tmp_path, mon
     sim = Simulator(cfg, tmp_path / "sim", progress=False)
     expected = sim.run()
     flower_params = torch.load(tmp_path / "run" / "server_state.pt")["params"]
+    assert flower_params.keys() == sim.state.server["params"].keys()
+    if peft == "lora":
+        assert all("lora_" in name or name.startswith("exit_heads.") for name in flower_params)
     for name, value in sim.state.server["params"].items():
         torch.testing.assert_close(flower_params[name], value, rtol=0, atol=1e-6, msg=name)
     assert results["final"]["exit1_accuracy"] == pytest.approx(expected["final"]["exit1_accuracy"])

@@ -14,6 +14,9 @@ every layer over the clients that trained it (aggregation.exit_aggregate, the pa
   train.lr.
 - Upload: the trained tensors and "depth" (L_i, int64); n_i travels with every upload. With
   `earlyexit.aggregation=fedavg` clients return the full model, untouched tensors as received.
+- `model.peft` (lora, ia3): the encoder's own weights stay frozen and out of every payload; a client
+  trains the adapters of encoder.layers[:L_i] (an adapter belongs to the layer it sits in) and the
+  head at L_i, and uploads those.
 - Evaluation: the shared model at `earlyexit.eval_exit` (default: the deepest client depth) selects
   and reports the headline metrics; every exit is evaluated as well (`evaluate_views`, one encoder
   pass per batch for all exits).
@@ -195,8 +198,7 @@ class EarlyExitFL(Algorithm):
     ) -> ClientResult:
         depth = self.depths[data.name]
         model = self.scratch_model(self.cfg.model.name, payload).use_exit(depth)
-        for name, param in model.named_parameters():
-            param.requires_grad_(self.trained(name, depth))
+        train_to(model, depth)
         groups = [
             {
                 "params": [
@@ -260,7 +262,8 @@ def depth_memory(
     clips of `frames` CNN frames (random inputs: the sizes, not the values, set the memory).
 
     - weights_mb: the fp32 tensors a client at this depth holds and runs (front end, layers[:depth],
-      its head);
+      its head; with model.peft the frozen encoder weights and the adapters);
+    - trainable_mb: the fp32 tensors it trains (without model.peft: all of weights_mb);
     - train_mb: weights + gradients + optimizer state of the trained tensors (AdamW: 2 per
       parameter, SGD with momentum: 1) + the tensors autograd saves for backward, counted by storage
       with saved-tensor hooks during a real forward pass, parameters left out (CPU: the allocator
@@ -269,9 +272,9 @@ def depth_memory(
     """
     model.use_exit(depth).train()
     params = dict(model.named_parameters())
-    for name, param in params.items():
-        param.requires_grad_(EarlyExitFL.trained(name, depth))
-    trainable = [p for p in params.values() if p.requires_grad]  # = every tensor this depth runs
+    train_to(model, depth)
+    runs = [p for name, p in params.items() if EarlyExitFL.trained(name, depth)]
+    trainable = [p for p in runs if p.requires_grad]
     nbytes = lambda tensors: sum(t.numel() * t.element_size() for t in tensors)  # noqa: E731
     states = 2 if train.optimizer == "adamw" else (1 if train.momentum else 0)
     generator = torch.Generator().manual_seed(0)
@@ -317,14 +320,23 @@ def depth_memory(
         loss.backward()
         optimizer.step()
         times.append(time.perf_counter() - started)
-    weights = nbytes(trainable)
+    weights = nbytes(runs)
     out = {
         "depth": float(depth),
         "weights_mb": weights / MB,
+        "trainable_mb": nbytes(trainable) / MB,
         "activations_mb": sum(saved.values()) / MB,
         "train_mb": (weights + (1 + states) * nbytes(trainable) + sum(saved.values())) / MB,
         "step_seconds": sorted(times)[len(times) // 2],
     }
-    for param in params.values():
-        param.requires_grad_(True)
+    train_to(model, None)
     return out
+
+
+def train_to(model: MultiExitSSL, depth: int | None) -> None:
+    """Trains exactly what a client at `depth` trains (None: every exit), never the encoder weights
+    that model.peft keeps frozen."""
+    for name, param in model.named_parameters():
+        param.requires_grad_(
+            name not in model.frozen and (depth is None or EarlyExitFL.trained(name, depth))
+        )

@@ -13,12 +13,20 @@ from fedac.algorithms.fedavg import FedAvg
 from fedac.errors import ConfigError
 
 
+def shared_parameters(model: nn.Module, anchor: Params):
+    """(name, parameter) of the parameters the global model holds: all of them, but the encoder
+    weights that model.peft keeps frozen and out of every payload (models/ssl.py)."""
+    return ((name, p) for name, p in model.named_parameters() if name in anchor)
+
+
 def proximal_term(model: nn.Module, anchor: Params, mu: float) -> torch.Tensor:
     """mu/2 * sum over parameters of ||w - w_global||^2; the anchor is a constant (no gradient)."""
     # (cast: a sum of tensors is a tensor, the start 0 aside)
     squared = cast(
         torch.Tensor,
-        sum((p - anchor[name].detach()).pow(2).sum() for name, p in model.named_parameters()),
+        sum(
+            (p - anchor[name].detach()).pow(2).sum() for name, p in shared_parameters(model, anchor)
+        ),
     )
     return 0.5 * mu * squared
 
@@ -28,7 +36,7 @@ def smooth_l1_proximal_term(model: nn.Module, anchor: Params, mu: float) -> torc
     w_global) (each a mean over the tensor's entries; 0.5 d^2 for |d| < 1, |d| - 0.5 beyond)."""
     terms = [
         nn.functional.smooth_l1_loss(p, anchor[name].detach())
-        for name, p in model.named_parameters()
+        for name, p in shared_parameters(model, anchor)
     ]
     return mu * torch.stack(terms).mean()
 

@@ -21,7 +21,7 @@ from contextlib import contextmanager
 from torch import nn
 
 from fedac.errors import ConfigError
-from fedac.models.ssl import EncoderRun, SSLModel, build_encoder
+from fedac.models.ssl import EncoderRun, SSLModel, adapted_encoder
 
 BASE_LAYERS = 12  # the depth scale of exits in the config (wav2vec 2.0 Base)
 
@@ -103,9 +103,9 @@ class MultiExitSSL(SSLModel):
 def build_multi_exit(
     name: str, kind: str, num_classes: int, exits: list[int], options, dropout: float
 ) -> MultiExitSSL:
-    """The named size or `options.encoder_path` checkpoint with heads at `exits` (12-layer
-    scale)."""
-    backbone = build_encoder(name, options.encoder_path, dropout)
+    """The named size or `options.encoder_path` checkpoint, with `options.peft`'s adapters, and
+    heads at `exits` (12-layer scale)."""
+    backbone = adapted_encoder(name, options.encoder_path, dropout, options, options.freeze_cnn)
     layers = len(backbone.encoder.layers)
     return MultiExitSSL(
         backbone,

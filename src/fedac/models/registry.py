@@ -52,6 +52,7 @@ def build_ssl(
         o.ctc_hidden if o else 0,
         dropout,
         bool(o and o.head_norm),
+        o,
     )
 
 
@@ -64,9 +65,14 @@ def build_model(
     options=None,
 ) -> nn.Module:
     """`options` (a config.ModelConfig) carries the SSL settings: encoder_path, freeze_cnn,
-    encoder_depth, ctc_hidden, head_norm."""
+    encoder_depth, ctc_hidden, head_norm, peft*."""
     if options is not None and options.head_norm and name not in SSL_NAMES:
         raise ConfigError(f"model.head_norm applies to the SSL models' pooled heads, not to {name}")
+    if options is not None and getattr(options, "peft", "none") != "none" and name not in SSL_NAMES:
+        raise ConfigError(
+            f"model.peft={options.peft} adapts the SSL encoders (w2v2_*), not {name}: set "
+            "model.peft=none"
+        )
     if name not in MODELS:
         raise ConfigError(
             f"unknown model '{name}'. Registered models: {', '.join(MODELS)} (see `fedac list`)"

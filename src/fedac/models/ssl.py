@@ -34,6 +34,14 @@ Heads (`kind`):
 `encoder_layers(hidden, mask, depth)` runs `encoder.layers[:depth]` with the encoder's own
 positional convolution and layer norms: the exit point early-exit training needs.
 `model.encoder_depth` (0 = all) fixes the depth of a run.
+
+Parameter-efficient fine-tuning (`model.peft`, `adapted_encoder`): Hugging Face peft injects LoRA or
+IA3 modules into the encoder in place (`inject_adapter_in_model`), which freezes every weight the
+encoder had. Module paths keep their names (an adapter of layer l is `encoder.layers.<l>.…`, so
+early exits group it with its layer). Those frozen weights are the pre-trained encoder every client
+holds already: `SSLModel` leaves them out of its state dict and accepts state dicts without them, so
+everything that moves or stores a model's state (broadcasts, uploads, aggregation, checkpoints)
+carries the adapters and the head only.
 """
 
 from __future__ import annotations
@@ -193,6 +201,65 @@ def build_encoder(name: str, encoder_path: str | None, dropout: float = 0.1) -> 
     return Wav2Vec2Model(size_config(name, dropout))
 
 
+#: Where a frozen encoder with random weights is drawn (model.peft with no pretrained checkpoint):
+#: its weights never travel, so every model instance in every process must draw the same ones.
+FROZEN_BASE_SEED = 0
+PEFT_EXTRA = "pip install -e '.[peft]' (scripts/setup.sh installs it)"
+
+
+def peft_config(options):
+    """The peft config of `model.peft` (lora or ia3) with the module's default targets (settings/
+    models.py `peft_targets`)."""
+    try:
+        import peft
+    except ImportError:
+        raise EncoderError(
+            f"model.peft={options.peft} needs Hugging Face peft, fedac's `peft` extra: {PEFT_EXTRA}"
+        ) from None
+    if options.peft == "lora":
+        return peft.LoraConfig(
+            r=options.peft_rank,
+            lora_alpha=options.peft_alpha,
+            lora_dropout=options.peft_dropout,
+            target_modules=list(options.peft_targets or ("q_proj", "v_proj")),
+        )
+    targets = list(options.peft_targets or ("k_proj", "v_proj", "output_dense"))
+    # IA3 scales a feed-forward layer's input, an attention projection's output
+    return peft.IA3Config(
+        target_modules=targets,
+        feedforward_modules=[t for t in targets if t in ("output_dense", "intermediate_dense")],
+    )
+
+
+def adapted_encoder(
+    name: str, encoder_path: str | None, dropout: float, peft_options=None, freeze_cnn: bool = True
+) -> HFModule:
+    """`build_encoder` with the adapters of `peft_options.peft` injected (the `model` settings;
+    None or peft none: the encoder as built). A random frozen encoder is drawn from
+    FROZEN_BASE_SEED, leaving the global RNG as it was."""
+    method = getattr(peft_options, "peft", "none")
+    if method == "none":
+        return build_encoder(name, encoder_path, dropout)
+    if not freeze_cnn:
+        raise EncoderError(
+            f"model.peft={method} freezes the whole encoder, its CNN included: "
+            "model.freeze_cnn=false would run the frozen CNN at every step; leave it true"
+        )
+    config = peft_config(peft_options)
+    import peft
+
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(FROZEN_BASE_SEED)
+        backbone = build_encoder(name, encoder_path, dropout)
+    try:
+        return peft.inject_adapter_in_model(config, backbone)
+    except ValueError as exc:  # no module matches the targets
+        raise EncoderError(
+            f"model.peft_targets={peft_options.peft_targets}: {exc}. Name modules of the encoder's "
+            "layers, e.g. q_proj, k_proj, v_proj, out_proj, intermediate_dense, output_dense"
+        ) from None
+
+
 def frame_lengths(config, samples: torch.Tensor) -> torch.Tensor:
     """CNN output frames for waveforms of `samples` samples (the conv stack without padding)."""
     frames = samples.clone()
@@ -319,6 +386,11 @@ class SSLModel(nn.Module):
                 "a CTC head has none (leave model.head_norm=false for ASR)"
             )
         self.norm = PooledNorm(2 * hidden) if head_norm else nn.Identity()
+        #: The encoder weights the backbone arrived with frozen (model.peft): out of the state dict.
+        self.frozen = frozenset(n for n, p in self.named_parameters() if not p.requires_grad)
+        if self.frozen:
+            self.register_state_dict_post_hook(_drop_frozen)
+            self.register_load_state_dict_post_hook(_frozen_not_missing)
 
     def frames(self, x: Padded) -> tuple[torch.Tensor, torch.Tensor]:
         """Transformer input (N, T, H) and its frame mask (N, T)."""
@@ -390,6 +462,16 @@ class SSLModel(nn.Module):
         return [greedy_ctc(best[i, : int(n)].tolist()) for i, n in enumerate(lengths)]
 
 
+def _drop_frozen(model: SSLModel, state: dict, prefix: str, _metadata) -> None:
+    for name in model.frozen:
+        state.pop(prefix + name, None)
+
+
+def _frozen_not_missing(model: SSLModel, incompatible) -> None:
+    # (in place: torch's strict check reads the list after the hooks)
+    incompatible.missing_keys[:] = [k for k in incompatible.missing_keys if k not in model.frozen]
+
+
 def build_ssl_model(
     name: str,
     kind: str,
@@ -400,9 +482,11 @@ def build_ssl_model(
     ctc_hidden: int = 0,
     dropout: float = 0.1,
     head_norm: bool = False,
+    peft_options=None,
 ) -> SSLModel:
+    """`peft_options`: the `model` settings whose peft* fields add adapters (`adapted_encoder`)."""
     return SSLModel(
-        build_encoder(name, encoder_path, dropout),
+        adapted_encoder(name, encoder_path, dropout, peft_options, freeze_cnn),
         kind,
         num_classes,
         freeze_cnn,

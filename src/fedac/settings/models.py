@@ -13,10 +13,13 @@ checks the names against those specs.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fedac.fields import number
-from fedac.registry import Entry, Registry, resolve
+from fedac.registry import Entry, Registry, choice, resolve
+
+#: `model.peft`: how the SSL encoders are fine-tuned (models/ssl.py `adapted_encoder`).
+PEFT_METHODS = ("none", "lora", "ia3")
 
 
 @dataclass
@@ -39,6 +42,25 @@ class SSLSettings:
     statistics of a pretrained encoder differ in scale by 10x or more across dimensions, and a plain
     linear head trained by AdamW stays near the class prior for thousands of steps
     (docs/earlyexit.md, "The head")."""
+    peft: str = choice("none", PEFT_METHODS)
+    """SSL models: parameter-efficient fine-tuning through Hugging Face `peft` (the `peft` extra).
+    none: every encoder weight trains and travels. lora: low-rank updates (LoRA) of the
+    `peft_targets` projections. ia3: IA3's learned rescaling vectors on the keys, values and the
+    feed-forward output (peft has no bottleneck adapter; IA3 is its adapter for these encoders).
+    With either, the encoder's own weights stay frozen and never travel: only the adapters and the
+    head(s) are trained, uploaded and aggregated (docs/ssl.md, "Parameter-efficient
+    fine-tuning")."""
+    peft_rank: int = number(8, ">= 1")
+    """model.peft=lora: the rank r of each low-rank update."""
+    peft_alpha: float = number(16.0, "> 0")
+    """model.peft=lora: the scale alpha; the update B A is multiplied by alpha / r."""
+    peft_dropout: float = number(0.0, "[0, 1)")
+    """model.peft=lora: dropout on the input of the low-rank path."""
+    peft_targets: list[str] = field(default_factory=list)
+    """model.peft: the encoder modules that get adapters, by name suffix (e.g. q_proj,v_proj).
+    Empty: the method's default, lora q_proj,v_proj (the attention's query and value projections
+    of every transformer layer, LoRA's own choice) and ia3 k_proj,v_proj,output_dense (IA3's
+    keys, values and feed-forward output)."""
 
 
 _R = "fedac.models.registry"
