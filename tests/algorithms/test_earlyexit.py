@@ -586,12 +586,29 @@ def test_budget_mode_picks_the_deepest_exit_that_fits():
     budgets = f"[{(memory[2] + memory[3]) / 2}, {memory[4]}]"
     algo = _algorithm(**{"earlyexit.mode": "budget", "earlyexit.budgets_mb": budgets})
     assert set(algo.depths.values()) == {2, 4}  # both budgets are drawn among 4 clients (seed 0)
-    with pytest.raises(
-        ConfigError, match=r"client c\d: earlyexit.budgets_mb value 0.1 MB is below"
-    ):
+    with pytest.raises(ConfigError, match=r"client c\d: its memory budget 0.1 MB is below"):
         _algorithm(**{"earlyexit.mode": "budget", "earlyexit.budgets_mb": "[0.1]"})
     with pytest.raises(ConfigError, match="earlyexit.mode=budget needs earlyexit.budgets_mb"):
         _algorithm(**{"earlyexit.mode": "budget"})
+
+
+def test_budget_mode_takes_each_clients_memory_from_the_device_trace(tmp_path):
+    memory = _algorithm(
+        **{"earlyexit.mode": "budget", "earlyexit.budgets_mb": "[1e9]"}
+    ).memory_per_exit()
+    between = (memory[2] + memory[3]) / 2
+    rows = [f"{c},1e9,1e6,1e6,{between if i % 2 else memory[4]}" for i, c in enumerate(CLIENTS)]
+    trace = tmp_path / "devices.csv"
+    trace.write_text("client,flops_per_s,up_bps,down_bps,memory_mb\n" + "\n".join(rows) + "\n")
+    algo = _algorithm(**{"earlyexit.mode": "budget", "system.devices": trace})
+    assert algo.depths == {c: 2 if i % 2 else 4 for i, c in enumerate(CLIENTS)}
+    trace.write_text(
+        "client,flops_per_s,up_bps,down_bps\n"
+        + "\n".join(f"{c},1e9,1e6,1e6" for c in CLIENTS)
+        + "\n"
+    )
+    with pytest.raises(ConfigError, match="fill its memory_mb column"):
+        _algorithm(**{"earlyexit.mode": "budget", "system.devices": trace})
 
 
 # --------------------------------------------------------------------------- tables

@@ -130,23 +130,48 @@ class EarlyExitFL(Algorithm):
                 for e in self.exits
             }
 
-    def _budget_depths(self) -> dict[str, int]:
-        """L_i = the deepest exit whose measured memory fits client i's budget (the paper's R_i,
-        §2.2)."""
+    def client_budgets(self) -> dict[str, float]:
+        """Each client's memory budget R_i (MB): its device's `memory_mb` when the run has a device
+        trace (`system.devices`, the virtual clock's: data/traces.py), else a seeded draw from
+        `earlyexit.budgets_mb`."""
+        clients, system = self.task.clients, self.cfg.system
+        if system.devices != "none":
+            from fedac.data.traces import load_devices
+
+            devices = load_devices(system.devices, clients, self.cfg.seed, system.fill)
+            unknown = [c for c in clients if devices[c].memory_mb is None]
+            if unknown:
+                raise ConfigError(
+                    f"earlyexit.mode=budget takes each client's memory from system.devices="
+                    f"{system.devices}, which gives none for {len(unknown)} clients (e.g. "
+                    f"{', '.join(unknown[:3])}): fill its memory_mb column, or set "
+                    "system.devices=none and earlyexit.budgets_mb"
+                )
+            return {c: float(devices[c].memory_mb) for c in clients}  # type: ignore[arg-type]
         budgets = self.cfg.earlyexit.budgets_mb
         if not budgets:
             raise ConfigError(
                 "earlyexit.mode=budget needs earlyexit.budgets_mb, e.g. --set "
-                "earlyexit.budgets_mb=200,800 (see `fedac memory` for the memory of each exit)"
+                "earlyexit.budgets_mb=200,800 (see `fedac memory` for the memory of each exit), "
+                "or a device trace with memory (system.devices)"
             )
+        return {
+            c: budgets[int(numpy_rng(self.cfg.seed, "budget", c).integers(len(budgets)))]
+            for c in clients
+        }
+
+    def _budget_depths(self) -> dict[str, int]:
+        """L_i = the deepest exit whose measured memory fits client i's budget (the paper's R_i,
+        §2.2)."""
+        budgets = self.client_budgets()
         memory = self.memory_per_exit()
         depths = {}
         for client in self.task.clients:
-            budget = budgets[int(numpy_rng(self.cfg.seed, "budget", client).integers(len(budgets)))]
+            budget = budgets[client]
             fits = [e for e in self.exits if memory[e] <= budget]
             if not fits:
                 raise ConfigError(
-                    f"client {client}: earlyexit.budgets_mb value {budget} MB is below the "
+                    f"client {client}: its memory budget {budget} MB is below the "
                     f"{memory[self.exits[0]]:.1f} MB that exit {self.exits[0]} needs; raise the "
                     "budget or lower train.batch_size / earlyexit.budget_seconds"
                 )
