@@ -7,6 +7,7 @@ a run's trained numbers are the same with or without it."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -150,14 +151,17 @@ class ByteLedger:
             state.bytes = ByteBook(0 if known else math.nan, 0 if known else math.nan)
         self.book = state.bytes
 
-    def round(self, payload: Any, uploads: dict[str, Any]) -> dict[str, float]:
+    def round(
+        self, payload: Any, uploads: dict[str, Any], sent: Callable[[Any], int] = nbytes
+    ) -> dict[str, float]:
         """Count one round: every client in `uploads` (name -> its upload) received `payload`.
-        Returns metrics.csv's columns: the round's sums, the mean per client and the cumulative
-        totals."""
+        `sent`: the bytes an upload takes on the wire (dense by default; compressed uploads count
+        their wire form, rules/compression.py). Returns metrics.csv's columns: the round's sums,
+        the mean per client and the cumulative totals."""
         down = nbytes(payload)
         # (an upload summed by the all-reduce of several processes counts what it would have sent)
         ups = {
-            name: upload.bytes if isinstance(upload, Summed) else nbytes(upload)
+            name: upload.bytes if isinstance(upload, Summed) else sent(upload)
             for name, upload in uploads.items()
         }
         for name, up in ups.items():

@@ -39,6 +39,7 @@ from fedac.engine.state import BestModel, RunState
 from fedac.engine.tracking import check_trackers
 from fedac.errors import ConfigError
 from fedac.rules.attacks import Attack
+from fedac.rules.compression import Compressor
 from fedac.rules.privacy import Privacy
 from fedac.seeding import numpy_rng
 from fedac.training.device import device_name, nbytes, place, to_device
@@ -129,7 +130,11 @@ class Simulator(RoundDriver):
             type(self.algorithm).dp_compatible,
             type(self.algorithm).lpa_setting,
         )
-        self.server_step = ServerStep(self.algorithm, self.attack, self.privacy, self.run_dir)
+        kind = type(self.algorithm)  # (uploads of the broadcast's form: compressible)
+        compression = Compressor(cfg, kind.dp_compatible or kind.sums_uploads)
+        self.server_step = ServerStep(
+            self.algorithm, self.attack, self.privacy, self.run_dir, compression
+        )
         # over several processes: one all-reduce of the weighted sums where nothing needs each
         # upload
         self.sums = self.world.distributed and sums_uploads(

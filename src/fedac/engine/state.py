@@ -73,6 +73,10 @@ class RunState:
     bytes: ByteBook | None = None
     """None until the first round's traffic is counted (the Flower ServerApp's nodes count their
     own)."""
+    compression_residuals: dict[str, Any] = field(default_factory=dict)
+    """Error feedback's residual of each client that has sent a compressed update (client -> entry
+    -> tensor; rules/compression.py): client state the engine keeps for the clients, checkpointed
+    so a resumed run sends what an uninterrupted one would."""
 
     def to_checkpoint(self) -> dict[str, Any]:
         """The checkpoint's content: a plain dict, the nested dataclasses (a typed global state

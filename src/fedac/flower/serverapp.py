@@ -251,6 +251,12 @@ def run_deployment(
         from fedac.flower.secagg import refuse_unsupported
 
         refuse_unsupported(cfg, settings)
+    if cfg.compression.method != "none" or cfg.compression.download:
+        raise ConfigError(
+            f"compression.method={cfg.compression.method}: Flower's transport sends dense "
+            "uploads and broadcasts; compression runs in the simulator (fedac run). Set "
+            "compression.method=none and compression.download=false for a Flower deployment"
+        )
     side = _server_side(cfg, run_dir, device)
     save_config(cfg, run_dir / "config.yaml")
     state = side._fresh_state()
