@@ -131,6 +131,7 @@ def test_quantisers_with_client_dp_and_sums_over_processes_are_refused_or_off():
 
 # --- through the simulator ------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def settings(gsc_root, tmp_path_factory):
     """The tone chords' 12 classes, every client every round: a task FedAvg visibly learns in a
@@ -168,7 +169,9 @@ def test_topk_at_one_percent_uploads_at_most_5_percent_of_fedavgs_bytes_and_trai
     up = [row["upload_bytes_total"] for row in sparse["history"]]
     up_dense = [row["upload_bytes_total"] for row in dense["history"]]
     assert up[-1] <= 0.05 * up_dense[-1]
-    print(f"topk 1 %: {up[-1]:.0f} of FedAvg's {up_dense[-1]:.0f} bytes ({up[-1] / up_dense[-1]:.4f})")
+    print(
+        f"topk 1 %: {up[-1]:.0f} of FedAvg's {up_dense[-1]:.0f} bytes ({up[-1] / up_dense[-1]:.4f})"
+    )
     # it trains: the shared model's loss on every client's training windows falls
     start, end = (
         training_loss(sim, params)

@@ -38,7 +38,11 @@ def tiny_model(fill: float = 0.0) -> dict[str, torch.Tensor]:
 def uploads(count: int = 3, seed: int = 0) -> list[dict[str, torch.Tensor]]:
     g = torch.Generator().manual_seed(seed)
     return [
-        {"w": torch.randn(3, 4, generator=g), "b": torch.randn(4, generator=g), "count": torch.tensor(9)}
+        {
+            "w": torch.randn(3, 4, generator=g),
+            "b": torch.randn(4, generator=g),
+            "count": torch.tensor(9),
+        }
         for _ in range(count)
     ]
 
@@ -119,7 +123,10 @@ def reference(method: str, comp: Compressor, payload, upload, client: str, round
             norm, s = float(v.norm()), comp.cfg.levels
             q = torch.tensor(
                 [
-                    norm * math.copysign(1, float(x)) * math.floor(s * abs(float(x)) / norm + float(r)) / s
+                    norm
+                    * math.copysign(1, float(x))
+                    * math.floor(s * abs(float(x)) / norm + float(r))
+                    / s
                     for x, r in zip(v, u)
                 ]
             )

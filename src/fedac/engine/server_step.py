@@ -18,6 +18,7 @@ In order:
 6. DP noise on the new global model;
 7. LPA's per-layer decisions to lpa.jsonl, and the round's training loss.
 """
+
 from __future__ import annotations
 
 import functools
