@@ -124,9 +124,21 @@ def test_client_dp_clips_before_compression_and_keeps_the_clipped_residual():
         assert torch.allclose(received["x"] + residual, clipped, atol=1e-6)
 
 
-def test_quantisers_with_client_dp_and_sums_over_processes_are_refused_or_off():
+def test_quantisers_with_client_dp_are_refused_and_torchrun_gathers_compressed_uploads():
     with pytest.raises(ConfigError, match="dp.mode=client"):
         step_with("compression.method=bf16", "dp.mode=client")
+    # over several processes the server step needs every upload: no all-reduced weighted sum
+    from types import SimpleNamespace
+
+    from fedac.algorithms.fedavg import FedAvg
+    from fedac.engine.distributed import sums_uploads
+
+    fake = FedAvg.__new__(FedAvg)  # (only its class and settings are read)
+    plain = SimpleNamespace(poisons="nothing"), SimpleNamespace(on=False)
+    fake.cfg = load_config()
+    assert sums_uploads(fake, *plain)
+    fake.cfg = load_config(overrides=["compression.method=int8"])
+    assert not sums_uploads(fake, *plain)
 
 
 # --- through the simulator ------------------------------------------------------------------------
