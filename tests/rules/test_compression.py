@@ -239,3 +239,45 @@ def test_an_upload_that_is_not_the_broadcasts_form_is_refused():
     comp = compressor("topk")
     with pytest.raises(ConfigError, match="'extra' is not the broadcast's entry"):
         comp.wire_bytes(tiny_model(), {**uploads(1)[0], "extra": torch.zeros(2)})
+
+
+# --- the bytes themselves: one client's wire form -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "method, settings",
+    [
+        ("topk", {"ratio": 0.25}),
+        ("randk", {"ratio": 0.25}),
+        ("qsgd", {"levels": 16}),
+        ("qsgd", {"levels": 3}),
+        ("int8", {}),
+        ("bf16", {}),
+    ],
+)
+def test_the_encoded_bytes_are_the_counted_bytes_and_decode_to_the_stacked_result(method, settings):
+    """A client's `encode` is real bytes (uint8 tensors) whose total length is `wire_bytes`, and
+    `decode` rebuilds from them the upload the stacked computation gives that client, residuals
+    included."""
+    feedback = method != "qsgd"
+    comp = compressor(method, error_feedback=feedback, **settings)
+    payload = tiny_model(0.5)
+    stacked_residuals: dict = {}
+    one_residuals: dict = {}
+    for round_idx in (1, 2):  # the second round sends with the first's residuals
+        ups = uploads(len(CLIENTS), seed=round_idx)
+        stacked = comp(payload, CLIENTS, ups, round_idx, stacked_residuals)
+        for client, upload, expected in zip(CLIENTS, ups, stacked):
+            wire = comp.encode(payload, upload, client, round_idx, one_residuals)
+            assert all(v.dtype == torch.uint8 for k, v in wire.items() if k != "count")
+            assert sum(v.numel() * v.element_size() for v in wire.values()) == comp.wire_bytes(
+                payload, upload
+            )
+            rebuilt = comp.decode(payload, wire)
+            assert list(rebuilt) == list(upload)
+            for n in upload:
+                assert torch.allclose(rebuilt[n], expected[n], atol=1e-6), (method, client, n)
+    if feedback:
+        for c in CLIENTS:
+            for n in ("w", "b"):
+                assert torch.allclose(one_residuals[c][n], stacked_residuals[c][n], atol=1e-6)

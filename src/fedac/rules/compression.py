@@ -41,7 +41,9 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable
+from typing import Any
 
+import numpy as np
 import torch
 
 from fedac.config import Config
@@ -176,10 +178,10 @@ class Compressor:
         clip: Callable[[list[Params]], list[Params]] | None = None,
     ) -> list[Params]:
         """The cohort's uploads as the server rebuilds them from what each client sent, compressed
-        together (module docstring). `residuals` (client ->
-        its residual per entry) is read and updated in place under error feedback. `clip`: applied
-        to the uploads a client is about to compress (its update plus its residual), as a client
-        that clips before it sends does (dp.mode=client)."""
+        together (module docstring). `residuals` (client -> its residual per entry) is read and
+        updated in place under error feedback. `clip`: applied to the uploads a client is about to
+        compress (its update plus its residual), as a client that clips before it sends does
+        (dp.mode=client)."""
         if not self.on or not uploads:
             return list(uploads)
         names = self.compressed_entries(payload, uploads[0])
@@ -189,6 +191,29 @@ class Compressor:
                     "compression: the round's uploads hold different entries; set "
                     "compression.method=none"
                 )
+        deltas = self._updates(payload, names, clients, uploads, residuals)
+        if clip is not None:
+            clipped = clip(
+                [{n: payload[n] + deltas[n][i] for n in names} for i in range(len(clients))]
+            )
+            deltas = {n: torch.stack([u[n] for u in clipped]) - payload[n] for n in names}
+        sent = self.decoded(self.message(deltas, clients, round_idx), deltas)
+        self._keep(residuals, clients, deltas, sent)
+        return [
+            {**upload, **{n: (payload[n] + sent[n][i]).to(upload[n].dtype) for n in names}}
+            for i, upload in enumerate(uploads)
+        ]
+
+    def _updates(
+        self,
+        payload: Params,
+        names: list[str],
+        clients: list[str],
+        uploads: list[Params],
+        residuals: dict[str, Params],
+    ) -> dict[str, torch.Tensor]:
+        """Per entry the (clients, ...) stack of the updates, each plus its client's residual
+        under error feedback."""
         deltas = {n: torch.stack([u[n] for u in uploads]) - payload[n] for n in names}
         if self.feedback:
             for n in names:
@@ -200,50 +225,67 @@ class Compressor:
                         for c in clients
                     ]
                 )
-        if clip is not None:
-            clipped = clip(
-                [{n: payload[n] + deltas[n][i] for n in names} for i in range(len(clients))]
-            )
-            deltas = {n: torch.stack([u[n] for u in clipped]) - payload[n] for n in names}
-        sent = self.compress(deltas, clients, round_idx)
+        return deltas
+
+    def _keep(
+        self,
+        residuals: dict[str, Params],
+        clients: list[str],
+        deltas: dict[str, torch.Tensor],
+        sent: dict[str, torch.Tensor],
+    ) -> None:
         if self.feedback:
             for i, c in enumerate(clients):
-                residuals[c] = {n: (deltas[n][i] - sent[n][i]).clone() for n in names}
-        return [
-            {**upload, **{n: (payload[n] + sent[n][i]).to(upload[n].dtype) for n in names}}
-            for i, upload in enumerate(uploads)
-        ]
+                residuals[c] = {n: (deltas[n][i] - sent[n][i]).clone() for n in deltas}
 
-    def compress(
+    # --- what is sent, stacked ------------------------------------------------------------------
+    def message(
         self, deltas: dict[str, torch.Tensor], clients: list[str], round_idx: int
-    ) -> dict[str, torch.Tensor]:
-        """What each client sends, decompressed: per entry a (clients, ...) stack like `deltas`."""
+    ) -> dict[str, Any]:
+        """What the clients send, stacked (row i: client i): sparse methods {"index", "values"}
+        (clients, k) over the whole update; qsgd per entry (norm (clients, 1), signed levels
+        (clients, n)); int8 per entry (scale (clients, 1), int8 (clients, n)); bf16 per entry the
+        (clients, n) bfloat16 rows."""
         method = self.cfg.method
-        if method == "bf16":
-            return {n: d.to(torch.bfloat16).to(d.dtype) for n, d in deltas.items()}
         rows = {n: d.reshape(len(clients), -1) for n, d in deltas.items()}
+        if method == "bf16":
+            return {n: r.to(torch.bfloat16) for n, r in rows.items()}
         if method == "int8":
-            out = {n: int8(r) for n, r in rows.items()}
-        elif method == "qsgd":
+            return {n: int8(r) for n, r in rows.items()}
+        if method == "qsgd":
             noise = self.uniform(rows, clients, round_idx, "qsgd")
-            out = {n: qsgd(r, noise[n], self.cfg.levels) for n, r in rows.items()}
-        else:
-            out = self.sparse(rows, clients, round_idx)
-        return {n: out[n].reshape(deltas[n].shape) for n in deltas}
-
-    def sparse(
-        self, rows: dict[str, torch.Tensor], clients: list[str], round_idx: int
-    ) -> dict[str, torch.Tensor]:
-        """topk / randk over each client's whole update as one row of d entries."""
+            return {n: qsgd(r, noise[n], self.cfg.levels) for n, r in rows.items()}
         flat = torch.cat(list(rows.values()), dim=1)
         k = self.kept(flat.shape[1])
-        if self.cfg.method == "topk":
+        if method == "topk":
             index = flat.abs().topk(k, dim=1, sorted=False).indices
         else:  # randk: the k largest of seeded uniform draws are a uniform k-subset
             draws = torch.cat(list(self.uniform(rows, clients, round_idx, "randk").values()), 1)
             index = draws.topk(k, dim=1, sorted=False).indices
-        sent = torch.zeros_like(flat).scatter_(1, index, flat.gather(1, index))
-        return dict(zip(rows, sent.split([r.shape[1] for r in rows.values()], dim=1)))
+        return {"index": index, "values": flat.gather(1, index)}
+
+    def decoded(self, message: dict[str, Any], like: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The updates a stacked `message` stands for, per entry shaped like `like`'s stacks."""
+        method = self.cfg.method
+        if method in SPARSE:
+            sizes = [v[0].numel() for v in like.values()]
+            values = message["values"]
+            flat = torch.zeros(values.shape[0], sum(sizes), dtype=values.dtype, device=values.device)
+            flat.scatter_(1, message["index"], values)
+            parts = flat.split(sizes, dim=1)
+            return {n: p.reshape(like[n].shape) for n, p in zip(like, parts)}
+        out = {}
+        for n, part in message.items():
+            if method == "bf16":
+                rows = part.to(like[n].dtype)
+            elif method == "int8":
+                scale, q = part
+                rows = q.to(scale.dtype) * scale
+            else:  # qsgd: ||v|| sign l / s
+                norm, level = part
+                rows = level.to(norm.dtype) * (norm / self.cfg.levels)
+            out[n] = rows.reshape(like[n].shape)
+        return out
 
     def uniform(
         self, rows: dict[str, torch.Tensor], clients: list[str], round_idx: int, purpose: str
@@ -260,18 +302,120 @@ class Compressor:
         ).to(first.device, first.dtype)
         return dict(zip(rows, draws.split([r.shape[1] for r in rows.values()], dim=1)))
 
+    # --- one client's bytes (a deployment's transport) ------------------------------------------
+    def encode(
+        self, payload: Params, upload: Params, client: str, round_idx: int, residuals: dict
+    ) -> dict[str, torch.Tensor]:
+        """What one client puts on the wire for `upload`: the entries sent dense as they are, and
+        the compressed update as byte strings (uint8 tensors) whose lengths add up to
+        `wire_bytes` exactly (module docstring); `residuals` (client -> residual) is updated in
+        place. `decode` rebuilds the upload."""
+        names = self._wire_entries(payload, upload)
+        deltas = self._updates(payload, names, [client], [upload], residuals)
+        message = self.message(deltas, [client], round_idx)
+        self._keep(residuals, [client], deltas, self.decoded(message, deltas))
+        wire = {n: v for n, v in upload.items() if n not in names}
+        if self.cfg.method in SPARSE:
+            d = sum(payload[n].numel() for n in names)
+            index = message["index"][0].cpu().numpy().astype(f"<u{index_bytes(d)}")
+            wire[f"{WIRE}index"] = as_bytes(index.tobytes())
+            wire[f"{WIRE}values"] = as_bytes(message["values"][0].cpu().numpy().tobytes())
+            return wire
+        for n, part in message.items():
+            wire[f"{WIRE}{n}"] = as_bytes(self._pack(part))
+        return wire
 
-def qsgd(rows: torch.Tensor, uniform: torch.Tensor, levels: int) -> torch.Tensor:
-    """Alistarh et al.'s Q_s of each row (one client's tensor) with the given U[0, 1) draws."""
+    def _pack(self, part: Any) -> bytes:
+        """One client's compressed tensor as bytes (its stacked `message` entry, one row)."""
+        if self.cfg.method == "bf16":
+            return part[0].view(torch.int16).cpu().numpy().astype("<i2").tobytes()
+        head, body = part
+        scale = np.asarray([float(head[0, 0])], dtype="<f4").tobytes()
+        if self.cfg.method == "int8":
+            return scale + body[0].cpu().numpy().astype(np.int8).tobytes()
+        # qsgd: per entry a sign bit, then the level's bits, most significant first
+        level = body[0].cpu().numpy().astype(np.int64)
+        bits = level_bits(self.cfg.levels)
+        shifts = np.arange(bits - 1, -1, -1)
+        fields = np.concatenate(
+            [(level < 0)[:, None], (np.abs(level)[:, None] >> shifts) & 1], axis=1
+        ).astype(np.uint8)
+        return scale + np.packbits(fields.reshape(-1)).tobytes()
+
+    def decode(self, payload: Params, wire: dict[str, torch.Tensor]) -> Params:
+        """The upload the server rebuilds from one client's `encode`d wire form."""
+        names = [n for n, v in payload.items() if v.is_floating_point()]
+        out = {n: v for n, v in wire.items() if not n.startswith(WIRE)}
+        device = next(iter(payload.values())).device
+        if self.cfg.method in SPARSE:
+            d = sum(payload[n].numel() for n in names)
+            dtype = functools.reduce(torch.promote_types, [payload[n].dtype for n in names])
+            raw = wire[f"{WIRE}index"].cpu().numpy().tobytes()
+            index = torch.from_numpy(np.frombuffer(raw, f"<u{index_bytes(d)}").astype(np.int64))
+            values = torch.frombuffer(
+                bytearray(wire[f"{WIRE}values"].cpu().numpy().tobytes()), dtype=dtype
+            )
+            like = {n: payload[n][None] for n in names}
+            message = {"index": index[None].to(device), "values": values[None].to(device)}
+            sent = self.decoded(message, like)
+        else:
+            like = {n: payload[n][None] for n in names}
+            message = {n: self._unpack(wire[f"{WIRE}{n}"], payload[n]) for n in names}
+            sent = self.decoded(message, like)
+        for n in names:
+            out[n] = (payload[n] + sent[n][0]).to(payload[n].dtype)
+        return {n: out[n] for n in [*payload, *(k for k in out if k not in payload)] if n in out}
+
+    def _unpack(self, data: torch.Tensor, like: torch.Tensor) -> Any:
+        """`_pack`'s bytes back as the one-client stacked `message` entry of a tensor like
+        `like`."""
+        raw, n = data.cpu().numpy().tobytes(), like.numel()
+        if self.cfg.method == "bf16":
+            ints = torch.from_numpy(np.frombuffer(raw, "<i2").copy())
+            return ints.view(torch.bfloat16)[None].to(like.device)
+        scale = torch.tensor([[float(np.frombuffer(raw[:4], "<f4")[0])]], device=like.device)
+        if self.cfg.method == "int8":
+            q = torch.from_numpy(np.frombuffer(raw[4:], np.int8).copy())
+            return scale, q[None].to(like.device)
+        bits = level_bits(self.cfg.levels)
+        fields = np.unpackbits(np.frombuffer(raw[4:], np.uint8), count=n * (1 + bits))
+        fields = fields.reshape(n, 1 + bits).astype(np.int64)
+        level = (fields[:, 1:] << np.arange(bits - 1, -1, -1)).sum(axis=1)
+        level = np.where(fields[:, 0] == 1, -level, level)
+        return scale, torch.from_numpy(level)[None].to(like.device)
+
+    def _wire_entries(self, payload: Params, upload: Params) -> list[str]:
+        """The compressed entries of an upload that travels as bytes: every floating entry of the
+        broadcast, in its order (`decode` reads the layout from the broadcast alone)."""
+        names = self.compressed_entries(payload, upload)
+        if names != [n for n, v in payload.items() if v.is_floating_point()]:
+            raise ConfigError(
+                "compression on the wire needs uploads holding every floating entry of the "
+                "broadcast, in its order; set compression.method=none"
+            )
+        return names
+
+
+#: The prefix of a wire form's compressed entries (the dense ones keep their names).
+WIRE = "$compressed/"
+
+
+def as_bytes(data: bytes) -> torch.Tensor:
+    """Bytes as a uint8 tensor (what a transport of tensors carries)."""
+    return torch.frombuffer(bytearray(data), dtype=torch.uint8)
+
+
+def qsgd(rows: torch.Tensor, uniform: torch.Tensor, levels: int) -> tuple[torch.Tensor, ...]:
+    """Alistarh et al.'s Q_s of each row (one client's tensor) with the given U[0, 1) draws, as
+    (the rows' norms (clients, 1), the signed levels sign(v_i) l_i)."""
     norm = rows.norm(dim=1, keepdim=True)
     scaled = rows.abs() * (levels / torch.where(norm > 0, norm, torch.ones_like(norm)))
-    level = torch.floor(scaled + uniform)
-    return torch.sign(rows) * level * (norm / levels)
+    return norm, torch.sign(rows) * torch.floor(scaled + uniform)
 
 
-def int8(rows: torch.Tensor) -> torch.Tensor:
-    """Each row (one client's tensor) at a per-row scale max |v| / 127 and one signed byte per
-    entry, decompressed."""
+def int8(rows: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """Each row (one client's tensor) as (its scale max |v| / 127 (clients, 1), the entries
+    rounded to int8 at that scale)."""
     scale = rows.abs().amax(dim=1, keepdim=True) / 127
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
-    return torch.round(rows / safe).clamp(-127, 127) * safe
+    return scale, torch.round(rows / safe).clamp(-127, 127).to(torch.int8)
