@@ -551,8 +551,8 @@ class SystemConfig:
 class CompressionConfig:
     """How client uploads are compressed on the wire (rules/compression.py, docs/compression.md):
     the update (upload - broadcast) of every method whose uploads are models of the broadcast's
-    form; the byte ledger counts the compressed size. Off by default; the simulator only (a Flower
-    deployment refuses it)."""
+    form; the byte ledger counts the compressed size. Off by default. In a Flower deployment each
+    node sends the compressed bytes and keeps its own error-feedback residual."""
 
     method: str = choice("none", ("none", "topk", "randk", "qsgd", "int8", "bf16"))
     """none; topk / randk (send `ratio` of each update's entries, the whole update as one vector,

@@ -7,7 +7,6 @@ a run's trained numbers are the same with or without it."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -152,16 +151,21 @@ class ByteLedger:
         self.book = state.bytes
 
     def round(
-        self, payload: Any, uploads: dict[str, Any], sent: Callable[[Any], int] = nbytes
+        self, payload: Any, uploads: dict[str, Any], wire: dict[str, int] | None = None
     ) -> dict[str, float]:
         """Count one round: every client in `uploads` (name -> its upload) received `payload`.
-        `sent`: the bytes an upload takes on the wire (dense by default; compressed uploads count
-        their wire form, rules/compression.py). Returns metrics.csv's columns: the round's sums,
+        `wire`: the bytes each upload took on the wire where that is not its dense size (a
+        compressed upload, rules/compression.py). Returns metrics.csv's columns: the round's sums,
         the mean per client and the cumulative totals."""
         down = nbytes(payload)
+        wire = wire or {}
         # (an upload summed by the all-reduce of several processes counts what it would have sent)
         ups = {
-            name: upload.bytes if isinstance(upload, Summed) else sent(upload)
+            name: wire[name]
+            if name in wire
+            else upload.bytes
+            if isinstance(upload, Summed)
+            else nbytes(upload)
             for name, upload in uploads.items()
         }
         for name, up in ups.items():

@@ -10,7 +10,8 @@ In order:
    sends through the protocol's compression), dp.mode=client's clipping (rules/privacy.py: of the
    update plus its error-feedback residual, so what is sent stays within dp.clip), then
    compression with error feedback (`compression.*`; each client's residual kept in
-   `RunState.compression_residuals`), and the server's decompression;
+   `RunState.compression_residuals`), and the server's decompression (uploads that arrive
+   compressed, from Flower nodes that compress their own, come decoded: `Arrival.wire_bytes`);
 4. dp.mode=central's clipping of the decompressed uploads;
 5. the algorithm's `server_update`, robust rules included, on the decompressed uploads (over
    several processes, one all-reduced weighted mean may stand for the uploads: `summed`; never
@@ -21,7 +22,6 @@ In order:
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 from dataclasses import dataclass, field
@@ -38,7 +38,6 @@ from fedac.rules.aggregation import ServerMetrics
 from fedac.rules.attacks import Attack
 from fedac.rules.compression import Compressor
 from fedac.rules.privacy import Privacy
-from fedac.training.device import nbytes
 from fedac.training.types import Params, all_finite
 
 log = logging.getLogger(__name__)
@@ -54,6 +53,10 @@ class Arrival:
     weight: int
     loss: float = math.nan
     state: Any = None
+    wire_bytes: int | None = None
+    """Set when the client sent its upload compressed and it was decoded on arrival (a Flower
+    node, rules/compression.py `encode`): the bytes it took on the wire. The server step then
+    counts those and does not compress the upload again."""
 
 
 @dataclass
@@ -106,16 +109,20 @@ class ServerStep:
             "clients": float(len(accepted)),
             "rejected": float(len(arrivals) - len(accepted) + rejected_elsewhere),
         }
-        wire = (
-            functools.partial(self.compression.wire_bytes, payload) if self.compression else nbytes
-        )
+        # the bytes of the uploads that travel compressed (the others count their dense size)
+        wire = {a.client: a.wire_bytes for a in arrivals if a.wire_bytes is not None}
+        if self.compression is not None:
+            for a in arrivals:
+                wire.setdefault(a.client, self.compression.wire_bytes(payload, a.upload))
         sent = {a.client: a.upload for a in arrivals}
         metrics.update(ByteLedger(state).round(payload, sent, wire))
         names = [a.client for a in accepted]
         uploads = [(a.upload, a.weight) for a in accepted]
         if self.attack is not None:
             uploads = self.attack.poison_uploads(payload, names, uploads, round_idx)
-        uploads = self._received(state, payload, names, uploads, round_idx)
+        # (uploads decoded on arrival were compressed by their clients)
+        if not any(a.wire_bytes is not None for a in accepted):
+            uploads = self._received(state, payload, names, uploads, round_idx)
         if self.privacy is not None and not self.privacy.on_client:
             uploads = self.privacy.clip(payload, names, uploads)  # central (a no-op when off)
         if summed is not None and uploads:

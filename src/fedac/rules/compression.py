@@ -29,6 +29,11 @@ as the smallest unsigned integer of 1, 2, 4 or 8 bytes that holds d - 1; qsgd 4 
 8) per tensor of n entries (b level bits); int8 4 + n per tensor; bf16 2 n; entries sent dense their
 numel x element size.
 
+The simulated round (`Compressor.__call__`) rebuilds the uploads straight from the stacked message;
+a deployment's client sends its row as real bytes (`encode`: the index array at its counted width,
+QSGD's norm and fixed-width bit fields packed with numpy, int8's scale and bytes, bf16's 2-byte
+words), whose length is `wire_bytes`, and the server rebuilds the upload from them (`decode`).
+
 Error feedback (Karimireddy et al. 2019, "Error feedback fixes SignSGD", Alg. 2; Stich et al.'s
 memory): a client adds its residual e_k to its update before compressing, sends C(Delta_k + e_k),
 and keeps e_k <- Delta_k + e_k - C(Delta_k + e_k). The residuals are client state the engine keeps
@@ -270,7 +275,9 @@ class Compressor:
         if method in SPARSE:
             sizes = [v[0].numel() for v in like.values()]
             values = message["values"]
-            flat = torch.zeros(values.shape[0], sum(sizes), dtype=values.dtype, device=values.device)
+            flat = torch.zeros(
+                values.shape[0], sum(sizes), dtype=values.dtype, device=values.device
+            )
             flat.scatter_(1, message["index"], values)
             parts = flat.split(sizes, dim=1)
             return {n: p.reshape(like[n].shape) for n, p in zip(like, parts)}
@@ -378,8 +385,8 @@ class Compressor:
             q = torch.from_numpy(np.frombuffer(raw[4:], np.int8).copy())
             return scale, q[None].to(like.device)
         bits = level_bits(self.cfg.levels)
-        fields = np.unpackbits(np.frombuffer(raw[4:], np.uint8), count=n * (1 + bits))
-        fields = fields.reshape(n, 1 + bits).astype(np.int64)
+        packed = np.unpackbits(np.frombuffer(raw[4:], np.uint8), count=n * (1 + bits))
+        fields = packed.reshape(n, 1 + bits).astype(np.int64)
         level = (fields[:, 1:] << np.arange(bits - 1, -1, -1)).sum(axis=1)
         level = np.where(fields[:, 0] == 1, -level, level)
         return scale, torch.from_numpy(level)[None].to(like.device)
