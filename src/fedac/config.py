@@ -567,7 +567,9 @@ class CompressionConfig:
     """Keep what compression left out as client state (checkpointed) and add it to the next
     update (topk, randk, int8, bf16). qsgd is unbiased and runs without it: set false with qsgd."""
     download: bool = False
-    """Compress the broadcast too. Not implemented yet: true is refused at start."""
+    """Quantise the broadcast model too (qsgd, int8 or bf16; without error feedback): the clients
+    train from the quantised model and the ledger counts its bytes as received. The simulator
+    only."""
 
 
 @dataclass

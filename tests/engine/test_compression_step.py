@@ -219,3 +219,39 @@ def test_a_run_with_topk_and_error_feedback_resumes_exactly(settings, data, tmp_
     got, kept = resumed.state.compression_residuals, straight.state.compression_residuals
     assert got.keys() == kept.keys()
     assert all(torch.equal(got[c][k], kept[c][k]) for c in kept for k in kept[c])
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_with_download_the_clients_train_from_the_quantised_broadcast(
+    settings, data, tmp_path, monkeypatch
+):
+    from fedac.engine import simulator as simulator_module
+
+    received = []
+    real = simulator_module.run_shared
+    monkeypatch.setattr(
+        simulator_module,
+        "run_shared",
+        lambda world, plan, payload, *rest: (
+            received.append(payload) or real(world, plan, payload, *rest)
+        ),
+    )
+    cfg = config(
+        settings,
+        **{"train.rounds": 2, "compression.method": "int8", "compression.download": True},
+    )
+    sim = Simulator(cfg, tmp_path, data, progress=False)
+    history = sim.run()["history"]
+    dense = sim.algorithm.init_server()["params"]
+    first = received[0]
+    floats = [n for n, v in dense.items() if v.is_floating_point()]
+    for n in floats:  # round 1's broadcast: the initial model at its int8 scale per tensor
+        scale = float(dense[n].abs().max()) / 127
+        assert torch.allclose(first[n] / scale, torch.round(dense[n] / scale), atol=1e-3), n
+    assert any(not torch.equal(first[n], dense[n]) for n in floats)
+    # each client received a 4-byte scale and one byte per entry per tensor, the rest dense
+    per_client = sum(4 + dense[n].numel() for n in floats) + sum(
+        v.numel() * v.element_size() for n, v in dense.items() if n not in floats
+    )
+    clients = len(sim.data.clients)
+    assert [row["download_bytes"] for row in history] == [per_client * clients] * 2

@@ -83,6 +83,7 @@ def test_nodes_send_the_compressed_form_and_the_run_equals_the_simulator(
         (["dp.mode=client"], "fedac", "dp.mode=client clips each update before it is compressed"),
         (["attack.kind=scale", "attack.fraction=0.5"], "fedac", "poisons an upload before"),
         ([], "flower", "needs the fedac strategy"),
+        (["compression.download=true"], "fedac", "the ServerApp sends the broadcast dense"),
     ],
 )
 def test_what_a_deployment_cannot_compress_is_refused(sets, strategy, message):

@@ -227,7 +227,12 @@ def test_qsgd_is_unbiased():
             True,
             "can lengthen it past dp.clip",
         ),
-        (["compression.method=topk", "compression.download=true"], True, "not implemented"),
+        (
+            ["compression.method=topk", "compression.download=true"],
+            True,
+            "compression.method=topk does not quantise",
+        ),
+        (["compression.download=true"], True, "compression.method=none does not quantise"),
     ],
 )
 def test_nonsensical_combinations_are_refused_at_start(overrides, parameter_uploads, message):
@@ -281,3 +286,23 @@ def test_the_encoded_bytes_are_the_counted_bytes_and_decode_to_the_stacked_resul
         for c in CLIENTS:
             for n in ("w", "b"):
                 assert torch.allclose(one_residuals[c][n], stacked_residuals[c][n], atol=1e-6)
+
+
+# --- the broadcast (compression.download=true) ----------------------------------------------------
+
+
+def test_a_quantised_broadcast_is_each_tensor_at_its_own_int8_scale_and_counted_so():
+    comp = compressor("int8", download=True)
+    g = torch.Generator().manual_seed(5)
+    payload = {"w": torch.randn(3, 4, generator=g), "b": torch.randn(4, generator=g)}
+    payload["count"] = torch.tensor(7)
+    received = comp.broadcast(payload, 1)
+    for n in ("w", "b"):
+        scale = float(payload[n].abs().max()) / 127
+        by_hand = torch.tensor([round(float(x) / scale) * scale for x in payload[n].flatten()])
+        assert torch.allclose(received[n].flatten(), by_hand, atol=1e-6)
+        assert not torch.equal(received[n], payload[n])
+    assert torch.equal(received["count"], payload["count"])
+    assert comp.broadcast_bytes(payload) == (4 + 12) + (4 + 4) + 8
+    plain = compressor("int8")  # download=false: the broadcast travels as it is
+    assert plain.broadcast(payload, 1) is payload and plain.broadcast_bytes(payload) is None

@@ -151,13 +151,17 @@ class ByteLedger:
         self.book = state.bytes
 
     def round(
-        self, payload: Any, uploads: dict[str, Any], wire: dict[str, int] | None = None
+        self,
+        payload: Any,
+        uploads: dict[str, Any],
+        wire: dict[str, int] | None = None,
+        down: int | None = None,
     ) -> dict[str, float]:
         """Count one round: every client in `uploads` (name -> its upload) received `payload`.
-        `wire`: the bytes each upload took on the wire where that is not its dense size (a
-        compressed upload, rules/compression.py). Returns metrics.csv's columns: the round's sums,
-        the mean per client and the cumulative totals."""
-        down = nbytes(payload)
+        `wire` / `down`: the bytes each upload / the broadcast took on the wire where that is not
+        its dense size (compressed, rules/compression.py). Returns metrics.csv's columns: the
+        round's sums, the mean per client and the cumulative totals."""
+        down = nbytes(payload) if down is None else down
         wire = wire or {}
         # (an upload summed by the all-reduce of several processes counts what it would have sent)
         ups = {

@@ -1,7 +1,9 @@
 """The round's server step, written once for every runtime: the simulator's round (one process or
 torchrun) and the Flower strategy hand it what arrived and get the next global state back.
 
-In order:
+Before the clients train, `ServerStep.broadcast` gives the broadcast as they receive it
+(compression.download=true: quantised); the round's arrivals come back with that broadcast. In
+order:
 1. reject every arrival whose upload (or new client state) is not finite, naming the client;
 2. count the bytes each arrival received and sent (the byte ledger counts rejected uploads too:
    they were sent), a compressed upload at its wire size (rules/compression.py);
@@ -83,6 +85,14 @@ class ServerStep:
         self.run_dir = run_dir
         self.compression = compression if compression is not None and compression.on else None
 
+    def broadcast(self, payload: Any, round_idx: int) -> Any:
+        """The round's broadcast as the clients receive it (compression.download=true: quantised,
+        rules/compression.py `Compressor.broadcast`); the clients train from it and this step,
+        given it back, takes their updates against it."""
+        if self.compression is None:
+            return payload
+        return self.compression.broadcast(payload, round_idx)
+
     def __call__(
         self,
         state: RunState,
@@ -115,7 +125,8 @@ class ServerStep:
             for a in arrivals:
                 wire.setdefault(a.client, self.compression.wire_bytes(payload, a.upload))
         sent = {a.client: a.upload for a in arrivals}
-        metrics.update(ByteLedger(state).round(payload, sent, wire))
+        down = self.compression.broadcast_bytes(payload) if self.compression is not None else None
+        metrics.update(ByteLedger(state).round(payload, sent, wire, down))
         names = [a.client for a in accepted]
         uploads = [(a.upload, a.weight) for a in accepted]
         if self.attack is not None:

@@ -184,7 +184,8 @@ class Simulator(RoundDriver):
     # --- one round -----------------------------------------------------------------------------
     def run_round(self, state: RunState, round_idx: int) -> dict[str, float]:
         cfg = self.cfg
-        payload = self.algorithm.broadcast(state.server)
+        # (compression.download=true: what the clients receive is the quantised broadcast)
+        payload = self.server_step.broadcast(self.algorithm.broadcast(state.server), round_idx)
         names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
         datas = [self._client_data(name) for name in names]
         states = [

@@ -245,6 +245,11 @@ def refuse_compression(cfg: Config, settings: DeploymentSettings) -> None:
     before its client compresses it (model poisoning, dp.mode=client's clipping) cannot happen in
     that order, and Flower's built-in strategies read dense arrays."""
     method = cfg.compression.method
+    if cfg.compression.download:
+        raise ConfigError(
+            "compression.download=true: the ServerApp sends the broadcast dense; set "
+            "compression.download=false in a Flower deployment"
+        )
     if method == "none":
         return
     why = "each node sends its upload compressed, and the server sees it only after"

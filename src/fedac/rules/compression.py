@@ -85,7 +85,8 @@ class Compressor:
     the broadcast's form (`parameter_uploads`: the engine passes the algorithm's capabilities,
     `dp_compatible or sums_uploads`, which both declare uploads of the broadcast's shape);
     error feedback with qsgd; client-side DP with a quantiser (its output may exceed the clip
-    norm); `compression.download=true` (not implemented)."""
+    norm); `compression.download=true` without a quantiser (sparsifying the broadcast model
+    itself would zero most of its weights)."""
 
     def __init__(self, cfg: Config, parameter_uploads: bool):
         self.cfg, c = cfg.compression, cfg.compression
@@ -95,11 +96,14 @@ class Compressor:
             raise ConfigError(
                 f"unknown compression.method {c.method!r}; use one of {', '.join(METHODS)}"
             )
-        if c.download:
+        if c.download and c.method not in QUANTISED:
             raise ConfigError(
-                "compression.download=true is not implemented: broadcasts travel dense; set "
-                "compression.download=false"
+                f"compression.download=true quantises the broadcast model itself, and "
+                f"compression.method={c.method} does not quantise (sparsifying a model would zero "
+                "most of its weights): use qsgd, int8 or bf16, or compression.download=false"
             )
+        #: Whether the broadcast travels compressed too (`broadcast`).
+        self.download = c.download
         if not self.on:
             return
         if not parameter_uploads:
@@ -171,6 +175,23 @@ class Compressor:
     def kept(self, entries: int) -> int:
         """k, the entries a sparse method sends of an update of `entries` entries."""
         return min(entries, max(1, math.ceil(self.cfg.ratio * entries)))
+
+    # --- the broadcast (compression.download=true) --------------------------------------------
+    def broadcast(self, payload: Params, round_idx: int) -> Params:
+        """The broadcast as the clients receive it: under compression.download=true its floating
+        entries quantised as one message, without error feedback (qsgd's draws seeded by (seed,
+        round)), every client receiving the same; else `payload` itself. The clients train from
+        it and their updates are taken against it."""
+        if not self.download:
+            return payload
+        names = self.compressed_entries(payload, payload)
+        stacks = {n: payload[n][None] for n in names}
+        sent = self.decoded(self.message(stacks, ["$broadcast"], round_idx), stacks)
+        return {n: sent[n][0].to(v.dtype) if n in sent else v for n, v in payload.items()}
+
+    def broadcast_bytes(self, payload: Params) -> int | None:
+        """The bytes of a compressed broadcast (None: it travels dense)."""
+        return self.wire_bytes(payload, payload) if self.download else None
 
     # --- the round ---------------------------------------------------------------------------
     def __call__(
