@@ -550,21 +550,27 @@ class SystemConfig:
 
 @dataclass
 class CompressionConfig:
-    """How client uploads are compressed on the wire (rules/compression.py). Off by default."""
+    """How client uploads are compressed on the wire (rules/compression.py, docs/compression.md):
+    the update (upload - broadcast) of every method whose uploads are models of the broadcast's
+    form; the byte ledger counts the compressed size. Off by default. In a Flower deployment each
+    node sends the compressed bytes and keeps its own error-feedback residual."""
 
     method: str = choice("none", ("none", "topk", "randk", "qsgd", "int8", "bf16"))
-    """none; topk / randk (send `ratio` of each update's entries with their indices: the largest
-    in magnitude / a seeded random subset); qsgd (`levels` stochastic levels per entry, unbiased);
-    int8 (a per-tensor scale and one byte per entry); bf16 (two bytes per entry)."""
+    """none; topk / randk (send `ratio` of each update's entries, the whole update as one vector,
+    with their indices: the largest in magnitude / a random subset seeded per client and round);
+    qsgd (`levels` stochastic levels per entry and a norm per tensor, unbiased, seeded per client
+    and round); int8 (a per-tensor scale and one byte per entry); bf16 (two bytes per entry)."""
     ratio: float = number(0.1, "(0, 1]")
-    """topk / randk: the fraction of entries sent."""
+    """topk / randk: the fraction of entries sent (k = max(1, ceil(ratio * entries)))."""
     levels: int = number(16, ">= 1")
     """qsgd: s, the quantisation levels."""
     error_feedback: bool = True
-    """Keep what compression left out as client state and add it to the next update (topk,
-    randk, int8, bf16)."""
+    """Keep what compression left out as client state (checkpointed) and add it to the next
+    update (topk, randk, int8, bf16). qsgd is unbiased and runs without it: set false with qsgd."""
     download: bool = False
-    """Compress the broadcast too (without error feedback)."""
+    """Quantise the broadcast model too (qsgd, int8 or bf16; without error feedback): the clients
+    train from the quantised model and the ledger counts its bytes as received. The simulator
+    only."""
 
 
 @dataclass

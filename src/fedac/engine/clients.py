@@ -163,14 +163,26 @@ class ByteLedger:
             state.bytes = ByteBook(0 if known else math.nan, 0 if known else math.nan)
         self.book = state.bytes
 
-    def round(self, payload: Any, uploads: dict[str, Any]) -> dict[str, float]:
+    def round(
+        self,
+        payload: Any,
+        uploads: dict[str, Any],
+        wire: dict[str, int] | None = None,
+        down: int | None = None,
+    ) -> dict[str, float]:
         """Count one round: every client in `uploads` (name -> its upload) received `payload`.
-        Returns metrics.csv's columns: the round's sums, the mean per client and the cumulative
-        totals."""
-        down = nbytes(payload)
+        `wire` / `down`: the bytes each upload / the broadcast took on the wire where that is not
+        its dense size (compressed, rules/compression.py). Returns metrics.csv's columns: the
+        round's sums, the mean per client and the cumulative totals."""
+        down = nbytes(payload) if down is None else down
+        wire = wire or {}
         # (an upload summed by the all-reduce of several processes counts what it would have sent)
         ups = {
-            name: upload.bytes if isinstance(upload, Summed) else nbytes(upload)
+            name: wire[name]
+            if name in wire
+            else upload.bytes
+            if isinstance(upload, Summed)
+            else nbytes(upload)
             for name, upload in uploads.items()
         }
         for name, up in ups.items():

@@ -386,8 +386,8 @@ def sums_uploads(algorithm, attack, privacy) -> bool:
     """Whether a round's uploads travel as one all-reduce of their weighted sums instead of an
     all-gather: the algorithm (`Algorithm.sums_uploads`) and the aggregation rule
     (rules/aggregation.py `weighted_sum`) declare that the new model reads the uploads only through
-    their weighted mean, and no layer needs each upload (model poisoning, DP's per-update clipping).
-    Every rank decides the same."""
+    their weighted mean, and no layer needs each upload (model poisoning, DP's per-update clipping,
+    compression). Every rank decides the same."""
     from fedac.rules import AGGREGATORS
 
     rule = AGGREGATORS.load(algorithm.cfg.aggregation.method)
@@ -396,6 +396,7 @@ def sums_uploads(algorithm, attack, privacy) -> bool:
         and getattr(rule, "sums_uploads", False)
         and not privacy.on
         and attack.poisons != "upload"
+        and algorithm.cfg.compression.method == "none"
     )
 
 

@@ -48,6 +48,7 @@ from fedac.engine.system import (
 from fedac.engine.tracking import check_trackers
 from fedac.errors import ConfigError
 from fedac.rules.attacks import Attack
+from fedac.rules.compression import Compressor
 from fedac.rules.privacy import Privacy
 from fedac.seeding import numpy_rng
 from fedac.training.device import device_name, nbytes, place, to_device
@@ -143,7 +144,11 @@ class Simulator(RoundDriver):
             type(self.algorithm).dp_compatible,
             type(self.algorithm).lpa_setting,
         )
-        self.server_step = ServerStep(self.algorithm, self.attack, self.privacy, self.run_dir)
+        kind = type(self.algorithm)  # (uploads of the broadcast's form: compressible)
+        compression = Compressor(cfg, kind.dp_compatible or kind.sums_uploads)
+        self.server_step = ServerStep(
+            self.algorithm, self.attack, self.privacy, self.run_dir, compression
+        )
         # over several processes: one all-reduce of the weighted sums where nothing needs each
         # upload
         self.sums = self.world.distributed and sums_uploads(
@@ -180,6 +185,13 @@ class Simulator(RoundDriver):
         )
         if clock.asynchronous:  # each upload is re-based on its own: no all-reduced sum
             self.sums = False
+            if self.server_step.compression is not None:
+                raise ConfigError(
+                    f"system.mode={cfg.system.mode} with compression.method="
+                    f"{cfg.compression.method}: the async modes re-base each update by its "
+                    "staleness before the server step, where compression (and its error feedback) "
+                    "acts; they are not combined yet: use system.mode=sync, or no compression"
+                )
         return clock
 
     def holds(self, name: str) -> bool:
@@ -219,7 +231,8 @@ class Simulator(RoundDriver):
         if self.clock is not None and self.clock.asynchronous:
             return self._async_round(state, round_idx)
         cfg = self.cfg
-        payload = self.algorithm.broadcast(state.server)
+        # (compression.download=true: what the clients receive is the quantised broadcast)
+        payload = self.server_step.broadcast(self.algorithm.broadcast(state.server), round_idx)
         if self.clock is None:
             names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
             limits: dict[str, int | None] = {}
@@ -310,10 +323,13 @@ class Simulator(RoundDriver):
         return state.system
 
     def _traffic(self, payload: Any) -> tuple[int, int]:
-        """Bytes a client downloads and uploads in one update, for the clock (the upload is taken
-        to be a model of the broadcast's size)."""
-        size = nbytes(payload)
-        return size, size
+        """Bytes a client downloads and uploads in one update, for the clock: the upload is taken
+        to be a model of the broadcast's form, at its compressed size where compression is on."""
+        compression = self.server_step.compression
+        if compression is None:
+            return nbytes(payload), nbytes(payload)
+        down = compression.broadcast_bytes(payload)
+        return (nbytes(payload) if down is None else down), compression.wire_bytes(payload, payload)
 
     def _flops_per_sample(self, arch: str) -> float:
         """Training FLOPs per sample of one local step of `arch` under this run's method, counted
@@ -347,7 +363,7 @@ class Simulator(RoundDriver):
         clock, book = self.clock, self._book(state)
         assert clock is not None
         started = book.time
-        payload = self.algorithm.broadcast(state.server)
+        payload = self.server_step.broadcast(self.algorithm.broadcast(state.server), round_idx)
         traffic = self._traffic(payload)
         slots = clock.concurrency(self.cohort_size)
         need = 1 if self.cfg.system.mode == "fedasync" else self.cfg.system.buffer

@@ -124,6 +124,10 @@ class RunState:
     own)."""
     system: SystemBook | None = None
     """The virtual clock (`system.*`); None when the run models no devices or time."""
+    compression_residuals: dict[str, Any] = field(default_factory=dict)
+    """Error feedback's residual of each client that has sent a compressed update (client -> entry
+    -> tensor; rules/compression.py): client state the engine keeps for the clients, checkpointed
+    so a resumed run sends what an uninterrupted one would."""
 
     def to_checkpoint(self) -> dict[str, Any]:
         """The checkpoint's content: a plain dict, the nested dataclasses (a typed global state

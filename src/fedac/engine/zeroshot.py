@@ -107,6 +107,8 @@ class ZeroShotDriver(RoundDriver):
         ignored = {
             "attack.kind": (cfg.attack.kind, "none"),
             "dp.mode": (cfg.dp.mode, "none"),
+            "compression.method": (cfg.compression.method, "none"),
+            "compression.download": (cfg.compression.download, False),
             "aggregation.method": (cfg.aggregation.method, "mean"),
             "data.label_error": (cfg.data.label_error, 0.0),
             "model.heterogeneous": (cfg.model.heterogeneous, False),

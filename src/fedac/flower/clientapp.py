@@ -46,6 +46,7 @@ from fedac.flower.settings import (
 )
 from fedac.flower.strategy import ARRAYS, CLIENT_INFO, CONFIG, EVAL, METRICS, REJECTED_UPDATE
 from fedac.rules.attacks import Attack
+from fedac.rules.compression import Compressor
 from fedac.training.device import autocast, place, to_device
 from fedac.training.evaluate import evaluate as evaluate_split
 from fedac.training.evaluate import window_accuracy
@@ -57,6 +58,9 @@ log = logging.getLogger("fedac.flower")
 #: context.state record names of the persistent client state.
 STATE = "fedac.state"
 STATE_INFO = "fedac.state-info"
+#: context.state record names of the client's error-feedback residual (compression.*).
+RESIDUAL = "fedac.compression-residual"
+RESIDUAL_INFO = "fedac.compression-residual-info"
 
 app = ClientApp()
 
@@ -188,6 +192,33 @@ def save_state(context: Context, node: NodeClient, state: Any, round_idx: int) -
     context.state[STATE_INFO] = ConfigRecord({"client": node.client.name, "round": round_idx})
 
 
+def compressed(
+    context: Context, node: NodeClient, payload: Any, upload: Any, round_idx: int
+) -> Any:
+    """What the node sends of `upload`: under compression.* its wire form (rules/compression.py
+    `encode`: the bytes the ledger counts), with the client's error-feedback residual kept in
+    `context.state` beside its persistent state; else the upload itself."""
+    if node.cfg.compression.method == "none":
+        return upload
+    kind = type(node.algorithm)
+    compressor = Compressor(node.cfg, kind.dp_compatible or kind.sums_uploads)
+    name = node.client.name
+    residuals: dict[str, Any] = {}
+    if RESIDUAL_INFO in context.state.config_records:
+        owner = str(context.state.config_records[RESIDUAL_INFO]["client"])
+        if owner != name:
+            raise ConfigError(
+                f"this node's stored compression residual belongs to client {owner}, not {name}: "
+                "was the node's partition-id changed during the run?"
+            )
+        residuals[name] = to_device(transport.get(context.state, RESIDUAL), node.algorithm.device)
+    wire = compressor.encode(payload, upload, name, round_idx, residuals)
+    if name in residuals:
+        transport.put(context.state, RESIDUAL, residuals[name])
+        context.state[RESIDUAL_INFO] = ConfigRecord({"client": name})
+    return wire
+
+
 def _client_info(node: NodeClient, **extra: Any) -> ConfigRecord:
     return ConfigRecord(
         {
@@ -240,7 +271,7 @@ def train(msg: Message, context: Context) -> Message:
         )
     save_state(context, node, result.state, round_idx)
     reply = RecordDict()
-    transport.put(reply, ARRAYS, result.upload)
+    transport.put(reply, ARRAYS, compressed(context, node, payload, result.upload, round_idx))
     reply[METRICS] = _metric_record({"num-examples": node.client.num_samples, **result.metrics})
     info: dict[str, Any] = {"trained-round": round_idx}
     if result.state is not None:

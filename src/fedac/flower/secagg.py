@@ -140,6 +140,18 @@ def refuse_unsupported(cfg: Config, settings: DeploymentSettings) -> None:
             f"dp.mode={cfg.dp.mode} clips each client's update on the server, but {why}; set "
             "dp.mode=none or secagg=false"
         )
+    if cfg.compression.method in ("topk", "randk"):
+        raise ConfigError(
+            f"compression.method={cfg.compression.method} sends each client's own choice of "
+            f"entries, and masked sparse updates do not add up under SecAgg+ ({why}); set "
+            "compression.method=none or secagg=false"
+        )
+    if cfg.compression.method != "none":
+        raise ConfigError(
+            f"compression.method={cfg.compression.method} encodes each update at its own scale "
+            f"or norm, which SecAgg+'s masked sum cannot add ({why}); set compression.method=none "
+            "or secagg=false"
+        )
     if cfg.attack.kind in MODEL_ATTACKS:
         raise ConfigError(
             f"attack.kind={cfg.attack.kind} alters each upload on the server, but {why}; use a "

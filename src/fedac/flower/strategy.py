@@ -39,6 +39,7 @@ from fedac.engine.simulator import sample_cohort
 from fedac.engine.state import RunState
 from fedac.errors import ConfigError, FedacError
 from fedac.flower import transport
+from fedac.training.device import nbytes
 
 log = logging.getLogger("fedac.flower")
 
@@ -432,13 +433,11 @@ class FedacStrategy(Strategy):
                 f"round {server_round}: every sampled SuperNode failed; the first said: "
                 f"{answers.first_error}"
             )
+        payload = self.algorithm.broadcast(self.server)
         step = self.server_step(
             self.ledger_state,
-            self.algorithm.broadcast(self.server),
-            [
-                Arrival(r.report.client, r.upload, r.weight, r.report.metrics.get("loss", math.nan))
-                for r in answers.received
-            ],
+            payload,
+            [self._arrival(payload, r) for r in answers.received],
             server_round,
             rejected_elsewhere=len(answers.rejected),
         )
@@ -461,6 +460,17 @@ class FedacStrategy(Strategy):
         metrics["dropped"] = float(len(self._skip_eval))
         self.round_metrics = metrics
         return (self.global_arrays() if step.accepted else None), MetricRecord(metrics)
+
+    def _arrival(self, payload: Any, received: Received) -> Arrival:
+        """A reply as the server step's `Arrival`; a compressed upload (compression.*: the node
+        sent its wire form, clientapp.py `compressed`) decoded, with the bytes it took."""
+        loss = received.report.metrics.get("loss", math.nan)
+        client = received.report.client
+        compression = self.server_step.compression
+        if compression is None:
+            return Arrival(client, received.upload, received.weight, loss)
+        upload = compression.decode(payload, received.upload)
+        return Arrival(client, upload, received.weight, loss, wire_bytes=nbytes(received.upload))
 
     def _read_replies(self, server_round: int, replies: Iterable[Message]) -> Answers:
         """The round's replies sorted into uploads (in the simulator's cohort order), updates a node

@@ -7,6 +7,8 @@ poisoned clients attack them, and how they are kept private.
   bounding);
 - exits.py: `exit_aggregate`, uploads with different key sets (early-exit fine-tuning);
 - attacks.py: poisoned clients (the `ATTACKS` registry); privacy.py: DP-FedAvg and its accountant.
+- compression.py: what each client sends on the wire (top-k, rand-k, QSGD, int8, bf16 updates
+  with error feedback), its byte count, and the upload the server rebuilds from it.
 
 `AGGREGATORS`, the aggregator registry (fedac/registry.py; plug-ins: the `fedac.aggregators`
 entry-point group), is re-exported here from fedac/settings/aggregation.py, where each rule's

@@ -109,6 +109,12 @@ class Privacy:
             )
         self.sample_rate, self.cohort = cohort_size / num_clients, cohort_size
 
+    @property
+    def on_client(self) -> bool:
+        """Whether each client clips its own update before it is sent (dp.mode=client): before
+        compression (rules/compression.py), where central clipping comes after decompression."""
+        return self.on and self.cfg.dp.mode == "client"
+
     def clip(
         self,
         reference: Params,
