@@ -289,3 +289,23 @@ def test_the_clock_off_leaves_no_trace(settings, data, tmp_path):
     assert sim.clock is None and sim.state.system is None and "system" not in results
     assert "virtual_time_s" not in results["history"][-1]
     assert not (tmp_path / "system.csv").exists()
+
+
+def test_the_clock_times_compressed_uploads_and_async_modes_refuse_compression(
+    settings, data, tmp_path
+):
+    from fedac.training.device import nbytes
+
+    topk = {"compression.method": "topk", "compression.ratio": 0.01}
+    sim = Simulator(config(settings, **topk), tmp_path / "sync", data, progress=False)
+    payload = sim.algorithm.broadcast(sim.algorithm.init_server())
+    down, up = sim._traffic(payload)
+    assert down == nbytes(payload) and up < 0.05 * nbytes(payload)
+    assert up == sim.server_step.compression.wire_bytes(payload, payload)
+    with pytest.raises(ConfigError, match="not combined yet"):
+        Simulator(
+            config(settings, **topk, **{"system.mode": "fedbuff", "system.buffer": 2}),
+            tmp_path / "async",
+            data,
+            progress=False,
+        )
