@@ -32,6 +32,7 @@ from fedac.engine.execution import run_clients
 from fedac.engine.simulator import Simulator
 from fedac.models import build_model
 from fedac.settings.fedopt import FedOptConfig
+from fedac.training.device import nbytes
 from helpers import tiny_run
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -579,6 +580,41 @@ def covered_by(module: str, *tests: str):
     return check
 
 
+def compression_method(build, run):
+    def uploaded(*overrides: str) -> float:
+        return run(*overrides, rounds=2)[0]["history"][-1]["upload_bytes_total"]
+
+    # top-k 1 %: indices and values of 1 % of the entries, against every dense parameter
+    assert uploaded("compression.method=topk", "compression.ratio=0.01") < 0.05 * uploaded()
+
+
+def model_peft(build, run):
+    def sent(peft: str) -> int:
+        cfg = load_config(overrides=["model.name=w2v2_tiny", f"model.peft={peft}"])
+        algo = build_algorithm(cfg, Task(64, 3, ["c0"]))
+        return nbytes(algo.broadcast(algo.init_server()))
+
+    # LoRA: the adapters and the head travel, the frozen encoder does not
+    assert sent("lora") < 0.2 * sent("none")
+
+
+def system_devices(build, run):
+    assert "virtual_time_s" not in run(rounds=2)[0]["history"][-1]
+    times = [
+        row["virtual_time_s"] for row in run("system.devices=synthetic", rounds=2)[0]["history"]
+    ]
+    assert 0 < times[0] < times[1]
+
+
+def system_mode(build, run):
+    rows = run("system.devices=synthetic", "system.mode=fedbuff", "system.buffer=2", rounds=2)[0][
+        "history"
+    ]
+    # one server update per round, each of the buffer's 2 arrivals; sync rounds have no staleness
+    assert [row["arrived"] for row in rows] == [2, 2] and "mean_staleness" in rows[-1]
+    assert "mean_staleness" not in run("system.devices=synthetic", rounds=2)[0]["history"][-1]
+
+
 EFFECTS = {
     "data.label_error": label_error,
     "data.snr_db": snr_db,
@@ -624,6 +660,10 @@ EFFECTS = {
     "fedopt.beta2": fedopt_setting("yogi", "beta2", 0.5),
     "fedopt.tau": fedopt_setting("adagrad", "tau", 0.1),
     "fedopt.momentum": fedopt_setting("avgm", "momentum", 0.3),
+    "compression.method": compression_method,
+    "model.peft": model_peft,
+    "system.devices": system_devices,
+    "system.mode": system_mode,
 }
 
 
