@@ -220,8 +220,15 @@ def without_wall_time(results: dict) -> dict:
 
 
 def test_a_sync_run_keeps_virtual_time_and_repeats_exactly(settings, data, tmp_path):
-    extra = {"system.deadline": 4.0, "system.dropout": 0.2}
-    _, first = run(settings, data, tmp_path / "one", **extra)
+    extra = {"system.deadline": 0.5, "system.dropout": 0.2, "system.partial": True}
+    sim = Simulator(config(settings, **extra), tmp_path / "one", data, progress=False)
+    limits: list[int | None] = []
+    real = sim.plan.run
+    sim.plan.run = lambda payload, states, datas, *a: (
+        limits.extend(d.step_limit for d in datas) or real(payload, states, datas, *a)
+    )
+    first = sim.run()
+    assert any(limit is not None for limit in limits)  # late clients sent the steps they did
     _, second = run(settings, data, tmp_path / "two", **extra)
     assert json.dumps(without_wall_time(first), sort_keys=True) == json.dumps(
         without_wall_time(second), sort_keys=True
