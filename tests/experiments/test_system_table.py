@@ -4,6 +4,7 @@ values worked out by hand; and the command end to end on the small test dataset.
 
 from __future__ import annotations
 
+import csv
 import json
 
 import numpy as np
@@ -91,9 +92,14 @@ def fake_run(run_dir, seed, reached, accuracy, silent, times):
     (run_dir / "metrics.csv").write_text(
         "round,val_accuracy,virtual_time_s\n1,0.1,7.0\n2,0.25,15.0\n"
     )
-    rows = ["round,client,compute_s,comm_s,arrived"]
-    rows += [f"1,c{k},{t - 0.5},0.5,1" for k, t in enumerate(times)]
-    rows.append("1,late,9.0,1.0,0")  # did not arrive: not a client time
+    # clients.csv's clock columns are totals so far: round 1, each c_k's update takes times[k];
+    # round 2, c0's second takes 5 s, and "late" (late in round 1) is dropped after 3 s
+    rows = ["round,client,compute_s,comm_s,arrived,late,dropped"]
+    rows += [f"1,c{k},{t - 0.5},0.5,1,0,0" for k, t in enumerate(times)]
+    rows.append("1,late,9.0,1.0,0,1,0")
+    rows.append(f"2,c0,{times[0] - 0.5 + 4.5},1.0,2,0,0")
+    rows += [f"2,c{k},{t - 0.5},0.5,1,0,0" for k, t in enumerate(times) if k > 0]
+    rows.append("2,late,11.0,2.0,0,1,1")
     (run_dir / "clients.csv").write_text("\n".join(rows) + "\n")
     return {"seed": seed, "run_dir": str(run_dir), "accuracy": accuracy, "wall_seconds": 10.0}
 
@@ -124,10 +130,10 @@ def test_the_writer_reports_each_figure_over_seeds(tmp_path):
         f"| Sync | 12.0 ± 2.0 (2 of 3) | 30.00 ± {accuracy:.2f} | 30.00 ± {silent:.2f} | "
         f"33.33 ± {offline:.2f} | 121.0 ± 0.8 | 17 ± 0 | 10.0 ± 0.0 |"
     ) in table
-    # the deadline against the no-deadline runs' client times: 12 arrived updates of 1-4 s
-    quantile = np.quantile(times * 3, system.DEADLINE_QUANTILE)
+    # the deadline against the no-deadline runs' update times: 1, 2, 3, 4 and 5 s in each run
+    quantile = np.quantile([1.0, 2.0, 3.0, 4.0, 5.0] * 3, system.DEADLINE_QUANTILE)
     assert f"percentile of a client's time is {quantile:.2f} s" in table
-    assert "(12 client updates)" in table and "50.0 % of the updates" in table  # 1 s and 2 s
+    assert "(15 client updates)" in table and "40.0 % of the updates" in table  # 1 s and 2 s
     assert (tmp_path / "figure.png").is_file()
     csv_header = (tmp_path / "results.csv").read_text().splitlines()[0]
     assert csv_header.startswith("cell,method,seed,time_to_target_s,accuracy")
@@ -148,13 +154,14 @@ def test_the_command_runs_on_the_small_dataset(gsc_root, tmp_path):
     settings = [f"data.root={gsc_root}", "model.name=crnn_tiny", "train.local_epochs=1"]
     settings += ["system.buffer=2", "system.concurrency=4"]
     assert main([*argv, *[f"--set={s}" for s in settings]]) == 0
-    rows = (out / "results.csv").read_text().splitlines()[1:]
-    assert [r.split(",")[1] for r in rows] == ["Sync", "FedBuff"]
+    with open(out / "results.csv", newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    assert [r["method"] for r in rows] == ["Sync", "FedBuff"]
     for row in rows:
-        run_dir = row.split(",")[-1]
-        block = json.loads(open(f"{run_dir}/results.json").read())["system"]
+        block = json.loads(open(f"{row['run_dir']}/results.json").read())["system"]
         assert block["virtual_time_s"] > 0
-        assert float(row.split(",")[6]) == pytest.approx(block["virtual_time_s"])
+        assert float(row["virtual_time_s"]) == pytest.approx(block["virtual_time_s"])
+        assert float(row["never_contributed_fraction"]) == block["never_contributed_fraction"]
     table = (out / "table.md").read_text()
     assert "| FedBuff |" in table and "percentile of a client's time" in table
     assert (out / "figure.png").is_file()

@@ -533,6 +533,18 @@ def markdown_table(runs: dict[str, list[dict]], worst: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def evaluated_rows(run: dict) -> list[dict[str, str]]:
+    """The rows of a run's metrics.csv that hold a validation accuracy; none when the run directory
+    has no metrics.csv (a run read back from its results.json alone)."""
+    import csv
+
+    path = Path(run["run_dir"]) / "metrics.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as handle:
+        return [r for r in csv.DictReader(handle) if r.get("val_accuracy")]
+
+
 UPLOAD_PLOT = "accuracy_vs_upload.png"
 
 
@@ -540,20 +552,13 @@ def plot_accuracy_vs_upload(runs: dict[str, list[dict]], out: Path) -> Path:
     """`fedac compare --plot-bytes`: each run's validation accuracy at every evaluated round against
     the bytes its clients had uploaded by then (metrics.csv's upload_bytes_total), one colour per
     method."""
-    import csv
-
     from fedac.engine.report import pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for index, (label, rs) in enumerate(runs.items()):
         for k, run in enumerate(rs):
-            with open(Path(run["run_dir"]) / "metrics.csv", newline="") as handle:
-                rows = [
-                    r
-                    for r in csv.DictReader(handle)
-                    if r.get("upload_bytes_total") and r.get("val_accuracy")
-                ]
+            rows = [r for r in evaluated_rows(run) if r.get("upload_bytes_total")]
             ax.plot(
                 [float(r["upload_bytes_total"]) / 2**20 for r in rows],
                 [float(r["val_accuracy"]) for r in rows],
@@ -572,14 +577,6 @@ def plot_accuracy_vs_upload(runs: dict[str, list[dict]], out: Path) -> Path:
 
 
 CURVES_PLOT = "accuracy_curves.png"
-
-
-def evaluated_rows(run: dict) -> list[dict[str, str]]:
-    """The rows of a run's metrics.csv that hold a validation accuracy."""
-    import csv
-
-    with open(Path(run["run_dir"]) / "metrics.csv", newline="") as handle:
-        return [r for r in csv.DictReader(handle) if r.get("val_accuracy")]
 
 
 def on_virtual_clock(runs: dict[str, list[dict]]) -> bool:

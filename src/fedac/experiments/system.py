@@ -43,9 +43,9 @@ from fedac.training.metrics import mean_std
 TARGET = 0.2
 #: Virtual seconds every mode covers (about 16 no-deadline sync rounds).
 HORIZON_S = 120.0
-#: Sync rounds' deadline: the 75th percentile (2.46 s) of the 209 client times (compute +
-#: download + upload) of a 5-round no-deadline run (seed 0), rounded up; table.md states the
-#: percentile measured on the table's own no-deadline runs.
+#: Sync rounds' deadline, chosen near the 75th percentile of a client's update time (compute +
+#: download + upload) without a deadline; table.md states where it falls in the table's own
+#: no-deadline runs.
 DEADLINE_S = 2.5
 DEADLINE_QUANTILE = 0.75
 #: Virtual seconds per round (sync) or server update (async), measured on seed 0: sync rounds
@@ -130,13 +130,20 @@ def offline_throughout(run_dir: Path, horizon_s: float) -> float:
 
 
 def client_times(run_dir: Path) -> list[float]:
-    """Every arrived client update's modelled time (compute + communication seconds), from the
-    run's clients.csv."""
-    return [
-        float(r["compute_s"]) + float(r["comm_s"])
-        for r in clients_rows(run_dir)
-        if r.get("arrived") and float(r["arrived"]) > 0
-    ]
+    """Every update that arrived, its modelled time (compute + communication seconds): a client's
+    growth in clients.csv's cumulative compute_s + comm_s between two consecutive rows of it in
+    which its `arrived` count grew by one and it was neither late nor dropped (a run that logs
+    every round: the no-deadline sync runs evaluate every round)."""
+    before: dict[str, tuple[float, float, float, float]] = {}
+    times = []
+    for row in clients_rows(run_dir):
+        now = tuple(float(row[k]) for k in ("compute_s", "comm_s", "arrived", "late", "dropped"))
+        spent, arrived, late, dropped = now[0] + now[1], now[2], now[3], now[4]
+        last = before.get(row["client"], (0.0, 0.0, 0.0, 0.0))
+        if arrived == last[1] + 1 and (late, dropped) == last[2:]:
+            times.append(spent - last[0])
+        before[row["client"]] = (spent, arrived, late, dropped)
+    return times
 
 
 def cell_text(values: list[float | None], unit: str, seeds: int) -> str:
@@ -230,7 +237,11 @@ SPECS = [
         "-",
         "FL on devices: sync, deadline, over-commitment, FedBuff, FedAsync on the virtual clock "
         "(system-quick)",
-        Cost(30, "estimate: 15 runs of about 2 minutes each on the two-core machine"),
+        Cost(
+            58,
+            "docs/results/system/results.csv: 15 runs, 3,488 s (two copies of the command side by "
+            "side, the machine shared with three other sessions)",
+        ),
         METHODS,
         datasets=("speech_commands",),
         dataset_settings={"speech_commands": []},
