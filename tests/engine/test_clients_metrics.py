@@ -418,6 +418,7 @@ def test_compare_adds_the_worst_clients_column_and_plots_accuracy_against_upload
         )
     assert _pixels(out / "accuracy_vs_upload.png").std() > 0.01
     assert "accuracy_vs_upload.png" in capsys.readouterr().out
+    assert not (out / "accuracy_curves.png").exists()  # off the clock, drawn only when asked
 
 
 @pytest.fixture(scope="module")

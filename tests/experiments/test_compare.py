@@ -293,3 +293,71 @@ def test_reproduce_worst_adds_the_worst_clients_tables_and_only_where_the_writer
     for name in ("earlyexit-table2", "robustness"):
         assert main(["reproduce", name, "--worst", "--out", str(tmp_path / name)]) == 2
         assert f"{name} does not use --worst" in capsys.readouterr().err
+
+
+def write_metrics(run_dir, rows):
+    """metrics.csv of (round, val_accuracy, virtual_time_s or None) rows."""
+    run_dir.mkdir(parents=True)
+    clock = any(t is not None for _, _, t in rows)
+    lines = ["round,val_accuracy" + (",virtual_time_s" if clock else "")]
+    lines += [f"{r},{a}" + (f",{t}" if clock else "") for r, a, t in rows]
+    (run_dir / "metrics.csv").write_text("\n".join(lines) + "\n")
+    return {"run_dir": str(run_dir)}
+
+
+@pytest.fixture
+def kept_figure(monkeypatch):
+    """The figure a plot function drew, left open (pyplot's close does nothing) for the test."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    monkeypatch.setattr(plt, "close", lambda *args: None)
+    yield plt.gcf
+    monkeypatch.undo()
+    plt.close("all")
+
+
+def curves(ax):
+    return [(list(line.get_xdata()), list(line.get_ydata())) for line in ax.get_lines()]
+
+
+def test_the_virtual_time_panel_is_drawn_only_on_the_clock_and_follows_its_numbers(
+    tmp_path, kept_figure
+):
+    from fedac.experiments.compare import plot_accuracy_curves
+
+    timed = {
+        "A": [write_metrics(tmp_path / "a", [(1, 0.1, 7.5), (2, 0.3, 12.0), (3, 0.4, 30.25)])],
+        "B": [write_metrics(tmp_path / "b", [(2, 0.2, 1.5), (4, 0.5, 2.0)])],
+    }
+    plot_accuracy_curves(timed, tmp_path / "timed.png")
+    by_round, by_time = kept_figure().axes
+    assert curves(by_round) == [([1.0, 2.0, 3.0], [10.0, 30.0, 40.0]), ([2.0, 4.0], [20.0, 50.0])]
+    assert curves(by_time) == [([7.5, 12.0, 30.25], [10.0, 30.0, 40.0]), ([1.5, 2.0], [20.0, 50.0])]
+    assert by_time.get_xlabel() == "virtual time (s)"
+    assert (tmp_path / "timed.png").is_file()
+
+    kept_figure().clear()
+    ideal = {"A": [write_metrics(tmp_path / "c", [(1, 0.1, None), (2, 0.3, None)])]}
+    plot_accuracy_curves(ideal, tmp_path / "ideal.png")
+    (only,) = kept_figure().axes  # no clock: accuracy against rounds alone
+    assert curves(only) == [([1.0, 2.0], [10.0, 30.0])]
+
+
+def test_compare_on_the_clock_draws_accuracy_against_virtual_time(gsc_root, tmp_path, capsys):
+    import csv
+
+    import matplotlib.image
+
+    base = ["compare", "--quiet", "--seeds", "0", "--rounds", "1", "--method", "A=fedavg"]
+    settings = [f"data.root={gsc_root}", "model.name=crnn_tiny", "train.local_epochs=1"]
+    clock = ["system.devices=synthetic", "system.deadline=30"]
+    out = tmp_path / "clock"
+    assert main([*base, "--out", str(out), *[f"--set={s}" for s in settings + clock]]) == 0
+    with open(out / "A-s0" / "metrics.csv") as handle:
+        assert all(float(r["virtual_time_s"]) > 0 for r in csv.DictReader(handle))
+    image = matplotlib.image.imread(out / "accuracy_curves.png")
+    assert image.shape[1] == 1200  # two panels of 6 inches at 100 dpi
+    assert "accuracy_curves.png" in capsys.readouterr().out

@@ -533,6 +533,18 @@ def markdown_table(runs: dict[str, list[dict]], worst: bool = False) -> str:
     return "\n".join(lines) + "\n"
 
 
+def evaluated_rows(run: dict) -> list[dict[str, str]]:
+    """The rows of a run's metrics.csv that hold a validation accuracy; none when the run directory
+    has no metrics.csv (a run read back from its results.json alone)."""
+    import csv
+
+    path = Path(run["run_dir"]) / "metrics.csv"
+    if not path.is_file():
+        return []
+    with open(path, newline="") as handle:
+        return [r for r in csv.DictReader(handle) if r.get("val_accuracy")]
+
+
 UPLOAD_PLOT = "accuracy_vs_upload.png"
 
 
@@ -540,20 +552,13 @@ def plot_accuracy_vs_upload(runs: dict[str, list[dict]], out: Path) -> Path:
     """`fedac compare --plot-bytes`: each run's validation accuracy at every evaluated round against
     the bytes its clients had uploaded by then (metrics.csv's upload_bytes_total), one colour per
     method."""
-    import csv
-
     from fedac.engine.report import pyplot
 
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for index, (label, rs) in enumerate(runs.items()):
         for k, run in enumerate(rs):
-            with open(Path(run["run_dir"]) / "metrics.csv", newline="") as handle:
-                rows = [
-                    r
-                    for r in csv.DictReader(handle)
-                    if r.get("upload_bytes_total") and r.get("val_accuracy")
-                ]
+            rows = [r for r in evaluated_rows(run) if r.get("upload_bytes_total")]
             ax.plot(
                 [float(r["upload_bytes_total"]) / 2**20 for r in rows],
                 [float(r["val_accuracy"]) for r in rows],
@@ -569,6 +574,52 @@ def plot_accuracy_vs_upload(runs: dict[str, list[dict]], out: Path) -> Path:
     fig.savefig(out / UPLOAD_PLOT, dpi=100)
     plt.close(fig)
     return out / UPLOAD_PLOT
+
+
+CURVES_PLOT = "accuracy_curves.png"
+
+
+def on_virtual_clock(runs: dict[str, list[dict]]) -> bool:
+    """Whether every run compared logged the virtual clock (metrics.csv's virtual_time_s)."""
+    every = [run for rs in runs.values() for run in rs]
+    return bool(every) and all(
+        any(r.get("virtual_time_s") for r in evaluated_rows(run)) for run in every
+    )
+
+
+def plot_accuracy_curves(runs: dict[str, list[dict]], path: Path, title: str = "") -> Path:
+    """Each run's validation accuracy at every evaluated round, one colour per method: against the
+    round (a server update in the asynchronous modes) and, when the runs are on the virtual clock
+    (`on_virtual_clock`), beside it against virtual time (metrics.csv's virtual_time_s)."""
+    from fedac.engine.report import pyplot
+
+    plt = pyplot()
+    axes_x = [("round", "round (server update in the asynchronous modes)")]
+    if on_virtual_clock(runs):
+        axes_x.append(("virtual_time_s", "virtual time (s)"))
+    fig, axes = plt.subplots(1, len(axes_x), figsize=(6 * len(axes_x), 4.5), squeeze=False)
+    for index, (label, rs) in enumerate(runs.items()):
+        for k, run in enumerate(rs):
+            rows = evaluated_rows(run)
+            for ax, (column, _) in zip(axes[0], axes_x):
+                ax.plot(
+                    [float(r[column]) for r in rows],
+                    [100 * float(r["val_accuracy"]) for r in rows],
+                    marker="o",
+                    ms=2,
+                    color=f"C{index % 10}",
+                    alpha=0.8,
+                    label=label if k == 0 else None,
+                )
+    for ax, (_, xlabel) in zip(axes[0], axes_x):
+        ax.set_xlabel(xlabel), ax.set_ylabel("validation accuracy (%)"), ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
 
 
 #: How a comparison or table over several processes goes on after a failed collective
@@ -620,6 +671,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         (out / "table.md").write_text(markdown_table(summary["runs"], worst=True))
     if args.plot_bytes:
         print(f"accuracy against upload bytes: {plot_accuracy_vs_upload(summary['runs'], out)}")
+    if args.plot_curves or on_virtual_clock(summary["runs"]):
+        drawn = plot_accuracy_curves(summary["runs"], out / CURVES_PLOT)
+        print(f"accuracy against rounds (and virtual time, on the clock): {drawn}")
     print((out / "table.md").read_text())
     took = (
         "the runs' own wall times, summed"
@@ -674,5 +728,11 @@ def add_compare_parser(sub) -> None:
         "--plot-bytes",
         action="store_true",
         help=f"also draw {UPLOAD_PLOT}: validation accuracy against cumulative upload bytes",
+    )
+    p.add_argument(
+        "--plot-curves",
+        action="store_true",
+        help=f"also draw {CURVES_PLOT}: validation accuracy against rounds, and beside it against "
+        "virtual time when the runs are on the virtual clock (system.*; then it is drawn unasked)",
     )
     p.set_defaults(func=cmd_compare)
