@@ -243,7 +243,8 @@ def test_a_sync_run_keeps_virtual_time_and_repeats_exactly(settings, data, tmp_p
     summary = first["system"]
     assert summary["virtual_time_s"] == pytest.approx(times[-1])
     assert 0 <= summary["never_contributed_fraction"] < 1
-    assert list(summary["training_flops_per_sample"].values())[0] > 0
+    assert list(summary["training_flops_per_sample"]) == ["crnn_tiny"]  # FedAvg's model.name
+    assert summary["training_flops_per_sample"]["crnn_tiny"] > 0
     header = (tmp_path / "one" / "clients.csv").read_text().splitlines()[0]
     assert "compute_s" in header and "late" in header and "mean_staleness" in header
 

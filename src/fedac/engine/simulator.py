@@ -178,7 +178,7 @@ class Simulator(RoundDriver):
         clock = SystemClock(
             cfg,
             {name: self.data.client(name).num_samples for name in self.trainable},
-            self.algorithm.client_architecture,
+            self._trained_model,
             self._flops_per_sample,
             type(self.algorithm).dp_compatible,
             self.algorithm.partial_work,
@@ -331,13 +331,20 @@ class Simulator(RoundDriver):
         down = compression.broadcast_bytes(payload)
         return (nbytes(payload) if down is None else down), compression.wire_bytes(payload, payload)
 
+    def _trained_model(self, client: str) -> str:
+        """The model a client trains (its own for personalized methods, else the shared one): what
+        its FLOPs are counted for."""
+        if type(self.algorithm).personalized:
+            return self.algorithm.client_architecture(client)
+        return self.cfg.model.name
+
     def _flops_per_sample(self, arch: str) -> float:
         """Training FLOPs per sample of one local step of `arch` under this run's method, counted
         once on one real local update of the smallest client of that architecture."""
         known = self._flops  # (counted again on resume: a count does not vary)
         if arch not in known:
             name = min(
-                (c for c in self.trainable if self.algorithm.client_architecture(c) == arch),
+                (c for c in self.trainable if self._trained_model(c) == arch),
                 key=lambda c: (self.data.client(c).num_samples, c),
             )
             data = self._client_data(name)
