@@ -97,7 +97,8 @@ def test_cohort_mode_that_cannot_stack_fails_at_start(gsc_root, tmp_path, overri
 
 def test_fedac_models_shows_each_models_stacked_support(capsys):
     assert main(["models", "--num-classes", "5"]) == 0
-    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()[1:]}
+    table = capsys.readouterr().out.split("\n\n")[0]  # (the SSL encoders' PEFT table follows)
+    lines = {line.split()[0]: line for line in table.splitlines()[1:]}
     assert "stacked: crnn " in lines["crnn_lite"]
     assert all(
         "stacked: vmap " in lines[name]
