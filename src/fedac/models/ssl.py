@@ -37,8 +37,9 @@ positional convolution and layer norms: the exit point early-exit training needs
 
 Parameter-efficient fine-tuning (`model.peft`, `adapted_encoder`): Hugging Face peft injects LoRA or
 IA3 modules into the encoder in place (`inject_adapter_in_model`), which freezes every weight the
-encoder had; `head` freezes them with no adapter (only the task head trains). Module paths keep their names (an adapter of layer l is `encoder.layers.<l>.…`, so
-early exits group it with its layer). Those frozen weights are the pre-trained encoder every client
+encoder had; `head` freezes them with no adapter (only the task head trains). Module paths keep
+their names (an adapter of layer l is `encoder.layers.<l>.…`, so early exits group it with its
+layer). Those frozen weights are the pre-trained encoder every client
 holds already: `SSLModel` leaves them out of its state dict and accepts state dicts without them, so
 everything that moves or stores a model's state (broadcasts, uploads, aggregation, checkpoints)
 carries the adapters and the head only.
