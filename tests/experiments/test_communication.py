@@ -93,7 +93,7 @@ def test_the_parameters_a_client_at_exit_6_trains():
     assert count(methods["full (homo)"], 12) > 1_000_000
 
 
-def _run(tmp_path, name: str, seed: int, accuracy: float, sent: list[int]) -> dict:
+def _run(tmp_path, name: str, seed: int, accuracy: float, sent: list[int], **scores) -> dict:
     run_dir = tmp_path / f"{name}-s{seed}"
     run_dir.mkdir()
     rows = ["round,upload_bytes,upload_bytes_total"]
@@ -102,8 +102,10 @@ def _run(tmp_path, name: str, seed: int, accuracy: float, sent: list[int]) -> di
         total += b
         rows.append(f"{r},{b},{total}")
     (run_dir / "metrics.csv").write_text("\n".join(rows) + "\n")
-    (run_dir / "results.json").write_text(json.dumps({"num_classes": 12}))
-    return {"seed": seed, "run_dir": str(run_dir), "accuracy": accuracy, "wall_seconds": 1.0}
+    confusion = {"counts": [[3, 1], [0, 0], [1, 0]]}  # rows: true classes; the first is 4 of 5
+    (run_dir / "results.json").write_text(json.dumps({"num_classes": 12, "confusion": confusion}))
+    run = {"seed": seed, "run_dir": str(run_dir), "accuracy": accuracy, "wall_seconds": 1.0}
+    return {**run, **scores}
 
 
 def test_the_writer_reports_accuracy_bytes_and_their_ratio(tmp_path):
@@ -111,12 +113,12 @@ def test_the_writer_reports_accuracy_bytes_and_their_ratio(tmp_path):
     runs = {
         "fedavg": {
             "none": [
-                _run(tmp_path, "none", 0, 0.4, [100, 100]),
-                _run(tmp_path, "none", 1, 0.6, [100, 100]),
+                _run(tmp_path, "none", 0, 0.4, [100, 100], uar=0.3),
+                _run(tmp_path, "none", 1, 0.6, [100, 100], uar=0.3),
             ],
             "int8": [
-                _run(tmp_path, "int8", 0, 0.5, [30, 20]),
-                _run(tmp_path, "int8", 1, 0.3, [30, 20]),
+                _run(tmp_path, "int8", 0, 0.5, [30, 20], uar=0.1),
+                _run(tmp_path, "int8", 1, 0.3, [30, 20], uar=0.3),
             ],
         },
         "earlyexit": {"head only (homo)": [_run(tmp_path, "head", 0, 0.25, [7, 7, 7])]},
@@ -132,9 +134,10 @@ def test_the_writer_reports_accuracy_bytes_and_their_ratio(tmp_path):
     head = summary["earlyexit"]["head only (homo)"]
     assert head["upload_bytes"] == 21 and head["trainable_parameters"] == 3596
     table = (tmp_path / "table.md").read_text()
-    assert "| int8 | 40.00 ± 10.00 | 50 | 0.2500 |" in table
-    assert "| head only (homo) | 25.00 ± 0.00 (n=1) | 21 | 1.0000 | 3,596 |" in table
+    assert "| int8 | 40.00 ± 10.00 | 20.00 ± 10.00 | 50 | 0.2500 |" in table
+    assert "| head only (homo) | 25.00 ± 0.00 (n=1) | pending | 21 | 1.0000 | 3,596 |" in table
+    assert "most frequent class is 80.00 % of it" in table
     assert (tmp_path / "figure.png").stat().st_size > 0
     lines = (tmp_path / "results.csv").read_text().splitlines()
-    assert lines[0] == "cell,method,seed,accuracy,upload_bytes_total,wall_seconds,run_dir"
-    assert lines[1].startswith("fedavg,none,0,0.4,200.0,1.0,")
+    assert lines[0] == "cell,method,seed,accuracy,uar,upload_bytes_total,wall_seconds,run_dir"
+    assert lines[1].startswith("fedavg,none,0,0.4,0.3,200.0,1.0,")

@@ -110,7 +110,9 @@ PANELS: dict[str, tuple[str, list[str], list[Method]]] = {
         FINE_TUNINGS,
     ),
 }
-CSV_KEYS = ["accuracy", "upload_bytes_total", "wall_seconds"]
+CSV_KEYS = ["accuracy", "uar", "upload_bytes_total", "wall_seconds"]
+#: The figures averaged over seeds: result key -> column title.
+SCORES = {"accuracy": "Accuracy (%)", "uar": "UAR (%)"}
 
 
 def cells(spec: Experiment, request: Request) -> list[Cell]:
@@ -180,11 +182,11 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict[str, dict[str, dic
         rows: dict[str, dict] = {}
         methods = {m.label: m for m in PANELS[panel][2]}
         for label, method_runs in by_method.items():
-            accuracy = [r["accuracy"] for r in method_runs if r.get("accuracy") is not None]
             sent = [r["upload_bytes_total"] for r in method_runs if r.get("upload_bytes_total")]
             row: dict = {"seeds": [r["seed"] for r in method_runs]}
-            if accuracy:
-                row["accuracy"] = dict(zip(("mean", "std"), mean_std(accuracy)))
+            for key in SCORES:
+                if values := [r[key] for r in method_runs if r.get(key) is not None]:
+                    row[key] = dict(zip(("mean", "std"), mean_std(values)))
             if sent:
                 row["upload_bytes"] = sum(sent) / len(sent)
             if panel == "earlyexit" and method_runs:
@@ -200,21 +202,40 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict[str, dict[str, dic
     return summary
 
 
-def _accuracy(row: dict, seeds: int) -> str:
-    if "accuracy" not in row:
+def majority_share(runs: dict[str, dict[str, list[dict]]]) -> dict[str, float]:
+    """Per panel: the test split's share of its most frequent class (what a model that predicts it
+    alone scores), from a run's confusion counts (rows: true classes)."""
+    out = {}
+    for panel, by_method in runs.items():
+        first = next((rs[0] for rs in by_method.values() if rs), None)
+        results = Path(first["run_dir"]) / "results.json" if first else None
+        if results is None or not results.is_file():
+            continue
+        counts = json.loads(results.read_text()).get("confusion", {}).get("counts")
+        if counts:
+            out[panel] = max(map(sum, counts)) / sum(map(sum, counts))
+    return out
+
+
+def _score(row: dict, key: str, seeds: int) -> str:
+    if key not in row:
         return "pending"
-    mean, std = row["accuracy"]["mean"], row["accuracy"]["std"]
+    mean, std = row[key]["mean"], row[key]["std"]
     partial = f" (n={len(row['seeds'])})" if len(row["seeds"]) < seeds else ""
     return f"{100 * mean:.2f} ± {100 * std:.2f}{partial}"
 
 
-def markdown(request: Request, summary: dict[str, dict[str, dict]]) -> str:
+def markdown(
+    request: Request, summary: dict[str, dict[str, dict]], majority: dict[str, float]
+) -> str:
     lines = [
         "# Accuracy against uploaded bytes",
         "",
         f"Command: `{request.command}`" if request.command else "",
         "",
-        f"Shared model's test accuracy (%), mean ± std over seeds {request.seeds}; uploaded bytes: "
+        "Shared model's test accuracy and UAR (unweighted average recall: the mean of the "
+        "classes' recalls, which a model predicting the majority class alone keeps at 100 / "
+        f"classes) in %, mean ± population std over seeds {request.seeds}; uploaded bytes: "
         "every client's uploads over the run (the byte ledger, metrics.csv `upload_bytes_total`), "
         "mean over seeds; '/ first row': the bytes over the panel's first row's.",
         "",
@@ -223,14 +244,20 @@ def markdown(request: Request, summary: dict[str, dict[str, dict]]) -> str:
         title, settings, _ = PANELS[panel]
         extra = panel == "earlyexit"
         lines += [f"## {title}", "", f"Settings: {', '.join(settings)}", ""]
-        header = "| Setting | Accuracy (%) | Uploaded bytes | / first row |"
+        if panel in majority:
+            lines += [
+                f"The test split's most frequent class is {100 * majority[panel]:.2f} % of it "
+                "(the accuracy of predicting it alone).",
+                "",
+            ]
+        header = f"| Setting | {' | '.join(SCORES.values())} | Uploaded bytes | / first row |"
         header += " Trained by a client at exit 6 |" if extra else ""
-        lines += [header, "|---" * (5 if extra else 4) + "|"]
+        lines += [header, "|---" * (header.count("|") - 1) + "|"]
         for label, row in rows.items():
             sent, ratio = row.get("upload_bytes"), row.get("bytes_ratio")
             cells = [
                 label,
-                _accuracy(row, len(request.seeds)),
+                *(_score(row, key, len(request.seeds)) for key in SCORES),
                 f"{sent:,.0f}" if sent else "pending",
                 f"{ratio:.4f}" if ratio is not None else "-",
             ]
@@ -243,9 +270,9 @@ def markdown(request: Request, summary: dict[str, dict[str, dict]]) -> str:
     return "\n".join(lines)
 
 
-def plot(path: Path, summary: dict[str, dict[str, dict]]) -> None:
+def plot(path: Path, summary: dict[str, dict[str, dict]], majority: dict[str, float]) -> None:
     """Accuracy against uploaded bytes (log x), one marker per setting with its std as error bar,
-    one panel per table."""
+    one panel per table, the majority class's share as a dashed line."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -265,6 +292,8 @@ def plot(path: Path, summary: dict[str, dict[str, dict]]) -> None:
                 capsize=3,
                 label=label,
             )
+        if panel in majority:
+            ax.axhline(100 * majority[panel], ls="--", color="grey", label="majority class")
         ax.set_xscale("log")
         ax.set_xlabel("uploaded bytes over the run (log)")
         ax.set_ylabel("test accuracy (%)")
@@ -288,8 +317,9 @@ def write(
     write_csv(request.out / "results.csv", runs, CSV_KEYS)
     summary = summarise(runs)
     (request.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
-    (request.out / "table.md").write_text(markdown(request, summary))
-    plot(request.out / "figure.png", summary)
+    majority = majority_share(runs)
+    (request.out / "table.md").write_text(markdown(request, summary, majority))
+    plot(request.out / "figure.png", summary, majority)
 
 
 SPECS = [
