@@ -16,8 +16,8 @@ Per run: the shared model's test accuracy (results.json) and the bytes its clien
 over seeds, the mean bytes and their ratio to the panel's first row (no compression; full
 fine-tuning at exit 6), and on the early-exit panel the parameters a client at exit 6 trains.
 
-Schedules (both reduced, so that the whole table, 57 runs, trains in well under an hour on two busy
-cores):
+Schedules (both reduced: the whole table, 57 runs, took 50 minutes of run time in all on two busy
+cores, docs/results/communication):
 - `FEDAVG_QUICK` ("comm-fedavg-quick"): the default run cut from 50 rounds to 20 (24 of 240
   clients a round, 1 local epoch): the default run's validation accuracy is about 39 % there (65 %
   at 50).
@@ -329,8 +329,9 @@ SPECS = [
         "-",
         "Accuracy against uploaded bytes: compressed FedAvg and parameter-efficient early exits",
         Cost(
-            40,
-            "an estimate from timed runs of both schedules (to be replaced by the committed run)",
+            50,
+            "docs/results/communication/results.csv: 57 runs, 3,021 s (FedAvg 2,121 s, early "
+            "exits 899 s), two copies side by side at load 4-8",
         ),
         datasets=(DATASET,),
         options=("--methods", "--finished-only"),
