@@ -126,6 +126,45 @@ def test_the_state_holds_only_the_adapters_and_the_head(peft, adapter):
         model.load_state_dict({**state, "nonsense": torch.zeros(1)})
 
 
+def test_head_only_freezes_every_encoder_weight_and_needs_no_peft(monkeypatch):
+    """model.peft=head: the encoder as built with every weight frozen (the same weights as the
+    unfrozen one), no adapter; only the head trains and is in the state."""
+    monkeypatch.setitem(sys.modules, "peft", None)  # head-only imports no peft
+    model = _model(peft="head")
+    state = model.state_dict()
+    assert set(state) == {"head.weight", "head.bias"}
+    assert {n for n, p in model.named_parameters() if p.requires_grad} == set(state)
+    plain = _model(peft="none")
+    full = plain.state_dict()
+    assert model.frozen == set(full) - set(state)
+    weights = dict(model.named_parameters())
+    with torch.random.fork_rng(devices=[]):  # the frozen encoder comes from FROZEN_BASE_SEED
+        torch.manual_seed(0)
+        again = _model(peft="head")
+    assert all(torch.equal(p, dict(again.named_parameters())[n]) for n, p in weights.items())
+    model.load_state_dict(state)
+
+
+def test_early_exit_head_only_clients_train_and_upload_their_exit_head_alone():
+    """With model.peft=head a client at exit 2 of 4 trains only exit 2's head: its upload is that
+    head (and the depth), every other tensor of its model is as received."""
+    algo = _algorithm(
+        "earlyexit", **{"model.peft": "head", "earlyexit.mode": "homo", "earlyexit.depth": 6}
+    )
+    payload = algo.init_server()["params"]
+    assert set(payload) == {
+        f"exit_heads.{e}.head.{p}" for e in (1, 2, 3, 4) for p in ("weight", "bias")
+    }
+    model = algo.scratch_model("w2v2_tiny")
+    frozen = _frozen_weights(model)
+    result = algo.client_update(payload, None, _client(), 1, torch_generator(0, "batches"))
+    upload = dict(result.upload)
+    assert int(upload.pop("depth")) == 2
+    assert set(upload) == {"exit_heads.2.head.weight", "exit_heads.2.head.bias"}
+    assert all(not torch.equal(upload[k], payload[k]) for k in upload)
+    assert all(torch.equal(p, frozen[n]) for n, p in _frozen_weights(model).items())
+
+
 def test_peft_targets_that_match_nothing_are_one_clear_error():
     with pytest.raises(EncoderError, match=r"model.peft_targets=\['nonsense'\].*q_proj"):
         _model(peft="lora", peft_targets=["nonsense"])
@@ -153,7 +192,7 @@ def _frozen_weights(model: SSLModel) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedmmd", "fedprox", "fedadam"])
-@pytest.mark.parametrize("peft", ["lora", "ia3"])
+@pytest.mark.parametrize("peft", ["lora", "ia3", "head"])
 def test_clients_train_and_upload_only_adapters_and_head(algorithm, peft):
     algo = _algorithm(algorithm, **{"model.peft": peft, "fedmmd.weight": 1.0, "fedprox.mu": 0.1})
     payload = algo.init_server()["params"]

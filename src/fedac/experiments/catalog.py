@@ -8,11 +8,20 @@ to `PAPERS`), never a branch here.
 from __future__ import annotations
 
 from fedac.errors import ConfigError
-from fedac.experiments import earlyexit, fedkws, fedmlac, pfl, robustness, system, zeroshot
+from fedac.experiments import (
+    communication,
+    earlyexit,
+    fedkws,
+    fedmlac,
+    pfl,
+    robustness,
+    system,
+    zeroshot,
+)
 from fedac.experiments.spec import Experiment
 
 #: The papers' spec files, in the order `fedac reproduce` lists them.
-PAPERS = (fedmlac, fedkws, robustness, earlyexit, zeroshot, pfl, system)
+PAPERS = (fedmlac, fedkws, robustness, earlyexit, zeroshot, pfl, system, communication)
 SPECS: list[Experiment] = [spec for paper in PAPERS for spec in paper.SPECS]
 #: Name (and alias) -> spec.
 EXPERIMENTS: dict[str, Experiment] = {

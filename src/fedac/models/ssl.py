@@ -37,8 +37,9 @@ positional convolution and layer norms: the exit point early-exit training needs
 
 Parameter-efficient fine-tuning (`model.peft`, `adapted_encoder`): Hugging Face peft injects LoRA or
 IA3 modules into the encoder in place (`inject_adapter_in_model`), which freezes every weight the
-encoder had. Module paths keep their names (an adapter of layer l is `encoder.layers.<l>.…`, so
-early exits group it with its layer). Those frozen weights are the pre-trained encoder every client
+encoder had; `head` freezes them with no adapter (only the task head trains). Module paths keep
+their names (an adapter of layer l is `encoder.layers.<l>.…`, so early exits group it with its
+layer). Those frozen weights are the pre-trained encoder every client
 holds already: `SSLModel` leaves them out of its state dict and accepts state dicts without them, so
 everything that moves or stores a model's state (broadcasts, uploads, aggregation, checkpoints)
 carries the adapters and the head only.
@@ -235,8 +236,9 @@ def adapted_encoder(
     name: str, encoder_path: str | None, dropout: float, peft_options=None, freeze_cnn: bool = True
 ) -> HFModule:
     """`build_encoder` with the adapters of `peft_options.peft` injected (the `model` settings;
-    None or peft none: the encoder as built). A random frozen encoder is drawn from
-    FROZEN_BASE_SEED, leaving the global RNG as it was."""
+    None or peft none: the encoder as built; head: the encoder with every weight frozen and no
+    adapter). A random frozen encoder is drawn from FROZEN_BASE_SEED, leaving the global RNG as it
+    was."""
     method = getattr(peft_options, "peft", "none")
     if method == "none":
         return build_encoder(name, encoder_path, dropout)
@@ -245,12 +247,14 @@ def adapted_encoder(
             f"model.peft={method} freezes the whole encoder, its CNN included: "
             "model.freeze_cnn=false would run the frozen CNN at every step; leave it true"
         )
-    config = peft_config(peft_options)
-    import peft
-
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(FROZEN_BASE_SEED)
         backbone = build_encoder(name, encoder_path, dropout)
+    if method == "head":  # no adapter: every encoder weight frozen, only the head(s) train
+        return backbone.requires_grad_(False)
+    config = peft_config(peft_options)
+    import peft
+
     try:
         return peft.inject_adapter_in_model(config, backbone)
     except ValueError as exc:  # no module matches the targets

@@ -19,7 +19,7 @@ from fedac.fields import number
 from fedac.registry import Entry, Registry, choice, resolve
 
 #: `model.peft`: how the SSL encoders are fine-tuned (models/ssl.py `adapted_encoder`).
-PEFT_METHODS = ("none", "lora", "ia3")
+PEFT_METHODS = ("none", "lora", "ia3", "head")
 
 
 @dataclass
@@ -47,9 +47,10 @@ class SSLSettings:
     none: every encoder weight trains and travels. lora: low-rank updates (LoRA) of the
     `peft_targets` projections. ia3: IA3's learned rescaling vectors on the keys, values and the
     feed-forward output (peft has no bottleneck adapter; IA3 is its adapter for these encoders).
-    With either, the encoder's own weights stay frozen and never travel: only the adapters and the
-    head(s) are trained, uploaded and aggregated (docs/ssl.md, "Parameter-efficient
-    fine-tuning")."""
+    head: no adapter, the whole encoder frozen (linear probing of its pooled output; needs no
+    peft). With any of them, the encoder's own weights stay frozen and never travel: only the
+    adapters and the head(s) are trained, uploaded and aggregated (docs/ssl.md,
+    "Parameter-efficient fine-tuning")."""
     peft_rank: int = number(8, ">= 1")
     """model.peft=lora: the rank r of each low-rank update."""
     peft_alpha: float = number(16.0, "> 0")
