@@ -671,7 +671,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         (out / "table.md").write_text(markdown_table(summary["runs"], worst=True))
     if args.plot_bytes:
         print(f"accuracy against upload bytes: {plot_accuracy_vs_upload(summary['runs'], out)}")
-    if args.plot_curves or on_virtual_clock(summary["runs"]):
+    if args.plot_curves or on_virtual_clock(summary.get("runs", {})):  # (no runs: nothing to draw)
         drawn = plot_accuracy_curves(summary["runs"], out / CURVES_PLOT)
         print(f"accuracy against rounds (and virtual time, on the clock): {drawn}")
     print((out / "table.md").read_text())
