@@ -111,6 +111,9 @@ def test_over_commitment_and_dropout_by_hand():
     times = ClientTimes(1.0, (1.0, 1.0), 1.0)
     late = client_outcome("x", 10.0, times, math.inf, None, 2.5, False)
     assert (late.status, late.at) == ("late", 12.5)
+    # offline after the deadline: late (it was told to stop first), not dropped
+    assert client_outcome("x", 10.0, times, 13.0, None, 2.5, False).status == "late"
+    assert client_outcome("x", 10.0, times, 12.0, None, 2.5, False).status == "dropped"
     dropped = client_outcome("x", 10.0, times, math.inf, 0.5, 0, False)
     assert (dropped.status, dropped.at, dropped.compute_s, dropped.comm_s) == (
         "dropped",

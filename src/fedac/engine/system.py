@@ -172,7 +172,8 @@ def client_outcome(
             *times.spent(fails_at * times.total),
         )
     end = start + times.total
-    if end > offline_at:
+    stopped = start + deadline if deadline > 0 else math.inf  # (told to stop at the deadline)
+    if end > offline_at and offline_at < stopped:  # its device left before it was done
         return Outcome(client, "dropped", offline_at, 0, *times.spent(offline_at - start))
     if deadline > 0 and times.total > deadline:
         steps = times.steps_within(min(deadline, offline_at - start)) if partial else 0
