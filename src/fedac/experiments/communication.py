@@ -38,9 +38,8 @@ from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.experiments import earlyexit
 from fedac.experiments.compare import Method, cell_folder, parse_method
-from fedac.experiments.runner import write_csv
+from fedac.experiments.runner import seed_stats, write_csv
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
-from fedac.training.metrics import mean_std
 
 DATASET = "speech_commands"
 #: The reduced schedule of the FedAvg panel ("comm-fedavg-quick"): `fedac run`'s defaults but the
@@ -183,10 +182,10 @@ def summarise(runs: dict[str, dict[str, list[dict]]]) -> dict[str, dict[str, dic
         methods = {m.label: m for m in PANELS[panel][2]}
         for label, method_runs in by_method.items():
             sent = [r["upload_bytes_total"] for r in method_runs if r.get("upload_bytes_total")]
-            row: dict = {"seeds": [r["seed"] for r in method_runs]}
-            for key in SCORES:
-                if values := [r[key] for r in method_runs if r.get(key) is not None]:
-                    row[key] = dict(zip(("mean", "std"), mean_std(values)))
+            row: dict = {
+                "seeds": [r["seed"] for r in method_runs],
+                **seed_stats(method_runs, list(SCORES)),
+            }
             if sent:
                 row["upload_bytes"] = sum(sent) / len(sent)
             if panel == "earlyexit" and method_runs:

@@ -29,9 +29,9 @@ from pathlib import Path
 
 from fedac.experiments.compare import Method
 from fedac.experiments.fedmlac import DATASETS
-from fedac.experiments.runner import grid_cells, markdown, plot, write_csv
+from fedac.experiments.runner import grid_cells, markdown, plot, seed_stats, write_csv
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
-from fedac.training.metrics import mean_std, spread
+from fedac.training.metrics import spread
 
 #: The reduced schedule: FedMLAC's protocol (fedmlac.PROTOCOL) cut to about 10 s a run.
 QUICK = [
@@ -122,11 +122,7 @@ def write_pfl(
     # what the docs quote (docs/results/figures.yaml): mean and std over seeds of every figure
     summary = {
         cell: {
-            method: {
-                key: dict(zip(("mean", "std"), mean_std(values)))
-                for key in TABLES
-                if (values := [r[key] for r in method_runs if r.get(key) is not None])
-            }
+            method: seed_stats(method_runs, list(TABLES))
             for method, method_runs in by_method.items()
         }
         for cell, by_method in runs.items()

@@ -222,6 +222,16 @@ def write_csv(
                     )
 
 
+def seed_stats(runs: list[dict], keys: Sequence[str]) -> dict[str, dict[str, float]]:
+    """summary.json's figures of one method's runs: for every key some run has, its mean and std
+    over those runs and how many they are."""
+    return {
+        key: dict(zip(("mean", "std", "runs"), (*mean_std(values), len(values))))
+        for key in keys
+        if (values := [r[key] for r in runs if r.get(key) is not None])
+    }
+
+
 def _cell_value(runs: list[dict], key: str, seeds: int) -> str:
     """mean ± std over seeds (the mean alone from one seed: no spread to show); `(n=k)` while only k
     of the seeds have finished; — without such a model."""

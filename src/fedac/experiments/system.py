@@ -34,7 +34,7 @@ import numpy as np
 from fedac.config import load_config
 from fedac.data.traces import load_availability
 from fedac.experiments.compare import plot_accuracy_curves
-from fedac.experiments.runner import grid_cells, write_csv
+from fedac.experiments.runner import grid_cells, seed_stats, write_csv
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
 from fedac.training.metrics import mean_std
 
@@ -177,11 +177,7 @@ def write_system(
     write_csv(out / "results.csv", runs, CSV_KEYS)
     summary = {
         cell: {
-            method: {
-                key: dict(zip(("mean", "std", "runs"), (*mean_std(values), len(values))))
-                for key in COLUMNS
-                if (values := [r[key] for r in method_runs if r.get(key) is not None])
-            }
+            method: seed_stats(method_runs, list(COLUMNS))
             for method, method_runs in by_method.items()
         }
         for cell, by_method in runs.items()
