@@ -33,12 +33,16 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-def write_history(run_dir: Path, history: list[dict[str, float]]) -> None:
+def write_history(
+    run_dir: Path, history: list[dict[str, float]], name: str = "metrics.csv"
+) -> None:
+    """A CSV of per-round rows (metrics.csv; the virtual clock's system.csv), rewritten whole and
+    atomically, the columns in the order they first appear."""
     columns: list[str] = []
     for row in history:
         columns += [key for key in row if key not in columns]
-    path = Path(run_dir) / "metrics.csv"
-    tmp = path.with_name(f".metrics.csv.tmp{os.getpid()}")
+    path = Path(run_dir) / name
+    tmp = path.with_name(f".{name}.tmp{os.getpid()}")
     with open(tmp, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=columns, lineterminator="\n")
         writer.writeheader()

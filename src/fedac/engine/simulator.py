@@ -33,17 +33,17 @@ from fedac.engine.distributed import (
     sums_uploads,
 )
 from fedac.engine.execution import ExecutionPlan, check_execution
-from fedac.engine.report import truncate_client_rows, truncate_pruning_log
+from fedac.engine.report import truncate_client_rows, truncate_pruning_log, write_history
 from fedac.engine.run import RoundDriver
 from fedac.engine.server_step import Arrival, ServerStep, StepResult
 from fedac.engine.state import BestModel, RunState, SystemBook
 from fedac.engine.system import (
     CLOCK_METRICS,
+    SYSTEM_CSV,
     SystemClock,
     count_flops,
     difference,
     system_active,
-    write_system_rows,
 )
 from fedac.engine.tracking import check_trackers
 from fedac.errors import ConfigError
@@ -546,7 +546,7 @@ class Simulator(RoundDriver):
         if state.system is not None:  # system.csv: every round's clock (rewritten from the state)
             state.system.rows.append({k: row[k] for k in ("round", *CLOCK_METRICS) if k in row})
             if self.writes:
-                write_system_rows(self.run_dir, state.system.rows)
+                write_history(self.run_dir, state.system.rows, SYSTEM_CSV)
 
     def evaluates(self, round_idx: int) -> bool:
         return round_idx % self.cfg.train.eval_every == 0 or round_idx == self.cfg.train.rounds

@@ -44,10 +44,8 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -509,14 +507,3 @@ class SystemClock:
             "never_contributed_fraction": len(silent) / max(1, len(self.sizes)),
             "training_flops_per_sample": dict(flops),
         }
-
-
-def write_system_rows(run_dir: Path, rows: list[dict[str, float]]) -> None:
-    """system.csv: one row per round (or server update) of the clock's columns."""
-    columns = [k for k in ("round", *CLOCK_METRICS) if any(k in r for r in rows)]
-    lines = [",".join(columns)]
-    lines += [",".join(repr(float(r[k])) if k in r else "" for k in columns) for r in rows]
-    path = Path(run_dir) / SYSTEM_CSV
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("\n".join(lines) + "\n")
-    os.replace(tmp, path)
