@@ -220,17 +220,13 @@ def count_flops(run: Callable[[], Any]) -> float:
     return float(counter.get_total_flops())
 
 
-def rebase(upload: Any, current: Any, scale: float, origin: Any = None) -> Any:
-    """current + scale x (upload - origin) over the tensors of a model's parameters (nested dicts);
-    `origin` None: the upload is already a difference."""
-    if isinstance(upload, dict):
-        return {
-            k: rebase(v, current[k], scale, None if origin is None else origin[k])
-            for k, v in upload.items()
-        }
-    if not isinstance(upload, torch.Tensor) or not upload.is_floating_point():
-        return upload  # (integer buffers such as a BatchNorm's batch count travel as they are)
-    delta = upload if origin is None else upload - origin
+def rebase(delta: Any, current: Any, scale: float) -> Any:
+    """current + scale x delta over the floating tensors of a model's parameters (nested dicts;
+    `delta` from `difference`)."""
+    if isinstance(delta, dict):
+        return {k: rebase(v, current[k], scale) for k, v in delta.items()}
+    if not isinstance(delta, torch.Tensor) or not delta.is_floating_point():
+        return delta  # (integer buffers such as a BatchNorm's batch count travel as they are)
     return current + scale * delta
 
 
@@ -464,7 +460,8 @@ class SystemClock:
         weight = staleness_weight(version - job["version"], self.system.staleness_exponent)
         if self.system.mode == "fedbuff":
             return rebase(job["result"].upload, current, weight)  # (kept as a difference)
-        return rebase(job["result"].upload, current, self.system.alpha * weight, current)
+        upload = job["result"].upload
+        return rebase(difference(upload, current), current, self.system.alpha * weight)
 
     # --- what the user sees ----------------------------------------------------------------------
     def describe(self) -> str:
