@@ -250,6 +250,8 @@ REGISTRIES = {
     "datasets": "fedac.settings.datasets:DATASETS",
     "aggregators": "fedac.settings.aggregation:AGGREGATORS",
     "attacks": "fedac.settings.attacks:ATTACKS",
+    "clock_modes": "fedac.settings.clock:CLOCK_MODES",
+    "availability": "fedac.settings.clock:AVAILABILITY",
 }
 
 

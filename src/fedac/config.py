@@ -26,6 +26,7 @@ from fedac.registry import Entry, Registry, check_choice, choice, resolve
 from fedac.settings.aggregation import AGGREGATORS
 from fedac.settings.algorithms import ALGORITHMS
 from fedac.settings.attacks import ATTACKS
+from fedac.settings.clock import CLOCK_MODES
 from fedac.settings.datasets import DATASETS
 from fedac.settings.models import MODELS
 
@@ -496,7 +497,7 @@ class PrivacyConfig:
 
 @dataclass
 class SystemConfig:
-    """Devices, availability and time (engine/system.py; docs/system.md): a deterministic virtual
+    """Devices, availability and time (engine/clock/; docs/system.md): a deterministic virtual
     clock decides which sampled clients' updates count and when. Off by default (`devices=none`,
     `availability=always`, `mode=sync`, no deadline, dropout or over-commitment): every client is
     online, finishes at once and reports in the same instant, and a run gives the numbers it gave
@@ -507,9 +508,10 @@ class SystemConfig:
     speeds and bandwidths, docs/traces.md states the distribution); or the path of a CSV / JSON
     device trace with columns client, flops_per_s, up_bps, down_bps and optional memory_mb."""
     availability: str = "always"
-    """always; synthetic (a seeded diurnal on/off pattern per client); or the path of a CSV / JSON
-    trace of per-client active intervals (client, start_s, end_s; a `period_s` column repeats
-    them)."""
+    """A registered availability model (settings/clock.py `AVAILABILITY`, `fedac list
+    availability`): always; synthetic (a seeded diurnal on/off pattern per client); a plug-in's.
+    Or the path of a CSV / JSON trace of per-client active intervals (client, start_s, end_s; a
+    `period_s` column repeats them)."""
     fill: str = choice("cycle", ("cycle", "error"))
     """Clients a trace omits: cycle (the run's i-th client takes the trace's entry i mod entries, as
     FedScale maps its traces; one warning says how many) or error (the trace is refused, naming
@@ -526,11 +528,12 @@ class SystemConfig:
     partial: bool = False
     """A client that misses the deadline contributes the local steps it finished by then (instead
     of nothing), weighted by the share of its samples it processed."""
-    mode: str = choice("sync", ("sync", "fedbuff", "fedasync"))
-    """sync (rounds); fedbuff (Nguyen et al. 2022: `concurrency` clients train at once, the server
-    applies the mean of every `buffer` arrived updates, each scaled by its staleness weight);
-    fedasync (Xie et al. 2019: every arrival is mixed in at once with weight alpha x its staleness
-    weight). In the async modes one `train.rounds` round is one server update."""
+    mode: str = choice("sync", CLOCK_MODES)
+    """A registered clock mode (settings/clock.py `CLOCK_MODES`, `fedac list clock_modes`): sync
+    (rounds); fedbuff (Nguyen et al. 2022: `concurrency` clients train at once, the server applies
+    the mean of every `buffer` arrived updates, each scaled by its staleness weight); fedasync (Xie
+    et al. 2019: every arrival is mixed in at once with weight alpha x its staleness weight); a
+    plug-in's. In the async modes one `train.rounds` round is one server update."""
     buffer: int = number(10, ">= 1")
     """FedBuff's K: updates per server step."""
     concurrency: int = number(0, ">= 0")

@@ -42,6 +42,8 @@ GROUPS = {
     "dataset": "fedac.datasets",
     "aggregator": "fedac.aggregators",
     "attack": "fedac.attacks",
+    "clock_mode": "fedac.clock_modes",
+    "availability": "fedac.availability",
 }
 
 

@@ -1,5 +1,6 @@
-"""The virtual clock (engine/system.py): a 3-client federation computed by hand (who arrives, when,
-with what staleness weight), then whole runs: increasing virtual time with late and dropped clients,
+"""The virtual clock (engine/clock/): a 3-client federation computed by hand (who arrives, when,
+with what staleness weight, what each client is charged when the server stops it), then whole
+runs: increasing virtual time with late and dropped clients,
 two runs of one command alike, over-commitment shortening rounds, FedBuff stacked and resumed
 exactly, a deadline no client can meet refused, and the clock off leaving a run as it was."""
 
@@ -13,16 +14,20 @@ import pytest
 import torch
 
 from fedac.config import load_config
-from fedac.engine.data import build_federated_data
-from fedac.engine.simulator import Simulator
-from fedac.engine.state import SystemBook
-from fedac.engine.system import (
+from fedac.engine.clock import virtual
+from fedac.engine.clock.asynchronous import AsyncSchedule
+from fedac.engine.clock.book import ClientLedger, Job, SystemBook
+from fedac.engine.clock.model import (
     ClientTimes,
-    SystemClock,
     client_outcome,
     plan_sync_round,
     staleness_weight,
 )
+from fedac.engine.clock.schedule import IdealSchedule, traffic
+from fedac.engine.clock.start import start_schedule
+from fedac.engine.clock.virtual import SystemClock
+from fedac.engine.data import build_federated_data
+from fedac.engine.simulator import Simulator
 from fedac.errors import ConfigError
 from helpers import tiny_run
 
@@ -43,13 +48,10 @@ FLOPS_PER_SAMPLE = 1e4
 BYTES = 1000  # down and up
 
 
-def hand_clock(tmp_path: Path, *settings: str, availability: str = AVAILABILITY) -> SystemClock:
-    """Three clients of 4, 6 and 2 clips, batches of 2, one epoch: a [2, 2], b [2, 2, 2], c [2].
-    a: down 8 x 1000 / 16000 = 0.5 s, steps 1e4 x 2 / 1e6 = 0.02 s each, up 1.0 s: 1.54 s.
-    b: down 0.5, steps 0.2 each, up 0.5: 1.6 s.  c: down 1.0, one step 0.02, up 1.0: 2.02 s."""
-    (tmp_path / "devices.csv").write_text(DEVICES)
+def hand_config(tmp_path: Path, settings, availability: str, devices: str = DEVICES):
+    (tmp_path / "devices.csv").write_text(devices)
     (tmp_path / "availability.csv").write_text(availability)
-    cfg = load_config(
+    return load_config(
         overrides=[
             f"system.devices={tmp_path / 'devices.csv'}",
             f"system.availability={tmp_path / 'availability.csv'}",
@@ -58,8 +60,34 @@ def hand_clock(tmp_path: Path, *settings: str, availability: str = AVAILABILITY)
             *settings,
         ]
     )
-    return SystemClock(
-        cfg, {"a": 4, "b": 6, "c": 2}, lambda _: "m", lambda _: FLOPS_PER_SAMPLE, True
+
+
+SIZES = {"a": 4, "b": 6, "c": 2}
+
+
+def hand_clock(
+    tmp_path: Path, *settings: str, availability: str = AVAILABILITY, devices: str = DEVICES
+) -> SystemClock:
+    """Three clients of 4, 6 and 2 clips, batches of 2, one epoch: a [2, 2], b [2, 2, 2], c [2].
+    a: down 8 x 1000 / 16000 = 0.5 s, steps 1e4 x 2 / 1e6 = 0.02 s each, up 1.0 s: 1.54 s.
+    b: down 0.5, steps 0.2 each, up 0.5: 1.6 s.  c: down 1.0, one step 0.02, up 1.0: 2.02 s."""
+    cfg = hand_config(tmp_path, settings, availability, devices)
+    return SystemClock(cfg, SIZES, lambda _: "m", lambda _: FLOPS_PER_SAMPLE)
+
+
+def hand_schedule(
+    tmp_path: Path, *settings: str, availability: str = AVAILABILITY, uploads_model: bool = True
+):
+    """`hand_clock`'s federation under the schedule its settings choose (cohort K = 2)."""
+    return start_schedule(
+        hand_config(tmp_path, settings, availability),
+        SIZES,
+        2,
+        compression=None,
+        architecture=lambda _: "m",
+        flops=lambda _: FLOPS_PER_SAMPLE,
+        uploads_model=uploads_model,
+        partial_work=None,
     )
 
 
@@ -130,58 +158,155 @@ def test_over_commitment_and_dropout_by_hand():
     assert outcomes[0].status == "late" and outcomes[0].at == 2.0  # told to stop at the round's end
 
 
+# c's device 100x slower: one step of 2 clips x 1e4 FLOPs / 1e4 FLOP/s = 2.0 s; c takes
+# down 1.0 + 2.0 + up 1.0 = 4.0 s (a 1.54 s and b 1.6 s as in `hand_clock`)
+SLOW_C = DEVICES.replace("c,1e6,8000,8000", "c,1e4,8000,8000")
+ALWAYS3 = "client,start_s,end_s\na,0,inf\nb,0,inf\nc,0,inf\n"
+
+
+def charged(book: SystemBook, client: str) -> tuple:
+    """clients.csv's clock columns of `client`: compute_s, comm_s, arrived, late, dropped."""
+    cols = book.client_columns(client)
+    return (
+        pytest.approx(cols["compute_s"]),
+        pytest.approx(cols["comm_s"]),
+        cols["arrived"],
+        cols["late"],
+        cols["dropped"],
+    )
+
+
+def clock_row(metrics: dict) -> tuple:
+    return (
+        pytest.approx(metrics["virtual_time_s"]),
+        metrics["arrived"],
+        metrics["late"],
+        metrics["dropped"],
+    )
+
+
+def c_fails_at(monkeypatch, share: float) -> None:
+    """system.dropout's draw fixed: c fails after `share` of its work, a and b never."""
+    monkeypatch.setattr(virtual, "failure_point", lambda cfg, seed, key, c: {"c": share}.get(c))
+
+
+def test_over_commitment_stops_a_client_before_its_device_leaves(tmp_path):
+    """K = 2 of 3 sampled (over-commit 1.5): a arrives at 1.54 s, b at 1.6 s, which ends the
+    round. c's device goes offline at 3.5 s, before c could finish (4.0 s), but the server told c
+    to stop at 1.6 s: late, charged its 1.0 s download and 0.6 s of its step (not dropped at 3.5 s
+    with 2.0 s of compute and 1.5 s of communication charged to a 1.6 s round)."""
+    offline_later = AVAILABILITY.replace("c,0,1.0", "c,0,3.5")
+    clock = hand_clock(
+        tmp_path, "system.overcommit=1.5", availability=offline_later, devices=SLOW_C
+    )
+    book = SystemBook()
+    kept, metrics = clock.sync_round(book, 1, 2, BYTES, BYTES)
+    assert [o.client for o in kept] == ["a", "b"]
+    assert clock_row(metrics) == (1.6, 2, 1, 0)
+    assert book.time == pytest.approx(1.6)
+    assert charged(book, "c") == (0.6, 1.0, 0, 1, 0)
+    assert charged(book, "a") == (0.04, 1.5, 1, 0, 0)
+    assert charged(book, "b") == (0.6, 1.0, 1, 0, 0)
+
+
+def test_dropout_failing_after_the_deadline_is_late(tmp_path, monkeypatch):
+    """Deadline 1.8 s, K = 3: a and b arrive (1.54 s, 1.6 s); c would fail at 0.9 x 4.0 = 3.6 s,
+    after the deadline that stopped it: late at 1.8 s, charged 1.0 s download and 0.8 s of its
+    step; the round ends at the deadline."""
+    c_fails_at(monkeypatch, 0.9)
+    clock = hand_clock(
+        tmp_path, "system.deadline=1.8", "system.dropout=0.5", availability=ALWAYS3, devices=SLOW_C
+    )
+    book = SystemBook()
+    kept, metrics = clock.sync_round(book, 1, 3, BYTES, BYTES)
+    assert [o.client for o in kept] == ["a", "b"]
+    assert clock_row(metrics) == (1.8, 2, 1, 0)
+    assert charged(book, "c") == (0.8, 1.0, 0, 1, 0)
+
+
+def test_dropout_failing_after_the_kth_arrival_is_late_and_before_it_dropped(tmp_path, monkeypatch):
+    """Over-commit 1.5 of K = 2, no deadline: the round ends at b's arrival (1.6 s). c failing at
+    3.6 s (0.9 of its 4.0 s) had been told to stop at 1.6 s: late, charged 1.0 s + 0.6 s. Failing
+    at 0.8 s (0.2 of its work, in its download), before the round ended: dropped, charged 0.8 s of
+    communication."""
+    c_fails_at(monkeypatch, 0.9)
+    settings = ("system.overcommit=1.5", "system.dropout=0.5")
+    clock = hand_clock(tmp_path, *settings, availability=ALWAYS3, devices=SLOW_C)
+    book = SystemBook()
+    _, metrics = clock.sync_round(book, 1, 2, BYTES, BYTES)
+    assert clock_row(metrics) == (1.6, 2, 1, 0)
+    assert charged(book, "c") == (0.6, 1.0, 0, 1, 0)
+    c_fails_at(monkeypatch, 0.2)
+    book = SystemBook()
+    _, metrics = clock.sync_round(book, 1, 2, BYTES, BYTES)
+    assert clock_row(metrics) == (1.6, 2, 0, 1)
+    assert charged(book, "c") == (0.0, 0.8, 0, 0, 1)
+
+
+def test_the_book_checkpoints_as_plain_data_and_reads_the_older_form():
+    book = SystemBook(time=2.0)
+    book.record("a", "arrived", 0.5, 1.0, staleness=2)
+    book.jobs.append(Job("b", 0, 3.0, "dropped", 0.1, 0.2))
+    plain = book.to_plain()
+    assert plain["clients"]["a"]["staleness"] == 2 and plain["jobs"][0]["client"] == "b"
+    assert SystemBook.from_plain(plain) == book
+    older = {  # (a checkpoint of a fedac whose jobs were dicts and totals lists)
+        "time": 2.0,
+        "jobs": [{**plain["jobs"][0]}],
+        "clients": {"a": [0.5, 1.0, 1.0, 0.0, 0.0, 2.0]},
+    }
+    read = SystemBook.from_plain(older)
+    assert read.jobs == book.jobs and read.clients == {"a": ClientLedger(0.5, 1.0, 1, 0, 0, 2)}
+    assert read.client_columns("a")["mean_staleness"] == 2.0
+
+
 def test_fedasync_events_by_hand(tmp_path):
     """Three always-online clients, all in flight at once, FedAsync (alpha 0.5): a arrives at
     1.54 s (staleness 0) and is sent the new model; b at 1.6 s has staleness 1, c at 2.02 s
     staleness 2; a's second job (dispatched at 1.54 s on version 1) arrives at 3.08 s with
     staleness 2."""
     always = "client,start_s,end_s\na,0,inf\nb,0,inf\nc,0,inf\n"
-    clock = hand_clock(
+    schedule = hand_schedule(
         tmp_path,
         "system.mode=fedasync",
         "system.concurrency=3",
         "system.alpha=0.5",
         availability=always,
     )
+    assert isinstance(schedule, AsyncSchedule) and schedule.needed(schedule.system) == 1
     book = SystemBook()
     seen = []
     for _ in range(4):
-        clock.dispatch(book, 3, BYTES, BYTES)
-        job = clock.next_event(book)
-        seen.append((job["client"], round(job["at"], 6), book.version - job["version"]))
+        schedule.dispatch(book, 3, BYTES, BYTES)
+        job = schedule.next_event(book)
+        seen.append((job.client, round(job.at, 6), book.version - job.version))
         book.version += 1  # (FedAsync: every arrival is a server update)
     assert seen == [("a", 1.54, 0), ("b", 1.6, 1), ("c", 2.02, 2), ("a", 3.08, 2)]
     assert staleness_weight(2, 0.5) == pytest.approx(1 / math.sqrt(3))
     # the mixing: x + alpha w(s) (u - x)
-    job = {"version": 0, "result": type("R", (), {"upload": {"w": torch.tensor([3.0])}})()}
-    mixed = clock.rebased(job, {"w": torch.tensor([1.0])}, 2)
+    job = Job("a", 0, 0.0, "arrived", result=type("R", (), {"upload": {"w": torch.tensor([3.0])}}))
+    mixed = schedule.rebased(job, {"w": torch.tensor([1.0])}, 2)
     assert mixed["w"].item() == pytest.approx(1 + 0.5 / math.sqrt(3) * 2)
 
 
 def test_fedbuff_rebases_the_difference_with_its_staleness_weight(tmp_path):
     always = "client,start_s,end_s\na,0,inf\nb,0,inf\nc,0,inf\n"
-    clock = hand_clock(tmp_path, "system.mode=fedbuff", "system.buffer=2", availability=always)
-    job = {"version": 1, "result": type("R", (), {"upload": {"w": torch.tensor([2.0])}})()}
+    schedule = hand_schedule(
+        tmp_path, "system.mode=fedbuff", "system.buffer=2", availability=always
+    )
+    assert schedule.needed(schedule.system) == 2
+    job = Job("a", 1, 0.0, "arrived", result=type("R", (), {"upload": {"w": torch.tensor([2.0])}}))
     # a difference of 2 computed on version 1, applied at version 4: x + 2 / sqrt(4)
-    assert clock.rebased(job, {"w": torch.tensor([1.0])}, 4)["w"].item() == pytest.approx(2.0)
+    assert schedule.rebased(job, {"w": torch.tensor([1.0])}, 4)["w"].item() == pytest.approx(2.0)
 
 
 def test_async_modes_refuse_sync_settings_and_methods_that_upload_no_model(tmp_path):
     with pytest.raises(ConfigError, match="deadline"):
-        hand_clock(tmp_path, "system.mode=fedbuff", "system.deadline=5", "system.buffer=2")
+        hand_schedule(tmp_path, "system.mode=fedbuff", "system.deadline=5", "system.buffer=2")
     with pytest.raises(ConfigError, match="buffer=5"):
-        hand_clock(tmp_path, "system.mode=fedbuff", "system.buffer=5")
-    (tmp_path / "d.csv").write_text(DEVICES)
-    cfg = load_config(
-        overrides=[
-            f"system.devices={tmp_path / 'd.csv'}",
-            "system.mode=fedbuff",
-            "system.buffer=2",
-            "algorithm=scaffold",
-        ]
-    )
-    with pytest.raises(ConfigError, match="scaffold does not upload a model"):
-        SystemClock(cfg, {"a": 4, "b": 6, "c": 2}, lambda _: "m", lambda _: 1.0, False)
+        hand_schedule(tmp_path, "system.mode=fedbuff", "system.buffer=5")
+    with pytest.raises(ConfigError, match="fedavg does not upload a model"):
+        hand_schedule(tmp_path, "system.mode=fedbuff", "system.buffer=2", uploads_model=False)
 
 
 # --- whole runs ----------------------------------------------------------------------------------
@@ -297,7 +422,8 @@ def test_fedbuff_trains_one_stacked_call_per_model_version_and_resumes_exactly(
 def test_the_clock_off_leaves_no_trace(settings, data, tmp_path):
     off = {"system.devices": "none", "system.availability": "always"}
     sim, results = run(settings, data, tmp_path, **off)
-    assert sim.clock is None and sim.state.system is None and "system" not in results
+    assert type(sim.schedule) is IdealSchedule and sim.state.system is None
+    assert "system" not in results
     assert "virtual_time_s" not in results["history"][-1]
     assert not (tmp_path / "system.csv").exists()
 
@@ -310,7 +436,7 @@ def test_the_clock_times_compressed_uploads_and_async_modes_refuse_compression(
     topk = {"compression.method": "topk", "compression.ratio": 0.01}
     sim = Simulator(config(settings, **topk), tmp_path / "sync", data, progress=False)
     payload = sim.algorithm.broadcast(sim.algorithm.init_server())
-    down, up = sim._traffic(payload)
+    down, up = traffic(payload, sim.server_step.compression)
     assert down == nbytes(payload) and up < 0.05 * nbytes(payload)
     assert up == sim.server_step.compression.wire_bytes(payload, payload)
     with pytest.raises(ConfigError, match="not combined yet"):

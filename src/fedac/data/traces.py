@@ -1,5 +1,5 @@
 """Device and availability traces: what each client's device can do and when it is online, read by
-the virtual clock (engine/system.py; settings `system.devices`, `system.availability`,
+the virtual clock (engine/clock/; settings `system.devices`, `system.availability`,
 `system.fill`). Plain text a user can write by hand; docs/traces.md shows them with examples.
 
 Device trace (`system.devices=PATH`), CSV with the header
@@ -197,8 +197,15 @@ class _Record:
 def _trace_path(setting: str, spec: str) -> Path:
     path = Path(spec)
     if path.suffix.lower() not in (".csv", ".json"):
+        if setting == "system.availability":
+            from fedac.settings.clock import AVAILABILITY  # (settings: the core layer)
+
+            names = ", ".join(AVAILABILITY.names())
+            known = f"a registered availability model ({names})"
+        else:
+            known = "none, synthetic"
         raise ConfigError(
-            f"{setting}={spec!r}: not a known value; give synthetic or the path of a .csv or .json "
+            f"{setting}={spec!r}: not a known value; give {known} or the path of a .csv or .json "
             "trace (docs/traces.md)"
         )
     if not path.is_file():
@@ -335,7 +342,6 @@ def _fill(
         )
     rows = list(entries.values())
     if missing:
-        ignored = len(set(entries) - set(clients))
         log.warning(
             "%s: %s holds %d of the run's %d clients; the other %d take the trace's entries by "
             "position (system.fill=cycle: the run's i-th client takes entry i mod %d)%s",
@@ -345,9 +351,21 @@ def _fill(
             len(clients),
             len(missing),
             len(rows),
-            f"; {ignored} trace clients not in the run are ignored" if ignored else "",
+            ignored_clients(entries, clients),
         )
     return {c: entries[c] if c in entries else rows[i % len(rows)] for i, c in enumerate(clients)}
+
+
+def ignored_clients(entries: Mapping[str, object], clients: list[str], shown: int = 5) -> str:
+    """The warning's note on the trace's clients the run lacks: how many, with the first `shown`
+    ids ("" when none)."""
+    extra = [c for c in entries if c not in set(clients)]
+    if not extra:
+        return ""
+    ids = ", ".join(extra[:shown]) + (", ..." if len(extra) > shown else "")
+    if len(extra) == 1:
+        return f"; 1 trace client is not in the run and is ignored ({ids})"
+    return f"; {len(extra)} trace clients are not in the run and are ignored ({ids})"
 
 
 def _device(record: _Record) -> DeviceProfile:
@@ -447,14 +465,42 @@ def read_availability(spec: str) -> tuple[Path, dict[str, Schedule]]:
 def load_availability(
     spec: str, clients: list[str], seed: int, fill: str = "cycle"
 ) -> Availability:
-    """Each of `clients`' Schedule: `always` online, `synthetic` (a daily window drawn from seed and
-    client name) or read from a .csv / .json trace (the module's docstring) and filled by `fill`."""
-    if spec == "always":
-        return Availability({client: ALWAYS for client in clients})
-    if spec == "synthetic":
-        return Availability({client: synthetic_schedule(seed, client) for client in clients})
+    """Each of `clients`' Schedule: from a registered availability model (settings/clock.py
+    `AVAILABILITY`: `always` online, `synthetic` a daily window drawn from seed and client name, or
+    a plug-in's) or read from a .csv / .json trace (the module's docstring) and filled by `fill`."""
+    from fedac.settings.clock import AVAILABILITY  # (settings: the core layer)
+
+    if spec in AVAILABILITY:
+        return Availability(model_schedules(spec, AVAILABILITY.load(spec)(clients, seed), clients))
     path, schedules = read_availability(spec)
     return Availability(_fill("system.availability", path, schedules, clients, fill))
+
+
+def model_schedules(name: str, schedules: object, clients: list[str]) -> dict[str, Schedule]:
+    """An availability model's answer checked: a Schedule for each of `clients` (a ConfigError
+    naming the model and the first client it got wrong)."""
+    if not isinstance(schedules, Mapping):
+        raise ConfigError(
+            f"availability model {name!r} returned {type(schedules).__name__}; it must return "
+            "{client: Schedule} (docs/extending.md)"
+        )
+    for client in clients:
+        if not isinstance(schedules.get(client), Schedule):
+            raise ConfigError(
+                f"availability model {name!r} gave client {client!r} "
+                f"{type(schedules.get(client)).__name__}, not a fedac.data.traces.Schedule"
+            )
+    return {client: schedules[client] for client in clients}
+
+
+def always_online(clients: list[str], seed: int) -> dict[str, Schedule]:
+    """Every client online at every instant (`system.availability=always`)."""
+    return {client: ALWAYS for client in clients}
+
+
+def synthetic_availability(clients: list[str], seed: int) -> dict[str, Schedule]:
+    """Each client's daily online window (`synthetic_schedule`), drawn from seed and client name."""
+    return {client: synthetic_schedule(seed, client) for client in clients}
 
 
 # ---- synthetic traces -------------------------------------------------------------------------

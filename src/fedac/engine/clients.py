@@ -23,6 +23,7 @@ from fedac.training.metrics import confusion, confusion_metrics, spread
 from fedac.training.types import ClientData, class_labels
 
 if TYPE_CHECKING:  # (models/ssl.py imports transformers: not at run time)
+    from fedac.engine.evaluation import Evaluator
     from fedac.models.early_exit import MultiExitSSL
 
 #: The per-client metrics, each as the shared model's (<key>) and, for personalized methods, the
@@ -90,7 +91,7 @@ def batched_holdout_metrics(
 
 
 #: clients.csv's columns that are no score of a model
-#: clients.csv's columns of the virtual clock (engine/state.py `SystemBook.client_columns`).
+#: clients.csv's columns of the virtual clock (engine/clock/book.py `ClientLedger.columns`).
 CLOCK_COLUMNS = ("compute_s", "comm_s", "arrived", "late", "dropped", "mean_staleness")
 
 
@@ -230,53 +231,53 @@ def shared_out(clients: list[ClientData], score, what: str, owner=None) -> dict[
     return {name: scores for group in groups for name, scores in group.items()}
 
 
-def own_scores(sim, state: RunState, score) -> dict[str, Any]:
+def own_scores(ev: Evaluator, state: RunState, score) -> dict[str, Any]:
     """`score(client data, its own model)` of every client with a model of its own (a personalized
-    method's trained clients: Simulator._personalized_models), shared out over the processes, by
+    method's trained clients: Evaluator.personalized_models), shared out over the processes, by
     client name in the clients' order. Each is scored as it is yielded (own models share one scratch
     model)."""
-    trained = [c for c in sim.data.clients if state.visits.get(c.name)]
+    trained = [c for c in ev.data.clients if state.visits.get(c.name)]
     scores = shared_out(
         trained,
         lambda group: {
-            data.name: score(data, own) for data, own in sim._personalized_models(state, group)
+            data.name: score(data, own) for data, own in ev.personalized_models(state, group)
         },
         "gathering the own models' scores",
-        getattr(sim, "state_owner", None),
+        ev.state_owner,
     )
     return {c.name: scores[c.name] for c in trained if c.name in scores}
 
 
 def evaluate_clients(
-    sim, state: RunState, round_idx: int, server: dict[str, Any]
+    ev: Evaluator, state: RunState, round_idx: int, server: dict[str, Any]
 ) -> list[dict[str, Any]]:
-    """clients.csv's rows of one evaluation by a Simulator `sim`: the shared model of `server` and
+    """clients.csv's rows of one evaluation by `ev`: the shared model of `server` and
     each trained client's own model on every client's held-out windows (each process its share of
     the clients: `shared_out`). Own models are scored before the shared model is loaded."""
-    batch, num_classes = sim.cfg.train.eval_batch_size, sim.data.task.num_classes
+    batch, num_classes = ev.cfg.train.eval_batch_size, ev.data.task.num_classes
     own = own_scores(
-        sim, state, lambda data, model: holdout_metrics(model, data, num_classes, batch)
+        ev, state, lambda data, model: holdout_metrics(model, data, num_classes, batch)
     )
-    shared = sim.algorithm.global_model(server)
+    shared = ev.algorithm.global_model(server)
 
     def shared_scores(group: list[ClientData]) -> dict[str, dict[str, float]]:
-        scores_of = batched_holdout_metrics(shared, group, num_classes, batch, sim.device)
+        scores_of = batched_holdout_metrics(shared, group, num_classes, batch, ev.device)
         if hasattr(shared, "exits"):
             for data in group:
                 if scores_of.get(data.name):
                     scores_of[data.name].update(
-                        exit_scores(shared, to_device(data, sim.device), num_classes, batch)
+                        exit_scores(shared, to_device(data, ev.device), num_classes, batch)
                     )
         return scores_of
 
     scores_of = (
-        shared_out(sim.data.clients, shared_scores, "gathering the clients' scores")
+        shared_out(ev.data.clients, shared_scores, "gathering the clients' scores")
         if shared is not None
         else {}
     )
-    depths = getattr(sim.algorithm, "depths", {})  # early exit: each client's own exit
+    depths = getattr(ev.algorithm, "depths", {})  # early exit: each client's own exit
     rows = []
-    for data in sim.data.clients:
+    for data in ev.data.clients:
         scores = scores_of.get(data.name, {})
         mine = own.get(data.name, {})
         if not scores and not mine:
@@ -307,20 +308,20 @@ def client_bytes(state: RunState, client: str) -> dict[str, int]:
     return {"bytes_down": down, "bytes_up": up}
 
 
-def log_clients(sim, state: RunState, round_idx: int) -> list[dict[str, Any]]:
+def log_clients(ev: Evaluator, state: RunState, round_idx: int) -> list[dict[str, Any]]:
     """Append this evaluation's rows to the run's clients.csv, and return them."""
-    rows = evaluate_clients(sim, state, round_idx, state.server)
+    rows = evaluate_clients(ev, state, round_idx, state.server)
     if rows:
-        append_client_rows(sim.run_dir, columns(rows, type(sim.algorithm).personalized), rows)
+        append_client_rows(ev.run_dir, columns(rows, type(ev.algorithm).personalized), rows)
     return rows
 
 
-def client_summary(sim, state: RunState, server: dict[str, Any]) -> dict[str, Any]:
+def client_summary(ev: Evaluator, state: RunState, server: dict[str, Any]) -> dict[str, Any]:
     """results.json's `clients`: every per-client metric's spread (metrics.spread, n_k-weighted mean
     included) for the selected shared model and the last own models, and the cohort counts: clients
     scored, and those that could not be, with the reason."""
-    rows = evaluate_clients(sim, state, state.round, server)
-    total, fewest = len(sim.data.clients), sim.cfg.eval.min_client_clips
+    rows = evaluate_clients(ev, state, state.round, server)
+    total, fewest = len(ev.data.clients), ev.cfg.eval.min_client_clips
     out: dict[str, Any] = {
         "spreads": spreads(rows, fewest),
         "evaluated": len(rows),
@@ -329,23 +330,23 @@ def client_summary(sim, state: RunState, server: dict[str, Any]) -> dict[str, An
         "unranked": sum(not ranked(r, fewest) for r in rows),
     }
     if total > len(rows):
-        ctc = any(isinstance(c.holdout_y, Padded) for c in sim.data.clients)
+        ctc = any(isinstance(c.holdout_y, Padded) for c in ev.data.clients)
         out["without_holdout_reason"] = no_holdout_reason(
-            sim.cfg, ctc, sim.holds_clients, any_holdout=bool(rows)
+            ev.cfg, ctc, ev.holds_clients, any_holdout=bool(rows)
         )
     return out
 
 
-def test_confusion(sim, model: nn.Module | None) -> dict[str, Any] | None:
+def test_confusion(ev: Evaluator, model: nn.Module | None) -> dict[str, Any] | None:
     """results.json's `confusion`: the shared model's clip predictions on the test split against the
     truth (counts[true][predicted]) with the class names; None for tasks without classes."""
-    split = sim.data.test
+    split = ev.data.test
     if model is None or split.kind != "classification":
         return None
-    num = sim.data.task.num_classes
-    pred = clip_predictions(model, split, sim.cfg.train.eval_batch_size)
+    num = ev.data.task.num_classes
+    pred = clip_predictions(model, split, ev.cfg.train.eval_batch_size)
     counts = confusion(split.labels.cpu().numpy(), pred.cpu().numpy(), num)
-    manifest = sim.data.manifest
+    manifest = ev.data.manifest
     classes = list(manifest.classes) if manifest is not None else [str(k) for k in range(num)]
     return {"classes": classes, "counts": counts.tolist()}
 

@@ -10,10 +10,10 @@ resumes, and the file does not depend on where these classes live.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Any
 
+from fedac.engine.clock.book import SystemBook
 from fedac.errors import CheckpointError
 
 
@@ -46,54 +46,6 @@ class ByteBook:
     up: float = 0
     clients: dict[str, list[int]] = field(default_factory=dict)
     """Per client: [bytes received, bytes uploaded]."""
-
-
-@dataclass
-class SystemBook:
-    """The virtual clock's part of the run state (engine/system.py; checkpointed with it)."""
-
-    time: float = 0.0
-    """Virtual seconds since the run started."""
-    version: int = 0
-    """Async: server updates so far."""
-    jobs: list[dict[str, Any]] = field(default_factory=list)
-    """Async: the clients in flight (client, version, at, status, weight and, once trained, the
-    result)."""
-    buffer: list[dict[str, Any]] = field(default_factory=list)
-    """FedBuff: the arrived jobs not yet applied."""
-    dispatched: int = 0
-    """Async: dispatches so far (seeds the next one's draws)."""
-    delivered: dict[str, int] = field(default_factory=dict)
-    """Async: each client's model version of its last job that will deliver."""
-    empty_rounds: int = 0
-    clients: dict[str, list[float]] = field(default_factory=dict)
-    """Per client: [compute_s, comm_s, arrived, late, dropped, staleness summed over arrivals]."""
-    rows: list[dict[str, float]] = field(default_factory=list)
-    """system.csv: one row per round."""
-
-    def record(
-        self, client: str, status: str, compute_s: float, comm_s: float, staleness: int = 0
-    ) -> None:
-        """One dispatched client's outcome (`status` arrived / late / dropped) and the seconds it
-        spent."""
-        book = self.clients.setdefault(client, [0.0] * 6)
-        book[0] += compute_s
-        book[1] += comm_s
-        book[{"arrived": 2, "late": 3, "dropped": 4}[status]] += 1
-        if status == "arrived":
-            book[5] += staleness
-
-    def client_columns(self, client: str) -> dict[str, float]:
-        """clients.csv's columns of the clock for `client`."""
-        compute, comm, arrived, late, dropped, stale = self.clients.get(client, [0.0] * 6)
-        return {
-            "compute_s": compute,
-            "comm_s": comm,
-            "arrived": int(arrived),
-            "late": int(late),
-            "dropped": int(dropped),
-            "mean_staleness": stale / arrived if arrived else math.nan,
-        }
 
 
 @dataclass
@@ -138,7 +90,7 @@ class RunState:
         if self.best is not None:
             out["best"] = {**plain(self.best), "server": plain(self.best.server)}
         out["bytes"] = plain(self.bytes)
-        out["system"] = plain(self.system)
+        out["system"] = self.system.to_plain() if self.system is not None else None
         return out
 
     @classmethod
@@ -162,6 +114,6 @@ class RunState:
             state.best = BestModel(**best)
         if isinstance(state.bytes, dict):
             state.bytes = ByteBook(**state.bytes)
-        if isinstance(state.system, dict):
-            state.system = SystemBook(**state.system)
+        if state.system is not None:
+            state.system = SystemBook.from_plain(state.system)
         return state

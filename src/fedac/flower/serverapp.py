@@ -22,6 +22,7 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from flwr.serverapp.strategy.strategy_utils import aggregate_metricrecords
 from fedac.algorithms.base import Algorithm
 from fedac.config import Config, save_config
 from fedac.engine.data import build_eval_data
+from fedac.engine.evaluation import Evaluator
 from fedac.engine.report import final_table, write_history, write_results
 from fedac.engine.simulator import Simulator
 from fedac.engine.state import RunState
@@ -49,13 +51,14 @@ log = logging.getLogger("fedac.flower")
 app = ServerApp()
 
 
-class FlowerServerSide(Simulator):
-    """The simulator's data, evaluation and reporting; personalized metrics come from the nodes."""
+@dataclass
+class NodeEvaluator(Evaluator):
+    """The simulator's evaluation, with the personalized metrics the nodes report (the server holds
+    no client's own model)."""
 
     strategy: FedacStrategy | None = None
-    virtual_time = False
 
-    def _personalized_local_accuracy(
+    def personalized_local_accuracy(
         self, state: RunState, rows: list[dict[str, Any]] | None = None
     ) -> list[float]:
         # (the nodes score their own models: the server holds none, so `rows` carry no own scores)
@@ -67,7 +70,7 @@ class FlowerServerSide(Simulator):
             if "local_accuracy" in r.metrics
         ]
 
-    def _personalized_test_results(self, state: RunState) -> list[dict[str, float]]:
+    def personalized_test_results(self, state: RunState) -> list[dict[str, float]]:
         if self.strategy is None:
             return []
         return [
@@ -75,6 +78,15 @@ class FlowerServerSide(Simulator):
             for r in self.strategy.ordered_eval_reports()
             if "test_accuracy" in r.metrics
         ]
+
+
+class FlowerServerSide(Simulator):
+    """The simulator's data, evaluation and reporting; personalized metrics come from the nodes
+    (`NodeEvaluator`), and rounds run on real time (the virtual clock is refused)."""
+
+    evaluator: NodeEvaluator
+    evaluator_class = NodeEvaluator
+    virtual_time = False
 
 
 class DeviceServerSide(FlowerServerSide):
@@ -178,7 +190,7 @@ def _round_strategy(
         # the simulator's server step: attacks and DP over the uploads, the byte ledger, LPA's log
         strategy = FedacStrategy(side.algorithm, state.server, directory, cfg, side.server_step)
         strategy.ledger_state = state  # the bytes per client, for clients.csv (engine/clients.py)
-        side.strategy = strategy
+        side.evaluator.strategy = strategy
     return strategy, lambda arrays: (strategy.server, strategy.round_metrics)
 
 
@@ -200,7 +212,7 @@ def _round_evaluator(
         state.server, metrics = round_metrics(arrays)
         row = {"round": float(server_round), **metrics}
         if server_round % cfg.train.eval_every == 0 or server_round == cfg.train.rounds:
-            side._evaluate_round(state, server_round, row)
+            side.evaluator.evaluate_round(state, server_round, row)
             row["wall_seconds"] = time.perf_counter() - started
             state.history.append(row)
             write_history(run_dir, state.history)

@@ -62,7 +62,7 @@ class ClientData:
     holdout_x: Windows
     holdout_y: Labels
     step_limit: int | None = None
-    """The local steps this update may take (the virtual clock's partial work, engine/system.py:
+    """The local steps this update may take (the virtual clock's partial work, engine/clock/:
     a client that misses the deadline sends the steps it finished); None: all."""
 
     @property
