@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cohort import RESULTS, fedac_round, interleave, simulator, summarize  # noqa: E402
 from fedac.config import load_config  # noqa: E402
 from fedac.engine.data import build_federated_data  # noqa: E402
-from fedac.engine.state import SystemBook  # noqa: E402
-from fedac.engine.system import SystemClock  # noqa: E402
+from fedac.engine.clock.book import SystemBook  # noqa: E402
+from fedac.engine.clock.virtual import SystemClock  # noqa: E402
 from workloads import FEDMLAC_SETTINGS, config, federated, gsc_scale_clients  # noqa: E402
 
 QUIET = ["runtime.threads=1", "train.eval_every=1000000", "train.checkpoint_every=1000000"]
@@ -74,7 +74,7 @@ def clock_at_scale(calls: int = 20) -> dict:
     )
     sizes = {f"speaker{i:04d}": 30 for i in range(GSC_CLIENTS)}
     started = time.perf_counter()
-    clock = SystemClock(cfg, sizes, lambda _: "crnn_lite", lambda _: 7.0e6, True)
+    clock = SystemClock(cfg, sizes, lambda _: "crnn_lite", lambda _: 7.0e6)
     built = time.perf_counter() - started
     book, samples = SystemBook(), []
     for round_idx in range(1, calls + 1):

@@ -256,3 +256,56 @@ def test_registry_names_values_and_errors():
         ConfigError, match=r"^unknown aggregation.method 'x'. Registered aggregators: $"
     ):
         named["x"]
+
+
+# --- the virtual clock's parts ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_an_availability_model_plugin_is_listed_and_times_the_rounds(tmp_path):
+    """docs/extending.md's office hours: listed as a plug-in beside the built-in models and clock
+    modes; a run that names it starts at 9:00 of the first virtual day (no client is online
+    before) and samples only the 9:00 shift (the run's clients 0, 3, 6, ...)."""
+    env = install(tmp_path)
+    # (this checkout's fedac first, where the environment's is another)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO / "src"), env["PYTHONPATH"]])
+
+    def fedac(*argv: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "fedac", *argv],
+            env=env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    listing = fedac("list", "clock_modes", "availability")
+    for name in ("sync", "fedbuff", "fedasync", "always", "synthetic"):
+        assert re.search(rf"^  {name} +[^[]", listing, flags=re.M), name
+    assert re.search(r"^  office_hours +\[plug-in\] online 8 h", listing, flags=re.M)
+    fedac(
+        "run", "--dataset", "tones", "--set", "model.name=tiny_mlp", "--rounds", "2", "--quiet",
+        "--set", "system.availability=office_hours", "--set", "train.fraction=0.5",
+        "--out", "office",
+    )  # fmt: skip
+    rows = list(csv.DictReader((tmp_path / "office" / "system.csv").open()))
+    assert [float(r["virtual_time_s"]) for r in rows] == [9 * 3600.0, 9 * 3600.0]
+    clients = json.loads((tmp_path / "office" / "results.json").read_text())["clients"]
+    shift = len(range(0, clients, 3))
+    assert all(float(r["sampled"]) == min(shift, round(0.5 * clients)) for r in rows)
+
+
+def test_an_availability_model_must_give_every_client_a_schedule():
+    from fedac.data.traces import ALWAYS, model_schedules
+
+    assert model_schedules("m", {"a": ALWAYS, "b": ALWAYS}, ["b"]) == {"b": ALWAYS}
+    with pytest.raises(ConfigError, match="availability model 'm' gave client 'b' NoneType"):
+        model_schedules("m", {"a": ALWAYS}, ["a", "b"])
+    with pytest.raises(ConfigError, match="must return"):
+        model_schedules("m", [ALWAYS], ["a"])
+    with pytest.raises(ConfigError, match=r"registered availability model \(always, synthetic"):
+        from fedac.data.traces import load_availability
+
+        load_availability("nosuch", ["a"], 0)

@@ -250,7 +250,7 @@ def test_fedmlac_reports_global_and_personalized_metrics(gsc_root, tmp_path):
         assert 0.0 <= final[key] <= 1.0, key
     assert final["has_global_model"] is True
     # the headline accuracy is the selected Plug-in's on the test clips (one window each here)
-    plugin = sim.algorithm.global_model(sim.selected_server(sim.state)).eval()
+    plugin = sim.algorithm.global_model(sim.evaluator.selected_server(sim.state)).eval()
     with torch.no_grad():
         hits = plugin(sim.data.test.x).argmax(1) == sim.data.test.labels
     assert final["accuracy"] == pytest.approx(float(hits.double().mean()))

@@ -17,6 +17,7 @@ from fedac.config import load_config
 from fedac.engine.clients import ByteLedger, spreads
 from fedac.engine.data import build_federated_data
 from fedac.engine.report import plot_clients, plot_confusion
+from fedac.engine.evaluation import Evaluator
 from fedac.engine.simulator import Simulator
 from fedac.engine.state import RunState
 from fedac.models import build_model
@@ -209,11 +210,11 @@ def test_fedmlac_uploads_only_its_plugin(cfg_for, tmp_path, monkeypatch):
     them anew."""
     per_client, memory = {}, {}
     own_models = []
-    real = Simulator._personalized_models
+    real = Evaluator.personalized_models
     monkeypatch.setattr(
-        Simulator,
-        "_personalized_models",
-        lambda sim, *a: (own_models.append(1) or pair for pair in real(sim, *a)),
+        Evaluator,
+        "personalized_models",
+        lambda ev, *a: (own_models.append(1) or pair for pair in real(ev, *a)),
     )
     for name, settings in {
         "fedavg": {"model.name": "crnn_lite"},
@@ -231,7 +232,7 @@ def test_fedmlac_uploads_only_its_plugin(cfg_for, tmp_path, monkeypatch):
             # round 1's evaluation, then results' own-model test scores and local figure, then
             # per_client
             assert len(own_models) == 4 * trained
-            local = sim._personalized_local_accuracy(sim.state)  # scored anew, client by client
+            local = sim.evaluator.personalized_local_accuracy(sim.state)  # scored anew, client by client
             history = rows_of(tmp_path / name / "metrics.csv")
             assert float(history[0]["local_accuracy"]) == pytest.approx(np.mean(local), abs=1e-12)
             assert results["final"]["personalized_local_accuracy_mean"] == pytest.approx(

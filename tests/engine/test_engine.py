@@ -208,7 +208,7 @@ def test_final_results_are_the_selected_models_scores(data, cfg_for, tmp_path):
     ):
         assert key in final
     # recomputed by hand from the selected model: one window per clip in this fixture
-    model = sim.algorithm.global_model(sim.selected_server(sim.state)).eval()
+    model = sim.algorithm.global_model(sim.evaluator.selected_server(sim.state)).eval()
     with torch.no_grad():
         test_hits = (model(data.test.x).argmax(1) == data.test.labels).double()
         per_client = torch.stack(

@@ -27,6 +27,7 @@ from fedac.config import load_config
 from fedac.engine.checkpoint import load_checkpoint
 from fedac.engine.data import build_federated_data
 from fedac.engine.execution import run_clients, stacking_obstacle
+from fedac.engine.evaluation import Evaluator
 from fedac.engine.simulator import Simulator
 from fedac.errors import RunInterrupted
 from fedac.training.stacking import client_progress
@@ -181,7 +182,7 @@ def test_second_signal_abandons_the_round_and_keeps_the_last_checkpoint(
     cfg = config(settings, **{"train.checkpoint_every": 2})
     signal_in_round(monkeypatch, at=5, times=2)
     trained = []
-    monkeypatch.setattr(Simulator, "_evaluate_round", lambda self, state, r, row: trained.append(r))
+    monkeypatch.setattr(Evaluator, "evaluate_round", lambda self, state, r, row: trained.append(r))
     before = signal.getsignal(signal.SIGINT)
     with pytest.raises(RunInterrupted) as caught:
         Simulator(cfg, tmp_path, data, progress=False).run()

@@ -7,13 +7,18 @@ a run's trained numbers are the same with or without it."""
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import torch
 from torch import nn
 
+from fedac.algorithms.base import Algorithm
+from fedac.config import Config
 from fedac.data.waveform import Padded
+from fedac.engine.data import FederatedData
 from fedac.engine.distributed import Summed, current_world
 from fedac.engine.report import append_client_rows, no_holdout_reason, ranked
 from fedac.engine.state import ByteBook, RunState
@@ -23,8 +28,24 @@ from fedac.training.metrics import confusion, confusion_metrics, spread
 from fedac.training.types import ClientData, class_labels
 
 if TYPE_CHECKING:  # (models/ssl.py imports transformers: not at run time)
-    from fedac.engine.evaluation import Evaluator
     from fedac.models.early_exit import MultiExitSSL
+
+
+class Evaluator(Protocol):
+    """What scoring the clients reads of a run (engine/evaluation.py's `Evaluator` gives it)."""
+
+    cfg: Config
+    data: FederatedData
+    algorithm: Algorithm
+    device: Any
+    run_dir: Path
+    state_owner: Callable[[str], int] | None
+    holds_clients: bool
+
+    def personalized_models(
+        self, state: RunState, clients: list[ClientData] | None = None
+    ) -> Iterator[tuple[ClientData, nn.Module]]: ...
+
 
 #: The per-client metrics, each as the shared model's (<key>) and, for personalized methods, the
 #: client's own model's (own_<key>), on the client's local held-out windows.

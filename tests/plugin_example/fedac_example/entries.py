@@ -34,3 +34,7 @@ AGGREGATOR = Entry(
 ATTACK = Entry(
     "fedac_example.attack:FreeRider", "uploads the global model unchanged (example plug-in)"
 )
+AVAILABILITY = Entry(
+    "fedac_example.availability:office_hours",
+    "online 8 h a virtual day from 9, 10 or 11 o'clock (example plug-in)",
+)
