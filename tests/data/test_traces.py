@@ -20,6 +20,7 @@ from fedac.data import traces
 from fedac.data.traces import (
     DeviceProfile,
     Schedule,
+    ignored_clients,
     load_availability,
     load_devices,
     merged,
@@ -180,7 +181,20 @@ def test_fill_cycle_maps_the_missing_clients_by_position_with_one_warning(tmp_pa
     assert len(caplog.records) == 1
     message = caplog.records[0].getMessage()
     assert "1 of the run's 5 clients" in message and "the other 4" in message
-    assert "cycle" in message and "3 trace clients not in the run are ignored" in message
+    assert "cycle" in message
+    assert message.endswith("; 3 trace clients are not in the run and are ignored (x, y, z)")
+
+
+def test_the_ignored_trace_clients_are_named_with_the_right_number():
+    clients = ["a", "b"]
+    assert ignored_clients({"a": 1, "b": 2}, clients) == ""
+    assert ignored_clients({"a": 1, "q": 2}, clients) == (
+        "; 1 trace client is not in the run and is ignored (q)"
+    )
+    many = {f"t{i}": i for i in range(7)}
+    assert ignored_clients(many, clients) == (
+        "; 7 trace clients are not in the run and are ignored (t0, t1, t2, t3, t4, ...)"
+    )
 
 
 def test_fill_error_names_how_many_and_the_first_missing(tmp_path):
