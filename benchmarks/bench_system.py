@@ -42,9 +42,9 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_cohort import RESULTS, fedac_round, interleave, simulator, summarize  # noqa: E402
 from fedac.config import load_config  # noqa: E402
-from fedac.engine.data import build_federated_data  # noqa: E402
 from fedac.engine.clock.book import SystemBook  # noqa: E402
 from fedac.engine.clock.virtual import SystemClock  # noqa: E402
+from fedac.engine.data import build_federated_data  # noqa: E402
 from workloads import FEDMLAC_SETTINGS, config, federated, gsc_scale_clients  # noqa: E402
 
 QUIET = ["runtime.threads=1", "train.eval_every=1000000", "train.checkpoint_every=1000000"]

@@ -258,7 +258,7 @@ def test_registry_names_values_and_errors():
         named["x"]
 
 
-# --- the virtual clock's parts ---------------------------------------------------------------------
+# --- the virtual clock's parts --------------------------------------------------------------------
 
 
 @pytest.mark.slow

@@ -16,8 +16,8 @@ from test_earlyexit import voxceleb_root  # noqa: F401 (a fixture: the synthetic
 from fedac.config import load_config
 from fedac.engine.clients import ByteLedger, spreads
 from fedac.engine.data import build_federated_data
-from fedac.engine.report import plot_clients, plot_confusion
 from fedac.engine.evaluation import Evaluator
+from fedac.engine.report import plot_clients, plot_confusion
 from fedac.engine.simulator import Simulator
 from fedac.engine.state import RunState
 from fedac.models import build_model
@@ -232,7 +232,8 @@ def test_fedmlac_uploads_only_its_plugin(cfg_for, tmp_path, monkeypatch):
             # round 1's evaluation, then results' own-model test scores and local figure, then
             # per_client
             assert len(own_models) == 4 * trained
-            local = sim.evaluator.personalized_local_accuracy(sim.state)  # scored anew, client by client
+            # scored anew, client by client
+            local = sim.evaluator.personalized_local_accuracy(sim.state)
             history = rows_of(tmp_path / name / "metrics.csv")
             assert float(history[0]["local_accuracy"]) == pytest.approx(np.mean(local), abs=1e-12)
             assert results["final"]["personalized_local_accuracy_mean"] == pytest.approx(

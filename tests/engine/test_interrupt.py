@@ -26,8 +26,8 @@ from fedac.cli import main
 from fedac.config import load_config
 from fedac.engine.checkpoint import load_checkpoint
 from fedac.engine.data import build_federated_data
-from fedac.engine.execution import run_clients, stacking_obstacle
 from fedac.engine.evaluation import Evaluator
+from fedac.engine.execution import run_clients, stacking_obstacle
 from fedac.engine.simulator import Simulator
 from fedac.errors import RunInterrupted
 from fedac.training.stacking import client_progress

@@ -107,8 +107,8 @@ class Simulator(RoundDriver):
         self.cohort_size = (
             cohort_size(len(self.trainable), cfg.train.fraction) if self.trainable else 0
         )
-        compression = self._server_side()
-        self.schedule = self._start_schedule(compression)
+        self._server_side()
+        self.schedule = self._start_schedule(self.server_step.compression)
         # over several processes: one all-reduce of the weighted sums where nothing needs each
         # upload (the async modes re-base each upload on its own)
         self.sums = (
@@ -132,8 +132,8 @@ class Simulator(RoundDriver):
             self.holds_clients,
         )
 
-    def _server_side(self) -> Compressor | None:
-        """DP and the one server step over the uploads; the uploads' compression."""
+    def _server_side(self) -> None:
+        """DP, the uploads' compression and the one server step over the uploads."""
         kind = type(self.algorithm)
         self.privacy = Privacy(
             self.cfg, len(self.trainable), self.cohort_size, kind.dp_compatible, kind.lpa_setting
@@ -143,10 +143,10 @@ class Simulator(RoundDriver):
         self.server_step = ServerStep(
             self.algorithm, self.attack, self.privacy, self.run_dir, compression
         )
-        return compression
 
     def _start_schedule(self, compression: Compressor | None) -> RoundSchedule:
-        """Who trains each round, from which model version (engine/clock/)."""
+        """Who trains each round, from which model version (engine/clock/); `compression`: the
+        uploads' (None: off), whose wire size the clock charges."""
         self.flops = FlopCount(
             self.cfg, self.algorithm, self.sizes, self._client_data, self.states.homed
         )
