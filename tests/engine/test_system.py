@@ -446,3 +446,21 @@ def test_the_clock_times_compressed_uploads_and_async_modes_refuse_compression(
             data,
             progress=False,
         )
+
+
+# --- registered parts ------------------------------------------------------------------------------
+
+
+def test_clock_modes_are_registered_parts_a_plugin_can_add(tmp_path, monkeypatch):
+    from fedac.engine.clock.sync import SyncSchedule
+    from fedac.settings.clock import CLOCK_MODES
+
+    with pytest.raises(ConfigError, match=r"Registered clock_modes: sync, fedbuff, fedasync"):
+        load_config(overrides=["system.mode=fedbufff"])
+
+    class Rounds(SyncSchedule):
+        """sync rounds under another name (a plug-in's mode)"""
+
+    monkeypatch.setitem(CLOCK_MODES._values, "rounds", Rounds)
+    schedule = hand_schedule(tmp_path, "system.mode=rounds", availability=ALWAYS3)
+    assert type(schedule) is Rounds and schedule.describe().startswith("virtual clock: rounds (")
