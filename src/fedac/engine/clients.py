@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 import numpy as np
 import torch
@@ -282,12 +282,18 @@ def evaluate_clients(
     shared = ev.algorithm.global_model(server)
 
     def shared_scores(group: list[ClientData]) -> dict[str, dict[str, float]]:
+        assert shared is not None  # (called only with a shared model)
         scores_of = batched_holdout_metrics(shared, group, num_classes, batch, ev.device)
-        if hasattr(shared, "exits"):
+        if hasattr(shared, "exits"):  # (an early-exit model: MultiExitSSL)
             for data in group:
                 if scores_of.get(data.name):
                     scores_of[data.name].update(
-                        exit_scores(shared, to_device(data, ev.device), num_classes, batch)
+                        exit_scores(
+                            cast("MultiExitSSL", shared),
+                            to_device(data, ev.device),
+                            num_classes,
+                            batch,
+                        )
                     )
         return scores_of
 
@@ -362,7 +368,7 @@ def test_confusion(ev: Evaluator, model: nn.Module | None) -> dict[str, Any] | N
     """results.json's `confusion`: the shared model's clip predictions on the test split against the
     truth (counts[true][predicted]) with the class names; None for tasks without classes."""
     split = ev.data.test
-    if model is None or split.kind != "classification":
+    if model is None or split is None or split.kind != "classification":
         return None
     num = ev.data.task.num_classes
     pred = clip_predictions(model, split, ev.cfg.train.eval_batch_size)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from fedac.config import Config
+from fedac.engine.clock.schedule import RoundSchedule
 from fedac.errors import ConfigError
 
 
 def refuse_unsupported_clock(
     cfg: Config,
-    mode: type,
+    mode: type[RoundSchedule],
     reachable: int,
     *,
     virtual_time: bool,
@@ -29,7 +30,7 @@ def refuse_unsupported_clock(
         )
     if system.partial and partial_work is not None:
         raise ConfigError(f"system.partial=true: {partial_work}; set system.partial=false")
-    if not getattr(mode, "asynchronous", False):
+    if not mode.asynchronous:
         return
     if not uploads_model:
         raise ConfigError(
