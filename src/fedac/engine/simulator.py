@@ -81,8 +81,7 @@ class Simulator(RoundDriver):
         self.algorithm: Algorithm = build_algorithm(cfg, self.data.task, self.runtime)
         #: How the clients train (runtime.execution=cohort that cannot stack fails here, at start).
         self.plan = ExecutionPlan.for_run(self.algorithm, writes=self.world.writes)
-        self.sizes = {c.name: c.num_samples for c in self.data.clients if c.num_samples > 0}
-        self.trainable = list(self.sizes)
+        self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
         if self.holds_clients and not self.trainable:
             raise ConfigError(f"no client holds training data for dataset {cfg.dataset}")
         # Poisoned clients and DP act as layers over client data and uploads (attacks.py,
@@ -90,6 +89,8 @@ class Simulator(RoundDriver):
         self.attack = Attack(cfg, [c.name for c in self.data.clients])
         self.data = self.attack.poison_data(self.data)
         self.attack.prepare_success_rate(self.data)
+        #: n_k of each trainable client (a data attack's poisoned clips counted)
+        self.sizes = {name: self.data.client(name).num_samples for name in self.trainable}
         # Built on the host, then on the run's device for every round (training/device.py); the
         # clients' data and models stay on the host instead when they do not fit there
         # (`runtime.client_memory`).
