@@ -448,7 +448,7 @@ def test_the_clock_times_compressed_uploads_and_async_modes_refuse_compression(
         )
 
 
-# --- registered parts ------------------------------------------------------------------------------
+# --- registered parts -------------------------------------------------------------------------
 
 
 def test_clock_modes_are_registered_parts_a_plugin_can_add(tmp_path, monkeypatch):
