@@ -113,10 +113,13 @@ def client_outcome(
     it is done by then or the deadline comes first: a client told to stop at the deadline is late
     (or, with `partial`, sends the steps it finished), whatever would have ended its work later."""
     end = start + times.total
-    if fails_at is not None:
-        offline_at = min(offline_at, start + fails_at * times.total)
     stopped = start + deadline if deadline > 0 else math.inf  # (told to stop at the deadline)
-    if end > offline_at and offline_at < stopped:  # it failed before it was done
+    if fails_at is not None:
+        failed = fails_at * times.total  # (seconds into its work)
+        if start + failed < min(offline_at, stopped):  # dropout ended its work first
+            return Outcome(client, "dropped", start + failed, 0, *times.spent(failed))
+        offline_at = min(offline_at, start + failed)
+    if end > offline_at and offline_at < stopped:  # its device left before it was done
         return Outcome(client, "dropped", offline_at, 0, *times.spent(offline_at - start))
     if deadline > 0 and times.total > deadline:
         steps = times.steps_within(min(deadline, offline_at - start)) if partial else 0
