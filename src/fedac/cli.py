@@ -250,6 +250,7 @@ REGISTRIES = {
     "datasets": "fedac.settings.datasets:DATASETS",
     "aggregators": "fedac.settings.aggregation:AGGREGATORS",
     "attacks": "fedac.settings.attacks:ATTACKS",
+    "codecs": "fedac.settings.codecs:CODECS",
 }
 
 

@@ -55,6 +55,7 @@ from fedac.data.streams import NEW_ID, build_stream
 from fedac.engine.clients import ByteLedger, log_users, user_summary
 from fedac.engine.data import _gather, _rows_by_clip, normalize
 from fedac.engine.execution import ExecutionPlan
+from fedac.settings.compatibility import check as check_combination
 from fedac.engine.report import WALL_LABEL, format_table
 from fedac.engine.run import RoundDriver
 from fedac.engine.state import RunState
@@ -102,24 +103,9 @@ class ZeroShotDriver(RoundDriver):
                 f"the zero-shot driver runs ZeroShotFL and its subclasses; '{cfg.algorithm}' "
                 f"({cls.__module__}.{cls.__qualname__}) is streaming but not one of them"
             )
-        # Users share score tables, not weights, and the scenario fixes who trains what: settings of
-        # the weight-averaging runtimes would be silently ignored here, so they are refused.
-        ignored = {
-            "attack.kind": (cfg.attack.kind, "none"),
-            "dp.mode": (cfg.dp.mode, "none"),
-            "compression.method": (cfg.compression.method, "none"),
-            "compression.download": (cfg.compression.download, False),
-            "aggregation.method": (cfg.aggregation.method, "mean"),
-            "data.label_error": (cfg.data.label_error, 0.0),
-            "model.heterogeneous": (cfg.model.heterogeneous, False),
-        }
-        for name, (value, default) in ignored.items():
-            if value != default:
-                raise ConfigError(
-                    f"{name}={value} does not apply to --algorithm zeroshot (users share score "
-                    "tables on D0, not weights; zeroshot.scenario fixes the users and their "
-                    f"models): leave it at {default}"
-                )
+        # Settings this driver would silently ignore (the weight-averaging runtimes', the clock's)
+        # are refused by the compatibility matrix, before any data.
+        check_combination(cfg)
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         check_trackers(cfg.log)  # a missing tracker extra fails here, not after training
         self.runtime = start_runtime(cfg.runtime)  # resolved once, passed down

@@ -53,6 +53,7 @@ import torch
 
 from fedac.config import Config
 from fedac.errors import ConfigError
+from fedac.settings.codecs import codec_spec, error_feedback
 from fedac.seeding import torch_generator
 from fedac.training.device import nbytes
 from fedac.training.types import Params
@@ -81,48 +82,21 @@ def level_bits(levels: int) -> int:
 class Compressor:
     """The configured compression of one run (`compression.*`); `on` is False for none.
 
-    Refused at start (ConfigError), each in one line: an algorithm whose uploads are not models of
-    the broadcast's form (`parameter_uploads`: the engine passes the algorithm's capabilities,
-    `dp_compatible or sums_uploads`, which both declare uploads of the broadcast's shape);
-    error feedback with qsgd; client-side DP with a quantiser (its output may exceed the clip
-    norm); `compression.download=true` without a quantiser (sparsifying the broadcast model
-    itself would zero most of its weights)."""
+    Which combinations run (a codec with an algorithm whose uploads are not models of the
+    broadcast's form, error feedback with an unbiased codec, client-side DP before a quantiser,
+    a compressed broadcast without one) is decided by the compatibility matrix when the run
+    starts (settings/compatibility.py); `parameter_uploads` is what the algorithm declares
+    there (`dp_compatible or sums_uploads`), kept for the callers that pass it."""
 
-    def __init__(self, cfg: Config, parameter_uploads: bool):
+    def __init__(self, cfg: Config, parameter_uploads: bool = True):
         self.cfg, c = cfg.compression, cfg.compression
         self.seed = cfg.seed
-        self.on = c.method != "none"
-        if c.method not in METHODS:
-            raise ConfigError(
-                f"unknown compression.method {c.method!r}; use one of {', '.join(METHODS)}"
-            )
-        if c.download and c.method not in QUANTISED:
-            raise ConfigError(
-                f"compression.download=true quantises the broadcast model itself, and "
-                f"compression.method={c.method} does not quantise (sparsifying a model would zero "
-                "most of its weights): use qsgd, int8 or bf16, or compression.download=false"
-            )
+        spec = codec_spec(c.method)
+        self.on = not spec.off
         #: Whether the broadcast travels compressed too (`broadcast`).
         self.download = c.download
-        if not self.on:
-            return
-        if not parameter_uploads:
-            raise ConfigError(
-                f"compression.method={c.method} compresses uploads that are models of the "
-                f"broadcast's form, and algorithm {cfg.algorithm} uploads something else; use "
-                "compression.method=none with it"
-            )
-        if c.method == "qsgd" and c.error_feedback:
-            raise ConfigError(
-                "compression.method=qsgd is unbiased and runs without error feedback; set "
-                "compression.error_feedback=false"
-            )
-        if c.method in QUANTISED and cfg.dp.mode == "client":
-            raise ConfigError(
-                f"dp.mode=client clips each update before it is sent, and compression.method="
-                f"{c.method} can lengthen it past dp.clip; use topk / randk, or dp.mode=central"
-            )
-        self.feedback = c.error_feedback
+        #: Error feedback: `compression.error_feedback`, or as the codec declares when unset.
+        self.feedback = self.on and error_feedback(c.method, c.error_feedback)
 
     # --- which entries -----------------------------------------------------------------------
     @staticmethod
