@@ -157,7 +157,12 @@ def engine_refusal(cfg) -> str | None:
     try:
         if system_active(cfg.system):
             clock = SystemClock(
-                cfg, {"a": 4, "b": 6, "c": 5, "d": 7}, lambda _: "m", lambda _: 1.0, uploads, kind.partial_work
+                cfg,
+                {"a": 4, "b": 6, "c": 5, "d": 7},
+                lambda _: "m",
+                lambda _: 1.0,
+                uploads,
+                kind.partial_work,
             )
             if clock.asynchronous and cfg.compression.method != "none":
                 return "are not combined yet"

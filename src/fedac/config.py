@@ -561,10 +561,11 @@ class CompressionConfig:
     node sends the compressed bytes and keeps its own error-feedback residual."""
 
     method: str = choice("none", CODECS)
-    """A registered codec (settings/codecs.py, `fedac list codecs`): none; topk / randk (send `ratio` of each update's entries, the whole update as one vector,
-    with their indices: the largest in magnitude / a random subset seeded per client and round);
-    qsgd (`levels` stochastic levels per entry and a norm per tensor, unbiased, seeded per client
-    and round); int8 (a per-tensor scale and one byte per entry); bf16 (two bytes per entry)."""
+    """A registered codec (settings/codecs.py, `fedac list codecs`): none; topk / randk (send
+    `ratio` of each update's entries, the whole update as one vector, with their indices: the
+    largest in magnitude / a random subset seeded per client and round); qsgd (`levels`
+    stochastic levels per entry and a norm per tensor, unbiased, seeded per client and round);
+    int8 (a per-tensor scale and one byte per entry); bf16 (two bytes per entry)."""
     ratio: float = number(0.1, "(0, 1]")
     """topk / randk: the fraction of entries sent (k = max(1, ceil(ratio * entries)))."""
     levels: int = number(16, ">= 1")

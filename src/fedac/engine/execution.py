@@ -47,6 +47,7 @@ from fedac.training.stacking import client_progress
 from fedac.training.step import train_client
 from fedac.training.types import ClientData, ClientResult
 
+
 def check_execution(mode: str) -> None:
     """ConfigError for a `runtime.execution` outside `EXECUTION_MODES` (a config built by hand
     rather than loaded: a loaded one was checked by its choice)."""

@@ -55,12 +55,12 @@ from fedac.data.streams import NEW_ID, build_stream
 from fedac.engine.clients import ByteLedger, log_users, user_summary
 from fedac.engine.data import _gather, _rows_by_clip, normalize
 from fedac.engine.execution import ExecutionPlan
-from fedac.settings.compatibility import check as check_combination
 from fedac.engine.report import WALL_LABEL, format_table
 from fedac.engine.run import RoundDriver
 from fedac.engine.state import RunState
 from fedac.engine.tracking import check_trackers
 from fedac.errors import ConfigError
+from fedac.settings.compatibility import check as check_combination
 from fedac.training.metrics import classification_metrics
 from fedac.training.runtime import start_runtime
 from fedac.training.step import train_client

@@ -93,6 +93,7 @@ from fedac.flower.strategy import (
     FedacStrategy,
     FlowerRunError,
 )
+from fedac.settings.compatibility import Deployment
 from fedac.settings.compatibility import check as check_combination
 
 log = logging.getLogger("fedac.flower")
@@ -105,8 +106,9 @@ MODULUS = 2**32
 
 def refuse_unsupported(cfg: Config, settings: DeploymentSettings) -> None:
     """ConfigError for every combination SecAgg+ cannot carry (the server only ever sees a weighted
-    sum): the compatibility matrix's rules for a deployment (settings/compatibility.py)."""
-    check_combination(cfg, settings)
+    sum): the compatibility matrix's rules for a deployment with secagg=true
+    (settings/compatibility.py)."""
+    check_combination(cfg, Deployment(settings.strategy, settings.data_mode, secagg=True))
 
 
 def secagg_workflow(settings: SecAggSettings, timeout: float | None) -> SecAggPlusWorkflow:

@@ -72,7 +72,9 @@ CODECS = Registry(
             needs_residual=False,
         ),
         "int8": CodecSpec(
-            f"{_C}:Int8", "per tensor a scale max|v|/127 and one signed byte per entry", quantised=True
+            f"{_C}:Int8",
+            "per tensor a scale max|v|/127 and one signed byte per entry",
+            quantised=True,
         ),
         "bf16": CodecSpec(f"{_C}:BF16", "every entry as bfloat16 (2 bytes)", quantised=True),
     },

@@ -76,6 +76,9 @@ class Deployment:
 
     @classmethod
     def of(cls, settings: Any) -> Deployment:
+        """From a `DeploymentSettings` (or a Deployment as it is)."""
+        if isinstance(settings, Deployment):
+            return settings
         secagg = settings.secagg is not None and settings.secagg.enabled
         return cls(settings.strategy, settings.data_mode, secagg)
 
@@ -139,7 +142,7 @@ class Rule:
     reason: Callable[[Parts], str]
 
 
-# --- the settings a streaming driver has no use for ------------------------------------------------
+# --- the settings a streaming driver has no use for ----------------------------------------------
 def _streaming_ignored(p: Parts) -> list[tuple[str, Any, Any]]:
     """(setting, value, default) of every setting the zero-shot driver would silently ignore:
     users share score tables, not weights, and the scenario fixes the users and their models."""
@@ -160,12 +163,17 @@ def _streaming_ignored(p: Parts) -> list[tuple[str, Any, Any]]:
     return [(name, value, default) for name, value, default in out if value != default]
 
 
+def _shown(value: Any) -> str:
+    """A setting's value as it is written on the command line (true, not True)."""
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
 def _streaming_reason(p: Parts) -> str:
     name, value, default = _streaming_ignored(p)[0]
     return (
-        f"{name}={value} does not apply to --algorithm {p.algorithm.name} (users share score "
-        "tables on D0, not weights, on no virtual clock; zeroshot.scenario fixes the users and "
-        f"their models): leave it at {default}"
+        f"{name}={_shown(value)} does not apply to --algorithm {p.algorithm.name} (users share "
+        "score tables on D0, not weights, on no virtual clock; zeroshot.scenario fixes the users "
+        f"and their models): leave it at {_shown(default)}"
     )
 
 
@@ -383,8 +391,10 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "async-has-no-sync-round",
         ("clock",),
-        lambda p: p.asynchronous
-        and (p.cfg.system.deadline > 0 or p.cfg.system.overcommit > 1 or p.cfg.system.partial),
+        lambda p: (
+            p.asynchronous
+            and (p.cfg.system.deadline > 0 or p.cfg.system.overcommit > 1 or p.cfg.system.partial)
+        ),
         lambda p: (
             "system.deadline, system.overcommit and system.partial shape sync rounds; "
             f"system.mode={p.cfg.system.mode} has none (leave them at 0, 1 and false)"
