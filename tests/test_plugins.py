@@ -58,7 +58,11 @@ def install(tmp_path: Path, **kwargs) -> dict[str, str]:
     )
     return {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(PLUGIN), str(REPO / "tests")]),
+        # (the caller's path after: a checkout's own source on it stays the fedac tested)
+        "PYTHONPATH": os.pathsep.join(
+            [str(tmp_path / "site"), str(PLUGIN), str(REPO / "tests")]
+            + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
         "FEDAC_HOME": str(tmp_path / "home"),
         "COLUMNS": "200",
     }

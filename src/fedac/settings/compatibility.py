@@ -40,7 +40,10 @@ class AlgorithmTraits:
     name: str
     uploads_model: bool
     """Its uploads are models of its broadcast's form (`dp_compatible or sums_uploads`):
-    they can be compressed and re-based onto a newer model."""
+    they can be compressed."""
+    rebases: bool
+    """Its server step is the aggregate of its uploads and nothing else (`dp_compatible`), so an
+    upload can be re-based onto a newer model (the async clock modes)."""
     partial_work: str | None
     """Why its clients cannot send the steps they finished (None: they can)."""
     streaming: bool
@@ -52,6 +55,7 @@ class AlgorithmTraits:
         return cls(
             name,
             bool(kind.dp_compatible or kind.sums_uploads),
+            bool(kind.dp_compatible),
             kind.partial_work,
             bool(kind.streaming),
         )
@@ -381,7 +385,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         "async-needs-model-uploads",
         ("clock", "algorithm"),
-        lambda p: p.asynchronous and not p.algorithm.uploads_model,
+        lambda p: p.asynchronous and not p.algorithm.rebases,
         lambda p: (
             f"system.mode={p.cfg.system.mode} re-bases each update onto the current model, and "
             f"{p.algorithm.name} does not upload a model of its broadcast's form; use "

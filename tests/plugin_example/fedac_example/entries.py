@@ -4,6 +4,7 @@ parts and to check settings before torch loads, so it imports no torch; each par
 a run uses it."""
 
 from fedac.registry import Entry
+from fedac.settings.codecs import CodecSpec
 from fedac.settings.datasets import DatasetSpec
 
 ALGORITHM = Entry(
@@ -33,4 +34,9 @@ AGGREGATOR = Entry(
 )
 ATTACK = Entry(
     "fedac_example.attack:FreeRider", "uploads the global model unchanged (example plug-in)"
+)
+CODEC = CodecSpec(
+    "fedac_example.codec:ScaledSign",
+    "per tensor its mean magnitude and one sign bit per entry (example plug-in)",
+    quantised=True,
 )
