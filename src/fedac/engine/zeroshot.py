@@ -49,7 +49,7 @@ from fedac.algorithms.zeroshot import (
     labelled_accuracy,
 )
 from fedac.config import Config
-from fedac.data.features import load_features
+from fedac.data.features import features_of
 from fedac.data.registry import load_manifest
 from fedac.data.streams import NEW_ID, build_stream
 from fedac.engine.clients import ByteLedger, log_users, user_summary
@@ -111,15 +111,7 @@ class ZeroShotDriver(RoundDriver):
         self.runtime = start_runtime(cfg.runtime)  # resolved once, passed down
         self.device = self.runtime.device
         manifest = load_manifest(cfg, progress)
-        feats = load_features(
-            manifest,
-            cfg.features,
-            cfg.data.cache_dir,
-            cfg.data.snr_db,
-            cfg.seed,
-            progress,
-            self.device,
-        )
+        feats = features_of(manifest, cfg, progress, self.device)
         # every user's windows resident on the run's device
         self.x = normalize(feats.features).to(self.device)
         self.rows_of = _rows_by_clip(feats, len(manifest.clips))
