@@ -120,6 +120,11 @@ class Parts:
         return CLOCK_MODES.get(self.cfg.system.mode, True)
 
     @property
+    def where(self) -> Deployment:
+        """The deployment's run-config (its defaults in the simulator)."""
+        return self.deployment or Deployment()
+
+    @property
     def secagg(self) -> bool:
         return self.deployment is not None and self.deployment.secagg
 
@@ -217,7 +222,7 @@ _FLOWER_RULES: tuple[Rule, ...] = (
     Rule(
         "flower-compression-needs-fedac-strategy",
         ("flower", "codec"),
-        lambda p: _deployed(p) and p.compressing and p.deployment.strategy != "fedac",
+        lambda p: _deployed(p) and p.compressing and p.where.strategy != "fedac",
         lambda p: (
             f"{_method(p)} needs the fedac strategy (Flower's own strategies average dense "
             'arrays); set strategy="fedac" or compression.method=none'
@@ -244,18 +249,18 @@ _FLOWER_RULES: tuple[Rule, ...] = (
     Rule(
         "secagg-runs-fedac-strategy",
         ("flower",),
-        lambda p: p.secagg and p.deployment.strategy != "fedac",
+        lambda p: p.secagg and p.where.strategy != "fedac",
         lambda p: (
-            f"run-config strategy={p.deployment.strategy} cannot run with secagg=true: secure "
+            f"run-config strategy={p.where.strategy} cannot run with secagg=true: secure "
             'aggregation runs fedac\'s server side; set strategy="fedac" or secagg=false'
         ),
     ),
     Rule(
         "secagg-full-data",
         ("flower",),
-        lambda p: p.secagg and p.deployment.data_mode != "full",
+        lambda p: p.secagg and p.where.data_mode != "full",
         lambda p: (
-            f"run-config data-mode={p.deployment.data_mode} is not supported with secagg=true: "
+            f"run-config data-mode={p.where.data_mode} is not supported with secagg=true: "
             'use data-mode="full" or secagg=false'
         ),
     ),
