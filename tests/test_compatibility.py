@@ -209,7 +209,7 @@ CODEC_ALGORITHMS = ("fedavg", "fedper", "fedmlac")
 #: its refusals are in the fast part), early exit fine-tunes SSL encoders (minutes, not seconds).
 NOT_RUN = ("zeroshot", "earlyexit")
 #: What an algorithm needs of the tiny federation to run at all.
-NEEDS = {"central": ["data.partition=pooled"]}
+NEEDS = {"central": ["data.partition=pooled", "central.warmup_epochs=1"]}
 
 
 def run_cells() -> list[tuple[str, str, str]]:
