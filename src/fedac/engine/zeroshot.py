@@ -9,7 +9,7 @@ it for an algorithm with the `streaming` capability.
 The algorithm's inputs go in as arguments: D0 and the evaluation rows when it is built
 (`SharedRows`), the oracle count of new classes with each server update (`ZeroShotFL.update`), the
 worker threads in the runtime; the round's grouping comes back in the update's result
-(`ServerStep`).
+(`ZeroShotUpdate`).
 
 Metrics (per round; the truth of new classes is read here, never by the algorithm):
 - the paper's, on D0 rows: per user, `local_acc/<user>` (its raw model, rows of its labels, argmax
