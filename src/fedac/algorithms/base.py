@@ -327,3 +327,17 @@ class Algorithm(ABC):
         if not self.personalized:
             return None
         return self.scratch_model(self.client_architecture(client), state, role="personal")
+
+
+class OneArchitecture:
+    """Mixin of a personalized method whose clients all train `model.name` (its class's
+    `one_architecture` says why; `model.heterogeneous` is refused): every client's architecture,
+    and the one its stacked path builds. Listed before the Algorithm it extends."""
+
+    cfg: Config
+
+    def client_architecture(self, client: str) -> str:
+        return self.cfg.model.name
+
+    def stacked_architectures(self) -> list[str]:
+        return [self.cfg.model.name]
