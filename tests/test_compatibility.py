@@ -73,6 +73,7 @@ OTHERS = [
     ("compression.download=true",),
     ("compression.error_feedback=true",),
     ("system.deadline=5",),
+    ("model.heterogeneous=true",),
 ]
 
 

@@ -44,6 +44,10 @@ class AlgorithmTraits:
     rebases: bool
     """Its server step is the aggregate of its uploads and nothing else (`dp_compatible`), so an
     upload can be re-based onto a newer model (the async clock modes)."""
+    personalized: bool
+    """It keeps its clients' own models (evaluated as theirs)."""
+    one_architecture: str | None
+    """Why its clients must all train `model.name` (None: they may train a zoo's models)."""
     partial_work: str | None
     """Why its clients cannot send the steps they finished (None: they can)."""
     streaming: bool
@@ -56,6 +60,8 @@ class AlgorithmTraits:
             name,
             bool(kind.dp_compatible or kind.sums_uploads),
             bool(kind.dp_compatible),
+            bool(kind.personalized),
+            kind.one_architecture,
             kind.partial_work,
             bool(kind.streaming),
         )
@@ -184,6 +190,11 @@ def _streaming_reason(p: Parts) -> str:
         "score tables on D0, not weights, on no virtual clock; zeroshot.scenario fixes the users "
         f"and their models): leave it at {_shown(default)}"
     )
+
+
+def _mixing() -> list[str]:
+    """The registered algorithms whose clients may train different architectures."""
+    return [name for name in ALGORITHMS.names() if ALGORITHMS.load(name).mixes_architectures()]
 
 
 def _method(p: Parts) -> str:
@@ -340,6 +351,30 @@ RULES: tuple[Rule, ...] = (
         ("algorithm", "attack", "privacy", "codec", "aggregator", "clock"),
         lambda p: p.algorithm.streaming and bool(_streaming_ignored(p)),
         _streaming_reason,
+    ),
+    # --- the clients' architectures --------------------------------------------------------------
+    Rule(
+        "heterogeneous-needs-own-models",
+        ("algorithm", "model"),
+        lambda p: p.cfg.model.heterogeneous and not p.algorithm.personalized,
+        lambda p: (
+            f"algorithm '{p.algorithm.name}' trains one shared model and cannot run heterogeneous "
+            "clients; set model.heterogeneous=false or use one with personalized client models "
+            f"({', '.join(_mixing())})"
+        ),
+    ),
+    Rule(
+        "heterogeneous-one-architecture",
+        ("algorithm", "model"),
+        lambda p: (
+            p.cfg.model.heterogeneous
+            and p.algorithm.personalized
+            and p.algorithm.one_architecture is not None
+        ),
+        lambda p: (
+            f"{p.algorithm.name} {p.algorithm.one_architecture}, so every client trains "
+            "model.name's architecture: set model.heterogeneous=false"
+        ),
     ),
     # --- compression ------------------------------------------------------------------------------
     Rule(
