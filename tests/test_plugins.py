@@ -58,7 +58,11 @@ def install(tmp_path: Path, **kwargs) -> dict[str, str]:
     )
     return {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(tmp_path / "site"), str(PLUGIN), str(REPO / "tests")]),
+        # (the caller's path after: a checkout's own source on it stays the fedac tested)
+        "PYTHONPATH": os.pathsep.join(
+            [str(tmp_path / "site"), str(PLUGIN), str(REPO / "tests")]
+            + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+        ),
         "FEDAC_HOME": str(tmp_path / "home"),
         "COLUMNS": "200",
     }
@@ -127,7 +131,12 @@ def test_the_docs_commands_run_the_plugin_and_its_setting_changes_the_result(tmp
     runs = [
         Path(tmp_path, argv[argv.index("--out") + 1]) for argv in commands() if argv[1] == "run"
     ]
-    assert len(runs) == 3
+    assert len(runs) == 4
+    *runs, sign = runs  # (the fourth: the plug-in codec)
+    saved = yaml.safe_load((sign / "config.yaml").read_text())
+    assert saved["compression"]["method"] == "scaled_sign"
+    rows = list(csv.DictReader((sign / "metrics.csv").open()))
+    assert rows and all(0 < float(r["upload_bytes"]) < float(r["download_bytes"]) for r in rows)
     results = [json.loads((run / "results.json").read_text()) for run in runs]
     settings = [yaml.safe_load((run / "config.yaml").read_text()) for run in runs]
     for saved in settings:  # every part the run named is the plug-in's
@@ -153,6 +162,49 @@ def test_the_docs_commands_run_the_plugin_and_its_setting_changes_the_result(tmp
     assert all(losses)
     assert losses[0] != losses[1] and losses[0] != losses[2]
     assert results[0]["final"]["accuracy"] != results[1]["final"]["accuracy"]
+
+
+def test_the_plugin_codec_compresses_as_computed_by_hand(tmp_path):
+    """The scaled sign through fedac's Compressor: the rebuilt update is (||v||_1 / n) sign(v) per
+    tensor, the bytes 4 + ceil(n / 8) per tensor, the wire form decodes to the same upload, error
+    feedback on by default (a biased codec), and `fedac list codecs` marks it a plug-in."""
+    env = install(tmp_path)
+    out = probe(
+        env,
+        """
+import json, torch
+from fedac.config import load_config
+from fedac.rules.compression import Compressor
+comp = Compressor(load_config(None, ["compression.method=scaled_sign"]))
+payload = {"w": torch.zeros(2, 5), "b": torch.ones(3), "n": torch.tensor(4)}
+upload = {"w": torch.tensor([[1.0, -2.0, 0.0, 3.0, -1.0], [0.5, 0.5, -0.5, 0.0, 2.0]]),
+          "b": torch.tensor([1.5, 0.0, 2.0]), "n": torch.tensor(5)}
+residuals = {}
+(sent,) = comp(payload, ["a"], [upload], 1, residuals)
+wire = comp.encode(payload, upload, "a", 1, {})
+again = comp.decode(payload, wire)
+print(json.dumps({"w": sent["w"].tolist(), "b": sent["b"].tolist(), "n": int(sent["n"]),
+                  "bytes": comp.wire_bytes(payload, upload), "feedback": comp.feedback,
+                  "wire": sum(v.numel() * v.element_size() for v in wire.values()),
+                  "same": all(torch.equal(again[k], sent[k]) for k in sent),
+                  "residual": residuals["a"]["w"].tolist()}))
+""",
+    )
+    w = [[1.0, -2.0, 0.0, 3.0, -1.0], [0.5, 0.5, -0.5, 0.0, 2.0]]
+    scale = sum(abs(x) for row in w for x in row) / 10  # 1.05
+    expected = [[scale * (-1 if x < 0 else 1) for x in row] for row in w]
+    assert sum(out["w"], []) == pytest.approx(sum(expected, []))
+    # b's update (0.5, -1, 1): mean magnitude 5/6 around the broadcast's ones
+    assert out["b"] == pytest.approx([1 + 5 / 6, 1 - 5 / 6, 1 + 5 / 6])
+    assert out["n"] == 5  # integer entries travel dense
+    assert out["bytes"] == (4 + 2) + (4 + 1) + 8 == out["wire"]
+    assert out["same"] and out["feedback"]
+    left = [a - b for row, kept in zip(w, expected) for a, b in zip(row, kept)]
+    assert sum(out["residual"], []) == pytest.approx(left)
+    done = subprocess.run(
+        [sys.executable, "-m", "fedac", "list", "codecs"], env=env, capture_output=True, text=True
+    )
+    assert re.search(r"^  scaled_sign +\[plug-in\] per tensor", done.stdout, flags=re.M)
 
 
 def test_without_its_entry_point_the_algorithm_is_unknown_and_the_registered_ones_are_listed(

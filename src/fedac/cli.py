@@ -252,6 +252,7 @@ REGISTRIES = {
     "attacks": "fedac.settings.attacks:ATTACKS",
     "clock_modes": "fedac.settings.clock:CLOCK_MODES",
     "availability": "fedac.settings.clock:AVAILABILITY",
+    "codecs": "fedac.settings.codecs:CODECS",
 }
 
 
@@ -359,13 +360,11 @@ def _print_alt_statistics(cfg: Config, manifest, clients) -> None:
 
 
 def cmd_prepare(args: argparse.Namespace) -> int:
-    from fedac.data.features import load_features  # lazy: start-up time
+    from fedac.data.features import features_of  # lazy: start-up time
 
     cfg = _data_config(args)
     manifest = load_manifest(cfg, progress=True)
-    feats = load_features(
-        manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress=True
-    )
+    feats = features_of(manifest, cfg, progress=True)
     print(
         f"features of {len(manifest.clips)} clips ({len(feats)} windows, shape "
         f"{tuple(feats.features.shape[1:])}) cached"

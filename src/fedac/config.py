@@ -27,6 +27,7 @@ from fedac.settings.aggregation import AGGREGATORS
 from fedac.settings.algorithms import ALGORITHMS
 from fedac.settings.attacks import ATTACKS
 from fedac.settings.clock import CLOCK_MODES
+from fedac.settings.codecs import CODECS
 from fedac.settings.datasets import DATASETS
 from fedac.settings.models import MODELS
 
@@ -203,6 +204,10 @@ def _moved(name: str) -> str | None:
     return f"train.{name} is now {new} (cfg.{new})" if new else None
 
 
+#: `runtime.execution`'s paths (engine/execution.py): checked here, once, when the config loads.
+EXECUTION_MODES = ("auto", "cohort", "sequential", "probe")
+
+
 @dataclass
 class RuntimeConfig:
     """Where and how a run computes, which training/runtime.py resolves once per run (`Runtime`):
@@ -240,7 +245,7 @@ class RuntimeConfig:
     threads: int = number(1, ">= 0")
     """torch intra-op threads; 0 keeps torch's default. Per-client batches of 16 short clips run
     fastest on one thread (see benchmarks/)."""
-    execution: str = choice("auto", ("auto", "cohort", "sequential", "probe"))
+    execution: str = choice("auto", EXECUTION_MODES)
     """How a round's clients train: cohort (clients of one architecture stacked into one
     computation, engine/execution.py; a configuration that cannot stack is an error naming why),
     sequential (one client after another), auto (stacked where the algorithm has a stacked path,
@@ -558,18 +563,20 @@ class CompressionConfig:
     form; the byte ledger counts the compressed size. Off by default. In a Flower deployment each
     node sends the compressed bytes and keeps its own error-feedback residual."""
 
-    method: str = choice("none", ("none", "topk", "randk", "qsgd", "int8", "bf16"))
-    """none; topk / randk (send `ratio` of each update's entries, the whole update as one vector,
-    with their indices: the largest in magnitude / a random subset seeded per client and round);
-    qsgd (`levels` stochastic levels per entry and a norm per tensor, unbiased, seeded per client
-    and round); int8 (a per-tensor scale and one byte per entry); bf16 (two bytes per entry)."""
+    method: str = choice("none", CODECS)
+    """A registered codec (settings/codecs.py, `fedac list codecs`): none; topk / randk (send
+    `ratio` of each update's entries, the whole update as one vector, with their indices: the
+    largest in magnitude / a random subset seeded per client and round); qsgd (`levels`
+    stochastic levels per entry and a norm per tensor, unbiased, seeded per client and round);
+    int8 (a per-tensor scale and one byte per entry); bf16 (two bytes per entry)."""
     ratio: float = number(0.1, "(0, 1]")
     """topk / randk: the fraction of entries sent (k = max(1, ceil(ratio * entries)))."""
     levels: int = number(16, ">= 1")
     """qsgd: s, the quantisation levels."""
-    error_feedback: bool = True
+    error_feedback: bool | None = None
     """Keep what compression left out as client state (checkpointed) and add it to the next
-    update (topk, randk, int8, bf16). qsgd is unbiased and runs without it: set false with qsgd."""
+    update. None: as the codec declares (on for the biased topk, randk, int8 and bf16; off for
+    the unbiased qsgd, with which true is refused)."""
     download: bool = False
     """Quantise the broadcast model too (qsgd, int8 or bf16; without error feedback): the clients
     train from the quantised model and the ledger counts its bytes as received. The simulator

@@ -11,8 +11,10 @@ import torch.nn.functional as F
 
 from algorithm_harness import SIZES, batches, build, call, clients, federate, max_diff, sgd_step
 from fedac.algorithms.ditto import Ditto
+from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.seeding import derive_seed
+from fedac.settings.compatibility import check
 
 LAM = 0.5
 
@@ -90,5 +92,5 @@ def test_lambda_zero_is_local_training(execution):
 
 
 def test_ditto_refuses_heterogeneous_models():
-    with pytest.raises(ConfigError, match="model.heterogeneous"):
-        build(Ditto, "crnn_tiny", "sequential", "model.heterogeneous=true")
+    with pytest.raises(ConfigError, match="model.heterogeneous"):  # (the compatibility matrix)
+        check(load_config(overrides=["algorithm=ditto", "model.heterogeneous=true"]))

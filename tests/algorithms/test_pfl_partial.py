@@ -23,6 +23,7 @@ from fedac.config import load_config
 from fedac.engine.execution import ExecutionPlan, run_clients
 from fedac.errors import ConfigError
 from fedac.seeding import torch_generator
+from fedac.settings.compatibility import check as check_combination
 from fedac.training.local import client_batches
 
 FEATURES, FRAMES, CLASSES = 40, 16, 3
@@ -276,7 +277,7 @@ def test_fedbn_without_batchnorm_is_fedavg_or_refused():
 def test_refusals():
     with pytest.raises(ConfigError, match="local_steps=0"):
         setup(FedRep, "cnn1_softmax", "cohort", "train.local_steps=3")
-    with pytest.raises(ConfigError, match="heterogeneous"):
-        setup(FedPer, "cnn1_softmax", "cohort", "model.heterogeneous=true")
+    with pytest.raises(ConfigError, match="heterogeneous"):  # (the compatibility matrix)
+        check_combination(load_config(overrides=["algorithm=fedper", "model.heterogeneous=true"]))
     with pytest.raises(ConfigError, match="aggregation.method"):
         setup(Local, "cnn1_softmax", "cohort", "aggregation.method=median")

@@ -21,6 +21,7 @@ from fedac.errors import ConfigError
 from fedac.rules.attacks import Attack
 from fedac.rules.compression import Compressor
 from fedac.rules.privacy import Privacy
+from fedac.settings.compatibility import check
 from helpers import tiny_run
 
 NAMES = ["a", "b"]
@@ -125,8 +126,8 @@ def test_client_dp_clips_before_compression_and_keeps_the_clipped_residual():
 
 
 def test_quantisers_with_client_dp_are_refused_and_torchrun_gathers_compressed_uploads():
-    with pytest.raises(ConfigError, match="dp.mode=client"):
-        step_with("compression.method=bf16", "dp.mode=client")
+    with pytest.raises(ConfigError, match="dp.mode=client"):  # (the compatibility matrix)
+        check(load_config(overrides=["compression.method=bf16", "dp.mode=client"]))
     # over several processes the server step needs every upload: no all-reduced weighted sum
     from types import SimpleNamespace
 

@@ -13,6 +13,7 @@ from fedac.experiments import communication
 from fedac.experiments.catalog import experiment_named
 from fedac.experiments.compare import method_config
 from fedac.experiments.spec import Request
+from fedac.settings.codecs import error_feedback
 
 
 def _configs(tmp_path) -> dict[str, dict]:
@@ -32,7 +33,11 @@ def test_every_row_resolves_to_the_setting_it_names(tmp_path):
     fedavg, early = configs["fedavg"], configs["earlyexit"]
     assert len(fedavg) == 9 and len(early) == 10
     compression = {
-        label: (c.compression.method, c.compression.ratio, c.compression.error_feedback)
+        label: (
+            c.compression.method,
+            c.compression.ratio,
+            error_feedback(c.compression.method, c.compression.error_feedback),  # in effect
+        )
         for label, c in fedavg.items()
     }
     assert compression["none"][0] == "none"
@@ -40,7 +45,7 @@ def test_every_row_resolves_to_the_setting_it_names(tmp_path):
     assert compression["topk 1% no EF"] == ("topk", 0.01, False)
     assert compression["topk 10% no EF"] == ("topk", 0.1, False)
     assert fedavg["qsgd 4 levels"].compression.levels == 4
-    assert not fedavg["qsgd 16 levels"].compression.error_feedback  # QSGD refuses it
+    assert compression["qsgd 16 levels"][2] is False  # QSGD refuses it
     assert {c.compression.method for c in fedavg.values()} == {
         "none",
         "topk",

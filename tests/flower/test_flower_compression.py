@@ -22,9 +22,9 @@ from fedac.config import load_config  # noqa: E402
 from fedac.engine.simulator import Simulator  # noqa: E402
 from fedac.errors import ConfigError  # noqa: E402
 from fedac.flower import clientapp  # noqa: E402
-from fedac.flower.serverapp import refuse_compression  # noqa: E402
 from fedac.flower.settings import fedac_config  # noqa: E402
 from fedac.rules.compression import WIRE  # noqa: E402
+from fedac.settings.compatibility import Deployment, check  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -87,11 +87,9 @@ def test_nodes_send_the_compressed_form_and_the_run_equals_the_simulator(
     ],
 )
 def test_what_a_deployment_cannot_compress_is_refused(sets, strategy, message):
-    from types import SimpleNamespace
-
     cfg = load_config(overrides=["compression.method=topk", *sets])
     with pytest.raises(ConfigError, match=message):
-        refuse_compression(cfg, SimpleNamespace(strategy=strategy))
+        check(cfg, Deployment(strategy=strategy))
 
 
 @pytest.mark.parametrize(

@@ -13,6 +13,7 @@ from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.rules.compression import Compressor, index_bytes, level_bits
 from fedac.seeding import torch_generator
+from fedac.settings.compatibility import check
 
 CLIENTS = ["a", "b", "c"]
 
@@ -218,26 +219,28 @@ def test_qsgd_is_unbiased():
 
 
 @pytest.mark.parametrize(
-    "overrides, parameter_uploads, message",
+    "overrides, message",
     [
-        (["compression.method=topk"], False, "algorithm fedavg uploads something else"),
-        (["compression.method=qsgd"], True, "set compression.error_feedback=false"),
         (
-            ["compression.method=int8", "dp.mode=client"],
-            True,
-            "can lengthen it past dp.clip",
+            ["compression.method=topk", "algorithm=scaffold"],
+            "algorithm scaffold uploads something else",
         ),
+        (
+            ["compression.method=qsgd", "compression.error_feedback=true"],
+            "set compression.error_feedback=false",
+        ),
+        (["compression.method=int8", "dp.mode=client"], "can lengthen it past dp.clip"),
         (
             ["compression.method=topk", "compression.download=true"],
-            True,
             "compression.method=topk does not quantise",
         ),
-        (["compression.download=true"], True, "compression.method=none does not quantise"),
+        (["compression.download=true"], "compression.method=none does not quantise"),
     ],
 )
-def test_nonsensical_combinations_are_refused_at_start(overrides, parameter_uploads, message):
+def test_nonsensical_combinations_are_refused_at_start(overrides, message):
+    """(by the compatibility matrix, settings/compatibility.py)"""
     with pytest.raises(ConfigError, match=message):
-        Compressor(load_config(overrides=overrides), parameter_uploads)
+        check(load_config(overrides=overrides))
 
 
 def test_an_upload_that_is_not_the_broadcasts_form_is_refused():

@@ -17,7 +17,6 @@ from __future__ import annotations
 import inspect
 from typing import TYPE_CHECKING
 
-from fedac.errors import ConfigError
 from fedac.settings.algorithms import ALGORITHMS
 
 # base imports torch; the registry's names must load without it (`fedac run --help` lists them)
@@ -39,12 +38,6 @@ def build_algorithm(cfg: Config, task: Task, runtime: Runtime | None = None) -> 
     """The algorithm `cfg.algorithm` names for `task`, computing where `runtime` says (the driver's;
     None: resolved from `train.*`, training/runtime.py)."""
     cls = algorithm_class(cfg.algorithm)
-    if cfg.model.heterogeneous and not cls.personalized:
-        raise ConfigError(
-            f"algorithm '{cfg.algorithm}' trains one shared model and cannot run heterogeneous "
-            "clients; set model.heterogeneous=false or use one with personalized client models "
-            f"({', '.join(n for n in ALGORITHMS if algorithm_class(n).personalized)})"
-        )
     if "runtime" not in inspect.signature(cls.__init__).parameters:
         # a plug-in written before the runtime object (`__init__(self, cfg, task)`) still builds;
         # its base class resolves the runtime from `train.*`, which is what a driver resolves too

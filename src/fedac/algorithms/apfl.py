@@ -30,7 +30,13 @@ import torch
 import torch.nn.functional as F
 from torch.func import functional_call
 
-from fedac.algorithms.base import ClientData, ClientResult, Params, model_params
+from fedac.algorithms.base import (
+    ClientData,
+    ClientResult,
+    OneArchitecture,
+    Params,
+    model_params,
+)
 from fedac.algorithms.fedavg import FedAvg
 from fedac.training.local import client_batches, clip_gradients, make_optimizer, on_device
 from fedac.training.types import class_labels, feature_windows
@@ -47,19 +53,13 @@ def mixture(alpha: torch.Tensor, local: Params, shared: Params) -> Params:
     return {n: alpha * v + (1 - alpha) * shared[n] if n in shared else v for n, v in local.items()}
 
 
-class APFL(FedAvg):
+class APFL(OneArchitecture, FedAvg):
     name = "apfl"
     personalized = True
     trains_ssl_encoders = False
     one_architecture = "mixes each local model with the global one parameter by parameter"
 
     no_stacked_form = SEQUENTIAL
-
-    def client_architecture(self, client: str) -> str:
-        return self.cfg.model.name
-
-    def stacked_architectures(self) -> list[str]:
-        return [self.cfg.model.name]
 
     def init_client_state(self, client: str) -> dict[str, Any]:
         start = self.initial_params(self.cfg.model.name, "global-init")

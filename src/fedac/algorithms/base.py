@@ -92,12 +92,16 @@ class Algorithm(ABC):
     #: None: it can.
     partial_work: str | None = None
 
+    @classmethod
+    def mixes_architectures(cls) -> bool:
+        """The second meaning `personalized` used to carry: whether clients may train different
+        architectures (`model.heterogeneous`): a method that keeps own models (`personalized`: they
+        are evaluated) and never combines them with the shared one parameter by parameter
+        (`one_architecture` None). The compatibility matrix refuses model.heterogeneous
+        otherwise."""
+        return cls.personalized and cls.one_architecture is None
+
     def __init__(self, cfg: Config, task: Task, runtime: Runtime | None = None):
-        if cfg.model.heterogeneous and type(self).one_architecture is not None:
-            raise ConfigError(
-                f"{type(self).name or type(self).__name__} {type(self).one_architecture}, so every "
-                "client trains model.name's architecture: set model.heterogeneous=false"
-            )
         self.cfg = cfg
         self.task = task
         #: Where and how it computes: the driver's (resolved once per run, training/runtime.py), or,
@@ -327,3 +331,17 @@ class Algorithm(ABC):
         if not self.personalized:
             return None
         return self.scratch_model(self.client_architecture(client), state, role="personal")
+
+
+class OneArchitecture:
+    """Mixin of a personalized method whose clients all train `model.name` (its class's
+    `one_architecture` says why; `model.heterogeneous` is refused): every client's architecture,
+    and the one its stacked path builds. Listed before the Algorithm it extends."""
+
+    cfg: Config
+
+    def client_architecture(self, client: str) -> str:
+        return self.cfg.model.name
+
+    def stacked_architectures(self) -> list[str]:
+        return [self.cfg.model.name]

@@ -22,26 +22,25 @@ from typing import Any
 
 import torch
 
-from fedac.algorithms.base import ClientData, ClientResult, Params, reproduces
+from fedac.algorithms.base import (
+    ClientData,
+    ClientResult,
+    OneArchitecture,
+    Params,
+    reproduces,
+)
 from fedac.algorithms.fedavg import FedAvg
 from fedac.algorithms.objective import LocalObjective
 from fedac.seeding import derive_seed, torch_generator
-from fedac.training.local import cross_entropy
 from fedac.training.stacking import client_progress
 
 
-class Ditto(LocalObjective, FedAvg):
+class Ditto(OneArchitecture, LocalObjective, FedAvg):
     name = "ditto"
     reads_model_once = True
     personalized = True
     trains_ssl_encoders = False
     one_architecture = "regularises each personal model towards the global one"
-
-    def client_architecture(self, client: str) -> str:
-        return self.cfg.model.name
-
-    def stacked_architectures(self) -> list[str]:
-        return [self.cfg.model.name]
 
     def init_client_state(self, client: str) -> Params:
         return self.initial_params(self.cfg.model.name, "global-init")  # v_k = w^0
@@ -49,9 +48,6 @@ class Ditto(LocalObjective, FedAvg):
     # --- the personal update: a local objective from the client's own v_k ----------------------
     def own_start(self, payload: Params, state: Params) -> Params:
         return state
-
-    def local_loss(self, forward, params, x, y, weight, state, payload) -> torch.Tensor:
-        return cross_entropy(forward(x), y, weight)
 
     def transform_grads(self, grads, params, state, payload) -> Params:
         lam = self.cfg.ditto.lam

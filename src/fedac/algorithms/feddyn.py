@@ -28,12 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from fedac.algorithms.base import Params
 from fedac.algorithms.fedavg import FedAvg
 from fedac.algorithms.objective import LocalObjective
-from fedac.training.local import cross_entropy
 
 
 class FedDyn(LocalObjective, FedAvg):
@@ -44,18 +41,11 @@ class FedDyn(LocalObjective, FedAvg):
     # h needs |P_t|, which the all-reduced weighted sums do not carry
     sums_uploads = False
 
-    def _zeros(self) -> Params:
-        model = self.scratch_model(self.cfg.model.name)
-        return {name: torch.zeros_like(p.detach()) for name, p in model.named_parameters()}
-
     def init_server(self) -> dict[str, Any]:
-        return {**super().init_server(), "h": self._zeros()}
+        return {**super().init_server(), "h": self.zeros_like_params()}
 
     def init_client_state(self, client: str) -> Params:
-        return self._zeros()  # grad L_k(theta_k^0)
-
-    def local_loss(self, forward, params, x, y, weight, state, payload) -> torch.Tensor:
-        return cross_entropy(forward(x), y, weight)
+        return self.zeros_like_params()  # grad L_k(theta_k^0)
 
     def transform_grads(self, grads, params, state, payload) -> Params:
         alpha = self.cfg.feddyn.alpha

@@ -24,6 +24,13 @@ from fedac.models.parts import head_entries
 
 class FedRep(PartlyShared):
     name = "fedrep"
+    #: The clock charges a client the steps of `train.*`'s schedule, and the two paths would cut a
+    #: late client's two phases differently (the sequential one per phase, the stacked one over the
+    #: head-then-body schedule), so neither would train what the clock charged.
+    partial_work = (
+        "fedrep trains two phases (its head for fedrep.head_epochs, then its body), which "
+        "partial work cannot cut into the steps the clock charged"
+    )
 
     def __init__(self, cfg, task, runtime=None):
         if cfg.train.local_steps:

@@ -14,7 +14,13 @@ from torch.func import vmap
 from fedac.algorithms.base import Algorithm, model_params, reproduces
 from fedac.models.stacked import stack_params
 from fedac.training.functional import StackedStep, clip_stacked, first_clients
-from fedac.training.local import client_batches, clip_gradients, make_optimizer, on_device
+from fedac.training.local import (
+    client_batches,
+    clip_gradients,
+    cross_entropy,
+    make_optimizer,
+    on_device,
+)
 from fedac.training.stacking import (
     CohortChunk,
     OnDevices,
@@ -76,8 +82,15 @@ class LocalObjective(Algorithm):
         """One client's loss on one batch: `forward(x)` its model's logits (call it once per step
         when the model has dropout), `params` its trainable parameters, `weight` (batch,) summing to
         1 over its real samples (0 on padding), so `(per_sample * weight).sum()` is the batch mean
-        on both paths."""
-        raise NotImplementedError
+        on both paths. By default the weighted cross-entropy of the logits (Ditto's, SCAFFOLD's
+        and FedDyn's objective, whose corrections act on the gradients)."""
+        return cross_entropy(forward(x), y, weight)
+
+    def zeros_like_params(self) -> Params:
+        """One zero tensor per trainable parameter of `model.name` (a control variate's, a dual
+        term's or a gradient's shape)."""
+        model = self.scratch_model(self.cfg.model.name)
+        return {name: torch.zeros_like(p.detach()) for name, p in model.named_parameters()}
 
     def transform_grads(self, grads: Params, params: Params, state: Any, payload: Any) -> Params:
         """One client's gradients before clipping and the optimiser step (SCAFFOLD's correction); as

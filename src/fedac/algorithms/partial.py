@@ -50,6 +50,7 @@ from fedac.algorithms.base import (
     Algorithm,
     ClientData,
     ClientResult,
+    OneArchitecture,
     Params,
     model_params,
     reproduces,
@@ -70,7 +71,7 @@ from fedac.training.stacking import CohortChunk, OnDevices, grads_of, plan_chunk
 Phase = tuple[set[str] | None, TrainConfig]
 
 
-class PartlyShared(Algorithm):
+class PartlyShared(OneArchitecture, Algorithm):
     """A network of which each client keeps `private_entries` and shares the rest (module
     docstring)."""
 
@@ -108,12 +109,6 @@ class PartlyShared(Algorithm):
         return [(None, self.cfg.train)]
 
     # --- models and states --------------------------------------------------------------------
-    def client_architecture(self, client: str) -> str:
-        return self.cfg.model.name
-
-    def stacked_architectures(self) -> list[str]:
-        return [self.cfg.model.name]
-
     def initial_model(self) -> Params:
         """The common initial network (the same weights as the server's shared entries)."""
         if self._initial is None:

@@ -31,7 +31,6 @@ from fedac.algorithms.base import Params
 from fedac.algorithms.objective import LocalObjective
 from fedac.errors import ConfigError
 from fedac.settings.attacks import ATTACKS
-from fedac.training.local import cross_entropy
 
 
 class Scaffold(LocalObjective):
@@ -53,28 +52,20 @@ class Scaffold(LocalObjective):
                 "its control variate beside it, which DP-FedAvg does not cover: set dp.mode=none"
             )
 
-    def _zeros(self) -> Params:
-        """One zero tensor per trainable parameter of the model (a control variate's shape)."""
-        model = self.scratch_model(self.cfg.model.name)
-        return {name: torch.zeros_like(p.detach()) for name, p in model.named_parameters()}
-
     def init_server(self) -> dict[str, Any]:
         return {
             "params": self.initial_params(self.cfg.model.name, "global-init"),
-            "control": self._zeros(),
+            "control": self.zeros_like_params(),
         }
 
     def broadcast(self, server: dict[str, Any]) -> dict[str, Params]:
         return {"params": server["params"], "control": server["control"]}
 
     def init_client_state(self, client: str) -> Params:
-        return self._zeros()
+        return self.zeros_like_params()
 
     def start_params(self, payload: dict[str, Params]) -> Params:
         return payload["params"]
-
-    def local_loss(self, forward, params, x, y, weight, state, payload) -> torch.Tensor:
-        return cross_entropy(forward(x), y, weight)
 
     def transform_grads(self, grads, params, state, payload) -> Params:
         control = payload["control"]

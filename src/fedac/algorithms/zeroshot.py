@@ -205,7 +205,7 @@ ZeroShotUpload = ScoreUpload | ClassReport
 
 
 @dataclass(frozen=True)
-class ServerStep:
+class ZeroShotUpdate:
     """One server update's outcome: the new state, the round's metrics and, in a round with reports
     under choice 2, its grouping."""
 
@@ -682,7 +682,7 @@ class ZeroShotFL(Algorithm):
         uploads: list[tuple[ZeroShotUpload, int]],
         round_idx: int,
         num_new: int | None = None,
-    ) -> ServerStep:
+    ) -> ZeroShotUpdate:
         """Choice 1's score aggregation and, with reports, choice 2's registration. `num_new`: the
         number of truly new classes among the reports, which only the driver knows
         (`zeroshot.num_new=oracle`)."""
@@ -693,9 +693,9 @@ class ZeroShotFL(Algorithm):
         server = replace(server, scores=scores, is_set=is_set, registry=dict(server.registry))
         metrics = {"reports": float(sum(len(r.local_ids) for r in reports))}
         if not reports:
-            return ServerStep(server, metrics)
+            return ZeroShotUpdate(server, metrics)
         registered, grouping = self._register(server, reports, round_idx, num_new)
-        return ServerStep(server, {**metrics, **registered}, grouping)
+        return ZeroShotUpdate(server, {**metrics, **registered}, grouping)
 
     def _impressions(
         self, report: ClassReport, round_idx: int

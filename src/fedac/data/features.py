@@ -33,7 +33,7 @@ import torch
 from scipy.fft import dct
 from tqdm import tqdm
 
-from fedac.config import FeatureConfig
+from fedac.config import Config, FeatureConfig
 from fedac.data.audio import fit_length, load_audio
 from fedac.data.augment import noise_bank, shift_and_noise
 from fedac.data.corrupt import add_white_noise
@@ -362,6 +362,26 @@ def compute_features(
             torch.empty(0, extractor.num_features, 0), torch.empty(0, dtype=torch.long)
         )
     return FeatureSet(torch.cat(chunks), torch.cat(owners))
+
+
+def features_of(
+    manifest: Manifest,
+    cfg: Config,
+    progress: bool = True,
+    device: torch.device | str = "cpu",
+    features: FeatureConfig | None = None,
+) -> FeatureSet:
+    """`load_features` of `manifest` as run `cfg` sets it up (its features, or `features` in their
+    place; its cache folder, noise level and seed)."""
+    return load_features(
+        manifest,
+        cfg.features if features is None else features,
+        cfg.data.cache_dir,
+        cfg.data.snr_db,
+        cfg.seed,
+        progress,
+        device,
+    )
 
 
 def load_features(

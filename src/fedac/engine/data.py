@@ -25,7 +25,7 @@ from fedac.data.features import (
     FeatureExtractor,
     FeatureSet,
     clip_waveforms,
-    load_features,
+    features_of,
     resolve_features,
     screen_manifest,
 )
@@ -179,9 +179,7 @@ def build_federated_data(
             f"model.name={cfg.model.name} is a classifier"
         )
     device = feature_device(cfg, device)
-    feats = load_features(
-        manifest, cfg.features, cfg.data.cache_dir, cfg.data.snr_db, cfg.seed, progress, device
-    )
+    feats = features_of(manifest, cfg, progress, device)
     x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     # a user's own clips (audiofolder, hf): any length
@@ -219,14 +217,8 @@ def build_federated_data(
         clients = [_augmented(c, split, manifest, cfg) for c, split in zip(clients, splits)]
     extra = {}
     if cfg.features.test_augment:  # the clean test set beside the augmented one (clean_* results)
-        clean = load_features(
-            manifest,
-            replace(cfg.features, test_augment=False),
-            cfg.data.cache_dir,
-            cfg.data.snr_db,
-            cfg.seed,
-            progress,
-            device,
+        clean = features_of(
+            manifest, cfg, progress, device, replace(cfg.features, test_augment=False)
         )
         extra["clean"] = _eval_split(
             model_input(clean.features, cfg),
@@ -276,15 +268,7 @@ def build_eval_data(
         full.name, full.root, full.classes, [c for c in full.clips if c.split in ("val", "test")]
     )
     manifest, bad = screen_manifest(manifest, cfg.data.on_bad_file, cfg.data.cache_dir, progress)
-    feats = load_features(
-        manifest,
-        cfg.features,
-        cfg.data.cache_dir,
-        cfg.data.snr_db,
-        cfg.seed,
-        progress,
-        feature_device(cfg, device),
-    )
+    feats = features_of(manifest, cfg, progress, feature_device(cfg, device))
     x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     task = Task(int(x.shape[1]), manifest.num_classes, [])
@@ -309,15 +293,7 @@ def build_device_client(
     data/devices.py), built as `build_federated_data` builds that client: features cached under
     data.cache_dir, the local hold-out drawn by `holdout_split` over the clips in manifest order,
     training labels corrupted by the client's transition matrix when data.label_error > 0."""
-    feats = load_features(
-        manifest,
-        cfg.features,
-        cfg.data.cache_dir,
-        cfg.data.snr_db,
-        cfg.seed,
-        progress,
-        feature_device(cfg, device),
-    )
+    feats = features_of(manifest, cfg, progress, feature_device(cfg, device))
     x = model_input(feats.features, cfg)
     rows_of = _rows_by_clip(feats, len(manifest.clips))
     split = holdout_split(name, list(range(len(manifest.clips))), cfg.data.local_holdout, cfg.seed)

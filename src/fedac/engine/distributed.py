@@ -389,6 +389,7 @@ def sums_uploads(algorithm, attack, privacy) -> bool:
     their weighted mean, and no layer needs each upload (model poisoning, DP's per-update clipping,
     compression). Every rank decides the same."""
     from fedac.rules import AGGREGATORS
+    from fedac.settings.codecs import codec_spec
 
     rule = AGGREGATORS.load(algorithm.cfg.aggregation.method)
     return bool(
@@ -396,7 +397,7 @@ def sums_uploads(algorithm, attack, privacy) -> bool:
         and getattr(rule, "sums_uploads", False)
         and not privacy.on
         and attack.poisons != "upload"
-        and algorithm.cfg.compression.method == "none"
+        and codec_spec(algorithm.cfg.compression.method).off
     )
 
 

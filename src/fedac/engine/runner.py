@@ -12,10 +12,14 @@ from fedac.config import Config
 from fedac.engine.report import final_table
 from fedac.engine.simulator import Simulator
 from fedac.engine.zeroshot import ZeroShotDriver, zeroshot_table
+from fedac.settings.compatibility import check as check_combination
 
 
 def runner_for(cfg: Config) -> tuple[type, Callable[[dict[str, Any]], str]]:
-    """(the driver class, the function that renders its closing table) for `cfg.algorithm`."""
+    """(the driver class, the function that renders its closing table) for `cfg.algorithm`. The
+    simulator's combination of parts is checked here, before any data (the zero-shot driver checks
+    its own)."""
     if algorithm_class(cfg.algorithm).streaming:
         return ZeroShotDriver, zeroshot_table
+    check_combination(cfg)
     return Simulator, final_table

@@ -43,6 +43,7 @@ from fedac.errors import ConfigError
 from fedac.rules.attacks import Attack
 from fedac.rules.compression import Compressor
 from fedac.rules.privacy import Privacy
+from fedac.settings.compatibility import check as check_combination
 from fedac.training.device import device_name, nbytes, place, to_device
 from fedac.training.packing import client_home
 from fedac.training.runtime import start_runtime
@@ -55,8 +56,6 @@ class Simulator(RoundDriver):
     #: False for a server whose clients hold their data elsewhere (the Flower ServerApp in device
     #: mode).
     holds_clients = True
-    #: False for a server whose rounds run on real time (Flower's): the virtual clock is refused.
-    virtual_time = True
     #: The evaluation this driver runs (the Flower ServerApp's reads its nodes' reports).
     evaluator_class: type[Evaluator] = Evaluator
 
@@ -73,6 +72,7 @@ class Simulator(RoundDriver):
         self.world = current_world()  # several processes (torchrun): engine/distributed.py
         check_trackers(cfg.log)  # a missing tracker extra fails here, not after training
         check_execution(cfg.runtime.execution)
+        check_combination(cfg)  # the compatibility matrix, before any data is built
         # Resolved once, before the data is built (a missing GPU fails at once), and passed down.
         self.runtime = start_runtime(cfg.runtime)
         self.device = self.runtime.device
@@ -158,9 +158,6 @@ class Simulator(RoundDriver):
             compression=compression,
             architecture=self.flops.trained_model,
             flops=self.flops.per_sample,
-            uploads_model=type(self.algorithm).dp_compatible,
-            partial_work=self.algorithm.partial_work,
-            virtual_time=self.virtual_time,
         )
 
     # --- state ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ it for an algorithm with the `streaming` capability.
 The algorithm's inputs go in as arguments: D0 and the evaluation rows when it is built
 (`SharedRows`), the oracle count of new classes with each server update (`ZeroShotFL.update`), the
 worker threads in the runtime; the round's grouping comes back in the update's result
-(`ServerStep`).
+(`ZeroShotUpdate`).
 
 Metrics (per round; the truth of new classes is read here, never by the algorithm):
 - the paper's, on D0 rows: per user, `local_acc/<user>` (its raw model, rows of its labels, argmax
@@ -49,7 +49,7 @@ from fedac.algorithms.zeroshot import (
     labelled_accuracy,
 )
 from fedac.config import Config
-from fedac.data.features import load_features
+from fedac.data.features import features_of
 from fedac.data.registry import load_manifest
 from fedac.data.streams import NEW_ID, build_stream
 from fedac.engine.clients import ByteLedger, log_users, user_summary
@@ -60,6 +60,7 @@ from fedac.engine.run import RoundDriver
 from fedac.engine.state import RunState
 from fedac.engine.tracking import check_trackers
 from fedac.errors import ConfigError
+from fedac.settings.compatibility import check as check_combination
 from fedac.training.metrics import classification_metrics
 from fedac.training.runtime import start_runtime
 from fedac.training.step import train_client
@@ -102,38 +103,15 @@ class ZeroShotDriver(RoundDriver):
                 f"the zero-shot driver runs ZeroShotFL and its subclasses; '{cfg.algorithm}' "
                 f"({cls.__module__}.{cls.__qualname__}) is streaming but not one of them"
             )
-        # Users share score tables, not weights, and the scenario fixes who trains what: settings of
-        # the weight-averaging runtimes would be silently ignored here, so they are refused.
-        ignored = {
-            "attack.kind": (cfg.attack.kind, "none"),
-            "dp.mode": (cfg.dp.mode, "none"),
-            "compression.method": (cfg.compression.method, "none"),
-            "compression.download": (cfg.compression.download, False),
-            "aggregation.method": (cfg.aggregation.method, "mean"),
-            "data.label_error": (cfg.data.label_error, 0.0),
-            "model.heterogeneous": (cfg.model.heterogeneous, False),
-        }
-        for name, (value, default) in ignored.items():
-            if value != default:
-                raise ConfigError(
-                    f"{name}={value} does not apply to --algorithm zeroshot (users share score "
-                    "tables on D0, not weights; zeroshot.scenario fixes the users and their "
-                    f"models): leave it at {default}"
-                )
+        # Settings this driver would silently ignore (the weight-averaging runtimes', the clock's)
+        # are refused by the compatibility matrix, before any data.
+        check_combination(cfg)
         self.cfg, self.run_dir, self.progress = cfg, Path(run_dir), progress
         check_trackers(cfg.log)  # a missing tracker extra fails here, not after training
         self.runtime = start_runtime(cfg.runtime)  # resolved once, passed down
         self.device = self.runtime.device
         manifest = load_manifest(cfg, progress)
-        feats = load_features(
-            manifest,
-            cfg.features,
-            cfg.data.cache_dir,
-            cfg.data.snr_db,
-            cfg.seed,
-            progress,
-            self.device,
-        )
+        feats = features_of(manifest, cfg, progress, self.device)
         # every user's windows resident on the run's device
         self.x = normalize(feats.features).to(self.device)
         self.rows_of = _rows_by_clip(feats, len(manifest.clips))

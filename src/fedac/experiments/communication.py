@@ -38,7 +38,7 @@ from fedac.config import load_config
 from fedac.errors import ConfigError
 from fedac.experiments import earlyexit
 from fedac.experiments.compare import Method, cell_folder, parse_method
-from fedac.experiments.runner import seed_stats, write_csv
+from fedac.experiments.runner import seed_stats, write_run_tables
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
 
 DATASET = "speech_commands"
@@ -308,14 +308,8 @@ def write(
     spec: Experiment, request: Request, cells: list[Cell], runs: dict[str, dict[str, list[dict]]]
 ) -> None:
     """results.csv (one line per run), summary.json, table.md and figure.png."""
-    for by_method in runs.values():
-        for method_runs in by_method.values():
-            for run in method_runs:
-                if "upload_bytes_total" not in run:
-                    run["upload_bytes_total"] = uploaded_bytes(Path(run["run_dir"]))
-    write_csv(request.out / "results.csv", runs, CSV_KEYS)
-    summary = summarise(runs)
-    (request.out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    filled = ("upload_bytes_total", lambda where: {"upload_bytes_total": uploaded_bytes(where)})
+    summary = write_run_tables(request.out, runs, CSV_KEYS, filled, summarise)
     majority = majority_share(runs)
     (request.out / "table.md").write_text(markdown(request, summary, majority))
     plot(request.out / "figure.png", summary, majority)

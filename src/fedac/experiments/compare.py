@@ -360,10 +360,12 @@ def train_run(
     # lazy: start-up time (the engine imports torch; the parser does not)
     from fedac.engine.distributed import cleanup, current_world, scratch_run_dir
     from fedac.engine.simulator import Simulator
+    from fedac.settings.compatibility import check as check_combination
 
     _, results, resume = seen
     if results is not None:  # it ended between the first look and the lock
         return results
+    check_combination(cfg)  # (before its data)
     data = shared_data(built, cfg, progress)
     if progress:
         print(f"== {label} (seed {cfg.seed}){' resumed' if resume else ''}")

@@ -24,12 +24,11 @@ from chance (its full protocol's FedAvg reaches about 52 %, docs/results/reprodu
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 
 from fedac.experiments.compare import Method
 from fedac.experiments.fedmlac import DATASETS
-from fedac.experiments.runner import grid_cells, markdown, plot, seed_stats, write_csv
+from fedac.experiments.runner import grid_cells, markdown, plot, write_run_tables
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
 from fedac.training.metrics import spread
 
@@ -112,22 +111,9 @@ def write_pfl(
     """table.md (one table per `TABLES` key, a column per dataset), results.csv (one line per run,
     with the clients' figures), summary.json (each figure's mean and std over seeds, by dataset and
     method) and figure.png."""
-    for by_method in runs.values():
-        for method_runs in by_method.values():
-            for run in method_runs:
-                if "clients_model" not in run:
-                    run.update(client_figures(Path(run["run_dir"])))
     out = request.out
-    write_csv(out / "results.csv", runs, CSV_KEYS)
     # what the docs quote (docs/results/figures.yaml): mean and std over seeds of every figure
-    summary = {
-        cell: {
-            method: seed_stats(method_runs, list(TABLES))
-            for method, method_runs in by_method.items()
-        }
-        for cell, by_method in runs.items()
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_run_tables(out, runs, CSV_KEYS, ("clients_model", client_figures), list(TABLES))
     methods: list[Method] = cells[0].methods if cells else []
     notes = [
         "Clients' models: each client's own model for the methods that keep one (FedMLAC, FedBN, "

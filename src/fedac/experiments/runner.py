@@ -12,8 +12,9 @@ known here by name.
 from __future__ import annotations
 
 import csv
+import json
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from fedac.config import load_config
@@ -230,6 +231,35 @@ def seed_stats(runs: list[dict], keys: Sequence[str]) -> dict[str, dict[str, flo
         for key in keys
         if (values := [r[key] for r in runs if r.get(key) is not None])
     }
+
+
+def write_run_tables(
+    out: Path,
+    runs: dict[str, dict[str, list[dict]]],
+    keys: list[str],
+    fill: tuple[str, Callable[[Path], dict]],
+    figures: Sequence[str] | Callable[[dict[str, dict[str, list[dict]]]], dict],
+) -> dict:
+    """What every reproduce command writes beside its table: each run's own figures filled in
+    once (`fill`: (a key the filled runs have, the figures of one run from its directory)),
+    results.csv (`keys`) and summary.json, returned: per cell and method `seed_stats` of
+    `figures`, or what `figures` makes of the runs when it is a function."""
+    filled, figures_of = fill
+    for by_method in runs.values():
+        for method_runs in by_method.values():
+            for run in method_runs:
+                if filled not in run:
+                    run.update(figures_of(Path(run["run_dir"])))
+    write_csv(out / "results.csv", runs, keys)
+    if callable(figures):
+        summary = figures(runs)
+    else:
+        summary = {
+            cell: {method: seed_stats(rs, list(figures)) for method, rs in by_method.items()}
+            for cell, by_method in runs.items()
+        }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    return summary
 
 
 def _cell_value(runs: list[dict], key: str, seeds: int) -> str:

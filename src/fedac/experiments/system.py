@@ -34,7 +34,7 @@ import numpy as np
 from fedac.config import load_config
 from fedac.data.traces import load_availability
 from fedac.experiments.compare import plot_accuracy_curves
-from fedac.experiments.runner import grid_cells, seed_stats, write_csv
+from fedac.experiments.runner import grid_cells, write_run_tables
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
 from fedac.training.metrics import mean_std
 
@@ -168,21 +168,8 @@ def write_system(
     """table.md (a row per mode, a column per figure), results.csv (one line per run), summary.json
     (each figure's mean and std over the seeds that have it, by cell and mode) and figure.png
     (validation accuracy against rounds and against virtual time, every run)."""
-    for by_method in runs.values():
-        for method_runs in by_method.values():
-            for run in method_runs:
-                if "virtual_time_s" not in run:
-                    run.update(run_figures(Path(run["run_dir"])))
     out = request.out
-    write_csv(out / "results.csv", runs, CSV_KEYS)
-    summary = {
-        cell: {
-            method: seed_stats(method_runs, list(COLUMNS))
-            for method, method_runs in by_method.items()
-        }
-        for cell, by_method in runs.items()
-    }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_run_tables(out, runs, CSV_KEYS, ("virtual_time_s", run_figures), list(COLUMNS))
     lines = [
         f"# {spec.title}",
         "",

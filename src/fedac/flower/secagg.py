@@ -93,12 +93,11 @@ from fedac.flower.strategy import (
     FedacStrategy,
     FlowerRunError,
 )
-from fedac.rules.attacks import MODEL_ATTACKS
+from fedac.settings.compatibility import Deployment
+from fedac.settings.compatibility import check as check_combination
 
 log = logging.getLogger("fedac.flower")
 
-#: Algorithms whose server step is a function of the cohort's n_k-weighted mean upload alone.
-SECAGG_ALGORITHMS = ("fedavg", "fedprox", "fedmmd", "fedadam", "fedyogi", "fedadagrad", "fedavgm")
 #: FitIns config key: the broadcast's entry names, in the order of its arrays.
 NAMES = "fedac-names"
 #: Flower's SecAgg+ modulus (SecAggPlusWorkflow's default modulus_range); sums must stay below it.
@@ -106,57 +105,10 @@ MODULUS = 2**32
 
 
 def refuse_unsupported(cfg: Config, settings: DeploymentSettings) -> None:
-    """ConfigError for every combination SecAgg+ cannot carry: the server only ever sees a weighted
-    sum."""
-    why = "with run-config secagg=true the server sees only the weighted sum of the uploads"
-    if settings.strategy != "fedac":
-        raise ConfigError(
-            f"run-config strategy={settings.strategy} cannot run with secagg=true: secure "
-            "aggregation "
-            'runs fedac\'s server side; set strategy="fedac" or secagg=false'
-        )
-    if settings.data_mode != "full":
-        raise ConfigError(
-            f"run-config data-mode={settings.data_mode} is not supported with secagg=true: use "
-            'data-mode="full" or secagg=false'
-        )
-    if cfg.algorithm not in SECAGG_ALGORITHMS:
-        raise ConfigError(
-            f"algorithm={cfg.algorithm} needs each client's upload on the server, but {why}; use "
-            f"one of {', '.join(SECAGG_ALGORITHMS)} or set secagg=false"
-        )
-    if cfg.aggregation.method != "mean":
-        raise ConfigError(
-            f"aggregation.method={cfg.aggregation.method} compares the clients' uploads, but "
-            f"{why}; set aggregation.method=mean or secagg=false"
-        )
-    if cfg.aggregation.weighting != "n_k":  # Flower's SecAgg+ mod weights each update by n_k
-        raise ConfigError(
-            f"aggregation.weighting={cfg.aggregation.weighting}: the secure sum weights each "
-            f"update by n_k, but {why}; set aggregation.weighting=n_k or secagg=false"
-        )
-    if cfg.dp.mode != "none":
-        raise ConfigError(
-            f"dp.mode={cfg.dp.mode} clips each client's update on the server, but {why}; set "
-            "dp.mode=none or secagg=false"
-        )
-    if cfg.compression.method in ("topk", "randk"):
-        raise ConfigError(
-            f"compression.method={cfg.compression.method} sends each client's own choice of "
-            f"entries, and masked sparse updates do not add up under SecAgg+ ({why}); set "
-            "compression.method=none or secagg=false"
-        )
-    if cfg.compression.method != "none":
-        raise ConfigError(
-            f"compression.method={cfg.compression.method} encodes each update at its own scale "
-            f"or norm, which SecAgg+'s masked sum cannot add ({why}); set compression.method=none "
-            "or secagg=false"
-        )
-    if cfg.attack.kind in MODEL_ATTACKS:
-        raise ConfigError(
-            f"attack.kind={cfg.attack.kind} alters each upload on the server, but {why}; use a "
-            "data attack (label_flip, label_permute, backdoor), attack.kind=none or secagg=false"
-        )
+    """ConfigError for every combination SecAgg+ cannot carry (the server only ever sees a weighted
+    sum): the compatibility matrix's rules for a deployment with secagg=true
+    (settings/compatibility.py)."""
+    check_combination(cfg, Deployment(settings.strategy, settings.data_mode, secagg=True))
 
 
 def secagg_workflow(settings: SecAggSettings, timeout: float | None) -> SecAggPlusWorkflow:

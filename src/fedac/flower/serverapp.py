@@ -44,7 +44,8 @@ from fedac.flower import transport
 from fedac.flower.devices import refuse_attacks_on_devices
 from fedac.flower.settings import DeploymentSettings, deployment_settings, fedac_config
 from fedac.flower.strategy import FedacStrategy, NodeDirectory, PollingGrid, flower_strategy
-from fedac.rules.attacks import Attack
+from fedac.settings.compatibility import Deployment
+from fedac.settings.compatibility import check as check_combination
 
 log = logging.getLogger("fedac.flower")
 
@@ -86,7 +87,6 @@ class FlowerServerSide(Simulator):
 
     evaluator: NodeEvaluator
     evaluator_class = NodeEvaluator
-    virtual_time = False
 
 
 class DeviceServerSide(FlowerServerSide):
@@ -252,37 +252,6 @@ def _runtime_record(strategy, directory: NodeDirectory, secure: bool) -> dict[st
     return runtime
 
 
-def refuse_compression(cfg: Config, settings: DeploymentSettings) -> None:
-    """ConfigError for what compressed uploads cannot carry in a deployment: each node compresses
-    its own upload (clientapp.py `compressed`), so what the server step would do to an upload
-    before its client compresses it (model poisoning, dp.mode=client's clipping) cannot happen in
-    that order, and Flower's built-in strategies read dense arrays."""
-    method = cfg.compression.method
-    if cfg.compression.download:
-        raise ConfigError(
-            "compression.download=true: the ServerApp sends the broadcast dense; set "
-            "compression.download=false in a Flower deployment"
-        )
-    if method == "none":
-        return
-    why = "each node sends its upload compressed, and the server sees it only after"
-    if settings.strategy != "fedac":
-        raise ConfigError(
-            f"compression.method={method} needs the fedac strategy (Flower's own strategies "
-            'average dense arrays); set strategy="fedac" or compression.method=none'
-        )
-    if cfg.dp.mode == "client":
-        raise ConfigError(
-            f"dp.mode=client clips each update before it is compressed, but {why}; use "
-            "dp.mode=central or compression.method=none"
-        )
-    if Attack(cfg, []).poisons == "upload":
-        raise ConfigError(
-            f"attack.kind={cfg.attack.kind} poisons an upload before it is compressed, but {why}; "
-            "use a data attack or compression.method=none"
-        )
-
-
 def run_deployment(
     grid: Grid, cfg: Config, settings: DeploymentSettings, run_dir: Path
 ) -> dict[str, Any]:
@@ -291,12 +260,9 @@ def run_deployment(
     started = time.perf_counter()
     device = settings.data_mode == "device"
     secure = settings.secagg is not None and settings.secagg.enabled
-    if secure:  # before any data is built: SecAgg+ refuses what needs each client's upload
-        # lazy: start-up time (SecAgg+ workflow)
-        from fedac.flower.secagg import refuse_unsupported
-
-        refuse_unsupported(cfg, settings)
-    refuse_compression(cfg, settings)
+    # Before any data is built: the compatibility matrix with this deployment's settings (SecAgg+
+    # refuses what needs each client's upload; compressed uploads what acts before compression).
+    check_combination(cfg, Deployment.of(settings))
     side = _server_side(cfg, run_dir, device)
     save_config(cfg, run_dir / "config.yaml")
     state = side._fresh_state()

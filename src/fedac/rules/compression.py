@@ -23,6 +23,12 @@ error feedback):
 - `int8`: per tensor, scale = max |v_i| / 127 (fp32) and round(v_i / scale) as one signed byte.
 - `bf16`: every entry as bfloat16 (2 bytes).
 
+Each method is a registered codec (settings/codecs.py, `fedac list codecs`; plug-ins through the
+`fedac.codecs` entry points): a `Codec` subclass here declaring its stacked message, its decode, its
+wire bytes and its packing into bytes, its capabilities (sparse, quantised, unbiased, needs a
+residual) in its table entry. `Compressor` is the one run-time driver every codec shares: which
+entries, the updates and residuals, the seeded draws, the broadcast and the wire form.
+
 Wire bytes (`wire_bytes`, a function of the upload's shapes alone, so rejected uploads count too):
 sparse methods send k x (index + value) bytes, the value at the update's element size and the index
 as the smallest unsigned integer of 1, 2, 4 or 8 bytes that holds d - 1; qsgd 4 + ceil(n (1 + b) /
@@ -37,8 +43,9 @@ words), whose length is `wire_bytes`, and the server rebuilds the upload from th
 Error feedback (Karimireddy et al. 2019, "Error feedback fixes SignSGD", Alg. 2; Stich et al.'s
 memory): a client adds its residual e_k to its update before compressing, sends C(Delta_k + e_k),
 and keeps e_k <- Delta_k + e_k - C(Delta_k + e_k). The residuals are client state the engine keeps
-(`RunState.compression_residuals`, checkpointed), passed in here. qsgd is unbiased and is run
-without it (`compression.error_feedback=true` with qsgd is refused).
+(`RunState.compression_residuals`, checkpointed), passed in here. It is on by default for the
+biased codecs and off for the unbiased qsgd (`compression.error_feedback` unset: what the codec
+declares; true with qsgd is refused by the compatibility matrix).
 """
 
 from __future__ import annotations
@@ -54,14 +61,9 @@ import torch
 from fedac.config import Config
 from fedac.errors import ConfigError
 from fedac.seeding import torch_generator
+from fedac.settings.codecs import codec_spec, error_feedback
 from fedac.training.device import nbytes
 from fedac.training.types import Params
-
-METHODS = ("none", "topk", "randk", "qsgd", "int8", "bf16")
-SPARSE = ("topk", "randk")
-#: Methods whose sent update can be longer than the one given (quantisation rounds entries up),
-#: so a client-side DP clip before them bounds nothing.
-QUANTISED = ("qsgd", "int8", "bf16")
 
 
 def index_bytes(entries: int) -> int:
@@ -78,51 +80,278 @@ def level_bits(levels: int) -> int:
     return max(1, math.ceil(math.log2(levels + 1)))
 
 
+#: Seeded U[0, 1) draws shaped like a codec's rows, one generator per client (`Compressor.uniform`):
+#: draws(rows, clients, round_idx, purpose).
+Draws = Callable[[dict[str, torch.Tensor], list[str], int, str], dict[str, torch.Tensor]]
+
+
+class Codec:
+    """One compression method, on the stacked updates of a round (`rows`: per compressed entry a
+    (clients, n) tensor, row i client i). A subclass declares what is sent (`message`), what the
+    server rebuilds from it (`decoded`), its bytes on the wire (`wire_bytes`) and how one client's
+    message travels as bytes (`pack`, `unpack`); its capabilities live in its table entry
+    (settings/codecs.py `CodecSpec`). `settings`: the `compression` section."""
+
+    def __init__(self, settings: Any):
+        self.settings = settings
+
+    def message(
+        self, rows: dict[str, torch.Tensor], clients: list[str], round_idx: int, draws: Draws
+    ) -> dict[str, Any]:
+        """What the clients send, stacked (row i: client i)."""
+        raise NotImplementedError
+
+    def decoded(self, message: dict[str, Any], like: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """The updates a stacked `message` stands for, per entry shaped like `like`'s stacks."""
+        raise NotImplementedError
+
+    def wire_bytes(self, sizes: list[int], dtype: torch.dtype) -> int:
+        """Bytes of the compressed entries, of `sizes` entries each, values of `dtype`."""
+        raise NotImplementedError
+
+    def pack(self, message: dict[str, Any], sizes: list[int]) -> dict[str, bytes]:
+        """One client's `message` (its stacks of one row) as named byte strings whose lengths add
+        up to `wire_bytes`."""
+        raise NotImplementedError
+
+    def unpack(
+        self, wire: dict[str, bytes], like: dict[str, torch.Tensor], dtype: torch.dtype
+    ) -> dict[str, Any]:
+        """`pack`'s byte strings back as the one-client stacked message of entries like `like`
+        (each (1, ...)), values of `dtype`."""
+        raise NotImplementedError
+
+
+class Dense(Codec):
+    """`none`: every entry as it is (the run never compresses; here so the table's entry names a
+    codec)."""
+
+    def message(self, rows, clients, round_idx, draws):
+        return dict(rows)
+
+    def decoded(self, message, like):
+        return {n: r.reshape(like[n].shape) for n, r in message.items()}
+
+    def wire_bytes(self, sizes, dtype):
+        return sum(sizes) * torch.empty((), dtype=dtype).element_size()
+
+    def pack(self, message, sizes):
+        return {n: r[0].cpu().numpy().tobytes() for n, r in message.items()}
+
+    def unpack(self, wire, like, dtype):
+        return {
+            n: torch.frombuffer(bytearray(wire[n]), dtype=like[n].dtype)[None].to(like[n].device)
+            for n in like
+        }
+
+
+class Sparse(Codec):
+    """k (index, value) pairs over the whole update as one vector (every compressed entry
+    together): {"index", "values"} stacks of (clients, k)."""
+
+    def kept(self, entries: int) -> int:
+        """k, the entries sent of an update of `entries` entries."""
+        return min(entries, max(1, math.ceil(self.settings.ratio * entries)))
+
+    def chosen(self, flat: torch.Tensor, k: int, rows, clients, round_idx, draws) -> torch.Tensor:
+        """The (clients, k) indices each client sends of its `flat` update."""
+        raise NotImplementedError
+
+    def message(self, rows, clients, round_idx, draws):
+        flat = torch.cat(list(rows.values()), dim=1)
+        index = self.chosen(flat, self.kept(flat.shape[1]), rows, clients, round_idx, draws)
+        return {"index": index, "values": flat.gather(1, index)}
+
+    def decoded(self, message, like):
+        sizes = [v[0].numel() for v in like.values()]
+        values = message["values"]
+        flat = torch.zeros(values.shape[0], sum(sizes), dtype=values.dtype, device=values.device)
+        flat.scatter_(1, message["index"], values)
+        parts = flat.split(sizes, dim=1)
+        return {n: p.reshape(like[n].shape) for n, p in zip(like, parts)}
+
+    def wire_bytes(self, sizes, dtype):
+        d = sum(sizes)
+        if not d:
+            return 0
+        width = torch.empty((), dtype=dtype).element_size()
+        return self.kept(d) * (index_bytes(d) + width)
+
+    def pack(self, message, sizes):
+        index = message["index"][0].cpu().numpy().astype(f"<u{index_bytes(sum(sizes))}")
+        return {"index": index.tobytes(), "values": message["values"][0].cpu().numpy().tobytes()}
+
+    def unpack(self, wire, like, dtype):
+        d = sum(v[0].numel() for v in like.values())
+        device = next(iter(like.values())).device
+        index = torch.from_numpy(
+            np.frombuffer(wire["index"], f"<u{index_bytes(d)}").astype(np.int64)
+        )
+        values = torch.frombuffer(bytearray(wire["values"]), dtype=dtype)
+        return {"index": index[None].to(device), "values": values[None].to(device)}
+
+
+class TopK(Sparse):
+    """`topk` (Stich et al. 2018): the k entries of largest magnitude."""
+
+    def chosen(self, flat, k, rows, clients, round_idx, draws):
+        return flat.abs().topk(k, dim=1, sorted=False).indices
+
+
+class RandK(Sparse):
+    """`randk` (Stich et al. 2018): k entries drawn uniformly without replacement, seeded by
+    (seed, round, client); the k largest of seeded uniform draws are a uniform k-subset."""
+
+    def chosen(self, flat, k, rows, clients, round_idx, draws):
+        uniform = torch.cat(list(draws(rows, clients, round_idx, "randk").values()), 1)
+        return uniform.topk(k, dim=1, sorted=False).indices
+
+
+class PerEntry(Codec):
+    """A quantiser that sends each entry (tensor) on its own: `encode_rows` / `decode_rows` of one
+    entry's (clients, n) rows, packed per entry."""
+
+    def encode_rows(self, rows: torch.Tensor, uniform: torch.Tensor | None) -> Any:
+        raise NotImplementedError
+
+    def decode_rows(self, part: Any, dtype: torch.dtype) -> torch.Tensor:
+        raise NotImplementedError
+
+    #: The purpose of its seeded draws (None: it draws nothing).
+    draws: str | None = None
+
+    def message(self, rows, clients, round_idx, draws):
+        noise = draws(rows, clients, round_idx, self.draws) if self.draws else {}
+        return {n: self.encode_rows(r, noise.get(n)) for n, r in rows.items()}
+
+    def decoded(self, message, like):
+        return {
+            n: self.decode_rows(part, like[n].dtype).reshape(like[n].shape)
+            for n, part in message.items()
+        }
+
+    def pack(self, message, sizes):
+        return {n: self.pack_entry(part) for n, part in message.items()}
+
+    def unpack(self, wire, like, dtype):
+        return {n: self.unpack_entry(wire[n], like[n][0]) for n in like}
+
+    def pack_entry(self, part: Any) -> bytes:
+        raise NotImplementedError
+
+    def unpack_entry(self, data: bytes, like: torch.Tensor) -> Any:
+        raise NotImplementedError
+
+
+class BF16(PerEntry):
+    """`bf16`: every entry as bfloat16 (2 bytes)."""
+
+    def encode_rows(self, rows, uniform):
+        return rows.to(torch.bfloat16)
+
+    def decode_rows(self, part, dtype):
+        return part.to(dtype)
+
+    def wire_bytes(self, sizes, dtype):
+        return sum(2 * n for n in sizes)
+
+    def pack_entry(self, part):
+        return part[0].view(torch.int16).cpu().numpy().astype("<i2").tobytes()
+
+    def unpack_entry(self, data, like):
+        ints = torch.from_numpy(np.frombuffer(data, "<i2").copy())
+        return ints.view(torch.bfloat16)[None].to(like.device)
+
+
+def _scale_bytes(head: torch.Tensor) -> bytes:
+    """A one-client (1, 1) fp32 scale or norm as 4 little-endian bytes."""
+    return np.asarray([float(head[0, 0])], dtype="<f4").tobytes()
+
+
+def _scale_of(data: bytes, like: torch.Tensor) -> torch.Tensor:
+    return torch.tensor([[float(np.frombuffer(data[:4], "<f4")[0])]], device=like.device)
+
+
+class Int8(PerEntry):
+    """`int8`: per tensor, scale = max |v_i| / 127 (fp32) and round(v_i / scale) as one signed
+    byte."""
+
+    def encode_rows(self, rows, uniform):
+        return int8(rows)
+
+    def decode_rows(self, part, dtype):
+        scale, q = part
+        return q.to(scale.dtype) * scale
+
+    def wire_bytes(self, sizes, dtype):
+        return sum(4 + n for n in sizes)
+
+    def pack_entry(self, part):
+        head, body = part
+        return _scale_bytes(head) + body[0].cpu().numpy().astype(np.int8).tobytes()
+
+    def unpack_entry(self, data, like):
+        q = torch.from_numpy(np.frombuffer(data[4:], np.int8).copy())
+        return _scale_of(data, like), q[None].to(like.device)
+
+
+class QSGD(PerEntry):
+    """`qsgd` (Alistarh et al. 2017): per tensor its norm and each entry's signed stochastic level,
+    seeded by (seed, round, client); sent as the fp32 norm and per entry a sign bit and the level's
+    ceil(log2(s + 1)) bits, most significant first, padded to whole bytes per tensor."""
+
+    draws = "qsgd"
+
+    def encode_rows(self, rows, uniform):
+        return qsgd(rows, uniform, self.settings.levels)
+
+    def decode_rows(self, part, dtype):  # ||v|| sign l / s
+        norm, level = part
+        return level.to(norm.dtype) * (norm / self.settings.levels)
+
+    def wire_bytes(self, sizes, dtype):
+        bits = 1 + level_bits(self.settings.levels)
+        return sum(4 + math.ceil(n * bits / 8) for n in sizes)
+
+    def pack_entry(self, part):
+        head, body = part
+        level = body[0].cpu().numpy().astype(np.int64)
+        bits = level_bits(self.settings.levels)
+        shifts = np.arange(bits - 1, -1, -1)
+        fields = np.concatenate(
+            [(level < 0)[:, None], (np.abs(level)[:, None] >> shifts) & 1], axis=1
+        ).astype(np.uint8)
+        return _scale_bytes(head) + np.packbits(fields.reshape(-1)).tobytes()
+
+    def unpack_entry(self, data, like):
+        n, bits = like.numel(), level_bits(self.settings.levels)
+        packed = np.unpackbits(np.frombuffer(data[4:], np.uint8), count=n * (1 + bits))
+        fields = packed.reshape(n, 1 + bits).astype(np.int64)
+        level = (fields[:, 1:] << np.arange(bits - 1, -1, -1)).sum(axis=1)
+        level = np.where(fields[:, 0] == 1, -level, level)
+        return _scale_of(data, like), torch.from_numpy(level)[None].to(like.device)
+
+
 class Compressor:
     """The configured compression of one run (`compression.*`); `on` is False for none.
 
-    Refused at start (ConfigError), each in one line: an algorithm whose uploads are not models of
-    the broadcast's form (`parameter_uploads`: the engine passes the algorithm's capabilities,
-    `dp_compatible or sums_uploads`, which both declare uploads of the broadcast's shape);
-    error feedback with qsgd; client-side DP with a quantiser (its output may exceed the clip
-    norm); `compression.download=true` without a quantiser (sparsifying the broadcast model
-    itself would zero most of its weights)."""
+    Which combinations run (a codec with an algorithm whose uploads are not models of the
+    broadcast's form, error feedback with an unbiased codec, client-side DP before a quantiser,
+    a compressed broadcast without one) is decided by the compatibility matrix when the run
+    starts (settings/compatibility.py); `parameter_uploads` is what the algorithm declares
+    there (`dp_compatible or sums_uploads`), kept for the callers that pass it."""
 
-    def __init__(self, cfg: Config, parameter_uploads: bool):
+    def __init__(self, cfg: Config, parameter_uploads: bool = True):
         self.cfg, c = cfg.compression, cfg.compression
         self.seed = cfg.seed
-        self.on = c.method != "none"
-        if c.method not in METHODS:
-            raise ConfigError(
-                f"unknown compression.method {c.method!r}; use one of {', '.join(METHODS)}"
-            )
-        if c.download and c.method not in QUANTISED:
-            raise ConfigError(
-                f"compression.download=true quantises the broadcast model itself, and "
-                f"compression.method={c.method} does not quantise (sparsifying a model would zero "
-                "most of its weights): use qsgd, int8 or bf16, or compression.download=false"
-            )
+        spec = codec_spec(c.method)
+        self.on = not spec.off
+        #: The configured codec (settings/codecs.py's entry, its class here or a plug-in's).
+        self.codec: Codec = spec.load()(c)
         #: Whether the broadcast travels compressed too (`broadcast`).
         self.download = c.download
-        if not self.on:
-            return
-        if not parameter_uploads:
-            raise ConfigError(
-                f"compression.method={c.method} compresses uploads that are models of the "
-                f"broadcast's form, and algorithm {cfg.algorithm} uploads something else; use "
-                "compression.method=none with it"
-            )
-        if c.method == "qsgd" and c.error_feedback:
-            raise ConfigError(
-                "compression.method=qsgd is unbiased and runs without error feedback; set "
-                "compression.error_feedback=false"
-            )
-        if c.method in QUANTISED and cfg.dp.mode == "client":
-            raise ConfigError(
-                f"dp.mode=client clips each update before it is sent, and compression.method="
-                f"{c.method} can lengthen it past dp.clip; use topk / randk, or dp.mode=central"
-            )
-        self.feedback = c.error_feedback
+        #: Error feedback: `compression.error_feedback`, or as the codec declares when unset.
+        self.feedback = self.on and error_feedback(c.method, c.error_feedback)
 
     # --- which entries -----------------------------------------------------------------------
     @staticmethod
@@ -155,26 +384,11 @@ class Compressor:
             return nbytes(upload)
         names = self.compressed_entries(payload, upload)
         dense = sum(nbytes(v) for n, v in upload.items() if n not in names)
-        sizes = [upload[n].numel() for n in names]
-        method = self.cfg.method
-        if method in SPARSE:
-            d = sum(sizes)
-            if not d:
-                return dense
-            # (the values travel at the dtype torch.cat gives the concatenated update)
-            value = functools.reduce(torch.promote_types, [upload[n].dtype for n in names])
-            width = torch.empty((), dtype=value).element_size()
-            return dense + self.kept(d) * (index_bytes(d) + width)
-        if method == "qsgd":
-            bits = 1 + level_bits(self.cfg.levels)
-            return dense + sum(4 + math.ceil(n * bits / 8) for n in sizes)
-        if method == "int8":
-            return dense + sum(4 + n for n in sizes)
-        return dense + sum(2 * n for n in sizes)  # bf16
-
-    def kept(self, entries: int) -> int:
-        """k, the entries a sparse method sends of an update of `entries` entries."""
-        return min(entries, max(1, math.ceil(self.cfg.ratio * entries)))
+        if not names:
+            return dense
+        return dense + self.codec.wire_bytes(
+            [upload[n].numel() for n in names], _dtype(upload, names)
+        )
 
     # --- the broadcast (compression.download=true) --------------------------------------------
     def broadcast(self, payload: Params, round_idx: int) -> Params:
@@ -268,52 +482,14 @@ class Compressor:
     def message(
         self, deltas: dict[str, torch.Tensor], clients: list[str], round_idx: int
     ) -> dict[str, Any]:
-        """What the clients send, stacked (row i: client i): sparse methods {"index", "values"}
-        (clients, k) over the whole update; qsgd per entry (norm (clients, 1), signed levels
-        (clients, n)); int8 per entry (scale (clients, 1), int8 (clients, n)); bf16 per entry the
-        (clients, n) bfloat16 rows."""
-        method = self.cfg.method
+        """What the clients send, stacked (row i: client i): the codec's message of the
+        (clients, n) rows of every entry."""
         rows = {n: d.reshape(len(clients), -1) for n, d in deltas.items()}
-        if method == "bf16":
-            return {n: r.to(torch.bfloat16) for n, r in rows.items()}
-        if method == "int8":
-            return {n: int8(r) for n, r in rows.items()}
-        if method == "qsgd":
-            noise = self.uniform(rows, clients, round_idx, "qsgd")
-            return {n: qsgd(r, noise[n], self.cfg.levels) for n, r in rows.items()}
-        flat = torch.cat(list(rows.values()), dim=1)
-        k = self.kept(flat.shape[1])
-        if method == "topk":
-            index = flat.abs().topk(k, dim=1, sorted=False).indices
-        else:  # randk: the k largest of seeded uniform draws are a uniform k-subset
-            draws = torch.cat(list(self.uniform(rows, clients, round_idx, "randk").values()), 1)
-            index = draws.topk(k, dim=1, sorted=False).indices
-        return {"index": index, "values": flat.gather(1, index)}
+        return self.codec.message(rows, clients, round_idx, self.uniform)
 
     def decoded(self, message: dict[str, Any], like: dict[str, torch.Tensor]) -> dict[str, Any]:
         """The updates a stacked `message` stands for, per entry shaped like `like`'s stacks."""
-        method = self.cfg.method
-        if method in SPARSE:
-            sizes = [v[0].numel() for v in like.values()]
-            values = message["values"]
-            flat = torch.zeros(
-                values.shape[0], sum(sizes), dtype=values.dtype, device=values.device
-            )
-            flat.scatter_(1, message["index"], values)
-            parts = flat.split(sizes, dim=1)
-            return {n: p.reshape(like[n].shape) for n, p in zip(like, parts)}
-        out = {}
-        for n, part in message.items():
-            if method == "bf16":
-                rows = part.to(like[n].dtype)
-            elif method == "int8":
-                scale, q = part
-                rows = q.to(scale.dtype) * scale
-            else:  # qsgd: ||v|| sign l / s
-                norm, level = part
-                rows = level.to(norm.dtype) * (norm / self.cfg.levels)
-            out[n] = rows.reshape(like[n].shape)
-        return out
+        return self.codec.decoded(message, like)
 
     def uniform(
         self, rows: dict[str, torch.Tensor], clients: list[str], round_idx: int, purpose: str
@@ -343,74 +519,23 @@ class Compressor:
         message = self.message(deltas, [client], round_idx)
         self._keep(residuals, [client], deltas, self.decoded(message, deltas))
         wire = {n: v for n, v in upload.items() if n not in names}
-        if self.cfg.method in SPARSE:
-            d = sum(payload[n].numel() for n in names)
-            index = message["index"][0].cpu().numpy().astype(f"<u{index_bytes(d)}")
-            wire[f"{WIRE}index"] = as_bytes(index.tobytes())
-            wire[f"{WIRE}values"] = as_bytes(message["values"][0].cpu().numpy().tobytes())
-            return wire
-        for n, part in message.items():
-            wire[f"{WIRE}{n}"] = as_bytes(self._pack(part))
+        sizes = [payload[n].numel() for n in names]
+        for key, data in self.codec.pack(message, sizes).items():
+            wire[f"{WIRE}{key}"] = as_bytes(data)
         return wire
-
-    def _pack(self, part: Any) -> bytes:
-        """One client's compressed tensor as bytes (its stacked `message` entry, one row)."""
-        if self.cfg.method == "bf16":
-            return part[0].view(torch.int16).cpu().numpy().astype("<i2").tobytes()
-        head, body = part
-        scale = np.asarray([float(head[0, 0])], dtype="<f4").tobytes()
-        if self.cfg.method == "int8":
-            return scale + body[0].cpu().numpy().astype(np.int8).tobytes()
-        # qsgd: per entry a sign bit, then the level's bits, most significant first
-        level = body[0].cpu().numpy().astype(np.int64)
-        bits = level_bits(self.cfg.levels)
-        shifts = np.arange(bits - 1, -1, -1)
-        fields = np.concatenate(
-            [(level < 0)[:, None], (np.abs(level)[:, None] >> shifts) & 1], axis=1
-        ).astype(np.uint8)
-        return scale + np.packbits(fields.reshape(-1)).tobytes()
 
     def decode(self, payload: Params, wire: dict[str, torch.Tensor]) -> Params:
         """The upload the server rebuilds from one client's `encode`d wire form."""
         names = [n for n, v in payload.items() if v.is_floating_point()]
         out = {n: v for n, v in wire.items() if not n.startswith(WIRE)}
-        device = next(iter(payload.values())).device
-        if self.cfg.method in SPARSE:
-            d = sum(payload[n].numel() for n in names)
-            dtype = functools.reduce(torch.promote_types, [payload[n].dtype for n in names])
-            raw = wire[f"{WIRE}index"].cpu().numpy().tobytes()
-            index = torch.from_numpy(np.frombuffer(raw, f"<u{index_bytes(d)}").astype(np.int64))
-            values = torch.frombuffer(
-                bytearray(wire[f"{WIRE}values"].cpu().numpy().tobytes()), dtype=dtype
-            )
-            like = {n: payload[n][None] for n in names}
-            message = {"index": index[None].to(device), "values": values[None].to(device)}
-            sent = self.decoded(message, like)
-        else:
-            like = {n: payload[n][None] for n in names}
-            message = {n: self._unpack(wire[f"{WIRE}{n}"], payload[n]) for n in names}
-            sent = self.decoded(message, like)
+        packed = {
+            n[len(WIRE) :]: v.cpu().numpy().tobytes() for n, v in wire.items() if n.startswith(WIRE)
+        }
+        like = {n: payload[n][None] for n in names}
+        sent = self.decoded(self.codec.unpack(packed, like, _dtype(payload, names)), like)
         for n in names:
             out[n] = (payload[n] + sent[n][0]).to(payload[n].dtype)
         return {n: out[n] for n in [*payload, *(k for k in out if k not in payload)] if n in out}
-
-    def _unpack(self, data: torch.Tensor, like: torch.Tensor) -> Any:
-        """`_pack`'s bytes back as the one-client stacked `message` entry of a tensor like
-        `like`."""
-        raw, n = data.cpu().numpy().tobytes(), like.numel()
-        if self.cfg.method == "bf16":
-            ints = torch.from_numpy(np.frombuffer(raw, "<i2").copy())
-            return ints.view(torch.bfloat16)[None].to(like.device)
-        scale = torch.tensor([[float(np.frombuffer(raw[:4], "<f4")[0])]], device=like.device)
-        if self.cfg.method == "int8":
-            q = torch.from_numpy(np.frombuffer(raw[4:], np.int8).copy())
-            return scale, q[None].to(like.device)
-        bits = level_bits(self.cfg.levels)
-        packed = np.unpackbits(np.frombuffer(raw[4:], np.uint8), count=n * (1 + bits))
-        fields = packed.reshape(n, 1 + bits).astype(np.int64)
-        level = (fields[:, 1:] << np.arange(bits - 1, -1, -1)).sum(axis=1)
-        level = np.where(fields[:, 0] == 1, -level, level)
-        return scale, torch.from_numpy(level)[None].to(like.device)
 
     def _wire_entries(self, payload: Params, upload: Params) -> list[str]:
         """The compressed entries of an upload that travels as bytes: every floating entry of the
@@ -426,6 +551,12 @@ class Compressor:
 
 #: The prefix of a wire form's compressed entries (the dense ones keep their names).
 WIRE = "$compressed/"
+
+
+def _dtype(upload: Params, names: list[str]) -> torch.dtype:
+    """The dtype torch.cat gives the concatenated update of entries `names` (a sparse codec's
+    values travel at it)."""
+    return functools.reduce(torch.promote_types, [upload[n].dtype for n in names])
 
 
 def as_bytes(data: bytes) -> torch.Tensor:

@@ -10,27 +10,42 @@ either through the entry-point groups `fedac.clock_modes` and `fedac.availabilit
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from fedac.registry import Entry, Registry
 
 _C, _T = "fedac.engine.clock", "fedac.data.traces"
+
+
+@dataclass(frozen=True)
+class ClockModeSpec(Entry):
+    """A registered clock mode and what it declares before torch loads (the compatibility matrix,
+    settings/compatibility.py, reads it)."""
+
+    asynchronous: bool = False
+    """Its rounds are model versions and every upload is re-based onto the newest model (so the
+    upload must be a model)."""
+
 
 #: `system.mode`: how the federation's rounds are timed on the virtual clock.
 CLOCK_MODES = Registry(
     "clock_mode",
     {
-        "sync": Entry(
+        "sync": ClockModeSpec(
             f"{_C}.sync:SyncSchedule",
             "rounds: a deadline, over-commitment, dropout and partial work",
         ),
-        "fedbuff": Entry(
+        "fedbuff": ClockModeSpec(
             f"{_C}.asynchronous:FedBuff",
             "FedBuff (Nguyen et al. 2022): concurrent clients, every system.buffer arrivals "
             "applied at once, staleness-weighted",
+            asynchronous=True,
         ),
-        "fedasync": Entry(
+        "fedasync": ClockModeSpec(
             f"{_C}.asynchronous:FedAsync",
             "FedAsync (Xie et al. 2019): every arrival mixed in at once with alpha x its staleness "
             "weight",
+            asynchronous=True,
         ),
     },
     setting="system.mode",

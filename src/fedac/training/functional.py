@@ -32,6 +32,7 @@ import copy
 import math
 import threading
 import warnings
+from abc import ABC, abstractmethod
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -176,12 +177,61 @@ class _Calls(nn.Module):
         return getattr(self.m, method)(*args)
 
 
-class StackedModule:
-    """The stacked forward of any nn.Module, for a chunk's first `active` clients:
-    `module(state, x, masks, weight, method)` with `state` the (active, ...) parameters and buffers,
-    `x` (active, width, ...), `masks` a `CohortChunk.dropout(step)` source, `weight` (active, width)
-    the per-sample weights (0 on padding), `method` the model's method to call (forward by
-    default)."""
+class StackedForward(ABC):
+    """A model's stacked forward for a chunk's first `active` clients, one interface for its two
+    forms (`StackedModule`: any nn.Module through vmap; `HandWritten`: models/stacked.py's CRNNs):
+    `module(state, x, masks, weight, method)` with `state` the (active, ...) parameters and
+    buffers, `x` (active, width, ...), `masks` a `CohortChunk.dropout(step)` source, `weight`
+    (active, width) the per-sample weights (0 on padding), `method` the model's method to call
+    (forward by default); `map` runs a function of one client's model over the chunk."""
+
+    param_names: list[str]
+    buffer_names: list[str]
+
+    def __call__(
+        self,
+        state: Params,
+        x: torch.Tensor,
+        masks=None,
+        weight: torch.Tensor | None = None,
+        method: str = "forward",
+        padded: bool | None = None,
+    ) -> torch.Tensor:
+        return self.outputs(state, x, masks, weight, method, padded)
+
+    def map(
+        self,
+        fn,
+        state: Params,
+        x: torch.Tensor,
+        masks=None,
+        weight: torch.Tensor | None = None,
+        *extras,
+        method: str = "forward",
+        padded: bool | None = None,
+        teachers: dict[str, Params] | None = None,
+    ):
+        """vmap over the clients of `fn(forward, params, x_k, weight_k, *extras_k)`, where
+        `forward(inputs, method="forward")` is client k's model (parameters and buffers bound),
+        `params` its trainable parameters by name, and each of `extras` a tensor or dict of tensors
+        with a leading client axis. `teachers`: frozen models by name, their entries stacked like
+        `state`'s; `forward(inputs, method, teacher=name)` runs client k's in eval mode. Each form
+        says what more it guarantees (`map_clients`)."""
+        return self.map_clients(fn, state, x, masks, weight, extras, method, padded, teachers or {})
+
+    @abstractmethod
+    def outputs(self, state: Params, x: torch.Tensor, masks, weight, method: str, padded):
+        """`module(...)`'s result: the chunk's outputs of `method`."""
+
+    @abstractmethod
+    def map_clients(
+        self, fn, state: Params, x: torch.Tensor, masks, weight, extras, method, padded, teachers
+    ):
+        """`map` with its optional arguments resolved (`teachers` a dict)."""
+
+
+class StackedModule(StackedForward):
+    """The stacked forward of any nn.Module (`StackedForward`), through vmap."""
 
     def __init__(self, model: nn.Module):
         self.param_names = [name for name, _ in model.named_parameters()]
@@ -213,15 +263,7 @@ class StackedModule:
             self._shapes[key] = record
         return self._shapes[key]
 
-    def __call__(
-        self,
-        state: Params,
-        x: torch.Tensor,
-        masks=None,
-        weight: torch.Tensor | None = None,
-        method: str = "forward",
-        padded: bool | None = None,
-    ) -> torch.Tensor:
+    def outputs(self, state, x, masks, weight, method, padded):
         return self.map(
             lambda forward, params, inputs, w: forward(inputs, method),
             state,
@@ -232,27 +274,10 @@ class StackedModule:
             padded=padded,
         )
 
-    def map(
-        self,
-        fn,
-        state: Params,
-        x: torch.Tensor,
-        masks=None,
-        weight: torch.Tensor | None = None,
-        *extras,
-        method: str = "forward",
-        padded: bool | None = None,
-        teachers: dict[str, Params] | None = None,
-    ):
-        """vmap over the clients of `fn(forward, params, x_k, weight_k, *extras_k)`, where
-        `forward(inputs, method="forward")` is client k's model (parameters and buffers bound),
-        `params` its trainable parameters by name, and each of `extras` a tensor or dict of tensors
-        with a leading client axis. Dropout masks are drawn for one call of `method` per step (see
-        the module's docstring). `teachers`: frozen models by name, their entries stacked like
-        `state`'s; `forward(inputs, method, teacher=name)` runs client k's in eval mode
-        (`FrozenModule`)."""
+    def map_clients(self, fn, state, x, masks, weight, extras, method, padded, teachers):
+        """Dropout masks are drawn for one call of `method` per step (see the module's
+        docstring); a teacher runs as a `FrozenModule`."""
         template = self._template(x.device)
-        teachers = teachers or {}
         frozen = self._frozen() if teachers else None
         drawn = []
         if masks is not None and template.training:
@@ -454,8 +479,8 @@ def clip_stacked(grads: dict[str, torch.Tensor | None], max_norm: float) -> None
             g.mul_(coef.view(-1, *[1] * (g.dim() - 1)))
 
 
-class HandWritten:
-    """A hand-written stacked forward (models/stacked.py's CRNNs) behind `StackedModule`'s
+class HandWritten(StackedForward):
+    """A hand-written stacked forward (models/stacked.py's CRNNs) behind `StackedForward`'s
     interface: no buffers, no other method than forward, no need of the sample weights (no batch
     statistics). `map` serves a local objective that reads its model once a step."""
 
@@ -463,31 +488,12 @@ class HandWritten:
         self.model, self.param_names = model, param_names
         self.buffer_names: list[str] = []
 
-    def __call__(
-        self,
-        state: Params,
-        x: torch.Tensor,
-        masks=None,
-        weight: torch.Tensor | None = None,
-        method: str = "forward",
-        padded: bool | None = None,
-    ) -> torch.Tensor:
+    def outputs(self, state, x, masks, weight, method, padded):
         if method != "forward":
             raise ConfigError(f"the hand-written stacked CRNN has no method {method!r}")
         return self.model(state, x, masks)
 
-    def map(
-        self,
-        fn,
-        state: Params,
-        x: torch.Tensor,
-        masks=None,
-        weight: torch.Tensor | None = None,
-        *extras,
-        method: str = "forward",
-        padded: bool | None = None,
-        teachers: dict[str, Params] | None = None,
-    ):
+    def map_clients(self, fn, state, x, masks, weight, extras, method, padded, teachers):
         """`StackedModule.map` for a function that reads its model once, on its batch:
         `forward(x_k)` (the logits), or `forward(x_k, "embed")` and then `forward(z, "head")` of
         that embedding, and each teacher likewise (`forward(x_k, method, teacher=name)`, in eval
@@ -498,7 +504,7 @@ class HandWritten:
         logits = self.model.head(state, embedding)
         frozen = {}
         with torch.no_grad():
-            for name, entries in (teachers or {}).items():
+            for name, entries in teachers.items():
                 z = self.model.embed(entries, x, None)
                 frozen[name] = (z, self.model.head(entries, z))
         params = {name: state[name] for name in self.param_names}

@@ -1,3 +1,3 @@
 # fedac_example/__init__.py
-"""An example fedac plug-in: one algorithm, model, dataset, aggregator and attack
-(docs/extending.md)."""
+"""An example fedac plug-in: one algorithm, model, dataset, aggregator, attack and compression
+codec (docs/extending.md)."""

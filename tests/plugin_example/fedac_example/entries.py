@@ -4,6 +4,7 @@ parts and to check settings before torch loads, so it imports no torch; each par
 a run uses it."""
 
 from fedac.registry import Entry
+from fedac.settings.codecs import CodecSpec
 from fedac.settings.datasets import DatasetSpec
 
 ALGORITHM = Entry(
@@ -37,4 +38,9 @@ ATTACK = Entry(
 AVAILABILITY = Entry(
     "fedac_example.availability:office_hours",
     "online 8 h a virtual day from 9, 10 or 11 o'clock (example plug-in)",
+)
+CODEC = CodecSpec(
+    "fedac_example.codec:ScaledSign",
+    "per tensor its mean magnitude and one sign bit per entry (example plug-in)",
+    quantised=True,
 )

@@ -1,13 +1,13 @@
 """The run's schedule, chosen once: the ideal federation when the run models no devices or time,
 else the registered clock mode `system.mode` (settings/clock.py `CLOCK_MODES`) on a `SystemClock`,
-after `refuse_unsupported_clock`."""
+after `refuse_unreachable_buffer`."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from fedac.config import Config, SystemConfig
-from fedac.engine.clock.refusals import refuse_unsupported_clock
+from fedac.engine.clock.refusals import refuse_unreachable_buffer
 from fedac.engine.clock.schedule import IdealSchedule, RoundSchedule, ScheduleContext
 from fedac.engine.clock.virtual import SystemClock
 from fedac.rules.compression import Compressor
@@ -35,26 +35,14 @@ def start_schedule(
     compression: Compressor | None,
     architecture: Callable[[str], str],
     flops: Callable[[str], float],
-    uploads_model: bool,
-    partial_work: str | None,
-    virtual_time: bool = True,
 ) -> RoundSchedule:
     """The schedule of a run over the trainable clients `sizes` (name -> n_k) with cohort size
     `cohort`. `architecture` / `flops`: a client's model and its training FLOPs per sample (the
-    devices' speed); `uploads_model`: the method uploads a model of its broadcast's form;
-    `partial_work`: why the method cannot train partial work (None: it can); `virtual_time`: false
-    where rounds run on real time (Flower)."""
+    devices' speed). What the clock cannot combine with the run's other parts was refused before
+    any data was built (settings/compatibility.py)."""
     if not clock_active(cfg.system):
         return IdealSchedule(ScheduleContext(cfg, sizes, cohort))
     mode = CLOCK_MODES.load(cfg.system.mode)
     clock = SystemClock(cfg, sizes, architecture, flops)
-    refuse_unsupported_clock(
-        cfg,
-        mode,
-        clock.reachable,
-        virtual_time=virtual_time,
-        uploads_model=uploads_model,
-        partial_work=partial_work,
-        compressed=compression is not None,
-    )
+    refuse_unreachable_buffer(cfg, mode, clock.reachable)
     return mode(ScheduleContext(cfg, sizes, cohort, compression, clock))
