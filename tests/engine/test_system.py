@@ -75,9 +75,7 @@ def hand_clock(
     return SystemClock(cfg, SIZES, lambda _: "m", lambda _: FLOPS_PER_SAMPLE)
 
 
-def hand_schedule(
-    tmp_path: Path, *settings: str, availability: str = AVAILABILITY, uploads_model: bool = True
-):
+def hand_schedule(tmp_path: Path, *settings: str, availability: str = AVAILABILITY):
     """`hand_clock`'s federation under the schedule its settings choose (cohort K = 2)."""
     return start_schedule(
         hand_config(tmp_path, settings, availability),
@@ -86,8 +84,6 @@ def hand_schedule(
         compression=None,
         architecture=lambda _: "m",
         flops=lambda _: FLOPS_PER_SAMPLE,
-        uploads_model=uploads_model,
-        partial_work=None,
     )
 
 
@@ -301,12 +297,18 @@ def test_fedbuff_rebases_the_difference_with_its_staleness_weight(tmp_path):
 
 
 def test_async_modes_refuse_sync_settings_and_methods_that_upload_no_model(tmp_path):
-    with pytest.raises(ConfigError, match="deadline"):
-        hand_schedule(tmp_path, "system.mode=fedbuff", "system.deadline=5", "system.buffer=2")
+    """The settings alone decide two refusals (the compatibility matrix, before any data); the
+    buffer against the clients the trace ever puts online needs the trace (the schedule's start)."""
+    from fedac.settings.compatibility import check
+
+    fedbuff = ("system.mode=fedbuff", "system.buffer=2")
+    with pytest.raises(ConfigError, match="shape sync rounds"):
+        check(hand_config(tmp_path, (*fedbuff, "system.deadline=5"), AVAILABILITY))
+    with pytest.raises(ConfigError, match="fedkwsui does not upload a model"):
+        check(hand_config(tmp_path, (*fedbuff, "algorithm=fedkwsui"), AVAILABILITY))
+    check(hand_config(tmp_path, fedbuff, AVAILABILITY))
     with pytest.raises(ConfigError, match="buffer=5"):
         hand_schedule(tmp_path, "system.mode=fedbuff", "system.buffer=5")
-    with pytest.raises(ConfigError, match="fedavg does not upload a model"):
-        hand_schedule(tmp_path, "system.mode=fedbuff", "system.buffer=2", uploads_model=False)
 
 
 # --- whole runs ----------------------------------------------------------------------------------
