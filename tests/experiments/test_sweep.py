@@ -200,4 +200,6 @@ def test_a_killed_sweep_continues(gsc_root, tmp_path):
     assert main(args) == 0
     got = rows(out)
     assert [r["state"] for r in got] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
-    assert got[3]["retry_of"] == "1" and got[3]["train.lr"] == got[1]["train.lr"]
+    # the killed trial's settings tried again first (a queued trial), then a new draw
+    assert got[2]["retry_of"] == "1" and got[2]["train.lr"] == got[1]["train.lr"]
+    assert got[1]["failed"] == "its process ended mid-trial"
