@@ -24,9 +24,9 @@ worker holds a lock on `DIR/workers/<host>-<pid>.lock`; on a database, Optuna's 
 FAIL and its settings tried again. `--jobs K` runs K worker processes, each claiming trials under a
 file lock, so they finish exactly `--trials` trials between them.
 
-Outputs, rewritten after every trial: `DIR/trials.csv`, `DIR/sweep.png` (the score of every trial,
-and each searched setting's effect) and `DIR/best.yaml` (the best trial's config.yaml: `fedac run
---config DIR/best.yaml` repeats it).
+Outputs: `DIR/trials.csv` and `DIR/best.yaml` (the best trial's config.yaml: `fedac run --config
+DIR/best.yaml` repeats it), rewritten after every trial, and `DIR/sweep.png` (the score of every
+trial, and each searched setting's effect) when the sweep ends.
 """
 
 from __future__ import annotations
@@ -490,7 +490,7 @@ def work(spec: SweepSpec, direction: str, worker: int = 0) -> None:
                 f"{n['done']} done, {n['pruned']} pruned, {n['running']} running of "
                 f"{spec.trials}",
             )
-            write_outputs(spec, study)
+            write_outputs(spec, study, figure=False)
 
 
 def _fmt(value: Any) -> str:
@@ -532,8 +532,10 @@ def trial_rows(spec: SweepSpec, study) -> list[dict[str, Any]]:
     return rows
 
 
-def write_outputs(spec: SweepSpec, study) -> None:
-    """trials.csv, sweep.png and best.yaml, from the study as it stands."""
+def write_outputs(spec: SweepSpec, study, figure: bool = True) -> None:
+    """trials.csv, best.yaml and (`figure`) sweep.png, from the study as it stands. The workers
+    write the first two after every trial, the figure (about a second of matplotlib) once when the
+    sweep ends."""
     rows = trial_rows(spec, study)
     columns = [*CSV_HEAD, *(s.key for s in spec.searches), *CSV_TAIL]
     with open(spec.out / "trials.csv.tmp", "w", newline="") as handle:
@@ -555,7 +557,8 @@ def write_outputs(spec: SweepSpec, study) -> None:
         text = (spec.out / "best.yaml.tmp").read_text()
         (spec.out / "best.yaml.tmp").write_text(head + text)
         os.replace(spec.out / "best.yaml.tmp", spec.out / "best.yaml")
-    plot_sweep(spec, rows, spec.out / "sweep.png")
+    if figure:
+        plot_sweep(spec, rows, spec.out / "sweep.png")
 
 
 def plot_sweep(spec: SweepSpec, rows: list[dict[str, Any]], path: Path) -> None:
