@@ -26,6 +26,7 @@ from __future__ import annotations
 import csv
 import json
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from fedac.experiments.compare import Method
@@ -159,13 +160,16 @@ TUNED = {
     "MOON": [LR, "moon.mu=0.1:5:log"],
     "Local": [LR, "train.momentum=0,0.9"],
 }
-#: Trials of every method's sweep (each of the table's rounds) and the seed it tunes on.
+#: Trials of every method's sweep (each of the table's rounds) and the seed it tunes on;
+#: pfl-tuned-quick's trials and methods (a reduced grid on the CREMA-D stand-in alone).
 TUNE_TRIALS = 8
+QUICK_TRIALS = 4
+QUICK_METHODS = ("FedAvg", "Ditto", "FedDyn", "Local")
 TUNE_SEED = 0
 UNTUNED = " (untuned)"
 
 
-def tuned_cells(spec: Experiment, request: Request) -> list[Cell]:
+def tuned_cells(spec: Experiment, request: Request, trials: int | None = None) -> list[Cell]:
     """The table's cells, every method of `TUNED` twice: at the settings its sweep found best on
     validation, and at its untuned defaults (label + UNTUNED). The sweeps run here, each in
     `<out>/sweeps/<dataset>/<method>` (a rerun reads the finished ones back; `--finished-only`
@@ -180,7 +184,7 @@ def tuned_cells(spec: Experiment, request: Request) -> list[Cell]:
             sweep_spec = SweepSpec(
                 out,
                 [parse_search(s) for s in TUNED[method.label]],
-                TUNE_TRIALS,
+                trials or TUNE_TRIALS,
                 overrides=[*cell.settings, *method.overrides, *cell.last],
                 algorithm=method.algorithm,
                 dataset=cell.dataset,
@@ -222,9 +226,10 @@ def write_tuned(
     settings, its clients' mean accuracy tuned and untuned with their ranks, and who wins by how
     much."""
     write_pfl(spec, request, cells, runs)
+    trials = QUICK_TRIALS if spec.name.endswith("-quick") else TUNE_TRIALS
     lines = [f"# {spec.title}", "", f"Command: `{request.command}`", ""]
     lines.append(
-        f"Budget per method and dataset: a sweep of {TUNE_TRIALS} trials (seed {TUNE_SEED}, "
+        f"Budget per method and dataset: a sweep of {trials} trials (seed {TUNE_SEED}, "
         f"median pruner) of the table's schedule, scored on validation; then seeds "
         f"{request.seeds}. Ranked by: {TABLES[RANKED]} (mean ± std over seeds)."
     )
@@ -306,5 +311,20 @@ SPECS = [
         protocol=QUICK,
         tables=TABLES,
         layout=Layout(cells=tuned_cells, write=write_tuned, two_passes=False),
+    ),
+    Experiment(
+        "pfl-tuned-quick",
+        "pFL baselines",
+        "-",
+        "Personalised FL baselines tuned on validation, a reduced grid (pfl-quick)",
+        Cost(25, "docs/results/pfl-tuned: the reduced grid's command, measured"),
+        [m for m in METHODS if m.split("=")[0] in QUICK_METHODS],
+        datasets=("cremad",),
+        dataset_settings={"cremad": DATASETS["cremad"]},
+        protocol=QUICK,
+        tables=TABLES,
+        layout=Layout(
+            cells=partial(tuned_cells, trials=QUICK_TRIALS), write=write_tuned, two_passes=False
+        ),
     ),
 ]
