@@ -39,8 +39,13 @@ ROOT = Path(__file__).resolve().parents[1]
 def timed(args: list[str], env: dict[str, str]) -> dict[str, float]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "fedac", *args], check=True, env=env,
-                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    subprocess.run(
+        [sys.executable, "-m", "fedac", *args],
+        check=True,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
@@ -61,11 +66,27 @@ def main() -> None:
     for k in range(args.repeats):
         times["run"].append(timed(["run", "--quiet", *common, "--out", str(work / f"run{k}")], env))
         times["sweep"].append(
-            timed(["sweep", "--quiet", "--trials", "1", *common, "--out", str(work / f"sw{k}"),
-                   "--search", "train.lr=0.1,0.1000001", "--pruner", "none"], env)
+            timed(
+                [
+                    "sweep",
+                    "--quiet",
+                    "--trials",
+                    "1",
+                    *common,
+                    "--out",
+                    str(work / f"sw{k}"),
+                    "--search",
+                    "train.lr=0.1,0.1000001",
+                    "--pruner",
+                    "none",
+                ],
+                env,
+            )
         )
         times["startup"].append(timed(["sweep", "--help"], env))
-    best = {name: {k: min(t[k] for t in ts) for k in ("wall_s", "cpu_s")} for name, ts in times.items()}
+    best = {
+        name: {k: min(t[k] for t in ts) for k in ("wall_s", "cpu_s")} for name, ts in times.items()
+    }
     overhead = {
         k: (best["sweep"][k] - best["run"][k]) / best["run"][k] for k in ("wall_s", "cpu_s")
     }

@@ -29,9 +29,7 @@ def test_on_each_algorithm_runs_its_papers_declaration(name, tmp_path):
 
 
 def test_the_runs_own_settings_win_and_undeclared_methods_keep_theirs():
-    cfg = load_config(
-        None, ["train.paper_optimizer=true", "train.momentum=0.5"], algorithm="moon"
-    )
+    cfg = load_config(None, ["train.paper_optimizer=true", "train.momentum=0.5"], algorithm="moon")
     assert (cfg.train.momentum, cfg.train.weight_decay) == (0.5, 1e-5)
     plain = load_config(None, [], algorithm="fedmlac")
     paper = load_config(None, ["train.paper_optimizer=true"], algorithm="fedmlac")

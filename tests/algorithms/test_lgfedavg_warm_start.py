@@ -30,7 +30,9 @@ def test_every_client_and_the_head_start_from_the_fedavg_model(tmp_path):
     assert max_diff(cold.init_client_state("c0"), fedavg) > 1e-3
     # by effect: the first LG round trains from the FedAvg model
     data = clients()
-    assert max_diff(federate(warm, data, 1)[0]["params"], federate(cold, data, 1)[0]["params"]) > 1e-3
+    assert (
+        max_diff(federate(warm, data, 1)[0]["params"], federate(cold, data, 1)[0]["params"]) > 1e-3
+    )
 
 
 def test_a_folder_without_a_fedavg_run_or_of_another_network_is_refused(tmp_path):

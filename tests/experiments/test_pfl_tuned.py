@@ -36,8 +36,20 @@ def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
     monkeypatch.setattr(pfl, "TUNE_TRIALS", 2)
     out = tmp_path / "tuned"
     args = [
-        "reproduce", "pfl-tuned", "--quiet", "--datasets", "speech_commands", "--methods",
-        "FedAvg", "Local", "--seeds", "0", "--rounds", "1", "--out", str(out),
+        "reproduce",
+        "pfl-tuned",
+        "--quiet",
+        "--datasets",
+        "speech_commands",
+        "--methods",
+        "FedAvg",
+        "Local",
+        "--seeds",
+        "0",
+        "--rounds",
+        "1",
+        "--out",
+        str(out),
     ]
     for setting in (f"data.root={gsc_root}", "model.name=crnn_tiny", "data.max_clients=8"):
         args += ["--set", setting]
@@ -51,7 +63,7 @@ def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
         # the tuned run carries the best trial's settings, the untuned one the defaults
         tuned = (out / "speech_commands" / f"{label}-s0" / "config.yaml").read_text()
         assert f"lr: {float(best['train.lr'])}" in tuned
-        untuned = (out / "speech_commands" / f"{label}_(untuned)-s0" / "config.yaml")
+        untuned = out / "speech_commands" / f"{label}_(untuned)-s0" / "config.yaml"
         assert "lr: 0.1\n" in untuned.read_text()
     table = (out / "tuned.md").read_text()
     assert "| FedAvg | train.lr=" in table and "the ranking" in table

@@ -79,9 +79,7 @@ def test_sweep_writes_trials_and_best_and_a_larger_trials_adds_only_the_missing(
     second = rows(out)
     assert len(second) == 4 and second[:3] == first
     assert sorted(p.name for p in (out / "trials").iterdir()) == ["0000", "0001", "0002", "0003"]
-    assert stamps == {
-        d: (out / d / "results.json").stat().st_mtime for d in stamps
-    }
+    assert stamps == {d: (out / d / "results.json").stat().st_mtime for d in stamps}
     # best.yaml repeats the best trial with `fedac run --config`
     best = max(second, key=lambda r: float(r["score"]))
     repeat = tmp_path / "repeat"
@@ -149,7 +147,9 @@ def test_a_trial_left_running_by_an_ended_process_is_failed_and_tried_again(tmp_
     ],
 )
 def test_bad_searches_are_refused_by_name_before_any_run(tmp_path, capsys, search, extra, named):
-    code = main(["sweep", "--trials", "1", "--out", str(tmp_path / "sw"), "--search", search, *extra])
+    code = main(
+        ["sweep", "--trials", "1", "--out", str(tmp_path / "sw"), "--search", search, *extra]
+    )
     assert code == 2
     assert named in capsys.readouterr().err
     assert not (tmp_path / "sw").exists()

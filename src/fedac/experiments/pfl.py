@@ -272,7 +272,8 @@ def tuned_section(cell: Cell, runs: dict[str, list[dict]], out: Path) -> list[st
         lines += [
             "",
             f"Tuned, {first} wins by {100 * (tuned[first][0] - tuned[second][0]):.2f} points over "
-            f"{second}; the ranking {'is the untuned one' if same else 'differs from the untuned one'}.",
+            f"{second}; the ranking "
+            f"{'is the untuned one' if same else 'differs from the untuned one'}.",
         ]
     return lines
 

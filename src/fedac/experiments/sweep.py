@@ -44,7 +44,7 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -61,6 +61,7 @@ NOT_SEARCHED = {
 }
 #: Metrics that are better when lower (a search over them minimises).
 LOWER_IS_BETTER = ("loss", "wer", "cer", "eer")
+Direction = Literal["minimize", "maximize"]
 
 
 @dataclass
@@ -141,13 +142,14 @@ class SweepSpec:
     def config_for(self, params: dict[str, Any]) -> Config:
         """A trial's config: the command's settings with `params`, its eval schedule fitted as
         `fedac run` fits it (so best.yaml repeats the trial)."""
+        flags: dict[str, Any] = {"train.rounds": self.rounds}
         cfg = load_config(
             self.config,
             self.settings(params),
             algorithm=self.algorithm,
             dataset=self.dataset,
             seed=self.seed,
-            **{"train.rounds": self.rounds},
+            **flags,
         )
         fit_eval_schedule(cfg)
         return cfg
@@ -217,7 +219,7 @@ def check_searches(spec: SweepSpec) -> Config:
     return base
 
 
-# --- the study -------------------------------------------------------------------------------------
+# --- the study ------------------------------------------------------------------------------------
 def open_storage(spec: SweepSpec):
     """The study's storage: the journal file in DIR, or `--storage URL` (a database, with Optuna's
     heartbeat failing and retrying the trials of a machine that stopped)."""
@@ -235,7 +237,7 @@ def open_storage(spec: SweepSpec):
     return optuna.storages.JournalStorage(JournalFileBackend(str(spec.out / "study.journal")))
 
 
-def open_study(spec: SweepSpec, direction: str, worker: int = 0):
+def open_study(spec: SweepSpec, direction: Direction, worker: int = 0):
     """Create the study, or load it and refuse a command that is not the one that made it."""
     import optuna  # lazy: start-up time
 
@@ -256,7 +258,9 @@ def open_study(spec: SweepSpec, direction: str, worker: int = 0):
     # Each worker's sampler seed: the sweep's seed, the worker's index and the trials the study
     # holds, so a resumed sweep draws anew and two workers never draw the same startup trials.
     held = len(study.get_trials(deepcopy=False))
-    study.sampler = optuna.samplers.TPESampler(seed=((spec.seed or 0) * 7919 + worker) * 100_003 + held)
+    study.sampler = optuna.samplers.TPESampler(
+        seed=((spec.seed or 0) * 7919 + worker) * 100_003 + held
+    )
     with claim_lock(spec.out):
         made = study.user_attrs.get("definition")
         if made is None:
@@ -270,7 +274,7 @@ def open_study(spec: SweepSpec, direction: str, worker: int = 0):
     return study
 
 
-def direction_of(metric: str) -> str:
+def direction_of(metric: str) -> Direction:
     return "minimize" if any(m in metric for m in LOWER_IS_BETTER) else "maximize"
 
 
@@ -386,7 +390,7 @@ def _say(spec: SweepSpec, line: str) -> None:
         print(f"fedac sweep: {line}", flush=True)
 
 
-# --- one trial -------------------------------------------------------------------------------------
+# --- one trial ------------------------------------------------------------------------------------
 class Pruned(Exception):
     """Optuna's pruner stopped the trial at a round."""
 
@@ -403,7 +407,7 @@ def with_pruning(driver: type, spec: SweepSpec, trial, curve: list[tuple[int, fl
     """`driver` (a round driver class) reporting every evaluated round's metric to `trial` and
     stopping when Optuna's pruner says so."""
 
-    class Pruning(driver):  # type: ignore[valid-type, misc]
+    class Pruning(driver):
         def round_written(self, state, round_idx: int, row: dict[str, float]) -> None:
             super().round_written(state, round_idx, row)
             if "virtual_time_s" in row:
@@ -472,7 +476,7 @@ def curve_metric(trial) -> str:
     return str(trial.user_attrs.get("metric", "val_accuracy"))
 
 
-def work(spec: SweepSpec, direction: str, worker: int = 0) -> None:
+def work(spec: SweepSpec, direction: Direction, worker: int = 0) -> None:
     """One worker (`worker`: its index): claim and run trials until the study has --trials
     finished or running; rewrite the outputs after each."""
     study = open_study(spec, direction, worker)
@@ -497,7 +501,7 @@ def _fmt(value: Any) -> str:
     return f"{value:.4g}" if isinstance(value, float) else str(value)
 
 
-def _worker_main(spec: SweepSpec, direction: str, worker: int) -> None:
+def _worker_main(spec: SweepSpec, direction: Direction, worker: int) -> None:
     """A --jobs worker process (spawned)."""
     try:
         work(spec, direction, worker)
@@ -506,7 +510,7 @@ def _worker_main(spec: SweepSpec, direction: str, worker: int) -> None:
         sys.exit(2)
 
 
-# --- outputs ---------------------------------------------------------------------------------------
+# --- outputs --------------------------------------------------------------------------------------
 CSV_HEAD = ["trial", "state", "score", "metric"]
 CSV_TAIL = ["rounds", "pruned_at", "wall_s", "virtual_s", "retry_of", "run_dir", "failed"]
 
@@ -551,8 +555,9 @@ def write_outputs(spec: SweepSpec, study, figure: bool = True) -> None:
         save_config(cfg, spec.out / "best.yaml.tmp")
         head = (
             f"# fedac sweep {spec.out}: trial {best.number}, {curve_metric(best)} "
-            f"{best.value:.4f} on validation ({', '.join(f'{k}={v}' for k, v in best.params.items())}).\n"
-            f"# Repeat it: fedac run --config {spec.out / 'best.yaml'}\n"
+            f"{best.value:.4f} on validation "
+            f"({', '.join(f'{k}={v}' for k, v in best.params.items())}).\n# Repeat it: fedac run "
+            f"--config {spec.out / 'best.yaml'}\n"
         )
         text = (spec.out / "best.yaml.tmp").read_text()
         (spec.out / "best.yaml.tmp").write_text(head + text)
@@ -598,7 +603,7 @@ def plot_sweep(spec: SweepSpec, rows: list[dict[str, Any]], path: Path) -> None:
     plt.close(fig)
 
 
-# --- the command -----------------------------------------------------------------------------------
+# --- the command ----------------------------------------------------------------------------------
 def spec_from_args(args: argparse.Namespace) -> SweepSpec:
     if args.trials < 1 or args.jobs < 1:
         raise ConfigError("--trials and --jobs must be at least 1")
@@ -637,11 +642,11 @@ def sweep(spec: SweepSpec) -> dict[str, int]:
     )
     _say(
         spec,
-        f"{base.algorithm} on {base.dataset}: searching {'; '.join(s.text() for s in spec.searches)}"
-        f"; budget {spec.trials} trials x {base.train.rounds} rounds (evaluated every "
-        f"{base.train.eval_every}), scored on {metric} (validation), {spec.pruner} pruner; study "
-        f"{spec.storage or spec.out / 'study.journal'} holds {n['done']} done, {n['pruned']} "
-        f"pruned; {spec.jobs} process(es)",
+        f"{base.algorithm} on {base.dataset}: searching "
+        f"{'; '.join(s.text() for s in spec.searches)}; budget {spec.trials} trials x "
+        f"{base.train.rounds} rounds (evaluated every {base.train.eval_every}), scored on {metric} "
+        f"(validation), {spec.pruner} pruner; study {spec.storage or spec.out / 'study.journal'} "
+        f"holds {n['done']} done, {n['pruned']} pruned; {spec.jobs} process(es)",
     )
     if spec.jobs == 1:
         work(spec, direction)
@@ -653,7 +658,7 @@ def sweep(spec: SweepSpec) -> dict[str, int]:
     return n
 
 
-def _spawn(spec: SweepSpec, direction: str) -> None:
+def _spawn(spec: SweepSpec, direction: Direction) -> None:
     import multiprocessing
 
     context = multiprocessing.get_context("spawn")
@@ -696,7 +701,9 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--seed", type=int, help="every trial's run seed (and the sampler's)")
     p.add_argument("--out", required=True, help="sweep folder: study, trials, outputs")
     p.add_argument("--jobs", type=int, default=1, help="worker processes on this machine")
-    p.add_argument("--storage", metavar="URL", help="a database URL Optuna takes (several machines)")
+    p.add_argument(
+        "--storage", metavar="URL", help="a database URL Optuna takes (several machines)"
+    )
     p.add_argument(
         "--metric",
         default="auto",
@@ -705,4 +712,3 @@ def add_sweep_parser(sub) -> None:
     p.add_argument("--pruner", choices=("median", "none"), default="median")
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_sweep)
-

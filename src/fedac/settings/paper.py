@@ -32,13 +32,22 @@ PAPER: dict[str, tuple[dict[str, Any], str]] = {
         "with probability p_k = n_k / n and averaged, which n_k weights over a uniform sample "
         "match in expectation",
     ),
-    "fedadam": (_sgd("uniform"), "Reddi et al. 2021, Alg. 2: client SGD, Delta = 1/|S| sum Delta_i"),
-    "fedyogi": (_sgd("uniform"), "Reddi et al. 2021, Alg. 2: client SGD, Delta = 1/|S| sum Delta_i"),
+    "fedadam": (
+        _sgd("uniform"),
+        "Reddi et al. 2021, Alg. 2: client SGD, Delta = 1/|S| sum Delta_i",
+    ),
+    "fedyogi": (
+        _sgd("uniform"),
+        "Reddi et al. 2021, Alg. 2: client SGD, Delta = 1/|S| sum Delta_i",
+    ),
     "fedadagrad": (
         _sgd("uniform"),
         "Reddi et al. 2021, Alg. 2: client SGD, Delta = 1/|S| sum Delta_i",
     ),
-    "fedavgm": (_sgd("n_k"), "Hsu et al. 2019: client SGD, the n_k-weighted update, server momentum"),
+    "fedavgm": (
+        _sgd("n_k"),
+        "Hsu et al. 2019: client SGD, the n_k-weighted update, server momentum",
+    ),
     "fedbn": (_sgd("uniform"), "Li et al. 2021, Alg. 1: local SGD; the official code averages 1/N"),
     "fedper": (_sgd("n_k"), "Arivazhagan et al. 2019, Alg. 1: local SGD, n_k-weighted base layers"),
     "fedrep": (_sgd("uniform"), "Collins et al. 2021, Alg. 1: local SGD, body = 1/(rN) sum"),
