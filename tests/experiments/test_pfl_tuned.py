@@ -59,6 +59,7 @@ def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
         with open(sweep / "trials.csv") as handle:
             rows = list(csv.DictReader(handle))
         assert [r["state"] for r in rows] == ["COMPLETE", "COMPLETE"]
+        assert rows[0]["train.lr"] == "0.1"  # trial 0: the untuned settings (--baseline)
         best = max(rows, key=lambda r: float(r["score"]))
         # the tuned run carries the best trial's settings, the untuned one the defaults
         tuned = (out / "speech_commands" / f"{label}-s0" / "config.yaml").read_text()

@@ -190,6 +190,7 @@ def tuned_cells(spec: Experiment, request: Request, trials: int | None = None) -
                 dataset=cell.dataset,
                 seed=TUNE_SEED,
                 progress=request.progress,
+                baseline=True,
             )
             if not request.finished_only:
                 sweep(sweep_spec)

@@ -132,6 +132,9 @@ class SweepSpec:
     seed: int | None = None
     metric: str = "auto"
     pruner: str = "median"
+    baseline: bool = False
+    """Trial 0 runs the searched settings' own values (the untuned run), so the best trial is never
+    worse on validation than not tuning."""
     storage: str | None = None
     jobs: int = 1
     progress: bool = True
@@ -166,6 +169,7 @@ class SweepSpec:
             "seed": self.seed,
             "metric": self.metric,
             "pruner": self.pruner,
+            "baseline": self.baseline,
             "searches": [s.text() for s in self.searches],
         }
 
@@ -265,6 +269,12 @@ def open_study(spec: SweepSpec, direction: Direction, worker: int = 0):
         made = study.user_attrs.get("definition")
         if made is None:
             study.set_user_attr("definition", spec.definition())
+            if spec.baseline:  # the untuned settings first (a search of a list holds them)
+                base = spec.config_for({})
+                study.enqueue_trial(
+                    {s.key: _setting(base, s.key)[1] for s in spec.searches},
+                    user_attrs={"baseline": True},
+                )
         elif made != spec.definition():
             changed = [k for k, v in spec.definition().items() if made.get(k) != v]
             raise ConfigError(
@@ -619,6 +629,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         seed=args.seed,
         metric=args.metric,
         pruner=args.pruner,
+        baseline=args.baseline,
         storage=args.storage,
         jobs=args.jobs,
         progress=not args.quiet,
@@ -631,6 +642,10 @@ def sweep(spec: SweepSpec) -> dict[str, int]:
     if not spec.searches:
         raise ConfigError("fedac sweep: give at least one --search KEY=LOW:HIGH[:log] or KEY=a,b,c")
     base = check_searches(spec)
+    for s in spec.searches if spec.baseline else ():
+        value = _setting(base, s.key)[1]
+        if not s.distribution()._contains(s.distribution().to_internal_repr(value)):
+            raise ConfigError(f"--baseline: {s.key}'s own value {value!r} lies outside its search")
     spec.out.mkdir(parents=True, exist_ok=True)
     direction = direction_of("val_accuracy" if spec.metric == "auto" else spec.metric)
     study = open_study(spec, direction)
@@ -710,5 +725,10 @@ def add_sweep_parser(sub) -> None:
         help="validation metric of the history rows (default: val_accuracy, or local_accuracy)",
     )
     p.add_argument("--pruner", choices=("median", "none"), default="median")
+    p.add_argument(
+        "--baseline",
+        action="store_true",
+        help="trial 0 runs the searched settings' own values (never worse than not tuning)",
+    )
     p.add_argument("--quiet", action="store_true")
     p.set_defaults(func=cmd_sweep)
