@@ -143,6 +143,7 @@ def test_a_trial_left_running_by_an_ended_process_is_failed_and_tried_again(tmp_
         ("train.rounds=1:5", [], "train.rounds: not searchable"),
         ("train.lr=0.1:0.01", [], "LOW must be below HIGH"),
         ("train.lr=0:0.1:log", [], "a log range needs LOW > 0"),
+        ("train.lr=0.2:0.3", ["--baseline"], "train.lr's own value 0.1 lies outside its search"),
         ("train.local_epochs=1.5:3", [], "train.local_epochs' expects int"),
     ],
 )
