@@ -660,8 +660,8 @@ def sweep(spec: SweepSpec) -> dict[str, int]:
         f"{base.algorithm} on {base.dataset}: searching "
         f"{'; '.join(s.text() for s in spec.searches)}; budget {spec.trials} trials x "
         f"{base.train.rounds} rounds (evaluated every {base.train.eval_every}), scored on "
-        f"validation: {metric}; {spec.pruner} pruner; study {spec.storage or spec.out / 'study.journal'} "
-        f"holds {n['done']} done, {n['pruned']} pruned; {spec.jobs} process(es)",
+        f"validation: {metric}; {spec.pruner} pruner; study "
+        f"{spec.storage or spec.out / 'study.journal'} holds {n['done']} done, {n['pruned']} pruned; {spec.jobs} process(es)",
     )
     if spec.jobs == 1:
         work(spec, direction)
