@@ -661,7 +661,8 @@ def sweep(spec: SweepSpec) -> dict[str, int]:
         f"{'; '.join(s.text() for s in spec.searches)}; budget {spec.trials} trials x "
         f"{base.train.rounds} rounds (evaluated every {base.train.eval_every}), scored on "
         f"validation: {metric}; {spec.pruner} pruner; study "
-        f"{spec.storage or spec.out / 'study.journal'} holds {n['done']} done, {n['pruned']} pruned; {spec.jobs} process(es)",
+        f"{spec.storage or spec.out / 'study.journal'} holds {n['done']} done, {n['pruned']} "
+        f"pruned; {spec.jobs} process(es)",
     )
     if spec.jobs == 1:
         work(spec, direction)
