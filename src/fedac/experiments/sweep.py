@@ -486,11 +486,16 @@ def curve_metric(trial) -> str:
     return str(trial.user_attrs.get("metric", "val_accuracy"))
 
 
+#: The federated data this process built last (experiments/compare.py `shared_data`): a worker's
+#: trials, and the sweeps one process runs one after another (`fedac reproduce pfl-tuned`).
+_BUILT: dict = {}
+
+
 def work(spec: SweepSpec, direction: Direction, worker: int = 0) -> None:
     """One worker (`worker`: its index): claim and run trials until the study has --trials
     finished or running; rewrite the outputs after each."""
     study = open_study(spec, direction, worker)
-    built: dict = {}
+    built = _BUILT  # (the data of this process's last seed, reused by its next sweep too)
     with worker_lock(spec.out) as name:
         while (trial := claim(study, spec, name)) is not None:
             shown = ", ".join(f"{k}={_fmt(v)}" for k, v in trial.params.items())
