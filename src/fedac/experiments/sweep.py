@@ -612,6 +612,7 @@ def plot_sweep(spec: SweepSpec, rows: list[dict[str, Any]], path: Path) -> None:
         ax.scatter(xs, [r["score"] for r in scored])
         if s.log:
             ax.set_xscale("log")
+            ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
         ax.set(xlabel=s.key, title=f"effect of {s.key}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
