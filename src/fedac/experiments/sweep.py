@@ -676,7 +676,8 @@ def sweep(spec: SweepSpec) -> dict[str, int]:
         _spawn(spec, direction)
     write_outputs(spec, study)
     n = counts(study)
-    _say(spec, f"{n['done']} done, {n['pruned']} pruned, {n['failed']} failed; {spec.out}")
+    others = f", {n['running']} running in other processes" if n["running"] else ""
+    _say(spec, f"{n['done']} done, {n['pruned']} pruned, {n['failed']} failed{others}; {spec.out}")
     return n
 
 
@@ -698,7 +699,8 @@ def _spawn(spec: SweepSpec, direction: Direction) -> None:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     n = sweep(spec_from_args(args))
-    return 0 if n["done"] + n["pruned"] >= args.trials else 1
+    # (trials still running belong to other processes on the study, which finish them)
+    return 0 if n["done"] + n["pruned"] + n["running"] >= args.trials else 1
 
 
 def add_sweep_parser(sub) -> None:
