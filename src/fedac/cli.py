@@ -30,6 +30,7 @@ from fedac.experiments.exit_memory import add_memory_parser
 from fedac.experiments.figures import add_report_parser
 from fedac.experiments.pretrain_settings import add_pretrain_parser
 from fedac.experiments.reproduce import add_reproduce_parser
+from fedac.experiments.sweep import add_sweep_parser
 
 
 def _add_experiment_args(parser: argparse.ArgumentParser) -> None:
@@ -613,6 +614,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_parser(sub)
     add_compare_parser(sub)
     add_reproduce_parser(sub)
+    add_sweep_parser(sub)
     add_report_parser(sub)
     add_pretrain_parser(sub, cmd_pretrain)
     add_memory_parser(sub)

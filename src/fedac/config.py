@@ -163,6 +163,10 @@ class TrainConfig:
     learn in a few minutes; configs/paper.yaml holds fedmlac.md's schedule (lr 0.01, 1 local epoch,
     20% active, 5000 rounds)."""
     weight_decay: float = number(0.0, ">= 0")
+    paper_optimizer: bool = False
+    """Run the algorithm at its paper's local optimiser and aggregation weights (settings/paper.py,
+    docs/algorithms.md), beneath whatever a file, flag or --set gives; false (the default): the
+    shared `train.*` / `aggregation.weighting` defaults every committed table ran."""
     optimizer: str = "sgd"
     """Local optimiser, new every round: sgd (lr, momentum, weight_decay), adam or adamw (torch Adam
     / AdamW with lr and weight_decay; FedKWS-UI's protocol trains its Transformer with adamw, the
@@ -856,6 +860,10 @@ def load_config(
     entry = ALGORITHMS[cfg.algorithm]
     entry = entry if isinstance(entry, Entry) else None  # (a plug-in may register its class itself)
     run_defaults = entry.run_defaults() if entry is not None and algorithm_defaults else {}
+    if cfg.train.paper_optimizer:  # the paper's optimiser and weights, under the run's own layers
+        from fedac.settings.paper import paper_settings
+
+        run_defaults = {**run_defaults, **paper_settings(cfg.algorithm)}
     if run_defaults:
         # The algorithm is known only once every layer is read: start again with its defaults
         # underneath.

@@ -17,7 +17,7 @@ from fedac.rules.privacy import Privacy
 ALPHA = 0.3
 
 
-def reference(algo, data, alpha: float, rounds: int = 2):
+def reference(algo, data, alpha: float, rounds: int = 2, m: int = 4):
     """theta_k from theta by SGD on L_k(theta) - <g_k, theta> + alpha/2 ||theta - theta^{t-1}||^2;
     g_k <- g_k - alpha (theta_k - theta^{t-1}); h <- h - alpha / m sum_k (theta_k - theta^{t-1});
     theta <- mean_k theta_k - h / alpha (the unweighted mean)."""
@@ -41,7 +41,7 @@ def reference(algo, data, alpha: float, rounds: int = 2):
                 )
             g[cl.name] = {n: g[cl.name][n] - alpha * (w[n] - theta[n]) for n in names}
             trained.append(w)
-        h = {n: h[n] - alpha / 4 * sum(w[n] - theta[n] for w in trained) for n in names}
+        h = {n: h[n] - alpha / m * sum(w[n] - theta[n] for w in trained) for n in names}
         mean = {
             n: torch.stack([w[n] for w in trained]).mean(0)
             if v.is_floating_point()
@@ -80,3 +80,17 @@ def test_feddyn_refuses_dp():
     algo = build(FedDyn, "cnn1_softmax", "sequential", "dp.mode=central")
     with pytest.raises(ConfigError, match="feddyn"):
         Privacy(algo.cfg, 3, 3, FedDyn.dp_compatible)
+
+
+@pytest.mark.parametrize("m, expected", [("all", 4), ("training", 3)])
+def test_feddyn_m_counts_every_client_or_only_those_that_train(m, expected):
+    algo = build(FedDyn, "cnn1_softmax", "sequential", f"feddyn.alpha={ALPHA}", f"feddyn.m={m}")
+    data = clients()
+    # the task's class counts: the three clients' windows, none for the empty one
+    algo.task.class_counts = [[len(c.y)] for c in data] + [[0]]
+    assert algo.clients_m() == expected
+    server, _, _ = federate(algo, data)
+    theta, _ = reference(algo, data, ALPHA, m=expected)
+    assert max_diff(theta, server["params"]) <= 1e-4
+    other, _ = reference(algo, data, ALPHA, m=7 - expected)
+    assert max_diff(other, server["params"]) > 1e-4

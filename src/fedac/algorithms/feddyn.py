@@ -12,7 +12,8 @@ theta^{t-1}), added to the data gradient; the reported loss is L_k's), then keep
 
     grad L_k(theta_k^t) = grad L_k(theta_k^{t-1}) - alpha (theta_k^t - theta^{t-1}).
 
-The server, with P_t the round's clients and m the task's:
+The server, with P_t the round's clients and m the task's (`feddyn.m`: every client, or only those
+that hold training windows, the paper's devices):
 
     h^t = h^{t-1} - alpha / m sum_{k in P_t} (theta_k^t - theta^{t-1})
     theta^t = 1/|P_t| sum_{k in P_t} theta_k^t - h^t / alpha
@@ -57,12 +58,20 @@ class FedDyn(LocalObjective, FedAvg):
         alpha = self.cfg.feddyn.alpha
         return params, {n: g - alpha * (params[n] - payload[n]) for n, g in state.items()}
 
+    def clients_m(self) -> int:
+        """Algorithm 1's m: the task's clients, or (`feddyn.m=training`) those with training
+        windows (a task that does not count its clients' windows: all of them)."""
+        counts = self.task.class_counts
+        if self.cfg.feddyn.m == "all" or counts is None:
+            return len(self.task.clients)
+        return max(1, sum(1 for c in counts if sum(c) > 0))
+
     def server_update(
         self, server: dict[str, Any], uploads: list[tuple[Params, int]], round_idx: int
     ) -> tuple[dict[str, Any], Any]:
         mean, metrics = self.combine(server, uploads)
         alpha, old = self.cfg.feddyn.alpha, server["params"]
-        share = len(uploads) / len(self.task.clients)
+        share = len(uploads) / self.clients_m()
         h = {n: v - alpha * share * (mean[n] - old[n]) for n, v in server["h"].items()}
         params = dict(mean)
         if alpha > 0:

@@ -24,13 +24,15 @@ from chance (its full protocol's FedAvg reaches about 52 %, docs/results/reprodu
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from fedac.experiments.compare import Method
 from fedac.experiments.fedmlac import DATASETS
 from fedac.experiments.runner import grid_cells, markdown, plot, write_run_tables
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
-from fedac.training.metrics import spread
+from fedac.training.metrics import mean_std, spread
 
 #: The reduced schedule: FedMLAC's protocol (fedmlac.PROTOCOL) cut to about 10 s a run.
 QUICK = [
@@ -127,6 +129,142 @@ def write_pfl(
     plot(out / "figure.png", spec, runs, methods)
 
 
+#: What `pfl-tuned` searches per method (besides nothing else): the learning rate and the method's
+#: key setting; local SGD's momentum where a method has no setting of its own.
+LR = "train.lr=0.003:0.3:log"
+TUNED = {
+    "FedAvg": [LR, "train.momentum=0,0.9"],
+    "FedProx": [LR, "fedprox.mu=0.001:1:log"],
+    "FedBN": [LR, "train.momentum=0,0.9"],
+    "FedPer": [LR, "train.momentum=0,0.9"],
+    "FedRep": [LR, "fedrep.head_epochs=1:5"],
+    "LG-FedAvg": [LR, "train.momentum=0,0.9"],
+    "Ditto": [LR, "ditto.lam=0.01:10:log"],
+    "APFL": [LR, "apfl.alpha=0.1:0.9"],
+    "SCAFFOLD": [LR, "scaffold.server_lr=0.5:2"],
+    "FedDyn": [LR, "feddyn.alpha=0.001:0.3:log"],
+    "MOON": [LR, "moon.mu=0.1:5:log"],
+    "Local": [LR, "train.momentum=0,0.9"],
+}
+#: Trials of every method's sweep (each of the table's rounds) and the seed it tunes on;
+#: pfl-tuned-quick's trials and methods (a reduced grid on the CREMA-D stand-in alone).
+TUNE_TRIALS = 8
+QUICK_TRIALS = 4
+QUICK_METHODS = ("FedAvg", "Ditto", "FedDyn", "Local")
+TUNE_SEED = 0
+UNTUNED = " (untuned)"
+
+
+def tuned_cells(spec: Experiment, request: Request, trials: int | None = None) -> list[Cell]:
+    """The table's cells, every method of `TUNED` twice: at the settings its sweep found best on
+    validation, and at its untuned defaults (label + UNTUNED). The sweeps run here, each in
+    `<out>/sweeps/<dataset>/<method>` (a rerun reads the finished ones back; `--finished-only`
+    trains none and takes what they hold)."""
+    from fedac.experiments.sweep import SweepSpec, parse_search, sweep
+
+    cells = []
+    for cell in grid_cells(spec, request):
+        tuned, untuned = [], []
+        for method in cell.methods:
+            out = request.out / "sweeps" / cell.dataset / method.label
+            sweep_spec = SweepSpec(
+                out,
+                [parse_search(s) for s in TUNED[method.label]],
+                trials or TUNE_TRIALS,
+                overrides=[*cell.settings, *method.overrides, *cell.last],
+                algorithm=method.algorithm,
+                dataset=cell.dataset,
+                seed=TUNE_SEED,
+                progress=request.progress,
+                baseline=True,
+            )
+            if not request.finished_only:
+                sweep(sweep_spec)
+            best = best_settings(out)
+            tuned.append(Method(method.label, method.algorithm, [*method.overrides, *best]))
+            untuned.append(Method(method.label + UNTUNED, method.algorithm, method.overrides))
+        cells.append(replace(cell, methods=tuned + untuned))
+    return cells
+
+
+def best_settings(out: Path) -> list[str]:
+    """The best finished trial's searched settings in sweep folder `out` (trials.csv), as
+    `key=value`; none when it has no finished trial."""
+    path = out / "trials.csv"
+    if not path.is_file():
+        return []
+    with open(path) as handle:
+        rows = [r for r in csv.DictReader(handle) if r["state"] == "COMPLETE"]
+    if not rows:
+        return []
+    best = max(rows, key=lambda r: float(r["score"]))
+    fixed = {"trial", "state", "score", "metric", "rounds", "pruned_at", "wall_s", "virtual_s"}
+    fixed |= {"retry_of", "run_dir", "failed"}
+    return [f"{k}={v}" for k, v in best.items() if k not in fixed]
+
+
+RANKED = "clients_last_mean"
+
+
+def write_tuned(
+    spec: Experiment, request: Request, cells: list[Cell], runs: dict[str, dict[str, list[dict]]]
+) -> None:
+    """pfl's files (every method tuned and untuned), and tuned.md: per dataset, each method's tuned
+    settings, its clients' mean accuracy tuned and untuned with their ranks, and who wins by how
+    much."""
+    write_pfl(spec, request, cells, runs)
+    trials = QUICK_TRIALS if spec.name.endswith("-quick") else TUNE_TRIALS
+    lines = [f"# {spec.title}", "", f"Command: `{request.command}`", ""]
+    lines.append(
+        f"Budget per method and dataset: a sweep of {trials} trials (seed {TUNE_SEED}, "
+        f"median pruner) of the table's schedule, scored on validation; then seeds "
+        f"{request.seeds}. Ranked by: {TABLES[RANKED]} (mean ± std over seeds)."
+    )
+    for cell in cells:
+        lines += ["", *tuned_section(cell, runs.get(cell.label, {}), request.out)]
+    (request.out / "tuned.md").write_text("\n".join(lines) + "\n")
+
+
+def tuned_section(cell: Cell, runs: dict[str, list[dict]], out: Path) -> list[str]:
+    """One dataset's tuned.md table and its reading."""
+    labels = [m.label for m in cell.methods if not m.label.endswith(UNTUNED)]
+
+    def score(label: str) -> tuple[float, float]:
+        values = [r[RANKED] for r in runs.get(label, []) if r.get(RANKED) is not None]
+        return mean_std(values) if values else (float("nan"), 0.0)
+
+    tuned = {m: score(m) for m in labels}
+    untuned = {m: score(m + UNTUNED) for m in labels}
+    rank = {
+        name: {m: k + 1 for k, m in enumerate(sorted(labels, key=lambda m: -d[m][0]))}
+        for name, d in (("tuned", tuned), ("untuned", untuned))
+    }
+    lines = [
+        f"## {cell.label}",
+        "",
+        "| Method | tuned settings (best on validation) | tuned | rank | untuned | rank |",
+        "|---|---|---|---|---|---|",
+    ]
+    for m in sorted(labels, key=lambda m: rank["tuned"][m]):
+        best = ", ".join(best_settings(out / "sweeps" / cell.dataset / m)) or "(no finished trial)"
+        lines.append(
+            f"| {m} | {best} | {100 * tuned[m][0]:.2f} ± {100 * tuned[m][1]:.2f} | "
+            f"{rank['tuned'][m]} | {100 * untuned[m][0]:.2f} ± {100 * untuned[m][1]:.2f} | "
+            f"{rank['untuned'][m]} |"
+        )
+    order = sorted(labels, key=lambda m: rank["tuned"][m])
+    if len(order) > 1:
+        first, second = order[0], order[1]
+        same = order == sorted(labels, key=lambda m: rank["untuned"][m])
+        lines += [
+            "",
+            f"Tuned, {first} wins by {100 * (tuned[first][0] - tuned[second][0]):.2f} points over "
+            f"{second}; the ranking "
+            f"{'is the untuned one' if same else 'differs from the untuned one'}.",
+        ]
+    return lines
+
+
 SPECS = [
     Experiment(
         "pfl",
@@ -144,5 +282,37 @@ SPECS = [
         protocol=QUICK,
         tables=TABLES,
         layout=Layout(cells=grid_cells, write=write_pfl),
-    )
+    ),
+    Experiment(
+        "pfl-tuned",
+        "pFL baselines",
+        "-",
+        "Personalised FL baselines tuned on validation (pfl-quick)",
+        Cost(
+            120,
+            "estimate: per method and dataset 8 sweep trials and 6 runs at pfl-quick's wall "
+            "times (docs/results/pfl); docs/results/pfl-tuned measured a reduced grid",
+        ),
+        [m for m in METHODS if m.split("=")[0] in TUNED],
+        datasets=("speech_commands", "cremad"),
+        dataset_settings={name: DATASETS[name] for name in ("speech_commands", "cremad")},
+        protocol=QUICK,
+        tables=TABLES,
+        layout=Layout(cells=tuned_cells, write=write_tuned, two_passes=False),
+    ),
+    Experiment(
+        "pfl-tuned-quick",
+        "pFL baselines",
+        "-",
+        "Personalised FL baselines tuned on validation, a reduced grid (pfl-quick)",
+        Cost(25, "docs/results/pfl-tuned: the reduced grid's command, measured"),
+        [m for m in METHODS if m.split("=")[0] in QUICK_METHODS],
+        datasets=("cremad",),
+        dataset_settings={"cremad": DATASETS["cremad"]},
+        protocol=QUICK,
+        tables=TABLES,
+        layout=Layout(
+            cells=partial(tuned_cells, trials=QUICK_TRIALS), write=write_tuned, two_passes=False
+        ),
+    ),
 ]

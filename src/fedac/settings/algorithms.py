@@ -103,6 +103,7 @@ ALGORITHMS = Registry(
         "lgfedavg": Entry(
             "fedac.algorithms.lgfedavg:LGFedAvg",
             "LG-FedAvg: a private body and a shared head per client (personalised)",
+            f"{_S}.lgfedavg:LGFedAvgConfig",
         ),
         "local": Entry(
             "fedac.algorithms.local_only:Local",

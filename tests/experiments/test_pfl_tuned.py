@@ -1,0 +1,70 @@
+"""`fedac reproduce pfl-tuned` (experiments/pfl.py): every method swept on validation with one
+budget, then run tuned and untuned over the seeds; tuned.md gives the tuned settings (the best
+finished trial of each sweep) beside both rankings."""
+
+from __future__ import annotations
+
+import csv
+
+import pytest
+
+from fedac.cli import main
+from fedac.experiments import pfl
+
+pytest.importorskip("optuna")
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def test_every_tuned_method_searches_the_lr_and_a_setting_it_reads():
+    from fedac.experiments.catalog import experiment_named
+    from fedac.experiments.sweep import SweepSpec, check_searches, parse_search
+
+    spec = experiment_named("pfl-tuned")
+    labels = [m.split("=")[0] for m in spec.methods]
+    assert set(labels) == set(pfl.TUNED) and "FedMLAC" not in labels
+    for text in spec.methods:
+        label, rest = text.split("=", 1)
+        algorithm = rest.split(":")[0]
+        searches = [parse_search(s) for s in pfl.TUNED[label]]
+        assert searches[0].key == "train.lr"
+        # the config's own checks: every searched setting is one the algorithm reads
+        check_searches(SweepSpec(None, searches, 1, algorithm=algorithm))  # type: ignore[arg-type]
+
+
+@pytest.mark.slow
+def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
+    monkeypatch.setattr(pfl, "TUNE_TRIALS", 2)
+    out = tmp_path / "tuned"
+    args = [
+        "reproduce",
+        "pfl-tuned",
+        "--quiet",
+        "--datasets",
+        "speech_commands",
+        "--methods",
+        "FedAvg",
+        "Local",
+        "--seeds",
+        "0",
+        "--rounds",
+        "1",
+        "--out",
+        str(out),
+    ]
+    for setting in (f"data.root={gsc_root}", "model.name=crnn_tiny", "data.max_clients=8"):
+        args += ["--set", setting]
+    assert main(args) == 0
+    for label in ("FedAvg", "Local"):
+        sweep = out / "sweeps" / "speech_commands" / label
+        with open(sweep / "trials.csv") as handle:
+            rows = list(csv.DictReader(handle))
+        assert [r["state"] for r in rows] == ["COMPLETE", "COMPLETE"]
+        assert rows[0]["train.lr"] == "0.1"  # trial 0: the untuned settings (--baseline)
+        best = max(rows, key=lambda r: float(r["score"]))
+        # the tuned run carries the best trial's settings, the untuned one the defaults
+        tuned = (out / "speech_commands" / f"{label}-s0" / "config.yaml").read_text()
+        assert f"lr: {float(best['train.lr'])}" in tuned
+        untuned = out / "speech_commands" / f"{label}_(untuned)-s0" / "config.yaml"
+        assert "lr: 0.1\n" in untuned.read_text()
+    table = (out / "tuned.md").read_text()
+    assert "| FedAvg | train.lr=" in table and "the ranking" in table
