@@ -30,6 +30,7 @@ from fedac.experiments.exit_memory import add_memory_parser
 from fedac.experiments.figures import add_report_parser
 from fedac.experiments.pretrain_settings import add_pretrain_parser
 from fedac.experiments.reproduce import add_reproduce_parser
+from fedac.export.commands import add_export_parsers
 
 
 def _add_experiment_args(parser: argparse.ArgumentParser) -> None:
@@ -616,6 +617,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_pretrain_parser(sub, cmd_pretrain)
     add_memory_parser(sub)
     _add_catalog_parsers(sub)
+    add_export_parsers(sub)
     data = sub.add_parser(
         "data", help="synthesize, inspect and prepare datasets; write device traces"
     )
