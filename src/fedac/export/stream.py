@@ -7,9 +7,13 @@ The usual decoder of small-footprint keyword spotting (Chen, Parada and Heigold,
    window's features up to unit variance);
 2. each window's posteriors (softmax of its logits), smoothed by a centred moving average over
    `smooth` windows (centred rather than trailing, so that the smoothing does not delay the peak);
-3. a detection when a keyword's smoothed posterior reaches `threshold`: the window of its peak
-   within the following `refractory` seconds is reported (keyword, time of that window's start,
-   posterior), and no other detection follows within `refractory` seconds of it.
+3. a detection wherever a keyword's smoothed posterior reaches `threshold`, kept by greedy
+   non-maximum suppression: the highest-scoring window first, then each next one that lies more
+   than `refractory` seconds from every window kept (so no two detections are closer than the
+   refractory period, and of a keyword's neighbouring windows the one aligned with it, which
+   scores highest, is the one reported). A detection is printed with its window's start (seconds
+   into the recording), its keyword and its smoothed posterior. The whole file is read first (an
+   online detector would hold each decision `refractory` seconds for the same result).
 
 Keywords: every label not starting with `_` (GSC-12's `_silence_` and `_unknown_` are not), or the
 ones given. `score` matches detections to known keyword positions (same label, within one hop) and
@@ -100,23 +104,19 @@ def posteriors(clf: Classifier, audio: np.ndarray, s: StreamSettings) -> np.ndar
 def detect(
     probs: np.ndarray, labels: list[str], columns: list[int], s: StreamSettings
 ) -> list[Detection]:
-    """Thresholded, peak-picked detections with a refractory period (the module docstring)."""
-    span = max(1, int(round(s.refractory / s.hop)))
+    """Thresholded detections with a refractory period (the module docstring), in time order."""
     scores = probs[:, columns]
     best, best_col = scores.max(axis=1), scores.argmax(axis=1)
-    out: list[Detection] = []
-    t, quiet_until = 0, -1.0
-    while t < len(best):
-        if best[t] < s.threshold or t * s.hop < quiet_until:
-            t += 1
-            continue
-        col = best_col[t]
-        ahead = scores[t : t + span, col]
-        peak = t + int(np.argmax(ahead))
-        out.append(Detection(peak * s.hop, labels[columns[col]], float(scores[peak, col])))
-        quiet_until = peak * s.hop + s.refractory
-        t = peak + 1
-    return out
+    span = s.refractory / s.hop - 1e-9  # (windows)
+    kept: list[int] = []
+    for t in np.argsort(-best, kind="stable"):
+        if best[t] < s.threshold:
+            break
+        if all(abs(int(t) - k) >= span for k in kept):
+            kept.append(int(t))
+    return [
+        Detection(t * s.hop, labels[columns[best_col[t]]], float(best[t])) for t in sorted(kept)
+    ]
 
 
 def stream(
