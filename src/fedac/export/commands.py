@@ -164,15 +164,16 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def cmd_stream(args: argparse.Namespace) -> int:
     from fedac.data.audio import load_audio
     from fedac.export.predict import open_classifier
-    from fedac.export.stream import StreamSettings, check_settings, stream
+    from fedac.export.stream import StreamSettings, check_settings, keyword_columns, stream
 
     s = StreamSettings(
         args.hop, args.smooth, args.threshold, args.refractory, args.gate_db, args.window
     )
     check_settings(s)
     clf = open_classifier(args.model, args.client, args.exit_layer)
-    audio = load_audio(args.file, clf.sample_rate)
     keywords = [k.strip() for k in args.keywords.split(",")] if args.keywords else None
+    keyword_columns(clf.labels, keywords)  # (an unknown keyword is refused before any audio)
+    audio = load_audio(args.file, clf.sample_rate)
     found = stream(clf, audio, s, keywords)
     print(
         f"{args.file}: {len(audio) / clf.sample_rate:.2f} s, {clf.name}; hop {s.hop:g} s, "

@@ -87,7 +87,7 @@ def _quiet():
 def _export(module: nn.Module, example: torch.Tensor, free_length: bool):
     """torch.onnx.export's program of `module` on `example` (batch axis free, the samples axis too
     when `free_length`)."""
-    dims: dict[int, Any] = {0: torch.export.Dim("batch", min=1, max=4096)}
+    dims: dict[int, Any] = {0: torch.export.Dim.AUTO}
     if free_length:
         dims[1] = torch.export.Dim("samples", min=2000, max=16000 * 600)
     with _quiet(), torch.no_grad():
@@ -104,8 +104,8 @@ def _export(module: nn.Module, example: torch.Tensor, free_length: bool):
 
 
 def untraceable_layer(module: nn.Module, example: torch.Tensor) -> tuple[str, str] | None:
-    """(name, reason) of the first leaf module, in forward order, that the exporter cannot trace
-    alone on the input it receives; None when each traces (the failure lies between them)."""
+    """(name, reason) of the first leaf module, in forward order, that the exporter cannot take to
+    ONNX alone on the input it receives; None when each can (the failure lies between them)."""
     seen: list[tuple[str, nn.Module, tuple]] = []
     hooks = [
         m.register_forward_hook(lambda mod, args, _out, name=name: seen.append((name, mod, args)))
@@ -116,14 +116,17 @@ def untraceable_layer(module: nn.Module, example: torch.Tensor) -> tuple[str, st
         with torch.no_grad():
             module(example)
     except Exception as exc:  # (the model fails in PyTorch itself: that is the reason)
-        return type(module).__name__, f"it fails in PyTorch: {exc}"
+        return type(module).__name__, f"it fails in PyTorch: {_first_line(exc)}"
     finally:
         for hook in hooks:
             hook.remove()
     for name, layer, args in seen:
         try:
-            with _quiet(), torch.no_grad():
-                torch.export.export(layer, tuple(args), strict=False)
+            if len(args) == 1 and isinstance(args[0], torch.Tensor) and args[0].dim() >= 1:
+                _export(layer, args[0], False)
+            else:
+                with _quiet(), torch.no_grad():
+                    torch.export.export(layer, tuple(args), strict=False)
         except Exception as exc:
             return f"{name} ({type(layer).__name__})", _first_line(exc)
     return None
