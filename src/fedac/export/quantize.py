@@ -122,16 +122,12 @@ def weight_only_int8(model, min_size: int = MIN_WEIGHT_ONLY) -> int:
     return converted
 
 
-def quantize_int8(
-    trained: TrainedModel, float_path: Path, out: Path, front: list[str]
-) -> dict[str, Any]:
-    """Write the int8 model of `float_path` to `out` (the module docstring); returns what it did,
-    measured: file sizes, the calibration clips, test accuracy float and int8, and the drop.
-    `front`: the feature front end's nodes (`onnx_export.write_onnx`), left in float."""
+def quantize_file(float_path: Path, out: Path, rows: list[np.ndarray], front: list[str]) -> int:
+    """Steps 1 and 2 of the module docstring on `float_path`, calibrated on waveform `rows`,
+    written to `out`; returns how many tensors step 2 stored as int8."""
     import onnx
     from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 
-    rows, calibration = calibration_rows(trained)
     staged = out.with_name(f".{out.name}.static")
     root = logging.getLogger()
     level, root.level = root.level, logging.ERROR  # (its advice to pre-process: not applicable)
@@ -156,6 +152,17 @@ def quantize_int8(
     weight_only = weight_only_int8(model)
     del model.graph.value_info[:]  # (shapes the quantiser inferred: onnxruntime infers them again)
     onnx.save(model, str(out))
+    return weight_only
+
+
+def quantize_int8(
+    trained: TrainedModel, float_path: Path, out: Path, front: list[str]
+) -> dict[str, Any]:
+    """Write the int8 model of `float_path` to `out` (the module docstring); returns what it did,
+    measured: file sizes, the calibration clips, test accuracy float and int8, and the drop.
+    `front`: the feature front end's nodes (`onnx_export.write_onnx`), left in float."""
+    rows, calibration = calibration_rows(trained)
+    weight_only = quantize_file(float_path, out, rows, front)
     return {
         "calibration": calibration,
         "weight_only_int8_tensors": weight_only,
