@@ -11,7 +11,8 @@ cost rows uses 32 synthetic clips (noise and tones: the sizes and latencies do n
     .venv/bin/python benchmarks/bench_export.py [--models crnn_lite dscnn] [--runs 50]
         [--run /tmp/exp-default]
 
-Writes benchmarks/results/export_cost.json.
+Writes benchmarks/results/export_cost.json; `--stream RUN` instead measures `fedac stream` on 40
+of the run's test clips joined by silence (recall, false alarms), written to export_stream.json.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 RESULT = Path(__file__).parent / "results" / "export_cost.json"
+STREAM = RESULT.with_name("export_stream.json")
 DEFAULT_MODELS = [
     "crnn_tiny", "crnn_lite", "crnn_mid", "crnn_base", "crnn_deep",
     "dscnn", "mhattrnn", "resnet15", "kwt",
@@ -130,6 +132,30 @@ def run_drop(run_dir: str) -> dict:
                 "float_ms": latency_ms(path, 50), "int8_ms": q8_ms}  # fmt: skip
 
 
+def stream_eval(run_dir: str, count: int, thresholds=(0.5, 0.7, 0.9)) -> dict:
+    """`fedac stream` on `count` test clips of the run (drawn with seed 0) joined by 1 s of
+    silence: recall and false alarms against the clips' positions (same label within one hop), per
+    threshold; beside them the model's accuracy on the same clips alone (the ceiling of recall)."""
+    from fedac.data.audio import load_audio
+    from fedac.export.predict import RunClassifier
+    from fedac.export.stream import StreamSettings, concatenate, score, stream
+
+    clf = RunClassifier(Path(run_dir))
+    manifest = clf.trained.data.manifest
+    test = manifest.split_indices("test")
+    chosen = sorted(np.random.default_rng(0).choice(len(test), count, replace=False).tolist())
+    audio_clips = [load_audio(manifest.clips[test[i]].path, clf.sample_rate) for i in chosen]
+    labels = [manifest.classes[manifest.clips[test[i]].label] for i in chosen]
+    alone = [clf.labels[int(clf.logits([c]).argmax())] for c in audio_clips]
+    audio, starts = concatenate(audio_clips, clf.sample_rate, 1.0)
+    out = {"run": run_dir, "clips": count, "gap_s": 1.0, "seconds": len(audio) / clf.sample_rate,
+           "accuracy_alone": float(np.mean([a == b for a, b in zip(alone, labels)]))}  # fmt: skip
+    for threshold in thresholds:
+        s = StreamSettings(threshold=threshold)
+        out[f"threshold_{threshold}"] = score(stream(clf, audio, s), list(zip(starts, labels)), s.hop)
+    return out
+
+
 def torch_example(samples: int):
     import torch
 
@@ -144,8 +170,17 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=50, help="timed runs per model (median)")
     parser.add_argument("--run", help="a trained run directory: its int8 accuracy drop")
     parser.add_argument("--out", default=str(RESULT))
+    parser.add_argument(
+        "--stream", metavar="RUN", help="only `fedac stream` on RUN's test clips: export_stream.json"
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.stream:
+        result = {"command": f"benchmarks/bench_export.py --stream {args.stream}",
+                  **stream_eval(args.stream, 40)}  # fmt: skip
+        STREAM.write_text(json.dumps(result, indent=2) + "\n")
+        print(json.dumps(result, indent=2))
+        return
     import onnxruntime
 
     with tempfile.TemporaryDirectory() as tmp:
