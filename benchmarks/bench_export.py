@@ -152,7 +152,9 @@ def stream_eval(run_dir: str, count: int, thresholds=(0.5, 0.7, 0.9)) -> dict:
            "accuracy_alone": float(np.mean([a == b for a, b in zip(alone, labels)]))}  # fmt: skip
     for threshold in thresholds:
         s = StreamSettings(threshold=threshold)
-        out[f"threshold_{threshold}"] = score(stream(clf, audio, s), list(zip(starts, labels)), s.hop)
+        out[f"threshold_{threshold}"] = score(
+            stream(clf, audio, s), list(zip(starts, labels)), s.hop
+        )
     return out
 
 
@@ -171,7 +173,9 @@ def main() -> None:
     parser.add_argument("--run", help="a trained run directory: its int8 accuracy drop")
     parser.add_argument("--out", default=str(RESULT))
     parser.add_argument(
-        "--stream", metavar="RUN", help="only `fedac stream` on RUN's test clips: export_stream.json"
+        "--stream",
+        metavar="RUN",
+        help="only `fedac stream` on RUN's test clips: export_stream.json",
     )
     args = parser.parse_args()
     torch.set_num_threads(1)
@@ -186,9 +190,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         rows = [one_network(name, args.runs, Path(tmp)) for name in args.models]
     result = {
-        "command": "benchmarks/bench_export.py " + " ".join(
+        "command": "benchmarks/bench_export.py "
+        + " ".join(
             f"--{k} {' '.join(v) if isinstance(v, list) else v}"
-            for k, v in vars(args).items() if v and k != "out"
+            for k, v in vars(args).items()
+            if v and k != "out"
         ),  # fmt: skip
         "cpu": cpu_name(),
         "threads": 1,

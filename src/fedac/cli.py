@@ -191,7 +191,7 @@ def forward_flops(model, x) -> float:
 
     swapped = [m for m in model.modules() if isinstance(m, nn.GRU)]
     for m in swapped:
-        m.forward = lambda inp, hx=None, m=m: stand_in(inp, hx, gru=m)
+        m.forward = lambda inp, hx=None, m=m: stand_in(inp, hx, gru=m)  # type: ignore[method-assign]
     try:
         with FlopCounterMode(display=False) as counter, torch.no_grad():
             model(x)
@@ -274,13 +274,19 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _aligned(rows: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
+def _aligned(rows: list) -> list[tuple[str, ...]]:
     """Numbers right-aligned and headed, per column."""
     heads = ("", "parameters", "MB", "MFLOPs", "stacked")
     rows = [heads, *rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(heads))]
     return [
-        (r[0], *(c.rjust(w) if i < 3 else c.ljust(w) for i, (c, w) in enumerate(zip(r[1:], widths[1:]))))
+        (
+            r[0],
+            *(
+                c.rjust(w) if i < 3 else c.ljust(w)
+                for i, (c, w) in enumerate(zip(r[1:], widths[1:]))
+            ),
+        )
         for r in rows
     ]
 
@@ -299,9 +305,7 @@ def peft_footprint(name: str, args: argparse.Namespace) -> str:
     from fedac.settings.models import PEFT_METHODS
 
     counts = ssl_counts(name, args.num_classes)
-    return "   ".join(
-        f"{m} {counts[m]:>10,} / {4 * counts[m] / 1e6:7.3f} MB" for m in PEFT_METHODS
-    )
+    return "   ".join(f"{m} {counts[m]:>10,} / {4 * counts[m] / 1e6:7.3f} MB" for m in PEFT_METHODS)
 
 
 #: `fedac list`: each kind's registry, as "module:attribute": the torch-free tables of settings/,

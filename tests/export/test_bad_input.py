@@ -92,9 +92,7 @@ def test_a_label_set_the_model_does_not_match_is_refused(exported, tmp_path, cap
     other.write_bytes(exported.read_bytes())
     meta = json.loads(exported.with_suffix(".json").read_text())
     other.with_suffix(".json").write_text(json.dumps({**meta, "labels": LABELS + ["left"]}))
-    refused(
-        capsys, ["predict", str(other), "x.wav"], "outputs 4 classes but other.json lists 5"
-    )
+    refused(capsys, ["predict", str(other), "x.wav"], "outputs 4 classes but other.json lists 5")
     refused(capsys, ["stream", str(exported), "x.wav", "--keywords", "yes,maybe"], "maybe")
     (tmp_path / "bare.onnx").write_bytes(exported.read_bytes())
     refused(capsys, ["predict", str(tmp_path / "bare.onnx"), "x.wav"], "no sidecar bare.json")

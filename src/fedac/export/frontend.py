@@ -23,6 +23,8 @@ the window, the mel filterbank and the DCT basis (about 47 kB at the defaults) b
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -46,7 +48,8 @@ class FeatureFrontEnd(nn.Module):
 
     def forward(self, waves: torch.Tensor) -> torch.Tensor:
         ex = self.extractor
-        ex.window, ex.mel, ex.dct = self.window, self.mel, self.dct
+        # (the module's buffers, so that the exporter sees them as the graph's constants)
+        ex.window, ex.mel, ex.dct = self.get_buffer("window"), self.get_buffer("mel"), self.dct  # type: ignore[assignment]
         feats = ex(waves)
         return normalize(feats) if self.cmvn else feats
 
@@ -68,7 +71,8 @@ class SSLWaveformModel(nn.Module):
 
     def __init__(self, model: nn.Module, cnn: nn.Module):
         super().__init__()
-        self.cnn, self.model = cnn, model
+        self.cnn: nn.Module = cnn
+        self.model: nn.Module = model
         self.depth = int(model.depth)  # type: ignore[arg-type]
 
     def forward(self, waves: torch.Tensor) -> torch.Tensor:
@@ -77,7 +81,7 @@ class SSLWaveformModel(nn.Module):
         mean = waves.mean(dim=1, keepdim=True)
         std = (waves - mean).square().mean(dim=1, keepdim=True).sqrt()
         feats = self.cnn((waves - mean) / (std + 1e-7)).transpose(1, 2)
-        m = self.model
+        m: Any = self.model  # (an SSLModel: projection, encoder, classify)
         hidden = m.projection(feats)
         hidden = hidden[0] if isinstance(hidden, tuple) else hidden
         mask = torch.ones(hidden.shape[:2], dtype=torch.bool, device=hidden.device)

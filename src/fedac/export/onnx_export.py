@@ -54,7 +54,9 @@ def need_onnx() -> None:
         import onnxruntime  # noqa: F401
         import onnxscript  # noqa: F401
     except ImportError as exc:
-        raise ConfigError(f"fedac export needs {exc.name}, fedac's `export` extra: {ONNX_EXTRA}")
+        raise ConfigError(
+            f"fedac export needs {exc.name}, fedac's `export` extra: {ONNX_EXTRA}"
+        ) from None
 
 
 def session(path: str | Path, threads: int = 0):
@@ -200,6 +202,11 @@ def test_inputs(trained: TrainedModel) -> tuple[list[np.ndarray], np.ndarray, np
     return rows, np.array(owner), labels
 
 
+def graph_fn(sess):
+    """Waveform batch -> logits of onnxruntime session `sess`."""
+    return lambda batch: sess.run([OUTPUT], {INPUT: batch})[0]
+
+
 def run_rows(fn, rows: list[np.ndarray], batch: int = 256) -> np.ndarray:
     """fn over the rows in batches of equal length (one row at a time where lengths differ)."""
     same = len({len(r) for r in rows}) == 1
@@ -227,7 +234,7 @@ def check_export(trained: TrainedModel, path: Path) -> dict[str, Any]:
         with torch.no_grad():
             return trained.deployed(torch.from_numpy(batch)).numpy()
 
-    got = run_rows(lambda b: sess.run([OUTPUT], {INPUT: b})[0], rows)
+    got = run_rows(graph_fn(sess), rows)
     want = run_rows(torch_fn, rows)
     clip_pred = clip_mean(got, owner, len(labels)).argmax(1)
     run_pred = clip_predictions(trained.model, trained.data.test).numpy()

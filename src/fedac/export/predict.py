@@ -57,7 +57,7 @@ class RunClassifier(Classifier):
 
         t = self.trained
         if t.ssl:
-            cnn = t.deployed.cnn  # the frozen CNN whose float16 frames the run cached
+            cnn: Any = t.deployed.cnn  # the frozen CNN whose float16 frames the run cached
             frames = [cnn(torch.from_numpy(r)[None]).transpose(1, 2)[0] for r in rows]
             x = Padded.stack([f.to(torch.float16) for f in frames])
             return t.model(x).numpy()
@@ -75,8 +75,8 @@ class OnnxClassifier(Classifier):
         side = path.with_suffix(".json")
         if not side.is_file():
             raise FedacError(
-                f"{path} has no sidecar {side.name} beside it (labels, sample rate): export it with "
-                "`fedac export RUN_DIR --out FILE.onnx`, which writes both"
+                f"{path} has no sidecar {side.name} beside it (labels, sample rate): export it "
+                "with `fedac export RUN_DIR --out FILE.onnx`, which writes both"
             )
         meta: dict[str, Any] = json.loads(side.read_text())
         try:

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from fedac.export.onnx_export import INPUT, OUTPUT, clip_mean, run_rows, session, test_inputs
+from fedac.export.onnx_export import INPUT, clip_mean, graph_fn, run_rows, session, test_inputs
 from fedac.export.run import TrainedModel
 
 CALIBRATION_CLIPS = 200
@@ -53,7 +53,9 @@ def calibration_rows(trained: TrainedModel, clips: int = CALIBRATION_CLIPS):
     what = {
         "split": "train",
         "clips": len(chosen),
-        "draw": f"uniform without replacement over the {len(train)} training clips, seed {cfg.seed}",
+        "draw": (
+            f"uniform without replacement over the {len(train)} training clips, seed {cfg.seed}"
+        ),
         "method": "MinMax",
     }
     return rows, what
@@ -106,7 +108,7 @@ def weight_only_int8(model, min_size: int = MIN_WEIGHT_ONLY) -> int:
                 ),
             ]
         )
-        extra = {"axis": 0} if per_row else {}
+        extra: dict[str, Any] = {"axis": 0} if per_row else {}
         nodes.append(
             helper.make_node(
                 "DequantizeLinear",
@@ -176,8 +178,7 @@ def int8_accuracy(trained: TrainedModel, float_path: Path, int8_path: Path) -> d
     rows, owner, labels = test_inputs(trained)
     preds = {}
     for key, path in (("float", float_path), ("int8", int8_path)):
-        sess = session(path)
-        out = run_rows(lambda b: sess.run([OUTPUT], {INPUT: b})[0], rows)
+        out = run_rows(graph_fn(session(path)), rows)
         preds[key] = clip_mean(out, owner, len(labels)).argmax(1)
     acc = {key: float((p == labels).mean()) for key, p in preds.items()}
     return {

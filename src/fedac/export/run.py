@@ -28,7 +28,8 @@ FEATURE_KEYS = ("kind", "sample_rate", "n_mels", "n_mfcc", "win_ms", "hop_ms", "
 
 @dataclass
 class TrainedModel:
-    """A run's model ready to deploy: `model` reads what training fed it, `deployed` the waveform."""
+    """A run's model ready to deploy: `model` reads what training fed it, `deployed` the
+    waveform."""
 
     cfg: Config
     run_dir: Path
@@ -87,7 +88,8 @@ def merge_adapters(model: nn.Module) -> int:
         setattr(parent, child, module.get_base_layer())
         merged += 1
     if merged and hasattr(model, "frozen"):
-        model.frozen = frozenset()  # (every weight is now part of the model: keep them in its state)
+        # (every weight is now part of the model: keep them in its state)
+        object.__setattr__(model, "frozen", frozenset())
     return merged
 
 
@@ -98,9 +100,11 @@ def _selected_model(cfg: Config, algorithm, state, client: str | None) -> tuple[
             known = sorted(state.clients)
             raise ConfigError(
                 f"--client {client}: the run holds no own model of that client ("
-                + (f"clients with one: {', '.join(known[:8])}{', ...' if len(known) > 8 else ''})"
-                if known
-                else f"algorithm {cfg.algorithm} keeps no client models; leave --client out)")
+                + (
+                    f"clients with one: {', '.join(known[:8])}{', ...' if len(known) > 8 else ''})"
+                    if known
+                    else f"algorithm {cfg.algorithm} keeps no client models; leave --client out)"
+                )
             )
         model = algorithm.personalized_model(client, state.clients[client])
         if model is None:
@@ -148,7 +152,7 @@ def deployed_form(cfg: Config, model: nn.Module) -> nn.Module:
             f"model {cfg.model.name} has a {model.kind} head: export, predict and stream serve "
             "classifiers (a CTC model's decoder is not part of a graph)"
         )
-    cnn = model.cnn
+    cnn: Any = model.cnn
     if cnn is None:
         from fedac.engine.waveform import frozen_cnn
 

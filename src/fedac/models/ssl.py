@@ -530,7 +530,9 @@ def measure_counts(name: str) -> dict[str, int]:
     hidden = SIZES[name].hidden
     out = {
         "params": without_head(model, False),
-        "cnn": sum(p.numel() for p in build_encoder(name, RANDOM_INIT).feature_extractor.parameters()),
+        "cnn": sum(
+            p.numel() for p in build_encoder(name, RANDOM_INIT).feature_extractor.parameters()
+        ),
         "flops": int(counter.get_total_flops()) - 2 * 2 * hidden,
     }
     for method in ("lora", "ia3"):

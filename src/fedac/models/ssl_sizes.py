@@ -35,16 +35,32 @@ SIZES: dict[str, SSLSize] = {
 #: With C classes the head adds 2H * C + C parameters and 4H * C FLOPs.
 COUNTS: dict[str, dict[str, int]] = {
     "w2v2_tiny": {
-        "params": 220832, "cnn": 66304, "flops": 21307392, "lora": 8192, "ia3": 1536,
+        "params": 220832,
+        "cnn": 66304,
+        "flops": 21307392,
+        "lora": 8192,
+        "ia3": 1536,
     },
     "w2v2_s": {
-        "params": 2527616, "cnn": 263680, "flops": 245923840, "lora": 49152, "ia3": 9216,
+        "params": 2527616,
+        "cnn": 263680,
+        "flops": 245923840,
+        "lora": 49152,
+        "ia3": 9216,
     },
     "w2v2_m": {
-        "params": 10068608, "cnn": 1051648, "flops": 983695360, "lora": 98304, "ia3": 18432,
+        "params": 10068608,
+        "cnn": 1051648,
+        "flops": 983695360,
+        "lora": 98304,
+        "ia3": 18432,
     },
     "w2v2_base": {
-        "params": 90170496, "cnn": 4200448, "flops": 8833990656, "lora": 294912, "ia3": 55296,
+        "params": 90170496,
+        "cnn": 4200448,
+        "flops": 8833990656,
+        "lora": 294912,
+        "ia3": 55296,
     },
 }
 
