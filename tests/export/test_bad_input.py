@@ -48,6 +48,7 @@ def test_a_run_without_a_checkpoint_is_refused(tmp_path, capsys):
     save_config(Config(), tmp_path / "config.yaml")
     refused(capsys, ["export", str(tmp_path)], "no checkpoint", str(tmp_path / "checkpoint.pt"))
     refused(capsys, ["export", str(tmp_path / "nothing")], "not a fedac run directory")
+    refused(capsys, ["export", str(tmp_path), "--format", "pte"], "ExecuTorch", "docs/export.md")
 
 
 class Untraceable(nn.Module):
