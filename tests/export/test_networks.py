@@ -27,12 +27,15 @@ SLOW = {"mhattrnn"}
 
 
 def onnx_against_torch(module: torch.nn.Module, waves: torch.Tensor, path, free_length=False):
-    """(max |logit diff|, argmax agreement) of the exported `module` on `waves` (and, with
-    `free_length`, on a shorter clip the graph was not traced with)."""
+    """(max |logit diff|, argmax agreement) of the exported `module` on `waves`, on a batch of
+    another size, and (with `free_length`) on a shorter clip the graph was not traced with."""
     module.eval()
     write_onnx(module, waves, path, free_length)
     sess = session(path, threads=1)
-    inputs = [waves] + ([waves[:1, : waves.shape[1] * 3 // 4]] if free_length else [])
+    # another batch size than the traced one (the batch axis is free), and with `free_length`
+    # another length
+    more = torch.cat([waves, waves.flip(0)])
+    inputs = [waves, more] + ([waves[:1, : waves.shape[1] * 3 // 4]] if free_length else [])
     diffs, agree = [], []
     for x in inputs:
         got = sess.run([OUTPUT], {INPUT: x.numpy()})[0]
