@@ -407,6 +407,28 @@ def test_models_counts_parameters_on_the_meta_device(capsys):
     assert "2,536,611 + 263,680 = docs/ssl.md's 2.79 M" in printed.out
 
 
+def test_a_second_models_call_reads_its_rows_and_loads_no_torch(tmp_path):
+    """The feature networks' rows are kept under $FEDAC_HOME/models/ (keyed by the training code,
+    torch's version and the sizes): a second `fedac models` prints the same without torch."""
+    probe = (
+        "import json, sys, fedac.cli; code = fedac.cli.main(['models', *sys.argv[1:]]); "
+        "print(json.dumps([code, sorted(m for m in sys.modules if m.split('.')[0] == 'torch')]))"
+    )
+    env = {**os.environ, "FEDAC_HOME": str(tmp_path)}
+    runs = [
+        subprocess.run(
+            [sys.executable, "-c", probe, "--num-classes", "7"],
+            capture_output=True,
+            text=True,
+            env=env,
+            check=True,
+        ).stdout.splitlines()
+        for _ in range(2)
+    ]
+    assert runs[0][:-1] == runs[1][:-1] and "7 classes" in runs[0][0]
+    assert json.loads(runs[0][-1])[1] != [] and json.loads(runs[1][-1]) == [0, []]
+
+
 def test_models_counts_gru_flops_by_formula_as_the_counter_would():
     import torch
     from torch.utils.flop_counter import FlopCounterMode

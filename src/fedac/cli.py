@@ -220,6 +220,52 @@ def feature_model_row(name: str, args: argparse.Namespace) -> tuple[int, float, 
     return count_parameters(model), flops, stacked_support(name, model)
 
 
+class ModelRows:
+    """`feature_model_row` of each built-in feature network, kept in $FEDAC_HOME/models/ keyed by
+    the training code's sha256 (version.py), torch's version and the sizes asked for: a second
+    `fedac models` then loads no torch (counting FLOPs loads torch's compiler, seconds). A plug-in's
+    row is always computed (its code is not in the key)."""
+
+    def __init__(self, args: argparse.Namespace):
+        import hashlib
+        from importlib.metadata import version
+
+        from fedac.version import source_sha256
+
+        key = f"{source_sha256()}|{version('torch')}|{args.num_features}|{args.num_classes}"
+        home = Path(os.environ.get("FEDAC_HOME") or Path.home() / ".cache" / "fedac")
+        self.path = home / "models" / f"rows-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+        self.args, self.changed = args, False
+        try:
+            self.rows = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.rows = {}
+
+    def get(self, name: str, plugin: bool) -> tuple[int, float, str]:
+        if plugin or name not in self.rows:
+            row = feature_model_row(name, self.args)
+            if plugin:
+                return row
+            self.rows[name], self.changed = list(row), True
+        params, flops, stacked = self.rows[name]
+        return int(params), float(flops), str(stacked)
+
+    def ssl_note(self) -> str:
+        if "_ssl" not in self.rows:
+            self.rows["_ssl"], self.changed = _ssl_stacked_note(), True
+        return str(self.rows["_ssl"])
+
+    def save(self) -> None:
+        if self.changed:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+                tmp.write_text(json.dumps(self.rows))
+                os.replace(tmp, self.path)
+            except OSError:  # (a read-only home: the next call counts again)
+                pass
+
+
 def cmd_models(args: argparse.Namespace) -> int:
     from fedac.models.ssl_sizes import ssl_counts  # lazy: start-up time (no torch)
     from fedac.settings.models import MODELS as TABLE
@@ -231,29 +277,39 @@ def cmd_models(args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    from fedac.models import MODELS  # lazy: start-up time
-
+    MODELS = TABLE  # (the torch-free registry table: names, descriptions, plug-ins)
     notes: list[str] = []
     rows = []
+    cache = ModelRows(args)
     for name, _ in MODELS.items():
         if name in SSL_NAMES:
             c = ssl_counts(name, args.num_classes)
-            params, flops, stacked = c["params"], float(c["flops"]), _ssl_stacked_note()
+            params, flops, stacked = c["params"], float(c["flops"]), cache.ssl_note()
         else:
-            params, flops, stacked = feature_model_row(name, args)
+            params, flops, stacked = cache.get(name, MODELS.is_plugin(name))
         if stacked.startswith("no"):
             if stacked not in notes:
                 notes.append(stacked)
             stacked = f"no [{notes.index(stacked) + 1}]"
         mflops = f"{flops / 1e6:,.1f}" if flops == flops else "?"
-        rows.append((name, f"{params:,}", f"{4 * params / 1e6:.3f}", mflops, stacked))
+        rows.append(
+            (
+                name,
+                f"{params:,}",
+                f"{4 * params / 1e6:.3f}",
+                mflops,
+                stacked,
+                MODELS.description(name),
+            )
+        )
     print(
         f"models for {args.num_features} input features and {args.num_classes} classes: "
         "parameters, their fp32 size (MB), forward MFLOPs of one 1 s clip, and how the stacked "
         "path trains each (docs/extending.md):"
     )
+    cache.save()
     table = format_table([(n, "  ".join(cells)) for n, *cells in _aligned(rows)])
-    print(table)
+    print("\n".join(line.rstrip() for line in table.splitlines()))
     for i, note in enumerate(notes, 1):
         print(f"[{i}] {note.removeprefix('no: ')}")
     ssl = [name for name, _ in MODELS.items() if name in SSL_NAMES]
@@ -276,14 +332,14 @@ def cmd_models(args: argparse.Namespace) -> int:
 
 def _aligned(rows: list) -> list[tuple[str, ...]]:
     """Numbers right-aligned and headed, per column."""
-    heads = ("", "parameters", "MB", "MFLOPs", "stacked")
+    heads = ("", "parameters", "MB", "MFLOPs", "stacked", "")
     rows = [heads, *rows]
     widths = [max(len(r[i]) for r in rows) for i in range(len(heads))]
     return [
         (
             r[0],
             *(
-                c.rjust(w) if i < 3 else c.ljust(w)
+                c.rjust(w) if i < 3 else c.ljust(w) if i == 3 else c
                 for i, (c, w) in enumerate(zip(r[1:], widths[1:]))
             ),
         )
