@@ -14,11 +14,12 @@ fi
 PIP=(.venv/bin/python -m pip install --quiet --disable-pip-version-check)
 step "installing torch==2.13.0 (the CPU wheel, about 200 MB on a first install)"
 "${PIP[@]}" torch==2.13.0
-step "installing fedac (editable) with its test tools and the ssl, peft, hf, tensorboard, mlflow and sweep extras"
+step "installing fedac (editable) with its test tools and the ssl, peft, hf, tensorboard, mlflow, sweep and export extras"
 # peft: model.peft on the speech encoders, tested by tests/models/test_peft.py
 # tensorboard, mlflow: the optional trackers (log.tensorboard, log.mlflow), tested by tests/engine/test_trackers.py
 # sweep: optuna, for `fedac sweep` (tests/experiments/test_sweep.py)
-"${PIP[@]}" -e ".[test,ssl,peft,hf,tensorboard,mlflow,sweep]"
+# export: onnx, onnxscript, onnxruntime for `fedac export` / `fedac predict`, tested by tests/export/
+"${PIP[@]}" -e ".[test,ssl,peft,hf,tensorboard,mlflow,sweep,export]"
 step "checking that torch and fedac import"
 .venv/bin/python -c "import torch, fedac; assert torch.__version__.startswith('2.13.0'), torch.__version__"
 # The fused GRU kernel (src/fedac/kernels/gru.cpp, g++ + ninja, about a minute once). If it cannot be

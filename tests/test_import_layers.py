@@ -35,6 +35,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("flower", ("fedac.flower",)),
     # the papers' tables and their commands: nothing below imports them
     ("experiments", ("fedac.experiments",)),
+    # a run's model taken to a device (export, predict, stream): reads runs, below the CLI only
+    ("export", ("fedac.export",)),
     ("cli", ("fedac.cli", "fedac.__main__")),
 ]
 

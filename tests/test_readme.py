@@ -25,7 +25,8 @@ def test_the_second_screen_says_what_the_default_job_does_then_shows_the_run_dir
         for k, line in enumerate(README)
         if line.startswith("bash scripts/setup.sh && .venv/bin/python")
     )
-    paragraph = README[commands_end + 3 : README.index("", commands_end + 3)]
+    start = README.index("```", commands_end) + 2  # (after the code block and a blank line)
+    paragraph = README[start : README.index("", start)]
     assert len(paragraph) <= 5, paragraph
     text = " ".join(paragraph)
     for what in ("50 rounds", "took 41 s", "AMD EPYC with AVX-512", "test accuracy"):

@@ -41,4 +41,4 @@ def test_setup_announces_each_step_and_keeps_its_install_lines(tmp_path):
     calls = (tmp_path / ".venv" / "bin" / "calls.log").read_text().splitlines()
     pip = "-m pip install --quiet --disable-pip-version-check"
     assert f"{pip} torch==2.13.0" in calls
-    assert f"{pip} -e .[test,ssl,peft,hf,tensorboard,mlflow]" in calls
+    assert f"{pip} -e .[test,ssl,peft,hf,tensorboard,mlflow,sweep,export]" in calls

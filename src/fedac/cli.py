@@ -31,6 +31,7 @@ from fedac.experiments.figures import add_report_parser
 from fedac.experiments.pretrain_settings import add_pretrain_parser
 from fedac.experiments.reproduce import add_reproduce_parser
 from fedac.experiments.sweep import add_sweep_parser
+from fedac.export.commands import add_export_parsers
 
 
 def _add_experiment_args(parser: argparse.ArgumentParser) -> None:
@@ -165,44 +166,162 @@ def shape_only(name: str, num_features: int, num_classes: int):
         return build_model(name, num_features, num_classes)
 
 
+#: Frames of a 1 s clip at the default 10 ms hop (the FLOPs column).
+FRAMES_1S = 101
+
+
+def forward_flops(model, x) -> float:
+    """Forward FLOPs of `model` on `x` as torch's FlopCounterMode counts them (matmuls and
+    convolutions), its GRUs by their formula instead: per step, layer and direction 2 x 3H x
+    (input + H), the input and hidden projections, which the counter would see op by op at a
+    hundred times the time (tests/test_cli.py checks the two agree)."""
+    import torch  # lazy: start-up time
+    from torch import nn
+    from torch.utils.flop_counter import FlopCounterMode
+
+    grus: list[float] = []
+
+    def stand_in(inp, hx=None, *, gru: nn.GRU):
+        """The GRU's output shapes, zero, and its FLOPs by the formula."""
+        batch, steps = (inp.shape[0], inp.shape[1]) if gru.batch_first else inp.shape[1::-1]
+        dirs, h = 2 if gru.bidirectional else 1, gru.hidden_size
+        widths = [gru.input_size] + [dirs * h] * (gru.num_layers - 1)
+        grus.append(sum(dirs * batch * steps * 2 * 3 * h * (w + h) for w in widths))
+        out = (batch, steps, dirs * h) if gru.batch_first else (steps, batch, dirs * h)
+        return inp.new_zeros(out), inp.new_zeros(dirs * gru.num_layers, batch, h)
+
+    swapped = [m for m in model.modules() if isinstance(m, nn.GRU)]
+    for m in swapped:
+        m.forward = lambda inp, hx=None, m=m: stand_in(inp, hx, gru=m)  # type: ignore[method-assign]
+    try:
+        with FlopCounterMode(display=False) as counter, torch.no_grad():
+            model(x)
+    finally:
+        for m in swapped:
+            del m.forward
+    return float(counter.get_total_flops()) + sum(grus)
+
+
+def feature_model_row(name: str, args: argparse.Namespace) -> tuple[int, float, str]:
+    """(parameters, forward FLOPs of one 1 s clip (`forward_flops`), stacked path) of a feature
+    network, built for real (the largest has 0.34 M parameters: milliseconds; the meta device would
+    load torch's compiler for its initialisers)."""
+    import torch  # lazy: start-up time
+
+    from fedac.models import build_model, count_parameters
+    from fedac.training.functional import stacked_support
+
+    # (training mode: in eval mode KWT's attention takes torch's fused fast path, which the
+    # counter does not see; no zoo network's forward FLOPs differ between the modes otherwise)
+    model = build_model(name, args.num_features, args.num_classes).train()
+    try:
+        flops = forward_flops(model, torch.zeros(1, args.num_features, FRAMES_1S))
+    except Exception:  # (a plug-in that reads other inputs: no figure)
+        flops = float("nan")
+    return count_parameters(model), flops, stacked_support(name, model)
+
+
+class ModelRows:
+    """`feature_model_row` of each built-in feature network, kept in $FEDAC_HOME/models/ keyed by
+    the training code's sha256 (version.py), torch's version and the sizes asked for: a second
+    `fedac models` then loads no torch (counting FLOPs loads torch's compiler, seconds). A plug-in's
+    row is always computed (its code is not in the key)."""
+
+    def __init__(self, args: argparse.Namespace):
+        import hashlib
+        from importlib.metadata import version
+
+        from fedac.version import source_sha256
+
+        key = f"{source_sha256()}|{version('torch')}|{args.num_features}|{args.num_classes}"
+        home = Path(os.environ.get("FEDAC_HOME") or Path.home() / ".cache" / "fedac")
+        self.path = home / "models" / f"rows-{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+        self.args, self.changed = args, False
+        try:
+            self.rows = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            self.rows = {}
+
+    def get(self, name: str, plugin: bool) -> tuple[int, float, str]:
+        if plugin or name not in self.rows:
+            row = feature_model_row(name, self.args)
+            if plugin:
+                return row
+            self.rows[name], self.changed = list(row), True
+        params, flops, stacked = self.rows[name]
+        return int(params), float(flops), str(stacked)
+
+    def ssl_note(self) -> str:
+        if "_ssl" not in self.rows:
+            self.rows["_ssl"], self.changed = _ssl_stacked_note(), True
+        return str(self.rows["_ssl"])
+
+    def save(self) -> None:
+        if self.changed:
+            try:
+                self.path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}")
+                tmp.write_text(json.dumps(self.rows))
+                os.replace(tmp, self.path)
+            except OSError:  # (a read-only home: the next call counts again)
+                pass
+
+
 def cmd_models(args: argparse.Namespace) -> int:
-    from fedac.settings.models import MODELS as TABLE  # lazy: start-up time (no torch)
+    from fedac.models.ssl_sizes import ssl_counts  # lazy: start-up time (no torch)
+    from fedac.settings.models import MODELS as TABLE
     from fedac.settings.models import SSL_NAMES
 
     print(
-        f"fedac: counting the parameters of {len(TABLE)} models on torch's meta device (no weights "
-        "built); loading torch and transformers takes most of the time",
+        f"fedac: sizing the {len(TABLE)} models (the SSL encoders from their measured table, "
+        "models/ssl_sizes.py)",
         file=sys.stderr,
         flush=True,
     )
-    from fedac.models import MODELS, count_parameters  # lazy: start-up time
-    from fedac.training.functional import stacked_support
-
-    models = {
-        name: shape_only(name, args.num_features, args.num_classes) for name, _ in MODELS.items()
-    }
-    counts = {name: f"{count_parameters(model):,}" for name, model in models.items()}
-    # the stacked path: crnn (hand-written), vmap (torch.func, any nn.Module) or no (why)
-    stacked = {name: stacked_support(name, model) for name, model in models.items()}
-    width, kind_width = (
-        max(map(len, counts.values())),
-        max(len(k) for k in stacked.values() if not k.startswith("no")),
-    )
-    rows = [
-        (
-            name,
-            f"{count.rjust(width)} parameters  stacked: {stacked[name].ljust(kind_width)}  "
-            f"{MODELS.description(name)}",
+    MODELS = TABLE  # (the torch-free registry table: names, descriptions, plug-ins)
+    notes: list[str] = []
+    rows = []
+    cache = ModelRows(args)
+    for name, _ in MODELS.items():
+        if name in SSL_NAMES:
+            c = ssl_counts(name, args.num_classes)
+            params, flops, stacked = c["params"], float(c["flops"]), cache.ssl_note()
+        else:
+            params, flops, stacked = cache.get(name, MODELS.is_plugin(name))
+        if stacked.startswith("no"):
+            if stacked not in notes:
+                notes.append(stacked)
+            stacked = f"no [{notes.index(stacked) + 1}]"
+        mflops = f"{flops / 1e6:,.1f}" if flops == flops else "?"
+        rows.append(
+            (
+                name,
+                f"{params:,}",
+                f"{4 * params / 1e6:.3f}",
+                mflops,
+                stacked,
+                MODELS.description(name),
+            )
         )
-        for name, count in counts.items()
-    ]
     print(
-        f"models for {args.num_features} input features and {args.num_classes} classes "
-        "(stacked: how the stacked path trains each; docs/extending.md):"
+        f"models for {args.num_features} input features and {args.num_classes} classes: "
+        "parameters, their fp32 size (MB), forward MFLOPs of one 1 s clip, and how the stacked "
+        "path trains each (docs/extending.md):"
     )
-    print(format_table(rows))
-    ssl = [name for name in models if name in SSL_NAMES]
+    cache.save()
+    table = format_table([(n, "  ".join(cells)) for n, *cells in _aligned(rows)])
+    print("\n".join(line.rstrip() for line in table.splitlines()))
+    for i, note in enumerate(notes, 1):
+        print(f"[{i}] {note.removeprefix('no: ')}")
+    ssl = [name for name, _ in MODELS.items() if name in SSL_NAMES]
     if ssl:
+        print(
+            "[*] SSL encoders: the model a client holds; the CNN feature encoder is frozen "
+            "(model.freeze_cnn), runs once per clip when the data is built, and is counted apart: "
+            + ", ".join(f"{n} {ssl_counts(n, 1)['cnn']:,}" for n in ssl)
+            + " (w2v2_s: 2,536,611 + 263,680 = docs/ssl.md's 2.79 M, the whole encoder); its "
+            "FLOPs are not in the figure"
+        )
         print(
             "\nSSL encoders by model.peft: trainable parameters / upload of a client training the "
             "whole model (fp32; lora: r 8 on q_proj, v_proj; ia3: k_proj, v_proj, output_dense; "
@@ -212,34 +331,38 @@ def cmd_models(args: argparse.Namespace) -> int:
     return 0
 
 
-def peft_footprint(name: str, args: argparse.Namespace) -> str:
-    """Each `model.peft` choice's trainable parameters and upload for SSL model `name`, counted on
-    the meta device."""
-    import torch  # lazy: start-up time
+def _aligned(rows: list) -> list[tuple[str, ...]]:
+    """Numbers right-aligned and headed, per column."""
+    heads = ("", "parameters", "MB", "MFLOPs", "stacked", "")
+    rows = [heads, *rows]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(heads))]
+    return [
+        (
+            r[0],
+            *(
+                c.rjust(w) if i < 3 else c.ljust(w) if i == 3 else c
+                for i, (c, w) in enumerate(zip(r[1:], widths[1:]))
+            ),
+        )
+        for r in rows
+    ]
 
-    from fedac.config import ModelConfig
-    from fedac.errors import EncoderError
-    from fedac.models import build_model
+
+def _ssl_stacked_note() -> str:
+    """Why the stacked path does not train the SSL encoders (training/functional.py's reasons)."""
+    from fedac.training.functional import SSL_MEASURED
+
+    return f"no: {SSL_MEASURED}; has its own task_loss (padded waveform batches)"
+
+
+def peft_footprint(name: str, args: argparse.Namespace) -> str:
+    """Each `model.peft` choice's trainable parameters and upload (fp32) for SSL model `name`,
+    from the measured table (models/ssl_sizes.py)."""
+    from fedac.models.ssl_sizes import ssl_counts
     from fedac.settings.models import PEFT_METHODS
 
-    cells = []
-    for method in PEFT_METHODS:
-        try:
-            with torch.device("meta"):
-                model = build_model(
-                    name,
-                    args.num_features,
-                    args.num_classes,
-                    options=ModelConfig(encoder_path="random", peft=method),
-                )
-        except EncoderError:  # the peft extra is missing
-            cells.append(f"{method}: needs the peft extra")
-            continue
-        frozen: frozenset[str] = getattr(model, "frozen", frozenset())
-        trainable = sum(p.numel() for n, p in model.named_parameters() if n not in frozen)
-        upload = sum(t.numel() * t.element_size() for t in model.state_dict().values())
-        cells.append(f"{method} {trainable:>10,} / {upload / 1e6:7.3f} MB")
-    return "   ".join(cells)
+    counts = ssl_counts(name, args.num_classes)
+    return "   ".join(f"{m} {counts[m]:>10,} / {4 * counts[m] / 1e6:7.3f} MB" for m in PEFT_METHODS)
 
 
 #: `fedac list`: each kind's registry, as "module:attribute": the torch-free tables of settings/,
@@ -619,6 +742,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_pretrain_parser(sub, cmd_pretrain)
     add_memory_parser(sub)
     _add_catalog_parsers(sub)
+    add_export_parsers(sub)
     data = sub.add_parser(
         "data", help="synthesize, inspect and prepare datasets; write device traces"
     )

@@ -207,8 +207,9 @@ class KWT(KWSNet):
                 f"(features.clip_seconds / features.hop_ms)"
             )
         tokens = self.patch(image).flatten(2).transpose(1, 2)
+        # (tokens.shape[0], not len(tokens): an int, which an exported graph would fix the batch to)
         tokens = (
-            torch.cat([self.cls_embedding.expand(len(tokens), -1, -1), tokens], dim=1)
+            torch.cat([self.cls_embedding.expand(tokens.shape[0], -1, -1), tokens], dim=1)
             + self.pos_embedding
         )
         return self.encoder(tokens)[:, 0]

@@ -498,3 +498,43 @@ def build_ssl_model(
         ctc_hidden,
         head_norm,
     )
+
+
+def measure_counts(name: str) -> dict[str, int]:
+    """What `fedac models` shows of SSL size `name`, measured on a real build (random weights, one
+    class): the parameters of the model a client holds without its head (`params`: projection and
+    transformer; the frozen CNN runs once per clip when the data is built and is no part of it),
+    the CNN's own parameters (`cnn`), the forward FLOPs of one 1 s clip (49 CNN frames) without
+    the head (`flops`, torch's FlopCounterMode) and each model.peft method's trainable parameters
+    without the head (`lora`, `ia3`; `head`: none). ssl_sizes.COUNTS holds them for every size
+    (tests/models/test_ssl_counts.py checks it against this)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from fedac.config import ModelConfig
+
+    def build(peft: str = "none") -> SSLModel:
+        options = ModelConfig(name=name, encoder_path=RANDOM_INIT, peft=peft)
+        return build_ssl_model(name, "classification", 1, RANDOM_INIT, peft_options=options)
+
+    def without_head(model: SSLModel, trainable: bool) -> int:
+        return sum(
+            p.numel()
+            for n, p in model.named_parameters()
+            if not n.startswith("head.") and (not trainable or n not in model.frozen)
+        )
+
+    model = build().eval()
+    frames = Padded(torch.zeros(1, 49, SIZES[name].conv), torch.tensor([49]))
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(frames)
+    hidden = SIZES[name].hidden
+    out = {
+        "params": without_head(model, False),
+        "cnn": sum(
+            p.numel() for p in build_encoder(name, RANDOM_INIT).feature_extractor.parameters()
+        ),
+        "flops": int(counter.get_total_flops()) - 2 * 2 * hidden,
+    }
+    for method in ("lora", "ia3"):
+        out[method] = without_head(build(method), True)
+    return out
