@@ -1,0 +1,116 @@
+"""The hand-written stacked KWS forms (models/kws_stacked.py) against the per-client modules: the
+outputs, every parameter's gradient and BatchNorm's running statistics of K clients with different
+weights, in training mode, for each network alone and inside FedKWS-UI's two-head model, on full
+and on padded steps; and a 2-round FedKWS-UI run on the stacked path against the sequential one.
+
+Tolerances: in float64 both sides compute the same function to ~1e-13 (relative to each tensor's
+largest entry), which is what proves the forms right: 1e-10. In float32 the sums run in another
+order (a grouped convolution or batched matmul for the per-client oneDNN call, scaled-dot-product
+attention for nn.MultiheadAttention's, the GRU's recurrence for nn.GRU's) and BatchNorm over a batch
+of 4 divides by small standard deviations at every layer, so rounding grows with depth: ResNet15's
+gradients (up to 13 BatchNorms deep) differ by up to ~3e-2 relative, the others' by < 1e-4. The
+float32 case therefore checks outputs to 1e-4 and gradients to 5e-2."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+
+from fedac.algorithms.fedkwsui import TwoHeadModel
+from fedac.models import KWS_MODELS
+from fedac.models.kws_stacked import stacked_kws
+from fedac.models.stacked import stack_params
+
+FEATURES, CLASSES, K = 40, 5, 3
+TOLS = {torch.float64: (1e-10, 1e-10), torch.float32: (1e-4, 5e-2)}
+
+
+def frames_for(name: str) -> int:
+    return 101 if name == "kwt" else 31
+
+
+def clients(name: str, two_heads: bool, dtype=torch.float64) -> list[torch.nn.Module]:
+    models = []
+    for k in range(K):
+        torch.manual_seed(k)
+        net = KWS_MODELS[name](FEATURES, CLASSES)
+        models.append((TwoHeadModel(net, CLASSES) if two_heads else net).train().to(dtype))
+    return models
+
+
+def rel(a: torch.Tensor, b: torch.Tensor, scale: float = 0.0) -> float:
+    """Largest difference relative to the reference's largest entry (or `scale` when larger)."""
+    a, b = a.detach(), b.detach()
+    return float((a - b).abs().max()) / max(float(b.abs().max()), scale, 1e-12)
+
+
+def check(models, x, method, weight=None):
+    """Stacked vs per-client: outputs, gradients of a random projection of them, buffers."""
+    out_tol, grad_tol = TOLS[x.dtype]
+    form = stacked_kws(models[0])
+    assert form is not None
+    states = [{k: v.detach().clone() for k, v in m.state_dict().items()} for m in models]
+    stacked = stack_params(states)
+    leaves = {n: stacked[n].clone().requires_grad_() for n in form.param_names}
+    entries = {**stacked, **leaves}
+    out = form(entries, x, None, weight, method)
+    probe = torch.randn_like(out)
+    if weight is not None:  # padding carries weight 0 in every loss
+        probe = probe * (weight > 0).view(*weight.shape, *[1] * (out.dim() - 2))
+    (out * probe).sum().backward()
+    for k, model in enumerate(models):
+        rows = slice(None) if weight is None else weight[k] > 0
+        fn = model.embed if method == "embed" else model
+        mine = fn(x[k][rows])
+        assert rel(out[k][rows], mine) < out_tol, method
+        model.zero_grad()
+        (mine * probe[k][rows]).sum().backward()
+        # relative to the model's largest gradient entry: a convolution's bias before BatchNorm has
+        # a zero gradient in exact arithmetic, so both sides are rounding noise (~1e-7) there
+        scale = max(float(p.grad.abs().max()) for p in model.parameters() if p.grad is not None)
+        for n, p in model.named_parameters():
+            if p.grad is None:  # not on this method's path (the head of `embed`)
+                grad = leaves[n].grad
+                assert grad is None or not grad[k].any(), n
+                continue
+            assert leaves[n].grad is not None, n
+            assert rel(leaves[n].grad[k], p.grad, 1e-3 * scale) < grad_tol, (n, k)
+        for n, b in model.named_buffers():
+            assert torch.allclose(entries[n][k].double(), b.double(), rtol=1e-5, atol=1e-6), n
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32], ids=["f64", "f32"])
+@pytest.mark.parametrize("two_heads", [False, True], ids=["plain", "two-head"])
+@pytest.mark.parametrize("name", list(KWS_MODELS))
+def test_stacked_kws_form_equals_the_per_client_modules(name, two_heads, dtype):
+    models = clients(name, two_heads, dtype)
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(K, 4, FEATURES, frames_for(name), generator=g, dtype=dtype)
+    check(models, x, "forward")
+    check(copy.deepcopy(models), x, "embed")
+
+
+@pytest.mark.parametrize("name", ["dscnn", "resnet15", "mhattrnn"])
+def test_padded_steps_take_batch_statistics_over_real_samples_only(name):
+    models = clients(name, True)
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(K, 4, FEATURES, frames_for(name), generator=g, dtype=torch.float64)
+    weight = torch.tensor([[0.25] * 4, [1 / 3] * 3 + [0.0], [0.5, 0.5, 0.0, 0.0]])
+    check(models, x, "forward", weight)
+
+
+def test_two_head_methods_and_unknown_ones():
+    models = clients("dscnn", True)
+    form = stacked_kws(models[0])
+    assert form is not None
+    stacked = stack_params([m.state_dict() for m in models])
+    z = torch.randn(K, 2, models[0].embedding_dim, dtype=torch.float64)
+    for method in ("global_logits", "private_logits"):
+        got = form(stacked, z, method=method)
+        for k, m in enumerate(models):
+            assert rel(got[k], getattr(m, method)(z[k])) < 1e-10
+    with pytest.raises(Exception, match="no method 'classify'"):
+        form(stacked, z, method="classify")
+    assert stacked_kws(torch.nn.Linear(2, 2)) is None
