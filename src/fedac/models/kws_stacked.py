@@ -82,7 +82,9 @@ def conv(
 
 
 def pointwise(h: torch.Tensor, ctx: _Ctx, name: str) -> torch.Tensor:
-    """A 1x1 convolution per client as a batched matmul: (B, K * C, H, W) -> (B, K * C_out, H, W)."""
+    """A 1x1 convolution per client as a batched matmul: (B, K * C, H, W) -> (B, K * C_out, H, W),
+    each client's (C_out, C) weight broadcast over the batch. (Laying the activations out as (K, C,
+    B H W) for one large GEMM a client was measured too: the two copies cost more than it saved.)"""
     weight = ctx[f"{name}.weight"]  # (K, C_out, C_in, 1, 1)
     k, c_out, c_in = weight.shape[:3]
     b, _, height, width = h.shape
@@ -207,6 +209,28 @@ def resnet15_embed(net: ResNet15) -> Callable[[_Ctx, torch.Tensor], torch.Tensor
     return embed
 
 
+def _gru(ctx: _Ctx, out: torch.Tensor, layers: int, directions: list[str]) -> torch.Tensor:
+    """A stacked multi-layer (Bi-)GRU: (K, T, B, C) -> (K, T, B, H * directions), each layer's
+    directions through models/stacked.py's `_GRULayer`."""
+    k, t_len, b = out.shape[:3]
+    for layer in range(layers):
+        frames = out.reshape(k, t_len * b, out.shape[-1])
+        outs = [
+            _GRULayer.apply(
+                frames,
+                *(
+                    ctx[f"rnn.{kind}_l{layer}{suffix}"]
+                    for kind in ("weight_ih", "bias_ih", "weight_hh", "bias_hh")
+                ),
+                t_len,
+                bool(suffix),
+            )
+            for suffix in directions
+        ]
+        out = torch.cat(outs, dim=3) if len(outs) > 1 else outs[0]
+    return out
+
+
 def mhattrnn_embed(net: MHAttRNN) -> Callable[[_Ctx, torch.Tensor], torch.Tensor]:
     bn1, bn2 = _bn_args(net, "cnn.1"), _bn_args(net, "cnn.4")
     layers, bidirectional = net.rnn.num_layers, net.rnn.bidirectional
@@ -219,21 +243,8 @@ def mhattrnn_embed(net: MHAttRNN) -> Callable[[_Ctx, torch.Tensor], torch.Tensor
         h = F.relu(batch_norm(conv(h, ctx, "cnn.3"), ctx, *bn2))  # (B, K, T, F)
         t_len = h.shape[2]
         out = h.permute(1, 2, 0, 3)  # (K, T, B, F): time-major rows
-        for layer in range(layers):
-            frames = out.reshape(k, t_len * b, out.shape[-1])
-            outs = [
-                _GRULayer.apply(
-                    frames,
-                    *(
-                        ctx[f"rnn.{kind}_l{layer}{suffix}"]
-                        for kind in ("weight_ih", "bias_ih", "weight_hh", "bias_hh")
-                    ),
-                    t_len,
-                    bool(suffix),
-                )
-                for suffix in directions
-            ]
-            out = torch.cat(outs, dim=3) if len(outs) > 1 else outs[0]  # (K, T, B, H * dirs)
+        with torch.autocast(x.device.type, enabled=False):  # the GRU layer is written for fp32
+            out = _gru(ctx, out if out.dtype == torch.float64 else out.float(), layers, directions)
         keys = torch.cat([ctx[f"keys.{i}.weight"] for i in range(heads)], 1)  # (K, heads * d, W)
         queries = torch.cat([ctx[f"queries.{i}.weight"] for i in range(heads)], 1)
         key = torch.bmm(out.reshape(k, t_len * b, -1), keys.transpose(1, 2))
@@ -324,17 +335,17 @@ class StackedKWS:
         method: str = "forward",
         padded: bool | None = None,
     ) -> torch.Tensor:
-        # fp32 (float64 where the caller computes in it), as the CRNN's stacked form: autocast off
-        with torch.autocast(x.device.type, enabled=False):
-            x = x if x.dtype == torch.float64 else x.float()
-            if method == "embed":
-                return self.embed(state, x, weight)
-            if method == "forward":
-                return self.head(state, self.embed(state, x, weight))
-            if method == "head" and not self.two_heads:
-                return self.head(state, x)
-            if method in ("global_logits", "private_logits") and self.two_heads:
-                return self._two_head(state, x, method.split("_")[0])
+        # under the caller's autocast (runtime.precision) as the per-client module runs, but
+        # MHAttRNN's GRU, whose hand-written backward is fp32 (as the CRNN's)
+        x = x if x.dtype == torch.float64 else x.float()
+        if method == "embed":
+            return self.embed(state, x, weight)
+        if method == "forward":
+            return self.head(state, self.embed(state, x, weight))
+        if method == "head" and not self.two_heads:
+            return self.head(state, x)
+        if method in ("global_logits", "private_logits") and self.two_heads:
+            return self._two_head(state, x, method.split("_")[0])
         raise ConfigError(
             f"the stacked {self.name} has no method {method!r}: set runtime.execution=sequential"
         )
