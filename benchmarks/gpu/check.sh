@@ -82,6 +82,7 @@ if [ "$DRY_RUN" = 1 ]; then  # the limits below were set on an idle machine: sca
     scaled() { $PY -c "import sys; print(int(float(sys.argv[1]) * float(sys.argv[2]) + 0.5))" "$1" "$SCALE"; }
     GSC_TIMEOUT=$(scaled "$GSC_TIMEOUT"); BENCH_TIMEOUT=$(scaled "$BENCH_TIMEOUT"); TEST_TIMEOUT=$(scaled "$TEST_TIMEOUT")
     KWS_TIMEOUT=$(scaled "$KWS_TIMEOUT"); PROFILE_TIMEOUT=$(scaled "$PROFILE_TIMEOUT"); TEST_EACH=$(scaled "$TEST_EACH")
+    export BUDGET_SCALE=$SCALE  # kws_check.py's per-network budgets too
 fi
 
 echo "== check.sh: sections ${sections[*]}$([ "$DRY_RUN" = 1 ] && echo " (dry run on the CPU; time limits x $SCALE)"); files in $LOGS"
