@@ -1,14 +1,15 @@
-"""The KWS part of the GPU check (benchmarks/gpu/check.sh, sections `kws` and `profile`): FedKWS-UI's
-four networks trained stacked, against the per-client loops and the vmap path, with determinism and
-precision as settings. One command per section, JSON written after every measurement:
+"""The KWS part of the GPU check (benchmarks/gpu/check.sh, sections `kws` and `profile`):
+FedKWS-UI's four networks trained stacked, against the per-client loops and the vmap path, with
+determinism and precision as settings. One command per section, JSON written after every
+measurement:
 
-    python benchmarks/gpu/kws_check.py --device cuda --out $OUT/kws_check.json      # section kws
-    python benchmarks/gpu/kws_check.py --device cuda --profile --out-dir $OUT       # section profile
+    python benchmarks/gpu/kws_check.py --device cuda --out $OUT/kws_check.json  # section kws
+    python benchmarks/gpu/kws_check.py --device cuda --profile --out-dir $OUT   # section profile
     python benchmarks/gpu/kws_check.py --device cpu --clients 4 --steps 1 --batch 8  # a dry run
 
 Section kws, per network (dscnn, mhattrnn, resnet15, kwt; KWT with AdamW as FedKWS-UI trains it),
-one FedKWS-UI client update of `--clients` clients (100: FedKWS-UI's cohort at the paper's scale) from
-one payload, each path warmed up once and then timed once (`torch.cuda.synchronize` around it):
+one FedKWS-UI client update of `--clients` clients (100: FedKWS-UI's cohort at the paper's scale)
+from one payload, each path warmed up once and then timed once (`torch.cuda.synchronize` around it):
 - stacked: `runtime.execution=cohort`, the hand-written stacked form (models/kws_stacked.py);
 - vmap: the same through training/functional.py's vmap (the form before it);
 - sequential: fedac's own per-client path (`train_client`: the private phase, ALT's steps, the ALO
@@ -27,9 +28,9 @@ Each network has `--budget` seconds (times $BUDGET_SCALE, which check.sh's dry r
 calibration): a path other than stacked and sequential that would start past it is recorded as
 skipped, so the section ends in bounded time whatever the device.
 
-Section profile (`--profile`): torch.profiler over one stacked FedKWS-UI round of each network and one
-GSC FedMLAC round (benchmarks/gpu_workloads/gsc.py's workload), the top operators by self CUDA time
-(self CPU time on the CPU) written to `--out-dir` as profile_<name>.txt and profile.json.
+Section profile (`--profile`): torch.profiler over one stacked FedKWS-UI round of each network and
+one GSC FedMLAC round (benchmarks/gpu_workloads/gsc.py's workload), the top operators by self CUDA
+time (self CPU time on the CPU) written to `--out-dir` as profile_<name>.txt and profile.json.
 """
 
 from __future__ import annotations
@@ -179,7 +180,9 @@ def compare(results, reference) -> dict:
 def network_paths(net: str, args, datas) -> dict:
     """name -> (build the round, settings note); in order of importance."""
     paths = {
-        "stacked": lambda: fedac_round(algorithm(net, args, datas, "runtime.execution=cohort"), datas),
+        "stacked": lambda: fedac_round(
+            algorithm(net, args, datas, "runtime.execution=cohort"), datas
+        ),
         "sequential": lambda: fedac_round(
             algorithm(net, args, datas, "runtime.execution=sequential"), datas
         ),
@@ -254,9 +257,7 @@ def ratios(row: dict) -> None:
 def profile_table(run, device: torch.device, rows: int = 25) -> tuple[str, list[dict]]:
     from torch.profiler import ProfilerActivity, profile
 
-    activities = [ProfilerActivity.CPU] + (
-        [ProfilerActivity.CUDA] if device.type == "cuda" else []
-    )
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     run()  # warm-up
     sync(device)
     with profile(activities=activities) as prof:
@@ -331,7 +332,9 @@ def main(argv=None) -> int:
     parser.add_argument("--gsc-clients", type=int, default=50, help="the GSC round's on the CPU")
     parser.add_argument("--profile", action="store_true")
     parser.add_argument("--out", default=os.path.join(os.environ.get("OUT", "."), "kws_check.json"))
-    parser.add_argument("--out-dir", default=os.environ.get("OUT", str(ROOT / "benchmarks/results")))
+    parser.add_argument(
+        "--out-dir", default=os.environ.get("OUT", str(ROOT / "benchmarks/results"))
+    )
     args = parser.parse_args(argv)
     # check.sh's dry run scales every limit by how slow the machine is now (calibrate.py)
     args.budget *= float(os.environ.get("BUDGET_SCALE", "1"))

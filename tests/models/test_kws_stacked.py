@@ -18,6 +18,7 @@ import copy
 import pytest
 import torch
 
+from algorithm_harness import federate, max_diff
 from fedac.algorithms.fedkwsui import TwoHeadModel
 from fedac.models import KWS_MODELS
 from fedac.models.kws_stacked import stacked_kws
@@ -114,3 +115,85 @@ def test_two_head_methods_and_unknown_ones():
     with pytest.raises(Exception, match="no method 'classify'"):
         form(stacked, z, method="classify")
     assert stacked_kws(torch.nn.Linear(2, 2)) is None
+
+
+def fedkwsui(model: str, execution: str, clients_: list):
+    from fedac.algorithms import build_algorithm
+    from fedac.algorithms.base import Task
+    from fedac.config import load_config
+
+    counts = [torch.bincount(c.y, minlength=CLASSES).tolist() for c in clients_]
+    cfg = load_config(
+        overrides=[
+            "algorithm=fedkwsui",
+            f"model.name={model}",
+            "train.batch_size=4",
+            "runtime.device=cpu",
+            "train.max_grad_norm=50",
+            "fedkwsui.local_steps=2",
+            f"runtime.execution={execution}",
+        ]
+    )
+    return build_algorithm(cfg, Task(FEATURES, CLASSES, [c.name for c in clients_], counts))
+
+
+def fedkwsui_clients(model: str) -> list:
+    from fedac.algorithms.base import ClientData
+
+    g = torch.Generator().manual_seed(4)
+    frames = frames_for(model)
+    return [  # unequal sizes: padded steps, BatchNorm over each client's real samples
+        ClientData(
+            f"c{i}",
+            torch.randn(n, FEATURES, frames, generator=g),
+            torch.randint(0, CLASSES, (n,), generator=g),
+            torch.zeros(0, FEATURES, frames),
+            torch.zeros(0, dtype=torch.long),
+        )
+        for i, n in enumerate([7, 5, 3])
+    ]
+
+
+@pytest.mark.parametrize("name", list(KWS_MODELS))
+def test_two_fedkwsui_rounds_train_stacked_as_they_train_alone(name):
+    """Two FedKWS-UI rounds (private phase, ALT, ALO loss, clipping, server mean) on the stacked
+    form and on the sequential path: the same global model to float32 rounding (float64 shows the
+    forms exact; BatchNorm over 3-4 clips amplifies float32's)."""
+    data = fedkwsui_clients(name)
+    stacked = fedkwsui(name, "cohort", data)
+    assert stacked.stacked_kind(name) == "kws"
+    server_s, states_s, _ = federate(stacked, data)
+    server_q, _, _ = federate(fedkwsui(name, "sequential", data), data)
+    scale = max(float(v.abs().max()) for v in server_q["params"].values() if v.is_floating_point())
+    assert max_diff(server_q["params"], server_s["params"]) <= 1e-3 * max(scale, 1.0)
+
+
+@pytest.mark.parametrize("faster", ["stacked", "sequential"])
+def test_auto_times_the_hand_written_form_and_says_what_it_chose(
+    faster, monkeypatch, capsys, tmp_path
+):
+    """Under auto a KWS network's hand-written form is timed against the sequential path (a fake
+    clock makes either faster): the faster one trains, and the run prints the measurement."""
+    from fedac.engine import execution
+
+    data = fedkwsui_clients("mhattrnn")
+    alg = fedkwsui("mhattrnn", "auto", data)
+
+    plan = execution.ExecutionPlan(alg, execution.ProbeCache(tmp_path))  # a run's (rank 0's)
+    assert plan.vmapped == ["mhattrnn"] and plan.needs_probe
+    stacked_s, sequential_s = (1.0, 3.0) if faster == "stacked" else (3.0, 1.0)
+    clock = iter([0.0, stacked_s, 10.0, 10.0 + sequential_s])
+    monkeypatch.setattr(execution, "_now", lambda device: next(clock))
+    plan.run(alg.broadcast(alg.init_server()), [None] * 3, data, 1, 0)
+    printed = capsys.readouterr().err
+    if faster == "stacked":
+        assert plan.path == "stacked"
+        assert plan.verdict.startswith(
+            "stacked: auto measured model mhattrnn's stacked path (kws) faster on cpu: 1.00 s "
+            "against 3.00 s"
+        )
+    else:
+        assert plan.path.startswith(
+            "sequential: auto measured model mhattrnn's stacked path (kws) slower"
+        )
+    assert f"fedac: clients train {plan.verdict}" in printed

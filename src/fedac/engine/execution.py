@@ -332,7 +332,8 @@ class ExecutionPlan:
             ]
             sequential_s = _now(algorithm.device) - started
         self.record(stacked_s, sequential_s, count - warm, error)
-        if self.cache is not None and self.cache.writes:  # the run's first line said "auto: ..."; this says what the probe chose
+        # the run's first line said "auto: ..."; this says what the probe chose
+        if self.cache is not None and self.cache.writes:
             print(f"fedac: clients train {self.verdict}", file=sys.stderr, flush=True)
         if self.path == "stacked":
             return self.run(payload, states, datas, round_idx, seed)

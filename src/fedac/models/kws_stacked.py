@@ -22,8 +22,8 @@ How each layer runs:
   the four heads as one batched product.
 - KWT: patches as one unfold and a batched matmul; each encoder layer's attention batched over
   clients x batch with `F.scaled_dot_product_attention` (nn.MultiheadAttention's math: q / sqrt(d)
-  k^T, softmax, v), LayerNorm per client (`F.layer_norm` then the client's affine), GELU feed-forward
-  as batched matmuls; post-norm as `nn.TransformerEncoderLayer(norm_first=False)`.
+  k^T, softmax, v), LayerNorm per client (`F.layer_norm` then the client's affine), GELU
+  feed-forward as batched matmuls; post-norm as `nn.TransformerEncoderLayer(norm_first=False)`.
 
 The results equal the per-client modules' to float rounding (sums in another order),
 tests/models/test_kws_stacked.py: forward, gradients and running statistics per network, on both the
@@ -39,13 +39,14 @@ stacked form, else None. The form serves the methods the stacked training loops 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from fedac.errors import ConfigError
-from fedac.models.kws import DSCNN, KWT, MHAttRNN, KWSNet, ResNet15
+from fedac.models.kws import DSCNN, KWT, KWSNet, MHAttRNN, ResBlock, ResNet15
 from fedac.models.stacked import _GRULayer
 
 Params = dict[str, torch.Tensor]
@@ -68,10 +69,8 @@ class _Ctx:
         return self.params.get(self.prefix + name)
 
 
-# --- layers on the (B, K * C, H, W) layout ---------------------------------------------------------
-def conv(
-    h: torch.Tensor, ctx: _Ctx, name: str, depthwise: bool = False, **kwargs
-) -> torch.Tensor:
+# --- layers on the (B, K * C, H, W) layout --------------------------------------------------------
+def conv(h: torch.Tensor, ctx: _Ctx, name: str, depthwise: bool = False, **kwargs) -> torch.Tensor:
     """Every client's own Conv2d `name` as one grouped convolution."""
     weight = ctx[f"{name}.weight"]
     k = weight.shape[0]
@@ -105,9 +104,7 @@ def batch_norm(h: torch.Tensor, ctx: _Ctx, name: str, momentum: float, eps: floa
     ctx[f"{name}.num_batches_tracked"].add_(1)
     if ctx.real is None:
         # (K, C) buffers viewed flat: F.batch_norm updates the clients' rows in place
-        return F.batch_norm(
-            h, mean.view(-1), var.view(-1), flat_w, flat_b, True, momentum, eps
-        )
+        return F.batch_norm(h, mean.view(-1), var.view(-1), flat_w, flat_b, True, momentum, eps)
     return _masked_batch_norm(h, ctx.real, mean, var, flat_w, flat_b, momentum, eps)
 
 
@@ -157,7 +154,7 @@ def _pooled(h: torch.Tensor, k: int) -> torch.Tensor:
     return h.mean(dim=(2, 3)).view(b, k, -1).transpose(0, 1)
 
 
-# --- the four encoders: (ctx, x (K, B, F, T)) -> (K, B, embedding) ---------------------------------
+# --- the four encoders: (ctx, x (K, B, F, T)) -> (K, B, embedding) --------------------------------
 def _bn_args(module: nn.Module, name: str) -> tuple[str, float, float]:
     bn = module.get_submodule(name)
     assert isinstance(bn, nn.BatchNorm2d)
@@ -186,9 +183,8 @@ def dscnn_embed(net: DSCNN) -> Callable[[_Ctx, torch.Tensor], torch.Tensor]:
 
 
 def resnet15_embed(net: ResNet15) -> Callable[[_Ctx, torch.Tensor], torch.Tensor]:
-    dilations = [
-        (int(block.conv1.dilation[0]), int(block.conv2.dilation[0])) for block in net.blocks
-    ]
+    blocks = [cast(ResBlock, block) for block in net.blocks]
+    dilations = [(int(b.conv1.dilation[0]), int(b.conv2.dilation[0])) for b in blocks]
     last = int(net.last_conv.dilation[0])
     bn0 = _bn_args(net, "bn0")
     bns = [
@@ -202,7 +198,9 @@ def resnet15_embed(net: ResNet15) -> Callable[[_Ctx, torch.Tensor], torch.Tensor
         for i, (d0, d1) in enumerate(dilations):
             y = conv(h, ctx, f"blocks.{i}.conv1", padding=d0, dilation=d0)
             y = F.relu(batch_norm(y, ctx, *bns[i][0]))
-            y = batch_norm(conv(y, ctx, f"blocks.{i}.conv2", padding=d1, dilation=d1), ctx, *bns[i][1])
+            y = batch_norm(
+                conv(y, ctx, f"blocks.{i}.conv2", padding=d1, dilation=d1), ctx, *bns[i][1]
+            )
             h = F.relu(y + h)
         return _pooled(conv(h, ctx, "last_conv", padding=last, dilation=last), k)
 
