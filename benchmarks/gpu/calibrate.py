@@ -7,7 +7,7 @@ hung section still runs into a (scaled, finite) limit.
 
 The work: `REPS` rounds of a small convolution forward and backward and a few hundred small ops
 (the mix of the dry run's sections), one thread, timed three times; the median wall time against
-`REFERENCE_S`, what the work takes with a core to itself on the 2-core Xeon (Sapphire Rapids,
+`REFERENCE_S`, what the work takes with a core to itself on the 2-core Intel Xeon (KVM,
 AVX-512) the budgets were set on (its process CPU time there: 0.23-0.24 s, measured while the
 machine was loaded, when the wall time was 0.5-0.9 s). Capped at `CAP`, so a machine slowed past it
 still fails, and a hung section still meets a finite limit.

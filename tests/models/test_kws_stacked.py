@@ -197,3 +197,22 @@ def test_auto_times_the_hand_written_form_and_says_what_it_chose(
             "sequential: auto measured model mhattrnn's stacked path (kws) slower"
         )
     assert f"fedac: clients train {plan.verdict}" in printed
+
+
+@pytest.mark.parametrize("name", ["dscnn", "kwt", "mhattrnn"])
+def test_under_bf16_autocast_the_forms_compute_as_the_modules_do(name):
+    """runtime.precision=bf16 runs the forms under autocast as it runs the per-client modules
+    (MHAttRNN's GRU in fp32): the logits agree to bf16's rounding (8 bits of mantissa: 5e-2 of
+    the largest logit), and they differ from fp32's (autocast is in effect)."""
+    models = clients(name, False, torch.float32)
+    form = stacked_kws(models[0])
+    assert form is not None
+    stacked = stack_params([{k: v.clone() for k, v in m.state_dict().items()} for m in models])
+    x = torch.randn(K, 4, FEATURES, frames_for(name), generator=torch.Generator().manual_seed(5))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = form(stacked, x)
+        alone = [m(x[k]) for k, m in enumerate(models)]
+    fp32 = form(stack_params([m.state_dict() for m in clients(name, False, torch.float32)]), x)
+    for k in range(K):
+        assert rel(out[k].float(), alone[k].float()) < 5e-2
+    assert not torch.equal(out.float(), fp32)
