@@ -1,6 +1,7 @@
-"""Stacked (training/functional.py's vmapped path) against sequential client updates for FedKWS-UI's
-four KWS networks and one zero-shot CNN, under FedKWS-UI's local protocol (issue 56). One command,
-writes JSON to benchmarks/results/stacked_models.json:
+"""Stacked against sequential client updates for FedKWS-UI's four KWS networks (their hand-written
+stacked forms, models/kws_stacked.py; `--vmap`: training/functional.py's vmapped path instead) and
+one zero-shot CNN (vmapped), under FedKWS-UI's local protocol. One command, writes JSON to
+benchmarks/results/stacked_models.json:
 
     .venv/bin/python benchmarks/bench_stacked_models.py          # 16 clients, E = 5, 3 repeats
     .venv/bin/python benchmarks/bench_stacked_models.py --quick  # 4 clients, E = 2, 1 repeat: smoke
@@ -193,6 +194,12 @@ def ssl_part(size: str, count: int, steps: int, repeats: int, batch: int = 8) ->
     }
 
 
+def _cpu() -> str:
+    from fedac.engine.execution import _cpu_model
+
+    return f"{_cpu_model()}, {torch.backends.cpu.get_cpu_capability()}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -200,6 +207,10 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--steps", type=int, default=5, help="FedKWS-UI's E (fedkwsui.local_steps)")
     parser.add_argument("--models", nargs="*", default=list(MODELS))
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads")
+    parser.add_argument(
+        "--vmap", action="store_true", help="the KWS networks through vmap (the form before)"
+    )
     parser.add_argument(
         "--out", default=str(Path(__file__).parent / "results" / "stacked_models.json")
     )
@@ -207,7 +218,11 @@ def main() -> None:
         "--ssl", metavar="SIZE", help="measure the early-exit SSL encoder of this size instead"
     )
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    if args.vmap:
+        import fedac.models.kws_stacked as forms
+
+        forms.stacked_kws = lambda model: None
     if args.ssl:
         out = Path(args.out)
         report = json.loads(out.read_text()) if out.exists() else {}
@@ -223,7 +238,15 @@ def main() -> None:
         return
     count, steps, repeats = (4, 2, 1) if args.quick else (args.clients, args.steps, args.repeats)
     datas = clients(count)
-    report = {"clients": count, "global_steps": steps, "batch_size": 32, "threads": 1, "models": {}}
+    report = {
+        "clients": count,
+        "global_steps": steps,
+        "batch_size": 32,
+        "threads": args.threads,
+        "stacked_form": "vmap" if args.vmap else "hand-written (models/kws_stacked.py)",
+        "cpu": _cpu(),
+        "models": {},
+    }
     for model in args.models:
         paths = {
             "stacked": algorithm(model, "cohort", steps, datas),

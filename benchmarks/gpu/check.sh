@@ -2,7 +2,7 @@
 # The GPU check of a lent machine (benchmarks/gpu/README.md), run from the repository root of a copy of the
 # working tree:
 #
-#   bash benchmarks/gpu/check.sh                  # set-up, then the sections gsc, bench, tests in that order
+#   bash benchmarks/gpu/check.sh                  # set-up, then the sections gsc, kws, profile, tests in that order
 #   bash benchmarks/gpu/check.sh tests            # set-up, then only the named sections (SECTIONS="..." too)
 #   bash benchmarks/gpu/check.sh setup            # the set-up alone
 #   bash benchmarks/gpu/check.sh --dry-run        # the same on the CPU, small: DRY_RUN=1 does the same
@@ -12,22 +12,30 @@
 # where that install fails. Nothing is installed when everything imports already.
 # Sections (each bounded by its own timeout; every result is written to $OUT the moment it is measured):
 #   gsc       the GSC-scale FedMLAC round, fedac against the plain sequential loop: $OUT/gsc.txt, bench_gsc.json
-#   bench     the other workloads of bench_gpu.py --quick: $OUT/bench_gpu.json
+#   kws       FedKWS-UI's four networks at 100 clients: the hand-written stacked forms against fedac's
+#             per-client loop, the bare loop and the vmap path, determinism on and off, tf32 / bf16 with
+#             their difference from fp32 (benchmarks/gpu/kws_check.py): $OUT/kws_check.json
+#   profile   torch.profiler over one GSC round and one stacked round of each KWS network, top operators
+#             by CUDA time: $OUT/profile_*.txt, $OUT/profile.json
 #   tests     the CUDA tests, a per-test time limit, modules lacking an optional package skipped: tests.log
+#   bench     (not run by default) the other workloads of bench_gpu.py --quick: $OUT/bench_gpu.json
 #   variants  (not run by default) the GSC round's variants: chunks of 16, the pure-torch GRU, fedac on the
 #             CPU, against fedac in the same process: $OUT/bench_gsc_variants.json
 # It exits 0 when every section it ran succeeded, and prints each section's exit code last.
+# The dry run scales every section's time limit by benchmarks/gpu/calibrate.py's factor (how much slower this
+# machine runs a fixed piece of work than the idle machine the limits were set on; DRY_SCALE overrides it), so
+# its verdict does not depend on the machine's load; a hung section still meets a finite limit.
 set -euo pipefail
 
 sections=()
 for arg in "$@"; do
     [ "$arg" = --dry-run ] && DRY_RUN=1 || sections+=("$arg")
 done
-[ ${#sections[@]} = 0 ] && read -r -a sections <<<"${SECTIONS:-gsc bench tests}"
+[ ${#sections[@]} = 0 ] && read -r -a sections <<<"${SECTIONS:-gsc kws profile tests}"
 for section in "${sections[@]}"; do
     case $section in
-        setup|gsc|bench|tests|variants) ;;
-        *) echo "check.sh: unknown section '$section' (setup gsc bench tests variants; or --dry-run)" >&2; exit 2 ;;
+        setup|gsc|kws|profile|bench|tests|variants) ;;
+        *) echo "check.sh: unknown section '$section' (setup gsc kws profile bench tests variants; or --dry-run)" >&2; exit 2 ;;
     esac
 done
 DRY_RUN=${DRY_RUN:-0}
@@ -38,8 +46,12 @@ TESTS=${TESTS:-'(device or stacked or resume or packing or residency or supernod
 TESTS_MARK=${TESTS_MARK:-}           # pytest -m expression, used instead of TESTS when set
 TEST_FILES=${TEST_FILES:-}           # test files or node ids (default: pyproject's testpaths)
 TEST_EACH=${TEST_EACH:-90}           # seconds one test may run before it fails with its traceback
-TEST_TIMEOUT=${TEST_TIMEOUT:-180}    # seconds for the tests section (then SIGINT: tracebacks and the summary)
-GSC_TIMEOUT=${GSC_TIMEOUT:-180}      # seconds for the gsc section
+TEST_TIMEOUT=${TEST_TIMEOUT:-110}    # seconds for the tests section (then SIGINT: tracebacks and the summary)
+GSC_TIMEOUT=${GSC_TIMEOUT:-170}      # seconds for the gsc section
+KWS_TIMEOUT=${KWS_TIMEOUT:-150}      # seconds for the kws section (KWS_ARGS: each network has --budget 30 s)
+KWS_ARGS=${KWS_ARGS:---clients 100 --steps 5 --budget 30}
+PROFILE_TIMEOUT=${PROFILE_TIMEOUT:-60}
+PROFILE_ARGS=${PROFILE_ARGS:---clients 100 --steps 2 --budget 25}
 BENCH_TIMEOUT=${BENCH_TIMEOUT:-150}  # seconds for the bench section
 VARIANTS_TIMEOUT=${VARIANTS_TIMEOUT:-240}
 BENCH_ARGS=${BENCH_ARGS:---quick}    # bench_gpu.py's scale arguments for every section
@@ -51,6 +63,8 @@ if [ "$DRY_RUN" = 1 ]; then  # the same order and files on the CPU, at the CPU's
     TEST_FILES=${DRY_TEST_FILES:-tests/test_bench_gpu.py}
     TESTS=${DRY_TESTS:-guard}
     TESTS_MARK=
+    KWS_ARGS=${DRY_KWS_ARGS:---clients 3 --steps 1 --batch 4 --budget 20 --networks dscnn,mhattrnn}
+    PROFILE_ARGS=${DRY_PROFILE_ARGS:---clients 3 --steps 1 --batch 4 --budget 20 --networks dscnn --gsc-clients 12}
 fi
 
 cd "$(dirname "$0")/../.."
@@ -62,8 +76,16 @@ export OUT=$LOGS PYTHONUNBUFFERED=1
 started=$(date +%s)
 since() { echo "$(( $(date +%s) - started )) s"; }
 declare -A rc=()
+SCALE=1
+if [ "$DRY_RUN" = 1 ]; then  # the limits below were set on an idle machine: scale them by how slow this one is now
+    SCALE=${DRY_SCALE:-$($PY benchmarks/gpu/calibrate.py 2>/dev/null || echo 1)}
+    scaled() { $PY -c "import sys; print(int(float(sys.argv[1]) * float(sys.argv[2]) + 0.5))" "$1" "$SCALE"; }
+    GSC_TIMEOUT=$(scaled "$GSC_TIMEOUT"); BENCH_TIMEOUT=$(scaled "$BENCH_TIMEOUT"); TEST_TIMEOUT=$(scaled "$TEST_TIMEOUT")
+    KWS_TIMEOUT=$(scaled "$KWS_TIMEOUT"); PROFILE_TIMEOUT=$(scaled "$PROFILE_TIMEOUT"); TEST_EACH=$(scaled "$TEST_EACH")
+    export BUDGET_SCALE=$SCALE  # kws_check.py's per-network budgets too
+fi
 
-echo "== check.sh: sections ${sections[*]}$([ "$DRY_RUN" = 1 ] && echo ' (dry run on the CPU)'); files in $LOGS"
+echo "== check.sh: sections ${sections[*]}$([ "$DRY_RUN" = 1 ] && echo " (dry run on the CPU; time limits x $SCALE)"); files in $LOGS"
 echo "== $($PY -V) ($(command -v "$PY")); $(nproc) CPUs"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
 $PY -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda, 'GPU', torch.cuda.is_available())"
@@ -139,6 +161,12 @@ for section in "${sections[@]}"; do
             run_section gsc "$GSC_TIMEOUT" "${bench[@]}" --only gsc --paths fedac,plain \
                 --out "$LOGS/bench_gsc.json" --summary "$LOGS/gsc.txt"
             echo "== GSC: $(cat "$LOGS/gsc.txt" 2>/dev/null || echo 'no GSC number (see gsc.log)')" ;;
+        kws)
+            run_section kws "$KWS_TIMEOUT" "$PY" benchmarks/gpu/kws_check.py --device "$DEVICE" $KWS_ARGS \
+                --out "$LOGS/kws_check.json" ;;
+        profile)
+            run_section profile "$PROFILE_TIMEOUT" "$PY" benchmarks/gpu/kws_check.py --profile --device "$DEVICE" \
+                $PROFILE_ARGS --out-dir "$LOGS" ;;
         bench)
             run_section bench "$BENCH_TIMEOUT" "${bench[@]}" --only "$BENCH_ONLY" --out "$LOGS/bench_gpu.json" ;;
         variants)

@@ -149,7 +149,11 @@ def test_signalled_fedac_run_checkpoints_its_round_and_resumes_exactly(
     assert (results["resumed_from"], results["rounds_trained"]) == (stopped, ROUNDS - stopped)
     params, expected = straight
     final = load_checkpoint(run_dir).server["params"]
-    assert final.keys() == params.keys() and all(torch.equal(final[k], params[k]) for k in params)
+    # on the CPU: the checkpoint's tensors load there, the straight run's stay on its device (CUDA
+    # on a GPU machine), and torch.equal refuses two devices
+    assert final.keys() == params.keys() and all(
+        torch.equal(final[k].cpu(), params[k].cpu()) for k in params
+    )
     assert results["final"] == expected["final"]
     assert [
         {k: v for k, v in row.items() if k != "wall_seconds"} for row in results["history"]

@@ -61,7 +61,9 @@ def trained_rounds(sim: Simulator) -> list[int]:
 
 
 def params_equal(a: dict, b: dict) -> bool:
-    return a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    """Bit for bit, on the CPU: a checkpoint's tensors load where they were saved (the CPU) while a
+    run's state lives on its device (CUDA on a GPU machine), and torch.equal refuses two devices."""
+    return a.keys() == b.keys() and all(torch.equal(a[k].cpu(), b[k].cpu()) for k in a)
 
 
 @pytest.mark.parametrize("extra", [{}, FEDMLAC], ids=["fedavg", "fedmlac"])

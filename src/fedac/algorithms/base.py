@@ -240,9 +240,11 @@ class Algorithm(ABC):
 
     def stacked_kind(self, arch: str) -> str:
         """How `arch`, as this algorithm builds it, trains stacked: "crnn" (models/stacked.py's
-        hand-written forward, the zoo model itself), "vmap" (training/functional.py, any other
-        nn.Module) or "none: why"."""
+        hand-written forward, the zoo model itself), "kws" (models/kws_stacked.py's hand-written
+        forward of a KWS network, alone or in FedKWS-UI's two-head model), "vmap"
+        (training/functional.py, any other nn.Module) or "none: why"."""
         if ("kind", arch) not in self._stacked:
+            from fedac.models.kws_stacked import stacked_kws
             from fedac.models.stacked import stacked_model
             from fedac.training.functional import unstackable_reason
 
@@ -254,6 +256,8 @@ class Algorithm(ABC):
             self._stacked[("kind", arch)] = (
                 "crnn"
                 if own and stacked_model(arch, 0.0) is not None
+                else "kws"
+                if stacked_kws(network) is not None
                 else "vmap"
                 if reason is None
                 else f"none: {reason}"
@@ -264,6 +268,7 @@ class Algorithm(ABC):
         """The stacked forward of `arch` (`stacked_kind`): a `training.functional.StackedModule` or
         the hand-written CRNN behind its interface; one per architecture, reused every round."""
         if ("stacked", arch) not in self._stacked:
+            from fedac.models.kws_stacked import stacked_kws
             from fedac.models.stacked import stacked_model
             from fedac.training.functional import HandWritten, StackedModule
 
@@ -278,6 +283,8 @@ class Algorithm(ABC):
             self._stacked[("stacked", arch)] = (
                 HandWritten(stacked_model(arch, self.cfg.model.dropout), names)
                 if kind == "crnn"
+                else stacked_kws(model)
+                if kind == "kws"
                 else StackedModule(model)
             )
         return self._stacked[("stacked", arch)]

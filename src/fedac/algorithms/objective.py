@@ -119,7 +119,10 @@ class LocalObjective(Algorithm):
 
     def stacked_kind(self, arch: str) -> str:
         kind = super().stacked_kind(arch)
-        # the hand-written CRNN computes a chunk's logits at once, before the objective sees them
+        # the hand-written CRNN computes a chunk's logits at once, before the objective sees them;
+        # the hand-written KWS forms serve the training loops' calls only, not an objective's map
+        if kind == "kws":
+            return "vmap"
         return "vmap" if kind == "crnn" and not self.reads_model_once else kind
 
     def client_update(

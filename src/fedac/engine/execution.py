@@ -10,10 +10,13 @@ The paths:
 `runtime.execution`:
 - `sequential` and `cohort` force a path (`cohort` on a configuration that cannot stack is a
   ConfigError naming the reason, at start);
-- `auto` stacks every configuration that can: a hand-written stacked forward (the zoo's CRNNs) is
-  always faster, so it is never timed; a network stacked through vmap is timed both ways on a probe
-  chunk of the first round, on the user's own machine, unless a measurement for this model, device
-  and machine is cached (`ProbeCache`, under the feature cache);
+- `auto` stacks every configuration that can: the CRNNs' hand-written stacked forward is always
+  faster, so it is never timed; a network stacked through vmap, or through the KWS networks'
+  hand-written forms (models/kws_stacked.py: faster on some CPUs, not on others, so measured), is
+  timed both ways on a probe chunk of the first round, on the user's own machine, unless a
+  measurement for this model, device and machine is cached (`ProbeCache`, under the feature cache),
+  and the faster path trains the run: stacked where the probe measured it faster, and the run says
+  so with the two timings;
 - `probe` times it in any case (the cache is refreshed, not read).
 
 Never silent: `ExecutionPlan.path` names the path ("stacked" or "sequential: <reason>"), the run
@@ -31,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -46,6 +50,9 @@ from fedac.training.packing import PROBE_CLIENTS
 from fedac.training.stacking import client_progress
 from fedac.training.step import train_client
 from fedac.training.types import ClientData, ClientResult
+
+#: The stacked forms `auto` times against the sequential path (the CRNNs' is always faster).
+PROBED_KINDS = ("vmap", "kws")
 
 
 def check_execution(mode: str) -> None:
@@ -164,8 +171,9 @@ class ExecutionPlan:
         stacks = self.obstacle is None and self.mode != "sequential"
         archs = algorithm.stacked_architectures() if stacks else []
         self.key = f"{','.join(archs)}@{algorithm.device}"
-        #: The vmapped architectures: the only ones whose stacked speed is measured, not assumed.
-        self.vmapped = [a for a in archs if algorithm.stacked_kind(a) == "vmap"]
+        #: The architectures whose stacked speed is measured, not assumed: the vmapped ones and the
+        #: KWS networks' hand-written forms (`PROBED_KINDS`).
+        self.vmapped = [a for a in archs if algorithm.stacked_kind(a) in PROBED_KINDS]
         #: The probe's measurement per key ({path, stacked_s, sequential_s, clients[, error]}).
         self.measured: dict[str, dict[str, Any]] = {}
         self.cache = cache
@@ -211,21 +219,38 @@ class ExecutionPlan:
                 "faster"
             )
         arch = self.vmapped[0]
+        kind = self.algorithm.stacked_kind(arch)
         if "error" in choice:
             return (
-                f"sequential: model {arch}'s stacked path (vmap) failed on the probe chunk: "
+                f"sequential: model {arch}'s stacked path ({kind}) failed on the probe chunk: "
                 + (choice["error"])
             )
         if choice["path"] == "sequential":
             # measured, not assumed: on a CPU vmapped convolutions can lose to per-client oneDNN
             return (
-                f"sequential: auto measured model {arch}'s stacked path (vmap) slower on "
+                f"sequential: auto measured model {arch}'s stacked path ({kind}) slower on "
                 f"{device_name(self.algorithm.device)}: {choice['stacked_s']:.2f} s against "
                 f"{choice['sequential_s']:.2f} s for a probe of {choice['clients']} clients"
                 f"{' (cached for this machine)' if choice.get('cached') else ''} "
                 "(runtime.execution=cohort forces it)"
             )
         return "stacked"
+
+    @property
+    def verdict(self) -> str:
+        """`path`, and for a measured stacked choice the measurement behind it (what the run
+        prints once the probe has chosen)."""
+        choice = self.measured.get(self.key)
+        if self.path != "stacked" or not self.probes or choice is None:
+            return self.path
+        arch = self.vmapped[0]
+        return (
+            f"stacked: auto measured model {arch}'s stacked path "
+            f"({self.algorithm.stacked_kind(arch)}) faster on "
+            f"{device_name(self.algorithm.device)}: {choice['stacked_s']:.2f} s against "
+            f"{choice['sequential_s']:.2f} s for a probe of {choice['clients']} clients"
+            f"{' (cached for this machine)' if choice.get('cached') else ''}"
+        )
 
     def restore(self, measured: dict[str, dict[str, Any]]) -> None:
         """A resumed run's measurement (the checkpoint's), which outranks the machine's cache."""
@@ -308,6 +333,9 @@ class ExecutionPlan:
             ]
             sequential_s = _now(algorithm.device) - started
         self.record(stacked_s, sequential_s, count - warm, error)
+        # the run's first line said "auto: ..."; this says what the probe chose
+        if self.cache is not None and self.cache.writes:
+            print(f"fedac: clients train {self.verdict}", file=sys.stderr, flush=True)
         if self.path == "stacked":
             return self.run(payload, states, datas, round_idx, seed)
         return alone + self.run(payload, states[count:], datas[count:], round_idx, seed)

@@ -110,11 +110,11 @@ def _recurrence_backward(grad_out, out, gates, news, w_hh, reverse: bool):
     return grad_gates, grad_n
 
 
-def _recurrence(device: torch.device):
+def _recurrence(device: torch.device, dtype: torch.dtype = torch.float32):
     """(forward, backward) of the recurrence: the kernel `runtime.gru_kernel` picks for this device
     (fedac/ kernels: the fused C++ one on the CPU, the Triton one on a GPU), else torch's (the
-    reference)."""
-    kernel = recurrence_kernel(device.type)
+    reference, and the one for float64 tensors: the kernels are float32)."""
+    kernel = recurrence_kernel(device.type) if dtype == torch.float32 else None
     if kernel is None:
         return _recurrence_forward, _recurrence_backward
     return kernel.forward, kernel.backward
@@ -145,7 +145,7 @@ class _GRULayer(torch.autograd.Function):
         gi = torch.baddbmm(b_ih.unsqueeze(1), frames, w_ih.transpose(1, 2)).view(
             k, t_len, b, 3 * hidden
         )
-        forward, ctx.recur_backward = _recurrence(frames.device)
+        forward, ctx.recur_backward = _recurrence(frames.device, frames.dtype)
         out, gates, news = forward(
             gi, w_hh.transpose(1, 2).contiguous(), b_hh.contiguous(), reverse
         )

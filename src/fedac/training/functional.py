@@ -395,11 +395,15 @@ own."""
 
 def stacked_support(name: str, model: nn.Module) -> str:
     """How zoo model `name` (built as `model`) trains on the stacked path, for `fedac models`: crnn
-    (models/stacked.py's hand-written forward), vmap (this module) or "no: <reason>"."""
+    (models/stacked.py's hand-written forward), kws (models/kws_stacked.py's hand-written forms,
+    which `auto` times against the sequential path), vmap (this module) or "no: <reason>"."""
+    from fedac.models.kws_stacked import stacked_kws
     from fedac.models.stacked import stacked_model
 
     if stacked_model(name, 0.0) is not None:
         return "crnn"
+    if stacked_kws(model) is not None:
+        return "kws"
     reason = unstackable_reason(model)
     if reason is not None and hasattr(model, "task_loss"):  # the SSL encoders
         return f"no: {SSL_MEASURED}; {reason}"
