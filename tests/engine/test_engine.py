@@ -12,7 +12,7 @@ import torch
 from fedac.algorithms import base as base_mod
 from fedac.algorithms.fedavg import FedAvg
 from fedac.config import load_config
-from fedac.engine import simulator as simulator_mod
+from fedac.engine import evaluation as evaluation_mod
 from fedac.engine.checkpoint import load_checkpoint
 from fedac.engine.data import build_federated_data
 from fedac.engine.simulator import Simulator, sample_cohort
@@ -148,7 +148,7 @@ def spy_evaluate(monkeypatch, data, val_accuracies=()):
     """Record every evaluated model; the validation accuracies can be scripted (one per
     evaluation)."""
     calls = []
-    real = simulator_mod.evaluate
+    real = evaluation_mod.evaluate
     scripted = iter(val_accuracies)
 
     def spy(model, split, *args, **kwargs):
@@ -160,7 +160,7 @@ def spy_evaluate(monkeypatch, data, val_accuracies=()):
         )
 
     monkeypatch.setattr(base_mod, "evaluate", spy)  # what Algorithm.evaluate_views calls
-    monkeypatch.setattr(simulator_mod, "evaluate", spy)  # the test curve's direct call
+    monkeypatch.setattr(evaluation_mod, "evaluate", spy)  # the test curve's direct call
     return calls
 
 

@@ -558,7 +558,7 @@ def write_outputs(spec: SweepSpec, study, figure: bool = True) -> None:
     rows = trial_rows(spec, study)
     columns = [*CSV_HEAD, *(s.key for s in spec.searches), *CSV_TAIL]
     with open(spec.out / "trials.csv.tmp", "w", newline="") as handle:
-        writer = csv.DictWriter(handle, columns)
+        writer = csv.DictWriter(handle, columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
     os.replace(spec.out / "trials.csv.tmp", spec.out / "trials.csv")
