@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from scipy.fft import dct
-from tqdm import tqdm
+from fedac.progress import bar as progress_bar
 
 from fedac.config import FeatureConfig
 from fedac.data.audio import fit_length, load_audio
@@ -189,7 +189,7 @@ def undecodable(paths, cache_dir: str | None, progress: bool = False) -> dict[st
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         verdicts = list(
-            tqdm(
+            progress_bar(
                 pool.map(verdict, paths),
                 total=len(paths),
                 desc="checking audio",
@@ -331,7 +331,7 @@ def compute_features(
     cfg = extractor.cfg  # the style's settings (sample rate of the decoded audio)
     chunks, owners = [], []
     indices = range(len(manifest.clips))
-    bar = tqdm(
+    bar = progress_bar(
         total=len(manifest.clips),
         desc=f"features {manifest.name}",
         unit="clip",

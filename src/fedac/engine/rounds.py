@@ -39,8 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
+from fedac import progress as progress_lines
 from fedac.engine.distributed import current_world
 from fedac.errors import RunInterrupted
 from fedac.training.stacking import client_progress
@@ -108,11 +107,11 @@ class RoundLoop:
         self._pending_save: Callable[[], None] | None = None
         self._previous: dict[int, Any] = {}  # the handlers signal.getsignal returned
         self._round_started = 0.0
-        self.bar: tqdm | None = None
+        self.bar: Any = None
 
     # --- context ----------------------------------------------------------------------------------
     def __enter__(self) -> RoundLoop:
-        self.bar = tqdm(
+        self.bar = progress_lines.bar(
             total=self.rounds,
             initial=self.start,
             desc=self.desc,
@@ -176,13 +175,14 @@ class RoundLoop:
             self._stop_if_asked()
         self.current = round_idx
         self._round_started = time.perf_counter()
-        inner = tqdm(
+        inner = progress_lines.bar(
             total=clients,
             desc=f"round {round_idx}",
             unit="client",
             leave=False,
             delay=CLIENT_BAR_DELAY_S,
             disable=not self.progress,
+            heartbeat=True,
         )
         self.cutting = f"round {round_idx} of {self.rounds}, which was abandoned"
         try:
@@ -220,7 +220,7 @@ class RoundLoop:
                     if stop
                     else ""
                 )
-                tqdm.write(
+                progress_lines.write(
                     f"round {round_idx} took {took:.1f} s; {left} more "
                     f"round{'s' if left > 1 else ''}: about {_duration(took * left)}{how}"
                 )
@@ -240,7 +240,7 @@ class RoundLoop:
         if self.signum is None and first is not None:
             self.signum = first[1]
             if world.writes:
-                tqdm.write(
+                progress_lines.write(
                     f"fedac: rank {first[0]} received {signal.Signals(first[1]).name}: every rank "
                     f"stops at the end of round {round_idx} with a checkpoint"
                 )

@@ -24,7 +24,7 @@ import logging
 import os
 
 import torch
-from tqdm import tqdm
+from fedac.progress import bar as progress_bar
 
 from fedac.algorithms import ALGORITHMS, algorithm_class
 from fedac.config import Config
@@ -84,7 +84,7 @@ def clip_inputs(
             load_waveform(clip, cfg.features.sample_rate, cfg.data.snr_db, cfg.seed)
         )
 
-    bar = tqdm(
+    bar = progress_bar(
         clips,
         desc=f"{'CNN frames' if cnn is not None else 'waveforms'} {name}",
         unit="clip",

@@ -36,7 +36,7 @@ def measure(
     # lazy: start-up time (torch and the encoders load only when `fedac memory` measures, not for
     # --help)
     import torch
-    from tqdm import tqdm
+    from fedac.progress import bar as progress_bar
 
     # lazy: start-up time (torch; the parser feeds --help)
     from fedac.algorithms.earlyexit import depth_memory
@@ -49,7 +49,7 @@ def measure(
     frames = max(1, round(seconds * FRAMES_PER_SECOND))
     rows = [
         depth_memory(model, depth, train, batch, frames, steps)
-        for depth in tqdm(model.exits, desc="depths", unit="depth", disable=not progress)
+        for depth in progress_bar(model.exits, desc="depths", unit="depth", disable=not progress)
     ]
     span = rows[-1]["depth"] - rows[0]["depth"]
     per_layer = {
