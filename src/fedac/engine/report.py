@@ -51,13 +51,37 @@ def write_history(
     os.replace(tmp, path)
 
 
-def plot_curves(run_dir: Path, history: list[dict[str, float]], title: str) -> None:
+#: The left panel of curves.png: (metrics.csv column, label), each drawn when the run logged it.
+#: A method without a shared model (FedRep, FedPer, LG-FedAvg, local) logs no val_* and draws
+#: its own models' held-out accuracy alone; one that has both (Ditto, APFL) draws both.
+SCORE_CURVES = (
+    ("val_accuracy", "shared model: val accuracy"),
+    ("val_macro_f1", "shared model: val macro-F1"),
+    ("test_accuracy", "shared model: test accuracy (train.test_curve)"),
+    ("local_accuracy", "own models: accuracy on their client's held-out clips (mean)"),
+    ("val_wer", "shared model: val word error rate (lower is better)"),
+    ("val_cer", "shared model: val character error rate (lower is better)"),
+)
+
+
+def curves_figure(history: list[dict[str, float]], title: str):
+    """curves.png's figure: on the left every SCORE_CURVES column the history holds, on the right
+    the mean client training loss. A run that logged no score says so in the left panel instead of
+    drawing empty axes."""
     plt = pyplot()
     rounds = [row["round"] for row in history]
     fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
-    for key, label in (("val_accuracy", "val accuracy"), ("val_macro_f1", "val macro-F1")):
+    drawn = [(key, label) for key, label in SCORE_CURVES if any(key in row for row in history)]
+    for key, label in drawn:
         ax_acc.plot(rounds, [row.get(key, math.nan) for row in history], marker="o", label=label)
-    ax_acc.set_xlabel("round"), ax_acc.set_ylabel("score"), ax_acc.legend(), ax_acc.grid(alpha=0.3)
+    if drawn:
+        ax_acc.set_xlabel("round"), ax_acc.set_ylabel("score"), ax_acc.grid(alpha=0.3)
+        ax_acc.legend(fontsize="small")
+    else:
+        ax_acc.axis("off")
+        ax_acc.text(
+            0.5, 0.5, "no model was scored during the rounds", ha="center", va="center", wrap=True
+        )
     ax_loss.plot(
         rounds, [row.get("train_loss", math.nan) for row in history], marker="o", color="tab:red"
     )
@@ -68,8 +92,13 @@ def plot_curves(run_dir: Path, history: list[dict[str, float]], title: str) -> N
     )
     fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def plot_curves(run_dir: Path, history: list[dict[str, float]], title: str) -> None:
+    fig = curves_figure(history, title)
     fig.savefig(Path(run_dir) / "curves.png", dpi=100)
-    plt.close(fig)
+    pyplot().close(fig)
 
 
 #: What each key of results.json's "final" means; written into every results.json as "legend".
