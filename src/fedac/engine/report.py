@@ -246,6 +246,8 @@ def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
     legend = {k: v for k, v in FINAL_KEYS.items() if k in results.get("final", {})}
     if "per_client" in results:
         legend["per_client"] = per_client_legend(results["per_client"])
+    if "system" in results:
+        legend["system"] = SYSTEM_LEGEND
     legend["wall_seconds"] = WALL_SCOPE
     _atomic_write(
         Path(run_dir) / "results.json",
@@ -396,9 +398,46 @@ def final_table(results: dict[str, Any]) -> str:
             )
         )
         rows += _percentile_row(results, "own_accuracy", f"own models ({n})")
+    rows += system_rows(results)
     rows.append((WALL_LABEL, f"{results['wall_seconds']:.1f} s"))
     rows += [(f"{TRACKER_NAMES[k]} (read back)", v) for k, v in results.get("trackers", {}).items()]
     return format_table(rows)
+
+
+#: results.json's legend of `system` (a run on the virtual clock, engine/system.py `summary`).
+SYSTEM_LEGEND = (
+    "the virtual clock (system.*): virtual_time_s, the simulated seconds when the last round "
+    "ended; time_to_target_s, the virtual time at which validation accuracy first reached "
+    "target_accuracy (null: not reached, or no target); clients_never_contributed and "
+    "never_contributed_fraction, the clients none of whose updates ever arrived; "
+    "training_flops_per_sample, the compute the clock charges per training sample"
+)
+
+
+def system_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """The closing table's rows of a run on the virtual clock (results.json's `system`)."""
+    system = results.get("system")
+    if not system:
+        return []
+    rows = [("virtual time", f"{system['virtual_time_s']:.1f} s ({system['mode']})")]
+    target = system.get("target_accuracy")
+    if target is not None:
+        reached = system.get("time_to_target_s")
+        rows.append(
+            (
+                f"virtual time to val accuracy {target:.2f}",
+                "not reached" if reached is None else f"{reached:.1f} s",
+            )
+        )
+    silent, share = system["clients_never_contributed"], system["never_contributed_fraction"]
+    total = results.get("clients")
+    rows.append(
+        (
+            "clients never heard from",
+            f"{silent}" + (f" of {total}" if total else "") + f" ({share:.1%})",
+        )
+    )
+    return rows
 
 
 TRACKER_NAMES = {"tensorboard": "TensorBoard", "mlflow": "MLflow"}
