@@ -404,6 +404,20 @@ def final_table(results: dict[str, Any]) -> str:
     return format_table(rows)
 
 
+def compression_note(compression: Any) -> str:
+    """What the run's first line says of compressed uploads: `; uploads compressed: topk (ratio
+    0.1), error feedback` ('' without compression). `compression`: the run's rules/compression.py
+    `Compressor` when on, else None."""
+    if compression is None:
+        return ""
+    c = compression.cfg
+    size = {"topk": f" (ratio {c.ratio})", "randk": f" (ratio {c.ratio})"}.get(c.method, "")
+    size = f" ({c.levels} levels)" if c.method == "qsgd" else size
+    feedback = ", error feedback" if compression.feedback else ""
+    both = ", the broadcast too" if compression.download else ""
+    return f"; uploads compressed: {c.method}{size}{feedback}{both}"
+
+
 #: results.json's legend of `system` (a run on the virtual clock, engine/system.py `summary`).
 SYSTEM_LEGEND = (
     "the virtual clock (system.*): virtual_time_s, the simulated seconds when the last round "

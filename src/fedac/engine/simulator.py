@@ -33,7 +33,12 @@ from fedac.engine.distributed import (
     sums_uploads,
 )
 from fedac.engine.execution import ExecutionPlan, check_execution
-from fedac.engine.report import truncate_client_rows, truncate_pruning_log, write_history
+from fedac.engine.report import (
+    compression_note,
+    truncate_client_rows,
+    truncate_pruning_log,
+    write_history,
+)
 from fedac.engine.run import RoundDriver
 from fedac.engine.server_step import Arrival, ServerStep, StepResult
 from fedac.engine.state import BestModel, RunState, SystemBook
@@ -536,6 +541,7 @@ class Simulator(RoundDriver):
             f"{self.cfg.algorithm} on {device_name(self.device)} "
             f"(runtime.device={self.cfg.runtime.device}); clients train "
             f"{self.plan.path}{how_shared(self.world, self.sums)}{clock}"
+            f"{compression_note(self.server_step.compression)}"
         )
 
     def rewind_logs(self, round_idx: int) -> None:
