@@ -117,3 +117,28 @@ def test_fedac_run_logged_to_a_pipe_has_no_cursor_escapes(gsc_root, tmp_path):
     assert 1 <= len(progress_lines) <= rounds
     assert progress_lines[-1].startswith(f"fedavg rounds: {rounds}/{rounds} rounds")
     assert len(lines) <= rounds + 20  # the start, features, the table of results
+
+
+@pytest.mark.parametrize("before, said", [(0.0, False), (200.0, True)])
+def test_the_estimate_counts_the_time_before_the_first_round(
+    monkeypatch, capsys, tmp_path, before, said
+):
+    """A 3-round run of 40 s rounds takes 2 min: no estimate; after 200 s of reading and caching
+    its data the command takes 5.3 min in all, over ESTIMATE_ABOVE_S: the estimate says so."""
+    from types import SimpleNamespace
+
+    from fedac.engine import rounds
+
+    clock = [0.0]
+    monkeypatch.setattr(rounds, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
+    monkeypatch.setattr(progress, "command_seconds", lambda: before)
+    with rounds.RoundLoop(tmp_path, 3, 0, "x rounds", True, None) as loop:
+        with loop.round(1, 1):
+            clock[0] += 40.0
+        loop.end_round(1, lambda: None, boundary=False)
+    out = capsys.readouterr().out
+    assert said == out.startswith(
+        "round 1 took 40.0 s; 2 more rounds: about 1 min (Ctrl-C stops cleanly at the end of a "
+        "round; the run resumes from there); 5 min in all with the 200 s before round 1"
+    )
+    assert said == bool(out)

@@ -28,6 +28,7 @@ from fedac.errors import ConfigError, FedacError, RunInterrupted
 from fedac.experiments.compare import add_compare_parser
 from fedac.experiments.exit_memory import add_memory_parser
 from fedac.experiments.figures import add_report_parser
+from fedac.progress import command_started
 from fedac.experiments.pretrain_settings import add_pretrain_parser
 from fedac.experiments.reproduce import add_reproduce_parser
 
@@ -632,6 +633,7 @@ TORCHRUN_COMMANDS = ("run", "compare", "reproduce")
 
 
 def main(argv: list[str] | None = None) -> int:
+    command_started()  # (a run's estimate counts the time before its first round)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     # the command line, for records of a run

@@ -24,6 +24,18 @@ from typing import Any, TextIO
 
 #: The least time between two lines of a progress bar written to a file (not a terminal).
 LOG_EVERY_S = 10.0
+_command_started: float | None = None
+
+
+def command_started() -> None:
+    """Mark the start of a command (cli.main): `command_seconds` counts from here."""
+    global _command_started
+    _command_started = time.monotonic()
+
+
+def command_seconds() -> float:
+    """Seconds since the command started (0 when no command marked its start: a library call)."""
+    return 0.0 if _command_started is None else time.monotonic() - _command_started
 
 
 def is_terminal(stream: TextIO) -> bool:
