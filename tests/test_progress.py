@@ -62,7 +62,9 @@ def test_a_fast_transient_bar_writes_nothing_and_a_kept_one_its_end(clock):
     clock.now += 3.0
     kept.update()  # a resumed run: the rate counts the rounds of this sitting only
     kept.close()  # interrupted: the count it reached
-    assert lines_of(out) == ["fedavg rounds: 11/50 rounds, 00:03 elapsed, ~01:57 left, val_accuracy=0.500"]
+    assert lines_of(out) == [
+        "fedavg rounds: 11/50 rounds, 00:03 elapsed, ~01:57 left, val_accuracy=0.500"
+    ]
 
 
 def test_a_heartbeat_bar_writes_while_nothing_finishes():

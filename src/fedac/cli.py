@@ -28,9 +28,9 @@ from fedac.errors import ConfigError, FedacError, RunInterrupted
 from fedac.experiments.compare import add_compare_parser
 from fedac.experiments.exit_memory import add_memory_parser
 from fedac.experiments.figures import add_report_parser
-from fedac.progress import command_started
 from fedac.experiments.pretrain_settings import add_pretrain_parser
 from fedac.experiments.reproduce import add_reproduce_parser
+from fedac.progress import command_started
 
 
 def _add_experiment_args(parser: argparse.ArgumentParser) -> None:

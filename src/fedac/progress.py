@@ -94,8 +94,8 @@ def _clock(seconds: float) -> str:
 
 
 class LogLines:
-    """tqdm's interface (iteration, `update`, `set_postfix`, `close`, a context manager, `n`) writing
-    whole progress lines: `desc: n/total units, mm:ss elapsed, ~mm:ss left, key=value ...`."""
+    """tqdm's interface (iteration, `update`, `set_postfix`, `close`, a context manager, `n`)
+    writing whole progress lines: `desc: n/total units, mm:ss elapsed, ~mm:ss left, key=value`."""
 
     def __init__(
         self,
@@ -124,7 +124,7 @@ class LogLines:
             self._ticker = threading.Thread(target=self._tick, name="fedac-progress", daemon=True)
             self._ticker.start()
 
-    # --- tqdm's interface --------------------------------------------------------------------------
+    # --- tqdm's interface ---------------------------------------------------------------------
     def __iter__(self) -> Iterator:
         assert self.iterable is not None, "LogLines: iterate over a bar made with an iterable"
         try:
@@ -165,7 +165,7 @@ class LogLines:
             if self.leave and self.n > self.initial and self.written_n != self.n:
                 self._write(time.monotonic())
 
-    # --- lines -------------------------------------------------------------------------------------
+    # --- lines --------------------------------------------------------------------------------
     def line(self, now: float) -> str:
         elapsed = now - self.started
         count = f"{self.n}/{self.total}" if self.total is not None else f"{self.n}"

@@ -43,7 +43,9 @@ def drawn_run(algorithm, settings, tmp_path, monkeypatch) -> tuple[dict, list[di
     assert (tmp_path / "curves.png").is_file()
     (fig,) = figures
     left = fig.axes[0]
-    lines = {line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in left.lines}
+    lines = {
+        line.get_label(): (list(line.get_xdata()), list(line.get_ydata())) for line in left.lines
+    }
     assert [text.get_text() for text in left.get_legend().get_texts()] == list(lines)
     with open(tmp_path / "metrics.csv", newline="") as handle:
         rows = list(csv.DictReader(handle))

@@ -26,7 +26,12 @@ def test_the_closing_table_of_a_virtual_clock_run_names_its_system_figures(
         "system.target_accuracy": 0.01,  # (35 classes: reached at an early evaluation)
     }
     out = tmp_path / "run"
-    assert main(["run", "--quiet", "--out", str(out), *[f"--set={k}={v}" for k, v in settings.items()]]) == 0
+    assert (
+        main(
+            ["run", "--quiet", "--out", str(out), *[f"--set={k}={v}" for k, v in settings.items()]]
+        )
+        == 0
+    )
     table = capsys.readouterr().out
     results = json.loads((out / "results.json").read_text())
     system = results["system"]

@@ -262,7 +262,10 @@ def test_report_check_fails_on_a_stale_readme_result_unless_a_reason_is_given(tm
     figures.write_text(yaml.safe_dump([entry]))
     assert main(["report", "--root", str(tmp_path), "--check"]) == 1
     assert "the README quotes 1 stale result(s) (docs/results/run.json)" in capsys.readouterr().out
-    note = {"stale_ok": "docs/results/run.json", "reason": "a day of runs; nothing it reads changed"}
+    note = {
+        "stale_ok": "docs/results/run.json",
+        "reason": "a day of runs; nothing it reads changed",
+    }
     figures.write_text(yaml.safe_dump([entry, note]))
     assert main(["report", "--root", str(tmp_path), "--check"]) == 0
     out = capsys.readouterr().out

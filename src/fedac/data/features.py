@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from scipy.fft import dct
-from fedac.progress import bar as progress_bar
 
 from fedac.config import FeatureConfig
 from fedac.data.audio import fit_length, load_audio
@@ -39,6 +38,7 @@ from fedac.data.augment import noise_bank, shift_and_noise
 from fedac.data.corrupt import add_white_noise
 from fedac.data.manifest import Manifest
 from fedac.errors import AudioError, ConfigError
+from fedac.progress import bar as progress_bar
 from fedac.seeding import torch_generator
 
 #: 2: truncated WAV files are rejected; a version-1 cache may hold the features of a cut file.

@@ -25,7 +25,6 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
-from fedac.progress import bar as progress_bar
 
 from fedac.algorithms import ALGORITHMS, algorithm_class
 from fedac.config import Config
@@ -39,6 +38,7 @@ from fedac.data.waveform import Padded, load_waveform
 from fedac.engine.manifest import usable_manifest
 from fedac.errors import ConfigError, DatasetError
 from fedac.models.ssl import build_encoder, cnn_fingerprint, cnn_frames
+from fedac.progress import bar as progress_bar
 from fedac.seeding import derive_seed
 from fedac.training.types import ClientData, EvalSplit, FederatedData, Task
 

@@ -644,7 +644,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     base = load_config(
         args.config, overrides, dataset=args.dataset, **{"train.rounds": args.rounds}
     )
-    # as `fedac run`: a short comparison evaluates at least MIN_EVALUATIONS times, every method alike
+    # as `fedac run`: a short comparison evaluates at least MIN_EVALUATIONS times, all methods alike
     changed = fit_eval_schedule(base)
     if changed:
         overrides.append(f"train.eval_every={base.train.eval_every}")

@@ -36,11 +36,11 @@ def measure(
     # lazy: start-up time (torch and the encoders load only when `fedac memory` measures, not for
     # --help)
     import torch
-    from fedac.progress import bar as progress_bar
 
     # lazy: start-up time (torch; the parser feeds --help)
     from fedac.algorithms.earlyexit import depth_memory
     from fedac.models.early_exit import build_multi_exit
+    from fedac.progress import bar as progress_bar
 
     torch.manual_seed(0)
     options = ModelConfig(name=model_name, encoder_path=encoder_path)

@@ -40,8 +40,8 @@ the README quotes fails `--check` (and so the suite) unless the figures file sta
     - stale_ok: docs/results/reproduce-fedkws12-scaled-uniform/speech_commands_DSCNN/summary.json
       reason: "36 runs of 2,000 rounds (about 9 CPU-hours); the FedKWS training path is unchanged"
 
-`fedac report --fresh` exits 1 when a result of `RERUN` (the README's default run) is stale or records
-no code: run it before committing a README that quotes it.
+`fedac report --fresh` exits 1 when a result of `RERUN` (the README's default run) is stale or
+records no code: run it before committing a README that quotes it.
 """
 
 from __future__ import annotations

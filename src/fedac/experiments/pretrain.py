@@ -46,7 +46,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from fedac.progress import bar as progress_bar
 
 from fedac.config import FeatureConfig
 from fedac.data.features import FeatureExtractor, cache_root
@@ -54,6 +53,7 @@ from fedac.data.librispeech import load_manifest as load_librispeech
 from fedac.data.waveform import load_waveform
 from fedac.experiments.pretrain_settings import PretrainSettings
 from fedac.models.ssl import HFModule, frame_lengths, size_config
+from fedac.progress import bar as progress_bar
 from fedac.seeding import derive_seed, numpy_rng
 from fedac.training.types import normalize
 

@@ -56,7 +56,7 @@ def scaled_exits(exits: list[int], layers: int) -> list[int]:
 
 
 def _tensor_key(tensor: torch.Tensor) -> tuple:
-    """Which memory `tensor` is, and how often it was written in place (see the module docstring)."""
+    """Which memory `tensor` is, and how often it was written in place (module docstring)."""
     return (
         tensor.untyped_storage().data_ptr(),
         tensor.storage_offset(),
