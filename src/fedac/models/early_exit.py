@@ -74,6 +74,7 @@ class _Run:
     def __init__(self, inputs: tuple[torch.Tensor, ...], run: EncoderRun):
         self.inputs, self.run = inputs, run  # (inputs: held so that their memory stays theirs)
         self.outputs: dict[int, torch.Tensor] = {}
+        self.nbytes = self._count()
 
     def at(self, depth: int, exits: list[int]) -> torch.Tensor | None:
         """The output at `depth`, continuing the run (and keeping every exit it passes); None for a
@@ -85,12 +86,15 @@ class _Run:
                 if self.run.depth < exit_depth < depth:
                     self.outputs[exit_depth] = self.run.to(exit_depth)
             self.outputs[depth] = self.run.to(depth)
+            self.nbytes = self._count()
         return self.outputs[depth]
 
-    @property
-    def nbytes(self) -> int:
-        tensors = [*self.outputs.values(), self.run.hidden]
-        return sum(t.numel() * t.element_size() for t in tensors)
+    def _count(self) -> int:
+        """Bytes of the kept outputs and the run's state (each storage once)."""
+        tensors = {
+            t.untyped_storage().data_ptr(): t for t in (*self.outputs.values(), self.run.hidden)
+        }
+        return sum(t.numel() * t.element_size() for t in tensors.values())
 
 
 class EncoderMemo:
