@@ -23,6 +23,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
             "fedac.registry",
             "fedac.config",
             "fedac.version",
+            "fedac.progress",
             "fedac.settings",
         ),
     ),
@@ -212,6 +213,7 @@ def test_the_package_root_holds_only_the_shared_ground():
         "config",
         "errors",
         "fields",
+        "progress",  # every progress bar (data's syntheses and caches, the engine's rounds, cli)
         "registry",
         "seeding",
         "version",

@@ -856,6 +856,7 @@ def load_config(
     hook. Every numeric setting is checked against its declared range before anything runs
     (ConfigError naming the key)."""
     given: dict[str, int] = {}
+    _warn_repeated(overrides or [])
     cfg = _layered(Config(), path, overrides, flags, given)
     entry = ALGORITHMS[cfg.algorithm]
     entry = entry if isinstance(entry, Entry) else None  # (a plug-in may register its class itself)
@@ -880,6 +881,25 @@ def load_config(
     # field: never saved.
     vars(cfg)["_given"] = dict(given)
     return cfg
+
+
+def _warn_repeated(overrides: list[str]) -> None:
+    """A warning for each key that several `--set`s give (the last one wins, as the shell's order
+    says, and an earlier one was likely meant to be kept)."""
+    values: dict[str, list[str]] = {}
+    for text in overrides:
+        key, _ = parse_override(text)
+        values.setdefault(key, []).append(text.split("=", 1)[1].strip())
+    for key, given in values.items():
+        if len(given) > 1:
+            log.warning(
+                "--set %s is given %d times (%s): the last one, %s=%s, is kept",
+                key,
+                len(given),
+                ", ".join(given),
+                key,
+                given[-1],
+            )
 
 
 def algorithm_defaults(name: str) -> dict[str, Any]:

@@ -18,7 +18,7 @@ from fedac.data.waveform import Padded
 from fedac.engine.data import build_federated_data
 from fedac.engine.simulator import Simulator
 from fedac.errors import ConfigError
-from fedac.models.early_exit import MultiExitSSL, scaled_exits
+from fedac.models.early_exit import MEMO_BYTES, MultiExitSSL, scaled_exits
 from fedac.models.ssl import frame_lengths, size_config, stats_pool
 from fedac.rules.exits import exit_aggregate
 from fedac.seeding import torch_generator
@@ -161,6 +161,7 @@ def test_each_exit_is_hidden_states_of_that_layer_and_runs_nothing_deeper():
             layer.register_forward_hook(lambda *a, i=i: ran.append(i))
             for i, layer in enumerate(backbone.encoder.layers)
         ]
+        model.memo.forget()  # (else the shallower exit's run continues: layers below it not rerun)
         with torch.no_grad():
             hidden, _ = model.use_exit(depth).hidden(Padded(wav, samples))
             logits = model(Padded(wav, samples))
@@ -207,7 +208,11 @@ def test_evaluating_every_exit_equals_each_exit_alone_and_runs_each_layer_once_p
             [[a, b, int(labels[a] == labels[b])] for a in range(6) for b in range(a + 1, 6)]
         ),
     )
-    alone = {depth: evaluate(model.use_exit(depth), split, batch_size=4) for depth in (1, 2, 4)}
+    alone = {}
+    for depth in (1, 2, 4):
+        model.memo.forget()  # each exit from the start (the model remembers evaluated batches)
+        alone[depth] = evaluate(model.use_exit(depth), split, batch_size=4)
+    model.memo.forget()
     ran = []
     hooks = [
         layer.register_forward_hook(lambda *a, i=i: ran.append(i))
@@ -812,3 +817,70 @@ def test_a_twelve_layer_checkpoint_uses_the_paper_exits(tmp_path):
     assert layers == {0, 1, 2} and {
         k.split(".")[1] for k in upload if k.startswith("exit_heads.")
     } == {"3"}
+
+
+def _layer_runs(model):
+    ran: list[int] = []
+    hooks = [
+        layer.register_forward_hook(lambda *a, i=i: ran.append(i))
+        for i, layer in enumerate(model.encoder.layers)
+    ]
+    return ran, hooks
+
+
+def test_scoring_a_clients_clips_at_every_exit_runs_each_layer_once_and_equals_a_fresh_model():
+    """clients.csv's scores of an early-exit model (the headline exit, then every exit, on the same
+    held-out clips: engine/clients.py) run the encoder once thanks to the model's EncoderMemo, and
+    equal the scores of a model that remembers nothing."""
+    from fedac.engine.clients import exit_scores, holdout_metrics
+
+    algo = _algorithm(**{"earlyexit.mode": "homo", "earlyexit.depth": 6})
+    model = algo.global_model(algo.init_server())
+    client = _client()
+    data = ClientData("c0", client.x, client.y, client.x, client.y)  # held-out = its 4 clips
+    model.memo.limit = 0  # remembers nothing: every call runs the encoder from the start
+    ran, hooks = _layer_runs(model)
+    fresh = {**holdout_metrics(model, data, 3, 2), **exit_scores(model, data, 3, 2)}
+    assert len(ran) == 2 * (2 + 1 + 2 + 3 + 4)  # per batch: the headline exit 2, then 1, 2, 3, 4
+    ran.clear()
+    model.memo.limit = MEMO_BYTES
+    with torch.no_grad():
+        scores = {**holdout_metrics(model, data, 3, 2), **exit_scores(model, data, 3, 2)}
+    for hook in hooks:
+        hook.remove()
+    assert scores == fresh and "exit4_accuracy" in scores
+    assert sorted(ran) == sorted(list(range(4)) * 2)  # 2 batches of 2 clips, each layer once
+    assert model.depth == 2  # (exit_scores leaves the model at the exit it found)
+
+
+def test_the_memo_forgets_new_weights_a_changed_batch_and_training():
+    algo = _algorithm()
+    model = algo.global_model(algo.init_server()).eval()
+    x = _client().x
+    with torch.no_grad():
+        before = model(x)
+        assert torch.equal(model(x), before) and len(model.memo.runs) == 1
+        other = algo.initial_params(algo.cfg.model.name, "other-init")
+        model.load_state_dict(other)  # new weights: a fresh run
+        after = model(x)
+        assert not torch.allclose(after, before)
+        model.memo.limit = 0
+        assert torch.equal(model(x), after)  # what a model without memo computes
+        model.memo.limit = MEMO_BYTES
+        x.values.mul_(2)  # the batch written in place: a fresh run
+        changed = model(x)
+        model.memo.forget()
+        assert torch.equal(changed, model(x)) and not torch.equal(changed, after)
+    model.train()
+    assert not model.memo.runs
+
+
+def test_the_memo_keeps_at_most_its_limit_and_the_latest_batch():
+    algo = _algorithm()
+    model = algo.global_model(algo.init_server()).eval()
+    model.memo.limit = 1  # byte: every batch evicts the one before
+    batches = [_client(f"c{i}").x for i in range(3)]
+    with torch.no_grad():
+        first = [model(b) for b in batches]
+        assert len(model.memo.runs) == 1
+        assert all(torch.equal(model(b), f) for b, f in zip(batches, first))

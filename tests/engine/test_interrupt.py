@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import fedac.engine.rounds as rounds_module
+from fedac import progress
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import ClientData, Task
 from fedac.cli import main
@@ -330,12 +331,12 @@ def test_round_progress_hears_every_client_and_slow_runs_get_an_estimate(
 ):
     updates: list[tuple[str, int]] = []
 
-    class Recording(rounds_module.tqdm):
+    class Recording(progress.LogLines):  # (capsys: stderr is no terminal)
         def update(self, n=1):
             updates.append((self.desc, n))
             return super().update(n)
 
-    monkeypatch.setattr(rounds_module, "tqdm", Recording)
+    monkeypatch.setattr(progress, "LogLines", Recording)
     monkeypatch.setattr(rounds_module, "ESTIMATE_ABOVE_S", 0.0)  # every run counts as slow
     sim = Simulator(config(settings, **{"train.rounds": 2}), tmp_path, data, progress=True)
     sim.run()

@@ -13,7 +13,7 @@ import yaml
 
 from fedac.cli import main
 from fedac.errors import ConfigError
-from fedac.experiments.figures import FIGURES, collect, lookup, render_value
+from fedac.experiments.figures import FIGURES, collect, lookup, quoted_files, render_value
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ def test_every_results_table_row_of_the_readme_is_tied_to_a_file():
 
 def copy_repo_figures(dest: Path) -> Path:
     """The figures file, its documents and its result files under `dest`."""
-    entries = yaml.safe_load((REPO / FIGURES).read_text())
+    entries = [e for e in yaml.safe_load((REPO / FIGURES).read_text()) if "stale_ok" not in e]
     paths = (
         {str(FIGURES)}
         | {e["doc"] for e in entries}
@@ -65,6 +65,13 @@ def copy_repo_figures(dest: Path) -> Path:
 @pytest.mark.slow
 def test_report_check_fails_when_the_readme_or_the_result_changes(tmp_path, capsys):
     root = copy_repo_figures(tmp_path)
+    # (quotes only: whether the results are fresh is the test below's)
+    figures = root / FIGURES
+    notes = [
+        {"stale_ok": f, "reason": "this test checks the quotes"}
+        for f in quoted_files(root, doc="README.md")
+    ]
+    figures.write_text(figures.read_text() + yaml.safe_dump(notes))
     assert main(["report", "--root", str(root), "--check"]) == 0
     out = capsys.readouterr().out
     # the figure as the committed result gives it (a rerun of the default run changes it)
@@ -236,3 +243,40 @@ def test_a_robustness_entry_ties_each_row_of_one_algorithm_and_metric(tmp_path):
         "cells": {row: c for row, c in cells.items() if row != "backdoor 30%"},
     }
     assert table_rows(no_backdoor, "FedAvg", "attack_success_rate") == []
+
+
+def test_no_result_the_readme_quotes_is_stale_without_a_stated_reason():
+    """Every result the README quotes was made by the current training code, or the figures file
+    says why it may stay (a stale_ok note). After a change of training code: rerun
+    scripts/default_run.sh (about a minute) and commit docs/results/default-run/."""
+    from fedac.experiments.figures import freshness, quoted_files, readme_not_current
+    from fedac.version import source_sha256
+
+    current = source_sha256()
+    states = {f: freshness(REPO, f, current) for f in quoted_files(REPO, doc="README.md")}
+    stale = readme_not_current(REPO, states)
+    assert not stale, "\n".join(states[f][1] for f in stale)
+
+
+def test_report_check_fails_on_a_stale_readme_result_unless_a_reason_is_given(tmp_path, capsys):
+    (tmp_path / "docs/results").mkdir(parents=True)
+    (tmp_path / "README.md").write_text("reached 50.00% test accuracy\n")
+    result = tmp_path / "docs/results/run.json"
+    result.write_text(json.dumps({"code_version": {"source_sha256": "0" * 64}, "acc": 0.5}))
+    entry = {"doc": "README.md", "file": "docs/results/run.json", "key": "acc"}
+    entry |= {"format": "{:.2%}", "quote": "reached {} test accuracy"}
+    figures = tmp_path / FIGURES
+    figures.write_text(yaml.safe_dump([entry]))
+    assert main(["report", "--root", str(tmp_path), "--check"]) == 1
+    assert "the README quotes 1 stale result(s) (docs/results/run.json)" in capsys.readouterr().out
+    note = {
+        "stale_ok": "docs/results/run.json",
+        "reason": "a day of runs; nothing it reads changed",
+    }
+    figures.write_text(yaml.safe_dump([entry, note]))
+    assert main(["report", "--root", str(tmp_path), "--check"]) == 0
+    out = capsys.readouterr().out
+    assert "stale, may stay: docs/results/run.json: a day of runs; nothing it reads changed" in out
+    figures.write_text(yaml.safe_dump([entry, {**note, "reason": " "}]))
+    assert main(["report", "--root", str(tmp_path), "--check"]) == 2  # a note needs its reason
+    assert "gives no reason" in capsys.readouterr().err

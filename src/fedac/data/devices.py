@@ -247,7 +247,7 @@ def split_devices(cfg: Config, out: str | Path, progress: bool = True) -> dict:
     `labels.csv` (rows in manifest order, true labels: label errors are drawn on the device at run
     time, as in the simulator) and a `device.json` naming the client. Clips of validation and test
     stay off the devices."""
-    from tqdm import tqdm
+    from fedac.progress import bar as progress_bar
 
     spec = dataset_spec(cfg.dataset)
     # data.on_bad_file=skip leaves the same clips out as `fedac run`, so the devices get the
@@ -286,7 +286,7 @@ def split_devices(cfg: Config, out: str | Path, progress: bool = True) -> dict:
         raise DatasetError(f"split-devices --out: {exc}") from None
     if stats is not None:
         return stats
-    for split in tqdm(splits, desc="split-devices", unit="client", disable=not progress):
+    for split in progress_bar(splits, desc="split-devices", unit="client", disable=not progress):
         folder = out / split.name
         rows: list[tuple[str, str]] = []
         taken: set[str] = set()

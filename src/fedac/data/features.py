@@ -31,7 +31,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from scipy.fft import dct
-from tqdm import tqdm
 
 from fedac.config import Config, FeatureConfig
 from fedac.data.audio import fit_length, load_audio
@@ -39,6 +38,7 @@ from fedac.data.augment import noise_bank, shift_and_noise
 from fedac.data.corrupt import add_white_noise
 from fedac.data.manifest import Manifest
 from fedac.errors import AudioError, ConfigError
+from fedac.progress import bar as progress_bar
 from fedac.seeding import torch_generator
 
 #: 2: truncated WAV files are rejected; a version-1 cache may hold the features of a cut file.
@@ -189,7 +189,7 @@ def undecodable(paths, cache_dir: str | None, progress: bool = False) -> dict[st
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         verdicts = list(
-            tqdm(
+            progress_bar(
                 pool.map(verdict, paths),
                 total=len(paths),
                 desc="checking audio",
@@ -331,7 +331,7 @@ def compute_features(
     cfg = extractor.cfg  # the style's settings (sample rate of the decoded audio)
     chunks, owners = [], []
     indices = range(len(manifest.clips))
-    bar = tqdm(
+    bar = progress_bar(
         total=len(manifest.clips),
         desc=f"features {manifest.name}",
         unit="clip",

@@ -345,9 +345,9 @@ def run_tasks(fn: Callable, tasks: list, workers: int, desc: str, progress: bool
     they crash, and the pool replaces them forever (a hang). Forked workers start at once and
     re-import nothing; forking after torch started its threads is safe here because the workers
     run only numpy / scipy and their own espeak-ng copy, never torch or another parent thread. The
-    pool is created before the progress bar so no tqdm monitor thread exists at fork time.
+    pool is created before the progress bar so no monitor thread of a bar exists at fork time.
     """
-    from tqdm import tqdm
+    from fedac.progress import bar as progress_bar
 
     results: list = [None] * len(tasks)
     pool = None
@@ -355,7 +355,7 @@ def run_tasks(fn: Callable, tasks: list, workers: int, desc: str, progress: bool
         method = "fork" if sys.platform.startswith("linux") else "spawn"
         pool = multiprocessing.get_context(method).Pool(processes=min(int(workers), len(tasks)))
     try:
-        with tqdm(total=len(tasks), desc=desc, unit="task", disable=not progress) as bar:
+        with progress_bar(total=len(tasks), desc=desc, unit="task", disable=not progress) as bar:
             if pool:
                 for index, result in pool.imap_unordered(
                     _indexed, [(fn, i, t) for i, t in enumerate(tasks)]

@@ -53,10 +53,10 @@ class Padded:
         return Padded(self.values[index][:, :longest], lengths)
 
     def split(self, size: int) -> Iterator[Padded]:
+        """Batches of `size` rows, as views (slices, no copies), so a batch scored twice is the
+        same memory (models/early_exit.py remembers an evaluated batch by it)."""
         for start in range(0, len(self), size):
-            yield self[
-                torch.arange(start, min(start + size, len(self)), device=self.lengths.device)
-            ]
+            yield self[start : start + size]
 
     def mask(self) -> torch.Tensor:
         """(N, T) True on valid positions."""

@@ -51,13 +51,37 @@ def write_history(
     os.replace(tmp, path)
 
 
-def plot_curves(run_dir: Path, history: list[dict[str, float]], title: str) -> None:
+#: The left panel of curves.png: (metrics.csv column, label), each drawn when the run logged it.
+#: A method without a shared model (FedRep, FedPer, LG-FedAvg, local) logs no val_* and draws
+#: its own models' held-out accuracy alone; one that has both (Ditto, APFL) draws both.
+SCORE_CURVES = (
+    ("val_accuracy", "shared model: val accuracy"),
+    ("val_macro_f1", "shared model: val macro-F1"),
+    ("test_accuracy", "shared model: test accuracy (train.test_curve)"),
+    ("local_accuracy", "own models: accuracy on their client's held-out clips (mean)"),
+    ("val_wer", "shared model: val word error rate (lower is better)"),
+    ("val_cer", "shared model: val character error rate (lower is better)"),
+)
+
+
+def curves_figure(history: list[dict[str, float]], title: str):
+    """curves.png's figure: on the left every SCORE_CURVES column the history holds, on the right
+    the mean client training loss. A run that logged no score says so in the left panel instead of
+    drawing empty axes."""
     plt = pyplot()
     rounds = [row["round"] for row in history]
     fig, (ax_acc, ax_loss) = plt.subplots(1, 2, figsize=(10, 4))
-    for key, label in (("val_accuracy", "val accuracy"), ("val_macro_f1", "val macro-F1")):
+    drawn = [(key, label) for key, label in SCORE_CURVES if any(key in row for row in history)]
+    for key, label in drawn:
         ax_acc.plot(rounds, [row.get(key, math.nan) for row in history], marker="o", label=label)
-    ax_acc.set_xlabel("round"), ax_acc.set_ylabel("score"), ax_acc.legend(), ax_acc.grid(alpha=0.3)
+    if drawn:
+        ax_acc.set_xlabel("round"), ax_acc.set_ylabel("score"), ax_acc.grid(alpha=0.3)
+        ax_acc.legend(fontsize="small")
+    else:
+        ax_acc.axis("off")
+        ax_acc.text(
+            0.5, 0.5, "no model was scored during the rounds", ha="center", va="center", wrap=True
+        )
     ax_loss.plot(
         rounds, [row.get("train_loss", math.nan) for row in history], marker="o", color="tab:red"
     )
@@ -68,8 +92,13 @@ def plot_curves(run_dir: Path, history: list[dict[str, float]], title: str) -> N
     )
     fig.suptitle(title)
     fig.tight_layout()
+    return fig
+
+
+def plot_curves(run_dir: Path, history: list[dict[str, float]], title: str) -> None:
+    fig = curves_figure(history, title)
     fig.savefig(Path(run_dir) / "curves.png", dpi=100)
-    plt.close(fig)
+    pyplot().close(fig)
 
 
 #: What each key of results.json's "final" means; written into every results.json as "legend".
@@ -217,6 +246,8 @@ def write_results(run_dir: Path, results: dict[str, Any], cfg: Config) -> None:
     legend = {k: v for k, v in FINAL_KEYS.items() if k in results.get("final", {})}
     if "per_client" in results:
         legend["per_client"] = per_client_legend(results["per_client"])
+    if "system" in results:
+        legend["system"] = SYSTEM_LEGEND
     legend["wall_seconds"] = WALL_SCOPE
     _atomic_write(
         Path(run_dir) / "results.json",
@@ -367,9 +398,60 @@ def final_table(results: dict[str, Any]) -> str:
             )
         )
         rows += _percentile_row(results, "own_accuracy", f"own models ({n})")
+    rows += system_rows(results)
     rows.append((WALL_LABEL, f"{results['wall_seconds']:.1f} s"))
     rows += [(f"{TRACKER_NAMES[k]} (read back)", v) for k, v in results.get("trackers", {}).items()]
     return format_table(rows)
+
+
+def compression_note(compression: Any) -> str:
+    """What the run's first line says of compressed uploads: `; uploads compressed: topk (ratio
+    0.1), error feedback` ('' without compression). `compression`: the run's rules/compression.py
+    `Compressor` when on, else None."""
+    if compression is None:
+        return ""
+    c = compression.cfg
+    size = {"topk": f" (ratio {c.ratio})", "randk": f" (ratio {c.ratio})"}.get(c.method, "")
+    size = f" ({c.levels} levels)" if c.method == "qsgd" else size
+    feedback = ", error feedback" if compression.feedback else ""
+    both = ", the broadcast too" if compression.download else ""
+    return f"; uploads compressed: {c.method}{size}{feedback}{both}"
+
+
+#: results.json's legend of `system` (a run on the virtual clock, engine/clock/ `summary`).
+SYSTEM_LEGEND = (
+    "the virtual clock (system.*): virtual_time_s, the simulated seconds when the last round "
+    "ended; time_to_target_s, the virtual time at which validation accuracy first reached "
+    "target_accuracy (null: not reached, or no target); clients_never_contributed and "
+    "never_contributed_fraction, the clients none of whose updates ever arrived; "
+    "training_flops_per_sample, the compute the clock charges per training sample"
+)
+
+
+def system_rows(results: dict[str, Any]) -> list[tuple[str, str]]:
+    """The closing table's rows of a run on the virtual clock (results.json's `system`)."""
+    system = results.get("system")
+    if not system:
+        return []
+    rows = [("virtual time", f"{system['virtual_time_s']:.1f} s ({system['mode']})")]
+    target = system.get("target_accuracy")
+    if target is not None:
+        reached = system.get("time_to_target_s")
+        rows.append(
+            (
+                f"virtual time to val accuracy {target:.2f}",
+                "not reached" if reached is None else f"{reached:.1f} s",
+            )
+        )
+    silent, share = system["clients_never_contributed"], system["never_contributed_fraction"]
+    total = results.get("clients")
+    rows.append(
+        (
+            "clients never heard from",
+            f"{silent}" + (f" of {total}" if total else "") + f" ({share:.1%})",
+        )
+    )
+    return rows
 
 
 TRACKER_NAMES = {"tensorboard": "TensorBoard", "mlflow": "MLflow"}

@@ -39,8 +39,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
-
+from fedac import progress as progress_lines
 from fedac.engine.distributed import current_world
 from fedac.errors import RunInterrupted
 from fedac.training.stacking import client_progress
@@ -108,11 +107,13 @@ class RoundLoop:
         self._pending_save: Callable[[], None] | None = None
         self._previous: dict[int, Any] = {}  # the handlers signal.getsignal returned
         self._round_started = 0.0
-        self.bar: tqdm | None = None
+        self._before = 0.0  # the command's seconds before the loop (reading and caching the data)
+        self.bar: Any = None
 
     # --- context ----------------------------------------------------------------------------------
     def __enter__(self) -> RoundLoop:
-        self.bar = tqdm(
+        self._before = progress_lines.command_seconds()
+        self.bar = progress_lines.bar(
             total=self.rounds,
             initial=self.start,
             desc=self.desc,
@@ -176,13 +177,14 @@ class RoundLoop:
             self._stop_if_asked()
         self.current = round_idx
         self._round_started = time.perf_counter()
-        inner = tqdm(
+        inner = progress_lines.bar(
             total=clients,
             desc=f"round {round_idx}",
             unit="client",
             leave=False,
             delay=CLIENT_BAR_DELAY_S,
             disable=not self.progress,
+            heartbeat=True,
         )
         self.cutting = f"round {round_idx} of {self.rounds}, which was abandoned"
         try:
@@ -203,29 +205,41 @@ class RoundLoop:
         if self.bar is not None:  # (None only outside the `with`)
             self.bar.update(1)
         if round_idx == self.start + 1 and self.progress:
-            took = time.perf_counter() - self._round_started
-            left = self.rounds - round_idx
-            if took * left > ESTIMATE_ABOVE_S:
-                # the signal this process stops cleanly on (SIGINT ignored: see above; none off the
-                # main thread)
-                stop = (
-                    "Ctrl-C"
-                    if signal.SIGINT in self._previous
-                    else f"kill {os.getpid()}"
-                    if signal.SIGTERM in self._previous
-                    else None
-                )
-                how = (
-                    f" ({stop} stops cleanly at the end of a round; the run resumes from there)"
-                    if stop
-                    else ""
-                )
-                tqdm.write(
-                    f"round {round_idx} took {took:.1f} s; {left} more "
-                    f"round{'s' if left > 1 else ''}: about {_duration(took * left)}{how}"
-                )
+            self._estimate(round_idx)
         self._agree_on_stop(round_idx)
         self._stop_if_asked()
+
+    def _estimate(self, round_idx: int) -> None:
+        """After the first round: how long the rest takes, when the whole command (the data's
+        preparation before the first round included) takes longer than ESTIMATE_ABOVE_S."""
+        took = time.perf_counter() - self._round_started
+        left = self.rounds - round_idx
+        whole = self._before + took * (left + 1)
+        if left and whole > ESTIMATE_ABOVE_S:
+            # the signal this process stops cleanly on (SIGINT ignored: see above; none off the
+            # main thread)
+            stop = (
+                "Ctrl-C"
+                if signal.SIGINT in self._previous
+                else f"kill {os.getpid()}"
+                if signal.SIGTERM in self._previous
+                else None
+            )
+            how = (
+                f" ({stop} stops cleanly at the end of a round; the run resumes from there)"
+                if stop
+                else ""
+            )
+            before = (
+                f"; {_duration(whole)} in all with the {self._before:.0f} s before round 1 "
+                "(reading the data, caching what a later run reuses)"
+                if self._before > 0.1 * whole
+                else ""
+            )
+            progress_lines.write(
+                f"round {round_idx} took {took:.1f} s; {left} more "
+                f"round{'s' if left > 1 else ''}: about {_duration(took * left)}{how}{before}"
+            )
 
     def _agree_on_stop(self, round_idx: int) -> None:
         """Over several processes, every rank stops at the boundary where any rank was asked to: a
@@ -240,7 +254,7 @@ class RoundLoop:
         if self.signum is None and first is not None:
             self.signum = first[1]
             if world.writes:
-                tqdm.write(
+                progress_lines.write(
                     f"fedac: rank {first[0]} received {signal.Signals(first[1]).name}: every rank "
                     f"stops at the end of round {round_idx} with a checkpoint"
                 )

@@ -34,7 +34,12 @@ from fedac.engine.distributed import (
 )
 from fedac.engine.evaluation import Evaluator, client_state_bytes
 from fedac.engine.execution import ExecutionPlan, check_execution
-from fedac.engine.report import truncate_client_rows, truncate_pruning_log, write_history
+from fedac.engine.report import (
+    compression_note,
+    truncate_client_rows,
+    truncate_pruning_log,
+    write_history,
+)
 from fedac.engine.run import RoundDriver
 from fedac.engine.server_step import ServerStep
 from fedac.engine.state import RunState
@@ -257,6 +262,7 @@ class Simulator(RoundDriver):
             f"(runtime.device={self.cfg.runtime.device}); clients train "
             f"{self.plan.path}{how_shared(self.world, self.sums)}"
             f"{f'; {clock}' if clock else ''}"
+            f"{compression_note(self.server_step.compression)}"
         )
 
     def rewind_logs(self, round_idx: int) -> None:

@@ -22,9 +22,9 @@ import hashlib
 import json
 import logging
 import os
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
-from tqdm import tqdm
 
 from fedac.algorithms import ALGORITHMS, algorithm_class
 from fedac.config import Config
@@ -38,6 +38,7 @@ from fedac.data.waveform import Padded, load_waveform
 from fedac.engine.manifest import usable_manifest
 from fedac.errors import ConfigError, DatasetError
 from fedac.models.ssl import build_encoder, cnn_fingerprint, cnn_frames
+from fedac.progress import bar as progress_bar
 from fedac.seeding import derive_seed
 from fedac.training.types import ClientData, EvalSplit, FederatedData, Task
 
@@ -53,6 +54,13 @@ def frozen_cnn(cfg: Config) -> torch.nn.Module:
         return build_encoder(
             cfg.model.name, cfg.model.encoder_path, cfg.model.dropout
         ).feature_extractor
+
+
+def cnn_workers() -> int:
+    """Threads that compute CNN frames side by side: the cores left over by torch's intra-op
+    threads (`runtime.threads`, 1 by default), at most 8. Each thread runs whole clips, so no
+    thread waits on another's barrier when the machine is busy."""
+    return max(1, min(8, (os.cpu_count() or 1) // max(1, torch.get_num_threads())))
 
 
 def _fingerprint(clips: list[Clip], cfg: Config, cnn_key: str) -> str:
@@ -84,14 +92,13 @@ def clip_inputs(
             load_waveform(clip, cfg.features.sample_rate, cfg.data.snr_db, cfg.seed)
         )
 
-    bar = tqdm(
-        clips,
-        desc=f"{'CNN frames' if cnn is not None else 'waveforms'} {name}",
-        unit="clip",
-        disable=not progress,
-    )
     if cnn is None:
-        return [waveform(clip) for clip in bar]
+        return [
+            waveform(clip)
+            for clip in progress_bar(
+                clips, desc=f"waveforms {name}", unit="clip", disable=not progress
+            )
+        ]
     path = (
         cache_root(cfg.data.cache_dir)
         / "ssl-frames"
@@ -100,8 +107,20 @@ def clip_inputs(
     if path.is_file():
         stored = torch.load(path, weights_only=True)
         return list(stored["frames"].split(stored["lengths"].tolist()))
-    # One clip at a time: padding would change the CNN's group normalisation of shorter clips.
-    frames = [cnn_frames(cnn, waveform(clip)).to(torch.float16) for clip in bar]
+    # One clip at a time: padding would change the CNN's group normalisation of shorter clips (and
+    # a batch of equal clips changes the last convolution's rounding). Clips on CNN_WORKERS threads
+    # instead: each clip's arithmetic is the same, and torch releases the GIL in its kernels.
+    cnn.eval()
+    with ThreadPoolExecutor(max_workers=cnn_workers()) as pool:
+        frames = list(
+            progress_bar(
+                pool.map(lambda clip: cnn_frames(cnn, waveform(clip)).to(torch.float16), clips),
+                total=len(clips),
+                desc=f"CNN frames {name}",
+                unit="clip",
+                disable=not progress,
+            )
+        )
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(f".tmp{os.getpid()}")
     lengths = torch.tensor([len(f) for f in frames], dtype=torch.long)

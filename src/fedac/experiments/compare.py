@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from fedac.algorithms import ALGORITHMS
-from fedac.config import Config, load_config, parse_override
+from fedac.config import Config, fit_eval_schedule, load_config, parse_override
 from fedac.data.registry import DATASETS, fit_user_data
 from fedac.errors import ConfigError, RunInterrupted
 from fedac.training.metrics import mean_std
@@ -645,6 +646,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     base = load_config(
         args.config, overrides, dataset=args.dataset, **{"train.rounds": args.rounds}
     )
+    # as `fedac run`: a short comparison evaluates at least MIN_EVALUATIONS times, all methods alike
+    changed = fit_eval_schedule(base)
+    if changed:
+        overrides.append(f"train.eval_every={base.train.eval_every}")
+        if not args.quiet:
+            print(f"fedac: {changed}", file=sys.stderr)
     from fedac.engine import distributed  # lazy: start-up time (torch)
 
     # torchrun: every rank runs the same runs; rank 0 alone writes and prints

@@ -36,11 +36,11 @@ def measure(
     # lazy: start-up time (torch and the encoders load only when `fedac memory` measures, not for
     # --help)
     import torch
-    from tqdm import tqdm
 
     # lazy: start-up time (torch; the parser feeds --help)
     from fedac.algorithms.earlyexit import depth_memory
     from fedac.models.early_exit import build_multi_exit
+    from fedac.progress import bar as progress_bar
 
     torch.manual_seed(0)
     options = ModelConfig(name=model_name, encoder_path=encoder_path)
@@ -49,7 +49,7 @@ def measure(
     frames = max(1, round(seconds * FRAMES_PER_SECOND))
     rows = [
         depth_memory(model, depth, train, batch, frames, steps)
-        for depth in tqdm(model.exits, desc="depths", unit="depth", disable=not progress)
+        for depth in progress_bar(model.exits, desc="depths", unit="depth", disable=not progress)
     ]
     span = rows[-1]["depth"] - rows[0]["depth"]
     per_layer = {

@@ -34,9 +34,14 @@ a document no longer contains (tests/experiments/test_figures.py runs it on this
 
 It also says which quoted results were made by other training code than the current one (version.py:
 results.json's `code_version`, a comparison's summary.json each run's `source_sha256`): a `stale:`
-line with the command that remakes it, a warning only, since a training change in a commit must not
-fail CI. `fedac report --fresh` exits 1 when a result of `RERUN` (the README's default run) is stale
-or records no code: run it before committing a README that quotes it.
+line with the command that remakes it. For a result the docs alone quote that is a warning; a result
+the README quotes fails `--check` (and so the suite) unless the figures file states why it may stay:
+
+    - stale_ok: docs/results/reproduce-fedkws12-scaled-uniform/speech_commands_DSCNN/summary.json
+      reason: "36 runs of 2,000 rounds (about 9 CPU-hours); the FedKWS training path is unchanged"
+
+`fedac report --fresh` exits 1 when a result of `RERUN` (the README's default run) is stale or
+records no code: run it before committing a README that quotes it.
 """
 
 from __future__ import annotations
@@ -139,12 +144,26 @@ def quotes_of(entry: dict, root: Path) -> list[str]:
     return [entry["quote"].replace("{}", render_value(entry, root))]
 
 
-def collect(root: Path, figures: Path = FIGURES) -> list[Quote]:
-    """Every quote of the figures file with whether its document contains it."""
+def figure_entries(root: Path, figures: Path = FIGURES) -> list[dict]:
+    """The figures file's quotes (its `stale_ok` notes left out)."""
     path = root / figures
     if not path.is_file():
         raise ConfigError(f"no figures file at {path}")
-    entries = yaml.safe_load(path.read_text()) or []
+    return [e for e in yaml.safe_load(path.read_text()) or [] if "stale_ok" not in e]
+
+
+def stale_ok(root: Path, figures: Path = FIGURES) -> dict[str, str]:
+    """{result file: why it may stay although stale}, from the figures file's `stale_ok` notes."""
+    notes = [e for e in yaml.safe_load((root / figures).read_text()) or [] if "stale_ok" in e]
+    for note in notes:
+        if not str(note.get("reason", "")).strip():
+            raise ConfigError(f"{figures}: stale_ok {note['stale_ok']} gives no reason")
+    return {note["stale_ok"]: str(note["reason"]) for note in notes}
+
+
+def collect(root: Path, figures: Path = FIGURES) -> list[Quote]:
+    """Every quote of the figures file with whether its document contains it."""
+    entries = figure_entries(root, figures)
     docs: dict[str, str] = {}
     out = []
     for entry in entries:
@@ -212,9 +231,22 @@ def freshness(root: Path, file: str, current: str) -> tuple[str, str]:
     )
 
 
-def quoted_files(root: Path, figures: Path = FIGURES) -> list[str]:
-    entries = yaml.safe_load((root / figures).read_text()) or []
+def quoted_files(root: Path, figures: Path = FIGURES, doc: str | None = None) -> list[str]:
+    """The result files the figures file quotes (in document `doc` only, when given)."""
+    entries = [e for e in figure_entries(root, figures) if doc is None or e["doc"] == doc]
     return sorted({f for entry in entries for f in entry.get("files") or [entry["file"]]})
+
+
+def readme_not_current(root: Path, states: dict[str, tuple[str, str]]) -> list[str]:
+    """The README's quoted results that record other training code than the current one (or are
+    missing), and that no `stale_ok` note excuses: each fails `--check`. (Results made before fedac
+    recorded its code are counted apart, as unknown.)"""
+    excused = stale_ok(root)
+    return [
+        file
+        for file in quoted_files(root, doc="README.md")
+        if states[file][0] == "stale" and file not in excused
+    ]
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -245,13 +277,22 @@ def cmd_report(args: argparse.Namespace) -> int:
             f"{len(unrecorded)} quoted result files record no code_version (made before fedac "
             "recorded one): whether their training code is current is unknown"
         )
+    for file, reason in stale_ok(root).items():
+        if file in states and states[file][0] != "current":
+            print(f"stale, may stay: {file}: {reason}")
+    readme = readme_not_current(root, states)
+    if readme:
+        print(
+            f"--check: the README quotes {len(readme)} stale result(s) ({', '.join(readme)}): "
+            f"remake them (see above), or give each a stale_ok note with its reason in {FIGURES}"
+        )
     not_fresh = [file for file in RERUN if states[file][0] != "current"]
     if args.fresh and not_fresh:
         print(
             f"--fresh: {', '.join(not_fresh)} must be remade by the current training code "
             f"({current[:12]})"
         )
-    return 1 if (args.check and missing) or (args.fresh and not_fresh) else 0
+    return 1 if (args.check and (missing or readme)) or (args.fresh and not_fresh) else 0
 
 
 def add_report_parser(sub) -> None:
@@ -260,7 +301,10 @@ def add_report_parser(sub) -> None:
     )
     p.add_argument("--root", default=".", help="repository root (default: the current directory)")
     p.add_argument(
-        "--check", action="store_true", help="exit 1 when a document no longer quotes a figure"
+        "--check",
+        action="store_true",
+        help="exit 1 when a document no longer quotes a figure, or the README quotes a stale "
+        "result without a stale_ok reason",
     )
     p.add_argument(
         "--fresh",

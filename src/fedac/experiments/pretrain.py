@@ -46,7 +46,6 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch import nn
-from tqdm import tqdm
 
 from fedac.config import FeatureConfig
 from fedac.data.features import FeatureExtractor, cache_root
@@ -54,6 +53,7 @@ from fedac.data.librispeech import load_manifest as load_librispeech
 from fedac.data.waveform import load_waveform
 from fedac.experiments.pretrain_settings import PretrainSettings
 from fedac.models.ssl import HFModule, frame_lengths, size_config
+from fedac.progress import bar as progress_bar
 from fedac.seeding import derive_seed, numpy_rng
 from fedac.training.types import normalize
 
@@ -90,7 +90,7 @@ def corpus(
     clips = [c for c in load_librispeech(root).clips if c.split == "train"]
     return [
         load_waveform(c)
-        for c in tqdm(clips, desc="pretraining corpus", unit="clip", disable=not progress)
+        for c in progress_bar(clips, desc="pretraining corpus", unit="clip", disable=not progress)
     ]
 
 
@@ -283,7 +283,7 @@ def pretrain(
         centres = fit_clusters(waves, s)
     started = time.perf_counter() - wall
     model.train()
-    bar = tqdm(
+    bar = progress_bar(
         total=s.steps,
         initial=step,
         desc=f"pretrain {s.model} ({s.objective})",
