@@ -250,6 +250,7 @@ REGISTRIES = {
     "datasets": "fedac.settings.datasets:DATASETS",
     "aggregators": "fedac.settings.aggregation:AGGREGATORS",
     "attacks": "fedac.settings.attacks:ATTACKS",
+    "selectors": "fedac.settings.selection:SELECTORS",
 }
 
 
@@ -488,7 +489,7 @@ def _add_catalog_parsers(sub) -> None:
 
     listing = sub.add_parser(
         "list",
-        help="what is registered (algorithms, models, datasets, aggregators, attacks), "
+        help="what is registered (algorithms, models, datasets, aggregators, attacks, selectors), "
         "plug-ins included, with a line on each",
     )
     listing.add_argument(

@@ -42,6 +42,7 @@ GROUPS = {
     "dataset": "fedac.datasets",
     "aggregator": "fedac.aggregators",
     "attack": "fedac.attacks",
+    "selector": "fedac.selection",
 }
 
 

@@ -103,6 +103,8 @@ NOT_SCORES = (
     "bytes_down",
     "bytes_up",
     *CLOCK_COLUMNS,
+    "times_selected",
+    "selection_utility",
 )
 
 
@@ -293,6 +295,7 @@ def evaluate_clients(
                 **{f"own_{k}": v for k, v in mine.items()},
                 **client_bytes(state, data.name),
                 **(state.system.client_columns(data.name) if state.system is not None else {}),
+                **sim.selector.columns(data.name),
             }
         )
     return rows

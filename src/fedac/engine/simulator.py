@@ -21,6 +21,7 @@ import numpy as np
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm
 from fedac.config import Config
+from fedac.engine.clock.selection import build_selection
 from fedac.engine.clients import client_summary, log_clients, own_scores, test_confusion
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
 from fedac.engine.distributed import (
@@ -156,6 +157,19 @@ class Simulator(RoundDriver):
         )
         #: The virtual clock (system.*), or None: the ideal federation.
         self.clock = self._start_clock()
+        if not self.virtual_time and cfg.selection.method != "random":
+            raise ConfigError(
+                f"selection.method={cfg.selection.method} chooses clients in the simulator; a "
+                "Flower deployment samples uniformly (leave selection.method=random)"
+            )
+        #: Who trains each round (selection.*; engine/clock/selection.py).
+        self.selector = (
+            self.clock.selector
+            if self.clock is not None
+            else build_selection(
+                cfg, {n: self.data.client(n).num_samples for n in self.trainable}, False
+            )
+        )
         # over several processes: a client's persistent state lives on its owner alone (memory / N
         # per rank)
         if self.world.distributed and (
@@ -228,13 +242,16 @@ class Simulator(RoundDriver):
 
     # --- one round -----------------------------------------------------------------------------
     def run_round(self, state: RunState, round_idx: int) -> dict[str, float]:
+        self.selector.bind(state.selection)
         if self.clock is not None and self.clock.asynchronous:
             return self._async_round(state, round_idx)
         cfg = self.cfg
         # (compression.download=true: what the clients receive is the quantised broadcast)
         payload = self.server_step.broadcast(self.algorithm.broadcast(state.server), round_idx)
         if self.clock is None:
-            names = sample_cohort(self.trainable, cfg.train.fraction, cfg.seed, round_idx)
+            names = self.selector.choose(
+                self.trainable, self.cohort_size, ("cohort", round_idx), round_idx
+            )
             limits: dict[str, int | None] = {}
             clock: dict[str, float] = {}
         else:  # the clock decides who counts before anyone trains (engine/system.py)
@@ -253,6 +270,7 @@ class Simulator(RoundDriver):
             )
             for name, data, r in zip(names, datas, results)
         ]
+        self.selector.observe(round_idx, {a.client: a.loss for a in arrivals})
         step = self.server_step(state, payload, arrivals, round_idx, summed=results.summed)
         self._commit(state, step, names, [r.state for r in results], round_idx)
         return {**step.metrics, **clock}
@@ -400,6 +418,7 @@ class Simulator(RoundDriver):
             )
             for job in applied
         ]
+        self.selector.observe(round_idx, {a.client: a.loss for a in arrivals})
         step = self.server_step(state, payload, arrivals, round_idx)
         self._commit(
             state, step, [a.client for a in arrivals], [a.state for a in arrivals], round_idx

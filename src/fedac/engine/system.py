@@ -51,6 +51,7 @@ from typing import Any
 import torch
 
 from fedac.config import Config, SystemConfig
+from fedac.engine.clock.selection import build_selection
 from fedac.engine.state import SystemBook
 from fedac.errors import ConfigError
 from fedac.seeding import numpy_rng
@@ -281,6 +282,8 @@ class SystemClock:
         if self.asynchronous:
             self._check_async(uploads_model, len(names) - len(never))
         self._steps = {name: step_sizes(n, cfg.train) for name, n in sizes.items()}
+        #: Who trains (engine/clock/selection.py); the simulator binds its history every round.
+        self.selector = build_selection(cfg, sizes, clocked=True)
 
     def _check_async(self, uploads_model: bool, reachable: int) -> None:
         system = self.system
@@ -359,8 +362,8 @@ class SystemClock:
             online = [c for c in clients if self.availability.online(c, book.time)]
         start = book.time
         size = min(len(online), math.ceil(keep * self.system.overcommit - 1e-9))
-        picked = numpy_rng(self.seed, "cohort", round_idx).choice(len(online), size, replace=False)
-        sampled = [online[i] for i in sorted(picked)]
+        times = lambda c: self.times(c, down_bytes, up_bytes)  # noqa: E731
+        sampled = self.selector.choose(online, size, ("cohort", round_idx), round_idx, times)
         outcomes = [self.outcome(c, start, round_idx, down_bytes, up_bytes) for c in sampled]
         kept, end = plan_sync_round(start, outcomes, keep, self.system.deadline)
         for o in outcomes:
@@ -409,10 +412,9 @@ class SystemClock:
         free = min(in_flight - len(book.jobs), len(eligible))
         if free <= 0:
             return 0
-        rng = numpy_rng(self.seed, "dispatch", book.dispatched)
-        picked = sorted(rng.choice(len(eligible), free, replace=False))
-        for i in picked:
-            client = eligible[i]
+        times = lambda c: self.times(c, down_bytes, up_bytes)  # noqa: E731
+        key = ("dispatch", book.dispatched)
+        for client in self.selector.choose(eligible, free, key, book.version + 1, times):
             outcome = self.outcome(
                 client, book.time, ("async", book.dispatched), down_bytes, up_bytes
             )

@@ -1,0 +1,1 @@
+"""Time on devices: who is chosen to train (selection.py), and when updates arrive."""
