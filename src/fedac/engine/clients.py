@@ -92,6 +92,8 @@ def batched_holdout_metrics(
 #: clients.csv's columns that are no score of a model
 #: clients.csv's columns of the virtual clock (engine/state.py `SystemBook.client_columns`).
 CLOCK_COLUMNS = ("compute_s", "comm_s", "arrived", "late", "dropped", "mean_staleness")
+#: clients.csv's columns of a selection rule (engine/clock/selection.py `Selection.columns`).
+SELECTION_COLUMNS = ("times_selected", "selection_utility")
 
 
 NOT_SCORES = (
@@ -103,8 +105,7 @@ NOT_SCORES = (
     "bytes_down",
     "bytes_up",
     *CLOCK_COLUMNS,
-    "times_selected",
-    "selection_utility",
+    *SELECTION_COLUMNS,
 )
 
 
@@ -213,7 +214,11 @@ def columns(rows: list[dict[str, Any]], personalized: bool) -> list[str]:
     own = [f"own_{k}" for k in CLIENT_METRICS] if personalized else []
     scores = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in NOT_SCORES]
     fixed = [k for k in ("round", "client", "n_k", "holdout", "depth") if any(k in r for r in rows)]
-    sent = [k for k in ("bytes_down", "bytes_up", *CLOCK_COLUMNS) if any(k in r for r in rows)]
+    sent = [
+        k
+        for k in ("bytes_down", "bytes_up", *CLOCK_COLUMNS, *SELECTION_COLUMNS)
+        if any(k in r for r in rows)
+    ]
     return fixed + list(dict.fromkeys(scores + own)) + sent
 
 
