@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections import Counter
 from pathlib import Path
 
@@ -160,6 +161,34 @@ def test_fedcs_greedy_set_by_hand():
                  SIZES, clocked=True)
     rule.bind({})
     assert rule.choose(list(SIZES), 5, ("cohort", 1), 1, TIMES.__getitem__) == ["a", "b", "d"]
+
+
+def test_fedcs_heaps_choose_as_the_papers_loop():
+    """The O(n log n) greedy against Alg. 2 written as a loop (every client tried, the one ending
+    the round earliest taken when it fits, passed over when not), on 200 random federations."""
+
+    def plain(times, size, deadline):
+        def end_with(c, end):
+            return max(end, times[c].total - times[c].up_s) + times[c].up_s
+
+        left, chosen, end = list(times), [], 0.0
+        while left and len(chosen) < size:
+            best = min(left, key=lambda c: end_with(c, end))
+            left.remove(best)
+            if end_with(best, end) <= deadline:
+                chosen.append(best)
+                end = end_with(best, end)
+        return chosen
+
+    for trial in range(200):
+        r = random.Random(trial)
+        n = r.randint(1, 25)
+        times = {
+            f"c{i}": ClientTimes(0.0, (r.choice([0.5, 1.0, 3 * r.random()]),), r.choice([0.5, r.random()]))
+            for i in range(n)
+        }
+        size, deadline = r.randint(1, n), 8 * r.random()
+        assert fedcs_greedy(times, size, deadline, True) == plain(times, size, deadline)
 
 
 def test_random_draws_as_the_engine_did_and_keeps_no_history():

@@ -32,8 +32,10 @@ from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
 from fedac.experiments.system import DEADLINE_S, cell_text, clients_rows
 
 #: Validation accuracy whose virtual time the table reports.
-TARGET = 0.1
-ROUNDS = 12
+TARGET = 0.08
+ROUNDS = 10
+#: The systems table's deadline was set for 5 local epochs; one epoch computes a fifth as long.
+DEADLINE = DEADLINE_S / 2
 EVAL_EVERY = 2
 METHODS = [
     "Random (FedAvg)=fedavg",
@@ -48,7 +50,7 @@ METHODS = [
 QUICK = [
     "system.devices=synthetic",
     "system.availability=synthetic",
-    f"system.deadline={DEADLINE_S:g}",
+    f"system.deadline={DEADLINE:g}",
     "system.overcommit=1.3",
     f"system.target_accuracy={TARGET}",
     f"train.rounds={ROUNDS}",

@@ -51,6 +51,7 @@ Rules:
 
 from __future__ import annotations
 
+import heapq
 import logging
 import math
 from collections.abc import Callable
@@ -388,20 +389,45 @@ def fedcs_greedy(
     note: Callable[[str, float], None] = lambda c, end: None,
 ) -> list[str]:
     """FedCS Alg. 2: repeatedly the client whose addition ends the predicted round earliest (ties:
-    the first in `times`' order), kept when that end is within `deadline`; `note(client, end)`
-    records each kept client's predicted end."""
-
-    def end_with(c: str, end: float) -> float:
-        t = times[c]
-        return max(end, t.total - t.up_s) + t.up_s if shared else max(end, t.total)
-
-    left, chosen, end = list(times), [], 0.0
-    while left and len(chosen) < size:
-        best = min(left, key=lambda c: end_with(c, end))
-        left.remove(best)
-        after = end_with(best, end)
-        if after > deadline:  # (the paper passes it over; every other client ends later still)
+    the first in `times`' order), kept when that end is within `deadline` (the paper passes over
+    one that is not; every other client would end later still, so the choice stops there);
+    `note(client, end)` records each kept client's predicted end. Shared channel: adding client c
+    ends the round at max(end, update_c) + upload_c, so the best is the smallest upload among the
+    clients whose update is done by `end`, or the smallest update + upload among the others: two
+    heaps, O(n log n)."""
+    order = {c: i for i, c in enumerate(times)}
+    update = {c: t.total - t.up_s for c, t in times.items()}
+    if not shared:  # (end = max over the chosen of their whole times: the fastest first)
+        ranked = sorted(times, key=lambda c: (times[c].total, order[c]))
+        chosen = [c for c in ranked[:size] if times[c].total <= deadline]
+        for c in chosen:
+            note(c, times[c].total)
+        return chosen
+    by_update = sorted(times, key=lambda c: (update[c], order[c]))
+    ready: list[tuple[float, int, str]] = []  # (upload, order, client): update done by `end`
+    waiting = [(update[c] + times[c].up_s, order[c], c) for c in times]
+    heapq.heapify(waiting)
+    moved, chosen, end, next_ready = set(), [], 0.0, 0
+    while len(chosen) < size:
+        while next_ready < len(by_update) and update[by_update[next_ready]] <= end:
+            c = by_update[next_ready]
+            if c not in chosen:
+                heapq.heappush(ready, (times[c].up_s, order[c], c))
+                moved.add(c)
+            next_ready += 1
+        while waiting and (waiting[0][2] in moved or waiting[0][2] in chosen):
+            heapq.heappop(waiting)
+        options = []
+        if ready:
+            options.append((end + ready[0][0], ready[0][1], ready[0][2], ready))
+        if waiting:
+            options.append((*waiting[0], waiting))
+        if not options:
             break
+        after, _, best, heap = min(options, key=lambda o: (o[0], o[1]))
+        if after > deadline:
+            break
+        heapq.heappop(heap)
         chosen.append(best)
         end = after
         note(best, after)
