@@ -954,8 +954,9 @@ PARTITION_SETTINGS = {
 
 def not_applied(cfg: Config) -> dict[str, str]:
     """The `data` settings the run's partition does not read and the `selection` settings its rule
-    does not read ("data.<name>" -> why), as config.yaml notes them. A user's dataset (audiofolder, hf: no stand-in) without a client column deals its
-    clips over data.num_clients even under `natural`, which only its data tell: it gets no notes."""
+    does not read ("data.<name>" -> why), as config.yaml notes them. A user's dataset (audiofolder,
+    hf: no stand-in) without a client column deals its clips over data.num_clients even under
+    `natural`, which only its data tell: it gets no notes."""
     spec = DATASETS[cfg.dataset]
     scheme = str(cfg.data.partition or getattr(spec, "default_partition", "natural"))
     unread = not_read(cfg.selection.method)

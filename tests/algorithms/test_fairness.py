@@ -68,8 +68,9 @@ def term_box(t):
         top = max(f for _, f, _ in rounds)
         weights = [n_k * math.exp(t * (f - top)) for _, f, n_k in rounds]
         return {
-            n: (sum(wt * w[n].double() for wt, (w, _, _) in zip(weights, rounds)) / sum(weights))
-            .float()
+            n: (
+                sum(wt * w[n].double() for wt, (w, _, _) in zip(weights, rounds)) / sum(weights)
+            ).float()
             for n in theta
         }
 
@@ -81,8 +82,9 @@ def afl_box(gamma, clients_total=4):
         lam = extra.setdefault("lambda", [1 / clients_total] * clients_total)
         weights = lam[: len(rounds)]
         new = {
-            n: (sum(wt * w[n].double() for wt, (w, _, _) in zip(weights, rounds)) / sum(weights))
-            .float()
+            n: (
+                sum(wt * w[n].double() for wt, (w, _, _) in zip(weights, rounds)) / sum(weights)
+            ).float()
             for n in theta
         }
         ascended = [lam[k] + gamma * (rounds[k][1] if k < len(rounds) else 0.0) for k in range(4)]
@@ -122,7 +124,10 @@ def test_q_zero_and_t_zero_are_fedavg(execution):
     data = clients()
     fedavg = federate(build(FedAvg, MODEL, execution), data)[0]["params"]
     for cls, setting in ((QFFL, "qffl.q=0"), (TERM, "term.t=0")):
-        assert max_diff(fedavg, federate(build(cls, MODEL, execution, setting), data)[0]["params"]) <= 1e-6
+        assert (
+            max_diff(fedavg, federate(build(cls, MODEL, execution, setting), data)[0]["params"])
+            <= 1e-6
+        )
     fair = federate(build(QFFL, MODEL, execution, "qffl.q=5"), data)[0]["params"]
     assert max_diff(fedavg, fair) > 1e-4
 
@@ -138,7 +143,9 @@ def test_afl_weights_stay_on_the_simplex_and_move_toward_the_worst_client():
     assert int(lam.argmax()) == worst and float(lam[3]) < 0.25  # (the empty client lost weight)
     v = torch.tensor([0.5, 2.0, -1.0, 0.2], dtype=torch.float64)
     p = project_simplex(v)
-    assert float(p.sum()) == pytest.approx(1.0) and p.tolist() == pytest.approx([0.0, 1.0, 0.0, 0.0])
+    assert float(p.sum()) == pytest.approx(1.0) and p.tolist() == pytest.approx(
+        [0.0, 1.0, 0.0, 0.0]
+    )
 
 
 @pytest.mark.parametrize("cls", [QFFL, AFL, TERM])

@@ -157,8 +157,11 @@ def test_fedcs_greedy_set_by_hand():
     assert ends == {"b": 1.5, "d": 2.5, "a": 4.5}
     assert fedcs_greedy(TIMES, 5, 4.5, False) == ["b", "d", "a", "e"]
     assert fedcs_greedy(TIMES, 2, 5.0, False) == ["b", "d"]
-    rule = FedCS(cfg("selection.method=fedcs", "system.devices=synthetic", "system.deadline=5"),
-                 SIZES, clocked=True)
+    rule = FedCS(
+        cfg("selection.method=fedcs", "system.devices=synthetic", "system.deadline=5"),
+        SIZES,
+        clocked=True,
+    )
     rule.bind({})
     assert rule.choose(list(SIZES), 5, ("cohort", 1), 1, TIMES.__getitem__) == ["a", "b", "d"]
 
@@ -184,7 +187,9 @@ def test_fedcs_heaps_choose_as_the_papers_loop():
         r = random.Random(trial)
         n = r.randint(1, 25)
         times = {
-            f"c{i}": ClientTimes(0.0, (r.choice([0.5, 1.0, 3 * r.random()]),), r.choice([0.5, r.random()]))
+            f"c{i}": ClientTimes(
+                0.0, (r.choice([0.5, 1.0, 3 * r.random()]),), r.choice([0.5, r.random()])
+            )
             for i in range(n)
         }
         size, deadline = r.randint(1, n), 8 * r.random()

@@ -13,7 +13,7 @@ back) are refused, as for SCAFFOLD.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -53,10 +53,12 @@ class LossReportingFedAvg(FedAvg):
         """F_k(w^t): the mean cross-entropy of the received model over the client's clips."""
         model = self.scratch_model(self.cfg.model.name, payload).eval()
         batch, total = self.cfg.train.eval_batch_size, 0.0
+        # (fixed windows and plain labels: features.augment is refused, `augmentable`)
+        x, labels = cast(torch.Tensor, data.x), cast(torch.Tensor, data.y)
         with torch.no_grad():
             for i in range(0, data.num_samples, batch):
-                logits = model(data.x[i : i + batch]).float()
-                y = data.y[i : i + batch]
+                logits = model(x[i : i + batch]).float()
+                y = labels[i : i + batch]
                 total += float(torch.nn.functional.cross_entropy(logits, y, reduction="sum"))
         return total / max(1, data.num_samples)
 
@@ -92,6 +94,8 @@ def weighted_mean(models: list[Params], weights: list[float]) -> Params:
         if not first.is_floating_point():
             out[name] = first
             continue
-        acc = sum(w * m[name].double() for w, m in zip(weights, models))
+        acc = torch.zeros_like(first, dtype=torch.float64)
+        for w, m in zip(weights, models):
+            acc = acc + w * m[name].double()
         out[name] = (acc / total).to(first.dtype)
     return out

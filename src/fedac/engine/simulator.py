@@ -21,8 +21,8 @@ import numpy as np
 from fedac.algorithms import build_algorithm
 from fedac.algorithms.base import Algorithm
 from fedac.config import Config
-from fedac.engine.clock.selection import build_selection
 from fedac.engine.clients import client_summary, log_clients, own_scores, test_confusion
+from fedac.engine.clock.selection import Selection, build_selection
 from fedac.engine.data import FederatedData, build_federated_data, record_bad_files
 from fedac.engine.distributed import (
     Round,
@@ -157,19 +157,8 @@ class Simulator(RoundDriver):
         )
         #: The virtual clock (system.*), or None: the ideal federation.
         self.clock = self._start_clock()
-        if not self.virtual_time and cfg.selection.method != "random":
-            raise ConfigError(
-                f"selection.method={cfg.selection.method} chooses clients in the simulator; a "
-                "Flower deployment samples uniformly (leave selection.method=random)"
-            )
         #: Who trains each round (selection.*; engine/clock/selection.py).
-        self.selector = (
-            self.clock.selector
-            if self.clock is not None
-            else build_selection(
-                cfg, {n: self.data.client(n).num_samples for n in self.trainable}, False
-            )
-        )
+        self.selector = self._start_selection()
         # over several processes: a client's persistent state lives on its owner alone (memory / N
         # per rank)
         if self.world.distributed and (
@@ -208,6 +197,19 @@ class Simulator(RoundDriver):
                 )
         return clock
 
+    def _start_selection(self) -> Selection:
+        """The clock's selection rule, or without the clock one of its own."""
+        cfg = self.cfg
+        if not self.virtual_time and cfg.selection.method != "random":
+            raise ConfigError(
+                f"selection.method={cfg.selection.method} chooses clients in the simulator; a "
+                "Flower deployment samples uniformly (leave selection.method=random)"
+            )
+        if self.clock is not None:
+            return self.clock.selector
+        sizes = {n: self.data.client(n).num_samples for n in self.trainable}
+        return build_selection(cfg, sizes, False)
+
     def holds(self, name: str) -> bool:
         """Whether this process holds (and trains) client `name`'s persistent state."""
         return self.state_owner is None or self.state_owner(name) == self.world.rank
@@ -245,7 +247,6 @@ class Simulator(RoundDriver):
         self.selector.bind(state.selection)
         if self.clock is not None and self.clock.asynchronous:
             return self._async_round(state, round_idx)
-        cfg = self.cfg
         # (compression.download=true: what the clients receive is the quantised broadcast)
         payload = self.server_step.broadcast(self.algorithm.broadcast(state.server), round_idx)
         if self.clock is None:

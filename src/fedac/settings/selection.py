@@ -10,7 +10,7 @@ this module imports no torch. Plug-ins add rules through the `fedac.selection` e
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from fedac.fields import number
 from fedac.registry import Entry, Registry, choice
@@ -116,5 +116,5 @@ def not_read(method: str) -> dict[str, str]:
         f"selection.{f}": f"not read under selection.method={method}; read by {rule}"
         for rule, cls in RULE_SETTINGS.items()
         if rule != method
-        for f in cls.__dataclass_fields__
+        for f in (field.name for field in fields(cls))
     }

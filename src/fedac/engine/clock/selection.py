@@ -73,7 +73,8 @@ class Times(Protocol):
     @property
     def total(self) -> float: ...
 
-    up_s: float
+    @property
+    def up_s(self) -> float: ...
 
 
 #: client -> its modelled times this round (None without a device model)
@@ -243,9 +244,7 @@ class Oort(Selection):
         clients = self.history.get("clients", {})
         fresh = set(self.history.pop("fresh", []))
         last = [c for c in state.get("exploit", []) if c in fresh]
-        state["exploited"].append(
-            sum(self.utility(clients[c]) for c in last) / (len(last) + 1e-4)
-        )
+        state["exploited"].append(sum(self.utility(clients[c]) for c in last) / (len(last) + 1e-4))
         state["threshold"] = paced_threshold(
             state["threshold"], state["exploited"], round_idx, s.pacer_step, s.pacer_delta
         )
