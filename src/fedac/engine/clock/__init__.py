@@ -1,1 +1,1 @@
-"""Time on devices: who is chosen to train (selection.py), and when updates arrive."""
+"""Time on devices: who trains (selection.py), when updates arrive. No training code here."""
