@@ -271,6 +271,7 @@ def test_each_rule_runs_stacked_on_the_clock(settings, data, tmp_path, method):
     assert "times_selected" in header and "selection_utility" in header
 
 
+@pytest.mark.slow  # (about 15-20 s on 2 busy cores: three runs)
 def test_a_killed_oort_run_resumes_to_the_uninterrupted_numbers(settings, data, tmp_path):
     extra = {"selection.method": "oort", "selection.exploration": 0.5}
     whole, results = run(settings, data, tmp_path / "whole", **extra)
