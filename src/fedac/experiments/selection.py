@@ -158,7 +158,11 @@ SPECS = [
         "-",
         "Client selection (random, Oort, power-of-choice, FedCS) and fairness objectives (q-FFL, "
         "AFL, TERM) on the virtual clock (selection-quick)",
-        Cost(30, "docs/results/selection/results.csv (reduced: 2 seeds), scaled to 3 seeds"),
+        Cost(
+            23,
+            "docs/results/selection/results.csv: 16 runs (seeds 0 1), 908 s of wall time on the "
+            "shared 2-core machine; x 1.5 for 3 seeds",
+        ),
         METHODS,
         datasets=("speech_commands",),
         dataset_settings={"speech_commands": []},
