@@ -252,6 +252,7 @@ REGISTRIES = {
     "attacks": "fedac.settings.attacks:ATTACKS",
     "clock_modes": "fedac.settings.clock:CLOCK_MODES",
     "availability": "fedac.settings.clock:AVAILABILITY",
+    "selectors": "fedac.settings.selection:SELECTORS",
 }
 
 
@@ -490,7 +491,7 @@ def _add_catalog_parsers(sub) -> None:
 
     listing = sub.add_parser(
         "list",
-        help="what is registered (algorithms, models, datasets, aggregators, attacks), "
+        help="what is registered (algorithms, models, datasets, aggregators, attacks, selectors), "
         "plug-ins included, with a line on each",
     )
     listing.add_argument(

@@ -44,6 +44,7 @@ GROUPS = {
     "attack": "fedac.attacks",
     "clock_mode": "fedac.clock_modes",
     "availability": "fedac.availability",
+    "selector": "fedac.selection",
 }
 
 

@@ -103,8 +103,7 @@ class Simulator(RoundDriver):
         self.state_owner = self.states.owner
         self.data = place(self.data, self.device, clients_on=self.client_home)
         self.attack.backdoor_test = to_device(self.attack.backdoor_test, self.device)
-        # the clients of every round (the size depends on the fraction and the client count only;
-        # a device-mode server holds no clients)
+        # the clients of every round (fraction x client count; a device-mode server holds none)
         self.cohort_size = (
             cohort_size(len(self.trainable), cfg.train.fraction) if self.trainable else 0
         )
@@ -183,6 +182,7 @@ class Simulator(RoundDriver):
     def run_round(self, state: RunState, round_idx: int) -> dict[str, float]:
         """The schedule's plan (who trains from this round's model, each to its step limit),
         trained on the execution plan, its arrivals through the one server step."""
+        self.schedule.selector.bind(state.selection)  # (its history: checkpointed, resumed)
         # (compression.download=true: what the clients receive is the quantised broadcast)
         payload = self.server_step.broadcast(self.algorithm.broadcast(state.server), round_idx)
         plan = self.schedule.plan(state, round_idx, payload)
@@ -192,6 +192,7 @@ class Simulator(RoundDriver):
             else Round()
         )
         arrivals = self.schedule.arrivals(state, plan, results, payload)
+        self.schedule.observe(round_idx, arrivals)  # (the selection rule learns their losses)
         step = self.server_step(state, payload, arrivals, round_idx, summed=results.summed)
         self.states.commit(state, step, arrivals, round_idx)
         return {**step.metrics, **plan.metrics}
@@ -293,8 +294,7 @@ class Simulator(RoundDriver):
         return self.evaluator.final_results(state)
 
     def closing(self) -> dict[str, Any]:
-        # (auto: what the probe chose)
-        out: dict[str, Any] = {"execution": self.plan.path}
+        out: dict[str, Any] = {"execution": self.plan.path}  # (auto: what the probe chose)
         if self.plan.measured:
             out["execution_probe"] = dict(self.plan.measured)
         return out

@@ -1,4 +1,5 @@
-"""What the virtual clock refuses to combine, in one place, each with its reason and the fix."""
+"""What the virtual clock and client selection refuse to combine, in one place, each with its reason
+and the fix."""
 
 from __future__ import annotations
 
@@ -54,4 +55,15 @@ def refuse_unsupported_clock(
             f"{cfg.compression.method}: the async modes re-base each update by its "
             "staleness before the server step, where compression (and its error feedback) "
             "acts; they are not combined yet: use system.mode=sync, or no compression"
+        )
+
+
+def refuse_unsupported_selection(cfg: Config, *, virtual_time: bool) -> None:
+    """ConfigError for a selection rule other than the uniform draw on a server whose rounds run on
+    real time (`virtual_time` false: Flower, whose strategy samples uniformly). A rule's own
+    refusals (FedCS without a deadline, ...) are its `Selection.check`."""
+    if not virtual_time and cfg.selection.method != "random":
+        raise ConfigError(
+            f"selection.method={cfg.selection.method} chooses clients in the simulator; a "
+            "Flower deployment samples uniformly (leave selection.method=random)"
         )

@@ -1,13 +1,14 @@
 """The run's schedule, chosen once: the ideal federation when the run models no devices or time,
 else the registered clock mode `system.mode` (settings/clock.py `CLOCK_MODES`) on a `SystemClock`,
-after `refuse_unsupported_clock`."""
+after `refuse_unsupported_clock`; either draws its clients by the selection rule
+`selection.method` (selection.py, built by the schedule)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
 from fedac.config import Config, SystemConfig
-from fedac.engine.clock.refusals import refuse_unsupported_clock
+from fedac.engine.clock.refusals import refuse_unsupported_clock, refuse_unsupported_selection
 from fedac.engine.clock.schedule import IdealSchedule, RoundSchedule, ScheduleContext
 from fedac.engine.clock.virtual import SystemClock
 from fedac.rules.compression import Compressor
@@ -44,6 +45,7 @@ def start_schedule(
     devices' speed); `uploads_model`: the method uploads a model of its broadcast's form;
     `partial_work`: why the method cannot train partial work (None: it can); `virtual_time`: false
     where rounds run on real time (Flower)."""
+    refuse_unsupported_selection(cfg, virtual_time=virtual_time)
     if not clock_active(cfg.system):
         return IdealSchedule(ScheduleContext(cfg, sizes, cohort))
     mode = CLOCK_MODES.load(cfg.system.mode)
