@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from fedac.config import load_config, save_config
+from fedac.engine.clock.model import ClientTimes
 from fedac.engine.clock.selection import (
     FedCS,
     Oort,
@@ -28,7 +29,6 @@ from fedac.engine.clock.selection import (
 )
 from fedac.engine.data import build_federated_data
 from fedac.engine.simulator import Simulator, sample_cohort
-from fedac.engine.clock.model import ClientTimes
 from fedac.errors import ConfigError
 from helpers import tiny_run
 
