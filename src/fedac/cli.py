@@ -491,8 +491,8 @@ def _add_catalog_parsers(sub) -> None:
 
     listing = sub.add_parser(
         "list",
-        help="what is registered (algorithms, models, datasets, aggregators, attacks, selectors), "
-        "plug-ins included, with a line on each",
+        help="what is registered (algorithms, models, datasets, aggregators, attacks, clock "
+        "modes, availability models, selectors), plug-ins included, with a line on each",
     )
     listing.add_argument(
         "kinds", nargs="*", metavar="KIND", help=f"only these kinds ({', '.join(REGISTRIES)})"
