@@ -378,6 +378,7 @@ REGISTRIES = {
     "clock_modes": "fedac.settings.clock:CLOCK_MODES",
     "availability": "fedac.settings.clock:AVAILABILITY",
     "codecs": "fedac.settings.codecs:CODECS",
+    "selectors": "fedac.settings.selection:SELECTORS",
 }
 
 
@@ -614,8 +615,8 @@ def _add_catalog_parsers(sub) -> None:
 
     listing = sub.add_parser(
         "list",
-        help="what is registered (algorithms, models, datasets, aggregators, attacks), "
-        "plug-ins included, with a line on each",
+        help="what is registered (algorithms, models, datasets, aggregators, attacks, clock "
+        "modes, availability models, selectors), plug-ins included, with a line on each",
     )
     listing.add_argument(
         "kinds", nargs="*", metavar="KIND", help=f"only these kinds ({', '.join(REGISTRIES)})"

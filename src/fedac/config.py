@@ -30,6 +30,7 @@ from fedac.settings.clock import CLOCK_MODES
 from fedac.settings.codecs import CODECS
 from fedac.settings.datasets import DATASETS
 from fedac.settings.models import MODELS
+from fedac.settings.selection import SELECTORS, not_read
 
 log = logging.getLogger(__name__)
 
@@ -368,6 +369,17 @@ class AttackShared:
     against."""
 
 
+@dataclass
+class SelectionShared:
+    """Which clients train each round (engine/clock/selection.py, docs/system.md): the rule every
+    selection shares; a rule's own settings (Oort's, power-of-choice's, FedCS's) are declared with
+    it in settings/selection.py and added to `SelectionConfig` below."""
+
+    method: str = choice("random", SELECTORS)
+    """random (uniform among the clients online: the numbers of a run before selection existed),
+    oort, poc (power-of-choice), fedcs, or a plug-in's (`fedac list selectors`)."""
+
+
 #: The sections a registered part adds its settings to: section -> (its registry, the class of the
 #: fields every part shares). Each part's fields join its section (`--set aggregation.v_l=0.2`), so
 #: a config.yaml keeps one flat mapping per section, as before the parts declared their own.
@@ -376,6 +388,7 @@ KIND_SECTIONS: dict[str, tuple[Registry, type]] = {
     "model": (MODELS, ModelShared),
     "aggregation": (AGGREGATORS, AggregationShared),
     "attack": (ATTACKS, AttackShared),
+    "selection": (SELECTORS, SelectionShared),
 }
 
 
@@ -464,6 +477,7 @@ if typing.TYPE_CHECKING:
     )
     from fedac.settings.datasets import HFSettings, SpeechCommandsSettings
     from fedac.settings.models import SSLSettings
+    from fedac.settings.selection import FedCSSettings, OortSettings, PowerOfChoiceSettings
 
     @dataclass  # (so that the checker's __init__ takes every base's fields)
     class DataConfig(DataShared, SpeechCommandsSettings, HFSettings): ...
@@ -480,12 +494,17 @@ if typing.TYPE_CHECKING:
     class AttackConfig(
         AttackShared, BackdoorSettings, GaussianSettings, ScaleSettings, LittleSettings
     ): ...
+
+    @dataclass
+    class SelectionConfig(SelectionShared, OortSettings, PowerOfChoiceSettings, FedCSSettings): ...
 else:
     DataConfig, ModelConfig = _BUILTIN["data"][0], _BUILTIN["model"][0]
     """The `data` / `model` sections of the built-in datasets / models: the shared fields and each
     part's own."""
     AggregationConfig, AttackConfig = _BUILTIN["aggregation"][0], _BUILTIN["attack"][0]
     """The `aggregation` / `attack` sections of the built-in rules / attacks."""
+    SelectionConfig = _BUILTIN["selection"][0]
+    """The `selection` section of the built-in selection rules."""
 
 
 @dataclass
@@ -663,6 +682,7 @@ class Config:
     attack: AttackConfig = field(default_factory=AttackConfig)
     dp: PrivacyConfig = field(default_factory=PrivacyConfig)
     system: SystemConfig = field(default_factory=SystemConfig)
+    selection: SelectionConfig = field(default_factory=SelectionConfig)
     compression: CompressionConfig = field(default_factory=CompressionConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     log: LogConfig = field(default_factory=LogConfig)
@@ -971,13 +991,15 @@ PARTITION_SETTINGS = {
 
 
 def not_applied(cfg: Config) -> dict[str, str]:
-    """The `data` settings the run's partition does not read ("data.<name>" -> why), as config.yaml
-    notes them. A user's dataset (audiofolder, hf: no stand-in) without a client column deals its
-    clips over data.num_clients even under `natural`, which only its data tell: it gets no notes."""
+    """The `data` settings the run's partition does not read and the `selection` settings its rule
+    does not read ("data.<name>" -> why), as config.yaml notes them. A user's dataset (audiofolder,
+    hf: no stand-in) without a client column deals its clips over data.num_clients even under
+    `natural`, which only its data tell: it gets no notes."""
     spec = DATASETS[cfg.dataset]
     scheme = str(cfg.data.partition or getattr(spec, "default_partition", "natural"))
+    unread = not_read(cfg.selection.method)
     if scheme == "natural" and getattr(spec, "synthesizer", None) is None:
-        return {}
+        return unread
     what = {
         "natural": " (the dataset's own clients: its speakers or actors)",
         "pooled": " (one client holds every training clip)",
@@ -987,7 +1009,7 @@ def not_applied(cfg: Config) -> dict[str, str]:
         f"{' / '.join(schemes)}"
         for name, schemes in PARTITION_SETTINGS.items()
         if scheme not in schemes
-    }
+    } | unread
 
 
 def save_config(cfg: Config, path: str | Path) -> None:

@@ -45,6 +45,7 @@ GROUPS = {
     "clock_mode": "fedac.clock_modes",
     "availability": "fedac.availability",
     "codec": "fedac.codecs",
+    "selector": "fedac.selection",
 }
 
 

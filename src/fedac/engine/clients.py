@@ -18,6 +18,7 @@ from torch import nn
 from fedac.algorithms.base import Algorithm
 from fedac.config import Config
 from fedac.data.waveform import Padded
+from fedac.engine.clock.selection import selection_columns
 from fedac.engine.data import FederatedData
 from fedac.engine.distributed import Summed, current_world
 from fedac.engine.report import append_client_rows, no_holdout_reason, ranked
@@ -114,6 +115,8 @@ def batched_holdout_metrics(
 #: clients.csv's columns that are no score of a model
 #: clients.csv's columns of the virtual clock (engine/clock/book.py `ClientLedger.columns`).
 CLOCK_COLUMNS = ("compute_s", "comm_s", "arrived", "late", "dropped", "mean_staleness")
+#: clients.csv's columns of a selection rule (engine/clock/selection.py `selection_columns`).
+SELECTION_COLUMNS = ("times_selected", "selection_utility")
 
 
 NOT_SCORES = (
@@ -125,6 +128,7 @@ NOT_SCORES = (
     "bytes_down",
     "bytes_up",
     *CLOCK_COLUMNS,
+    *SELECTION_COLUMNS,
 )
 
 
@@ -233,7 +237,11 @@ def columns(rows: list[dict[str, Any]], personalized: bool) -> list[str]:
     own = [f"own_{k}" for k in CLIENT_METRICS] if personalized else []
     scores = [k for k in dict.fromkeys(k for r in rows for k in r) if k not in NOT_SCORES]
     fixed = [k for k in ("round", "client", "n_k", "holdout", "depth") if any(k in r for r in rows)]
-    sent = [k for k in ("bytes_down", "bytes_up", *CLOCK_COLUMNS) if any(k in r for r in rows)]
+    sent = [
+        k
+        for k in ("bytes_down", "bytes_up", *CLOCK_COLUMNS, *SELECTION_COLUMNS)
+        if any(k in r for r in rows)
+    ]
     return fixed + list(dict.fromkeys(scores + own)) + sent
 
 
@@ -321,6 +329,7 @@ def evaluate_clients(
                 **{f"own_{k}": v for k, v in mine.items()},
                 **client_bytes(state, data.name),
                 **(state.system.client_columns(data.name) if state.system is not None else {}),
+                **selection_columns(state.selection, data.name),
             }
         )
     return rows

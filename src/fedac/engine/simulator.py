@@ -58,8 +58,7 @@ __all__ = ["Simulator", "sample_cohort"]  # (sample_cohort: engine/clock/cohort.
 
 
 class Simulator(RoundDriver):
-    #: False for a server whose clients hold their data elsewhere (the Flower ServerApp in device
-    #: mode).
+    #: False for a server whose clients hold their data elsewhere (Flower's device mode).
     holds_clients = True
     #: The evaluation this driver runs (the Flower ServerApp's reads its nodes' reports).
     evaluator_class: type[Evaluator] = Evaluator
@@ -89,16 +88,14 @@ class Simulator(RoundDriver):
         self.trainable = [c.name for c in self.data.clients if c.num_samples > 0]
         if self.holds_clients and not self.trainable:
             raise ConfigError(f"no client holds training data for dataset {cfg.dataset}")
-        # Poisoned clients and DP act as layers over client data and uploads (attacks.py,
-        # privacy.py).
+        # Poisoned clients and DP: layers over client data and uploads (attacks.py, privacy.py)
         self.attack = Attack(cfg, [c.name for c in self.data.clients])
         self.data = self.attack.poison_data(self.data)
         self.attack.prepare_success_rate(self.data)
         #: n_k of each trainable client (a data attack's poisoned clips counted)
         self.sizes = {name: self.data.client(name).num_samples for name in self.trainable}
         # Built on the host, then on the run's device for every round (training/device.py); the
-        # clients' data and models stay on the host instead when they do not fit there
-        # (`runtime.client_memory`).
+        # clients' data and models stay on the host if they do not fit (`runtime.client_memory`).
         self.client_home = client_home(
             self.runtime.client_memory, self.device, self._resident_bytes
         )
@@ -108,8 +105,7 @@ class Simulator(RoundDriver):
         self.state_owner = self.states.owner
         self.data = place(self.data, self.device, clients_on=self.client_home)
         self.attack.backdoor_test = to_device(self.attack.backdoor_test, self.device)
-        # the clients of every round (the size depends on the fraction and the client count only;
-        # a device-mode server holds no clients)
+        # the clients of every round (fraction x client count; a device-mode server holds none)
         self.cohort_size = (
             cohort_size(len(self.trainable), cfg.train.fraction) if self.trainable else 0
         )
@@ -185,6 +181,7 @@ class Simulator(RoundDriver):
     def run_round(self, state: RunState, round_idx: int) -> dict[str, float]:
         """The schedule's plan (who trains from this round's model, each to its step limit),
         trained on the execution plan, its arrivals through the one server step."""
+        self.schedule.selector.bind(state.selection)  # (its history: checkpointed, resumed)
         # (compression.download=true: what the clients receive is the quantised broadcast)
         payload = self.server_step.broadcast(self.algorithm.broadcast(state.server), round_idx)
         plan = self.schedule.plan(state, round_idx, payload)
@@ -194,6 +191,7 @@ class Simulator(RoundDriver):
             else Round()
         )
         arrivals = self.schedule.arrivals(state, plan, results, payload)
+        self.schedule.observe(round_idx, arrivals)  # (the selection rule learns their losses)
         step = self.server_step(state, payload, arrivals, round_idx, summed=results.summed)
         self.states.commit(state, step, arrivals, round_idx)
         return {**step.metrics, **plan.metrics}
@@ -296,8 +294,7 @@ class Simulator(RoundDriver):
         return self.evaluator.final_results(state)
 
     def closing(self) -> dict[str, Any]:
-        # (auto: what the probe chose)
-        out: dict[str, Any] = {"execution": self.plan.path}
+        out: dict[str, Any] = {"execution": self.plan.path}  # (auto: what the probe chose)
         if self.plan.measured:
             out["execution_probe"] = dict(self.plan.measured)
         return out

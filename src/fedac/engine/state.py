@@ -76,6 +76,9 @@ class RunState:
     own)."""
     system: SystemBook | None = None
     """The virtual clock (`system.*`); None when the run models no devices or time."""
+    selection: dict[str, Any] = field(default_factory=dict)
+    """The selection rule's history of every client and its own state (engine/clock/selection.py;
+    empty under `selection.method=random`), checkpointed so a resumed run chooses alike."""
     compression_residuals: dict[str, Any] = field(default_factory=dict)
     """Error feedback's residual of each client that has sent a compressed update (client -> entry
     -> tensor; rules/compression.py): client state the engine keeps for the clients, checkpointed

@@ -15,13 +15,24 @@ from fedac.experiments import (
     fedmlac,
     pfl,
     robustness,
+    selection,
     system,
     zeroshot,
 )
 from fedac.experiments.spec import Experiment
 
 #: The papers' spec files, in the order `fedac reproduce` lists them.
-PAPERS = (fedmlac, fedkws, robustness, earlyexit, zeroshot, pfl, system, communication)
+PAPERS = (
+    fedmlac,
+    fedkws,
+    robustness,
+    earlyexit,
+    zeroshot,
+    pfl,
+    system,
+    selection,
+    communication,
+)
 SPECS: list[Experiment] = [spec for paper in PAPERS for spec in paper.SPECS]
 #: Name (and alias) -> spec.
 EXPERIMENTS: dict[str, Experiment] = {

@@ -136,6 +136,22 @@ ALGORITHMS = Registry(
             "Ditto: FedAvg plus a personal model pulled towards the global one (lambda); stacked",
             f"{_S}.ditto:DittoConfig",
         ),
+        "qffl": Entry(
+            "fedac.algorithms.qffl:QFFL",
+            "q-FFL (q-FedAvg): clients of larger loss weigh more, by F_k^q (Li et al. 2020)",
+            f"{_S}.qffl:QFFLConfig",
+        ),
+        "afl": Entry(
+            "fedac.algorithms.afl:AFL",
+            "Agnostic FL: the worst mixture of clients, lambda by projected ascent (Mohri et al. "
+            "2019)",
+            f"{_S}.afl:AFLConfig",
+        ),
+        "term": Entry(
+            "fedac.algorithms.term:TERM",
+            "TERM: client models tilted by exp(t F_k) (Li et al. 2021)",
+            f"{_S}.term:TERMConfig",
+        ),
         "apfl": Entry(
             "fedac.algorithms.apfl:APFL",
             "APFL: personal mixture alpha v + (1 - alpha) w, alpha learned; sequential (two models "

@@ -176,6 +176,7 @@ def _streaming_ignored(p: Parts) -> list[tuple[str, Any, Any]]:
         ("dp.mode", cfg.dp.mode, "none"),
         ("compression.method", cfg.compression.method, "none"),
         ("compression.download", cfg.compression.download, False),
+        ("selection.method", cfg.selection.method, "random"),
         ("aggregation.method", cfg.aggregation.method, "mean"),
         ("data.label_error", cfg.data.label_error, 0.0),
         ("model.heterogeneous", cfg.model.heterogeneous, False),
@@ -221,6 +222,15 @@ def _deployed(p: Parts) -> bool:
 #: A Flower deployment's refusals (flower/): its nodes run on real clocks, compress their own
 #: uploads, and under SecAgg+ the server sees only a masked weighted sum.
 _FLOWER_RULES: tuple[Rule, ...] = (
+    Rule(
+        "flower-samples-uniformly",
+        ("flower", "selection"),
+        lambda p: _deployed(p) and p.cfg.selection.method != "random",
+        lambda p: (
+            f"selection.method={p.cfg.selection.method} chooses clients in the simulator; a "
+            "Flower deployment samples uniformly (leave selection.method=random)"
+        ),
+    ),
     Rule(
         "flower-runs-on-real-time",
         ("flower", "clock"),

@@ -5,7 +5,8 @@ What belongs here: the schedule interface (`schedule.py`: `RoundSchedule`, `Roun
 `IdealSchedule`), its clock modes (`sync.py`, `asynchronous.py`: FedBuff / FedAsync with their
 difference and re-base), the devices and availability as time (`virtual.py`: `SystemClock`), the
 clock's arithmetic (`model.py`), its typed part of the run state (`book.py`: `SystemBook`, `Job`,
-`ClientLedger`), the one client draw (`cohort.py`), the FLOP count that sets a device's speed
+`ClientLedger`), the one client draw (`cohort.py`) and the selection rules it calls
+(`selection.py`: random, oort, poc, fedcs), the FLOP count that sets a device's speed
 (`flops.py`), what the clock refuses (`refusals.py`) and the choice of a run's schedule
 (`start.py`). `system.mode` is read in this package only.
 

@@ -31,13 +31,11 @@ import torch
 
 from fedac.config import SystemConfig
 from fedac.engine.clock.book import Job, SystemBook
-from fedac.engine.clock.cohort import sample_clients
 from fedac.engine.clock.model import staleness_weight
 from fedac.engine.clock.schedule import RoundPlan, RoundSchedule, TrainJob, traffic
 from fedac.engine.server_step import Arrival
 from fedac.engine.state import RunState
 from fedac.errors import ConfigError
-from fedac.seeding import numpy_rng
 from fedac.training.types import ClientResult
 
 
@@ -146,7 +144,8 @@ class AsyncSchedule(RoundSchedule):
     # --- the event queue -----------------------------------------------------------------
     def dispatch(self, book: SystemBook, in_flight: int, down_bytes: int, up_bytes: int) -> int:
         """Fill the free slots (`in_flight` less the clients in flight) with clients online now
-        that have not yet taken a delivering job on this model version; the number dispatched."""
+        that have not yet taken a delivering job on this model version, chosen by the selection
+        rule (key ("dispatch", n), round: the model version + 1); the number dispatched."""
         busy = {job.client for job in book.jobs}
         eligible = [
             c
@@ -156,8 +155,8 @@ class AsyncSchedule(RoundSchedule):
         free = min(in_flight - len(book.jobs), len(eligible))
         if free <= 0:
             return 0
-        rng = numpy_rng(self.cfg.seed, "dispatch", book.dispatched)
-        for client in sample_clients(eligible, free, rng):
+        key, sent = ("dispatch", book.dispatched), (down_bytes, up_bytes)
+        for client in self.choose(eligible, free, key, book.version + 1, sent):
             outcome = self.clock.outcome(
                 client, book.time, ("async", book.dispatched), down_bytes, up_bytes
             )

@@ -1,7 +1,7 @@
 """Who is asked to train: the cohort's size from `train.fraction`, and the one function that draws
-clients (`sample_clients`), used by the ideal federation, the sync clock and the async dispatch
-alike. A selection rule other than the uniform draw replaces `sample_clients` where it is called
-(each schedule calls it once)."""
+clients uniformly (`sample_clients`): the `random` selection rule's body (selection.py), which the
+ideal federation, the sync clock and the async dispatch reach through `RoundSchedule.choose`, and
+Flower's strategy through `sample_cohort`."""
 
 from __future__ import annotations
 

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from fedac.config import Config, SystemConfig
 from fedac.engine.clock.book import Job, SystemBook
-from fedac.engine.clock.cohort import sample_cohort
+from fedac.engine.clock.selection import Selection, build_selection
 from fedac.engine.clock.virtual import SystemClock
 from fedac.engine.server_step import Arrival
 from fedac.engine.state import RunState
@@ -90,6 +90,10 @@ class RoundSchedule(ABC):
     def __init__(self, context: ScheduleContext):
         self.context = context
         self.cfg = context.cfg
+        #: Who trains among the candidates (selection.py `selection.method`).
+        self.selector: Selection = build_selection(
+            self.cfg, context.sizes, clocked=context.clock is not None
+        )
 
     @classmethod
     def needed(cls, system: SystemConfig) -> int:
@@ -105,6 +109,27 @@ class RoundSchedule(ABC):
         self, state: RunState, plan: RoundPlan, results: Sequence[ClientResult], payload: Any
     ) -> list[Arrival]:
         """What reaches the server step, from the results of `plan.train` (in its order)."""
+
+    def choose(
+        self,
+        candidates: list[str],
+        size: int,
+        key: tuple,
+        round_idx: int,
+        sent: tuple[int, int] = (0, 0),
+    ) -> list[str]:
+        """`size` of `candidates` by the run's selection rule (in the candidates' order), seeded by
+        `key`: ("cohort", round) for a sync round, ("dispatch", n) for the n-th async dispatch (the
+        random rule's stream, cohort.py `sample_clients`). With the clock the rule sees each
+        candidate's modelled times for `sent` (bytes down, up). The driver binds the rule to the
+        run state's history (`RunState.selection`) at each round's start."""
+        clock = self.context.clock
+        times = (lambda c: clock.times(c, *sent)) if clock is not None else None
+        return self.selector.choose(candidates, size, key, round_idx, times)
+
+    def observe(self, round_idx: int, arrivals: Sequence[Arrival]) -> None:
+        """The selection rule learns the training losses of the updates the server received."""
+        self.selector.observe(round_idx, {a.client: a.loss for a in arrivals})
 
     def describe(self) -> str | None:
         """The run's first line's part on the clock (None: no clock)."""
@@ -126,11 +151,11 @@ class RoundSchedule(ABC):
 
 class IdealSchedule(RoundSchedule):
     """The federation without a clock: every sampled client is online, finishes at once and
-    reports in the same instant (`cohort.sample_cohort`)."""
+    reports in the same instant (K clients drawn by the selection rule, `RoundSchedule.choose`)."""
 
     def plan(self, state: RunState, round_idx: int, payload: Any) -> RoundPlan:
-        cfg = self.cfg
-        names = sample_cohort(list(self.context.sizes), cfg.train.fraction, cfg.seed, round_idx)
+        clients, cohort = list(self.context.sizes), self.context.cohort
+        names = self.choose(clients, cohort, ("cohort", round_idx), round_idx)
         return RoundPlan([TrainJob(name) for name in names])
 
     def arrivals(

@@ -22,11 +22,13 @@ class SyncSchedule(IdealSchedule):
         self.clock = context.clock
 
     def plan(self, state: RunState, round_idx: int, payload: Any) -> RoundPlan:
+        sent = traffic(payload, self.context.compression)
         kept, metrics = self.clock.sync_round(
             self.book(state),
             round_idx,
             self.context.cohort,
-            *traffic(payload, self.context.compression),
+            *sent,
+            lambda online, k, _: self.choose(online, k, ("cohort", round_idx), round_idx, sent),
         )
         return RoundPlan([TrainJob(o.client, o.steps) for o in kept], metrics)
 
