@@ -11,6 +11,7 @@ either through the entry-point groups `fedac.clock_modes` and `fedac.availabilit
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from fedac.registry import Entry, Registry
 
@@ -63,3 +64,16 @@ AVAILABILITY = Registry(
     },
     setting="system.availability",
 )
+
+
+def clock_active(system: Any) -> bool:
+    """Whether a run's `system` settings (config.py `SystemConfig`) model devices and time at all
+    (off: the ideal federation, bit for bit the numbers of a run without the clock)."""
+    return bool(
+        system.devices != "none"
+        or system.availability != "always"
+        or system.deadline > 0
+        or system.overcommit > 1
+        or system.dropout > 0
+        or system.mode != "sync"
+    )

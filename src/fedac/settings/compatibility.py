@@ -31,7 +31,7 @@ from fedac.errors import ConfigError
 from fedac.registry import Entry
 from fedac.settings.algorithms import ALGORITHMS
 from fedac.settings.attacks import ATTACKS
-from fedac.settings.clock import CLOCK_MODES, ClockModeSpec
+from fedac.settings.clock import CLOCK_MODES, ClockModeSpec, clock_active
 from fedac.settings.codecs import CodecSpec, codec_spec
 
 
@@ -119,16 +119,8 @@ class Parts:
 
     @property
     def clock_on(self) -> bool:
-        """Whether the virtual clock runs (engine/clock/start.py `clock_active`)."""
-        s = self.cfg.system
-        return bool(
-            s.devices != "none"
-            or s.availability != "always"
-            or s.deadline > 0
-            or s.overcommit > 1
-            or s.dropout > 0
-            or s.mode != "sync"
-        )
+        """Whether the virtual clock runs (settings/clock.py `clock_active`)."""
+        return clock_active(self.cfg.system)
 
     @property
     def asynchronous(self) -> bool:

@@ -6,25 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from fedac.config import Config, SystemConfig
+from fedac.config import Config
 from fedac.engine.clock.refusals import refuse_unreachable_buffer
 from fedac.engine.clock.schedule import IdealSchedule, RoundSchedule, ScheduleContext
 from fedac.engine.clock.virtual import SystemClock
 from fedac.rules.compression import Compressor
-from fedac.settings.clock import CLOCK_MODES
-
-
-def clock_active(system: SystemConfig) -> bool:
-    """Whether the run models devices and time at all (off: the ideal federation, bit for bit the
-    numbers of a run without the clock)."""
-    return (
-        system.devices != "none"
-        or system.availability != "always"
-        or system.deadline > 0
-        or system.overcommit > 1
-        or system.dropout > 0
-        or system.mode != "sync"
-    )
+from fedac.settings.clock import CLOCK_MODES, clock_active
 
 
 def start_schedule(
