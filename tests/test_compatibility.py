@@ -74,6 +74,7 @@ OTHERS = [
     ("compression.error_feedback=true",),
     ("system.deadline=5",),
     ("model.heterogeneous=true",),
+    ("selection.method=poc",),
 ]
 
 

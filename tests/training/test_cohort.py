@@ -449,9 +449,9 @@ def test_simulator_default_run_takes_the_cohort_path_and_matches_sequential(
     )
     seq.run()
     calls = []
-    real = fedmlac_module.mutual_cohort
+    real = fedmlac_module.train_chunks  # (the stacked update's chunks: once a round here)
     monkeypatch.setattr(
-        "fedac.algorithms.fedmlac.mutual_cohort", lambda *a: calls.append(1) or real(*a)
+        "fedac.algorithms.fedmlac.train_chunks", lambda *a: calls.append(1) or real(*a)
     )
     auto = Simulator(load_config(overrides=base), tmp_path / "auto", seq.data, progress=False)
     auto.run()

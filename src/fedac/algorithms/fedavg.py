@@ -6,7 +6,6 @@ The server combination is `aggregation.aggregate`, so `aggregation.method=lpa` t
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -55,64 +54,53 @@ class FedAvg(Algorithm):
     def cohort_update(
         self, payload: Params, states: list[Any], datas: list[ClientData], round_idx: int, seed: int
     ) -> list[ClientResult]:
-        return supervised_cohort(self, payload, datas, round_idx, seed, self.regularizer)
+        """FedAvg's client update (`local.train_supervised` from the global model) for a whole
+        cohort; `self.regularizer(global_params)` gives the extra loss term of a client (FedProx's),
+        built per device."""
+        cfg = self.cfg.train
+        payloads = OnDevices(payload)
+        forward = self.stacked_forward(self.cfg.model.name)
+        results: list[ClientResult | None] = [None] * len(datas)
+
+        def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
+            start = payloads(chunk.device)
+            penalty = self.regularizer(start)
+            model = StackedStep(forward, broadcast_params(start, len(chunk)), cfg)
+            loss_sum = torch.zeros(len(chunk), dtype=torch.float64, device=chunk.device)
+            for step in chunk.steps:
+                x, y = chunk.batch(step)
+                leaf, state = model.leaves(step.active)
+                loss = cross_entropy(
+                    forward(state, x, chunk.dropout(step), step.weight), y, step.weight
+                )
+                if penalty is not None:
+                    loss = loss + torch.stack(
+                        [penalty(view) for view in client_views(leaf, step.active)]
+                    )
+                model.update(loss, leaf, step.active)
+                loss_sum[: step.active] += loss.detach()
+            out = []
+            # one host sync a chunk
+            for k, (position, total) in enumerate(zip(chunk.positions, loss_sum.tolist())):
+                steps = chunk.client_steps[k]
+                out.append(
+                    (
+                        position,
+                        ClientResult(
+                            model.client(k), None, {"loss": total / steps, "steps": float(steps)}
+                        ),
+                    )
+                )
+            return out
+
+        for position, result in train_chunks(
+            self, train, datas, range(len(datas)), self.cfg.model.name, round_idx, seed
+        ):
+            results[position] = result
+        return results  # type: ignore[return-value]
 
     def server_update(
         self, server: dict[str, Any], uploads: list[tuple[Params, int]], round_idx: int
     ) -> tuple[dict[str, Any], dict[str, float]]:
         params, metrics = self.combine(server, uploads)
         return {**server, "params": params}, metrics
-
-
-def supervised_cohort(
-    algo: Algorithm,
-    payload: Params,
-    datas: list[ClientData],
-    round_idx: int,
-    seed: int,
-    regularizer: Callable[[Params], Callable[[Any], torch.Tensor] | None] | None = None,
-) -> list[ClientResult]:
-    """FedAvg's client update (`local.train_supervised` from the global model) for a whole cohort;
-    `regularizer(global_params)` gives the extra loss term of a client (FedProx's), built per
-    device."""
-    cfg = algo.cfg.train
-    payloads = OnDevices(payload)
-    forward = algo.stacked_forward(algo.cfg.model.name)
-    results: list[ClientResult | None] = [None] * len(datas)
-
-    def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
-        start = payloads(chunk.device)
-        penalty = regularizer(start) if regularizer is not None else None
-        model = StackedStep(forward, broadcast_params(start, len(chunk)), cfg)
-        loss_sum = torch.zeros(len(chunk), dtype=torch.float64, device=chunk.device)
-        for step in chunk.steps:
-            x, y = chunk.batch(step)
-            leaf, state = model.leaves(step.active)
-            loss = cross_entropy(
-                forward(state, x, chunk.dropout(step), step.weight), y, step.weight
-            )
-            if penalty is not None:
-                loss = loss + torch.stack(
-                    [penalty(view) for view in client_views(leaf, step.active)]
-                )
-            model.update(loss, leaf, step.active)
-            loss_sum[: step.active] += loss.detach()
-        out = []
-        # one host sync a chunk
-        for k, (position, total) in enumerate(zip(chunk.positions, loss_sum.tolist())):
-            steps = chunk.client_steps[k]
-            out.append(
-                (
-                    position,
-                    ClientResult(
-                        model.client(k), None, {"loss": total / steps, "steps": float(steps)}
-                    ),
-                )
-            )
-        return out
-
-    for position, result in train_chunks(
-        algo, train, datas, range(len(datas)), algo.cfg.model.name, round_idx, seed
-    ):
-        results[position] = result
-    return results  # type: ignore[return-value]

@@ -37,7 +37,7 @@ zeroes them, which lets a 1e-5 decay through).
 The heads keep PyTorch's default initialisation, as the code's do; `fedkwsui.head_init=kaiming`
 gives them Kaiming-normal weights (config.py says why: the default shrinks the encoder's gradient
 4-7x). Every step's gradient is clipped at `train.max_grad_norm` (fedkwsui's algorithm default: the
-code's 50). The stacked form is `fedkwsui_cohort` below (any of the four
+code's 50). The stacked form is `FedKWSUI.cohort_update` below (any of the four
 networks, through training/functional.py; ALT's per-client step counts as a chunk whose active
 clients shrink).
 """
@@ -396,7 +396,49 @@ class FedKWSUI(Algorithm):
         round_idx: int,
         seed: int,
     ) -> list[ClientResult]:
-        return fedkwsui_cohort(self, payload, states, datas, round_idx, seed)
+        """FedKWS-UI's client update (`client_update`: the private phase, then ALT's s_k global
+        steps of the ALO loss) for a whole cohort. Every client's batches are drawn from its own
+        generator in the sequential order (private phase first); clients are sorted by total steps
+        so those still training are a prefix (ALT gives each client its own count); the optimiser
+        starts afresh with the global phase."""
+        cfg, opts, arch = self.cfg.train, self.cfg.fedkwsui, self.cfg.model.name
+        forward = self.stacked_forward(arch)
+        private_steps = int(opts.private_ratio * opts.local_steps) + 1 if opts.adv_lambda else 0
+        plans = [self.client_plan(d.name) for d in datas]
+        batches = _cohort_batches(datas, plans, private_steps, cfg.batch_size, round_idx, seed)
+        order = sorted(range(len(datas)), key=lambda i: -len(batches[i]))
+        payloads = OnDevices(payload)
+        results: list[ClientResult | None] = [None] * len(datas)
+
+        def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
+            params = broadcast_params(payloads(chunk.device), len(chunk))
+            # `private=persistent`: each client's own private head
+            for k, position in enumerate(chunk.positions):
+                for name, value in (states[position] or {}).items():
+                    params[name][k].copy_(value)
+            model = StackedStep(forward, params, cfg)
+            mus = torch.tensor([plans[i]["mu"] for i in chunk.positions], device=chunk.device)
+            sums = _chunk_losses(forward, model, params, chunk, mus, private_steps, opts, cfg)
+            return _chunk_results(model, chunk, sums, plans, states, private_steps)
+
+        size = self.packing.fixed_chunk
+        chunks = (
+            CohortChunk(
+                [order[i] for i in part],
+                [datas[order[i]] for i in part],
+                cfg,
+                round_idx,
+                seed,
+                [batches[order[i]] for i in part],
+            )
+            for part in (range(j, min(j + size, len(order))) for j in range(0, len(order), size))
+        )
+        workers = self.runtime.workers
+        for position, result in run_chunks(
+            train, chunks, self.cfg.runtime, self.device, self.devices, workers=workers
+        ):
+            results[position] = result
+        return results  # type: ignore[return-value]
 
     # --- server -----------------------------------------------------------------------------------
     @classmethod
@@ -531,59 +573,6 @@ def _chunk_results(
         }
         out.append((position, ClientResult(params_k, private, metrics)))
     return out
-
-
-def fedkwsui_cohort(
-    algo,
-    payload: Params,
-    states: list[Params | None],
-    datas: list[ClientData],
-    round_idx: int,
-    seed: int,
-) -> list[ClientResult]:
-    """FedKWS-UI's client update (`FedKWSUI.client_update`: the private phase, then ALT's s_k global
-    steps of the ALO loss) for a whole cohort. Every client's batches are drawn from its own
-    generator in the sequential order (private phase first); clients are sorted by total steps so
-    those still training are a prefix (ALT gives each client its own count); the optimiser starts
-    afresh with the global phase."""
-    cfg, opts, arch = algo.cfg.train, algo.cfg.fedkwsui, algo.cfg.model.name
-    forward = algo.stacked_forward(arch)
-    private_steps = int(opts.private_ratio * opts.local_steps) + 1 if opts.adv_lambda else 0
-    plans = [algo.client_plan(d.name) for d in datas]
-    batches = _cohort_batches(datas, plans, private_steps, cfg.batch_size, round_idx, seed)
-    order = sorted(range(len(datas)), key=lambda i: -len(batches[i]))
-    payloads = OnDevices(payload)
-    results: list[ClientResult | None] = [None] * len(datas)
-
-    def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
-        params = broadcast_params(payloads(chunk.device), len(chunk))
-        # `private=persistent`: each client's own private head
-        for k, position in enumerate(chunk.positions):
-            for name, value in (states[position] or {}).items():
-                params[name][k].copy_(value)
-        model = StackedStep(forward, params, cfg)
-        mus = torch.tensor([plans[i]["mu"] for i in chunk.positions], device=chunk.device)
-        sums = _chunk_losses(forward, model, params, chunk, mus, private_steps, opts, cfg)
-        return _chunk_results(model, chunk, sums, plans, states, private_steps)
-
-    size = algo.packing.fixed_chunk
-    chunks = (
-        CohortChunk(
-            [order[i] for i in part],
-            [datas[order[i]] for i in part],
-            cfg,
-            round_idx,
-            seed,
-            [batches[order[i]] for i in part],
-        )
-        for part in (range(j, min(j + size, len(order))) for j in range(0, len(order), size))
-    )
-    workers = algo.runtime.workers
-    for position, result in run_chunks(
-        train, chunks, algo.cfg.runtime, algo.device, algo.devices, workers=workers
-    ):
-        results[position] = result
-    return results  # type: ignore[return-value]
 
 
 def _alo_loss(

@@ -175,7 +175,32 @@ class FedMLAC(Algorithm):
         round_idx: int,
         seed: int,
     ) -> list[ClientResult]:
-        return mutual_cohort(self, payload, states, datas, round_idx, seed)
+        """FedMLAC's client update (Algorithm 1: personalized step, then Plug-in step, per batch)
+        for a whole cohort, one stacked group per personalized architecture."""
+
+        cfg, opts = self.cfg.train, self.cfg.fedmlac
+        theta_model = self.stacked_forward(opts.plugin_model)
+        mutual = self.mutual(round_idx)
+        results: list[ClientResult | None] = [None] * len(datas)
+        payloads = OnDevices(payload)
+        for arch, positions in group_positions(
+            [self.client_architecture(d.name) for d in datas]
+        ).items():
+            train = partial(
+                _train_mutual_chunk,
+                self.stacked_forward(arch),
+                theta_model,
+                payloads,
+                states,
+                cfg,
+                opts,
+                mutual,
+            )
+            for position, result in train_chunks(
+                self, train, [datas[i] for i in positions], positions, arch, round_idx, seed
+            ):
+                results[position] = result
+        return results  # type: ignore[return-value]
 
     def server_update(
         self, server: dict[str, Any], uploads: list[tuple[Params, int]], round_idx: int
@@ -264,39 +289,3 @@ def _train_mutual_chunk(
             )
         )
     return out
-
-
-def mutual_cohort(
-    algo: FedMLAC,
-    payload: Params,
-    states: list[Params],
-    datas: list[ClientData],
-    round_idx: int,
-    seed: int,
-) -> list[ClientResult]:
-    """FedMLAC's client update (Algorithm 1: personalized step, then Plug-in step, per batch) for a
-    whole cohort, one stacked group per personalized architecture."""
-
-    cfg, opts = algo.cfg.train, algo.cfg.fedmlac
-    theta_model = algo.stacked_forward(opts.plugin_model)
-    mutual = algo.mutual(round_idx)
-    results: list[ClientResult | None] = [None] * len(datas)
-    payloads = OnDevices(payload)
-    for arch, positions in group_positions(
-        [algo.client_architecture(d.name) for d in datas]
-    ).items():
-        train = partial(
-            _train_mutual_chunk,
-            algo.stacked_forward(arch),
-            theta_model,
-            payloads,
-            states,
-            cfg,
-            opts,
-            mutual,
-        )
-        for position, result in train_chunks(
-            algo, train, [datas[i] for i in positions], positions, arch, round_idx, seed
-        ):
-            results[position] = result
-    return results  # type: ignore[return-value]
