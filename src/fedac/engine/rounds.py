@@ -206,8 +206,8 @@ class RoundLoop:
             self.bar.update(1)
         if round_idx == self.start + 1 and self.progress:
             self._estimate(round_idx)
-        self._agree_on_stop(round_idx)
-        self._stop_if_asked()
+        if self._agree_on_stop(round_idx):
+            self._stop_if_asked()
 
     def _estimate(self, round_idx: int) -> None:
         """After the first round: how long the rest takes, when the whole command (the data's
@@ -241,23 +241,27 @@ class RoundLoop:
                 f"round{'s' if left > 1 else ''}: about {_duration(took * left)}{how}{before}"
             )
 
-    def _agree_on_stop(self, round_idx: int) -> None:
-        """Over several processes, every rank stops at the boundary where any rank was asked to: a
-        signal that reached some ranks alone (a `kill` of one rank's PID) would otherwise leave them
-        in the checkpoint's gather while the others train on, until runtime.dist_timeout. One small
-        gather per round."""
+    def _agree_on_stop(self, round_idx: int) -> bool:
+        """Whether this round's end may stop the run. Over several processes, every rank stops at
+        the boundary where any rank was asked to: a signal that reached some ranks alone (a `kill`
+        of one rank's PID) would otherwise leave them in the checkpoint's gather while the others
+        train on, until runtime.dist_timeout. One small gather per round; a signal that comes after
+        it is carried to the next round's (stopping on it here would stop this rank alone)."""
         world = current_world()
         if not world.distributed:
-            return
+            return True
         asked = world.gather(self.signum, "agreeing whether the run stops here", round_idx)
         first = next(((rank, s) for rank, s in enumerate(asked) if s is not None), None)
-        if self.signum is None and first is not None:
+        if first is None:
+            return False
+        if self.signum is None:
             self.signum = first[1]
             if world.writes:
                 progress_lines.write(
                     f"fedac: rank {first[0]} received {signal.Signals(first[1]).name}: every rank "
                     f"stops at the end of round {round_idx} with a checkpoint"
                 )
+        return True
 
     def finishing(self) -> None:
         """Every round is trained and checkpointed: from here a signal ends the run at once."""
