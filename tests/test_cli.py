@@ -429,18 +429,51 @@ def test_a_second_models_call_reads_its_rows_and_loads_no_torch(tmp_path):
     assert json.loads(runs[0][-1])[1] != [] and json.loads(runs[1][-1]) == [0, []]
 
 
-def test_models_counts_gru_flops_by_formula_as_the_counter_would():
+def test_models_counts_flops_by_formula_as_torchs_counter_does():
+    """models/flops.py against torch's FlopCounterMode (the independent reference): equal on every
+    zoo network but KWT, on a batched matmul and an einsum; KWT's count is the reference's plus
+    the attention products that its CPU flash-attention kernel hides from it (2 x 2 x L x L x E
+    per encoder layer, by hand). An LSTM, which the reference does not see on the CPU, against
+    its formula by hand."""
     import torch
+    from torch import nn
     from torch.utils.flop_counter import FlopCounterMode
 
-    from fedac.cli import forward_flops
     from fedac.models import build_model
+    from fedac.models.flops import count_forward_flops
+    from fedac.settings.models import MODELS, SSL_NAMES
 
-    for name in ("crnn_tiny", "crnn_deep", "mhattrnn"):  # one-way, bidirectional, two layers
-        model, x = build_model(name, 40, 35).train(), torch.zeros(1, 40, 101)
+    def reference(model, x) -> float:
         with FlopCounterMode(display=False) as counter, torch.no_grad():
             model(x)
-        assert forward_flops(model, x) == counter.get_total_flops(), name
+        return float(counter.get_total_flops())
+
+    x = torch.zeros(1, 40, 101)
+    names = [n for n, _ in MODELS.items() if n not in SSL_NAMES and not MODELS.is_plugin(n)]
+    assert {"crnn_tiny", "crnn_deep", "mhattrnn", "dscnn", "resnet15", "kwt"} <= set(names)
+    for name in names:
+        model = build_model(name, 40, 35).train()
+        ours, theirs = count_forward_flops(model, x), reference(model, x)
+        if name == "kwt":
+            layer = model.encoder.layers[0].self_attn
+            tokens = 1 + len(range(0, 40 - 8 + 1, 4)) * len(range(0, 101 - 8 + 1, 4))
+            hidden = 2 * 2 * tokens * tokens * layer.embed_dim * len(model.encoder.layers)
+            assert ours == theirs + hidden > theirs
+        else:
+            assert ours == theirs > 0, name
+
+    def products(out):  # (2, 7, 32)
+        scores = torch.bmm(out, out.transpose(1, 2))
+        return torch.einsum("btd,bsd->bts", scores, out.transpose(1, 2)[:, :7])
+
+    y = torch.randn(2, 7, 32)
+    assert count_forward_flops(products, y) == reference(products, y) == 2 * 98 * 32 + 2 * 2 * 7**3
+
+    lstm = nn.LSTM(12, 16, num_layers=2, bidirectional=True, batch_first=True)
+    # per step and direction 2 x 4 gates x H x (input + H), layer inputs 12 and 2 x 16; x 2 dirs,
+    # batch 2, 7 steps
+    by_hand = (2 * 4 * 16 * (12 + 16) + 2 * 4 * 16 * (32 + 16)) * 2 * 2 * 7
+    assert count_forward_flops(lstm, torch.zeros(2, 7, 12)) == by_hand
 
 
 def test_a_closed_pipe_ends_quietly_with_the_sigpipe_status():

@@ -171,52 +171,21 @@ def shape_only(name: str, num_features: int, num_classes: int):
 FRAMES_1S = 101
 
 
-def forward_flops(model, x) -> float:
-    """Forward FLOPs of `model` on `x` as torch's FlopCounterMode counts them (matmuls and
-    convolutions), its GRUs by their formula instead: per step, layer and direction 2 x 3H x
-    (input + H), the input and hidden projections, which the counter would see op by op at a
-    hundred times the time (tests/test_cli.py checks the two agree)."""
-    import torch  # lazy: start-up time
-    from torch import nn
-    from torch.utils.flop_counter import FlopCounterMode
-
-    grus: list[float] = []
-
-    def stand_in(inp, hx=None, *, gru: nn.GRU):
-        """The GRU's output shapes, zero, and its FLOPs by the formula."""
-        batch, steps = (inp.shape[0], inp.shape[1]) if gru.batch_first else inp.shape[1::-1]
-        dirs, h = 2 if gru.bidirectional else 1, gru.hidden_size
-        widths = [gru.input_size] + [dirs * h] * (gru.num_layers - 1)
-        grus.append(sum(dirs * batch * steps * 2 * 3 * h * (w + h) for w in widths))
-        out = (batch, steps, dirs * h) if gru.batch_first else (steps, batch, dirs * h)
-        return inp.new_zeros(out), inp.new_zeros(dirs * gru.num_layers, batch, h)
-
-    swapped = [m for m in model.modules() if isinstance(m, nn.GRU)]
-    for m in swapped:
-        m.forward = lambda inp, hx=None, m=m: stand_in(inp, hx, gru=m)  # type: ignore[method-assign]
-    try:
-        with FlopCounterMode(display=False) as counter, torch.no_grad():
-            model(x)
-    finally:
-        for m in swapped:
-            del m.forward
-    return float(counter.get_total_flops()) + sum(grus)
-
-
 def feature_model_row(name: str, args: argparse.Namespace) -> tuple[int, float, str]:
-    """(parameters, forward FLOPs of one 1 s clip (`forward_flops`), stacked path) of a feature
+    """(parameters, forward FLOPs of one 1 s clip (models/flops.py), stacked path) of a feature
     network, built for real (the largest has 0.34 M parameters: milliseconds; the meta device would
     load torch's compiler for its initialisers)."""
     import torch  # lazy: start-up time
 
     from fedac.models import build_model, count_parameters
+    from fedac.models.flops import count_forward_flops
     from fedac.training.functional import stacked_support
 
-    # (training mode: in eval mode KWT's attention takes torch's fused fast path, which the
-    # counter does not see; no zoo network's forward FLOPs differ between the modes otherwise)
+    # (training mode: in eval mode KWT's encoder takes torch's fused fast path, one function the
+    # formulas do not see; no zoo network's forward FLOPs differ between the modes otherwise)
     model = build_model(name, args.num_features, args.num_classes).train()
     try:
-        flops = forward_flops(model, torch.zeros(1, args.num_features, FRAMES_1S))
+        flops = count_forward_flops(model, torch.zeros(1, args.num_features, FRAMES_1S))
     except Exception:  # (a plug-in that reads other inputs: no figure)
         flops = float("nan")
     return count_parameters(model), flops, stacked_support(name, model)
@@ -225,7 +194,7 @@ def feature_model_row(name: str, args: argparse.Namespace) -> tuple[int, float, 
 class ModelRows:
     """`feature_model_row` of each built-in feature network, kept in $FEDAC_HOME/models/ keyed by
     the training code's sha256 (version.py), torch's version and the sizes asked for: a second
-    `fedac models` then loads no torch (counting FLOPs loads torch's compiler, seconds). A plug-in's
+    `fedac models` then loads no torch (building and counting the zoo takes about a second). A plug-in's
     row is always computed (its code is not in the key)."""
 
     def __init__(self, args: argparse.Namespace):

@@ -466,3 +466,25 @@ def test_clock_modes_are_registered_parts_a_plugin_can_add(tmp_path, monkeypatch
     monkeypatch.setitem(CLOCK_MODES._values, "rounds", Rounds)
     schedule = hand_schedule(tmp_path, "system.mode=rounds", availability=ALWAYS3)
     assert type(schedule) is Rounds and schedule.describe().startswith("virtual clock: rounds (")
+
+
+def test_the_clock_counts_the_cpus_fused_attention():
+    """KWT trains through the CPU's fused attention kernel, which torch's counter has no formula
+    for: the clock's count of a forward pass equals models/flops.py's (which counts the attention
+    products from the functions' shapes), and a training step's count holds the backward's
+    attention products too (backward = twice the forward's products, so a step is over 3x)."""
+    from fedac.engine.clock.model import count_flops
+    from fedac.models import build_model
+    from fedac.models.flops import count_forward_flops
+
+    model, x = build_model("kwt", 40, 12).train(), torch.zeros(2, 40, 101)
+
+    def forward():
+        with torch.no_grad():
+            model(x)
+
+    def step():
+        model(x).sum().backward()
+
+    assert count_flops(forward) == count_forward_flops(model, x)
+    assert count_flops(step) > 3 * count_flops(forward)

@@ -165,9 +165,29 @@ def plan_sync_round(
 
 def count_flops(run: Callable[[], Any]) -> float:
     """FLOPs of `run()` (one real local update) as torch's FlopCounterMode counts them, with the
-    global RNG left as it was."""
-    from torch.utils.flop_counter import FlopCounterMode
+    global RNG left as it was. The CPU's fused attention kernels (forward and backward), which
+    the counter has no formula for, are counted by its formula for the other fused attention
+    kernels: without them KWT's and the SSL encoders' attention products cost nothing."""
+    from torch.utils.flop_counter import (
+        FlopCounterMode,
+        sdpa_backward_flop_count,
+        sdpa_flop_count,
+    )
 
-    with torch.random.fork_rng(), FlopCounterMode(display=False) as counter:
+    aten = torch.ops.aten
+    attention = {
+        aten._scaled_dot_product_flash_attention_for_cpu: (
+            lambda q, k, v, *args, out_shape=None, **kwargs: sdpa_flop_count(q, k, v)
+        ),
+        aten._scaled_dot_product_flash_attention_for_cpu_backward: (
+            lambda grad, q, k, v, *args, out_shape=None, **kwargs: sdpa_backward_flop_count(
+                grad, q, k, v
+            )
+        ),
+    }
+    with (
+        torch.random.fork_rng(),
+        FlopCounterMode(display=False, custom_mapping=attention) as counter,
+    ):
         run()
     return float(counter.get_total_flops())
