@@ -194,8 +194,8 @@ def feature_model_row(name: str, args: argparse.Namespace) -> tuple[int, float, 
 class ModelRows:
     """`feature_model_row` of each built-in feature network, kept in $FEDAC_HOME/models/ keyed by
     the training code's sha256 (version.py), torch's version and the sizes asked for: a second
-    `fedac models` then loads no torch (building and counting the zoo takes about a second). A plug-in's
-    row is always computed (its code is not in the key)."""
+    `fedac models` then loads no torch (building and counting the zoo takes about a second). A
+    plug-in's row is always computed (its code is not in the key)."""
 
     def __init__(self, args: argparse.Namespace):
         import hashlib

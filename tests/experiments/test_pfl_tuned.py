@@ -68,3 +68,24 @@ def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
         assert "lr: 0.1\n" in untuned.read_text()
     table = (out / "tuned.md").read_text()
     assert "| FedAvg | train.lr=" in table and "the ranking" in table
+
+
+def test_flattening_compares_the_last_evaluations_with_the_ones_before(tmp_path):
+    """tuned.md's check that the schedule is long enough: the mean of the last 5 validation
+    accuracies against the 5 before, flat within 1 point; rounds without an evaluation skipped."""
+    runs = []
+    for name, curve in (
+        ("rising", [0.1 * k for k in range(10)]),
+        ("flat", [0.5] * 5 + [0.509] * 5),
+    ):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        rows = ["round,val_accuracy"]
+        for k, value in enumerate(curve):
+            rows += [f"{2 * k + 1},", f"{2 * k + 2},{value}"]
+        (run_dir / "metrics.csv").write_text("\n".join(rows) + "\n")
+        runs.append({"run_dir": str(run_dir)})
+    rising, flat = pfl.flattening(runs)[-2:]
+    assert "+50.00 points" in rising and "NOT flat" in rising
+    assert "+0.90 points" in flat and "(flat by" in flat
+    assert pfl.flattening([{"run_dir": str(tmp_path / "missing")}]) == []
