@@ -19,8 +19,9 @@ torch's compiler (torch._dynamo, about 2.4 s), which made a first `fedac models`
 importing torch; a function-level mode imports nothing. It also sees what the dispatch-level
 counter misses on the CPU: the fused attention kernel
 (`_scaled_dot_product_flash_attention_for_cpu`) that `TransformerEncoderLayer` takes in training
-mode, so KWT's attention products are counted here and not there. tests/test_cli.py checks the two counts agree on every zoo network but KWT, and KWT's
-difference is exactly its attention products.
+mode, so KWT's attention products are counted here and not there. tests/test_cli.py checks the
+two counts agree on every zoo network but KWT, and KWT's difference is exactly its attention
+products.
 
 A plug-in network built from other multiply-heavy functions (say a hand-written convolution by
 `unfold`) is undercounted: its row says what these formulas see.
