@@ -33,7 +33,7 @@ def test_every_tuned_method_searches_the_lr_and_a_setting_it_reads():
 
 @pytest.mark.slow
 def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
-    monkeypatch.setattr(pfl, "TUNE_TRIALS", 2)
+    monkeypatch.setattr(pfl, "TUNING", pfl.Tuning(2, 7, "personal"))
     out = tmp_path / "tuned"
     args = [
         "reproduce",
@@ -59,6 +59,11 @@ def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
         with open(sweep / "trials.csv") as handle:
             rows = list(csv.DictReader(handle))
         assert [r["state"] for r in rows] == ["COMPLETE", "COMPLETE"]
+        # FedAvg tuned on the shared model's validation accuracy, local training (own models
+        # only) on its clients' held-out accuracy; both at the tuning seed, not a reported one
+        metric = "val_accuracy" if label == "FedAvg" else "local_accuracy"
+        assert {r["metric"] for r in rows} == {metric}
+        assert "seed: 7" in (sweep / "trials" / "0000" / "config.yaml").read_text()
         assert rows[0]["train.lr"] == "0.1"  # trial 0: the untuned settings (--baseline)
         best = max(rows, key=lambda r: float(r["score"]))
         # the tuned run carries the best trial's settings, the untuned one the defaults

@@ -204,3 +204,28 @@ def test_a_killed_sweep_continues(gsc_root, tmp_path):
     # the killed trial's settings tried again first (a queued trial), then a new draw
     assert got[2]["retry_of"] == "1" and got[2]["train.lr"] == got[1]["train.lr"]
     assert got[1]["failed"] == "its process ended mid-trial"
+
+
+def test_the_metric_prefers_the_shared_or_the_personal_models_as_asked():
+    """--metric auto scores the shared model's validation accuracy where there is one, personal
+    the clients' own models where they exist; each falls back to the other; a named metric is
+    taken as it is, and is missing where the row lacks it."""
+    from fedac.experiments.sweep import SweepSpec, metric_of
+
+    both = {"val_accuracy": 0.5, "local_accuracy": 0.7}
+    shared, personal = {"val_accuracy": 0.5}, {"local_accuracy": 0.7}
+
+    def spec(metric: str) -> SweepSpec:
+        return SweepSpec(None, [], 1, metric=metric)  # type: ignore[arg-type]
+
+    assert [metric_of(spec("auto"), r) for r in (both, shared, personal)] == [
+        "val_accuracy",
+        "val_accuracy",
+        "local_accuracy",
+    ]
+    assert [metric_of(spec("personal"), r) for r in (both, shared, personal)] == [
+        "local_accuracy",
+        "val_accuracy",
+        "local_accuracy",
+    ]
+    assert metric_of(spec("val_macro_f1"), both) is None

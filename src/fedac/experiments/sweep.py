@@ -263,7 +263,7 @@ def open_study(spec: SweepSpec, direction: Direction, worker: int = 0):
     # holds, so a resumed sweep draws anew and two workers never draw the same startup trials.
     held = len(study.get_trials(deepcopy=False))
     study.sampler = optuna.samplers.TPESampler(
-        seed=((spec.seed or 0) * 7919 + worker) * 100_003 + held
+        seed=(((spec.seed or 0) * 7919 + worker) * 100_003 + held) % 2**32  # (numpy's range)
     )
     with claim_lock(spec.out):
         made = study.user_attrs.get("definition")
@@ -405,12 +405,21 @@ class Pruned(Exception):
     """Optuna's pruner stopped the trial at a round."""
 
 
+#: --metric's two orders of preference: `auto` the shared model first, `personal` the clients' own
+#: models first (a personalised method's own settings, Ditto's lambda say, move only those).
+PREFERENCE = {
+    "auto": ("val_accuracy", "local_accuracy"),
+    "personal": ("local_accuracy", "val_accuracy"),
+}
+
+
 def metric_of(spec: SweepSpec, row: dict[str, float]) -> str | None:
     """The metric a row is scored on: --metric, or under `auto` the shared model's validation
-    accuracy, else (no shared model) the clients' own models' held-out accuracy."""
-    if spec.metric != "auto":
+    accuracy, else (no shared model) the clients' own models' held-out accuracy; under `personal`
+    the other way round."""
+    if spec.metric not in PREFERENCE:
         return spec.metric if spec.metric in row else None
-    return next((m for m in ("val_accuracy", "local_accuracy") if m in row), None)
+    return next((m for m in PREFERENCE[spec.metric] if m in row), None)
 
 
 def with_pruning(driver: type, spec: SweepSpec, trial, curve: list[tuple[int, float]]) -> type:
@@ -653,12 +662,15 @@ def sweep(spec: SweepSpec) -> dict[str, int]:
         if not s.distribution()._contains(s.distribution().to_internal_repr(value)):
             raise ConfigError(f"--baseline: {s.key}'s own value {value!r} lies outside its search")
     spec.out.mkdir(parents=True, exist_ok=True)
-    direction = direction_of("val_accuracy" if spec.metric == "auto" else spec.metric)
+    direction = direction_of("val_accuracy" if spec.metric in PREFERENCE else spec.metric)
     study = open_study(spec, direction)
     n = counts(study)
     metric = (
         "val_accuracy (a method with no shared model: local_accuracy)"
         if spec.metric == "auto"
+        else "local_accuracy, the clients' own models on their held-out clips (a method with none: "
+        "val_accuracy)"
+        if spec.metric == "personal"
         else spec.metric
     )
     _say(
@@ -731,7 +743,9 @@ def add_sweep_parser(sub) -> None:
     p.add_argument(
         "--metric",
         default="auto",
-        help="validation metric of the history rows (default: val_accuracy, or local_accuracy)",
+        help="validation metric of the history rows (default auto: val_accuracy, or "
+        "local_accuracy where there is no shared model; personal: local_accuracy where clients "
+        "keep own models, else val_accuracy)",
     )
     p.add_argument("--pruner", choices=("median", "none"), default="median")
     p.add_argument(
