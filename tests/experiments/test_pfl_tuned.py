@@ -33,7 +33,9 @@ def test_every_tuned_method_searches_the_lr_and_a_setting_it_reads():
 
 @pytest.mark.slow
 def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
-    monkeypatch.setattr(pfl, "TUNING", pfl.Tuning(2, 7, "personal"))
+    from dataclasses import replace
+
+    monkeypatch.setattr(pfl, "TUNING", replace(pfl.TUNING, trials=2, seed=7))
     out = tmp_path / "tuned"
     args = [
         "reproduce",
@@ -66,13 +68,26 @@ def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
         assert "seed: 7" in (sweep / "trials" / "0000" / "config.yaml").read_text()
         assert rows[0]["train.lr"] == "0.1"  # trial 0: the untuned settings (--baseline)
         best = max(rows, key=lambda r: float(r["score"]))
-        # the tuned run carries the best trial's settings, the untuned one the defaults
+        # the tuned run carries the best trial's settings; the untuned one the defaults, run
+        # apart only where another trial won (else the tuned runs are the untuned ones)
         tuned = (out / "speech_commands" / f"{label}-s0" / "config.yaml").read_text()
         assert f"lr: {float(best['train.lr'])}" in tuned
         untuned = out / "speech_commands" / f"{label}_(untuned)-s0" / "config.yaml"
-        assert "lr: 0.1\n" in untuned.read_text()
+        if best["trial"] == "0":
+            assert not untuned.exists() and "lr: 0.1\n" in tuned
+        else:
+            assert "lr: 0.1\n" in untuned.read_text()
     table = (out / "tuned.md").read_text()
     assert "| FedAvg | train.lr=" in table and "the ranking" in table
+    # the sweeps pruned with the table's pruner: after 2 finished trials, from a third of the
+    # rounds (here 1 round: from round 0)
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    journal = str(out / "sweeps" / "speech_commands" / "FedAvg" / "study.journal")
+    storage = optuna.storages.JournalStorage(JournalFileBackend(journal))
+    study = optuna.load_study(study_name=None, storage=storage)
+    assert study.user_attrs["definition"]["pruner"] == "median:2:0"
 
 
 def test_flattening_compares_the_last_evaluations_with_the_ones_before(tmp_path):

@@ -229,3 +229,16 @@ def test_the_metric_prefers_the_shared_or_the_personal_models_as_asked():
         "local_accuracy",
     ]
     assert metric_of(spec("val_macro_f1"), both) is None
+
+
+def test_the_median_pruner_takes_its_start_and_refuses_other_text():
+    from fedac.errors import ConfigError
+    from fedac.experiments.sweep import median_pruner
+
+    assert median_pruner("median") == (5, 0)
+    assert median_pruner("median:2") == (2, 0)
+    assert median_pruner("median:2:20") == (2, 20)
+    assert median_pruner("none") is None
+    for bad in ("median:-1", "median:a", "median:1:2:3", "hyperband", "none:2"):
+        with pytest.raises(ConfigError, match="median\\[:STARTUP"):
+            median_pruner(bad)

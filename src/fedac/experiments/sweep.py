@@ -241,14 +241,35 @@ def open_storage(spec: SweepSpec):
     return optuna.storages.JournalStorage(JournalFileBackend(str(spec.out / "study.journal")))
 
 
+def median_pruner(text: str) -> tuple[int, int] | None:
+    """--pruner: `none`, or `median[:STARTUP[:WARMUP]]`, Optuna's MedianPruner that prunes no trial
+    before STARTUP trials have finished (default 5) and none before its round WARMUP (default 0)
+    -> (STARTUP, WARMUP); None for `none`."""
+    name, *numbers = text.split(":")
+    if name == "none" and not numbers:
+        return None
+    try:
+        startup, warmup = [int(n) for n in numbers] + [5, 0][len(numbers) :]
+        if name != "median" or len(numbers) > 2 or startup < 0 or warmup < 0:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(
+            f"fedac sweep: --pruner {text!r}: expected none or median[:STARTUP[:WARMUP]] "
+            "(non-negative whole numbers: trials finished before any pruning, rounds before a "
+            "trial may be pruned)"
+        ) from None
+    return startup, warmup
+
+
 def open_study(spec: SweepSpec, direction: Direction, worker: int = 0):
     """Create the study, or load it and refuse a command that is not the one that made it."""
     import optuna  # lazy: start-up time
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    median = median_pruner(spec.pruner)
     pruner = (
-        optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=0)
-        if spec.pruner == "median"
+        optuna.pruners.MedianPruner(n_startup_trials=median[0], n_warmup_steps=median[1])
+        if median
         else optuna.pruners.NopPruner()
     )
     storage = open_storage(spec)
@@ -656,6 +677,7 @@ def sweep(spec: SweepSpec) -> dict[str, int]:
     or --jobs spawned processes), write the outputs. Returns the final trial counts."""
     if not spec.searches:
         raise ConfigError("fedac sweep: give at least one --search KEY=LOW:HIGH[:log] or KEY=a,b,c")
+    median_pruner(spec.pruner)  # (refused before any run)
     base = check_searches(spec)
     for s in spec.searches if spec.baseline else ():
         value = _setting(base, s.key)[1]
@@ -747,7 +769,12 @@ def add_sweep_parser(sub) -> None:
         "local_accuracy where there is no shared model; personal: local_accuracy where clients "
         "keep own models, else val_accuracy)",
     )
-    p.add_argument("--pruner", choices=("median", "none"), default="median")
+    p.add_argument(
+        "--pruner",
+        default="median",
+        metavar="median[:STARTUP[:WARMUP]]|none",
+        help="Optuna's median pruner (default: after 5 finished trials, from round 0), or none",
+    )
     p.add_argument(
         "--baseline",
         action="store_true",
