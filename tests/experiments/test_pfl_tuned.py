@@ -17,7 +17,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def test_every_tuned_method_searches_the_lr_and_a_setting_it_reads():
     from fedac.experiments.catalog import experiment_named
-    from fedac.experiments.sweep import SweepSpec, check_searches, parse_search
+    from fedac.experiments.sweep import SweepSpec, check_searches
 
     spec = experiment_named("pfl-tuned")
     labels = [m.split("=")[0] for m in spec.methods]
@@ -25,8 +25,10 @@ def test_every_tuned_method_searches_the_lr_and_a_setting_it_reads():
     for text in spec.methods:
         label, rest = text.split("=", 1)
         algorithm = rest.split(":")[0]
-        searches = [parse_search(s) for s in pfl.TUNED[label]]
-        assert searches[0].key == "train.lr"
+        searches = pfl.searches_of(label)
+        assert searches[0].key == "train.lr" and searches[0].text() == "train.lr in [0.01, 1] (log)"
+        quick = pfl.searches_of(label, pfl.QUICK_TUNING)[0]  # (the committed quick grid's range)
+        assert quick.text() == "train.lr in [0.003, 0.3] (log)"
         # the config's own checks: every searched setting is one the algorithm reads
         check_searches(SweepSpec(None, searches, 1, algorithm=algorithm))  # type: ignore[arg-type]
 
