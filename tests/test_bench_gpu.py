@@ -369,9 +369,10 @@ def test_check_dry_run_writes_the_gsc_number_first_then_the_rest_and_installs_no
     assert list(kws["networks"]) == ["dscnn", "mhattrnn"]
     for row in kws["networks"].values():
         paths = row["paths"]
-        # the stacked form and fedac's per-client loop agree (float rounding), each timed
+        # the stacked form and fedac's per-client loop agree (float rounding, which BatchNorm
+        # amplifies: 2.8e-3 under PyTorch's AVX2 kernels, ATEN_CPU_CAPABILITY=avx2), each timed
         assert paths["stacked"]["s"] > 0 and "error" not in paths["sequential"], paths
-        assert paths["sequential"]["vs_stacked"]["params_max_rel_diff"] < 1e-3
+        assert paths["sequential"]["vs_stacked"]["params_max_rel_diff"] < 5e-3
         assert row["stacked_vs_sequential"] > 0
     profile = json.loads((tmp_path / "profile.json").read_text())
     assert list(profile["profiles"]) == ["gsc", "kws_dscnn"]

@@ -167,6 +167,11 @@ def test_runs_refuse_before_any_data(tmp_path):
 #: Equal results across the paths: every state tensor within this (absolute, on weights of order
 #: 0.1-1; float32 sums in another order on a 2-round tiny run differ by ~1e-7).
 TOLERANCE = 1e-5
+#: ... and for a quantising codec (int8, qsgd, bf16): float32's rounding can carry one coordinate
+#: of an upload across a quantisation boundary on one path and not the other, a whole quantum
+#: (max |update| / 127 for int8) in that coordinate. Under PyTorch's AVX2 kernels
+#: (ATEN_CPU_CAPABILITY=avx2 on an AVX-512 Xeon) three such cells differed by 1.9-2.0e-5.
+QUANTISED_TOLERANCE = 1e-4
 #: Three algorithms of different kinds for the codec walk: a FedAvg of the whole model, a partly
 #: shared one, and one with personalised models beside a shared Plug-in.
 CODEC_ALGORITHMS = ("fedavg", "fedper", "fedmlac")
@@ -271,4 +276,7 @@ def test_an_accepted_cell_runs_alike_on_both_paths(algo, codec, clock, settings,
         ((x.double() - b[k].double()).abs().max().item() for k, x in a.items() if x.numel()),
         default=0.0,
     )
-    assert math.isfinite(worst) and worst <= TOLERANCE, worst
+    from fedac.settings.codecs import codec_spec
+
+    tolerance = QUANTISED_TOLERANCE if codec_spec(codec).quantised else TOLERANCE
+    assert math.isfinite(worst) and worst <= tolerance, worst
