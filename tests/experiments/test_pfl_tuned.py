@@ -111,3 +111,39 @@ def test_flattening_compares_the_last_evaluations_with_the_ones_before(tmp_path)
     assert "+50.00 points" in rising and "NOT flat" in rising
     assert "+0.90 points" in flat and "(flat by" in flat
     assert pfl.flattening([{"run_dir": str(tmp_path / "missing")}]) == []
+
+
+def test_tuned_md_ranks_only_the_methods_with_figures(tmp_path):
+    """A table being finished over several sittings: a method without finished runs has no rank
+    ('—'), the reading compares only the methods with both figures and says so; settings show 4
+    significant digits; '(same runs)' where the untuned settings won."""
+    from types import SimpleNamespace
+
+    from fedac.experiments.compare import Method
+
+    for label, lr in (("A", "0.10350583216411406"), ("B", "0.1"), ("C", "0.2")):
+        sweep = tmp_path / "sweeps" / "cremad" / label
+        sweep.mkdir(parents=True)
+        (sweep / "trials.csv").write_text(
+            f"trial,state,score,train.lr\n0,COMPLETE,0.5,0.1\n1,COMPLETE,0.9,{lr}\n"
+        )
+    methods = [Method(m, "fedavg", []) for m in ("A", "B", "C", "A (untuned)", "B (untuned)")]
+    cell = SimpleNamespace(label="cremad", dataset="cremad", methods=methods)
+
+    def runs(*values):
+        return [{pfl.RANKED: v, "clients_last_worst10": v / 2, "accuracy": v} for v in values]
+
+    lines = pfl.tuned_section(
+        cell,  # type: ignore[arg-type]
+        {"A": runs(0.8, 0.6), "B": runs(0.75), "A (untuned)": runs(0.5), "B (untuned)": runs(0.6)},
+        tmp_path,
+    )
+    rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in lines if line.startswith("| ")}
+    assert rows["A"][1] == "train.lr=0.1035" and rows["A"][2] == "70.00 ± 10.00"  # (std ddof 0)
+    assert rows["B"][3] == "1" and rows["A"][3] == "2" and rows["C"][3] == "—"
+    assert rows["B"][7] == "1 |" and rows["A"][7] == "2 |" and rows["C"][7] == "— |"
+    assert "(same runs)" in rows["C"][6] and "(same runs)" not in rows["A"][6]
+    assert lines[-1] == (
+        "Tuned, B wins by 5.00 points over A; the ranking (of the 2 methods with both figures "
+        "so far) is the untuned one."
+    )

@@ -360,40 +360,63 @@ def tuned_section(cell: Cell, runs: dict[str, list[dict]], out: Path) -> list[st
 
     tuned = {m: score(m) for m in labels}
     untuned = {m: score(untuned_label(m)) for m in labels}
-    rank = {
-        name: {m: k + 1 for k, m in enumerate(sorted(labels, key=lambda m: -d[m][0]))}
-        for name, d in (("tuned", tuned), ("untuned", untuned))
-    }
+
+    def ranks(values: dict[str, tuple[float, float]]) -> dict[str, str]:
+        """1 = best, among the methods with a figure; '—' for the others."""
+        known = sorted(
+            (m for m in labels if values[m][0] == values[m][0]), key=lambda m: -values[m][0]
+        )
+        return {m: str(known.index(m) + 1) if m in known else "—" for m in labels}
+
+    rank = {"tuned": ranks(tuned), "untuned": ranks(untuned)}
     lines = [
         f"## {cell.label}",
         "",
         "Tuned: clients' models on their held-out clips (last round: mean, rank, worst 10 %), the "
         "shared model on the test split; untuned: the same mean and rank. '(same runs)': the "
-        "untuned settings won the sweep.",
+        "untuned settings won the sweep. Settings shown to 4 significant digits (the runs use "
+        "the sweep's exact values, its trials.csv).",
         "",
         "| Method | tuned settings (best in the sweep) | held-out mean | rank | worst 10 % "
         "| shared, test | untuned held-out mean | rank |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for m in sorted(labels, key=lambda m: rank["tuned"][m]):
-        best = ", ".join(best_settings(out / "sweeps" / cell.dataset / m)) or "(no finished trial)"
+    by_rank = sorted(labels, key=lambda m: -tuned[m][0] if tuned[m][0] == tuned[m][0] else 1.0)
+    for m in by_rank:
+        best = best_settings(out / "sweeps" / cell.dataset / m)
+        shown = ", ".join(short_setting(b) for b in best) or "(no finished trial)"
         same = " (same runs)" if untuned_label(m) == m else ""
         lines.append(
-            f"| {m} | {best} | {cell_text(tuned[m])} | {rank['tuned'][m]} | "
+            f"| {m} | {shown} | {cell_text(tuned[m])} | {rank['tuned'][m]} | "
             f"{cell_text(score(m, 'clients_last_worst10'))} | {cell_text(score(m, 'accuracy'))} | "
             f"{cell_text(untuned[m])}{same} | {rank['untuned'][m]} |"
         )
-    order = sorted(labels, key=lambda m: rank["tuned"][m])
-    if len(order) > 1:
-        first, second = order[0], order[1]
-        same_order = order == sorted(labels, key=lambda m: rank["untuned"][m])
+    both = [m for m in by_rank if "—" not in (rank["tuned"][m], rank["untuned"][m])]
+    if len(both) > 1:
+        first, second = both[0], both[1]
+        same_order = both == sorted(both, key=lambda m: -untuned[m][0])
+        partial = (
+            f" (of the {len(both)} methods with both figures so far)"
+            if len(both) < len(labels)
+            else ""
+        )
         lines += [
             "",
             f"Tuned, {first} wins by {100 * (tuned[first][0] - tuned[second][0]):.2f} points over "
-            f"{second}; the ranking "
+            f"{second}; the ranking{partial} "
             f"{'is the untuned one' if same_order else 'differs from the untuned one'}.",
         ]
     return lines
+
+
+def short_setting(setting: str) -> str:
+    """`key=value` with a float value to 4 significant digits (tuned.md's display)."""
+    key, value = setting.split("=", 1)
+    try:
+        number = float(value)
+    except ValueError:
+        return setting
+    return setting if value.lstrip("-").isdigit() else f"{key}={number:.4g}"
 
 
 SPECS = [
