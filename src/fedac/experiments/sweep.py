@@ -587,26 +587,29 @@ def write_outputs(spec: SweepSpec, study, figure: bool = True) -> None:
     sweep ends."""
     rows = trial_rows(spec, study)
     columns = [*CSV_HEAD, *(s.key for s in spec.searches), *CSV_TAIL]
-    with open(spec.out / "trials.csv.tmp", "w", newline="") as handle:
+    # each process its own temporary file: two workers finishing at once would otherwise move
+    # one file twice (the second os.replace found it gone)
+    tmp = f".tmp.{os.getpid()}"
+    with open(spec.out / f"trials.csv{tmp}", "w", newline="") as handle:
         writer = csv.DictWriter(handle, columns, lineterminator="\n")
         writer.writeheader()
         writer.writerows(rows)
-    os.replace(spec.out / "trials.csv.tmp", spec.out / "trials.csv")
+    os.replace(spec.out / f"trials.csv{tmp}", spec.out / "trials.csv")
     complete = [r for r in rows if r["state"] == "COMPLETE"]
     if complete:
         best = study.best_trial
         cfg = load_config(spec.out / best.user_attrs["run_dir"] / "config.yaml")
         cfg.out = None
-        save_config(cfg, spec.out / "best.yaml.tmp")
+        save_config(cfg, spec.out / f"best.yaml{tmp}")
         head = (
             f"# fedac sweep {spec.out}: trial {best.number}, {curve_metric(best)} "
             f"{best.value:.4f} on validation "
             f"({', '.join(f'{k}={v}' for k, v in best.params.items())}).\n# Repeat it: fedac run "
             f"--config {spec.out / 'best.yaml'}\n"
         )
-        text = (spec.out / "best.yaml.tmp").read_text()
-        (spec.out / "best.yaml.tmp").write_text(head + text)
-        os.replace(spec.out / "best.yaml.tmp", spec.out / "best.yaml")
+        text = (spec.out / f"best.yaml{tmp}").read_text()
+        (spec.out / f"best.yaml{tmp}").write_text(head + text)
+        os.replace(spec.out / f"best.yaml{tmp}", spec.out / "best.yaml")
     if figure:
         plot_sweep(spec, rows, spec.out / "sweep.png")
 
