@@ -193,7 +193,13 @@ class Tuning:
     prune_from: float = 0.0
 
     def pruner(self, rounds: int) -> str:
-        return f"median:{self.prune_after}:{int(self.prune_from * rounds)}"
+        """The sweep's --pruner for `rounds` rounds (plain "median" at the sweep's defaults)."""
+        warmup = int(self.prune_from * rounds)
+        return (
+            "median"
+            if (self.prune_after, warmup) == (5, 0)
+            else f"median:{self.prune_after}:{warmup}"
+        )
 
 
 #: `pfl-tuned`: 6 trials at seed 100, which no reported run uses (the table's seeds 0-2 draw other
@@ -243,9 +249,7 @@ def tuned_cells(spec: Experiment, request: Request, tuning: Tuning | None = None
                 dataset=cell.dataset,
                 seed=tuning.seed,
                 metric=tuning.metric,
-                pruner="median"
-                if tuning == QUICK_TUNING
-                else tuning.pruner(cell.base.train.rounds),
+                pruner=tuning.pruner(cell.base.train.rounds),
                 progress=request.progress,
                 baseline=True,
             )
