@@ -133,7 +133,7 @@ def test_the_estimate_counts_the_time_before_the_first_round(
 
     clock = [0.0]
     monkeypatch.setattr(rounds, "time", SimpleNamespace(perf_counter=lambda: clock[0]))
-    monkeypatch.setattr(progress, "command_seconds", lambda: before)
+    monkeypatch.setattr(progress, "seconds_before_run", lambda: before)
     with rounds.RoundLoop(tmp_path, 3, 0, "x rounds", True, None) as loop:
         with loop.round(1, 1):
             clock[0] += 40.0

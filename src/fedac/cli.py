@@ -32,7 +32,7 @@ from fedac.experiments.pretrain_settings import add_pretrain_parser
 from fedac.experiments.reproduce import add_reproduce_parser
 from fedac.experiments.sweep import add_sweep_parser
 from fedac.export.commands import add_export_parsers
-from fedac.progress import command_started
+from fedac.progress import before_run_starts
 
 
 def _add_experiment_args(parser: argparse.ArgumentParser) -> None:
@@ -730,7 +730,7 @@ TORCHRUN_COMMANDS = ("run", "compare", "reproduce")
 
 
 def main(argv: list[str] | None = None) -> int:
-    command_started()  # (a run's estimate counts the time before its first round)
+    before_run_starts()  # (a run's estimate counts the time before its first round)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     args = build_parser().parse_args(argv)
     # the command line, for records of a run

@@ -24,18 +24,21 @@ from typing import Any, TextIO
 
 #: The least time between two lines of a progress bar written to a file (not a terminal).
 LOG_EVERY_S = 10.0
-_command_started: float | None = None
+_run_clock: float | None = None
 
 
-def command_started() -> None:
-    """Mark the start of a command (cli.main): `command_seconds` counts from here."""
-    global _command_started
-    _command_started = time.monotonic()
+def before_run_starts() -> None:
+    """Mark where the time before a run's first round starts counting (`seconds_before_run`): the
+    start of the command (cli.main), and the end of each run of a command that trains several
+    one after another (experiments/compare.py `train_run`), so that a later run's estimate
+    counts its own preparation, not the runs before it."""
+    global _run_clock
+    _run_clock = time.monotonic()
 
 
-def command_seconds() -> float:
-    """Seconds since the command started (0 when no command marked its start: a library call)."""
-    return 0.0 if _command_started is None else time.monotonic() - _command_started
+def seconds_before_run() -> float:
+    """Seconds since the last `before_run_starts` (0 when none marked it: a library call)."""
+    return 0.0 if _run_clock is None else time.monotonic() - _run_clock
 
 
 def is_terminal(stream: TextIO) -> bool:

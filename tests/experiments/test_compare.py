@@ -361,3 +361,41 @@ def test_compare_on_the_clock_draws_accuracy_against_virtual_time(gsc_root, tmp_
     image = matplotlib.image.imread(out / "accuracy_curves.png")
     assert image.shape[1] == 1200  # two panels of 6 inches at 100 dpi
     assert "accuracy_curves.png" in capsys.readouterr().out
+
+
+def test_a_later_run_of_a_comparison_counts_only_its_own_time_before_round_1(
+    monkeypatch, tmp_path
+):
+    """The estimate after round 1 adds the time before it (reading and caching the data): for the
+    second run of a comparison that is its own preparation, not the first run's 500 s."""
+    from types import SimpleNamespace
+
+    import fedac.engine.simulator as simulator
+    import fedac.settings.compatibility as compatibility
+    from fedac import progress
+    from fedac.config import Config
+    from fedac.experiments import compare
+
+    clock = [0.0]
+    monkeypatch.setattr(progress, "time", SimpleNamespace(monotonic=lambda: clock[0]))
+    seen = []
+
+    class Run:  # a Simulator whose run reads what RoundLoop would and takes 500 s
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def run(self, resume):
+            seen.append(progress.seconds_before_run())
+            clock[0] += 500.0
+            return {"accuracy": 0.5}
+
+    def prepare(built, cfg, show):  # building a run's data: 100 s, then 30 s
+        clock[0] += 100.0 if not seen else 30.0
+
+    monkeypatch.setattr(simulator, "Simulator", Run)
+    monkeypatch.setattr(compatibility, "check", lambda cfg: None)
+    monkeypatch.setattr(compare, "shared_data", prepare)
+    progress.before_run_starts()  # (cli.main's)
+    for name in ("a", "b"):
+        compare.train_run(Config(), tmp_path / name, name, (True, None, False), {}, False)
+    assert seen == [100.0, 30.0]

@@ -107,12 +107,12 @@ class RoundLoop:
         self._pending_save: Callable[[], None] | None = None
         self._previous: dict[int, Any] = {}  # the handlers signal.getsignal returned
         self._round_started = 0.0
-        self._before = 0.0  # the command's seconds before the loop (reading and caching the data)
+        self._before = 0.0  # the run's seconds before the loop (reading and caching the data)
         self.bar: Any = None
 
     # --- context ----------------------------------------------------------------------------------
     def __enter__(self) -> RoundLoop:
-        self._before = progress_lines.command_seconds()
+        self._before = progress_lines.seconds_before_run()
         self.bar = progress_lines.bar(
             total=self.rounds,
             initial=self.start,

@@ -27,6 +27,7 @@ from fedac.algorithms import ALGORITHMS
 from fedac.config import Config, fit_eval_schedule, load_config, parse_override
 from fedac.data.registry import DATASETS, fit_user_data
 from fedac.errors import ConfigError, RunInterrupted
+from fedac.progress import before_run_starts
 from fedac.training.metrics import mean_std
 
 if TYPE_CHECKING:  # (training.types imports torch: not for the parser)
@@ -382,6 +383,7 @@ def train_run(
         raise
     finally:
         cleanup(world, where)
+        before_run_starts()  # (the next run's estimate counts from here)
     return world.from_rank0(results, "sharing a run's results")  # (rank 0 alone returns them)
 
 
