@@ -363,9 +363,7 @@ def test_compare_on_the_clock_draws_accuracy_against_virtual_time(gsc_root, tmp_
     assert "accuracy_curves.png" in capsys.readouterr().out
 
 
-def test_a_later_run_of_a_comparison_counts_only_its_own_time_before_round_1(
-    monkeypatch, tmp_path
-):
+def test_a_later_run_of_a_comparison_counts_only_its_own_time_before_round_1(monkeypatch, tmp_path):
     """The estimate after round 1 adds the time before it (reading and caching the data): for the
     second run of a comparison that is its own preparation, not the first run's 500 s."""
     from types import SimpleNamespace
