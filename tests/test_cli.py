@@ -474,6 +474,12 @@ def test_models_counts_flops_by_formula_as_torchs_counter_does():
     # batch 2, 7 steps
     by_hand = (2 * 4 * 16 * (12 + 16) + 2 * 4 * 16 * (32 + 16)) * 2 * 2 * 7
     assert count_forward_flops(lstm, torch.zeros(2, 7, 12)) == by_hand
+    # a PackedSequence (torch.lstm's other signature): only the steps it holds, 7 + 3 of 2 x 7
+    packed = nn.utils.rnn.pack_padded_sequence(torch.zeros(2, 7, 12), [7, 3], batch_first=True)
+    assert count_forward_flops(lstm, packed) == by_hand * 10 // 14
+    # unbatched input (7, 12), a GRU: 3 gates, one layer, one direction
+    gru = nn.GRU(12, 16)
+    assert count_forward_flops(gru, torch.zeros(7, 12)) == 2 * 3 * 16 * (12 + 16) * 7
 
 
 def test_a_closed_pipe_ends_quietly_with_the_sigpipe_status():

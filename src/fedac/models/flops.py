@@ -11,7 +11,7 @@ multiply-heavy function called, its FLOPs by formula (a multiply-add counts 2, a
   attention products (2 x 2 x batch x L x S x embed), `scaled_dot_product_attention` its two
   products;
 - `gru` / `lstm`: per step, layer and direction 2 x gates x H x (input + H), the input and hidden
-  projections (3 gates for a GRU, 4 for an LSTM).
+  projections (3 gates for a GRU, 4 for an LSTM); of a PackedSequence, only the steps it holds.
 
 Element-wise work (activations, norms, pooling, softmax) is not counted, as `FlopCounterMode`
 does not count it. Why not `FlopCounterMode` itself: entering any `TorchDispatchMode` imports
@@ -80,15 +80,22 @@ def _multi_head_attention(args: tuple, kwargs: dict, out) -> int:
 
 def _recurrent(gates: int):
     def count(args: tuple, kwargs: dict, out) -> int:
-        # torch.gru / torch.lstm (input, hx, params, has_biases, layers, dropout, train,
-        # bidirectional, batch_first)
-        inp, hx, layers, bidirectional, batch_first = args[0], args[1], args[4], args[7], args[8]
+        # torch.gru / torch.lstm, two signatures: a padded input (input, hx, params, has_biases,
+        # layers, dropout, train, bidirectional, batch_first), or a PackedSequence's (data,
+        # batch_sizes, hx, params, has_biases, layers, dropout, train, bidirectional), whose
+        # 1-D batch_sizes sum to data's rows: the steps actually taken, padding not counted
+        packed = getattr(args[1], "ndim", None) == 1  # (an LSTM's padded hx is a tuple)
+        if packed:
+            inp, hx, layers, bidirectional = args[0], args[2], args[5], args[8]
+            cells = int(inp.shape[0])
+        else:
+            inp, hx, layers, bidirectional = args[0], args[1], args[4], args[7]
+            cells = _prod(inp.shape[:2]) if inp.dim() == 3 else int(inp.shape[0])
         hidden = int((hx[0] if isinstance(hx, list | tuple) else hx).shape[-1])
         dirs = 2 if bidirectional else 1
-        batch, steps = (inp.shape[0], inp.shape[1]) if batch_first else inp.shape[1::-1]
         widths = [int(inp.shape[-1])] + [dirs * hidden] * (layers - 1)
         per_step = sum(2 * gates * hidden * (w + hidden) for w in widths)
-        return dirs * int(batch) * int(steps) * per_step
+        return dirs * cells * per_step
 
     return count
 
