@@ -75,6 +75,8 @@ OTHERS = [
     ("system.deadline=5",),
     ("model.heterogeneous=true",),
     ("selection.method=poc",),
+    ("selection.method=oort",),
+    ("selection.method=fedcs",),
 ]
 
 

@@ -61,7 +61,7 @@ def test_oort_utility_penalty_and_staleness_by_hand():
     30th percentile of durations 1..5 = sorted[1] = 2: c (3 s) x (2/3)^2; d x (2/4)^2, e x
     (2/5)^2 for exploration (n x penalty: d 10, e 8)."""
     rule = with_history(
-        Oort(cfg("selection.method=oort"), SIZES, clocked=True),
+        Oort(cfg("selection.method=oort"), SIZES),
         {"a": 2.0, "b": 0.5, "c": 1.0},
         {"a": 1, "b": 2, "c": 2},
     )
@@ -88,7 +88,7 @@ def test_oort_exploits_above_the_cutoff_and_explores_the_largest_unheard():
         "selection.sample_window=1",
     )
     rule = with_history(
-        Oort(cfg(*settings), SIZES, clocked=True),
+        Oort(cfg(*settings), SIZES),
         {"a": 2.0, "b": 0.5, "c": 1.0},
         {"a": 1, "b": 2, "c": 2},
     )
@@ -117,7 +117,7 @@ def test_oort_pacer_relaxes_the_preferred_duration_when_utility_stalls():
     assert preferred_duration(durations, 40) == 3.0
     assert preferred_duration(durations, 100) == math.inf
     # in the rule: the pacer runs once per round, before it chooses
-    rule = Oort(cfg("selection.method=oort", "selection.pacer_step=2"), SIZES, clocked=True)
+    rule = Oort(cfg("selection.method=oort", "selection.pacer_step=2"), SIZES)
     rule.bind({})
     rule.observe(3, {"a": 0.3})  # a exploited in round 3: utility 10 x 0.3 = 3
     rule.history["oort"] = {"exploited": [3.0, 3.0, 3.0], "round": 3, "exploit": ["a"]}
@@ -160,7 +160,6 @@ def test_fedcs_greedy_set_by_hand():
     rule = FedCS(
         cfg("selection.method=fedcs", "system.devices=synthetic", "system.deadline=5"),
         SIZES,
-        clocked=True,
     )
     rule.bind({})
     assert rule.choose(list(SIZES), 5, ("cohort", 1), 1, TIMES.__getitem__) == ["a", "b", "d"]
@@ -206,15 +205,23 @@ def test_random_draws_as_the_engine_did_and_keeps_no_history():
 
 
 def test_rules_that_need_the_clock_are_refused_with_what_to_set(caplog, tmp_path):
-    with pytest.raises(ConfigError, match="system.deadline > 0"):
-        build_selection(cfg("selection.method=fedcs"), SIZES, clocked=False)
+    """By the compatibility matrix, from what each rule declares (`clock_need`)."""
+    from fedac.settings.compatibility import check
+
+    clock = ("system.devices=synthetic",)
+    with pytest.raises(ConfigError, match="system.deadline > 0") as refused:
+        check(cfg("selection.method=fedcs", *clock))
+    assert "selection.method=fedcs chooses the clients predicted to meet" in str(refused.value)
+    check(cfg("selection.method=fedcs", *clock, "system.deadline=5"))
     with pytest.raises(ConfigError, match="selection.round_penalty=0"):
-        build_selection(cfg("selection.method=oort"), SIZES, clocked=False)
-    build_selection(cfg("selection.method=oort", "selection.round_penalty=0"), SIZES, False)
-    build_selection(cfg("selection.method=poc"), SIZES, clocked=False)
+        check(cfg("selection.method=oort"))
+    check(cfg("selection.method=oort", *clock))
+    check(cfg("selection.method=oort", "selection.round_penalty=0"))
+    check(cfg("selection.method=oort", "selection.round_threshold=100"))
+    check(cfg("selection.method=poc"))
     # a setting of a rule not chosen: one warning, and config.yaml notes it
     given = cfg("selection.method=poc", "selection.round_penalty=1", "selection.candidates=3")
-    build_selection(given, SIZES, clocked=False)
+    build_selection(given, SIZES)
     assert "selection.round_penalty not read under selection.method=poc" in caplog.text
     assert "candidates" not in caplog.text
     save_config(given, tmp_path / "config.yaml")

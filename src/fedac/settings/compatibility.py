@@ -3,21 +3,22 @@ declares, at start and before any data is built (docs/architecture.md, "The comp
 matrix").
 
 A run combines an algorithm, a compression codec (settings/codecs.py), a clock mode (`system.*`),
-an aggregator, an attack, a privacy mode, the model's PEFT, an execution path and, in a
-deployment, Flower's strategy and secure aggregation. Each part declares capabilities (an
-algorithm whether it uploads models of its broadcast's form, why it cannot send partial work,
-whether it streams fresh users; a codec whether it is sparse, quantised, unbiased; a clock mode
-whether it is asynchronous; an attack what it poisons). A `Rule` reads them and, where the
-combination cannot run, says why in one line with the fix; `check` raises the first as a
-ConfigError, `refusals` lists every one (tests/test_compatibility.py walks the whole matrix).
+a client-selection rule, an aggregator, an attack, a privacy mode, the model's PEFT, an execution
+path and, in a deployment, Flower's strategy and secure aggregation. Each part declares
+capabilities (an algorithm whether it uploads models of its broadcast's form, why it cannot send
+partial work, whether it streams fresh users; a codec whether it is sparse, quantised, unbiased; a
+clock mode whether it is asynchronous; a selection rule what it needs of the clock; an attack what
+it poisons). A `Rule` reads them and, where the combination cannot run, says why in one line with
+the fix; `check` raises the first as a ConfigError, `refusals` lists every one
+(tests/test_compatibility.py walks the whole matrix).
 
 What is not decided here: a setting's own range (config.check_ranges); what only the data can
 say (a deadline no client meets, a buffer larger than the clients ever online, a model that
 cannot stack: `runtime.execution=cohort` is refused when the execution plan is made).
 
-Core layer: nothing here imports torch. An algorithm's and an attack's capabilities are class
-attributes of their parts, read through the registries when a run starts (`parts_of`); a
-codec's come from its torch-free table.
+Core layer: nothing here imports torch. An algorithm's, an attack's and a selection rule's
+capabilities are declared by their classes, read through the registries when a run starts
+(`parts_of`); a codec's come from its torch-free table.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from fedac.settings.algorithms import ALGORITHMS
 from fedac.settings.attacks import ATTACKS
 from fedac.settings.clock import CLOCK_MODES, ClockModeSpec, clock_active
 from fedac.settings.codecs import CodecSpec, codec_spec
+from fedac.settings.selection import SELECTORS, ClockNeed
 
 
 @dataclass(frozen=True)
@@ -112,6 +114,8 @@ class Parts:
     poisons: str
     """What the attack alters: nothing, labels, audio or upload."""
     deployment: Deployment | None = None
+    selection: ClockNeed = ClockNeed()
+    """What the client-selection rule needs of the clock (its `clock_need`)."""
 
     @property
     def compressing(self) -> bool:
@@ -145,7 +149,22 @@ def parts_of(cfg: Any, deployment: Any = None) -> Parts:
         codec_spec(cfg.compression.method),
         ATTACKS.load(cfg.attack.kind).poisons,
         None if deployment is None else Deployment.of(deployment),
+        selection_need(cfg),
     )
+
+
+def selection_need(cfg: Any) -> ClockNeed:
+    """What `selection.method`'s rule declares it needs of the clock under `cfg.selection` (a
+    plug-in's class without `clock_need`: nothing)."""
+    declared = getattr(SELECTORS.load(cfg.selection.method), "clock_need", None)
+    return ClockNeed() if declared is None else declared(cfg.selection)
+
+
+def _selection_fix(p: Parts, needed: str) -> str:
+    """A refusal of the selection rule's: what it does, what to set, and its own way out."""
+    need = p.selection
+    otherwise = f", or {need.otherwise}" if need.otherwise else ""
+    return f"selection.method={p.cfg.selection.method} {need.why}: set {needed}{otherwise}"
 
 
 @dataclass(frozen=True)
@@ -466,6 +485,24 @@ RULES: tuple[Rule, ...] = (
         ),
     ),
     *_FLOWER_RULES,
+    # --- client selection (after Flower's: a deployment refuses every rule but random) -----------
+    Rule(
+        "selection-needs-the-clock",
+        ("selection", "clock"),
+        lambda p: p.selection.kind == "clock" and not p.clock_on,
+        lambda p: _selection_fix(p, "system.devices (e.g. synthetic)"),
+    ),
+    Rule(
+        "selection-needs-a-deadline",
+        ("selection", "clock"),
+        lambda p: (
+            p.selection.kind == "deadline"
+            and (not p.clock_on or p.cfg.system.devices == "none" or p.cfg.system.deadline <= 0)
+        ),
+        lambda p: _selection_fix(
+            p, "system.devices (e.g. synthetic) and system.deadline > 0 with system.mode=sync"
+        ),
+    ),
 )
 
 

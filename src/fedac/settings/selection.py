@@ -11,9 +11,21 @@ this module imports no torch. Plug-ins add rules through the `fedac.selection` e
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import NamedTuple
 
 from fedac.fields import number
 from fedac.registry import Entry, Registry, choice
+
+
+class ClockNeed(NamedTuple):
+    """What a rule needs of the virtual clock (a rule's `clock_need`, read by the compatibility
+    matrix, settings/compatibility.py): `kind` "" (nothing), "clock" (the clock on: modelled
+    client times) or "deadline" (modelled devices and a round deadline, synchronous rounds);
+    `why`, what the rule does with it; `otherwise`, a setting that runs it without (or "")."""
+
+    kind: str = ""
+    why: str = ""
+    otherwise: str = ""
 
 
 @dataclass

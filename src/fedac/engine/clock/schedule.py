@@ -91,9 +91,7 @@ class RoundSchedule(ABC):
         self.context = context
         self.cfg = context.cfg
         #: Who trains among the candidates (selection.py `selection.method`).
-        self.selector: Selection = build_selection(
-            self.cfg, context.sizes, clocked=context.clock is not None
-        )
+        self.selector: Selection = build_selection(self.cfg, context.sizes)
 
     @classmethod
     def needed(cls, system: SystemConfig) -> int:

@@ -62,9 +62,8 @@ import numpy as np
 
 from fedac.config import Config
 from fedac.engine.clock.cohort import sample_clients
-from fedac.errors import ConfigError
 from fedac.seeding import numpy_rng
-from fedac.settings.selection import SELECTORS, not_read
+from fedac.settings.selection import SELECTORS, ClockNeed, not_read
 
 log = logging.getLogger(__name__)
 
@@ -98,16 +97,15 @@ def selection_columns(history: dict[str, Any], client: str) -> dict[str, float]:
 
 class Selection:
     """The base of every rule: history bookkeeping and the engine's two calls. A rule overrides
-    `pick` (and `check`, to refuse a run it cannot serve)."""
+    `pick` (and `clock_need`, to declare what it needs of the virtual clock)."""
 
     #: Whether the rule keeps a history (random does not: its runs stay as they were).
     tracks = True
 
-    def __init__(self, cfg: Config, sizes: dict[str, int], clocked: bool = False):
+    def __init__(self, cfg: Config, sizes: dict[str, int]):
         self.cfg, self.settings, self.seed = cfg, cfg.selection, cfg.seed
         self.sizes = sizes
         self.history: dict[str, Any] = {}
-        self.check(clocked)
         given = vars(cfg).get("_given", {})
         unread = sorted(k for k in not_read(cfg.selection.method) if k in given)
         if unread:
@@ -115,8 +113,12 @@ class Selection:
                 "%s not read under selection.method=%s", ", ".join(unread), cfg.selection.method
             )
 
-    def check(self, clocked: bool) -> None:
-        """Refuse a run the rule cannot serve (ConfigError naming what to set)."""
+    @classmethod
+    def clock_need(cls, settings: Any) -> ClockNeed:
+        """What the rule needs of the virtual clock under its `settings` (the `selection`
+        section), which the compatibility matrix reads before any data (settings/compatibility.py
+        refuses a run without it): nothing by default."""
+        return ClockNeed()
 
     # --- the engine's calls -----------------------------------------------------------------------
     def bind(self, history: dict[str, Any]) -> None:
@@ -236,13 +238,15 @@ def preferred_duration(durations: list[float], threshold: float) -> float:
 class Oort(Selection):
     """Oort (module docstring)."""
 
-    def check(self, clocked: bool) -> None:
-        s = self.settings
-        if not clocked and s.round_penalty > 0 and s.round_threshold < 100:
-            raise ConfigError(
-                "selection.method=oort weighs each client's speed: set system.devices (e.g. "
-                "synthetic), or selection.round_penalty=0 for its statistical utility alone"
+    @classmethod
+    def clock_need(cls, settings: Any) -> ClockNeed:
+        if settings.round_penalty > 0 and settings.round_threshold < 100:
+            return ClockNeed(
+                "clock",
+                "weighs each client's speed",
+                "selection.round_penalty=0 for its statistical utility alone",
             )
+        return ClockNeed()
 
     def _advance(self, round_idx: int) -> dict[str, Any]:
         """The rule's state, moved on to round `round_idx` once (decay, pacer)."""
@@ -370,13 +374,9 @@ class PowerOfChoice(Selection):
 class FedCS(Selection):
     """FedCS's greedy choice (module docstring)."""
 
-    def check(self, clocked: bool) -> None:
-        system = self.cfg.system
-        if not clocked or system.devices == "none" or system.deadline <= 0:
-            raise ConfigError(
-                "selection.method=fedcs chooses the clients predicted to meet the deadline: set "
-                "system.devices (e.g. synthetic) and system.deadline > 0 with system.mode=sync"
-            )
+    @classmethod
+    def clock_need(cls, settings: Any) -> ClockNeed:
+        return ClockNeed("deadline", "chooses the clients predicted to meet the deadline")
 
     def pick(
         self, candidates: list[str], size: int, key: tuple, round_idx: int, times: TimesOf
@@ -444,7 +444,7 @@ def fedcs_greedy(
     return chosen
 
 
-def build_selection(cfg: Config, sizes: dict[str, int], clocked: bool) -> Selection:
+def build_selection(cfg: Config, sizes: dict[str, int]) -> Selection:
     """The run's rule (`selection.method`, a plug-in's included)."""
     cls = SELECTORS.load(cfg.selection.method)
-    return cls(cfg, sizes, clocked)
+    return cls(cfg, sizes)
