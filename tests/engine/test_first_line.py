@@ -25,7 +25,7 @@ from helpers import tiny_run
                 "compression.error_feedback": False,
                 "compression.download": True,
             },
-            "; uploads compressed: qsgd (16 levels), the broadcast too",
+            "; uploads compressed: qsgd (levels 16), the broadcast too",
         ),
     ],
     ids=["off", "topk", "qsgd"],

@@ -13,6 +13,7 @@ from typing import Any
 
 from fedac.config import Config
 from fedac.engine.tracking import read_back, track
+from fedac.settings.codecs import codec_spec
 from fedac.version import code_version
 
 
@@ -411,8 +412,8 @@ def compression_note(compression: Any) -> str:
     if compression is None:
         return ""
     c = compression.cfg
-    size = {"topk": f" (ratio {c.ratio})", "randk": f" (ratio {c.ratio})"}.get(c.method, "")
-    size = f" ({c.levels} levels)" if c.method == "qsgd" else size
+    reads = ", ".join(f"{key} {getattr(c, key)}" for key in codec_spec(c.method).reads)
+    size = f" ({reads})" if reads else ""
     feedback = ", error feedback" if compression.feedback else ""
     both = ", the broadcast too" if compression.download else ""
     return f"; uploads compressed: {c.method}{size}{feedback}{both}"

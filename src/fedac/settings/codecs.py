@@ -37,6 +37,9 @@ class CodecSpec:
     """Biased: error feedback is on by default (the residual brings back what was left out)."""
     off: bool = False
     """The identity (`none`): nothing is compressed."""
+    reads: tuple[str, ...] = ()
+    """The `compression.*` settings besides `method` that shape its message (the run's first line
+    names them with their values)."""
 
     def load(self) -> Any:
         return resolve(self.target)
@@ -57,11 +60,13 @@ CODECS = Registry(
             "the k = ceil(ratio d) largest-magnitude entries as (index, value) pairs (Stich et "
             "al. 2018)",
             sparse=True,
+            reads=("ratio",),
         ),
         "randk": CodecSpec(
             f"{_C}:RandK",
             "k uniformly drawn entries, seeded by (seed, round, client), values unscaled",
             sparse=True,
+            reads=("ratio",),
         ),
         "qsgd": CodecSpec(
             f"{_C}:QSGD",
@@ -70,6 +75,7 @@ CODECS = Registry(
             quantised=True,
             unbiased=True,
             needs_residual=False,
+            reads=("levels",),
         ),
         "int8": CodecSpec(
             f"{_C}:Int8",
