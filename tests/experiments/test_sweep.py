@@ -242,3 +242,25 @@ def test_the_median_pruner_takes_its_start_and_refuses_other_text():
     for bad in ("median:-1", "median:a", "median:1:2:3", "hyperband", "none:2"):
         with pytest.raises(ConfigError, match="median\\[:STARTUP"):
             median_pruner(bad)
+
+
+def test_the_sampler_is_tpe_with_its_random_start_or_random_and_refuses_other_text(tmp_path):
+    import optuna
+
+    from fedac.errors import ConfigError
+    from fedac.experiments.sweep import Search, SweepSpec, open_study, sampler_of
+
+    assert sampler_of("tpe") == ("tpe", 10) and sampler_of("tpe:2") == ("tpe", 2)
+    assert sampler_of("random") == ("random", 0)
+    for bad in ("tpe:-1", "tpe:a", "tpe:1:2", "random:3", "cmaes"):
+        with pytest.raises(ConfigError, match="tpe\\[:STARTUP\\]"):
+            sampler_of(bad)
+    searches = [Search("train.lr", 0.01, 0.1)]
+    for sampler, kind in (("tpe:3", optuna.samplers.TPESampler), ("random", None)):
+        (out := tmp_path / sampler.replace(":", "-")).mkdir()
+        spec = SweepSpec(out, searches, trials=1, sampler=sampler, progress=False)
+        study = open_study(spec, "maximize")
+        if kind is None:
+            assert isinstance(study.sampler, optuna.samplers.RandomSampler)
+        else:
+            assert isinstance(study.sampler, kind) and study.sampler._n_startup_trials == 3

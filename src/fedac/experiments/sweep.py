@@ -2,13 +2,13 @@
 
 Each trial is one real fedac run (its own run directory `DIR/trials/NNNN`, config.yaml included)
 whose settings are the command's (`--config`, `--set`, `--algorithm`, `--dataset`, `--rounds`,
-`--seed`) plus the values Optuna's sampler (TPE) draws for the searched settings
-(`--search KEY=LOW:HIGH[:log]` or `--search KEY=a,b,c`). A trial is scored on the **validation
-split only**: its `--metric` (default: the shared model's `val_accuracy`, or, for a method with no
-shared model, `local_accuracy`, its clients' own models on their held-out clips) at every evaluated
-round is reported to Optuna's pruner, which may stop a hopeless trial there; a finished trial scores
-the value of the model the run selects (`train.select`: the best evaluated round, or the last).
-Nothing is ever chosen on the test split.
+`--seed`) plus the values Optuna's sampler (`--sampler`: TPE or random) draws for the searched
+settings (`--search KEY=LOW:HIGH[:log]` or `--search KEY=a,b,c`). A trial is scored on the
+**validation split only**: its `--metric` (default: the shared model's `val_accuracy`, or, for a
+method with no shared model, `local_accuracy`, its clients' own models on their held-out clips) at
+every evaluated round is reported to Optuna's pruner, which may stop a hopeless trial there; a
+finished trial scores the value of the model the run selects (`train.select`: the best evaluated
+round, or the last). Nothing is ever chosen on the test split.
 
 The budget is rounds: every trial trains `train.rounds` rounds (or fewer when pruned). With the
 virtual clock on (`system.*`) trials.csv records each trial's virtual seconds too, but the budget
@@ -132,6 +132,9 @@ class SweepSpec:
     seed: int | None = None
     metric: str = "auto"
     pruner: str = "median"
+    sampler: str = "tpe"
+    """`tpe[:STARTUP]` or `random` (`sampler_of`); not part of the study's definition: a later
+    sitting may draw its trials another way."""
     baseline: bool = False
     """Trial 0 runs the searched settings' own values (the untuned run), so the best trial is never
     worse on validation than not tuning."""
@@ -261,6 +264,27 @@ def median_pruner(text: str) -> tuple[int, int] | None:
     return startup, warmup
 
 
+#: Optuna's TPE draws its first trials at random (its `n_startup_trials`) before it models them.
+TPE_STARTUP = 10
+
+
+def sampler_of(text: str) -> tuple[str, int]:
+    """--sampler: `tpe[:STARTUP]`, Optuna's TPE sampler, whose first STARTUP trials (default
+    TPE_STARTUP, Optuna's) are drawn at random before it models the finished ones, or `random`,
+    every trial drawn at random -> (name, STARTUP; 0 for random)."""
+    name, *numbers = text.split(":")
+    try:
+        startup = int(numbers[0]) if numbers else TPE_STARTUP
+        if name not in ("tpe", "random") or len(numbers) > (name == "tpe") or startup < 0:
+            raise ValueError
+    except ValueError:
+        raise ConfigError(
+            f"fedac sweep: --sampler {text!r}: expected tpe[:STARTUP] (STARTUP a non-negative "
+            "whole number: trials drawn at random before TPE models the finished ones) or random"
+        ) from None
+    return name, startup if name == "tpe" else 0
+
+
 def open_study(spec: SweepSpec, direction: Direction, worker: int = 0):
     """Create the study, or load it and refuse a command that is not the one that made it."""
     import optuna  # lazy: start-up time
@@ -283,8 +307,12 @@ def open_study(spec: SweepSpec, direction: Direction, worker: int = 0):
     # Each worker's sampler seed: the sweep's seed, the worker's index and the trials the study
     # holds, so a resumed sweep draws anew and two workers never draw the same startup trials.
     held = len(study.get_trials(deepcopy=False))
-    study.sampler = optuna.samplers.TPESampler(
-        seed=(((spec.seed or 0) * 7919 + worker) * 100_003 + held) % 2**32  # (numpy's range)
+    seed = (((spec.seed or 0) * 7919 + worker) * 100_003 + held) % 2**32  # (numpy's range)
+    name, startup = sampler_of(spec.sampler)
+    study.sampler = (
+        optuna.samplers.TPESampler(seed=seed, n_startup_trials=startup)
+        if name == "tpe"
+        else optuna.samplers.RandomSampler(seed=seed)
     )
     with claim_lock(spec.out):
         made = study.user_attrs.get("definition")
@@ -668,6 +696,7 @@ def spec_from_args(args: argparse.Namespace) -> SweepSpec:
         seed=args.seed,
         metric=args.metric,
         pruner=args.pruner,
+        sampler=args.sampler,
         baseline=args.baseline,
         storage=args.storage,
         jobs=args.jobs,
@@ -681,6 +710,7 @@ def sweep(spec: SweepSpec) -> dict[str, int]:
     if not spec.searches:
         raise ConfigError("fedac sweep: give at least one --search KEY=LOW:HIGH[:log] or KEY=a,b,c")
     median_pruner(spec.pruner)  # (refused before any run)
+    name, startup = sampler_of(spec.sampler)
     base = check_searches(spec)
     for s in spec.searches if spec.baseline else ():
         value = _setting(base, s.key)[1]
@@ -703,7 +733,9 @@ def sweep(spec: SweepSpec) -> dict[str, int]:
         f"{base.algorithm} on {base.dataset}: searching "
         f"{'; '.join(s.text() for s in spec.searches)}; budget {spec.trials} trials x "
         f"{base.train.rounds} rounds (evaluated every {base.train.eval_every}), scored on "
-        f"validation: {metric}; {spec.pruner} pruner; study "
+        f"validation: {metric}; {spec.pruner} pruner; "
+        f"{f'TPE sampler ({startup} random trials first)' if name == 'tpe' else 'random sampler'}; "
+        "study "
         f"{spec.storage or spec.out / 'study.journal'} holds {n['done']} done, {n['pruned']} "
         f"pruned; {spec.jobs} process(es)",
     )
@@ -777,6 +809,13 @@ def add_sweep_parser(sub) -> None:
         default="median",
         metavar="median[:STARTUP[:WARMUP]]|none",
         help="Optuna's median pruner (default: after 5 finished trials, from round 0), or none",
+    )
+    p.add_argument(
+        "--sampler",
+        default="tpe",
+        metavar="tpe[:STARTUP]|random",
+        help=f"how trials are drawn: Optuna's TPE, its first STARTUP (default {TPE_STARTUP}) at "
+        "random, or every one at random",
     )
     p.add_argument(
         "--baseline",
