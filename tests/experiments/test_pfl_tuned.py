@@ -143,7 +143,30 @@ def test_tuned_md_ranks_only_the_methods_with_figures(tmp_path):
     assert rows["B"][3] == "1" and rows["A"][3] == "2" and rows["C"][3] == "—"
     assert rows["B"][7] == "1 |" and rows["A"][7] == "2 |" and rows["C"][7] == "— |"
     assert "(same runs)" in rows["C"][6] and "(same runs)" not in rows["A"][6]
-    assert lines[-1] == (
-        "Tuned, B wins by 5.00 points over A; the ranking (of the 2 methods with both figures "
-        "so far) is the untuned one."
+    assert lines[-3] == (
+        "Tuned, B wins by 5.00 points over A, within the spread of the seeds: not a clear win. "
+        "The ranking (of the 2 methods with both figures so far) is the untuned one."
     )
+    assert lines[-1] == (
+        "What tuning did to each method's held-out mean, in points ('clear': by more than "
+        "either's standard deviation over seeds): B +15.00 (clear); A +20.00 (clear)."
+    )
+
+
+def test_the_reading_says_which_ranks_moved_and_what_tuning_did():
+    """X wins clearly; tuning reversed the order (tau -1); Y kept its untuned settings."""
+    tuned = {"X": (0.80, 0.01), "Y": (0.70, 0.02), "Z": (0.60, 0.05)}
+    untuned = {"X": (0.55, 0.01), "Y": (0.70, 0.02), "Z": (0.72, 0.01)}
+    lines = pfl.reading(
+        ["X", "Y", "Z"], tuned, untuned, 3, same=lambda m: m + " (untuned)" * (m != "Y")
+    )
+    assert lines[0] == (
+        "Tuned, X wins by 10.00 points over Y, more than either's standard deviation over seeds. "
+        "The ranking differs from the untuned one: X 3 → 1, Z 1 → 3 (Kendall's tau between the "
+        "two -1.00)."
+    )
+    assert lines[-1].endswith(
+        ": X +25.00 (clear); Z -12.00 (clear); Y kept the untuned settings (the same runs)."
+    )
+    assert pfl.kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1.0
+    assert pfl.kendall_tau(["a", "b", "c"], ["b", "a", "c"]) == 1 / 3
