@@ -5,6 +5,7 @@ finished trial of each sweep) beside both rankings."""
 from __future__ import annotations
 
 import csv
+import json
 
 import pytest
 
@@ -80,7 +81,18 @@ def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
         else:
             assert "lr: 0.1\n" in untuned.read_text()
     table = (out / "tuned.md").read_text()
-    assert "| FedAvg | train.lr=" in table and "the ranking" in table
+    assert "| FedAvg | train.lr=" in table and "The ranking" in table
+    # tuned.json: the table's rows as the README quotes them, and the code of every run
+    kept = json.loads((out / "tuned.json").read_text())
+    rows = kept["datasets"]["speech_commands"]
+    assert [r["method"] for r in rows] and all(pfl.tuned_row(r) in table for r in rows)
+    hashes = [r["source_sha256"] for rs in kept["runs"].values() for r in rs]
+    assert len(hashes) >= 2 and all(hashes)
+    from fedac.experiments.figures import quotes_of, recorded_code
+
+    assert recorded_code(kept) == hashes
+    entry = {"table": "tuned", "file": "tuned.json", "dataset": "speech_commands"}
+    assert quotes_of(entry, out) == [pfl.tuned_row(r) for r in rows]
     # the sweeps pruned with the table's pruner: after 2 finished trials, from a third of the
     # rounds (here 1 round: from round 0)
     import optuna
@@ -133,7 +145,7 @@ def test_tuned_md_ranks_only_the_methods_with_figures(tmp_path):
     def runs(*values):
         return [{pfl.RANKED: v, "clients_last_worst10": v / 2, "accuracy": v} for v in values]
 
-    lines = pfl.tuned_section(
+    lines, _ = pfl.tuned_section(
         cell,  # type: ignore[arg-type]
         {"A": runs(0.8, 0.6), "B": runs(0.75), "A (untuned)": runs(0.5), "B (untuned)": runs(0.6)},
         tmp_path,

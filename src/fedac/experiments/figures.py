@@ -14,7 +14,9 @@ or, for a `fedac compare` table, `table: compare` with `file:` its summary.json:
 verbatim (`table: earlyexit` likewise for an early-exit table's summary.json,
 `fedac.experiments.earlyexit.markdown_table`; `table: robustness` for one table of `fedac reproduce
 robustness`'s summary.json, chosen by `algorithm:` and `metric:`, `accuracy` or
-`attack_success_rate`: the rows of `fedac.experiments.robustness.table_rows`).
+`attack_success_rate`: the rows of `fedac.experiments.robustness.table_rows`; `table: tuned` for
+one dataset's table of `fedac reproduce pfl-tuned`, its tuned.json and `dataset:`, the rows of
+`fedac.experiments.pfl.tuned_row`).
 
 A table of one figure per cell, such as a reproduction's mean ± std per method and column, is one
 `table: grid` entry rather than a quote per cell:
@@ -130,6 +132,11 @@ def quotes_of(entry: dict, root: Path) -> list[str]:
         return exit_table([(r["dataset"], r["metric"], r["values"]) for r in summary["rows"]])[2:]
     if entry.get("table") == "grid":
         return grid_rows(entry, root)
+    if entry.get("table") == "tuned":
+        from fedac.experiments.pfl import tuned_row
+
+        kept = json.loads((root / entry["file"]).read_text())
+        return [tuned_row(row) for row in kept["datasets"][entry["dataset"]]]
     if entry.get("table") == "robustness":
         # lazy: start-up time (attacks import torch)
         from fedac.experiments.robustness import table_rows
@@ -139,7 +146,7 @@ def quotes_of(entry: dict, root: Path) -> list[str]:
     if "table" in entry:
         raise ConfigError(
             f"unknown figure table kind {entry['table']!r} (known: compare, earlyexit, grid, "
-            "robustness)"
+            "robustness, tuned)"
         )
     return [entry["quote"].replace("{}", render_value(entry, root))]
 

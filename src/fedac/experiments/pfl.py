@@ -24,10 +24,12 @@ from chance (its full protocol's FedAvg reaches about 52 %, docs/results/reprodu
 from __future__ import annotations
 
 import csv
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 from fedac.experiments.compare import Method
 from fedac.experiments.fedmlac import DATASETS
@@ -308,8 +310,16 @@ def write_tuned(
         f"median pruner) of the table's schedule, scored on {scored}; then seeds "
         f"{request.seeds}. Ranked by: {TABLES[RANKED]} (mean ± std over seeds)."
     )
+    kept: dict[str, Any] = {"datasets": {}, "runs": {}}
     for cell in cells:
-        lines += ["", *tuned_section(cell, runs.get(cell.label, {}), request.out)]
+        section, kept["datasets"][cell.label] = tuned_section(
+            cell, runs.get(cell.label, {}), request.out
+        )
+        lines += ["", *section]
+        for label, rows in runs.get(cell.label, {}).items():  # (what `fedac report` checks)
+            kept["runs"][f"{cell.label}/{label}"] = [
+                {"source_sha256": r.get("source_sha256")} for r in rows
+            ]
         fedavg = (
             "FedAvg" + UNTUNED
             if any(m.label == "FedAvg" + UNTUNED for m in cell.methods)
@@ -317,6 +327,7 @@ def write_tuned(
         )
         lines += flattening(runs.get(cell.label, {}).get(fedavg, []))
     (request.out / "tuned.md").write_text("\n".join(lines) + "\n")
+    (request.out / "tuned.json").write_text(json.dumps(kept, indent=1) + "\n")
 
 
 def flattening(runs: list[dict]) -> list[str]:
@@ -345,11 +356,12 @@ def flattening(runs: list[dict]) -> list[str]:
     return ["", "Is FedAvg's validation curve flat at the end (untuned settings)?", "", *lines]
 
 
-def tuned_section(cell: Cell, runs: dict[str, list[dict]], out: Path) -> list[str]:
-    """One dataset's tuned.md table and its reading: per method its tuned settings, its clients'
-    models' held-out accuracy (the ranked figure), their worst 10 % and the shared model on test,
-    tuned; and its untuned held-out accuracy and rank (the tuned runs themselves where the untuned
-    settings won the sweep)."""
+def tuned_section(cell: Cell, runs: dict[str, list[dict]], out: Path) -> tuple[list[str], list]:
+    """One dataset's tuned.md table and its reading, and the table's rows as tuned.json keeps them
+    (`tuned_row` renders one): per method its tuned settings, its clients' models' held-out
+    accuracy (the ranked figure), their worst 10 % and the shared model on test, tuned; and its
+    untuned held-out accuracy and rank (the tuned runs themselves where the untuned settings won
+    the sweep)."""
     labels = [m.label for m in cell.methods if not m.label.endswith(UNTUNED)]
     kept = {m.label for m in cell.methods}
 
@@ -359,9 +371,6 @@ def tuned_section(cell: Cell, runs: dict[str, list[dict]], out: Path) -> list[st
 
     def untuned_label(m: str) -> str:
         return m + UNTUNED if m + UNTUNED in kept else m
-
-    def cell_text(value: tuple[float, float]) -> str:
-        return "—" if value[0] != value[0] else f"{100 * value[0]:.2f} ± {100 * value[1]:.2f}"
 
     tuned = {m: score(m) for m in labels}
     untuned = {m: score(untuned_label(m)) for m in labels}
@@ -373,7 +382,27 @@ def tuned_section(cell: Cell, runs: dict[str, list[dict]], out: Path) -> list[st
         )
         return {m: str(known.index(m) + 1) if m in known else "—" for m in labels}
 
+    def kept_figure(value: tuple[float, float]) -> list[float] | None:
+        return None if value[0] != value[0] else [value[0], value[1]]
+
     rank = {"tuned": ranks(tuned), "untuned": ranks(untuned)}
+    by_rank = sorted(labels, key=lambda m: -tuned[m][0] if tuned[m][0] == tuned[m][0] else 1.0)
+    rows = [
+        {
+            "method": m,
+            "settings": [
+                short_setting(b) for b in best_settings(out / "sweeps" / cell.dataset / m)
+            ],
+            "tuned": kept_figure(tuned[m]),
+            "rank": rank["tuned"][m],
+            "worst10": kept_figure(score(m, "clients_last_worst10")),
+            "test": kept_figure(score(m, "accuracy")),
+            "untuned": kept_figure(untuned[m]),
+            "same_runs": untuned_label(m) == m,
+            "untuned_rank": rank["untuned"][m],
+        }
+        for m in by_rank
+    ]
     lines = [
         f"## {cell.label}",
         "",
@@ -382,24 +411,35 @@ def tuned_section(cell: Cell, runs: dict[str, list[dict]], out: Path) -> list[st
         "untuned settings won the sweep. Settings shown to 4 significant digits (the runs use "
         "the sweep's exact values, its trials.csv).",
         "",
-        "| Method | tuned settings (best in the sweep) | held-out mean | rank | worst 10 % "
-        "| shared, test | untuned held-out mean | rank |",
-        "|---|---|---|---|---|---|---|---|",
+        *TUNED_HEADER,
+        *(tuned_row(row) for row in rows),
     ]
-    by_rank = sorted(labels, key=lambda m: -tuned[m][0] if tuned[m][0] == tuned[m][0] else 1.0)
-    for m in by_rank:
-        best = best_settings(out / "sweeps" / cell.dataset / m)
-        shown = ", ".join(short_setting(b) for b in best) or "(no finished trial)"
-        same = " (same runs)" if untuned_label(m) == m else ""
-        lines.append(
-            f"| {m} | {shown} | {cell_text(tuned[m])} | {rank['tuned'][m]} | "
-            f"{cell_text(score(m, 'clients_last_worst10'))} | {cell_text(score(m, 'accuracy'))} | "
-            f"{cell_text(untuned[m])}{same} | {rank['untuned'][m]} |"
-        )
     both = [m for m in by_rank if "—" not in (rank["tuned"][m], rank["untuned"][m])]
     if len(both) > 1:
         lines += ["", *reading(both, tuned, untuned, len(labels), same=untuned_label)]
-    return lines
+    return lines, rows
+
+
+TUNED_HEADER = [
+    "| Method | tuned settings (best in the sweep) | held-out mean | rank | worst 10 % "
+    "| shared, test | untuned held-out mean | rank |",
+    "|---|---|---|---|---|---|---|---|",
+]
+
+
+def tuned_row(row: dict) -> str:
+    """One method's row of tuned.md's table, from its tuned.json entry (`tuned_section`); the
+    README quotes these rows (docs/results/figures.yaml, `table: tuned`)."""
+
+    def figure(value: list[float] | None) -> str:
+        return "—" if value is None else f"{100 * value[0]:.2f} ± {100 * value[1]:.2f}"
+
+    same = " (same runs)" if row["same_runs"] else ""
+    return (
+        f"| {row['method']} | {', '.join(row['settings']) or '(no finished trial)'} | "
+        f"{figure(row['tuned'])} | {row['rank']} | {figure(row['worst10'])} | "
+        f"{figure(row['test'])} | {figure(row['untuned'])}{same} | {row['untuned_rank']} |"
+    )
 
 
 def clear(a: tuple[float, float], b: tuple[float, float]) -> bool:
