@@ -35,6 +35,24 @@ def test_every_tuned_method_searches_the_lr_and_a_setting_it_reads():
 
 
 @pytest.mark.slow
+def test_each_dataset_runs_the_schedule_its_flattening_was_measured_on(tmp_path):
+    """CREMA-D: 24 actors, all every round, 1 local epoch, 60 rounds; Speech Commands: the default
+    task's 240 speakers, 10 % a round, its 5 local epochs (not pfl-quick's 1, under which FedAvg
+    was far from flat), 150 rounds."""
+    from fedac.experiments.catalog import experiment_named
+    from fedac.experiments.runner import grid_cells
+    from fedac.experiments.spec import Request
+
+    spec = experiment_named("pfl-tuned")
+    request = Request(out=tmp_path, seeds=[0], datasets=list(spec.datasets))
+    cells = {c.dataset: c.base.train for c in grid_cells(spec, request)}
+    assert (cells["cremad"].rounds, cells["cremad"].local_epochs) == (60, 1)
+    assert cells["cremad"].fraction == 1.0
+    speech = cells["speech_commands"]
+    assert (speech.rounds, speech.local_epochs, speech.fraction) == (pfl.SC_ROUNDS, 5, 0.1)
+    assert speech.eval_every == 5
+
+
 def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
     from dataclasses import replace
 
