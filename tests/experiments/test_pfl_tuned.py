@@ -111,6 +111,7 @@ def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
     assert recorded_code(kept) == hashes
     entry = {"table": "tuned", "file": "tuned.json", "dataset": "speech_commands"}
     assert quotes_of(entry, out) == [pfl.tuned_row(r) for r in rows]
+    assert (out / "tuned.png").read_bytes()[:4] == b"\x89PNG"
     # the sweeps pruned with the table's pruner: after 2 finished trials, from a third of the
     # rounds (here 1 round: from round 0)
     import optuna
@@ -181,6 +182,13 @@ def test_tuned_md_ranks_only_the_methods_with_figures(tmp_path):
         "What tuning did to each method's held-out mean, in points ('clear': by more than "
         "either's standard deviation over seeds): B +15.00 (clear); A +20.00 (clear)."
     )
+
+
+def test_the_tuned_figure_draws_methods_with_figures_and_a_table_with_none(tmp_path):
+    row = {"method": "A", "tuned": [0.8, 0.01], "untuned": None, "same_runs": False}
+    pfl.tuned_figure(tmp_path / "a.png", "t", {"cremad": [row, {**row, "tuned": None}]})
+    pfl.tuned_figure(tmp_path / "none.png", "t", {"cremad": []})
+    assert all((tmp_path / f).stat().st_size > 1000 for f in ("a.png", "none.png"))
 
 
 def test_the_reading_says_which_ranks_moved_and_what_tuning_did():

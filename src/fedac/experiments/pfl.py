@@ -336,6 +336,50 @@ def write_tuned(
         lines += flattening(runs.get(cell.label, {}).get(fedavg, []))
     (request.out / "tuned.md").write_text("\n".join(lines) + "\n")
     (request.out / "tuned.json").write_text(json.dumps(kept, indent=1) + "\n")
+    tuned_figure(request.out / "tuned.png", spec.title, kept["datasets"])
+
+
+def tuned_figure(path: Path, title: str, datasets: dict[str, list[dict]]) -> None:
+    """tuned.png: per dataset, each method's clients' held-out mean (± std over seeds) tuned and
+    untuned, the methods in their tuned rank order (tuned.json's rows; a method without a figure
+    is left out)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    panels = {d: [r for r in rows if r["tuned"] is not None] for d, rows in datasets.items()}
+    panels = {d: rows for d, rows in panels.items() if rows} or {"(no finished runs)": []}
+    height = 2.5 + 0.35 * max(len(rows) for rows in panels.values())
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), height), squeeze=False)
+    for ax, (dataset, rows) in zip(axes[0], panels.items()):
+        y = list(range(len(rows)))[::-1]  # (the winner on top)
+        for shift, key, look in (
+            (0.2, "tuned", {"color": "tab:blue", "label": "tuned"}),
+            (-0.2, "untuned", {"color": "tab:gray", "label": "untuned (same runs: striped)"}),
+        ):
+            values = [r[key] or [float("nan"), 0.0] for r in rows]
+            bars = ax.barh(
+                [k + shift for k in y],
+                [100 * v[0] for v in values],
+                0.4,
+                xerr=[100 * v[1] for v in values],
+                capsize=2,
+                **look,
+            )
+            for bar, row in zip(bars, rows):
+                if key == "untuned" and row["same_runs"]:
+                    bar.set_hatch("//")
+        ax.set_yticks(y, [r["method"] for r in rows], fontsize=8)
+        ax.set_xlabel("clients' models on their held-out clips, last round (%)")
+        low = min((100 * r[k][0] for r in rows for k in ("tuned", "untuned") if r[k]), default=0)
+        ax.set_xlim(max(0.0, low - 10), None)
+        ax.set_title(dataset, fontsize=10), ax.grid(axis="x", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
 
 
 def flattening(runs: list[dict]) -> list[str]:
