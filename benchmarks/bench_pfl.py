@@ -14,8 +14,7 @@ interleaved round by round in one process on one torch thread. `vs_fedavg_*`: th
 to FedAvg's round under the same execution (`vs_fedavg_*_paired`: the median of per-round ratios,
 which cancels slow phases of a shared machine). Wall and CPU seconds are both recorded: on a busy
 machine, read the CPU time. `state_bytes_per_client`: one client's persistent state (what the
-method keeps on every client between rounds); APFL has no stacked path (its `cohort` entry says
-why).
+method keeps on every client between rounds).
 """
 
 from __future__ import annotations

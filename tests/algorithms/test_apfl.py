@@ -1,6 +1,7 @@
 """APFL (algorithms/apfl.py) against a plain loop of Deng et al. 2020, Algorithm 1 with the adaptive
-alpha, written here: two rounds of three clients; a learned alpha changes the result and a fixed one
-stays put; it names why it trains sequentially."""
+alpha, written here: two rounds of three clients, on both paths (one client at a time and the
+stacked cohort); a learned alpha changes the result and a fixed one stays put; with dropout,
+momentum and clipping the stacked path gives the sequential one's numbers, and `auto` takes it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,6 @@ import torch.nn.functional as F
 from algorithm_harness import SIZES, batches, build, call, clients, federate, max_diff, sgd_step
 from fedac.algorithms.apfl import APFL
 from fedac.engine.execution import ExecutionPlan
-from fedac.errors import ConfigError
 
 ALPHA, ALPHA_LR = 0.4, 0.5
 
@@ -61,13 +61,14 @@ def reference(algo, data, learn: bool, rounds: int = 2):
     return w, local, alpha, personal
 
 
+@pytest.mark.parametrize("execution", ["sequential", "cohort"])
 @pytest.mark.parametrize("learn", [True, False])
 @pytest.mark.parametrize("model", ["cnn1_softmax", "crnn_tiny"])
-def test_apfl_matches_a_plain_loop_of_algorithm_1(model, learn):
+def test_apfl_matches_a_plain_loop_of_algorithm_1(model, learn, execution):
     algo = build(
         APFL,
         model,
-        "sequential",
+        execution,
         f"apfl.alpha={ALPHA}",
         f"apfl.alpha_lr={ALPHA_LR}",
         f"apfl.learn_alpha={str(learn).lower()}",
@@ -95,8 +96,40 @@ def test_learning_alpha_changes_the_result():
         assert max_diff(fixed[cl.name]["personal"], learned[cl.name]["personal"]) > 1e-4
 
 
-def test_apfl_says_why_it_trains_sequentially():
-    algo = build(APFL, "crnn_tiny", "auto")
-    assert ExecutionPlan(algo).path.startswith("sequential: APFL trains two models")
-    with pytest.raises(ConfigError, match="cannot train stacked: APFL trains two models"):
-        ExecutionPlan(build(APFL, "crnn_tiny", "cohort"))
+@pytest.mark.parametrize("alpha_lr", [ALPHA_LR, 50.0])
+@pytest.mark.parametrize("model", ["crnn_tiny", "cnn1_softmax"])
+def test_stacked_path_gives_the_sequential_numbers_with_dropout_momentum_and_clipping(
+    model, alpha_lr
+):
+    """The plain loop above runs without dropout, momentum or clipping: here both paths run with
+    all three (each client's masks drawn in the sequential order: w_i's forward, then the
+    mixture's), a late client (its v_i and alpha_i from its own start) and chunks of two; alpha's
+    rate 50 drives some alpha_i to a bound of [0, 1]."""
+    settings = (
+        "model.dropout=0.3",
+        "train.momentum=0.9",
+        "train.max_grad_norm=0.1",
+        f"apfl.alpha_lr={alpha_lr}",
+        "runtime.cohort_chunk=2",
+    )
+    data = clients()
+    sequential = federate(build(APFL, model, "sequential", *settings), data, rounds=3, late=1)
+    stacked_algo = build(APFL, model, "cohort", *settings)
+    assert ExecutionPlan(stacked_algo).path == "stacked"
+    stacked = federate(stacked_algo, data, rounds=3, late=1)
+    assert max_diff(sequential[0]["params"], stacked[0]["params"]) <= 1e-5
+    for cl in data:
+        a, b = sequential[1][cl.name], stacked[1][cl.name]
+        for key in ("local", "personal"):
+            assert max_diff(a[key], b[key]) <= 1e-5, (cl.name, key)
+        assert abs(float(a["alpha"]) - float(b["alpha"])) <= 1e-5
+    bounded = [float(s["alpha"]) in (0.0, 1.0) for s in stacked[1].values()]
+    assert any(bounded) == (alpha_lr == 50.0)
+    for ra, rb in zip(sequential[2], stacked[2]):
+        assert ra.metrics.keys() == rb.metrics.keys()
+        for key, value in ra.metrics.items():
+            assert rb.metrics[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+
+
+def test_auto_trains_apfl_stacked():
+    assert ExecutionPlan(build(APFL, "crnn_tiny", "auto")).path == "stacked"

@@ -18,8 +18,9 @@ its training updates); the personalised model a client keeps for evaluation is v
 of its last round, mixed with that round's w_i (the paper's output mixes with the final w). Each
 client keeps two models (v_i and v_bar_i) and alpha_i.
 
-APFL trains sequentially: each step trains two models of one client, one of them a mixture of both
-with a learned weight, which a `LocalObjective` (one model per client) cannot state.
+Both paths: `client_update` trains one client (two nn.Modules); `cohort_update` a cohort at once,
+w_i and v_i two stacked models of a chunk's clients and alpha_i one entry per client, the same
+steps in the same order (each client's batches and dropout masks as it draws them alone).
 """
 
 from __future__ import annotations
@@ -36,21 +37,35 @@ from fedac.algorithms.base import (
     OneArchitecture,
     Params,
     model_params,
+    reproduces,
 )
 from fedac.algorithms.fedavg import FedAvg
-from fedac.training.local import client_batches, clip_gradients, make_optimizer, on_device
+from fedac.models.stacked import stack_params
+from fedac.training.functional import StackedStep, clip_stacked
+from fedac.training.local import (
+    client_batches,
+    clip_gradients,
+    cross_entropy,
+    make_optimizer,
+    on_device,
+)
+from fedac.training.stacking import CohortChunk, OnDevices, broadcast_params, grads_of, train_chunks
 from fedac.training.types import class_labels, feature_windows
 
-SEQUENTIAL = (
-    "APFL trains two models and their mixing weight per client step, which a LocalObjective (one "
-    "model per client) cannot state"
-)
+#: alpha's entry among the personal loss's gradient leaves (no module parameter is named so)
+_ALPHA = "<apfl alpha>"
 
 
 def mixture(alpha: torch.Tensor, local: Params, shared: Params) -> Params:
     """alpha * local + (1 - alpha) * shared for the entries `shared` holds (the parameters); the
-    others (BatchNorm's statistics) `local`'s."""
-    return {n: alpha * v + (1 - alpha) * shared[n] if n in shared else v for n, v in local.items()}
+    others (BatchNorm's statistics) `local`'s. `alpha` one weight, or one per client along the
+    leading axis of stacked entries."""
+
+    def mix(v: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        a = alpha.view(*alpha.shape, *[1] * (v.dim() - alpha.dim()))
+        return a * v + (1 - a) * w
+
+    return {n: mix(v, shared[n]) if n in shared else v for n, v in local.items()}
 
 
 class APFL(OneArchitecture, FedAvg):
@@ -58,8 +73,6 @@ class APFL(OneArchitecture, FedAvg):
     personalized = True
     trains_ssl_encoders = False
     one_architecture = "mixes each local model with the global one parameter by parameter"
-
-    no_stacked_form = SEQUENTIAL
 
     def init_client_state(self, client: str) -> dict[str, Any]:
         start = self.initial_params(self.cfg.model.name, "global-init")
@@ -119,3 +132,70 @@ class APFL(OneArchitecture, FedAvg):
 
     def personalized_model(self, client: str, state: Any):
         return self.scratch_model(self.cfg.model.name, state["personal"], role="personal")
+
+    @reproduces(client_update)
+    def cohort_update(
+        self, payload: Params, states: list[Any], datas: list[ClientData], round_idx: int, seed: int
+    ) -> list[ClientResult]:
+        """`client_update` for a cohort: per chunk, the clients' w_i (from the payload) and v_i
+        (their own) as two stacked models and their alpha_i as one vector; each step takes both
+        losses and all gradients at the step's start, then both steps and alpha's."""
+        cfg, opts, arch = self.cfg.train, self.cfg.apfl, self.cfg.model.name
+        forward = self.stacked_forward(arch)
+        payloads = OnDevices(payload)
+        results: list[ClientResult | None] = [None] * len(datas)
+
+        def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
+            device, own = chunk.device, [states[i] for i in chunk.positions]
+            shared = StackedStep(forward, broadcast_params(payloads(device), len(chunk)), cfg)
+            locals_ = {n: v.to(device) for n, v in stack_params([s["local"] for s in own]).items()}
+            local = StackedStep(forward, locals_, cfg)
+            alpha = torch.stack([s["alpha"] for s in own]).to(device)
+            sums = torch.zeros(2, len(chunk), dtype=torch.float64, device=device)
+            for step in chunk.steps:
+                x, y = chunk.batch(step)
+                active, weight, masks = step.active, step.weight, chunk.dropout(step)
+                w_leaf, w_state = shared.leaves(active)
+                v_leaf, v_state = local.leaves(active)
+                a = alpha[:active].clone().requires_grad_(opts.learn_alpha)
+                # the dropout masks in the sequential order: w_i's forward, then the mixture's
+                loss_w = cross_entropy(forward(w_state, x, masks, weight), y, weight)
+                w_now = {n: t.detach() for n, t in w_leaf.items()}
+                mixed = mixture(a, v_state, w_now)
+                loss_v = cross_entropy(forward(mixed, x, masks, weight), y, weight)
+                w_grads = grads_of(loss_w.sum(), w_leaf)
+                v_grads = grads_of(
+                    loss_v.sum(), {**v_leaf, **({_ALPHA: a} if a.requires_grad else {})}
+                )
+                a_grad = v_grads.pop(_ALPHA, None)
+                for model, grads in ((shared, w_grads), (local, v_grads)):
+                    clip_stacked(grads, cfg.max_grad_norm)
+                    model.optimizer.step(grads, active)
+                if a_grad is not None:
+                    alpha[:active] = (alpha[:active] - opts.alpha_lr * a_grad).clamp(0.0, 1.0)
+                sums[:, :active] += torch.stack([loss_w.detach(), loss_v.detach()]).double()
+            out = []
+            losses = sums.tolist()  # one host sync a chunk
+            for k, position in enumerate(chunk.positions):
+                steps = chunk.client_steps[k]
+                kept_local, kept_shared = local.client(k), shared.client(k)
+                weights = {n: kept_shared[n] for n in forward.param_names}
+                new_state = {
+                    "local": kept_local,
+                    "personal": mixture(alpha[k], kept_local, weights),
+                    "alpha": alpha[k].clone(),
+                }
+                metrics = {
+                    "loss": losses[0][k] / max(steps, 1),
+                    "personal_loss": losses[1][k] / max(steps, 1),
+                    "alpha": float(alpha[k]),
+                    "steps": float(steps),
+                }
+                out.append((position, ClientResult(kept_shared, new_state, metrics)))
+            return out
+
+        for position, result in train_chunks(
+            self, train, datas, range(len(datas)), arch, round_idx, seed
+        ):
+            results[position] = result
+        return results  # type: ignore[return-value]

@@ -80,8 +80,9 @@ class Algorithm(ABC):
     #: heads): the SSL encoders' waveform path (engine/waveform.py) refuses it before any data is
     #: built. Personalized methods are refused there too (their client models read features).
     trains_ssl_encoders: bool = True
-    #: Why the method has no stacked form although it inherits a `cohort_update` (APFL's two models
-    #: per client), or None: engine/execution.py `stacking_obstacle` names it as the reason.
+    #: Why the method has no stacked form although it inherits a `cohort_update` (a partial pFL
+    #: method's optimiser that stacks no subset: algorithms/partial.py), or None:
+    #: engine/execution.py `stacking_obstacle` names it as the reason.
     no_stacked_form: str | None = None
     #: Why a personalized method's clients must all train `model.name` (its own models and the
     #: shared one are combined parameter by parameter), or None: `model.heterogeneous` is then

@@ -154,8 +154,7 @@ ALGORITHMS = Registry(
         ),
         "apfl": Entry(
             "fedac.algorithms.apfl:APFL",
-            "APFL: personal mixture alpha v + (1 - alpha) w, alpha learned; sequential (two models "
-            "a step)",
+            "APFL: personal mixture alpha v + (1 - alpha) w, alpha learned",
             f"{_S}.apfl:APFLConfig",
         ),
     },
