@@ -130,6 +130,65 @@ def test_a_trial_left_running_by_an_ended_process_is_failed_and_tried_again(tmp_
     assert retry.params == left.params and study.trials[1].user_attrs["retry_of"] == 0
 
 
+def test_an_interrupted_trials_retry_continues_its_run_from_the_checkpoint(
+    gsc_root, tmp_path, monkeypatch
+):
+    """SIGINT / SIGTERM in round 3 of 4 (checkpoints every round): the retry resumes the run in the
+    interrupted trial's directory from round 2, trains rounds 3-4 only, and its curve, score and
+    metrics equal an uninterrupted trial's of the same settings."""
+    from fedac.engine.simulator import Simulator
+    from fedac.errors import RunInterrupted
+    from fedac.experiments.sweep import Search, SweepSpec, claim, open_study, run_trial, worker_lock
+
+    overrides = [*tiny(gsc_root)[1::2], "train.checkpoint_every=1"]
+
+    def trial_of(out: Path, interrupt: bool):
+        spec = SweepSpec(
+            out, [Search("train.lr", 0.05, 0.2)], 1, overrides=overrides, rounds=4, progress=False
+        )
+        out.mkdir()
+        study = open_study(spec, "maximize")
+        study.enqueue_trial({"train.lr": 0.1})
+        with worker_lock(out) as name:
+            trial = claim(study, spec, name)
+            if interrupt:
+                original = Simulator.run_round
+
+                def stop_in_round_3(self, state, round_idx):
+                    if round_idx == 3:
+                        raise RunInterrupted(self.run_dir, 2, 4, signal.SIGTERM, "round 3")
+                    return original(self, state, round_idx)
+
+                with monkeypatch.context() as patch:
+                    patch.setattr(Simulator, "run_round", stop_in_round_3)
+                    with pytest.raises(RunInterrupted):
+                        run_trial(spec, study, trial, {})
+                trial = claim(study, spec, name)  # the retry, queued by the interruption
+                assert trial.user_attrs["retry_of"] == 0
+            assert run_trial(spec, study, trial, {}) == "done"
+        return study
+
+    whole = trial_of(tmp_path / "whole", interrupt=False)
+    retried = trial_of(tmp_path / "retried", interrupt=True)
+    first, retry = retried.trials
+    assert (first.state.name, retry.state.name) == ("FAIL", "COMPLETE")
+    assert first.user_attrs["run_dir"] == retry.user_attrs["run_dir"] == "trials/0000"
+    assert not (tmp_path / "retried" / "trials" / "0001").exists()
+    run = json.loads((tmp_path / "retried" / "trials" / "0000" / "results.json").read_text())
+    assert (run["resumed_from"], run["rounds_trained"]) == (2, 2)
+    done = whole.trials[0]
+    assert (
+        retry.intermediate_values == done.intermediate_values and len(done.intermediate_values) == 4
+    )
+    assert retry.value == done.value
+    metrics = [
+        (p / "trials" / "0000" / "metrics.csv") for p in (tmp_path / "whole", tmp_path / "retried")
+    ]
+    columns = ("round", "val_accuracy", "train_loss")
+    a, b = ([{k: r[k] for k in columns} for r in csv.DictReader(open(m))] for m in metrics)
+    assert a == b and len(a) == 4
+
+
 @pytest.mark.parametrize(
     "search, extra, named",
     [

@@ -21,8 +21,9 @@ Optuna's RDBStorage takes, e.g. PostgreSQL, for processes on several machines). 
 pruned count towards `--trials`; the same command with a larger `--trials` adds only the missing
 ones. A trial whose process ended mid-trial (killed) is found RUNNING with its process gone (each
 worker holds a lock on `DIR/workers/<host>-<pid>.lock`; on a database, Optuna's heartbeat), marked
-FAIL and its settings tried again. `--jobs K` runs K worker processes, each claiming trials under a
-file lock, so they finish exactly `--trials` trials between them.
+FAIL and its settings tried again: the retry continues the killed run from its last checkpoint, in
+its directory (a database's heartbeat retry starts afresh). `--jobs K` runs K worker processes, each
+claiming trials under a file lock, so they finish exactly `--trials` trials between them.
 
 Outputs: `DIR/trials.csv` and `DIR/best.yaml` (the best trial's config.yaml: `fedac run --config
 DIR/best.yaml` repeats it), rewritten after every trial, and `DIR/sweep.png` (the score of every
@@ -475,34 +476,62 @@ def with_pruning(driver: type, spec: SweepSpec, trial, curve: list[tuple[int, fl
     """`driver` (a round driver class) reporting every evaluated round's metric to `trial` and
     stopping when Optuna's pruner says so."""
 
+    def score(round_idx: int, row: dict[str, float]) -> None:
+        if "virtual_time_s" in row:
+            trial.set_user_attr("virtual_s", float(row["virtual_time_s"]))
+        metric = metric_of(spec, row)
+        if metric is None:
+            return
+        trial.set_user_attr("metric", metric)
+        curve.append((round_idx, float(row[metric])))
+        trial.report(float(row[metric]), round_idx)
+
     class Pruning(driver):
+        def place_state(self, state):
+            # a resumed run (a retry continuing its interrupted trial): the evaluations before its
+            # checkpoint reported again, so its curve and the pruner see every round
+            state = super().place_state(state)
+            for row in state.history:
+                score(int(row["round"]), row)
+            if state.history and trial.should_prune():
+                raise Pruned(state.round)
+            return state
+
         def round_written(self, state, round_idx: int, row: dict[str, float]) -> None:
             super().round_written(state, round_idx, row)
-            if "virtual_time_s" in row:
-                trial.set_user_attr("virtual_s", float(row["virtual_time_s"]))
-            metric = metric_of(spec, row)
-            if metric is None:
-                return
-            trial.set_user_attr("metric", metric)
-            curve.append((round_idx, float(row[metric])))
-            trial.report(float(row[metric]), round_idx)
-            if trial.should_prune():
+            score(round_idx, row)
+            if metric_of(spec, row) is not None and trial.should_prune():
                 raise Pruned(round_idx)
 
     return Pruning
 
 
+def interrupted_run(spec: SweepSpec, study, trial) -> Path | None:
+    """The run directory of the trial `trial` retries (`retry_of`) when it holds a checkpoint to
+    continue from; None: a fresh run."""
+    from fedac.engine.checkpoint import CHECKPOINT
+
+    retried = trial.user_attrs.get("retry_of")
+    if retried is None:
+        return None
+    old = study.get_trials(deepcopy=False)[int(retried)]
+    run_dir = spec.out / str(old.user_attrs.get("run_dir", f"trials/{int(retried):04d}"))
+    return run_dir if (run_dir / CHECKPOINT).is_file() else None
+
+
 def run_trial(spec: SweepSpec, study, trial, built: dict) -> str:
     """Train `trial`'s run and tell the study its score (or that it was pruned). Returns its state.
     A run interrupted (SIGINT / SIGTERM) is told FAIL and queued again before the signal ends the
-    sweep; any other error is told FAIL and stops the sweep."""
+    sweep; any other error is told FAIL and stops the sweep. The retry continues the interrupted
+    run from its last checkpoint, in its directory (`interrupted_run`)."""
     import optuna  # lazy: start-up time
 
     from fedac.engine.runner import runner_for
     from fedac.engine.simulator import Simulator
     from fedac.experiments.compare import shared_data
 
-    run_dir = spec.out / "trials" / f"{trial.number:04d}"
+    resumed = interrupted_run(spec, study, trial)
+    run_dir = resumed or spec.out / "trials" / f"{trial.number:04d}"
     cfg = spec.config_for(trial.params)
     cfg.out = str(run_dir)
     trial.set_user_attr("run_dir", str(run_dir.relative_to(spec.out)))
@@ -515,7 +544,8 @@ def run_trial(spec: SweepSpec, study, trial, built: dict) -> str:
     try:
         with heartbeat:
             kwargs = {"data": shared_data(built, cfg, False)} if driver is Simulator else {}
-            with_pruning(driver, spec, trial, curve)(cfg, run_dir, progress=False, **kwargs).run()
+            run = with_pruning(driver, spec, trial, curve)(cfg, run_dir, progress=False, **kwargs)
+            run.run(resume=resumed is not None)
     except Pruned:
         trial.set_user_attr("wall_s", time.perf_counter() - started)
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
