@@ -161,7 +161,7 @@ def test_an_interrupted_trials_retry_continues_its_run_from_the_checkpoint(
 
                 with monkeypatch.context() as patch:
                     patch.setattr(Simulator, "run_round", stop_in_round_3)
-                    with pytest.raises(RunInterrupted):
+                    with pytest.raises(RunInterrupted, match="continue with: the same command"):
                         run_trial(spec, study, trial, {})
                 trial = claim(study, spec, name)  # the retry, queued by the interruption
                 assert trial.user_attrs["retry_of"] == 0

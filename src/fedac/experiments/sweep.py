@@ -550,10 +550,15 @@ def run_trial(spec: SweepSpec, study, trial, built: dict) -> str:
         trial.set_user_attr("wall_s", time.perf_counter() - started)
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         return "pruned"
-    except (RunInterrupted, KeyboardInterrupt):
+    except (RunInterrupted, KeyboardInterrupt) as exc:
         trial.set_user_attr("failed", "interrupted")
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         study.enqueue_trial(trial.params, user_attrs={"retry_of": trial.number})
+        if isinstance(exc, RunInterrupted):  # the sweep continues, this trial's run with it
+            exc.continue_with = (
+                "the same command again (the study continues; this trial's run resumes from its "
+                "checkpoint)"
+            )
         raise
     except BaseException as exc:
         trial.set_user_attr("failed", f"{type(exc).__name__}: {exc}"[:500])
