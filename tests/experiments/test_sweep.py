@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+import types
 from pathlib import Path
 
 import pytest
@@ -104,7 +105,7 @@ def test_a_pruner_stops_a_trial_at_its_reported_round(gsc_root, tmp_path):
     trial, curve = study.ask(), []
     cfg = spec.config_for({})
     with pytest.raises(Pruned):
-        with_pruning(Simulator, spec, trial, curve)(cfg, tmp_path / "run", progress=False).run()
+        with_pruning(Simulator, spec, trial, curve, [])(cfg, tmp_path / "run", progress=False).run()
     # pruned at the first evaluated round, which it reported
     assert [r for r, _ in curve] == [1]
     assert trial.storage.get_trial(trial._trial_id).intermediate_values == {1: curve[0][1]}
@@ -135,9 +136,12 @@ def test_an_interrupted_trials_retry_continues_its_run_from_the_checkpoint(
 ):
     """SIGINT / SIGTERM in round 3 of 4 (checkpoints every round): the retry resumes the run in the
     interrupted trial's directory from round 2, trains rounds 3-4 only, and its curve, score and
-    metrics equal an uninterrupted trial's of the same settings."""
+    metrics equal an uninterrupted trial's of the same settings; its wall time counts both
+    sittings."""
+    from fedac.engine.checkpoint import load_checkpoint
     from fedac.engine.simulator import Simulator
     from fedac.errors import RunInterrupted
+    from fedac.experiments import sweep
     from fedac.experiments.sweep import Search, SweepSpec, claim, open_study, run_trial, worker_lock
 
     overrides = [*tiny(gsc_root)[1::2], "train.checkpoint_every=1"]
@@ -165,7 +169,15 @@ def test_an_interrupted_trials_retry_continues_its_run_from_the_checkpoint(
                         run_trial(spec, study, trial, {})
                 trial = claim(study, spec, name)  # the retry, queued by the interruption
                 assert trial.user_attrs["retry_of"] == 0
+                # this sitting's clock reads 1 s; the trial's wall time adds the run's before it
+                before = load_checkpoint(out / "trials" / "0000").wall_seconds
+                ticks = iter([10.0, 11.0])
+                monkeypatch.setattr(
+                    sweep, "time", types.SimpleNamespace(perf_counter=lambda: next(ticks))
+                )
             assert run_trial(spec, study, trial, {}) == "done"
+            if interrupt:
+                assert study.trials[-1].user_attrs["wall_s"] == pytest.approx(1.0 + before)
         return study
 
     whole = trial_of(tmp_path / "whole", interrupt=False)

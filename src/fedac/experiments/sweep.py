@@ -472,9 +472,12 @@ def metric_of(spec: SweepSpec, row: dict[str, float]) -> str | None:
     return next((m for m in PREFERENCE[spec.metric] if m in row), None)
 
 
-def with_pruning(driver: type, spec: SweepSpec, trial, curve: list[tuple[int, float]]) -> type:
+def with_pruning(
+    driver: type, spec: SweepSpec, trial, curve: list[tuple[int, float]], earlier: list[float]
+) -> type:
     """`driver` (a round driver class) reporting every evaluated round's metric to `trial` and
-    stopping when Optuna's pruner says so."""
+    stopping when Optuna's pruner says so; `earlier` receives the run's wall seconds before this
+    sitting (0 for a fresh run)."""
 
     def score(round_idx: int, row: dict[str, float]) -> None:
         if "virtual_time_s" in row:
@@ -491,6 +494,7 @@ def with_pruning(driver: type, spec: SweepSpec, trial, curve: list[tuple[int, fl
             # a resumed run (a retry continuing its interrupted trial): the evaluations before its
             # checkpoint reported again, so its curve and the pruner see every round
             state = super().place_state(state)
+            earlier.append(state.wall_seconds)  # (the interrupted sittings' wall time)
             for row in state.history:
                 score(int(row["round"]), row)
             if state.history and trial.should_prune():
@@ -537,6 +541,7 @@ def run_trial(spec: SweepSpec, study, trial, built: dict) -> str:
     trial.set_user_attr("run_dir", str(run_dir.relative_to(spec.out)))
     driver, _ = runner_for(cfg)
     curve: list[tuple[int, float]] = []
+    earlier: list[float] = []
     started = time.perf_counter()
     from optuna.storages._heartbeat import get_heartbeat_thread  # (a database's; else a no-op)
 
@@ -544,10 +549,12 @@ def run_trial(spec: SweepSpec, study, trial, built: dict) -> str:
     try:
         with heartbeat:
             kwargs = {"data": shared_data(built, cfg, False)} if driver is Simulator else {}
-            run = with_pruning(driver, spec, trial, curve)(cfg, run_dir, progress=False, **kwargs)
+            run = with_pruning(driver, spec, trial, curve, earlier)(
+                cfg, run_dir, progress=False, **kwargs
+            )
             run.run(resume=resumed is not None)
     except Pruned:
-        trial.set_user_attr("wall_s", time.perf_counter() - started)
+        trial.set_user_attr("wall_s", time.perf_counter() - started + sum(earlier))
         study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         return "pruned"
     except (RunInterrupted, KeyboardInterrupt) as exc:
@@ -564,7 +571,7 @@ def run_trial(spec: SweepSpec, study, trial, built: dict) -> str:
         trial.set_user_attr("failed", f"{type(exc).__name__}: {exc}"[:500])
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         raise
-    trial.set_user_attr("wall_s", time.perf_counter() - started)
+    trial.set_user_attr("wall_s", time.perf_counter() - started + sum(earlier))
     if not curve:
         study.tell(trial, state=optuna.trial.TrialState.FAIL)
         raise FedacError(f"trial {trial.number}: its rows have no metric {spec.metric!r}")
