@@ -146,8 +146,9 @@ def test_flattening_compares_the_last_evaluations_with_the_ones_before(tmp_path)
 
 def test_tuned_md_ranks_only_the_methods_with_figures(tmp_path):
     """A table being finished over several sittings: a method without finished runs has no rank
-    ('—'), the reading compares only the methods with both figures and says so; settings show 4
-    significant digits; '(same runs)' where the untuned settings won."""
+    ('—'), the reading compares only the methods with both figures and says so; a figure of fewer
+    seeds than the table's says how many (one: no spread, and nothing it enters is called clear);
+    settings show 4 significant digits; '(same runs)' where the untuned settings won."""
     from types import SimpleNamespace
 
     from fedac.experiments.compare import Method
@@ -168,20 +169,26 @@ def test_tuned_md_ranks_only_the_methods_with_figures(tmp_path):
         cell,  # type: ignore[arg-type]
         {"A": runs(0.8, 0.6), "B": runs(0.75), "A (untuned)": runs(0.5), "B (untuned)": runs(0.6)},
         tmp_path,
+        2,
     )
     rows = {line.split(" | ")[0][2:]: line.split(" | ") for line in lines if line.startswith("| ")}
     assert rows["A"][1] == "train.lr=0.1035" and rows["A"][2] == "70.00 ± 10.00"  # (std ddof 0)
+    assert rows["B"][2] == "75.00 (n=1)" and rows["B"][6] == "60.00 (n=1)"
     assert rows["B"][3] == "1" and rows["A"][3] == "2" and rows["C"][3] == "—"
     assert rows["B"][7] == "1 |" and rows["A"][7] == "2 |" and rows["C"][7] == "— |"
     assert "(same runs)" in rows["C"][6] and "(same runs)" not in rows["A"][6]
     assert lines[-3] == (
-        "Tuned, B wins by 5.00 points over A, within the spread of the seeds: not a clear win. "
-        "The ranking (of the 2 methods with both figures so far) is the untuned one."
+        "Tuned, B wins by 5.00 points over A, from one seed so far: whether the lead is clear "
+        "waits for the others. The ranking (of the 2 methods with both figures so far) is the "
+        "untuned one."
     )
     assert lines[-1] == (
         "What tuning did to each method's held-out mean, in points ('clear': by more than "
-        "either's standard deviation over seeds): B +15.00 (clear); A +20.00 (clear)."
+        "either's standard deviation over seeds): B +15.00; A +20.00."
     )
+    # three seeds in the table: A's two runs are partial too, with their spread
+    lines, _ = pfl.tuned_section(cell, {"A": runs(0.8, 0.6)}, tmp_path, 3)  # type: ignore[arg-type]
+    assert "| 70.00 ± 10.00 (n=2) |" in next(line for line in lines if line.startswith("| A |"))
 
 
 def test_the_tuned_figure_draws_methods_with_figures_and_a_table_with_none(tmp_path):
@@ -208,3 +215,58 @@ def test_the_reading_says_which_ranks_moved_and_what_tuning_did():
     )
     assert pfl.kendall_tau(["a", "b", "c"], ["a", "b", "c"]) == 1.0
     assert pfl.kendall_tau(["a", "b", "c"], ["b", "a", "c"]) == 1 / 3
+
+
+def test_the_tables_of_two_datasets_whose_untuned_runs_differ(tmp_path):
+    """The sweeps moved FedRep's settings on one dataset only and Ditto's on the other, so each
+    dataset's cell runs an untuned method the other does not: table.md lists every method of
+    either, `not run` where a column has no such run (a note says why), and the figure draws
+    what there is (it raised KeyError on the first dataset's methods before)."""
+    from types import SimpleNamespace
+
+    from fedac.experiments.catalog import experiment_named
+    from fedac.experiments.compare import Method
+    from fedac.experiments.runner import every_method
+
+    spec = experiment_named("pfl-tuned")
+
+    def cell(dataset: str, *labels: str):
+        methods = [Method(m, "fedavg", []) for m in labels]
+        return SimpleNamespace(label=dataset, dataset=dataset, methods=methods)
+
+    cells = [
+        cell("cremad", "FedRep", "Ditto", "FedRep (untuned)"),
+        cell("speech_commands", "FedRep", "Ditto", "Ditto (untuned)"),
+    ]
+    assert [m.label for m in every_method(cells)] == [  # type: ignore[arg-type]
+        "FedRep",
+        "Ditto",
+        "FedRep (untuned)",
+        "Ditto (untuned)",
+    ]
+
+    def run(value: float) -> dict:
+        return {
+            "seed": 0,
+            pfl.RANKED: value,
+            "accuracy": None,
+            "wall_seconds": 10.0,
+            "clients_model": "own",
+            "run_dir": str(tmp_path / "run"),
+        }
+
+    runs = {c.label: {m.label: [run(0.5 + i / 10)] for i, m in enumerate(c.methods)} for c in cells}
+    request = SimpleNamespace(out=tmp_path, seeds=[0], command="cmd")
+    pfl.write_pfl(spec, request, cells, runs)  # type: ignore[arg-type]
+    table = (tmp_path / "table.md").read_text()
+    assert "| FedRep (untuned) | 70.00 (n=1)" not in table  # (one seed of one: no "(n=")
+    assert f"| FedRep (untuned) | 70.00 | {runner_not_run()} |" in table
+    assert f"| Ditto (untuned) | {runner_not_run()} | 70.00 |" in table
+    assert f"{runner_not_run()}: the column has no such run" in table
+    assert (tmp_path / "figure.png").read_bytes()[:4] == b"\x89PNG"
+
+
+def runner_not_run() -> str:
+    from fedac.experiments.runner import NOT_RUN
+
+    return NOT_RUN

@@ -33,7 +33,14 @@ from typing import Any
 
 from fedac.experiments.compare import Method
 from fedac.experiments.fedmlac import DATASETS
-from fedac.experiments.runner import grid_cells, markdown, plot, write_run_tables
+from fedac.experiments.runner import (
+    NOT_RUN,
+    every_method,
+    grid_cells,
+    markdown,
+    plot,
+    write_run_tables,
+)
 from fedac.experiments.spec import Cell, Cost, Experiment, Layout, Request
 from fedac.training.metrics import mean_std, spread
 
@@ -119,13 +126,18 @@ def write_pfl(
     out = request.out
     # what the docs quote (docs/results/figures.yaml): mean and std over seeds of every figure
     write_run_tables(out, runs, CSV_KEYS, ("clients_model", client_figures), list(TABLES))
-    methods: list[Method] = cells[0].methods if cells else []
+    methods: list[Method] = every_method(cells)
     notes = [
         "Clients' models: each client's own model for the methods that keep one (FedMLAC, FedBN, "
         "FedPer, FedRep, LG-FedAvg, Ditto, APFL, Local), the shared model for the others. Best "
         "round: the evaluated round with the highest mean, chosen on the same held-out data "
         "(optimistic)."
     ]
+    if any(m.label not in by_method for by_method in runs.values() for m in methods):
+        notes.append(
+            f"{NOT_RUN}: the column has no such run (a tuned table runs a method's untuned "
+            "settings only where its sweep moved them: elsewhere its tuned row is its untuned run)."
+        )
     (out / "table.md").write_text(
         markdown(spec, runs, [m.label for m in methods], request.seeds, request.command, notes)
     )
@@ -321,7 +333,7 @@ def write_tuned(
     kept: dict[str, Any] = {"datasets": {}, "runs": {}}
     for cell in cells:
         section, kept["datasets"][cell.label] = tuned_section(
-            cell, runs.get(cell.label, {}), request.out
+            cell, runs.get(cell.label, {}), request.out, len(request.seeds)
         )
         lines += ["", *section]
         for label, rows in runs.get(cell.label, {}).items():  # (what `fedac report` checks)
@@ -408,18 +420,22 @@ def flattening(runs: list[dict]) -> list[str]:
     return ["", "Is FedAvg's validation curve flat at the end (untuned settings)?", "", *lines]
 
 
-def tuned_section(cell: Cell, runs: dict[str, list[dict]], out: Path) -> tuple[list[str], list]:
+def tuned_section(
+    cell: Cell, runs: dict[str, list[dict]], out: Path, seeds: int
+) -> tuple[list[str], list]:
     """One dataset's tuned.md table and its reading, and the table's rows as tuned.json keeps them
     (`tuned_row` renders one): per method its tuned settings, its clients' models' held-out
     accuracy (the ranked figure), their worst 10 % and the shared model on test, tuned; and its
     untuned held-out accuracy and rank (the tuned runs themselves where the untuned settings won
-    the sweep)."""
+    the sweep). A figure of fewer than `seeds` finished runs keeps its count, (mean, std, n)."""
     labels = [m.label for m in cell.methods if not m.label.endswith(UNTUNED)]
     kept = {m.label for m in cell.methods}
 
-    def score(label: str, key: str = RANKED) -> tuple[float, float]:
+    def score(label: str, key: str = RANKED) -> tuple[float, ...]:
         values = [r[key] for r in runs.get(label, []) if r.get(key) is not None]
-        return mean_std(values) if values else (float("nan"), 0.0)
+        if not values:
+            return float("nan"), 0.0
+        return mean_std(values) + ((len(values),) if len(values) < seeds else ())
 
     def untuned_label(m: str) -> str:
         return m + UNTUNED if m + UNTUNED in kept else m
@@ -434,8 +450,8 @@ def tuned_section(cell: Cell, runs: dict[str, list[dict]], out: Path) -> tuple[l
         )
         return {m: str(known.index(m) + 1) if m in known else "—" for m in labels}
 
-    def kept_figure(value: tuple[float, float]) -> list[float] | None:
-        return None if value[0] != value[0] else [value[0], value[1]]
+    def kept_figure(value: tuple[float, ...]) -> list[float] | None:
+        return None if value[0] != value[0] else list(value)
 
     rank = {"tuned": ranks(tuned), "untuned": ranks(untuned)}
     by_rank = sorted(labels, key=lambda m: -tuned[m][0] if tuned[m][0] == tuned[m][0] else 1.0)
@@ -484,7 +500,13 @@ def tuned_row(row: dict) -> str:
     README quotes these rows (docs/results/figures.yaml, `table: tuned`)."""
 
     def figure(value: list[float] | None) -> str:
-        return "—" if value is None else f"{100 * value[0]:.2f} ± {100 * value[1]:.2f}"
+        """mean ± std; `(n=k)` while only k seeds have finished (one: no spread to show)."""
+        if value is None:
+            return "—"
+        if len(value) > 2 and value[2] < 2:
+            return f"{100 * value[0]:.2f} (n=1)"
+        partial = f" (n={value[2]:.0f})" if len(value) > 2 else ""
+        return f"{100 * value[0]:.2f} ± {100 * value[1]:.2f}{partial}"
 
     same = " (same runs)" if row["same_runs"] else ""
     return (
@@ -494,10 +516,18 @@ def tuned_row(row: dict) -> str:
     )
 
 
-def clear(a: tuple[float, float], b: tuple[float, float]) -> bool:
+def clear(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     """Whether two (mean, std over seeds) differ by more than the larger std: tuned.md's stated
-    test of a clear difference (with 3 seeds a rough one, not a significance test)."""
+    test of a clear difference (with 3 seeds a rough one, not a significance test). Never while
+    either is one seed so far, (mean, std, 1): it has no spread to judge by."""
+    if not spread_known(a) or not spread_known(b):
+        return False
     return abs(a[0] - b[0]) > max(a[1], b[1])
+
+
+def spread_known(value: tuple[float, ...]) -> bool:
+    """Whether a (mean, std[, n]) figure rests on more than one seed."""
+    return len(value) < 3 or value[2] >= 2
 
 
 def kendall_tau(first: list[str], second: list[str]) -> float:
@@ -510,8 +540,8 @@ def kendall_tau(first: list[str], second: list[str]) -> float:
 
 def reading(
     ranked: list[str],
-    tuned: dict[str, tuple[float, float]],
-    untuned: dict[str, tuple[float, float]],
+    tuned: dict[str, tuple[float, ...]],
+    untuned: dict[str, tuple[float, ...]],
     methods: int,
     same: Callable[[str], str],
 ) -> list[str]:
@@ -525,6 +555,8 @@ def reading(
         "more than either's standard deviation over seeds"
         if clear(tuned[first], tuned[second])
         else "within the spread of the seeds: not a clear win"
+        if spread_known(tuned[first]) and spread_known(tuned[second])
+        else "from one seed so far: whether the lead is clear waits for the others"
     )
     before = sorted(ranked, key=lambda m: -untuned[m][0])
     partial = (

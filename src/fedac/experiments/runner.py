@@ -170,13 +170,27 @@ CSV_KEYS = [
 ]
 
 
+def every_method(cells: list[Cell]) -> list[Method]:
+    """The methods of any cell, in first-seen order (cells may differ: a tuned table runs a
+    method's untuned settings only on the datasets where its sweep moved them)."""
+    seen: dict[str, Method] = {}
+    for cell in cells:
+        for method in cell.methods:
+            seen.setdefault(method.label, method)
+    return list(seen.values())
+
+
+#: A table cell for a method its column did not run (`every_method`).
+NOT_RUN = "not run"
+
+
 def write_grid(
     spec: Experiment, request: Request, cells: list[Cell], runs: dict[str, dict[str, list[dict]]]
 ) -> None:
     """table.md (one table per `spec.tables` key, a column per cell), results.csv (one line per
     run), figure.png (bars per cell and method) and, for `spec.curves`, curves.png."""
     out = request.out
-    methods = cells[0].methods if cells else []
+    methods = every_method(cells)
     notes = (
         spec.notes(cells[0].settings + cells[0].last, methods, cells[0].dataset, request.seeds)
         if spec.notes and cells
@@ -321,7 +335,10 @@ def markdown(
             lines.append(
                 f"| {method} | "
                 + " | ".join(
-                    _cell_value(by_method[method], key, len(seeds)) for by_method in runs.values()
+                    _cell_value(by_method[method], key, len(seeds))
+                    if method in by_method
+                    else NOT_RUN
+                    for by_method in runs.values()
                 )
                 + " |"
             )
@@ -335,11 +352,16 @@ def markdown(
     for method in methods:
         walls = [
             [r["wall_seconds"] for r in by_method[method] if r.get("wall_seconds")]
+            if method in by_method
+            else None
             for by_method in runs.values()
         ]
         lines.append(
             f"| {method} | "
-            + " | ".join(f"{sum(w) / len(w):.0f}" if w else "pending" for w in walls)
+            + " | ".join(
+                NOT_RUN if w is None else f"{sum(w) / len(w):.0f}" if w else "pending"
+                for w in walls
+            )
             + " |"
         )
     return "\n".join(lines) + "\n"
@@ -359,8 +381,8 @@ def plot(
     width = 0.8 / max(1, len(methods))
     for ax, (key, title) in zip(axes[0], spec.tables.items()):
         for i, method in enumerate(methods):
-            stats = [
-                mean_std([r[key] for r in runs[c][method.label] if r.get(key) is not None])
+            stats = [  # (a column that did not run the method: no bar)
+                mean_std([r[key] for r in runs[c].get(method.label, []) if r.get(key) is not None])
                 for c in cells
             ]
             ax.bar(
