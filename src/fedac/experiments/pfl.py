@@ -632,8 +632,9 @@ SPECS = [
             712,
             "the CREMA-D half measured, 226 min (docs/results/pfl-tuned-converged: 13,581 s of "
             "runs and sweep trials); the Speech Commands half 486 min: its 12 sweeps' trials "
-            "(13,909 s, APFL's first two on the sequential path) and 47 of its 63 runs (10,761 s, "
-            "some beside .ci/run) measured, the other 16 estimated from their seed-0 runs (4,500 s)",
+            "(13,909 s, APFL's first two on the sequential path) and 47 of its 63 runs "
+            "(10,761 s, some beside .ci/run) measured, the other 16 estimated from their seed-0 "
+            "runs (4,500 s)",
         ),
         [m for m in METHODS if m.split("=")[0] in TUNED],
         datasets=("cremad", "speech_commands"),
