@@ -443,7 +443,7 @@ def tuned_section(
     tuned = {m: score(m) for m in labels}
     untuned = {m: score(untuned_label(m)) for m in labels}
 
-    def ranks(values: dict[str, tuple[float, float]]) -> dict[str, str]:
+    def ranks(values: dict[str, tuple[float, ...]]) -> dict[str, str]:
         """1 = best, among the methods with a figure; '—' for the others."""
         known = sorted(
             (m for m in labels if values[m][0] == values[m][0]), key=lambda m: -values[m][0]
