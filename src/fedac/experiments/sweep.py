@@ -49,7 +49,14 @@ from typing import Any, Literal
 
 import yaml
 
-from fedac.config import Config, fit_eval_schedule, load_config, not_applied, save_config
+from fedac.config import (
+    Config,
+    fit_eval_schedule,
+    last_settings,
+    load_config,
+    not_applied,
+    save_config,
+)
 from fedac.errors import ConfigError, FedacError, RunInterrupted
 from fedac.settings.algorithms import ALGORITHMS
 
@@ -162,11 +169,12 @@ class SweepSpec:
         return cfg
 
     def definition(self) -> dict[str, Any]:
-        """What makes two commands one study (everything but --trials, --jobs, --storage)."""
+        """What makes two commands one study (everything but --trials, --jobs, --storage); of
+        --sets of one key, the last (`last_settings`)."""
         text = Path(self.config).read_text() if self.config else ""
         return {
             "config_sha256": hashlib.sha256(text.encode()).hexdigest(),
-            "overrides": self.overrides,
+            "overrides": last_settings(self.overrides),
             "algorithm": self.algorithm,
             "dataset": self.dataset,
             "rounds": self.rounds,
@@ -325,12 +333,16 @@ def open_study(spec: SweepSpec, direction: Direction, worker: int = 0):
                     {s.key: _setting(base, s.key)[1] for s in spec.searches},
                     user_attrs={"baseline": True},
                 )
-        elif made != spec.definition():
+        else:
+            # (a study made before definitions dropped replaced --sets holds them all)
+            made = {**made, "overrides": last_settings(made["overrides"])}
             changed = [k for k, v in spec.definition().items() if made.get(k) != v]
-            raise ConfigError(
-                f"{spec.out} holds a sweep of other settings ({', '.join(changed)} differ); rerun "
-                "its command (only --trials, --jobs and --storage may change) or give another --out"
-            )
+            if changed:
+                raise ConfigError(
+                    f"{spec.out} holds a sweep of other settings ({', '.join(changed)} differ); "
+                    "rerun its command (only --trials, --jobs and --storage may change) or give "
+                    "another --out"
+                )
     return study
 
 
