@@ -2,8 +2,8 @@
 
 Built with torch.utils.cpp_extension (g++ and ninja) into `_build/<key>/` here, where the key hashes
 everything that shapes the compile command (the source and its path, flags, compiler, torch, Python
-headers and the ninja binary): scripts/setup.sh builds it, and a process that finds no build for its key
-compiles it on first use (about a minute) and says so. The ninja is always the pip package's (a
+headers and the ninja binary): scripts/setup.sh builds it, and a process that finds no build for its
+key compiles it on first use (about a minute) and says so. The ninja is always the pip package's (a
 dependency), never whichever one PATH finds first: two ninjas read each other's build logs as
 "command line changed" and rebuilt the same checkout back and forth (about two minutes each way). It
 is built for the vector width torch's own kernels use on this CPU (`cpu_capability()`): AVX-512
