@@ -491,15 +491,17 @@ def with_pruning(
     stopping when Optuna's pruner says so; `earlier` receives the run's wall seconds before this
     sitting (0 for a fresh run)."""
 
-    def score(round_idx: int, row: dict[str, float]) -> None:
+    def score(round_idx: int, row: dict[str, float]) -> bool:
+        """Report `row`'s metric to the study; False: the round was not evaluated."""
         if "virtual_time_s" in row:
             trial.set_user_attr("virtual_s", float(row["virtual_time_s"]))
         metric = metric_of(spec, row)
         if metric is None:
-            return
+            return False
         trial.set_user_attr("metric", metric)
         curve.append((round_idx, float(row[metric])))
         trial.report(float(row[metric]), round_idx)
+        return True
 
     class Pruning(driver):
         def place_state(self, state):
@@ -515,8 +517,7 @@ def with_pruning(
 
         def round_written(self, state, round_idx: int, row: dict[str, float]) -> None:
             super().round_written(state, round_idx, row)
-            score(round_idx, row)
-            if metric_of(spec, row) is not None and trial.should_prune():
+            if score(round_idx, row) and trial.should_prune():
                 raise Pruned(round_idx)
 
     return Pruning
