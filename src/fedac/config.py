@@ -903,6 +903,15 @@ def load_config(
     return cfg
 
 
+def last_settings(overrides: list[str]) -> list[str]:
+    """`overrides` without the ones a later `--set` of the same key replaces (the settings that
+    take effect, in the order given): what a command's own layers pass on, so that a layer
+    replacing an earlier one's value (a table's dataset after its protocol) raises no warning and
+    two spellings of one configuration are one sweep."""
+    keys = [parse_override(text)[0] for text in overrides]
+    return [text for i, text in enumerate(overrides) if keys[i] not in keys[i + 1 :]]
+
+
 def _warn_repeated(overrides: list[str]) -> None:
     """A warning for each key that several `--set`s give (the last one wins, as the shell's order
     says, and an earlier one was likely meant to be kept)."""

@@ -5,6 +5,8 @@ momentum and clipping the stacked path gives the sequential one's numbers, and `
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -19,7 +21,8 @@ ALPHA, ALPHA_LR = 0.4, 0.5
 def reference(algo, data, learn: bool, rounds: int = 2):
     """Per batch, from the step's (w_i, v_i, alpha_i): w_i -= lr grad f(w_i); v_bar = alpha v_i +
     (1 - alpha) w_i; v_i -= lr grad_v f(v_bar); alpha -= alpha_lr grad_alpha f(v_bar), in [0, 1].
-    The server: the n_k-weighted mean of the w_i."""
+    The server: the n_k-weighted mean of the w_i. A client with a step limit (the virtual clock's
+    partial work) takes its first `step_limit` steps."""
     model = algo.scratch_model(algo.cfg.model.name).train()
     names = [n for n, _ in model.named_parameters()]
     w = {n: v.clone() for n, v in algo.init_server()["params"].items()}
@@ -30,7 +33,7 @@ def reference(algo, data, learn: bool, rounds: int = 2):
         trained = []
         for cl in data:
             wk, v, a_k = {n: t.clone() for n, t in w.items()}, local[cl.name], alpha[cl.name]
-            for idx in batches(algo, cl, r):
+            for idx in list(batches(algo, cl, r))[: cl.step_limit]:  # (partial work: the first)
                 x, y = cl.x[idx], cl.y[idx]
                 lw = {n: wk[n].detach().requires_grad_() for n in names}
                 gw = torch.autograd.grad(
@@ -86,6 +89,25 @@ def test_apfl_matches_a_plain_loop_of_algorithm_1(model, learn, execution):
         own = algo.personalized_model(cl.name, state)
         assert max_diff(dict(own.state_dict()), state["personal"]) == 0.0
         assert (abs(float(state["alpha"]) - ALPHA) > 1e-4) == learn
+
+
+@pytest.mark.parametrize("execution", ["sequential", "cohort"])
+def test_partial_work_takes_a_clients_first_steps_on_both_paths(execution):
+    """The virtual clock's partial work (`ClientData.step_limit`) reaches APFL's w_i, v_i and
+    alpha_i alike: 2 of the first client's 6 steps and 1 of the third's 2, each round."""
+    algo = build(APFL, "crnn_tiny", execution, f"apfl.alpha={ALPHA}", f"apfl.alpha_lr={ALPHA_LR}")
+    data = clients()
+    limited = [replace(data[0], step_limit=2), data[1], replace(data[2], step_limit=1)]
+    server, states, results = federate(algo, limited)
+    w, local, alpha, personal = reference(algo, limited, learn=True)
+    assert max_diff(w, server["params"]) <= 1e-5
+    for cl, result in zip(limited, results):
+        assert max_diff(local[cl.name], states[cl.name]["local"]) <= 1e-5
+        assert abs(float(alpha[cl.name]) - float(states[cl.name]["alpha"])) <= 1e-5
+        assert max_diff(personal[cl.name], states[cl.name]["personal"]) <= 1e-5
+        assert result.metrics["steps"] == len(list(batches(algo, cl, 2))[: cl.step_limit])
+    full = federate(algo, data)[0]
+    assert max_diff(full["params"], server["params"]) > 1e-4
 
 
 def test_learning_alpha_changes_the_result():

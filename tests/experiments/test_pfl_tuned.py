@@ -35,10 +35,11 @@ def test_every_tuned_method_searches_the_lr_and_a_setting_it_reads():
 
 
 @pytest.mark.slow
-def test_each_dataset_runs_the_schedule_its_flattening_was_measured_on(tmp_path):
+def test_each_dataset_runs_the_schedule_its_flattening_was_measured_on(tmp_path, caplog):
     """CREMA-D: 24 actors, all every round, 1 local epoch, 60 rounds; Speech Commands: the default
     task's 240 speakers, 10 % a round, its 5 local epochs (not pfl-quick's 1, under which FedAvg
-    was far from flat), 150 rounds."""
+    was far from flat), 150 rounds; the dataset's epochs replace the protocol's without a
+    warning of a repeated --set (which is for a user's)."""
     from fedac.experiments.catalog import experiment_named
     from fedac.experiments.runner import grid_cells
     from fedac.experiments.spec import Request
@@ -51,6 +52,7 @@ def test_each_dataset_runs_the_schedule_its_flattening_was_measured_on(tmp_path)
     speech = cells["speech_commands"]
     assert (speech.rounds, speech.local_epochs, speech.fraction) == (pfl.SC_ROUNDS, 5, 0.1)
     assert speech.eval_every == 5
+    assert "is given 2 times" not in caplog.text
 
 
 def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):

@@ -96,6 +96,29 @@ def test_sweep_writes_trials_and_best_and_a_larger_trials_adds_only_the_missing(
     assert "holds a sweep of other settings (searches differ)" in capsys.readouterr().err
 
 
+def test_a_set_that_a_later_one_replaces_makes_no_other_study(tmp_path):
+    """Of --sets of one key the last takes effect, so the study is the same without the replaced
+    ones (a table's protocol repeats a key its dataset then sets: pfl-tuned's local epochs); a
+    study made when definitions held every --set still opens; another value is another study."""
+    from fedac.errors import ConfigError
+    from fedac.experiments.sweep import SweepSpec, open_study, parse_search
+
+    def spec(*overrides: str) -> SweepSpec:
+        search = [parse_search("train.lr=0.01:0.3:log")]
+        return SweepSpec(tmp_path / "sw", search, 2, overrides=list(overrides), seed=0)
+
+    (tmp_path / "sw").mkdir()
+    repeated = ("train.local_epochs=1", "train.rounds=3", "train.local_epochs=5")
+    study = open_study(spec(*repeated), "maximize")
+    assert study.user_attrs["definition"]["overrides"] == ["train.rounds=3", "train.local_epochs=5"]
+    open_study(spec("train.rounds=3", "train.local_epochs=5"), "maximize")
+    # as the studies made before stored them
+    study.set_user_attr("definition", {**spec().definition(), "overrides": list(repeated)})
+    open_study(spec("train.rounds=3", "train.local_epochs=5"), "maximize")
+    with pytest.raises(ConfigError, match=r"\(overrides differ\)"):
+        open_study(spec("train.rounds=3", "train.local_epochs=1"), "maximize")
+
+
 def test_a_pruner_stops_a_trial_at_its_reported_round(gsc_root, tmp_path):
     from fedac.engine.simulator import Simulator
     from fedac.experiments.sweep import Pruned, SweepSpec, with_pruning

@@ -223,6 +223,19 @@ def test_the_kernel_builds_once_whatever_ninja_path_finds(fused):
     assert kernels.build_key() == kernels.build_key()  # (stable within a process)
 
 
+def test_two_checkouts_of_one_source_build_in_two_folders(monkeypatch, tmp_path):
+    """ninja's build file names the source's path: a worktree linking the main checkout's build
+    folder rebuilt its kernel, and the main one rebuilt it back. The key tells the paths apart and
+    nothing else (the same bytes elsewhere are another key; the same path is the same key)."""
+    here = kernels.build_key("AVX2")
+    copy = tmp_path / "gru.cpp"
+    copy.write_bytes(kernels._SOURCE.read_bytes())
+    monkeypatch.setattr(kernels, "_SOURCE", copy)
+    elsewhere = kernels.build_key("AVX2")
+    assert elsewhere != here
+    assert kernels.build_key("AVX2") == elsewhere
+
+
 def test_a_missing_build_is_announced(monkeypatch, tmp_path, caplog):
     """Every real build says so (not only the first): an empty key folder means a build and a
     message."""

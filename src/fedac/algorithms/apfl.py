@@ -49,7 +49,7 @@ from fedac.training.local import (
     make_optimizer,
     on_device,
 )
-from fedac.training.stacking import CohortChunk, OnDevices, broadcast_params, grads_of, train_chunks
+from fedac.training.stacking import CohortChunk, OnDevices, broadcast_params, grads_of, train_cohort
 from fedac.training.types import class_labels, feature_windows
 
 #: alpha's entry among the personal loss's gradient leaves (no module parameter is named so)
@@ -143,7 +143,6 @@ class APFL(OneArchitecture, FedAvg):
         cfg, opts, arch = self.cfg.train, self.cfg.apfl, self.cfg.model.name
         forward = self.stacked_forward(arch)
         payloads = OnDevices(payload)
-        results: list[ClientResult | None] = [None] * len(datas)
 
         def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
             device, own = chunk.device, [states[i] for i in chunk.positions]
@@ -194,8 +193,4 @@ class APFL(OneArchitecture, FedAvg):
                 out.append((position, ClientResult(kept_shared, new_state, metrics)))
             return out
 
-        for position, result in train_chunks(
-            self, train, datas, range(len(datas)), arch, round_idx, seed
-        ):
-            results[position] = result
-        return results  # type: ignore[return-value]
+        return train_cohort(self, train, datas, arch, round_idx, seed)

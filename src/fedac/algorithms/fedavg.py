@@ -20,7 +20,7 @@ from fedac.algorithms.base import (
 )
 from fedac.training.functional import StackedStep, client_views
 from fedac.training.local import cross_entropy, train_supervised
-from fedac.training.stacking import CohortChunk, OnDevices, broadcast_params, train_chunks
+from fedac.training.stacking import CohortChunk, OnDevices, broadcast_params, train_cohort
 
 
 class FedAvg(Algorithm):
@@ -60,7 +60,6 @@ class FedAvg(Algorithm):
         cfg = self.cfg.train
         payloads = OnDevices(payload)
         forward = self.stacked_forward(self.cfg.model.name)
-        results: list[ClientResult | None] = [None] * len(datas)
 
         def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
             start = payloads(chunk.device)
@@ -93,11 +92,7 @@ class FedAvg(Algorithm):
                 )
             return out
 
-        for position, result in train_chunks(
-            self, train, datas, range(len(datas)), self.cfg.model.name, round_idx, seed
-        ):
-            results[position] = result
-        return results  # type: ignore[return-value]
+        return train_cohort(self, train, datas, self.cfg.model.name, round_idx, seed)
 
     def server_update(
         self, server: dict[str, Any], uploads: list[tuple[Params, int]], round_idx: int

@@ -26,7 +26,7 @@ from fedac.training.stacking import (
     OnDevices,
     broadcast_params,
     grads_of,
-    train_chunks,
+    train_cohort,
 )
 from fedac.training.types import ClientData, ClientResult, Params, class_labels, feature_windows
 
@@ -178,7 +178,6 @@ class LocalObjective(Algorithm):
         cfg, arch = self.cfg.train, self.cfg.model.name
         forward = self.stacked_forward(arch)
         payloads, starts = OnDevices(payload), OnDevices(self.start_params(payload))
-        results: list[ClientResult | None] = [None] * len(datas)
 
         def train(chunk: CohortChunk) -> list[tuple[int, ClientResult]]:
             here = payloads(chunk.device)
@@ -240,8 +239,4 @@ class LocalObjective(Algorithm):
                 )
             return out
 
-        for position, result in train_chunks(
-            self, train, datas, range(len(datas)), arch, round_idx, seed
-        ):
-            results[position] = result
-        return results  # type: ignore[return-value]
+        return train_cohort(self, train, datas, arch, round_idx, seed)

@@ -629,12 +629,11 @@ SPECS = [
         "-",
         "Personalised FL baselines tuned on validation, trained until FedAvg flattens",
         Cost(
-            712,
-            "the CREMA-D half measured, 226 min (docs/results/pfl-tuned-converged: 13,581 s of "
-            "runs and sweep trials); the Speech Commands half 486 min: its 12 sweeps' trials "
-            "(13,909 s, APFL's first two on the sequential path) and 47 of its 63 runs "
-            "(10,761 s, some beside .ci/run) measured, the other 16 estimated from their seed-0 "
-            "runs (4,500 s)",
+            698,
+            "measured (docs/results/pfl-tuned-converged): the CREMA-D half 226 min (13,581 s of "
+            "runs and sweep trials), the Speech Commands half 472 min (its 12 sweeps' trials "
+            "13,909 s, APFL's first two on the sequential path; its 63 runs 14,397 s, some beside "
+            ".ci/run)",
         ),
         [m for m in METHODS if m.split("=")[0] in TUNED],
         datasets=("cremad", "speech_commands"),

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from fedac.config import load_config
+from fedac.config import last_settings, load_config
 from fedac.errors import ConfigError
 from fedac.experiments.compare import (
     WORST_COLUMNS,
@@ -64,7 +64,8 @@ def grid_cells(spec: Experiment, request: Request) -> list[Cell]:
     for dataset in chosen_datasets(spec, request):
         for label, settings in spec.variants or [("", [])]:
             name = f"{dataset} {label}".strip()
-            cell_settings = spec.protocol + spec.dataset_settings[dataset] + settings
+            # (a dataset's or variant's value replaces the protocol's: no repeated --set)
+            cell_settings = last_settings(spec.protocol + spec.dataset_settings[dataset] + settings)
             base = load_config(None, cell_settings + request.user, dataset=dataset)
             out.append(
                 Cell(

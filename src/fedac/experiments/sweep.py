@@ -49,7 +49,14 @@ from typing import Any, Literal
 
 import yaml
 
-from fedac.config import Config, fit_eval_schedule, load_config, not_applied, save_config
+from fedac.config import (
+    Config,
+    fit_eval_schedule,
+    last_settings,
+    load_config,
+    not_applied,
+    save_config,
+)
 from fedac.errors import ConfigError, FedacError, RunInterrupted
 from fedac.settings.algorithms import ALGORITHMS
 
@@ -162,11 +169,12 @@ class SweepSpec:
         return cfg
 
     def definition(self) -> dict[str, Any]:
-        """What makes two commands one study (everything but --trials, --jobs, --storage)."""
+        """What makes two commands one study (everything but --trials, --jobs, --storage); of
+        --sets of one key, the last (`last_settings`)."""
         text = Path(self.config).read_text() if self.config else ""
         return {
             "config_sha256": hashlib.sha256(text.encode()).hexdigest(),
-            "overrides": self.overrides,
+            "overrides": last_settings(self.overrides),
             "algorithm": self.algorithm,
             "dataset": self.dataset,
             "rounds": self.rounds,
@@ -325,12 +333,16 @@ def open_study(spec: SweepSpec, direction: Direction, worker: int = 0):
                     {s.key: _setting(base, s.key)[1] for s in spec.searches},
                     user_attrs={"baseline": True},
                 )
-        elif made != spec.definition():
+        else:
+            # (a study made before definitions dropped replaced --sets holds them all)
+            made = {**made, "overrides": last_settings(made["overrides"])}
             changed = [k for k, v in spec.definition().items() if made.get(k) != v]
-            raise ConfigError(
-                f"{spec.out} holds a sweep of other settings ({', '.join(changed)} differ); rerun "
-                "its command (only --trials, --jobs and --storage may change) or give another --out"
-            )
+            if changed:
+                raise ConfigError(
+                    f"{spec.out} holds a sweep of other settings ({', '.join(changed)} differ); "
+                    "rerun its command (only --trials, --jobs and --storage may change) or give "
+                    "another --out"
+                )
     return study
 
 
@@ -479,15 +491,17 @@ def with_pruning(
     stopping when Optuna's pruner says so; `earlier` receives the run's wall seconds before this
     sitting (0 for a fresh run)."""
 
-    def score(round_idx: int, row: dict[str, float]) -> None:
+    def score(round_idx: int, row: dict[str, float]) -> bool:
+        """Report `row`'s metric to the study; False: the round was not evaluated."""
         if "virtual_time_s" in row:
             trial.set_user_attr("virtual_s", float(row["virtual_time_s"]))
         metric = metric_of(spec, row)
         if metric is None:
-            return
+            return False
         trial.set_user_attr("metric", metric)
         curve.append((round_idx, float(row[metric])))
         trial.report(float(row[metric]), round_idx)
+        return True
 
     class Pruning(driver):
         def place_state(self, state):
@@ -503,8 +517,7 @@ def with_pruning(
 
         def round_written(self, state, round_idx: int, row: dict[str, float]) -> None:
             super().round_written(state, round_idx, row)
-            score(round_idx, row)
-            if metric_of(spec, row) is not None and trial.should_prune():
+            if score(round_idx, row) and trial.should_prune():
                 raise Pruned(round_idx)
 
     return Pruning

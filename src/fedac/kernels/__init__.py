@@ -1,9 +1,9 @@
 """Compiled kernels: the fused stacked GRU recurrence (gru.cpp) used by models/stacked.py.
 
 Built with torch.utils.cpp_extension (g++ and ninja) into `_build/<key>/` here, where the key hashes
-everything that shapes the compile command (the source, flags, compiler, torch, Python headers and
-the ninja binary): scripts/setup.sh builds it, and a process that finds no build for its key
-compiles it on first use (about a minute) and says so. The ninja is always the pip package's (a
+everything that shapes the compile command (the source and its path, flags, compiler, torch, Python
+headers and the ninja binary): scripts/setup.sh builds it, and a process that finds no build for its
+key compiles it on first use (about a minute) and says so. The ninja is always the pip package's (a
 dependency), never whichever one PATH finds first: two ninjas read each other's build logs as
 "command line changed" and rebuilt the same checkout back and forth (about two minutes each way). It
 is built for the vector width torch's own kernels use on this CPU (`cpu_capability()`): AVX-512
@@ -120,9 +120,12 @@ def _ninja_bin_dir() -> str:
 
 
 def build_key(capability: str | None = None) -> str:
-    """A short hash of what determines the compiled kernel and ninja's view of its command line."""
+    """A short hash of what determines the compiled kernel and ninja's view of its command line,
+    the source's path included: ninja's build file names it, so two checkouts sharing one build
+    folder (a git worktree linking the main one's) would otherwise rebuild it in turn."""
     flags = " ".join(_cflags(capability or cpu_capability()))
     parts = [
+        str(_SOURCE.resolve()).encode(),
         _SOURCE.read_bytes(),
         flags.encode(),
         os.environ.get("CXX", "c++").encode(),

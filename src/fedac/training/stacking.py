@@ -508,3 +508,21 @@ def train_chunks(
         datas, positions, algo.cfg.train, round_idx, seed, algo.packing, arch, workers
     )
     return run_chunks(train, chunks, algo.cfg.runtime, algo.device, algo.devices, probing, workers)
+
+
+def train_cohort(
+    algo,
+    train: Callable[[CohortChunk], list[tuple[int, ClientResult]]],
+    datas: list[ClientData],
+    arch: str,
+    round_idx: int,
+    seed: int,
+) -> list[ClientResult]:
+    """Every client's result in `datas`' order, all of architecture `arch` (`train_chunks`: every
+    position is some chunk's)."""
+    results: list[ClientResult | None] = [None] * len(datas)
+    for position, result in train_chunks(
+        algo, train, datas, range(len(datas)), arch, round_idx, seed
+    ):
+        results[position] = result
+    return results  # type: ignore[return-value]
