@@ -11,6 +11,7 @@ import pytest
 
 from fedac.cli import main
 from fedac.experiments import pfl
+from fedac.experiments.catalog import experiment_named
 
 pytest.importorskip("optuna")
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -53,6 +54,26 @@ def test_each_dataset_runs_the_schedule_its_flattening_was_measured_on(tmp_path,
     assert (speech.rounds, speech.local_epochs, speech.fraction) == (pfl.SC_ROUNDS, 5, 0.1)
     assert speech.eval_every == 5
     assert "is given 2 times" not in caplog.text
+
+
+def test_a_tuned_setting_replaces_the_protocols_and_a_users_set_replaces_both(tmp_path, caplog):
+    """FedRep's sweep draws its head epochs, which the protocol also sets (2): the tuned value is
+    the run's without a repeated --set warning (that warning is for a user's own); a user's --set
+    still comes last and wins."""
+    from fedac.experiments.compare import Method, method_config
+    from fedac.experiments.runner import grid_cells
+    from fedac.experiments.spec import Request
+
+    spec = experiment_named("pfl-tuned")
+    request = Request(out=tmp_path, seeds=[0], datasets=["cremad"])
+    cell = grid_cells(spec, request)[0]
+    tuned = Method("FedRep", "fedrep", ["fedrep.head_epochs=3"])
+    cfg = method_config(cell.base, tuned, 0, tmp_path / "r", None, cell.settings, [])
+    assert cfg.fedrep.head_epochs == 3 and "is given" not in caplog.text
+    user = method_config(
+        cell.base, tuned, 0, tmp_path / "r", None, cell.settings, ["fedrep.head_epochs=4"]
+    )
+    assert user.fedrep.head_epochs == 4
 
 
 def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):

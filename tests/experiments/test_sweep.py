@@ -117,6 +117,9 @@ def test_a_set_that_a_later_one_replaces_makes_no_other_study(tmp_path):
     open_study(spec("train.rounds=3", "train.local_epochs=5"), "maximize")
     with pytest.raises(ConfigError, match=r"\(overrides differ\)"):
         open_study(spec("train.rounds=3", "train.local_epochs=1"), "maximize")
+    # a trial's drawn value replaces the command's --set of its key
+    drawn = spec("train.lr=0.1", "train.rounds=3").settings({"train.lr": 0.05})
+    assert drawn == ["train.rounds=3", "train.lr=0.05"]
 
 
 def test_a_pruner_stops_a_trial_at_its_reported_round(gsc_root, tmp_path):

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from fedac.algorithms import ALGORITHMS
-from fedac.config import Config, fit_eval_schedule, load_config, parse_override
+from fedac.config import Config, fit_eval_schedule, last_settings, load_config, parse_override
 from fedac.data.registry import DATASETS, fit_user_data
 from fedac.errors import ConfigError, RunInterrupted
 from fedac.progress import before_run_starts
@@ -422,7 +422,8 @@ def method_config(
     defaults): like is compared with like."""
     cfg = load_config(
         config_path,
-        overrides + method.overrides + list(last),
+        # (a method's own settings replace the table's, as a tuned method's do: no repeated --set)
+        last_settings(overrides + method.overrides) + list(last),
         algorithm_defaults=False,
         algorithm=method.algorithm,
         dataset=base.dataset,

@@ -151,7 +151,9 @@ class SweepSpec:
     progress: bool = True
 
     def settings(self, params: dict[str, Any]) -> list[str]:
-        return [*self.overrides, *(f"{k}={json.dumps(v)}" for k, v in params.items())]
+        """The command's --sets, then the trial's drawn values, which replace any of theirs."""
+        drawn = [f"{k}={json.dumps(v)}" for k, v in params.items()]
+        return last_settings([*self.overrides, *drawn])
 
     def config_for(self, params: dict[str, Any]) -> Config:
         """A trial's config: the command's settings with `params`, its eval schedule fitted as
