@@ -130,6 +130,39 @@ def test_resume_a_stopped_run(first_run, settings, tmp_path, capsys):
     assert strip(a["history"]) == strip(b["history"])
 
 
+def test_a_finished_run_goes_on_to_more_rounds_in_a_copy(first_run, settings, tmp_path, capsys):
+    """`--resume DIR --rounds N --out NEW`: a finished 1-round run, continued in a copy to 2 rounds,
+    trains round 2 alone and ends where a straight 2-round run ends; DIR stays as it was. Settings
+    that would make it another run, fewer rounds, and a copy onto an existing folder are refused."""
+    short = tmp_path / "short"
+    argv = ["run", "--algorithm", "fedavg", *RUN_FLAGS, *settings, "--out", str(short)]
+    argv[argv.index("--rounds") + 1] = "1"
+    assert main(argv) == 0
+    before = {p.name: p.read_bytes() for p in short.iterdir() if p.is_file()}
+    longer = tmp_path / "longer"
+    assert main(["run", "--resume", str(short), "--rounds", "2", "--out", str(longer)]) == 0
+    assert (
+        capsys.readouterr()
+        .err.splitlines()[0]
+        .startswith(f"fedac: resumed from round 1 of 2 ({longer}); ")
+    )
+    assert {p.name: p.read_bytes() for p in short.iterdir() if p.is_file()} == before
+    straight = json.loads((first_run / "results.json").read_text())
+    went_on = json.loads((longer / "results.json").read_text())
+    assert (went_on["rounds"], went_on["resumed_from"], went_on["rounds_trained"]) == (2, 1, 1)
+    assert went_on["final"] == straight["final"]
+    saved = load_config(longer / "config.yaml")
+    assert (saved.train.rounds, saved.out) == (2, str(longer))
+    for run, extra, words in (
+        (short, ["--set", "train.lr=0.5"], "--set would make it another run"),
+        (longer, ["--rounds", "1"], "--rounds 1: the run in"),
+        (short, ["--rounds", "3", "--out", str(longer)], f"--out {longer} exists"),
+    ):
+        assert main(["run", "--resume", str(run), *extra]) == 2
+        assert words in error_of(capsys)
+    assert {p.name: p.read_bytes() for p in short.iterdir() if p.is_file()} == before
+
+
 def test_resume_of_a_non_run_directory(tmp_path, capsys):
     assert main(["run", "--resume", str(tmp_path)]) == 2
     err = error_of(capsys)

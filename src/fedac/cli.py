@@ -12,6 +12,7 @@ import argparse
 import json
 import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from fedac.algorithms import ALGORITHMS
-from fedac.config import Config, fit_eval_schedule, load_config
+from fedac.config import Config, fit_eval_schedule, load_config, save_config
 from fedac.data.partition import class_entropy, partition
 from fedac.data.registry import DATASETS, dataset_spec, load_manifest, synthesizer
 from fedac.data.traces import FEDSCALE_REFERENCE_GFLOPS, import_fedscale, write_synthetic
@@ -97,13 +98,62 @@ def chosen_run_dir(args: argparse.Namespace, cfg: Config) -> tuple[Path, str | N
     )
 
 
+def resumed_run(args: argparse.Namespace) -> tuple[Path, Config]:
+    """`--resume DIR`: the run to continue and its config. `--rounds N` continues it to round N (a
+    finished run too: 100 more rounds of a table's run); `--out NEW` continues a copy in NEW and
+    leaves DIR as it was. Settings that would make it another run are refused."""
+    run_dir = Path(args.resume)
+    if not (run_dir / "config.yaml").is_file():
+        raise FedacError(f"{run_dir} is not a fedac run directory (no config.yaml)")
+    given = [
+        flag
+        for flag, value in (
+            ("--config", args.config),
+            ("--algorithm", args.algorithm),
+            ("--dataset", args.dataset),
+            ("--seed", args.seed),
+            ("--set", args.overrides),
+        )
+        if value not in (None, [])
+    ]
+    if given:
+        raise ConfigError(
+            f"--resume continues the run in {run_dir} with its own config.yaml: {', '.join(given)} "
+            "would make it another run (only --rounds, --out, --quiet and --stop-after go with it)"
+        )
+    cfg = load_config(run_dir / "config.yaml")
+    if args.rounds is not None and args.rounds < cfg.train.rounds:
+        raise ConfigError(
+            f"--rounds {args.rounds}: the run in {run_dir} has {cfg.train.rounds} rounds; a "
+            "resumed run goes on to as many or more"
+        )
+    copied = bool(args.out) and Path(args.out).resolve() != run_dir.resolve()
+    extended = args.rounds is not None and args.rounds > cfg.train.rounds
+    if (copied or extended) and os.environ.get("WORLD_SIZE", "1") != "1":
+        raise ConfigError(
+            "--resume with --rounds or --out changes the run directory before it trains: start "
+            "it in one process, without torchrun"
+        )
+    if copied:
+        copy = Path(args.out)
+        if copy.exists():
+            raise ConfigError(f"--out {copy} exists; a copy of {run_dir} goes to a new directory")
+        shutil.copytree(run_dir, copy)
+        run_dir = copy
+    cfg.out = str(run_dir)
+    if extended:
+        cfg.train.rounds = args.rounds
+        # (unfinished until its new last round: a table reading it back trains it on)
+        (run_dir / "results.json").unlink(missing_ok=True)
+    if copied or extended:
+        save_config(cfg, run_dir / "config.yaml")
+    return run_dir, cfg
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     changed = moved = None
     if args.resume:
-        run_dir = Path(args.resume)
-        if not (run_dir / "config.yaml").is_file():
-            raise FedacError(f"{run_dir} is not a fedac run directory (no config.yaml)")
-        cfg = load_config(run_dir / "config.yaml")
+        run_dir, cfg = resumed_run(args)
     else:
         cfg = _experiment_config(args)
         changed = fit_eval_schedule(cfg)
@@ -564,7 +614,12 @@ def _add_run_parser(sub) -> None:
     run.add_argument(
         "--out", help="run directory (default runs/<time>-<algorithm>-<dataset>-s<seed>)"
     )
-    run.add_argument("--resume", metavar="DIR", help="continue the killed run in DIR to its end")
+    run.add_argument(
+        "--resume",
+        metavar="DIR",
+        help="continue the killed run in DIR to its end (with --rounds N: to round N, a finished "
+        "run too; with --out NEW: in a copy)",
+    )
     run.add_argument(
         "--stop-after",
         type=int,
