@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shlex
 import statistics
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from fedac.experiments.pfl import FLAT_POINTS, FLAT_WINDOW, client_figures
+from fedac.training.metrics import mean_std
 
 FEDAC = str(Path(sys.executable).with_name("fedac"))
 
@@ -55,9 +57,10 @@ def figures(run: Path) -> dict[str, Any]:
     }
 
 
-def mean_std(values: list[float]) -> str:
-    spread = f" ± {statistics.stdev(values):.2f}" if len(values) > 1 else ""
-    return f"{statistics.mean(values):.2f}{spread}"
+def shown(values: list[float]) -> str:
+    """mean ± std as the tables show them (population std over seeds, `mean_std`)."""
+    mean, std = mean_std(values)
+    return f"{mean:.2f} ± {std:.2f}" if len(values) > 1 else f"{mean:.2f}"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -82,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
         "| Run | held-out mean, before | after | change | test, before | after "
         "| validation move, per seed |"
     )
-    given = " ".join(sys.argv[1:] if argv is None else argv)
+    given = shlex.join(sys.argv[1:] if argv is None else argv)
     lines += [
         f"# {args.cell}: {len(args.seeds)} seeds continued to {args.rounds} rounds",
         "",
@@ -100,16 +103,24 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.runs:
         before = [figures(args.cell / f"{name}-s{s}") for s in args.seeds]
         after = [figures(args.out / f"{name}-s{s}") for s in args.seeds]
-        rows[name] = {"before": before, "after": after}
+        # (mean, population std) over seeds, as the tables show them
+        summary = {
+            figure: {
+                "before": mean_std([b[figure] for b in before]),
+                "after": mean_std([a[figure] for a in after]),
+            }
+            for figure in ("held_out", "test")
+        }
+        rows[name] = {"before": before, "after": after, **summary}
         held = [a["held_out"] for a in after]
         change = statistics.mean(held) - statistics.mean(b["held_out"] for b in before)
         moves = ", ".join(
             "n/a" if a["val_move"] is None else f"{a['val_move']:+.2f}" for a in after
         )
         lines.append(
-            f"| {name} | {mean_std([b['held_out'] for b in before])} | {mean_std(held)} | "
-            f"{change:+.2f} | {mean_std([b['test'] for b in before])} | "
-            f"{mean_std([a['test'] for a in after])} | {moves} |"
+            f"| {name} | {shown([b['held_out'] for b in before])} | {shown(held)} | "
+            f"{change:+.2f} | {shown([b['test'] for b in before])} | "
+            f"{shown([a['test'] for a in after])} | {moves} |"
         )
     (args.out / "probe.md").write_text("\n".join(lines) + "\n")
     (args.out / "probe.json").write_text(json.dumps(rows, indent=1) + "\n")
