@@ -56,6 +56,33 @@ def test_each_dataset_runs_the_schedule_its_flattening_was_measured_on(tmp_path,
     assert "is given 2 times" not in caplog.text
 
 
+def test_speech_commands_sweeps_keep_their_150_round_budget_under_the_250_round_table(
+    tmp_path, monkeypatch
+):
+    """The table runs 250 rounds on Speech Commands; its sweeps' trials run the first 150 (the
+    settings and pruner their studies were made with, so those studies open again), CREMA-D's the
+    table's own 60."""
+    from fedac.experiments import sweep as sweep_module
+    from fedac.experiments.spec import Request
+
+    specs = {}
+    monkeypatch.setattr(
+        sweep_module, "sweep", lambda spec: specs.setdefault(spec.dataset, []).append(spec)
+    )
+    spec = experiment_named("pfl-tuned")
+    request = Request(out=tmp_path, seeds=[0], datasets=list(spec.datasets))
+    cells = {c.dataset: c for c in pfl.tuned_cells(spec, request)}
+    assert cells["speech_commands"].base.train.rounds == pfl.SC_ROUNDS == 250
+    for dataset, rounds, pruner in (
+        ("speech_commands", 150, "median:2:50"),
+        ("cremad", 60, "median:2:20"),
+    ):
+        for sweep_spec in specs[dataset]:
+            assert sweep_spec.config_for({}).train.rounds == rounds
+            assert f"train.rounds={rounds}" in sweep_spec.overrides
+            assert sweep_spec.pruner == pruner
+
+
 def test_a_tuned_setting_replaces_the_protocols_and_a_users_set_replaces_both(tmp_path, caplog):
     """FedRep's sweep draws its head epochs, which the protocol also sets (2): the tuned value is
     the run's without a repeated --set warning (that warning is for a user's own); a user's --set
