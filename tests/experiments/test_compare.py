@@ -110,9 +110,14 @@ def test_a_run_directory_is_reused_only_for_its_settings_even_after_new_settings
         "runtime.dist_timeout=60",
     ]:
         check_same_config(load_config(overrides=["train.rounds=3", how]), tmp_path)
-    # Any setting that differs refuses, old file or new.
+    # More rounds of the same settings: a run the table's longer schedule continues; fewer refuse.
+    assert check_same_config(load_config(overrides=["train.rounds=4"]), tmp_path) is True
+    assert check_same_config(cfg, tmp_path) is False
     with pytest.raises(ConfigError, match="holds a run of other settings"):
-        check_same_config(load_config(overrides=["train.rounds=4"]), tmp_path)
+        check_same_config(load_config(overrides=["train.rounds=2"]), tmp_path)
+    with pytest.raises(ConfigError, match="holds a run of other settings"):
+        check_same_config(load_config(overrides=["train.rounds=4", "train.lr=0.05"]), tmp_path)
+    # Any other setting that differs refuses, old file or new.
     # a train setting that does count
     with pytest.raises(ConfigError, match="holds a run of other settings"):
         check_same_config(load_config(overrides=["train.rounds=3", "train.lr=0.05"]), tmp_path)
@@ -129,6 +134,35 @@ def test_a_run_directory_is_reused_only_for_its_settings_even_after_new_settings
         check_same_config(
             load_config(overrides=["train.rounds=3", "runtime.precision=bf16"]), tmp_path
         )
+
+
+def test_a_comparison_whose_schedule_grew_continues_its_runs(gsc_root, tmp_path, capsys):
+    """The same comparison with more rounds continues each finished run from its checkpoint (a
+    table lengthened after a convergence check), to what a straight run of that many rounds gives;
+    `--finished-only` before that leaves the shorter runs out."""
+    from fedac.experiments.compare import finished_results
+
+    def compare(out, rounds, *extra):
+        argv = ["compare", "--quiet", "--seeds", "0", "--rounds", str(rounds), "--out", str(out)]
+        argv += ["--method", "A=fedavg", "--set", f"data.root={gsc_root}", *extra]
+        for setting in ("model.name=crnn_tiny", "train.local_epochs=1", "train.eval_every=1"):
+            argv += ["--set", setting]
+        assert main(argv) == 0
+        return json.loads((out / "summary.json").read_text())["runs"]["A"]
+
+    grown = tmp_path / "grown"
+    compare(grown, 2)
+    assert compare(grown, 3, "--finished-only") == []
+    assert finished_results(grown / "A-s0", 3) is None and finished_results(grown / "A-s0", 2)
+    went_on = compare(grown, 3)[0]
+    results = json.loads((grown / "A-s0" / "results.json").read_text())
+    assert (results["rounds"], results["resumed_from"], results["rounds_trained"]) == (3, 2, 1)
+    assert "rounds: 3" in (grown / "A-s0" / "config.yaml").read_text()
+    straight = compare(tmp_path / "straight", 3)[0]
+    assert went_on["accuracy"] == straight["accuracy"]
+    again = json.loads((tmp_path / "straight" / "A-s0" / "results.json").read_text())
+    assert results["final"] == again["final"]
+    capsys.readouterr()
 
 
 def test_mean_std_over_seeds_leaves_out_runs_without_the_metric():

@@ -24,7 +24,14 @@ from typing import TYPE_CHECKING
 import yaml
 
 from fedac.algorithms import ALGORITHMS
-from fedac.config import Config, fit_eval_schedule, last_settings, load_config, parse_override
+from fedac.config import (
+    Config,
+    fit_eval_schedule,
+    last_settings,
+    load_config,
+    parse_override,
+    save_config,
+)
 from fedac.data.registry import DATASETS, fit_user_data
 from fedac.errors import ConfigError, RunInterrupted
 from fedac.progress import before_run_starts
@@ -166,10 +173,14 @@ def why_missing(key: str, runs: list[dict]) -> str:
     return "no run of it has this metric"
 
 
-def finished_results(run_dir: Path) -> dict | None:
-    """The results.json of a run that ended, or None (never started, or killed before its end)."""
+def finished_results(run_dir: Path, rounds: int | None = None) -> dict | None:
+    """The results.json of a run that ended, or None (never started, killed before its end, or
+    ended before round `rounds`: a table whose schedule grew continues it, `check_same_config`)."""
     path = run_dir / "results.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    if not path.is_file():
+        return None
+    results = json.loads(path.read_text())
+    return None if rounds is not None and results.get("rounds", rounds) < rounds else results
 
 
 HOW_TO_COMPUTE = (
@@ -189,7 +200,7 @@ HOW_TO_COMPUTE = (
 `runtime` section but its arithmetic (`precision`, `deterministic`), and checkpoints' spacing."""
 
 
-def check_same_config(cfg: Config, run_dir: Path) -> None:
+def check_same_config(cfg: Config, run_dir: Path) -> bool:
     """A run directory is reused only for the configuration it was made for. The saved file is read
     as a config (settings added to fedac since then take their defaults), so upgrading fedac does
     not orphan a half-finished table; a setting whose value differs still refuses. `out`, the folder
@@ -197,30 +208,36 @@ def check_same_config(cfg: Config, run_dir: Path) -> None:
     committed table copied back to resume it, a run shared by two experiments of the same settings)
     is read back. Nor are the settings that only say how this machine computes the same numbers
     (`HOW_TO_COMPUTE`): a table begun with two cohort workers may be finished with one, or on a
-    machine of more cores."""
+    machine of more cores. A run of fewer `train.rounds` and otherwise the same settings is one the
+    table's longer schedule continues from its last checkpoint (`train_run`): True then."""
     saved = run_dir / "config.yaml"
 
-    def settings(config: dict) -> dict:
+    def settings(config: dict, rounds: bool) -> dict:
         kept = {k: dict(v) if isinstance(v, dict) else v for k, v in config.items() if k != "out"}
-        for key in HOW_TO_COMPUTE:
+        for key in HOW_TO_COMPUTE + (() if rounds else ("train.rounds",)):
             section, name = key.split(".")
             kept.get(section, {}).pop(name, None)
         return kept
 
-    if saved.is_file() and settings(
-        load_config(str(saved), algorithm_defaults=False).to_dict()
-    ) != settings(yaml.safe_load(yaml.safe_dump(cfg.to_dict()))):
+    if not saved.is_file():
+        return False
+    made = load_config(str(saved), algorithm_defaults=False)
+    grown = made.train.rounds < cfg.train.rounds
+    if settings(made.to_dict(), not grown) != settings(
+        yaml.safe_load(yaml.safe_dump(cfg.to_dict())), not grown
+    ):
         raise ConfigError(
             f"{run_dir} holds a run of other settings (see its config.yaml); "
             "choose another --out or remove that directory"
         )
+    return grown
 
 
 def read_back(cfg: Config, run_dir: Path) -> dict | None:
     """The results of the run in `run_dir` if it ended (None otherwise), once its settings are
     checked."""
     check_same_config(cfg, run_dir)
-    return finished_results(run_dir)
+    return finished_results(run_dir, cfg.train.rounds)
 
 
 def _has(run: dict, key: str) -> bool:
@@ -296,7 +313,7 @@ def run_lock(run_dir: Path, wait: bool):
 
 
 @contextmanager
-def claim(run_dir: Path, wait: bool):
+def claim(run_dir: Path, wait: bool, rounds: int | None = None):
     """`run_lock` taken by rank 0 alone under torchrun (this process otherwise), and what it then
     sees, on every rank: (held, the results of a run that ended meanwhile, whether a checkpoint is
     there to resume). Every rank thus trains, reads back or passes over the same runs; the others
@@ -312,7 +329,7 @@ def claim(run_dir: Path, wait: bool):
     with run_lock(run_dir, wait) as held:
         seen = (
             held,
-            finished_results(run_dir) if held else None,
+            finished_results(run_dir, rounds) if held else None,
             held and (run_dir / CHECKPOINT).is_file(),
         )
         yield world.from_rank0(seen, "sharing which runs to train")
@@ -367,11 +384,14 @@ def train_run(
     _, results, resume = seen
     if results is not None:  # it ended between the first look and the lock
         return results
+    world = current_world()
+    if world.writes and check_same_config(cfg, run_dir):
+        # the table's schedule grew: the run goes on from its checkpoint to the new last round
+        save_config(cfg, run_dir / "config.yaml")
     check_combination(cfg)  # (before its data)
     data = shared_data(built, cfg, progress)
     if progress:
         print(f"== {label} (seed {cfg.seed}){' resumed' if resume else ''}")
-    world = current_world()
     world.run_dir, where = str(run_dir), scratch_run_dir(world, run_dir)
     try:
         results = Simulator(cfg, where, data=data, progress=progress).run(resume=resume)
@@ -485,7 +505,7 @@ def run_comparison(
             if results is None and finished_only:
                 continue
             if results is None:
-                with claim(run_dir, wait=False) as seen:
+                with claim(run_dir, wait=False, rounds=cfg.train.rounds) as seen:
                     if not seen[0]:
                         if progress:
                             print(
@@ -497,7 +517,7 @@ def run_comparison(
             record(method.label, cfg, run_dir, results)
     for label, cfg, run_dir in elsewhere if wait_for_others else ():
         # until the other process ends it (or dies: then resume it here)
-        with claim(run_dir, wait=True) as seen:
+        with claim(run_dir, wait=True, rounds=cfg.train.rounds) as seen:
             results = train_run(cfg, run_dir, label, seen, built, progress)
         record(label, cfg, run_dir, results)
     # With finished_only nothing ran here: report what the runs themselves took.
