@@ -142,11 +142,12 @@ def resumed_run(args: argparse.Namespace) -> tuple[Path, Config]:
         run_dir = copy
     cfg.out = str(run_dir)
     if extended:
+        from fedac.engine.checkpoint import continue_to  # lazy: the engine imports torch
+
         cfg.train.rounds = args.rounds
-        # (unfinished until its new last round: a table reading it back trains it on)
-        (run_dir / "results.json").unlink(missing_ok=True)
-    if copied or extended:
-        save_config(cfg, run_dir / "config.yaml")
+        continue_to(run_dir, cfg)
+    elif copied:
+        save_config(cfg, run_dir / "config.yaml")  # (its `out`)
     return run_dir, cfg
 
 

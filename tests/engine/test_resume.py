@@ -191,3 +191,26 @@ def test_killed_fedac_run_resumes_to_the_uninterrupted_parameters(settings, data
     expected = straight.run()
     assert params_equal(load_checkpoint(run_dir).server["params"], straight.state.server["params"])
     assert results["final"] == expected["final"]
+
+
+def test_continue_to_leaves_an_unfinished_run_of_the_new_schedule(tmp_path):
+    """`continue_to` (fedac run --resume --rounds, a grown table) makes a finished run one of more
+    rounds: config.yaml says the new last round, results.json of the old one goes (read back by
+    anyone, even without the rounds to compare, the run is unfinished), the checkpoint it resumes
+    from stays byte for byte."""
+    from fedac.config import save_config
+    from fedac.engine.checkpoint import continue_to
+    from fedac.experiments.compare import finished_results
+
+    cfg = load_config(overrides=["train.rounds=2"])
+    save_config(cfg, tmp_path / "config.yaml")
+    (tmp_path / "results.json").write_text(json.dumps({"rounds": 2}))
+    (tmp_path / "checkpoint.pt").write_bytes(b"state")
+    assert finished_results(tmp_path) == {"rounds": 2}
+    cfg.train.rounds = 5
+    continue_to(tmp_path, cfg)
+    assert load_config(tmp_path / "config.yaml").train.rounds == 5
+    assert finished_results(tmp_path) is None
+    assert (tmp_path / "checkpoint.pt").read_bytes() == b"state"
+    continue_to(tmp_path, cfg)  # (again, with no results.json: nothing to remove)
+    assert load_config(tmp_path / "config.yaml").train.rounds == 5

@@ -66,6 +66,15 @@ def load_checkpoint(run_dir: Path) -> RunState:
     return RunState.from_checkpoint(saved, path)
 
 
+def continue_to(run_dir: Path, cfg) -> None:
+    """Make the run in `run_dir` one of `cfg.train.rounds` rounds, more than it was made for (`fedac
+    run --resume DIR --rounds N`, a table whose schedule grew): its config.yaml says the new
+    schedule, and its results.json, written at the old last round, goes, so whoever reads the
+    directory back sees an unfinished run that resumes from its last checkpoint (`open_run`)."""
+    save_config(cfg, Path(run_dir) / "config.yaml")
+    (Path(run_dir) / "results.json").unlink(missing_ok=True)
+
+
 def open_run(
     run_dir: Path, cfg, resume: bool, fresh, owner: Callable[[str], int] | None = None
 ) -> RunState:

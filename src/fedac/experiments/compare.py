@@ -30,7 +30,6 @@ from fedac.config import (
     last_settings,
     load_config,
     parse_override,
-    save_config,
 )
 from fedac.data.registry import DATASETS, fit_user_data
 from fedac.errors import ConfigError, RunInterrupted
@@ -377,6 +376,7 @@ def train_run(
     """Train (or resume) one run of a comparison that `claim` handed to this process, and return its
     results on every rank; `seen` is `claim`'s (held, results, resume)."""
     # lazy: start-up time (the engine imports torch; the parser does not)
+    from fedac.engine.checkpoint import continue_to
     from fedac.engine.distributed import cleanup, current_world, scratch_run_dir
     from fedac.engine.simulator import Simulator
     from fedac.settings.compatibility import check as check_combination
@@ -386,8 +386,7 @@ def train_run(
         return results
     world = current_world()
     if world.writes and check_same_config(cfg, run_dir):
-        # the table's schedule grew: the run goes on from its checkpoint to the new last round
-        save_config(cfg, run_dir / "config.yaml")
+        continue_to(run_dir, cfg)  # the table's schedule grew: on from its last checkpoint
     check_combination(cfg)  # (before its data)
     data = shared_data(built, cfg, progress)
     if progress:
