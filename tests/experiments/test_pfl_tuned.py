@@ -62,6 +62,9 @@ def test_speech_commands_sweeps_keep_their_150_round_budget_under_the_250_round_
     """The table runs 250 rounds on Speech Commands; its sweeps' trials run the first 150 (the
     settings and pruner their studies were made with, so those studies open again), CREMA-D's the
     table's own 60."""
+    import copy
+    from dataclasses import replace
+
     from fedac.experiments import sweep as sweep_module
     from fedac.experiments.spec import Request
 
@@ -73,6 +76,10 @@ def test_speech_commands_sweeps_keep_their_150_round_budget_under_the_250_round_
     request = Request(out=tmp_path, seeds=[0], datasets=list(spec.datasets))
     cells = {c.dataset: c for c in pfl.tuned_cells(spec, request)}
     assert cells["speech_commands"].base.train.rounds == pfl.SC_ROUNDS == 250
+    assert [pfl.sweep_rounds(cells[d]) for d in ("speech_commands", "cremad")] == [150, 60]
+    shorter = replace(cells["speech_commands"], base=copy.deepcopy(cells["speech_commands"].base))
+    shorter.base.train.rounds = 100  # (a user's --rounds below the sweeps' budget)
+    assert pfl.sweep_rounds(shorter) == 100
     for dataset, rounds, pruner in (
         ("speech_commands", 150, "median:2:50"),
         ("cremad", 60, "median:2:20"),
@@ -150,6 +157,8 @@ def test_a_tiny_tuned_table(gsc_root, tmp_path, monkeypatch):
             assert "lr: 0.1\n" in untuned.read_text()
     table = (out / "tuned.md").read_text()
     assert "| FedAvg | train.lr=" in table and "The ranking" in table
+    # --rounds 1 made the sweeps as long as the table: no shorter sweep budget to name
+    assert "of the table's schedule, scored" in table and "where shorter" not in table
     # tuned.json: the table's rows as the README quotes them, and the code of every run
     kept = json.loads((out / "tuned.json").read_text())
     rows = kept["datasets"]["speech_commands"]

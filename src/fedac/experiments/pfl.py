@@ -268,7 +268,7 @@ def tuned_cells(spec: Experiment, request: Request, tuning: Tuning | None = None
     cells = []
     for cell in grid_cells(spec, request):
         tuned, untuned = [], []
-        rounds = min(SWEEP_ROUNDS.get(cell.dataset, cell.base.train.rounds), cell.base.train.rounds)
+        rounds = sweep_rounds(cell)
         # (the table's settings with the sweep's rounds in their place: a study's definition)
         settings = [
             f"train.rounds={rounds}" if s.startswith("train.rounds=") else s for s in cell.settings
@@ -297,6 +297,12 @@ def tuned_cells(spec: Experiment, request: Request, tuning: Tuning | None = None
             # else: the untuned settings won the sweep, and the tuned runs are the untuned ones
         cells.append(replace(cell, methods=tuned + untuned))
     return cells
+
+
+def sweep_rounds(cell: Cell) -> int:
+    """The rounds of `cell`'s sweep trials: `SWEEP_ROUNDS` where the table's schedule is longer
+    (a `--rounds` below it shortens both)."""
+    return min(SWEEP_ROUNDS.get(cell.dataset, cell.base.train.rounds), cell.base.train.rounds)
 
 
 def best_settings(out: Path, baseline: bool = False) -> list[str]:
@@ -336,7 +342,8 @@ def write_tuned(
         else "the shared model's validation accuracy (a method with none: its clients' own "
         "models' held-out accuracy)"
     )
-    cut = [f"{c.dataset}: {SWEEP_ROUNDS[c.dataset]}" for c in cells if c.dataset in SWEEP_ROUNDS]
+    shorter_sweeps = (c for c in cells if sweep_rounds(c) < c.base.train.rounds)
+    cut = [f"{c.dataset}: {sweep_rounds(c)}" for c in shorter_sweeps]
     shorter = f" (its first rounds where shorter, {', '.join(cut)})" if cut else ""
     lines = [f"# {spec.title}", "", f"Command: `{request.command}`", ""]
     lines.append(
