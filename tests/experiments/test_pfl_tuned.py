@@ -200,6 +200,17 @@ def test_flattening_compares_the_last_evaluations_with_the_ones_before(tmp_path)
     rising, flat = pfl.flattening(runs)[-2:]
     assert "+50.00 points" in rising and "NOT flat" in rising
     assert "+0.90 points" in flat and "(flat by" in flat
+    # too short for the longer span: no drift figure
+    assert "earlier" not in rising + flat
+    # A slow climb (0.19 points an evaluation) passes the 1-point test, but drifts over 20
+    # evaluations: the last 5 of 25 against the first 5.
+    run_dir = tmp_path / "slow"
+    run_dir.mkdir()
+    rows = ["round,val_accuracy"] + [f"{k + 1},{0.5 + 0.0019 * k}" for k in range(25)]
+    (run_dir / "metrics.csv").write_text("\n".join(rows) + "\n")
+    (slow,) = pfl.flattening([{"run_dir": str(run_dir)}])[-1:]
+    assert "+0.95 points on the 5 before (flat by" in slow
+    assert "+3.80 points on the 5 evaluations 20 earlier" in slow
     assert pfl.flattening([{"run_dir": str(tmp_path / "missing")}]) == []
 
 
