@@ -228,6 +228,16 @@ def test_rules_that_need_the_clock_are_refused_with_what_to_set(caplog, tmp_path
     text = (tmp_path / "config.yaml").read_text()
     assert "round_penalty: 1.0  # not read under selection.method=poc; read by oort" in text
     assert "  candidates: 3\n" in text
+    # A saved config.yaml gives every key, each rule's at its default: read back (fedac run
+    # --resume, --config), it warns of none; a value given at its default is quiet too.
+    caplog.clear()
+    build_selection(load_config(tmp_path / "config.yaml"), SIZES)
+    assert "selection.round_penalty not read" in caplog.text  # (1, not the default 2)
+    caplog.clear()
+    save_config(cfg("selection.method=random"), tmp_path / "random.yaml")
+    build_selection(load_config(tmp_path / "random.yaml"), SIZES)
+    build_selection(cfg("selection.method=poc", "selection.round_penalty=2"), SIZES)
+    assert "not read under" not in caplog.text
     with pytest.raises(ConfigError, match="unknown selection.method 'ort'"):
         cfg("selection.method=ort")
 

@@ -106,8 +106,11 @@ class Selection:
         self.cfg, self.settings, self.seed = cfg, cfg.selection, cfg.seed
         self.sizes = sizes
         self.history: dict[str, Any] = {}
-        given = vars(cfg).get("_given", {})
-        unread = sorted(k for k in not_read(cfg.selection.method) if k in given)
+        given, defaults = vars(cfg).get("_given", {}), vars(type(cfg.selection)())
+        # (given at another value than its default: a saved config.yaml gives every key, each at
+        # its default where the run did not set it, and reads back without a warning)
+        changed = {f"selection.{k}" for k, v in defaults.items() if getattr(cfg.selection, k) != v}
+        unread = sorted(k for k in not_read(cfg.selection.method) if k in given and k in changed)
         if unread:
             log.warning(
                 "%s not read under selection.method=%s", ", ".join(unread), cfg.selection.method
