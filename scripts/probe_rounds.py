@@ -15,7 +15,6 @@ mean of the last 5 validation accuracies against the 5 before) at the new last r
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import shlex
 import statistics
@@ -25,7 +24,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from fedac.experiments.pfl import FLAT_POINTS, FLAT_WINDOW, client_figures
+from fedac.experiments.pfl import (
+    FLAT_POINTS,
+    FLAT_WINDOW,
+    client_figures,
+    validation_curve,
+    window_move,
+)
 from fedac.training.metrics import mean_std
 
 FEDAC = str(Path(sys.executable).with_name("fedac"))
@@ -44,15 +49,12 @@ def go_on(source: Path, copy: Path, rounds: int) -> None:
 
 def figures(run: Path) -> dict[str, Any]:
     """The run's held-out mean (last round), test accuracy and last-window validation move."""
-    with open(run / "metrics.csv") as handle:
-        val = [float(r["val_accuracy"]) for r in csv.DictReader(handle) if r.get("val_accuracy")]
-    last, before = val[-FLAT_WINDOW:], val[-2 * FLAT_WINDOW : -FLAT_WINDOW]
     results = json.loads((run / "results.json").read_text())
     return {
         "held_out": 100 * float(client_figures(run)["clients_last_mean"]),
         "test": 100 * float(results["final"]["accuracy"]),
         # (None: fewer than two windows of evaluations)
-        "val_move": 100 * (statistics.mean(last) - statistics.mean(before)) if before else None,
+        "val_move": window_move(validation_curve(run)),
         "rounds": float(results["rounds"]),
     }
 

@@ -24,13 +24,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 from fedac.algorithms import ALGORITHMS
-from fedac.config import (
-    Config,
-    fit_eval_schedule,
-    last_settings,
-    load_config,
-    parse_override,
-)
+from fedac.config import Config, fit_eval_schedule, last_settings, load_config, parse_override
 from fedac.data.registry import DATASETS, fit_user_data
 from fedac.errors import ConfigError, RunInterrupted
 from fedac.progress import before_run_starts

@@ -419,34 +419,47 @@ def tuned_figure(path: Path, title: str, datasets: dict[str, list[dict]]) -> Non
     plt.close(fig)
 
 
+def validation_curve(run_dir: Path) -> list[float]:
+    """The run's validation accuracies in round order (metrics.csv; rounds without one skipped)."""
+    with open(run_dir / "metrics.csv") as handle:
+        return [float(v) for r in csv.DictReader(handle) if (v := r.get("val_accuracy"))]
+
+
+def window_move(curve: list[float], back: int = 1) -> float | None:
+    """The mean of the last FLAT_WINDOW values of `curve` minus the mean of the window `back`
+    windows earlier, in points; None where the curve is shorter than that."""
+    if len(curve) < (back + 1) * FLAT_WINDOW:
+        return None
+    start = -(back + 1) * FLAT_WINDOW
+    return 100 * (sum(curve[-FLAT_WINDOW:]) - sum(curve[start : start + FLAT_WINDOW])) / FLAT_WINDOW
+
+
 def flattening(runs: list[dict]) -> list[str]:
     """Whether the schedule is long enough: per finished untuned FedAvg run, the mean of its last
     FLAT_WINDOW validation accuracies against the mean of the window before (metrics.csv), and
     against the window DRIFT_WINDOWS earlier where the curve is that long."""
     lines = []
     for run in runs:
-        path = Path(run["run_dir"]) / "metrics.csv"
-        if not path.is_file():
+        run_dir = Path(run["run_dir"])
+        if not (run_dir / "metrics.csv").is_file():
             continue
-        with open(path) as handle:
-            curve = [float(v) for r in csv.DictReader(handle) if (v := r.get("val_accuracy"))]
-        if len(curve) < 2 * FLAT_WINDOW:
+        curve = validation_curve(run_dir)
+        change = window_move(curve)
+        if change is None:
             continue
-        last, before = curve[-FLAT_WINDOW:], curve[-2 * FLAT_WINDOW : -FLAT_WINDOW]
-        change = 100 * (sum(last) - sum(before)) / FLAT_WINDOW
+        last = curve[-FLAT_WINDOW:]
         flat = "flat" if abs(change) <= FLAT_POINTS else "NOT flat"
-        drift = ""
-        if len(curve) >= (DRIFT_WINDOWS + 1) * FLAT_WINDOW:
-            start = -(DRIFT_WINDOWS + 1) * FLAT_WINDOW
-            earlier = curve[start : start + FLAT_WINDOW]
-            drift = (
-                f"; {100 * (sum(last) - sum(earlier)) / FLAT_WINDOW:+.2f} points on the "
-                f"{FLAT_WINDOW} evaluations {DRIFT_WINDOWS * FLAT_WINDOW} earlier"
-            )
+        drift = window_move(curve, DRIFT_WINDOWS)
+        longer = (
+            ""
+            if drift is None
+            else f"; {drift:+.2f} points on the {FLAT_WINDOW} evaluations "
+            f"{DRIFT_WINDOWS * FLAT_WINDOW} earlier"
+        )
         lines.append(
-            f"- {Path(run['run_dir']).name}: last {FLAT_WINDOW} validation accuracies average "
+            f"- {run_dir.name}: last {FLAT_WINDOW} validation accuracies average "
             f"{100 * sum(last) / FLAT_WINDOW:.2f} %, {change:+.2f} points on the {FLAT_WINDOW} "
-            f"before ({flat} by the {FLAT_POINTS:g}-point criterion){drift}; spread of the last "
+            f"before ({flat} by the {FLAT_POINTS:g}-point criterion){longer}; spread of the last "
             f"{FLAT_WINDOW}: {100 * (max(last) - min(last)):.2f} points"
         )
     if not lines:
